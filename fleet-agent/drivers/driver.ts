@@ -1,0 +1,92 @@
+// The one interface every hypervisor driver implements (process, qemu, firecracker).
+
+export type DriverName = "process" | "qemu" | "firecracker";
+
+export interface VmSpec {
+  vmId: string;
+  agentId: string;
+  /** `demo` for the built-in demo workload; for the process driver also any shell command given PORT. */
+  image: string;
+  vcpus: number;
+  memMiB: number;
+  /** VMs get no outbound network unless this is set. */
+  allowEgress: boolean;
+  /** Directory owned by this VM: snapshots, sockets, pid files, logs, leases. Survives fleet-agent restarts. */
+  stateDir: string;
+}
+
+/** Where the workload's HTTP server is reachable from the host. */
+export interface VmEndpoint {
+  host: string;
+  port: number;
+}
+
+export interface RunningVm {
+  spec: VmSpec;
+  endpoint: VmEndpoint;
+  /** Host process that runs the VM (QEMU, Firecracker, or the workload itself). */
+  pid: number | undefined;
+}
+
+export interface BootResult {
+  vm: RunningVm;
+  bootMs: number;
+}
+
+export interface SnapshotResult {
+  /** false when the snapshot was cancelled by the signal and the VM is still running. */
+  completed: boolean;
+  snapshotMs: number;
+  bytes: number;
+}
+
+export interface WakeTimings {
+  /** Driver's own time from the wake decision to a running VM. */
+  restoreMs: number;
+  /** Setting and verifying the guest clock. */
+  clockFixMs: number;
+  /** Guest wall clock minus host wall clock before and after the fix (ms, signed). */
+  skewBeforeMs: number;
+  skewAfterMs: number;
+}
+
+export interface WakeResult {
+  vm: RunningVm;
+  /** restore = from the snapshot; boot = cold boot (no usable snapshot). */
+  mode: "restore" | "boot";
+  timings: WakeTimings;
+  /** Why a restore was not possible, when mode is boot. */
+  fallbackReason?: string;
+}
+
+export interface VmExit {
+  code: number | null;
+  signal: string | null;
+}
+
+export interface VmDriver {
+  readonly name: DriverName;
+  /** False for the process driver: workloads run as plain host processes. */
+  readonly isolated: boolean;
+  /** Cold boot; resolves once the workload answers HTTP on its endpoint. */
+  boot(spec: VmSpec): Promise<BootResult>;
+  /**
+   * Snapshot the VM and release its host resources. When `signal` aborts before the snapshot is
+   * complete the driver cancels it where it can and resolves `{completed:false}` with the VM running.
+   */
+  hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult>;
+  /** Restore from the last complete snapshot and fix the guest clock; falls back to a cold boot. */
+  wake(spec: VmSpec): Promise<WakeResult>;
+  /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
+  stop(vm: RunningVm): Promise<void>;
+  /** Remove everything the VM left on disk. */
+  destroy(spec: VmSpec): Promise<void>;
+  /** Cumulative CPU seconds used by the VM's host process, for the idle rule. */
+  cpuSeconds(vm: RunningVm): Promise<number>;
+  /** Keep-awake leases the guest itself holds right now. */
+  guestLeases(vm: RunningVm): Promise<number>;
+  /** Called once if the VM's process exits without being told to. */
+  onExit(vm: RunningVm, listener: (exit: VmExit) => void): void;
+  /** Cleans up VM processes a previous fleet-agent left running in `stateDir` (pid files). */
+  reap(spec: VmSpec): Promise<void>;
+}

@@ -1,0 +1,147 @@
+// Host side of the guest agent's line protocol (virtio-serial for qemu, vsock for firecracker).
+//
+// Protocol, one request per line, answers matched by id:
+//   host → guest   "<id> PING"                      guest → host  "<id> OK pong"
+//                  "<id> SETTIME <sec>.<nsec9>"                    "<id> OK <sec>.<nsec9>"       (guest clock after setting)
+//                                                                  "<id> OK stale <sec>.<nsec9>" (older than the last applied: ignored)
+//                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
+//                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
+//   any failure                                                    "<id> ERR <message>"
+// The workload takes a lease by writing a file into /run/leases/ whose content is its expiry in
+// unix seconds; it drops it by deleting the file.
+import type { Duplex } from "node:stream";
+
+export interface GuestTime {
+  /** Guest wall clock in nanoseconds since the epoch. */
+  ns: bigint;
+}
+
+export class GuestAgentError extends Error {
+  override name = "GuestAgentError";
+}
+
+export class GuestAgentClient {
+  private nextId = 1;
+  private buffer = "";
+  private pending = new Map<number, { resolve: (v: string) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private closed: Error | undefined;
+
+  constructor(private readonly stream: Duplex) {
+    stream.setEncoding?.("utf8");
+    stream.on("data", (chunk: string | Buffer) => this.onData(chunk.toString()));
+    const fail = (err?: Error) => this.failAll(err ?? new GuestAgentError("guest agent channel closed"));
+    stream.on("error", fail);
+    stream.on("close", () => fail());
+  }
+
+  async ping(timeoutMs = 2000): Promise<void> {
+    const answer = await this.call("PING", timeoutMs);
+    if (answer !== "pong") throw new GuestAgentError(`unexpected ping answer: ${answer}`);
+  }
+
+  /** Sets the guest wall clock to `hostNs`; answers the guest clock read back after setting, and whether it was stale. */
+  async setTime(hostNs: bigint, timeoutMs = 2000): Promise<{ guestNs: bigint; stale: boolean }> {
+    const answer = await this.call(`SETTIME ${formatNs(hostNs)}`, timeoutMs);
+    const stale = answer.startsWith("stale ");
+    return { guestNs: parseNs(stale ? answer.slice(6) : answer), stale };
+  }
+
+  async getTime(timeoutMs = 2000): Promise<bigint> {
+    return parseNs(await this.call("GETTIME", timeoutMs));
+  }
+
+  async leases(timeoutMs = 2000): Promise<number> {
+    const answer = await this.call("LEASES", timeoutMs);
+    const n = Number(answer);
+    if (!Number.isInteger(n) || n < 0) throw new GuestAgentError(`unexpected leases answer: ${answer}`);
+    return n;
+  }
+
+  close(): void {
+    this.stream.destroy();
+  }
+
+  private call(command: string, timeoutMs: number): Promise<string> {
+    if (this.closed) return Promise.reject(this.closed);
+    const id = this.nextId++;
+    return new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new GuestAgentError(`guest agent did not answer ${command.split(" ")[0]} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.pending.set(id, { resolve, reject, timer });
+      this.stream.write(`${id} ${command}\n`);
+    });
+  }
+
+  private onData(chunk: string): void {
+    this.buffer += chunk;
+    let nl: number;
+    while ((nl = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, nl).replace(/\r$/, "");
+      this.buffer = this.buffer.slice(nl + 1);
+      const m = /^(\d+) (OK|ERR)(?: (.*))?$/.exec(line);
+      if (!m) continue; // boot noise on the channel before the agent started
+      const waiter = this.pending.get(Number(m[1]));
+      if (!waiter) continue; // answer to a request that already timed out
+      this.pending.delete(Number(m[1]));
+      clearTimeout(waiter.timer);
+      if (m[2] === "OK") waiter.resolve(m[3] ?? "");
+      else waiter.reject(new GuestAgentError(`guest agent: ${m[3] ?? "error"}`));
+    }
+  }
+
+  private failAll(err: Error): void {
+    if (this.closed) return;
+    this.closed = err;
+    for (const [, w] of this.pending) {
+      clearTimeout(w.timer);
+      w.reject(err);
+    }
+    this.pending.clear();
+  }
+}
+
+export function formatNs(ns: bigint): string {
+  const sec = ns / 1_000_000_000n;
+  const nsec = ns % 1_000_000_000n;
+  return `${sec}.${nsec.toString().padStart(9, "0")}`;
+}
+
+export function parseNs(text: string): bigint {
+  const m = /^(\d+)\.(\d{9})$/.exec(text.trim());
+  if (!m) throw new GuestAgentError(`bad time from guest agent: ${text}`);
+  return BigInt(m[1]!) * 1_000_000_000n + BigInt(m[2]!);
+}
+
+/** Host wall clock in nanoseconds, taken fresh for every attempt. */
+export function hostNowNs(): bigint {
+  return BigInt(Date.now()) * 1_000_000n + BigInt(Math.floor((performance.now() % 1) * 1e6));
+}
+
+/**
+ * The clock fix after a restore: measure the skew, set the guest clock from a fresh host timestamp,
+ * read it back. Retries with a new timestamp until the skew is under `targetMs`.
+ */
+export async function fixGuestClock(agent: GuestAgentClient, opts: { targetMs?: number; attempts?: number } = {}): Promise<{ skewBeforeMs: number; skewAfterMs: number; clockFixMs: number }> {
+  const started = performance.now();
+  const target = opts.targetMs ?? 50;
+  const before = await measureSkewMs(agent);
+  let after = before;
+  for (let i = 0; i < (opts.attempts ?? 3); i++) {
+    await agent.setTime(hostNowNs());
+    after = await measureSkewMs(agent);
+    if (Math.abs(after) < target) break;
+  }
+  return { skewBeforeMs: before, skewAfterMs: after, clockFixMs: performance.now() - started };
+}
+
+/** Guest minus host wall clock in ms, corrected for half the round trip. */
+export async function measureSkewMs(agent: GuestAgentClient): Promise<number> {
+  const t0 = performance.now();
+  const hostBefore = Date.now();
+  const guestNs = await agent.getTime();
+  const rtt = performance.now() - t0;
+  const hostMid = hostBefore + rtt / 2;
+  return Number(guestNs / 1000n) / 1000 - hostMid;
+}

@@ -1,0 +1,58 @@
+// One error type for the whole system: a code, a message, and one exhaustive code → HTTP status map.
+
+export const errorStatus = {
+  bad_request: 400,
+  invalid_id: 400,
+  unauthorized: 401,
+  invalid_signature: 401,
+  forbidden: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  conflict: 409,
+  replay: 409,
+  payload_too_large: 413,
+  headers_too_large: 431,
+  unprocessable: 422,
+  rate_limited: 429,
+  internal: 500,
+  bad_gateway: 502,
+  wake_failed: 503,
+  queue_full: 503,
+  shutting_down: 503,
+  gateway_timeout: 504,
+} as const satisfies Record<string, number>;
+
+export type ErrorCode = keyof typeof errorStatus;
+
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  /** Seconds a client should wait before retrying (sent as `Retry-After`). */
+  readonly retryAfterS: number | undefined;
+  readonly details: unknown;
+
+  constructor(code: ErrorCode, message: string, opts: { retryAfterS?: number; details?: unknown; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "AppError";
+    this.code = code;
+    this.retryAfterS = opts.retryAfterS;
+    this.details = opts.details;
+  }
+
+  get status(): number {
+    return errorStatus[this.code];
+  }
+}
+
+export interface ErrorBody {
+  error: { code: ErrorCode; message: string; requestId: string; details?: unknown };
+}
+
+/** Renders any thrown value as the one error envelope; unknown errors never leak their message. */
+export function toErrorResponse(err: unknown, requestId: string): Response {
+  const appErr = err instanceof AppError ? err : new AppError("internal", "internal error");
+  const body: ErrorBody = { error: { code: appErr.code, message: appErr.message, requestId } };
+  if (appErr.details !== undefined) body.error.details = appErr.details;
+  const headers = new Headers({ "content-type": "application/json; charset=utf-8", "x-request-id": requestId });
+  if (appErr.retryAfterS !== undefined) headers.set("retry-after", String(Math.max(1, Math.ceil(appErr.retryAfterS))));
+  return new Response(JSON.stringify(body), { status: appErr.status, headers });
+}

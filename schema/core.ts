@@ -1,0 +1,114 @@
+// Core tables: tenants, agents, hosts, the append-only VM event log and awake runs, the audit log.
+import { sql } from "drizzle-orm";
+import { bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp } from "drizzle-orm/pg-core";
+
+const tz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
+
+export const tenants = pgTable("tenants", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull(),
+  /** IANA zone the tenant's invoices and default reports use. */
+  timeZone: text("time_zone").notNull().default("UTC"),
+  createdAt: tz("created_at").notNull().defaultNow(),
+});
+
+/** Rules for traffic the gateway answers itself without waking the agent (probes, uptime bots). */
+export interface NonWakingRules {
+  paths: string[];
+  methods: string[];
+  userAgents: string[];
+}
+
+export const agents = pgTable(
+  "agents",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    name: text("name").notNull(),
+    /** Image name the driver boots: `demo` or a command for the process driver. */
+    image: text("image").notNull(),
+    vcpus: integer("vcpus").notNull().default(1),
+    memMiB: integer("mem_mib").notNull().default(256),
+    idleTimeoutMs: integer("idle_timeout_ms").notNull().default(60_000),
+    /** Open streams keep the agent awake only while they moved bytes within this window. */
+    streamIdleMs: integer("stream_idle_ms").notNull().default(60_000),
+    public: boolean("public").notNull().default(false),
+    allowEgress: boolean("allow_egress").notNull().default(false),
+    nonWaking: jsonb("non_waking").$type<NonWakingRules>(),
+    hostId: text("host_id"),
+    /** Last state the owning host reported; the host itself is the authority. */
+    state: text("state").notNull().default("creating"),
+    lastWakeAt: tz("last_wake_at"),
+    createdAt: tz("created_at").notNull().defaultNow(),
+    deletedAt: tz("deleted_at"),
+  },
+  (t) => [index("agents_tenant_idx").on(t.tenantId)],
+);
+
+export const hosts = pgTable("hosts", {
+  id: text("id").primaryKey(),
+  /** Base URL of the host's ingress, for gateways in other processes; null when in-process only. */
+  url: text("url"),
+  driver: text("driver").notNull(),
+  capacityMiB: integer("capacity_mib").notNull(),
+  lastHeartbeatAt: tz("last_heartbeat_at").notNull().defaultNow(),
+  startedAt: tz("started_at").notNull().defaultNow(),
+});
+
+/** Append-only: one row per VM state transition, with its reason and timings. */
+export const vmEvents = pgTable(
+  "vm_events",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    at: tz("at").notNull().defaultNow(),
+    hostId: text("host_id").notNull(),
+    agentId: text("agent_id").notNull(),
+    vmId: text("vm_id").notNull(),
+    runId: text("run_id"),
+    fromState: text("from_state").notNull(),
+    toState: text("to_state").notNull(),
+    reason: text("reason").notNull(),
+    /** Millisecond timings of the transition (restoreMs, clockFixMs, snapshotMs, skewBeforeMs, …). */
+    timings: jsonb("timings").$type<Record<string, number>>(),
+    detail: jsonb("detail").$type<Record<string, unknown>>(),
+  },
+  (t) => [index("vm_events_agent_idx").on(t.agentId, t.id)],
+);
+
+/** One awake period of an agent: from the wake to the hibernation, with what caused each. */
+export const runs = pgTable(
+  "runs",
+  {
+    id: text("id").primaryKey(),
+    agentId: text("agent_id").notNull(),
+    tenantId: text("tenant_id").notNull(),
+    hostId: text("host_id").notNull(),
+    vmId: text("vm_id").notNull(),
+    wokeAt: tz("woke_at").notNull(),
+    wakeReason: text("wake_reason").notNull(),
+    /** restore | boot */
+    wakeMode: text("wake_mode").notNull(),
+    timings: jsonb("timings").$type<Record<string, number>>(),
+    sleptAt: tz("slept_at"),
+    sleepReason: text("sleep_reason"),
+  },
+  (t) => [index("runs_agent_idx").on(t.agentId, t.wokeAt)],
+);
+
+/** Append-only record of every admin action, wake, hibernation and webhook delivery. */
+export const auditLog = pgTable(
+  "audit_log",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    at: tz("at").notNull().default(sql`now()`),
+    tenantId: text("tenant_id"),
+    actor: text("actor").notNull(),
+    action: text("action").notNull(),
+    target: text("target").notNull(),
+    requestId: text("request_id"),
+    detail: jsonb("detail").$type<Record<string, unknown>>(),
+  },
+  (t) => [index("audit_tenant_idx").on(t.tenantId, t.id)],
+);

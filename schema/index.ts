@@ -1,0 +1,2 @@
+// Every table of the system, for drizzle's queries and drizzle-kit's migrations.
+export * from "./core.ts";
