@@ -1,5 +1,6 @@
 // Database connection: postgres.js when a URL is given, embedded PGlite in a directory otherwise; migrations apply on open.
 import { fileURLToPath } from "node:url";
+import type { SQL } from "drizzle-orm";
 import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core";
 import * as schema from "./index.ts";
 
@@ -54,4 +55,10 @@ async function openPglite(target: { pgliteDir: string } | { pgliteMemory: true }
 /** Applies the committed migrations (idempotent: drizzle records what it applied). */
 export async function migrateDatabase(database: Database): Promise<void> {
   await (database as Database & { migrateWith: () => Promise<void> }).migrateWith();
+}
+
+/** Runs raw SQL and returns its rows on either driver (postgres.js answers an array, PGlite `{rows}`). */
+export async function queryRows<T>(db: Db, query: SQL): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
 }

@@ -25,8 +25,10 @@ export class GuestAgentClient {
   private buffer = "";
   private pending = new Map<number, { resolve: (v: string) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   private closed: Error | undefined;
+  private readonly stream: Duplex;
 
-  constructor(private readonly stream: Duplex) {
+  constructor(stream: Duplex) {
+    this.stream = stream;
     stream.setEncoding?.("utf8");
     stream.on("data", (chunk: string | Buffer) => this.onData(chunk.toString()));
     const fail = (err?: Error) => this.failAll(err ?? new GuestAgentError("guest agent channel closed"));

@@ -1,15 +1,13 @@
 // The committed migrations apply on real Postgres and on embedded PGlite, and give the same tables.
 import { afterAll, describe, expect, it } from "vitest";
 import { sql } from "drizzle-orm";
-import { openDatabase, migrateDatabase, type Database } from "../../schema/db.ts";
+import { openDatabase, migrateDatabase, queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
 const tablesQuery = sql`select table_name from information_schema.tables where table_schema = 'public' order by table_name`;
 
 async function tableNames(database: Database): Promise<string[]> {
-  const rows = (await database.db.execute(tablesQuery)) as unknown as { rows?: { table_name: string }[] } & { table_name: string }[];
-  const list = Array.isArray(rows) ? rows : (rows.rows ?? []);
-  return list.map((r) => r.table_name);
+  return (await queryRows<{ table_name: string }>(database.db, tablesQuery)).map((r) => r.table_name);
 }
 
 describe("migrations", () => {
