@@ -1,4 +1,6 @@
 // What authentication leaves on a request's context for the routes behind it.
+import type { Context } from "hono";
+import { AppError } from "../lib/errors.ts";
 
 export type Scope = "agents:invoke" | "agents:admin" | "usage:read";
 export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "usage:read"];
@@ -14,4 +16,14 @@ export interface GatewayVariables {
   requestId: string;
   /** Present once a bearer token was verified; routes that need it call `requireScope`. */
   caller: Caller | undefined;
+}
+
+export type GatewayEnv = { Variables: GatewayVariables };
+
+/** The verified caller of a route that needs `scope`; 401 without a token, 403 without the scope. */
+export function requireScope(c: Context<GatewayEnv>, scope: Scope): Caller {
+  const caller = c.get("caller");
+  if (!caller) throw new AppError("unauthorized", "missing or invalid bearer token");
+  if (!caller.scopes.has(scope)) throw new AppError("forbidden", `token lacks the ${scope} scope`);
+  return caller;
 }

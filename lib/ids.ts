@@ -17,6 +17,7 @@ export const idPrefixes = {
   invoice: "inv",
   rateCard: "rc",
   event: "evt",
+  lease: "lse",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;

@@ -89,4 +89,6 @@ export interface VmDriver {
   onExit(vm: RunningVm, listener: (exit: VmExit) => void): void;
   /** Cleans up VM processes a previous fleet-agent left running in `stateDir` (pid files). */
   reap(spec: VmSpec): Promise<void>;
+  /** Releases everything the driver still holds (frozen processes, pre-started VMs) at host shutdown. */
+  close(): Promise<void>;
 }

@@ -1,0 +1,44 @@
+// The fleet-agent's configuration, parsed once from the environment at a program's edge.
+import { int, oneOf, optStr, type Env } from "../lib/env.ts";
+import type { LocalFleetOptions } from "./local-fleet.ts";
+
+export type DriverChoice = "auto" | "qemu" | "process" | "firecracker";
+
+export interface FleetAgentConfig {
+  hostId: string | undefined;
+  driver: DriverChoice;
+  wakeQueueLimit: number;
+  wakeDeadlineMs: number;
+  reaperIntervalMs: number;
+  cpuBusyThreshold: number;
+  drainTimeoutMs: number;
+  upstream: LocalFleetOptions;
+}
+
+/**
+ * | variable | default | meaning |
+ * | HOST_ID | derived from the data directory | this host's id (`host_…`) |
+ * | DRIVER | auto (qemu when QEMU and the guest image are usable, else process) | qemu, process or firecracker |
+ * | WAKE_QUEUE_LIMIT | 1000 | requests that may wait for one agent's wake; more get 503 |
+ * | WAKE_DEADLINE_MS | 60000 | how long a request waits for a wake before 503 |
+ * | REAPER_INTERVAL_MS | 1000 | how often idle VMs are looked for, ms |
+ * | CPU_BUSY_PERCENT | 20 | guest CPU (percent of one core) that counts as background work |
+ * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown waits for in-flight requests, ms |
+ * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms |
+ * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after) |
+ */
+export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
+  return {
+    hostId: optStr(env, "HOST_ID"),
+    driver: oneOf(env, "DRIVER", ["auto", "qemu", "process", "firecracker"] as const, "auto"),
+    wakeQueueLimit: int(env, "WAKE_QUEUE_LIMIT", 1000, { min: 1 }),
+    wakeDeadlineMs: int(env, "WAKE_DEADLINE_MS", 60_000, { min: 100 }),
+    reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, { min: 10 }),
+    cpuBusyThreshold: int(env, "CPU_BUSY_PERCENT", 20, { min: 1, max: 10_000 }) / 100,
+    drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
+    upstream: {
+      connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
+      headersTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),
+    },
+  };
+}

@@ -1,0 +1,33 @@
+// The gateway's view of the fleet: one interface, an in-process adapter (all-in-one) and an HTTP one (remote hosts).
+import type { Lease } from "./host.ts";
+import type { AgentSpec, VmState, VmStatus, WakeInfo, WakeReason } from "./types.ts";
+
+export interface ForwardContext {
+  requestId: string;
+  reason: WakeReason;
+  /** Aborts the upstream call when the client goes away. */
+  signal?: AbortSignal;
+}
+
+export interface Fleet {
+  /**
+   * Sends `req` (URL = the path inside the agent; headers already forwarded) to the agent, waking it first.
+   * The response streams; it carries `x-wake` and `server-timing` with the wake breakdown.
+   */
+  forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response>;
+  wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
+  hibernate(agentId: string): Promise<VmState>;
+  status(agentId: string): Promise<VmStatus | undefined>;
+  addLease(agent: AgentSpec, ttlMs: number): Promise<Lease>;
+  dropLease(agentId: string, leaseId: string): Promise<boolean>;
+  remove(agentId: string): Promise<void>;
+}
+
+/** `server-timing` entries for a wake: what the client waited for, in ms. */
+export function serverTiming(timings: Record<string, number>): string {
+  const names: Record<string, string> = { queuedMs: "queue", restoreMs: "restore", clockFixMs: "clockfix", bootMs: "boot" };
+  return Object.entries(names)
+    .filter(([k]) => timings[k] !== undefined)
+    .map(([k, name]) => `${name};dur=${timings[k]}`)
+    .join(", ");
+}

@@ -1,0 +1,629 @@
+// The host core: owns this host's VMs, wakes them single-flight, tracks work, and hibernates them when idle.
+import { join } from "node:path";
+import { existsSync } from "node:fs";
+import type { Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
+import { newId } from "../lib/ids.ts";
+import type { Logger } from "../lib/log.ts";
+import type { RunningVm, VmDriver, VmEndpoint, VmSpec } from "./drivers/driver.ts";
+import { idleVerdict, type OpenTicket } from "./idle.ts";
+import type { HostStore } from "./store.ts";
+import type { ActivityListener, AgentSpec, SleepReason, TransitionReason, VmState, VmStatus, WakeInfo, WakeReason } from "./types.ts";
+import { canTransition, IllegalTransition } from "./vm-state.ts";
+
+export interface HostConfig {
+  hostId: string;
+  /** Root of this host's VM state directories (`<dir>/<agentId>`). */
+  vmsDir: string;
+  /** Requests that may wait for one agent's wake before new ones get 503 queue_full. */
+  wakeQueueLimit: number;
+  /** How long a request waits for a wake before it gets 503 wake_failed. */
+  wakeDeadlineMs: number;
+  /** How often the idle reaper looks at running VMs. */
+  reaperIntervalMs: number;
+  /** Guest CPU (fraction of one core over the last reaper window) at or above which a VM counts as busy. */
+  cpuBusyThreshold: number;
+  /** How long shutdown waits for in-flight requests before hibernating anyway. */
+  drainTimeoutMs: number;
+}
+
+export interface HostDeps {
+  config: HostConfig;
+  driver: VmDriver;
+  store: HostStore;
+  clock: Clock;
+  log: Logger;
+  activity: ActivityListener;
+}
+
+/** One request's hold on an awake VM: it keeps the VM awake until released. */
+export interface Ticket {
+  readonly endpoint: VmEndpoint;
+  readonly wake: WakeInfo;
+  /** Bytes moved either way: keeps a long stream counting as work. */
+  touch(): void;
+  /** The agent answered: from now on the ticket counts only while bytes move within the stream idle window. */
+  streaming(): void;
+  /** The first response byte reached the client (recorded on the run that this request woke). */
+  firstByte(): void;
+  /** The request is over, however it ended. Idempotent. */
+  release(): void;
+  /** What to do if the host hibernates under this (idle) stream: close it with 1001, abort it. */
+  onHibernate(fn: () => void): void;
+}
+
+export interface Lease {
+  leaseId: string;
+  expiresAt: number;
+}
+
+interface VmEntry {
+  spec: AgentSpec;
+  vmSpec: VmSpec;
+  state: VmState;
+  running: RunningVm | undefined;
+  runId: string | undefined;
+  /** The run this entry's wake created and the monotonic time its wake started, for first-byte timing. */
+  wakeStartedAt: number | undefined;
+  firstByteRecorded: boolean;
+  tickets: Set<TicketImpl>;
+  lastActivityAt: number;
+  lastWakeAt: number | undefined;
+  wake: Promise<WakeInfo> | undefined;
+  waiting: number;
+  hibernation: { promise: Promise<void>; abort: AbortController } | undefined;
+  leases: Map<string, number>;
+  cpuSample: { at: number; seconds: number } | undefined;
+  cpuFraction: number | undefined;
+  reaped: boolean;
+}
+
+class TicketImpl implements Ticket, OpenTicket {
+  phase: "waiting" | "streaming" = "waiting";
+  lastByteAt: number;
+  private released = false;
+  private hibernateListeners: (() => void)[] = [];
+  readonly endpoint: VmEndpoint;
+  readonly wake: WakeInfo;
+  private readonly clock: Clock;
+  private readonly done: (t: TicketImpl) => void;
+  private readonly onFirstByte: () => void;
+
+  constructor(endpoint: VmEndpoint, wake: WakeInfo, clock: Clock, done: (t: TicketImpl) => void, onFirstByte: () => void) {
+    this.endpoint = endpoint;
+    this.wake = wake;
+    this.clock = clock;
+    this.done = done;
+    this.onFirstByte = onFirstByte;
+    this.lastByteAt = clock.monotonic();
+  }
+
+  touch(): void {
+    this.lastByteAt = this.clock.monotonic();
+  }
+
+  streaming(): void {
+    this.phase = "streaming";
+    this.touch();
+  }
+
+  firstByte(): void {
+    this.onFirstByte();
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.done(this);
+  }
+
+  onHibernate(fn: () => void): void {
+    this.hibernateListeners.push(fn);
+  }
+
+  hibernating(): void {
+    for (const fn of this.hibernateListeners.splice(0)) {
+      try {
+        fn();
+      } catch {
+        /* a closing stream must not stop the hibernation */
+      }
+    }
+  }
+}
+
+export class Host {
+  private readonly vms = new Map<string, VmEntry>();
+  private readonly deps: HostDeps;
+  private reaperTimer: { cancel(): void } | undefined;
+  private reaping: Promise<void> | undefined;
+  private stopping = false;
+  private writes: Promise<void> = Promise.resolve();
+
+  constructor(deps: HostDeps) {
+    this.deps = deps;
+  }
+
+  get hostId(): string {
+    return this.deps.config.hostId;
+  }
+
+  get driverName(): string {
+    return this.deps.driver.name;
+  }
+
+  start(): void {
+    this.scheduleReaper();
+  }
+
+  /**
+   * Shutdown order: stop accepting new requests → stop the reaper → wait for in-flight requests to drain
+   * (bounded) → hibernate every running VM (its snapshot is its state after a restart) → let the driver
+   * release whatever it still holds (frozen processes, pre-started VMs) → flush the event log.
+   */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.reaperTimer?.cancel();
+    await this.reaping;
+    const drainDeadline = this.deps.clock.monotonic() + this.deps.config.drainTimeoutMs;
+    while (this.inFlight() > 0 && this.deps.clock.monotonic() < drainDeadline) await sleep(20);
+    for (const entry of this.vms.values()) {
+      for (const t of entry.tickets) t.hibernating();
+      await entry.wake?.catch(() => undefined);
+      await entry.hibernation?.promise;
+      if (entry.state === "running") await this.hibernate(entry, "shutdown");
+    }
+    await this.deps.driver.close();
+    await this.flush();
+  }
+
+  /** Waits until every event-log write issued so far is stored. */
+  async flush(): Promise<void> {
+    await this.writes;
+  }
+
+  inFlight(): number {
+    let n = 0;
+    for (const e of this.vms.values()) n += e.tickets.size;
+    return n;
+  }
+
+  status(agentId: string): VmStatus | undefined {
+    const e = this.vms.get(agentId);
+    if (!e) return undefined;
+    this.pruneLeases(e);
+    return {
+      agentId,
+      vmId: e.vmSpec.vmId,
+      state: e.state,
+      inFlight: e.tickets.size,
+      leases: e.leases.size,
+      runId: e.runId,
+      lastWakeAt: e.lastWakeAt,
+      lastActivityAt: e.lastActivityAt,
+    };
+  }
+
+  /**
+   * Holds the agent's VM awake for one request, waking it first if needed. Concurrent callers share one
+   * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After.
+   */
+  async acquire(spec: AgentSpec, reason: WakeReason): Promise<Ticket> {
+    if (this.stopping) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
+    const entry = this.entry(spec);
+    const queuedAt = this.deps.clock.monotonic();
+    for (;;) {
+      if (entry.state === "running" && entry.running && !entry.hibernation) {
+        return this.ticket(entry, { wake: "warm", runId: entry.runId!, timings: {} });
+      }
+      if (entry.hibernation) {
+        entry.hibernation.abort.abort();
+        await entry.hibernation.promise;
+        continue;
+      }
+      if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
+      if (entry.waiting >= this.deps.config.wakeQueueLimit) {
+        throw new AppError("queue_full", `too many requests waiting for agent ${spec.id} to wake`, { retryAfterS: 2 });
+      }
+      entry.waiting++;
+      let info: WakeInfo;
+      try {
+        info = await this.withDeadline(this.wakeOnce(entry, reason), spec.id);
+      } finally {
+        entry.waiting--;
+      }
+      if (entry.state !== "running" || !entry.running) continue; // hibernated again in between: go round
+      const queuedMs = this.deps.clock.monotonic() - queuedAt;
+      return this.ticket(entry, { ...info, timings: { ...info.timings, queuedMs: round(queuedMs) } });
+    }
+  }
+
+  /** Wakes the agent (reason `api`) without holding it. */
+  async wake(spec: AgentSpec, reason: WakeReason = "api"): Promise<WakeInfo> {
+    const ticket = await this.acquire(spec, reason);
+    ticket.release();
+    return ticket.wake;
+  }
+
+  /** Explicit hibernation (reason `api`): refused while requests are in flight. */
+  async hibernateNow(agentId: string): Promise<VmState> {
+    const entry = this.vms.get(agentId);
+    if (!entry) return "hibernated";
+    await entry.wake?.catch(() => undefined);
+    if (entry.hibernation) await entry.hibernation.promise;
+    if (entry.state !== "running") return entry.state;
+    const waiting = [...entry.tickets].filter((t) => t.phase === "waiting").length;
+    if (waiting > 0) throw new AppError("conflict", `agent ${agentId} has ${waiting} request(s) in flight`);
+    for (const t of entry.tickets) t.hibernating();
+    await this.hibernate(entry, "api");
+    return entry.state;
+  }
+
+  /** A keep-awake lease: wakes the agent if it sleeps and keeps it awake until the lease expires or is dropped. */
+  async addLease(spec: AgentSpec, ttlMs: number): Promise<Lease> {
+    const ticket = await this.acquire(spec, "api");
+    try {
+      const entry = this.entry(spec);
+      const leaseId = newId("lease");
+      entry.leases.set(leaseId, this.deps.clock.monotonic() + ttlMs);
+      return { leaseId, expiresAt: this.deps.clock.now() + ttlMs };
+    } finally {
+      ticket.release();
+    }
+  }
+
+  dropLease(agentId: string, leaseId: string): boolean {
+    const entry = this.vms.get(agentId);
+    if (!entry?.leases.delete(leaseId)) return false;
+    entry.lastActivityAt = this.deps.clock.monotonic();
+    return true;
+  }
+
+  /** Stops the agent's VM and removes everything it left on disk. */
+  async remove(agentId: string): Promise<void> {
+    const entry = this.vms.get(agentId);
+    if (!entry) return;
+    for (const t of entry.tickets) t.hibernating();
+    await entry.wake?.catch(() => undefined);
+    await entry.hibernation?.promise;
+    if (entry.running) {
+      if (entry.state === "running") this.endActivity(entry, "delete");
+      await this.deps.driver.stop(entry.running).catch((err) => this.deps.log.warn("stop failed", { agentId, err }));
+    }
+    await this.deps.driver.destroy(entry.vmSpec);
+    this.transition(entry, "destroyed", "delete");
+    entry.running = undefined;
+    this.vms.delete(agentId);
+  }
+
+  /** One pass of the idle reaper (exposed for tests that drive time by hand). */
+  async reapIdle(): Promise<void> {
+    const now = () => this.deps.clock.monotonic();
+    for (const entry of [...this.vms.values()]) {
+      if (entry.state !== "running" || !entry.running || entry.wake || entry.hibernation) continue;
+      const vm = entry.running;
+      const guestLeases = await this.deps.driver.guestLeases(vm).catch(() => 0);
+      const cpuSeconds = await this.deps.driver.cpuSeconds(vm).catch(() => undefined);
+      if (entry.running !== vm || entry.state !== "running" || entry.hibernation || entry.wake) continue;
+      if (cpuSeconds !== undefined) {
+        const prev = entry.cpuSample;
+        entry.cpuSample = { at: now(), seconds: cpuSeconds };
+        if (prev && now() > prev.at) entry.cpuFraction = (cpuSeconds - prev.seconds) / ((now() - prev.at) / 1000);
+      }
+      this.pruneLeases(entry);
+      const verdict = idleVerdict({
+        now: now(),
+        lastActivityAt: entry.lastActivityAt,
+        idleTimeoutMs: entry.spec.idleTimeoutMs,
+        streamIdleMs: entry.spec.streamIdleMs,
+        tickets: [...entry.tickets],
+        apiLeases: entry.leases.size,
+        guestLeases,
+        cpuFraction: entry.cpuFraction,
+        cpuBusyThreshold: this.deps.config.cpuBusyThreshold,
+      });
+      if (!verdict.hibernate) {
+        if (verdict.busy) entry.lastActivityAt = now();
+        continue;
+      }
+      for (const t of entry.tickets) t.hibernating();
+      void this.hibernate(entry, "idle");
+    }
+  }
+
+  private scheduleReaper(): void {
+    if (this.stopping) return;
+    this.reaperTimer = this.deps.clock.setTimeout(() => {
+      this.reaping = this.reapIdle()
+        .catch((err) => this.deps.log.error("idle reaper failed", { err }))
+        .finally(() => {
+          this.reaping = undefined;
+          this.scheduleReaper();
+        });
+    }, this.deps.config.reaperIntervalMs);
+  }
+
+  private entry(spec: AgentSpec): VmEntry {
+    let e = this.vms.get(spec.id);
+    if (e) {
+      e.spec = spec; // idle timeouts and limits may have changed; the VM's shape changes on its next boot
+      return e;
+    }
+    const stateDir = join(this.deps.config.vmsDir, spec.id);
+    e = {
+      spec,
+      vmSpec: {
+        vmId: vmIdFor(spec.id),
+        agentId: spec.id,
+        image: spec.image,
+        vcpus: spec.vcpus,
+        memMiB: spec.memMiB,
+        allowEgress: spec.allowEgress,
+        stateDir,
+      },
+      // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
+      state: existsSync(stateDir) ? "stopped" : "creating",
+      running: undefined,
+      runId: undefined,
+      wakeStartedAt: undefined,
+      firstByteRecorded: true,
+      tickets: new Set(),
+      lastActivityAt: this.deps.clock.monotonic(),
+      lastWakeAt: undefined,
+      wake: undefined,
+      waiting: 0,
+      hibernation: undefined,
+      leases: new Map(),
+      cpuSample: undefined,
+      cpuFraction: undefined,
+      reaped: false,
+    };
+    this.vms.set(spec.id, e);
+    return e;
+  }
+
+  private ticket(entry: VmEntry, wake: WakeInfo): Ticket {
+    const t = new TicketImpl(
+      entry.running!.endpoint,
+      wake,
+      this.deps.clock,
+      (done) => {
+        entry.tickets.delete(done);
+        entry.lastActivityAt = this.deps.clock.monotonic();
+      },
+      () => this.recordFirstByte(entry, wake),
+    );
+    entry.tickets.add(t);
+    return t;
+  }
+
+  private recordFirstByte(entry: VmEntry, wake: WakeInfo): void {
+    if (wake.wake === "warm" || entry.firstByteRecorded || entry.runId !== wake.runId || entry.wakeStartedAt === undefined) return;
+    entry.firstByteRecorded = true;
+    const firstByteMs = round(this.deps.clock.monotonic() - entry.wakeStartedAt);
+    const runId = wake.runId;
+    this.write(() => this.deps.store.runTimings(runId, { ...wake.timings, firstByteMs }));
+  }
+
+  private wakeOnce(entry: VmEntry, reason: WakeReason): Promise<WakeInfo> {
+    entry.wake ??= this.doWake(entry, reason).finally(() => {
+      entry.wake = undefined;
+    });
+    return entry.wake;
+  }
+
+  private async doWake(entry: VmEntry, reason: WakeReason): Promise<WakeInfo> {
+    const { driver, clock } = this.deps;
+    const startedAt = clock.monotonic();
+    try {
+      if (!entry.reaped) {
+        entry.reaped = true;
+        await driver.reap(entry.vmSpec);
+      }
+      let info: Omit<WakeInfo, "runId">;
+      let detail: Record<string, unknown> | undefined;
+      if (entry.state === "creating") {
+        this.transition(entry, "booting", reason === "request" || reason === "webhook" || reason === "api" ? reason : "boot");
+        const booted = await driver.boot(entry.vmSpec);
+        entry.running = booted.vm;
+        info = { wake: "boot", timings: { bootMs: round(booted.bootMs) } };
+      } else {
+        this.transition(entry, "restoring", reason);
+        const woke = await driver.wake(entry.vmSpec);
+        entry.running = woke.vm;
+        const t = woke.timings;
+        info = {
+          wake: woke.mode,
+          timings: { restoreMs: round(t.restoreMs), clockFixMs: round(t.clockFixMs), skewBeforeMs: round(t.skewBeforeMs), skewAfterMs: round(t.skewAfterMs) },
+        };
+        if (woke.fallbackReason) detail = { fallbackReason: woke.fallbackReason };
+      }
+      const runId = newId("run");
+      entry.runId = runId;
+      entry.wakeStartedAt = startedAt;
+      entry.firstByteRecorded = false;
+      entry.lastActivityAt = clock.monotonic();
+      entry.lastWakeAt = clock.now();
+      entry.cpuSample = undefined;
+      entry.cpuFraction = undefined;
+      this.transition(entry, "running", reason, { ...info.timings, wakeMs: round(clock.monotonic() - startedAt) }, { wake: info.wake, ...detail });
+      this.write(() =>
+        this.deps.store.runStarted({
+          id: runId,
+          agentId: entry.spec.id,
+          tenantId: entry.spec.tenantId,
+          hostId: this.hostId,
+          vmId: entry.vmSpec.vmId,
+          wokeAt: new Date(entry.lastWakeAt!),
+          wakeReason: reason,
+          wakeMode: info.wake,
+          timings: info.timings,
+        }),
+      );
+      this.deps.activity.active({
+        at: clock.now(),
+        mono: clock.monotonic(),
+        hostId: this.hostId,
+        vmId: entry.vmSpec.vmId,
+        agentId: entry.spec.id,
+        tenantId: entry.spec.tenantId,
+        runId,
+        vcpus: entry.vmSpec.vcpus,
+        memMiB: entry.vmSpec.memMiB,
+        reason,
+      });
+      this.watchExit(entry, entry.running);
+      return { ...info, runId };
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      this.deps.log.error("wake failed", { agentId: entry.spec.id, err: message });
+      if (entry.state !== "failed" && canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, { error: message });
+      entry.running = undefined;
+      throw new AppError("wake_failed", `agent ${entry.spec.id} could not be started: ${message}`, { retryAfterS: 5, cause: err });
+    }
+  }
+
+  private watchExit(entry: VmEntry, vm: RunningVm): void {
+    this.deps.driver.onExit(vm, (exit) => {
+      if (entry.running !== vm) return;
+      this.deps.log.error("VM exited unexpectedly", { agentId: entry.spec.id, vmId: entry.vmSpec.vmId, ...exit });
+      entry.hibernation?.abort.abort();
+      if (entry.state === "running") this.endActivity(entry, "crash");
+      entry.running = undefined;
+      if (canTransition(entry.state, "failed")) this.transition(entry, "failed", "crash", undefined, { ...exit });
+      this.endRun(entry, "crash");
+    });
+  }
+
+  private hibernate(entry: VmEntry, reason: SleepReason): Promise<void> {
+    if (entry.hibernation) return entry.hibernation.promise;
+    const vm = entry.running;
+    if (entry.state !== "running" || !vm) return Promise.resolve();
+    const abort = new AbortController();
+    this.transition(entry, "snapshotting", reason);
+    this.endActivity(entry, reason);
+    const promise = (async () => {
+      try {
+        const result = await this.deps.driver.hibernate(vm, abort.signal);
+        if (entry.running !== vm) return; // crashed meanwhile: the exit handler recorded it
+        if (result.completed) {
+          entry.running = undefined;
+          this.transition(entry, "hibernated", reason, { snapshotMs: round(result.snapshotMs), snapshotBytes: result.bytes });
+          this.endRun(entry, reason);
+        } else {
+          this.transition(entry, "running", "cancelled");
+          entry.lastActivityAt = this.deps.clock.monotonic();
+          this.startActivity(entry, "request");
+        }
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        this.deps.log.error("hibernate failed", { agentId: entry.spec.id, err: message });
+        await this.deps.driver.stop(vm).catch(() => undefined);
+        entry.running = undefined;
+        if (canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, { error: message });
+        this.endRun(entry, "crash");
+      } finally {
+        entry.hibernation = undefined;
+      }
+    })();
+    entry.hibernation = { promise, abort };
+    return promise;
+  }
+
+  private startActivity(entry: VmEntry, reason: WakeReason): void {
+    const { clock } = this.deps;
+    this.deps.activity.active({
+      at: clock.now(),
+      mono: clock.monotonic(),
+      hostId: this.hostId,
+      vmId: entry.vmSpec.vmId,
+      agentId: entry.spec.id,
+      tenantId: entry.spec.tenantId,
+      runId: entry.runId!,
+      vcpus: entry.vmSpec.vcpus,
+      memMiB: entry.vmSpec.memMiB,
+      reason,
+    });
+  }
+
+  private endActivity(entry: VmEntry, reason: SleepReason): void {
+    this.deps.activity.inactive({ at: this.deps.clock.now(), mono: this.deps.clock.monotonic(), vmId: entry.vmSpec.vmId, reason });
+  }
+
+  private endRun(entry: VmEntry, reason: SleepReason): void {
+    const runId = entry.runId;
+    if (!runId) return;
+    entry.runId = undefined;
+    const sleptAt = new Date(this.deps.clock.now());
+    this.write(() => this.deps.store.runEnded(runId, sleptAt, reason));
+  }
+
+  private transition(entry: VmEntry, to: VmState, reason: TransitionReason, timings?: Record<string, number>, detail?: Record<string, unknown>): void {
+    const from = entry.state;
+    if (!canTransition(from, to)) throw new IllegalTransition(from, to);
+    entry.state = to;
+    const record = {
+      at: new Date(this.deps.clock.now()),
+      hostId: this.hostId,
+      agentId: entry.spec.id,
+      tenantId: entry.spec.tenantId,
+      vmId: entry.vmSpec.vmId,
+      runId: entry.runId ?? null,
+      fromState: from,
+      toState: to,
+      reason,
+      timings: timings ?? null,
+      detail: detail ?? null,
+    };
+    this.write(() => this.deps.store.transition(record));
+  }
+
+  private pruneLeases(entry: VmEntry): void {
+    const now = this.deps.clock.monotonic();
+    for (const [id, expires] of entry.leases) {
+      if (expires <= now) {
+        entry.leases.delete(id);
+        entry.lastActivityAt = Math.max(entry.lastActivityAt, expires);
+      }
+    }
+  }
+
+  /** Event-log writes are ordered and off the request path; a failed write is logged, never thrown at a caller. */
+  private write(fn: () => Promise<void>): void {
+    this.writes = this.writes.then(fn).catch((err) => this.deps.log.error("event log write failed", { err }));
+  }
+
+  private withDeadline<T>(p: Promise<T>, agentId: string): Promise<T> {
+    const ms = this.deps.config.wakeDeadlineMs;
+    return new Promise<T>((resolve, reject) => {
+      const timer = this.deps.clock.setTimeout(
+        () => reject(new AppError("wake_failed", `agent ${agentId} did not wake within ${ms} ms`, { retryAfterS: 5 })),
+        ms,
+      );
+      p.then(
+        (v) => {
+          timer.cancel();
+          resolve(v);
+        },
+        (e) => {
+          timer.cancel();
+          reject(e);
+        },
+      );
+    });
+  }
+}
+
+/** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */
+export function vmIdFor(agentId: string): string {
+  return `vm_${agentId.replace(/^agt_/, "")}`;
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 100) / 100;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

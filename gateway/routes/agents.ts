@@ -1,0 +1,146 @@
+// Admin API under /v1/agents: create, list, get, delete, hibernate, wake, keep-awake leases, the event log.
+import { Hono, type Context } from "hono";
+import { AppError } from "../../lib/errors.ts";
+import { isId, newId } from "../../lib/ids.ts";
+import type { VmStatus } from "../../fleet-agent/types.ts";
+import { agentSpec, type AgentRow } from "../agent-repo.ts";
+import type { GatewayDeps } from "../app.ts";
+import { requireScope, type Caller, type GatewayEnv } from "../auth-context.ts";
+import { jsonBody, optBool, optInt, optString, rejectUnknown } from "../validate.ts";
+
+const createFields = ["name", "image", "vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress"] as const;
+
+export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
+  const r = new Hono<GatewayEnv>();
+  const { agents, fleet, config } = deps;
+
+  /** The caller's own live agent, or 404 (also for another tenant's agent: it does not exist for them). */
+  async function ownAgent(c: Context<GatewayEnv>, caller: Caller): Promise<AgentRow> {
+    const id = c.req.param("id") ?? "";
+    if (!isId("agent", id)) throw new AppError("invalid_id", `"${id.slice(0, 64)}" is not an agent id`);
+    const row = await agents.get(id);
+    if (!row || row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+    return row;
+  }
+
+  async function body(c: Context<GatewayEnv>) {
+    const declared = Number(c.req.header("content-length") ?? "0");
+    if (declared > config.maxApiBodyBytes) throw new AppError("payload_too_large", `body exceeds ${config.maxApiBodyBytes} bytes`);
+    return jsonBody(c.req.raw);
+  }
+
+  function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
+    return agents.audit({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
+  }
+
+  r.post("/v1/agents", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const b = await body(c);
+    rejectUnknown(b, createFields);
+    const image = optString(b, "image", /^[a-z0-9][a-z0-9._-]{0,63}$/, "an image name") ?? "demo";
+    if (!config.images.includes(image)) throw new AppError("bad_request", `unknown image "${image}" (available: ${config.images.join(", ")})`);
+    const d = config.agentDefaults;
+    const row = await agents.create({
+      id: newId("agent"),
+      tenantId: caller.tenantId,
+      name: optString(b, "name", /^[\w .:-]{1,100}$/, "1–100 letters, digits, spaces or . _ : -") ?? "agent",
+      image,
+      vcpus: optInt(b, "vcpus", { min: 1, max: 16 }) ?? d.vcpus,
+      memMiB: optInt(b, "memMiB", { min: 64, max: 65_536 }) ?? d.memMiB,
+      idleTimeoutMs: optInt(b, "idleTimeoutMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.idleTimeoutMs,
+      streamIdleMs: optInt(b, "streamIdleMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.streamIdleMs,
+      public: optBool(b, "public") ?? false,
+      allowEgress: optBool(b, "allowEgress") ?? false,
+    });
+    await audit(c, caller, "agent.create", row.id, { image: row.image, vcpus: row.vcpus, memMiB: row.memMiB });
+    return c.json(agentJson(row, undefined), 201);
+  });
+
+  r.get("/v1/agents", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const rows = await agents.list(caller.tenantId);
+    const out = await Promise.all(rows.map(async (row) => agentJson(row, await fleet.status(row.id))));
+    return c.json({ agents: out });
+  });
+
+  r.get("/v1/agents/:id", async (c) => {
+    const row = await ownAgent(c, requireScope(c, "agents:admin"));
+    return c.json(agentJson(row, await fleet.status(row.id)));
+  });
+
+  r.delete("/v1/agents/:id", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    await fleet.remove(row.id);
+    await agents.markDeleted(row.id);
+    await audit(c, caller, "agent.delete", row.id);
+    return c.json({ id: row.id, deleted: true });
+  });
+
+  r.post("/v1/agents/:id/hibernate", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    const state = await fleet.hibernate(row.id);
+    await audit(c, caller, "agent.hibernate", row.id, { state });
+    return c.json({ id: row.id, state });
+  });
+
+  r.post("/v1/agents/:id/wake", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    const info = await fleet.wake(agentSpec(row), "api");
+    await audit(c, caller, "agent.wake", row.id, { wake: info.wake, runId: info.runId });
+    return c.json({ id: row.id, state: "running", ...info });
+  });
+
+  r.post("/v1/agents/:id/leases", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    const b = await body(c);
+    rejectUnknown(b, ["ttlMs"]);
+    const ttlMs = optInt(b, "ttlMs", { min: 1000, max: 24 * 3600_000 });
+    if (ttlMs === undefined) throw new AppError("bad_request", "ttlMs is required (1000 to 86400000)");
+    const lease = await fleet.addLease(agentSpec(row), ttlMs);
+    await audit(c, caller, "agent.lease", row.id, { leaseId: lease.leaseId, ttlMs });
+    return c.json({ leaseId: lease.leaseId, agentId: row.id, expiresAt: new Date(lease.expiresAt).toISOString() }, 201);
+  });
+
+  r.delete("/v1/agents/:id/leases/:leaseId", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    const leaseId = c.req.param("leaseId");
+    if (!(await fleet.dropLease(row.id, leaseId))) throw new AppError("not_found", `lease ${leaseId.slice(0, 64)} not found`);
+    await audit(c, caller, "agent.lease.drop", row.id, { leaseId });
+    return c.json({ leaseId, dropped: true });
+  });
+
+  r.get("/v1/agents/:id/events", async (c) => {
+    const row = await ownAgent(c, requireScope(c, "agents:admin"));
+    const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 1000);
+    const events = await agents.events(row.id, limit);
+    return c.json({ events });
+  });
+
+  return r;
+}
+
+function agentJson(row: AgentRow, status: VmStatus | undefined) {
+  return {
+    id: row.id,
+    tenantId: row.tenantId,
+    name: row.name,
+    image: row.image,
+    vcpus: row.vcpus,
+    memMiB: row.memMiB,
+    idleTimeoutMs: row.idleTimeoutMs,
+    streamIdleMs: row.streamIdleMs,
+    public: row.public,
+    allowEgress: row.allowEgress,
+    path: `/a/${row.id}/`,
+    state: status?.state ?? row.state,
+    lastWakeAt: status?.lastWakeAt !== undefined ? new Date(status.lastWakeAt).toISOString() : (row.lastWakeAt?.toISOString() ?? null),
+    inFlight: status?.inFlight ?? 0,
+    leases: status?.leases ?? 0,
+    createdAt: row.createdAt.toISOString(),
+  };
+}

@@ -1,0 +1,61 @@
+// `POST /hooks/:agentId/:endpointName`: verify the signature, refuse replays and floods, store durably, answer 202.
+import { Hono } from "hono";
+import type { GatewayEnv } from "../auth-context.ts";
+import { AppError } from "../../lib/errors.ts";
+import { isId } from "../../lib/ids.ts";
+import { readBodyLimited } from "./body.ts";
+import { headersToStore } from "./forward-headers.ts";
+import { activeSecrets, verifyWebhook } from "./signature.ts";
+import { findIntakeEndpoint, storeDelivery } from "./store.ts";
+import type { WebhookDeps } from "./types.ts";
+
+/** Sender delivery ids longer than this are refused rather than indexed. */
+const maxExternalIdLength = 256;
+
+export function createIntakeRoutes(deps: WebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
+  const app = new Hono<GatewayEnv>();
+  const { db, clock, config } = deps;
+
+  app.post("/hooks/:agentId/:endpointName", async (c) => {
+    const agentId = c.req.param("agentId");
+    const name = c.req.param("endpointName");
+    const notFound = new AppError("not_found", "no such webhook endpoint");
+    if (!isId("agent", agentId)) throw notFound;
+    const endpoint = await findIntakeEndpoint(db, agentId, name);
+    if (!endpoint) throw notFound;
+
+    const body = await readBodyLimited(c.req.raw, config.maxBodyBytes);
+    const now = clock.now();
+    const verified = await verifyWebhook({
+      scheme: endpoint.scheme,
+      headers: c.req.raw.headers,
+      body,
+      secrets: activeSecrets(endpoint, now),
+      nowMs: now,
+      toleranceS: config.toleranceS,
+    });
+    if (verified.externalId.length > maxExternalIdLength) throw new AppError("bad_request", `the sender's delivery id is longer than ${maxExternalIdLength} characters`);
+
+    const requestId = c.get("requestId") ?? null;
+    const result = await storeDelivery(
+      db,
+      { endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId },
+      config.ratePerMinute,
+    );
+    if (result.kind === "replay") {
+      throw new AppError("replay", `delivery ${verified.externalId} was already received by this endpoint`, { details: { deliveryId: result.deliveryId } });
+    }
+    if (result.kind === "rate_limited") {
+      throw new AppError("rate_limited", `endpoint ${name} accepts ${config.ratePerMinute} deliveries per minute`, { retryAfterS: result.retryAfterS });
+    }
+    deps.log.info("webhook received", { requestId, deliveryId: result.deliveryId, agentId, endpoint: name, bytes: body.byteLength });
+    onQueued();
+    return c.json({ deliveryId: result.deliveryId }, 202);
+  });
+
+  app.all("/hooks/:agentId/:endpointName", () => {
+    throw new AppError("method_not_allowed", "webhooks are delivered with POST");
+  });
+
+  return app;
+}

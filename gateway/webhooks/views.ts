@@ -1,0 +1,60 @@
+// The JSON the admin API answers with: endpoints (never their secrets), deliveries and their attempts.
+import { base64Encode } from "./bytes.ts";
+import type { AttemptRow, DeliveryRow, EndpointRow } from "./store.ts";
+
+const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
+
+export function intakePath(agentId: string, name: string): string {
+  return `/hooks/${agentId}/${name}`;
+}
+
+export function endpointView(e: EndpointRow, nowMs: number) {
+  const overlapActive = e.previousSecretExpiresAt !== null && e.previousSecretExpiresAt.getTime() > nowMs;
+  return {
+    id: e.id,
+    agentId: e.agentId,
+    name: e.name,
+    scheme: e.scheme,
+    path: e.path,
+    url: intakePath(e.agentId, e.name),
+    createdAt: iso(e.createdAt),
+    rotatedAt: iso(e.rotatedAt),
+    /** Until when the secret before the last rotation still verifies; null when only the current one does. */
+    previousSecretExpiresAt: overlapActive ? iso(e.previousSecretExpiresAt) : null,
+  };
+}
+
+export function attemptView(a: AttemptRow) {
+  return {
+    id: a.id,
+    attempt: a.attempt,
+    outcome: a.outcome,
+    statusCode: a.statusCode,
+    error: a.error,
+    durationMs: a.durationMs,
+    startedAt: iso(a.startedAt),
+    finishedAt: iso(a.finishedAt),
+    requestId: a.requestId,
+  };
+}
+
+export function deliveryView(d: DeliveryRow, attempts: AttemptRow[], opts: { withBody: boolean }) {
+  return {
+    id: d.id,
+    endpointId: d.endpointId,
+    agentId: d.agentId,
+    externalId: d.externalId,
+    status: d.status,
+    receivedAt: iso(d.receivedAt),
+    requestId: d.requestId,
+    attemptCount: d.attempts,
+    nextAttemptAt: d.status === "pending" || d.status === "in_flight" ? iso(d.nextAttemptAt) : null,
+    deliveredAt: iso(d.deliveredAt),
+    deadAt: iso(d.deadAt),
+    lastError: d.lastError,
+    bodyBytes: d.bodyBytes,
+    headers: d.headers,
+    ...(opts.withBody ? { bodyBase64: base64Encode(d.body) } : {}),
+    attempts: attempts.map(attemptView),
+  };
+}

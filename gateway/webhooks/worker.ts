@@ -1,0 +1,217 @@
+// Delivers stored webhooks: claims due deliveries under a lease, wakes and forwards through the gateway, retries with backoff, dead-letters.
+import { AppError } from "../../lib/errors.ts";
+import { parseRetryAfterMs, retryDelayMs } from "./backoff.ts";
+import { validateWebhookConfig } from "./config.ts";
+import { forwardRequestHeaders } from "./forward-headers.ts";
+import { claimDue, settleAttempt, type AttemptResult, type AuditEntry, type ClaimedDelivery, type Settlement } from "./store.ts";
+import type { WebhookDeps } from "./types.ts";
+
+export interface DeliveryWorker {
+  /** Identifies this worker in leases and attempt rows. */
+  readonly id: string;
+  /** Polls for due deliveries until stopped (and runs at once whenever kicked). */
+  start(): void;
+  /** Stops claiming and resolves when the attempts in flight have finished. */
+  stop(): Promise<void>;
+  /** Claims what is due now (up to `concurrency`), attempts it, and resolves with how many it attempted. */
+  runOnce(): Promise<number>;
+  /** Something was queued: look now rather than at the next poll. */
+  kick(): void;
+}
+
+/** Only this much of an agent's error answer is kept, as the attempt's error text. */
+const errorSnippetBytes = 512;
+/** Requests to the agent name only a path: the host part is a placeholder the forwarder ignores. */
+const agentOrigin = "http://agent.invalid";
+
+export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: string } = {}): DeliveryWorker {
+  const { db, clock, config, log } = deps;
+  validateWebhookConfig(config);
+  const random = deps.random ?? Math.random;
+  const id = opts.workerId ?? `whw_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
+  const inFlight = new Set<Promise<void>>();
+  let running = false;
+  let claiming = false;
+  let kickedWhileClaiming = false;
+  let timer: { cancel(): void } | undefined;
+
+  async function claim(limit: number): Promise<ClaimedDelivery[]> {
+    return claimDue(db, { now: new Date(clock.now()), limit, leaseMs: config.leaseMs, workerId: id });
+  }
+
+  async function attempt(claim: ClaimedDelivery): Promise<void> {
+    const { delivery, endpoint } = claim;
+    const startedMono = clock.monotonic();
+    let statusCode: number | null = null;
+    let error: string | null = null;
+    let retryAfterHintMs: number | undefined;
+
+    if (claim.agentDeleted) {
+      error = "the agent was deleted";
+    } else {
+      const abort = new AbortController();
+      const deadline = clock.setTimeout(() => abort.abort(new AppError("gateway_timeout", `no answer within ${config.attemptTimeoutMs} ms`)), config.attemptTimeoutMs);
+      try {
+        const req = new Request(new URL(endpoint.path, agentOrigin), {
+          method: "POST",
+          headers: forwardRequestHeaders(delivery.headers, delivery.id, claim.attempt),
+          body: delivery.body as Uint8Array<ArrayBuffer>,
+          signal: abort.signal,
+        });
+        const res = await raceAbort(deps.forward(delivery.agentId, req, { requestId: claim.attemptRequestId, reason: "webhook" }), abort.signal);
+        statusCode = res.status;
+        if (res.status >= 200 && res.status <= 299) {
+          // Delivered once the agent accepted it: what it streams back is nobody's to read.
+          await res.body?.cancel().catch(() => {});
+        } else {
+          const snippet = await readSnippet(res, abort.signal);
+          error = `agent answered ${res.status}${snippet ? `: ${snippet}` : ""}`;
+          retryAfterHintMs = parseRetryAfterMs(res.headers.get("retry-after"), clock.now());
+        }
+      } catch (err) {
+        const appErr = err instanceof AppError ? err : abort.signal.aborted && abort.signal.reason instanceof AppError ? abort.signal.reason : undefined;
+        error = appErr ? `${appErr.code}: ${appErr.message}` : `forward failed: ${err instanceof Error ? err.message : String(err)}`;
+        if (appErr?.retryAfterS !== undefined) retryAfterHintMs = appErr.retryAfterS * 1000;
+      } finally {
+        deadline.cancel();
+      }
+    }
+
+    const finishedAt = new Date(clock.now());
+    const ok = error === null;
+    const result: AttemptResult = {
+      outcome: ok ? "ok" : statusCode !== null ? "http_error" : "error",
+      statusCode,
+      error,
+      durationMs: Math.max(0, Math.round(clock.monotonic() - startedMono)),
+      finishedAt,
+    };
+    const exhausted = claim.agentDeleted || delivery.roundAttempts >= config.maxAttempts;
+    const settlement: Settlement = ok
+      ? { status: "delivered" }
+      : exhausted
+        ? { status: "dead" }
+        : { status: "pending", nextAttemptAt: new Date(finishedAt.getTime() + retryDelayMs(delivery.roundAttempts, config, random(), retryAfterHintMs)) };
+    const audit: AuditEntry | undefined =
+      settlement.status === "pending"
+        ? undefined
+        : {
+            tenantId: delivery.tenantId,
+            actor: `webhook-worker:${id}`,
+            action: settlement.status === "delivered" ? "webhook.delivery.delivered" : "webhook.delivery.dead_lettered",
+            target: delivery.id,
+            requestId: claim.attemptRequestId,
+            detail: { agentId: delivery.agentId, endpointId: endpoint.id, endpoint: endpoint.name, attempt: claim.attempt, statusCode, error },
+          };
+    const settled = await settleAttempt(db, claim, result, settlement, audit);
+    const fields = { deliveryId: delivery.id, agentId: delivery.agentId, attempt: claim.attempt, statusCode, durationMs: result.durationMs, requestId: claim.attemptRequestId };
+    if (!settled) log.warn("webhook attempt finished after its lease was taken over; outcome not recorded on the delivery", { ...fields, error });
+    else if (settlement.status === "delivered") log.info("webhook delivered", fields);
+    else if (settlement.status === "dead") log.warn("webhook dead-lettered", { ...fields, error });
+    else log.info("webhook attempt failed; will retry", { ...fields, error, nextAttemptAt: settlement.nextAttemptAt.toISOString() });
+  }
+
+  function track(claimed: ClaimedDelivery): Promise<void> {
+    const p = attempt(claimed)
+      .catch((err: unknown) => {
+        // The lease expires and another claim retries it: at-least-once holds even when recording the outcome failed.
+        log.error("webhook attempt could not be recorded", { deliveryId: claimed.delivery.id, err: err instanceof Error ? err : String(err) });
+      })
+      .finally(() => {
+        inFlight.delete(p);
+        if (running) schedule(0);
+      });
+    inFlight.add(p);
+    return p;
+  }
+
+  function schedule(ms: number): void {
+    timer?.cancel();
+    timer = clock.setTimeout(() => void tick(), ms);
+  }
+
+  async function tick(): Promise<void> {
+    timer = undefined;
+    if (!running) return;
+    if (claiming) {
+      kickedWhileClaiming = true;
+      return;
+    }
+    const free = config.concurrency - inFlight.size;
+    if (free <= 0) return; // a finishing attempt schedules the next tick
+    claiming = true;
+    kickedWhileClaiming = false;
+    let claimed: ClaimedDelivery[] = [];
+    try {
+      claimed = await claim(free);
+    } catch (err) {
+      log.error("claiming webhook deliveries failed", { err: err instanceof Error ? err : String(err) });
+    } finally {
+      claiming = false;
+    }
+    for (const c of claimed) track(c);
+    if (!running) return;
+    // A full batch means more may be due; otherwise wait for the poll (or a kick).
+    schedule(claimed.length === free || kickedWhileClaiming ? 0 : config.pollIntervalMs);
+  }
+
+  return {
+    id,
+    start() {
+      if (running) return;
+      running = true;
+      schedule(0);
+    },
+    async stop() {
+      running = false;
+      timer?.cancel();
+      timer = undefined;
+      await Promise.allSettled([...inFlight]);
+    },
+    async runOnce() {
+      const claimed = await claim(config.concurrency);
+      await Promise.all(claimed.map(track));
+      return claimed.length;
+    },
+    kick() {
+      if (running) schedule(0);
+    },
+  };
+}
+
+/** Rejects with the abort reason when `signal` fires first (a forwarder that ignores the request's signal still times out). */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+/** The first bytes of an answer as text (for the attempt's error), then the rest is discarded. */
+async function readSnippet(res: Response, signal: AbortSignal): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    while (total < errorSnippetBytes) {
+      const { done, value } = await raceAbort(reader.read(), signal);
+      if (done) break;
+      chunks.push(value);
+      total += value.byteLength;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+  const bytes = new Uint8Array(Math.min(total, errorSnippetBytes));
+  let at = 0;
+  for (const c of chunks) {
+    const part = c.subarray(0, bytes.byteLength - at);
+    bytes.set(part, at);
+    at += part.byteLength;
+    if (at >= bytes.byteLength) break;
+  }
+  return new TextDecoder().decode(bytes).trim();
+}
