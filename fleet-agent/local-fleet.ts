@@ -130,6 +130,7 @@ function streamBody(body: Readable, ticket: Ticket): ReadableStream<Uint8Array> 
         }
       },
       cancel() {
+        body.on("error", () => undefined); // undici reports the abort we cause as an error: nothing to handle
         body.destroy();
         ticket.release();
       },

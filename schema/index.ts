@@ -1,2 +1,3 @@
 // Every table of the system, for drizzle's queries and drizzle-kit's migrations.
 export * from "./core.ts";
+export * from "./webhooks.ts";

@@ -21,6 +21,7 @@ import { createLocalFleet } from "../fleet-agent/local-fleet.ts";
 import type { FleetAgentConfig } from "../fleet-agent/config.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { ActivityListener } from "../fleet-agent/types.ts";
+import { createWebhookModule, fleetForward, type WebhookConfig } from "../gateway/webhooks/index.ts";
 import { ensureDevKeys, mintToken, type DevKeys } from "./dev-keys.ts";
 
 export interface AllInOneConfig {
@@ -32,6 +33,7 @@ export interface AllInOneConfig {
   gateway: GatewayConfig;
   auth: GatewayAuthConfig;
   fleet: FleetAgentConfig;
+  webhooks: WebhookConfig;
 }
 
 export interface AllInOneParts {
@@ -51,7 +53,8 @@ export interface System {
   keys: DevKeys;
   demo: { tenantId: string; agentId: string; token: string };
   /**
-   * Shutdown order: stop accepting connections → host drains in-flight requests and hibernates its VMs
+   * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (they are
+   * stored, so what it leaves is retried at the next start) → host drains in-flight requests and hibernates its VMs
    * → the driver releases what it holds → pooled upstream connections close → the database closes.
    */
   stop(): Promise<void>;
@@ -102,6 +105,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     audience: cfg.auth.audience,
     algorithms: cfg.auth.algorithms,
   });
+  const webhooks = createWebhookModule({ db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(repo, fleet), config: cfg.webhooks });
   const app = createGateway({
     agents: repo,
     fleet,
@@ -109,6 +113,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     log: log.child({ component: "gateway" }),
     config: cfg.gateway,
     clientIp: nodeClientIp,
+    routes: [webhooks.routes],
   });
 
   // The demo tenant and agent, created once and kept across restarts.
@@ -128,10 +133,12 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   });
 
   host.start();
+  webhooks.worker.start();
   let server: NodeServer;
   try {
     server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname });
   } catch (err) {
+    await webhooks.worker.stop();
     await host.stop();
     if (!parts.database) await database.close();
     throw err;
@@ -150,6 +157,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     stop() {
       stopped ??= (async () => {
         const closing = server.close();
+        await webhooks.worker.stop();
         await host.stop();
         await fleet.close();
         server.server.closeAllConnections();

@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import { int, oneOf, optStr, str } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
 import { parseGatewayConfig } from "../gateway/config.ts";
+import { webhookConfigFromEnv } from "../gateway/webhooks/index.ts";
 import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
 import { startAllInOne } from "./all-in-one.ts";
@@ -16,7 +17,7 @@ if (notice) console.log(notice);
 const { gateway, auth } = parseGatewayConfig(env, images);
 
 const system = await startAllInOne(
-  { port: int(env, "PORT", 8080, { min: 0, max: 65535 }), hostname: str(env, "BIND_ADDRESS", "127.0.0.1"), dataDir, databaseUrl: optStr(env, "DATABASE_URL"), gateway, auth, fleet },
+  { port: int(env, "PORT", 8080, { min: 0, max: 65535 }), hostname: str(env, "BIND_ADDRESS", "127.0.0.1"), dataDir, databaseUrl: optStr(env, "DATABASE_URL"), gateway, auth, fleet, webhooks: webhookConfigFromEnv(env) },
   { driver, log },
 );
 

@@ -45,6 +45,14 @@ function parsePath(value: unknown): string {
   return value;
 }
 
+/** A page cursor: `<ISO time>~<delivery id>` as answered in `nextBefore` (a bare ISO time also works). */
+function parseCursor(value: string): { receivedAt: Date; id: string } {
+  const [time = "", id = ""] = value.split("~");
+  const receivedAt = new Date(time);
+  if (Number.isNaN(receivedAt.getTime())) throw new AppError("bad_request", "before must be a nextBefore cursor or an ISO 8601 time");
+  return { receivedAt, id };
+}
+
 function parseNewEndpoint(body: Record<string, unknown>): { name: string; scheme: WebhookScheme; path: string } {
   const { name, scheme, path } = body;
   if (typeof name !== "string" || !namePattern.test(name)) throw new AppError("bad_request", "name must be 1–63 letters, digits, '_', '-' or '.', starting with a letter or digit");
@@ -121,15 +129,14 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
     const limitRaw = c.req.query("limit") ?? "50";
     if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > 200) throw new AppError("bad_request", "limit must be 1–200");
     const beforeRaw = c.req.query("before");
-    const before = beforeRaw === undefined ? undefined : new Date(beforeRaw);
-    if (before && Number.isNaN(before.getTime())) throw new AppError("bad_request", "before must be an ISO 8601 time");
+    const before = beforeRaw === undefined ? undefined : parseCursor(beforeRaw);
     const deliveries = await listDeliveries(db, endpoint.id, { limit: Number(limitRaw), ...(before ? { before } : {}) });
     const attempts = await attemptsOf(db, deliveries.map((d) => d.id));
     const last = deliveries.at(-1);
     return c.json({
       deliveries: deliveries.map((d) => deliveryView(d, attempts.get(d.id) ?? [], { withBody: false })),
       /** Pass as `before` for the next (older) page; null on the last page. */
-      nextBefore: last && deliveries.length === Number(limitRaw) ? last.receivedAt.toISOString() : null,
+      nextBefore: last && deliveries.length === Number(limitRaw) ? `${last.receivedAt.toISOString()}~${last.id}` : null,
     });
   });
 

@@ -38,10 +38,11 @@ function forwarded(name: string): boolean {
 }
 
 /** The headers of the request forwarded to the agent: the original signature headers plus our delivery id and attempt. */
-export function forwardRequestHeaders(stored: readonly [string, string][], deliveryId: string, attempt: number): Headers {
+export function forwardRequestHeaders(stored: readonly [string, string][], deliveryId: string, attempt: number, requestId?: string): Headers {
   const headers = new Headers();
   for (const [name, value] of stored) if (forwarded(name)) headers.append(name, value);
   headers.set("x-webhook-delivery-id", deliveryId);
   headers.set("x-webhook-attempt", String(attempt));
+  if (requestId) headers.set("x-request-id", requestId);
   return headers;
 }

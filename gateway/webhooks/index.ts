@@ -9,6 +9,7 @@ export { createWebhookRoutes, type WebhookRouteOptions } from "./routes.ts";
 export { createDeliveryWorker, type DeliveryWorker } from "./worker.ts";
 export { webhookConfigFromEnv, validateWebhookConfig } from "./config.ts";
 export { defaultWebhookConfig, type WebhookConfig, type WebhookDeps, type ForwardContext } from "./types.ts";
+export { fleetForward } from "./fleet-forward.ts";
 export { signStandard, signGithub, verifyWebhook } from "./signature.ts";
 
 export interface WebhookModule {

@@ -187,7 +187,13 @@ export async function storeDelivery(db: Db, input: IntakeDelivery, ratePerMinute
           .where(and(eq(webhookDeliveries.endpointId, input.endpoint.id), eq(webhookDeliveries.externalId, input.externalId)));
         return { kind: "replay", deliveryId: existing[0]?.id };
       }
-      const locked = await tx.select({ rateTat: webhookEndpoints.rateTat }).from(webhookEndpoints).where(eq(webhookEndpoints.id, input.endpoint.id)).for("update");
+      // NO KEY UPDATE, not UPDATE: the insert above holds a KEY SHARE lock on this row (the foreign key), and
+      // FOR UPDATE would conflict with the KEY SHARE of a concurrent intake, deadlocking the two.
+      const locked = await tx
+        .select({ rateTat: webhookEndpoints.rateTat })
+        .from(webhookEndpoints)
+        .where(eq(webhookEndpoints.id, input.endpoint.id))
+        .for("no key update");
       const decision = decideRate(locked[0]?.rateTat?.getTime(), input.receivedAt.getTime(), ratePerMinute);
       if (!decision.allowed) throw new RateLimited(decision.retryAfterS);
       await tx.update(webhookEndpoints).set({ rateTat: new Date(decision.tatMs) }).where(eq(webhookEndpoints.id, input.endpoint.id));
@@ -325,11 +331,18 @@ export async function settleAttempt(db: Db, claim: ClaimedDelivery, result: Atte
 
 // ---------------------------------------------------------------- admin reads and redelivery
 
-export async function listDeliveries(db: Db, endpointId: string, opts: { limit: number; before?: Date }): Promise<DeliveryRow[]> {
+/** Newest first; `before` continues after the last row of the previous page (same-millisecond rows ordered by id). */
+export async function listDeliveries(db: Db, endpointId: string, opts: { limit: number; before?: { receivedAt: Date; id: string } }): Promise<DeliveryRow[]> {
+  const b = opts.before;
   return db
     .select()
     .from(webhookDeliveries)
-    .where(and(eq(webhookDeliveries.endpointId, endpointId), opts.before ? lt(webhookDeliveries.receivedAt, opts.before) : undefined))
+    .where(
+      and(
+        eq(webhookDeliveries.endpointId, endpointId),
+        b ? or(lt(webhookDeliveries.receivedAt, b.receivedAt), and(eq(webhookDeliveries.receivedAt, b.receivedAt), lt(webhookDeliveries.id, b.id))) : undefined,
+      ),
+    )
     .orderBy(desc(webhookDeliveries.receivedAt), desc(webhookDeliveries.id))
     .limit(opts.limit);
 }

@@ -21,6 +21,8 @@ export interface DeliveryWorker {
 
 /** Only this much of an agent's error answer is kept, as the attempt's error text. */
 const errorSnippetBytes = 512;
+/** Answers longer than this are cancelled rather than read to their end. */
+const drainLimitBytes = 64 * 1024;
 /** Requests to the agent name only a path: the host part is a placeholder the forwarder ignores. */
 const agentOrigin = "http://agent.invalid";
 
@@ -54,17 +56,17 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
       try {
         const req = new Request(new URL(endpoint.path, agentOrigin), {
           method: "POST",
-          headers: forwardRequestHeaders(delivery.headers, delivery.id, claim.attempt),
+          headers: forwardRequestHeaders(delivery.headers, delivery.id, claim.attempt, claim.attemptRequestId),
           body: delivery.body as Uint8Array<ArrayBuffer>,
           signal: abort.signal,
         });
         const res = await raceAbort(deps.forward(delivery.agentId, req, { requestId: claim.attemptRequestId, reason: "webhook" }), abort.signal);
         statusCode = res.status;
         if (res.status >= 200 && res.status <= 299) {
-          // Delivered once the agent accepted it: what it streams back is nobody's to read.
-          await res.body?.cancel().catch(() => {});
+          // Delivered once the agent accepted it; its answer is read (to release the agent's stream) but not judged.
+          await drain(res, abort.signal).catch(() => {});
         } else {
-          const snippet = await readSnippet(res, abort.signal);
+          const snippet = await drain(res, abort.signal);
           error = `agent answered ${res.status}${snippet ? `: ${snippet}` : ""}`;
           retryAfterHintMs = parseRetryAfterMs(res.headers.get("retry-after"), clock.now());
         }
@@ -189,29 +191,40 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   });
 }
 
-/** The first bytes of an answer as text (for the attempt's error), then the rest is discarded. */
-async function readSnippet(res: Response, signal: AbortSignal): Promise<string> {
+/**
+ * Reads an answer to its end (so the stream and the agent's in-flight slot are released the normal way) and
+ * returns its first bytes as text, for an attempt's error. Cancels it when it is longer than `drainLimitBytes`.
+ */
+async function drain(res: Response, signal: AbortSignal): Promise<string> {
   if (!res.body) return "";
   const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
+  const kept: Uint8Array[] = [];
+  let keptBytes = 0;
   let total = 0;
+  let ended = false;
   try {
-    while (total < errorSnippetBytes) {
+    while (total <= drainLimitBytes) {
       const { done, value } = await raceAbort(reader.read(), signal);
-      if (done) break;
-      chunks.push(value);
+      if (done) {
+        ended = true;
+        break;
+      }
       total += value.byteLength;
+      if (keptBytes < errorSnippetBytes) {
+        const part = value.subarray(0, errorSnippetBytes - keptBytes);
+        kept.push(part);
+        keptBytes += part.byteLength;
+      }
     }
   } finally {
-    await reader.cancel().catch(() => {});
+    if (!ended) await reader.cancel().catch(() => {});
+    reader.releaseLock();
   }
-  const bytes = new Uint8Array(Math.min(total, errorSnippetBytes));
+  const bytes = new Uint8Array(keptBytes);
   let at = 0;
-  for (const c of chunks) {
-    const part = c.subarray(0, bytes.byteLength - at);
+  for (const part of kept) {
     bytes.set(part, at);
     at += part.byteLength;
-    if (at >= bytes.byteLength) break;
   }
   return new TextDecoder().decode(bytes).trim();
 }

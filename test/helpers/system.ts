@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { silentLogger, createLogger, type Logger } from "../../lib/log.ts";
 import type { Scope } from "../../gateway/auth-context.ts";
 import { parseGatewayConfig } from "../../gateway/config.ts";
+import { webhookConfigFromEnv } from "../../gateway/webhooks/index.ts";
 import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
 import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process.ts";
@@ -40,7 +41,7 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
   const { gateway, auth } = parseGatewayConfig(env, images);
   const database = await freshDatabase({ maxConnections: 10 });
   const log = opts.log === "stderr" ? createLogger({ level: "debug" }) : (opts.log ?? silentLogger);
-  const system = await startAllInOne({ port: 0, hostname: "127.0.0.1", dataDir, databaseUrl: undefined, gateway, auth, fleet }, { driver, log, database });
+  const system = await startAllInOne({ port: 0, hostname: "127.0.0.1", dataDir, databaseUrl: undefined, gateway, auth, fleet, webhooks: webhookConfigFromEnv(env) }, { driver, log, database });
   const base = system;
   const baseStop = system.stop;
 
