@@ -461,18 +461,7 @@ export class Host {
           timings: info.timings,
         }),
       );
-      this.deps.activity.active({
-        at: clock.now(),
-        mono: clock.monotonic(),
-        hostId: this.hostId,
-        vmId: entry.vmSpec.vmId,
-        agentId: entry.spec.id,
-        tenantId: entry.spec.tenantId,
-        runId,
-        vcpus: entry.vmSpec.vcpus,
-        memMiB: entry.vmSpec.memMiB,
-        reason,
-      });
+      this.startActivity(entry, reason);
       this.watchExit(entry, entry.running);
       return { ...info, runId };
     } catch (err) {
