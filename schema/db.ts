@@ -1,11 +1,10 @@
 // Database connection: postgres.js when a URL is given, embedded PGlite in a directory otherwise; migrations apply on open.
 import { fileURLToPath } from "node:url";
-import type { SQL } from "drizzle-orm";
-import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core";
 import * as schema from "./index.ts";
+import { openPostgresDb, type Db } from "./postgres.ts";
 
-export type Schema = typeof schema;
-export type Db = PgDatabase<PgQueryResultHKT, Schema>;
+// The Worker-safe part (types, raw queries, a postgres.js db without migrations) lives in postgres.ts.
+export { queryRows, type Db, type Schema } from "./postgres.ts";
 
 export interface Database {
   db: Db;
@@ -13,7 +12,8 @@ export interface Database {
   close(): Promise<void>;
 }
 
-export const migrationsFolder = fileURLToPath(new URL("./migrations", import.meta.url));
+// Workers have no module URL (nor files): there this module loads, and only migrating would fail.
+export const migrationsFolder = typeof import.meta.url === "string" ? fileURLToPath(new URL("./migrations", import.meta.url)) : "";
 
 export type DatabaseTarget = { url: string; maxConnections?: number } | { pgliteDir: string } | { pgliteMemory: true };
 
@@ -24,23 +24,25 @@ export async function openDatabase(target: DatabaseTarget, opts: { migrate?: boo
 }
 
 async function openPostgres(url: string, max: number): Promise<Database & { migrateWith: () => Promise<void> }> {
-  const { default: postgres } = await import("postgres");
-  const { drizzle } = await import("drizzle-orm/postgres-js");
   const { migrate } = await import("drizzle-orm/postgres-js/migrator");
-  const client = postgres(url, { max, onnotice: () => {} });
-  const db = drizzle(client, { schema });
+  const { db, close } = openPostgresDb(url, { max });
   return {
-    db: db as unknown as Db,
+    db,
     kind: "postgres",
-    close: () => client.end({ timeout: 5 }),
-    migrateWith: () => migrate(db, { migrationsFolder }),
+    close,
+    migrateWith: () => migrate(db as unknown as Parameters<typeof migrate>[0], { migrationsFolder }),
   };
 }
 
+// Specifiers in variables: bundlers (the Worker build) leave PGlite out, it is only ever loaded on Node.
+const pgliteModule = "@electric-sql/pglite";
+const pgliteDrizzleModule = "drizzle-orm/pglite";
+const pgliteMigratorModule = "drizzle-orm/pglite/migrator";
+
 async function openPglite(target: { pgliteDir: string } | { pgliteMemory: true }): Promise<Database & { migrateWith: () => Promise<void> }> {
-  const { PGlite } = await import("@electric-sql/pglite");
-  const { drizzle } = await import("drizzle-orm/pglite");
-  const { migrate } = await import("drizzle-orm/pglite/migrator");
+  const { PGlite } = (await import(pgliteModule)) as typeof import("@electric-sql/pglite");
+  const { drizzle } = (await import(pgliteDrizzleModule)) as typeof import("drizzle-orm/pglite");
+  const { migrate } = (await import(pgliteMigratorModule)) as typeof import("drizzle-orm/pglite/migrator");
   const client = "pgliteDir" in target ? new PGlite(target.pgliteDir) : new PGlite();
   await client.waitReady;
   const db = drizzle(client, { schema });
@@ -55,10 +57,4 @@ async function openPglite(target: { pgliteDir: string } | { pgliteMemory: true }
 /** Applies the committed migrations (idempotent: drizzle records what it applied). */
 export async function migrateDatabase(database: Database): Promise<void> {
   await (database as Database & { migrateWith: () => Promise<void> }).migrateWith();
-}
-
-/** Runs raw SQL and returns its rows on either driver (postgres.js answers an array, PGlite `{rows}`). */
-export async function queryRows<T>(db: Db, query: SQL): Promise<T[]> {
-  const result = (await db.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
 }

@@ -1,0 +1,108 @@
+// The host's HTTP API that gateways call: every call carries a gateway-signed token for this host; all logic is the local fleet's.
+import { Hono, type Context } from "hono";
+import { AppError, toErrorResponse } from "../lib/errors.ts";
+import { newId } from "../lib/ids.ts";
+import type { Logger } from "../lib/log.ts";
+import { withoutHopByHop } from "../gateway/proxy-headers.ts";
+import type { Fleet } from "./fleet.ts";
+import { hostCallMethod, hostErrorHeader, hostOpPaths, hostTokenHeader, verifyHostCall, type HostCall, type HostOp } from "./ingress-protocol.ts";
+
+export interface IngressDeps {
+  hostId: string;
+  /** `componentKey(COMPONENT_SECRET)`: the secret gateways sign host tokens with. */
+  key: Uint8Array;
+  /** The in-process fleet of this host (`createLocalFleet(host)`): the one code path for waking and forwarding. */
+  fleet: Fleet;
+  log: Logger;
+}
+
+type IngressEnv = { Variables: { requestId: string } };
+
+export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
+  const { fleet, log } = deps;
+  const app = new Hono<IngressEnv>();
+
+  app.onError((err, c) => {
+    const requestId = c.get("requestId") ?? newId("request");
+    const status = err instanceof AppError ? err.status : 500;
+    const fields = { requestId, method: c.req.method, path: c.req.path, status, code: err instanceof AppError ? err.code : "internal", err: err.message };
+    if (status >= 500) log.error("ingress call failed", { ...fields, stack: err instanceof AppError ? undefined : err.stack });
+    else log.info("ingress call rejected", fields);
+    return hostError(err, requestId);
+  });
+  app.notFound((c) => hostError(new AppError("not_found", `no route for ${c.req.method} ${c.req.path}`), c.get("requestId") ?? newId("request")));
+
+  app.use(async (c, next) => {
+    // The gateway's request id, so one id follows a call across the hop; a fresh one for anything else.
+    const incoming = c.req.header("x-request-id");
+    c.set("requestId", incoming && /^req_[0-9a-z]{4,40}$/.test(incoming) ? incoming : newId("request"));
+    await next();
+  });
+
+  app.get("/healthz", (c) => c.json({ ok: true, hostId: deps.hostId }));
+
+  /** The call this request's token allows, if it is the operation (and method) of this route; 401 otherwise. */
+  async function authorize<Op extends HostOp>(c: Context<IngressEnv>, op: Op): Promise<Extract<HostCall, { op: Op }>> {
+    const call = await verifyHostCall(deps.key, deps.hostId, c.req.header(hostTokenHeader));
+    if (call.op !== op) throw new AppError("unauthorized", `component token is for ${call.op}, not ${op}`);
+    if (hostCallMethod(call) !== c.req.method) throw new AppError("unauthorized", `component token is for ${hostCallMethod(call)}, not ${c.req.method}`);
+    return call as Extract<HostCall, { op: Op }>;
+  }
+
+  app.all(hostOpPaths.forward, async (c) => {
+    const call = await authorize(c, "forward");
+    const raw = c.req.raw;
+    const headers = withoutHopByHop(raw.headers);
+    headers.delete(hostTokenHeader);
+    headers.delete("host");
+    const hasBody = raw.body !== null && raw.method !== "GET" && raw.method !== "HEAD";
+    const init: RequestInit & { duplex?: "half" } = { method: raw.method, headers };
+    if (hasBody) {
+      init.body = raw.body;
+      init.duplex = "half";
+    }
+    const req = new Request(new URL(call.path, "http://agent"), init);
+    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal });
+    return new Response(res.body, { status: res.status, statusText: res.statusText, headers: withoutHopByHop(res.headers) });
+  });
+
+  app.post(hostOpPaths.wake, async (c) => {
+    const call = await authorize(c, "wake");
+    return c.json(await fleet.wake(call.agent, call.reason));
+  });
+
+  app.post(hostOpPaths.hibernate, async (c) => {
+    const call = await authorize(c, "hibernate");
+    return c.json({ state: await fleet.hibernate(call.agentId) });
+  });
+
+  app.get(hostOpPaths.status, async (c) => {
+    const call = await authorize(c, "status");
+    return c.json({ status: (await fleet.status(call.agentId)) ?? null });
+  });
+
+  app.post(hostOpPaths.lease, async (c) => {
+    const call = await authorize(c, "lease");
+    return c.json(await fleet.addLease(call.agent, call.ttlMs));
+  });
+
+  app.post(hostOpPaths["drop-lease"], async (c) => {
+    const call = await authorize(c, "drop-lease");
+    return c.json({ dropped: await fleet.dropLease(call.agentId, call.leaseId) });
+  });
+
+  app.post(hostOpPaths.remove, async (c) => {
+    const call = await authorize(c, "remove");
+    await fleet.remove(call.agentId);
+    return c.json({ removed: true });
+  });
+
+  return app;
+}
+
+/** The one error envelope, marked as the host's own answer (not the agent's). */
+function hostError(err: unknown, requestId: string): Response {
+  const res = toErrorResponse(err, requestId);
+  res.headers.set(hostErrorHeader, err instanceof AppError ? err.code : "internal");
+  return res;
+}

@@ -1,0 +1,219 @@
+// The standalone fleet-agent daemon (`npm run fleet-agent`): one per host; registers and heartbeats in Postgres, serves the ingress gateways call.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { totalmem } from "node:os";
+import { join, resolve } from "node:path";
+import { serve } from "@hono/node-server";
+import { eq, sql } from "drizzle-orm";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
+import { int, oneOf, optStr, str, type Env } from "../lib/env.ts";
+import { componentKey } from "../lib/host-token.ts";
+import { newId } from "../lib/ids.ts";
+import { createLogger, type Logger } from "../lib/log.ts";
+import { hosts } from "../schema/core.ts";
+import { openDatabase, type Database } from "../schema/db.ts";
+import { parseFleetAgentConfig, type FleetAgentConfig } from "./config.ts";
+import type { VmDriver } from "./drivers/driver.ts";
+import { selectDriver } from "./drivers/select.ts";
+import { Host } from "./host.ts";
+import { createIngress } from "./ingress.ts";
+import { createLocalFleet } from "./local-fleet.ts";
+import { createDbHostStore } from "./store.ts";
+import type { ActivityListener } from "./types.ts";
+
+export interface FleetAgentDaemonConfig {
+  fleet: FleetAgentConfig;
+  dataDir: string;
+  databaseUrl: string;
+  /** Where the ingress listens. */
+  port: number;
+  hostname: string;
+  /** The ingress base URL gateways use (registered in `hosts.url`); derived from the listen address when unset. */
+  publicUrl: string | undefined;
+  /** Shared with the gateways: they sign every call to this host with it. */
+  componentSecret: string;
+  /** Memory this host offers to awake agents, MiB (placement's room). */
+  capacityMiB: number;
+  heartbeatIntervalMs: number;
+}
+
+/**
+ * | variable | default | meaning |
+ * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
+ * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
+ * | DATA_DIR | .data | VM state (snapshots), the persistent host id |
+ * | INGRESS_PORT | 8090 | port of the host ingress |
+ * | BIND_ADDRESS | 127.0.0.1 | address the ingress listens on |
+ * | PUBLIC_URL | http://<BIND_ADDRESS>:<port> | the ingress URL gateways reach this host at |
+ * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
+ * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
+ * | LOG_LEVEL | info | debug, info, warn or error |
+ * plus the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
+ */
+export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
+  const databaseUrl = optStr(env, "DATABASE_URL");
+  if (!databaseUrl) throw new AppError("bad_request", "configuration: DATABASE_URL is required (the Postgres that gateways and hosts share)");
+  const componentSecret = optStr(env, "COMPONENT_SECRET");
+  if (!componentSecret) throw new AppError("bad_request", "configuration: COMPONENT_SECRET is required (the secret gateways sign host calls with)");
+  componentKey(componentSecret); // fails early when too short
+  return {
+    fleet: parseFleetAgentConfig(env),
+    dataDir: resolve(str(env, "DATA_DIR", ".data")),
+    databaseUrl,
+    port: int(env, "INGRESS_PORT", 8090, { min: 0, max: 65535 }),
+    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
+    publicUrl: optStr(env, "PUBLIC_URL"),
+    componentSecret,
+    capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
+    heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
+  };
+}
+
+export interface FleetAgentParts {
+  log: Logger;
+  /** A driver; default: the one DRIVER selects. */
+  driver?: VmDriver;
+  clock?: Clock;
+  /** Where activity (meters) goes; default none. */
+  activity?: ActivityListener;
+  /** An already open database (tests); closed by its owner. */
+  database?: Database;
+}
+
+export interface FleetAgentDaemon {
+  hostId: string;
+  /** The ingress URL registered for gateways. */
+  url: string;
+  port: number;
+  host: Host;
+  database: Database;
+  stop(): Promise<void>;
+}
+
+export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetAgentParts): Promise<FleetAgentDaemon> {
+  const { log } = parts;
+  const clock = parts.clock ?? systemClock;
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
+  const driver = parts.driver ?? (await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log })).driver;
+  const hostId = cfg.fleet.hostId ?? persistentId(join(cfg.dataDir, "host-id"), () => newId("host"));
+  const hostLog = log.child({ component: "fleet-agent", hostId });
+  if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
+
+  const host = new Host({
+    config: {
+      hostId,
+      vmsDir: join(cfg.dataDir, "hosts", hostId, "vms"),
+      wakeQueueLimit: cfg.fleet.wakeQueueLimit,
+      wakeDeadlineMs: cfg.fleet.wakeDeadlineMs,
+      reaperIntervalMs: cfg.fleet.reaperIntervalMs,
+      cpuBusyThreshold: cfg.fleet.cpuBusyThreshold,
+      drainTimeoutMs: cfg.fleet.drainTimeoutMs,
+    },
+    driver,
+    store: createDbHostStore(database.db),
+    clock,
+    log: hostLog,
+    activity: parts.activity ?? { active() {}, inactive() {} },
+  });
+  const fleet = createLocalFleet(host, cfg.fleet.upstream);
+  const app = createIngress({ hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) });
+
+  host.start();
+  const { server, port } = await listen(app.fetch, cfg.port, cfg.hostname);
+  const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
+
+  // Registered only once the ingress answers, so placement never picks a host that cannot be reached yet.
+  const { db } = database;
+  await db
+    .insert(hosts)
+    .values({ id: hostId, url, driver: driver.name, capacityMiB: cfg.capacityMiB })
+    .onConflictDoUpdate({ target: hosts.id, set: { url, driver: driver.name, capacityMiB: cfg.capacityMiB, lastHeartbeatAt: sql`now()`, startedAt: sql`now()` } });
+  let beating: Promise<unknown> = Promise.resolve();
+  const heartbeat = setInterval(() => {
+    beating = db
+      .update(hosts)
+      .set({ lastHeartbeatAt: sql`now()` })
+      .where(eq(hosts.id, hostId))
+      .catch((err: unknown) => hostLog.warn("heartbeat failed", { err: err instanceof Error ? err.message : String(err) }));
+  }, cfg.heartbeatIntervalMs);
+  hostLog.info("fleet-agent ready", { url, driver: driver.name, capacityMiB: cfg.capacityMiB });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    hostId,
+    url,
+    port,
+    host,
+    database,
+    /**
+     * Shutdown order: stop heartbeating (after the live window, placement sends no new agents here) → stop
+     * accepting connections → the host refuses new calls, drains in-flight ones (bounded), hibernates its
+     * VMs, lets the driver release what it holds and flushes its event log → pooled agent connections close
+     * → connections still open (streams past the drain) are cut → the database closes.
+     */
+    stop() {
+      stopped ??= (async () => {
+        clearInterval(heartbeat);
+        await beating;
+        const closing = new Promise<void>((done) => server.close(() => done()));
+        server.closeIdleConnections();
+        await host.stop();
+        await fleet.close();
+        server.closeAllConnections();
+        await closing;
+        if (!parts.database) await database.close();
+      })();
+      return stopped;
+    },
+  };
+}
+
+function listen(fetch: (req: Request) => Response | Promise<Response>, port: number, hostname: string): Promise<{ server: Server; port: number }> {
+  return new Promise((resolvePromise, reject) => {
+    const server = serve({ fetch, port, hostname }, (info: AddressInfo) => resolvePromise({ server, port: info.port })) as Server;
+    server.once("error", reject);
+    // No total request timeout: long streams are bounded by idle rules, not by the server.
+    server.requestTimeout = 0;
+    server.headersTimeout = 30_000;
+  });
+}
+
+function persistentId(path: string, make: () => string): string {
+  if (existsSync(path)) return readFileSync(path, "utf8").trim();
+  const id = make();
+  writeFileSync(path, id + "\n");
+  return id;
+}
+
+async function main(): Promise<void> {
+  const env = process.env;
+  const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
+  const cfg = parseDaemonConfig(env);
+  const daemon = await startFleetAgent(cfg, { log });
+  console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);
+  let stopping = false;
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      log.info(`${signal}: stopping (draining calls, hibernating agents)`);
+      daemon.stop().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });
+          process.exit(1);
+        },
+      );
+    });
+  }
+}
+
+if (import.meta.main) {
+  main().catch((err: unknown) => {
+    console.error(err instanceof Error ? err.message : String(err));
+    process.exit(1);
+  });
+}

@@ -1,0 +1,125 @@
+// Which host runs an agent: the one in `agents.host_id`, else the live host with room and the freshest heartbeat (recorded atomically).
+import { sql } from "drizzle-orm";
+import type { Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
+import type { AgentSpec } from "../fleet-agent/types.ts";
+import { queryRows, type Db } from "../schema/postgres.ts";
+
+export interface PlacedHost {
+  id: string;
+  /** Base URL of the host's ingress. */
+  url: string;
+  /** Heartbeat within the live window (a host that is not live is still tried for the agents it holds). */
+  live: boolean;
+}
+
+export interface Placement {
+  /** The host that runs `agent`, placing the agent on one first when it has none. */
+  hostFor(agent: AgentSpec): Promise<PlacedHost>;
+  /** The host the agent is on, without placing it; undefined when it never had one. */
+  currentHost(agentId: string): Promise<PlacedHost | undefined>;
+  /** Drops what is cached about the agent (its host did not answer). */
+  forget(agentId: string): void;
+}
+
+export interface PlacementOptions {
+  /** A host whose last heartbeat is older than this is not live: no new agents go there. */
+  liveWindowMs: number;
+  /** How long an agent → host answer is reused before asking the database again (0: always ask). */
+  cacheTtlMs: number;
+  clock: Clock;
+}
+
+/** A host as placement weighs it: live ones with an ingress URL, and the memory of their awake agents. */
+export interface HostLoad {
+  id: string;
+  url: string;
+  capacityMiB: number;
+  /** Memory of this host's agents that are awake (or waking, or being snapshotted) now; hibernated ones cost disk only. */
+  usedMiB: number;
+  lastHeartbeatAt: Date;
+}
+
+/** The host a new agent goes to: enough free memory for it, then the freshest heartbeat, then the most room. */
+export function chooseHost(hosts: readonly HostLoad[], memMiB: number): HostLoad | undefined {
+  return hosts
+    .filter((h) => h.capacityMiB - h.usedMiB >= memMiB)
+    .sort((a, b) => b.lastHeartbeatAt.getTime() - a.lastHeartbeatAt.getTime() || b.capacityMiB - b.usedMiB - (a.capacityMiB - a.usedMiB) || a.id.localeCompare(b.id))[0];
+}
+
+/** A cache shared by the placements of one process (a Worker builds a placement per request over its own db client). */
+export type PlacementCache = Map<string, { host: PlacedHost; at: number }>;
+
+export function createDbPlacement(db: Db, opts: PlacementOptions, cache: PlacementCache = new Map()): Placement {
+  const liveWindow = sql`make_interval(secs => ${opts.liveWindowMs / 1000})`;
+
+  async function current(agentId: string): Promise<{ found: boolean; state: string; host: PlacedHost | undefined; hostId: string | null }> {
+    const rows = await queryRows<{ host_id: string | null; state: string; url: string | null; live: boolean | null }>(
+      db,
+      sql`select a.host_id, a.state, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
+          from agents a left join hosts h on h.id = a.host_id
+          where a.id = ${agentId} and a.deleted_at is null`,
+    );
+    const row = rows[0];
+    if (!row) return { found: false, state: "", host: undefined, hostId: null };
+    const host = row.host_id && row.url ? { id: row.host_id, url: row.url, live: row.live === true } : undefined;
+    return { found: true, state: row.state, host, hostId: row.host_id };
+  }
+
+  async function candidates(): Promise<HostLoad[]> {
+    const rows = await queryRows<{ id: string; url: string; capacity_mib: number; used_mib: string | number; last_heartbeat_at: Date | string }>(
+      db,
+      sql`select h.id, h.url, h.capacity_mib, h.last_heartbeat_at,
+                 coalesce(sum(a.mem_mib) filter (where a.deleted_at is null and a.state in ('booting', 'running', 'restoring', 'snapshotting')), 0) as used_mib
+          from hosts h left join agents a on a.host_id = h.id
+          where h.url is not null and h.last_heartbeat_at > now() - ${liveWindow}
+          group by h.id`,
+    );
+    return rows.map((r) => ({ id: r.id, url: r.url, capacityMiB: r.capacity_mib, usedMiB: Number(r.used_mib), lastHeartbeatAt: new Date(r.last_heartbeat_at) }));
+  }
+
+  function remember(agentId: string, host: PlacedHost): PlacedHost {
+    if (opts.cacheTtlMs > 0 && host.live) cache.set(agentId, { host, at: opts.clock.monotonic() });
+    return host;
+  }
+
+  function cached(agentId: string): PlacedHost | undefined {
+    const hit = cache.get(agentId);
+    if (!hit) return undefined;
+    if (opts.clock.monotonic() - hit.at < opts.cacheTtlMs) return hit.host;
+    cache.delete(agentId);
+    return undefined;
+  }
+
+  return {
+    async hostFor(agent) {
+      const hit = cached(agent.id);
+      if (hit) return hit;
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const now = await current(agent.id);
+        if (!now.found) throw new AppError("not_found", `agent ${agent.id} not found`);
+        // An agent that has run keeps its host: its snapshot is on that host's disk. Only one that never ran moves.
+        const movable = now.state === "creating";
+        if (now.host && (now.host.live || !movable)) return remember(agent.id, now.host);
+        if (now.hostId && !movable) throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
+        const choice = chooseHost(await candidates(), agent.memMiB);
+        if (!choice) throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
+        // Compare-and-set: when gateways race, one placement wins and the others read it on the next round.
+        const updated = await queryRows<{ id: string }>(
+          db,
+          sql`update agents set host_id = ${choice.id}
+              where id = ${agent.id} and host_id is not distinct from ${now.hostId}
+              returning id`,
+        );
+        if (updated.length === 1) return remember(agent.id, { id: choice.id, url: choice.url, live: true });
+      }
+      throw new AppError("conflict", `agent ${agent.id} is being placed concurrently; retry`, { retryAfterS: 1 });
+    },
+    async currentHost(agentId) {
+      return cached(agentId) ?? (await current(agentId)).host;
+    },
+    forget(agentId) {
+      cache.delete(agentId);
+    },
+  };
+}

@@ -1,0 +1,124 @@
+// The Fleet over HTTP (fetch: Node and Workers): each call goes to the agent's host with a fresh gateway-signed token.
+import { AppError } from "../lib/errors.ts";
+import type { Logger } from "../lib/log.ts";
+import type { Fleet, ForwardContext } from "../fleet-agent/fleet.ts";
+import type { Lease } from "../fleet-agent/host.ts";
+import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall, type HostCall } from "../fleet-agent/ingress-protocol.ts";
+import type { AgentSpec, VmState, VmStatus, WakeInfo } from "../fleet-agent/types.ts";
+import type { PlacedHost, Placement } from "./placement.ts";
+
+/** How a gateway reaches hosts: `fetch` on Workers; on Node an undici client that leaves bodies encoded (remote-fleet-node.ts). */
+export type HostFetch = (req: Request) => Promise<Response>;
+
+export interface RemoteFleetDeps {
+  placement: Placement;
+  /** `componentKey(COMPONENT_SECRET)`, shared with the hosts. */
+  key: Uint8Array;
+  log: Logger;
+  fetch?: HostFetch;
+  /** Lifetime of each call's token: it only has to outlive the trip to the host. */
+  tokenTtlS?: number;
+  /** Time a control call (wake excluded: it waits for the VM) may take before it fails with 504. */
+  controlTimeoutMs?: number;
+}
+
+export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
+  const { placement, key, log } = deps;
+  const hostFetch: HostFetch = deps.fetch ?? ((req) => fetch(req));
+  const ttlS = deps.tokenTtlS ?? 30;
+  const controlTimeoutMs = deps.controlTimeoutMs ?? 30_000;
+
+  /** Sends one call to `host`; host-side errors come back as the same AppError codes. */
+  async function send(host: PlacedHost, call: HostCall, init: { headers?: Headers; body?: BodyInit | null; signal?: AbortSignal } = {}): Promise<Response> {
+    const headers = init.headers ?? new Headers();
+    headers.set(hostTokenHeader, await signHostCall(key, host.id, call, ttlS));
+    const reqInit: RequestInit & { duplex?: "half" } = { method: hostCallMethod(call), headers, redirect: "manual" };
+    if (init.body) {
+      reqInit.body = init.body;
+      reqInit.duplex = "half";
+    }
+    if (init.signal) reqInit.signal = init.signal;
+    let res: Response;
+    try {
+      res = await hostFetch(new Request(withSlash(host.url) + hostOpPaths[call.op].slice(1), reqInit));
+    } catch (err) {
+      if (init.signal?.aborted) throw err; // the client went away: nothing to report
+      if (err instanceof AppError) throw err;
+      const agentId = "agent" in call ? call.agent.id : call.agentId;
+      placement.forget(agentId);
+      const message = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
+      log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId, err: message });
+      throw new AppError("bad_gateway", `host ${host.id} unreachable: ${message}`, { cause: err });
+    }
+    if (res.headers.has(hostErrorHeader)) {
+      const error = await hostErrorFrom(res, host.id);
+      if (error.code === "bad_gateway" && res.status === 401) log.error("host refused the gateway's component token", { hostId: host.id, err: error.message });
+      throw error;
+    }
+    return res;
+  }
+
+  async function control<T>(host: PlacedHost, call: HostCall, timeoutMs: number | undefined): Promise<T> {
+    const signal = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs);
+    try {
+      const res = await send(host, call, signal ? { signal } : {});
+      return (await res.json()) as T;
+    } catch (err) {
+      if (signal?.aborted) throw new AppError("gateway_timeout", `host ${host.id} did not answer ${call.op} within ${timeoutMs} ms`, { cause: err });
+      throw err;
+    }
+  }
+
+  return {
+    async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
+      const host = await placement.hostFor(agent);
+      const url = new URL(req.url);
+      const call: HostCall = { op: "forward", agent, reason: ctx.reason, method: req.method, path: url.pathname + url.search, requestId: ctx.requestId };
+      const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
+      return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });
+    },
+    async wake(agent, reason) {
+      return control<WakeInfo>(await placement.hostFor(agent), { op: "wake", agent, reason }, undefined);
+    },
+    async hibernate(agentId) {
+      const host = await placement.currentHost(agentId);
+      if (!host) return "hibernated" satisfies VmState; // never ran anywhere: nothing awake
+      return (await control<{ state: VmState }>(host, { op: "hibernate", agentId }, undefined)).state;
+    },
+    async status(agentId) {
+      const host = await placement.currentHost(agentId);
+      if (!host) return undefined;
+      try {
+        return (await control<{ status: VmStatus | null }>(host, { op: "status", agentId }, controlTimeoutMs)).status ?? undefined;
+      } catch (err) {
+        // A listing must not fail because one host is down: the agent row's last known state stands in.
+        log.warn("agent status unavailable", { agentId, hostId: host.id, err: err instanceof Error ? err.message : String(err) });
+        return undefined;
+      }
+    },
+    async addLease(agent, ttlMs) {
+      return control<Lease>(await placement.hostFor(agent), { op: "lease", agent, ttlMs }, undefined);
+    },
+    async dropLease(agentId, leaseId) {
+      const host = await placement.currentHost(agentId);
+      if (!host) return false;
+      return (await control<{ dropped: boolean }>(host, { op: "drop-lease", agentId, leaseId }, controlTimeoutMs)).dropped;
+    },
+    async remove(agentId) {
+      const host = await placement.currentHost(agentId);
+      if (!host) return;
+      if (!host.live) {
+        // Its host is gone (no heartbeat): deleting the agent must still be possible; the host's disk keeps its files.
+        log.warn("agent deleted while its host is not live; its files stay on that host", { agentId, hostId: host.id });
+        placement.forget(agentId);
+        return;
+      }
+      await control<{ removed: boolean }>(host, { op: "remove", agentId }, controlTimeoutMs);
+      placement.forget(agentId);
+    },
+  };
+}
+
+function withSlash(url: string): string {
+  return url.endsWith("/") ? url : `${url}/`;
+}
