@@ -1,7 +1,6 @@
 // The wire contract between gateways and a host's ingress: one signed, short-lived token per call that says exactly what the call may do.
-import { decodeJwt, SignJWT } from "jose";
 import { AppError, errorStatus, type ErrorCode } from "../lib/errors.ts";
-import { verifyComponentToken } from "../lib/host-token.ts";
+import { signComponentToken, verifyComponentToken } from "../lib/host-token.ts";
 import type { AgentSpec, WakeReason } from "./types.ts";
 
 /** The component token travels in its own header: `Authorization` belongs to the agent's traffic. */
@@ -42,25 +41,15 @@ export function hostCallMethod(call: HostCall): string {
   return call.op === "status" ? "GET" : "POST";
 }
 
-// Must match lib/host-token.ts (which signs claim-less tokens); the host verifies with verifyComponentToken.
-const issuer = "agentvm";
 const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
 
 export async function signHostCall(key: Uint8Array, hostId: string, call: HostCall, ttlS = 30): Promise<string> {
-  return new SignJWT({ call })
-    .setProtectedHeader({ alg: "HS256" })
-    .setIssuer(issuer)
-    .setSubject("gateway")
-    .setAudience(`host:${hostId}`)
-    .setIssuedAt()
-    .setExpirationTime(`${ttlS}s`)
-    .sign(key);
+  return signComponentToken(key, { sub: "gateway", aud: `host:${hostId}` }, ttlS, { call });
 }
 
 /** Verifies the token for this host (signature, issuer, audience, expiry) and answers the call it allows; 401 otherwise. */
 export async function verifyHostCall(key: Uint8Array, hostId: string, token: string | undefined): Promise<HostCall> {
-  await verifyComponentToken(key, token, `host:${hostId}`);
-  const call = decodeJwt(token!).call;
+  const { call } = (await verifyComponentToken(key, token, `host:${hostId}`)).payload;
   if (!isHostCall(call)) throw new AppError("unauthorized", "component token carries no valid call");
   return call;
 }

@@ -18,8 +18,9 @@ export function componentKey(secret: string): Uint8Array {
   return new TextEncoder().encode(secret);
 }
 
-export async function signComponentToken(key: Uint8Array, claims: ComponentClaims, ttlS = 60): Promise<string> {
-  return new SignJWT({})
+/** Signs a token for `claims.aud`; `extra` claims (e.g. the one call a gateway allows a host) ride inside it. */
+export async function signComponentToken(key: Uint8Array, claims: ComponentClaims, ttlS = 60, extra: Record<string, unknown> = {}): Promise<string> {
+  return new SignJWT(extra)
     .setProtectedHeader({ alg: "HS256" })
     .setIssuer(issuer)
     .setSubject(claims.sub)
@@ -29,12 +30,12 @@ export async function signComponentToken(key: Uint8Array, claims: ComponentClaim
     .sign(key);
 }
 
-/** Verifies a component token for `aud`; throws `unauthorized` with the reason otherwise. */
-export async function verifyComponentToken(key: Uint8Array, token: string | undefined, aud: ComponentAudience): Promise<ComponentClaims> {
+/** Verifies a component token for `aud`; answers its claims (extra ones included) or throws `unauthorized` with the reason. */
+export async function verifyComponentToken(key: Uint8Array, token: string | undefined, aud: ComponentAudience): Promise<ComponentClaims & { payload: Record<string, unknown> }> {
   if (!token) throw new AppError("unauthorized", "missing component token");
   try {
     const { payload } = await jwtVerify(token, key, { algorithms: ["HS256"], issuer, audience: aud, clockTolerance: 5 });
-    return { sub: String(payload.sub), aud };
+    return { sub: String(payload.sub), aud, payload };
   } catch (err) {
     if (err instanceof joseErrors.JWTExpired) throw new AppError("unauthorized", "component token expired");
     if (err instanceof joseErrors.JWTClaimValidationFailed) throw new AppError("unauthorized", `component token rejected: ${err.claim} mismatch`);

@@ -116,9 +116,16 @@ export function parseNs(text: string): bigint {
   return BigInt(m[1]!) * 1_000_000_000n + BigInt(m[2]!);
 }
 
-/** Host wall clock in nanoseconds, taken fresh for every attempt. */
+/**
+ * Host wall clock in nanoseconds, taken fresh for every attempt: the process's start time plus the monotonic
+ * clock gives sub-millisecond precision that never steps backwards; should the wall clock have been stepped
+ * since (by more than 5 ms), the plain wall clock wins.
+ */
 export function hostNowNs(): bigint {
-  return BigInt(Date.now()) * 1_000_000n + BigInt(Math.floor((performance.now() % 1) * 1e6));
+  const precise = performance.timeOrigin + performance.now();
+  const wall = Date.now();
+  const ms = Math.abs(precise - wall) <= 5 ? precise : wall;
+  return BigInt(Math.round(ms * 1e6));
 }
 
 /**

@@ -1,8 +1,8 @@
 // Postgres adapter of the webhook module: endpoints, the durable inbox, claims with leases, attempts, audit rows.
 import { and, desc, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import { agents, auditLog } from "../../schema/core.ts";
-import type { Db } from "../../schema/db.ts";
-import { queryRows } from "../../schema/db.ts";
+import type { Db } from "../../schema/postgres.ts";
+import { queryRows } from "../../schema/postgres.ts";
 import {
   webhookAttempts,
   webhookDeliveries,

@@ -1,0 +1,102 @@
+// Snapshot bookkeeping of the firecracker driver: the manifest is the commit point (old snapshot intact until
+// it is replaced), files are checked by size and sha256, and compatibility is judged against host facts.
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { FirecrackerHostFacts } from "../../fleet-agent/drivers/firecracker-host.ts";
+import {
+  commitSnapshot,
+  generationFiles,
+  incompatibility,
+  MANIFEST_FILE,
+  readManifest,
+  removeStaleSnapshotFiles,
+  sha256File,
+  verifyFiles,
+} from "../../fleet-agent/drivers/firecracker-snapshot.ts";
+
+const root = mkdtempSync(join(tmpdir(), "fcs-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const host: FirecrackerHostFacts = {
+  binary: "firecracker",
+  firecrackerVersion: "1.10.1",
+  snapshotFormat: "5.0.0",
+  cpu: { vendor: "AuthenticAMD", family: "25", model: "17", modelName: "AMD EPYC" },
+  hostKernel: "6.1.0-28-amd64",
+};
+
+function dir(name: string): string {
+  const d = join(root, name);
+  mkdirSync(d, { recursive: true });
+  return d;
+}
+
+async function take(d: string, generation: number, mem: string) {
+  const f = generationFiles(d, generation);
+  writeFileSync(f.stateTmp, `state ${generation}`);
+  writeFileSync(f.memTmp, mem);
+  return commitSnapshot({ dir: d, generation, type: "Full", host, vcpus: 1, memMiB: 128, tap: "fcvm0" });
+}
+
+describe("firecracker snapshot files", () => {
+  it("commit: renames the temporary files and writes the manifest with sizes and checksums", async () => {
+    const d = dir("commit");
+    const m = await take(d, 1, "memory one");
+    expect(m).toMatchObject({ generation: 1, firecrackerVersion: "1.10.1", state: { file: "snap-1.state", bytes: 7 }, mem: { file: "snap-1.mem", bytes: 10 } });
+    expect(m.mem.sha256).toBe(await sha256File(join(d, "snap-1.mem")));
+    expect(readdirSync(d).sort()).toEqual(["snap-1.mem", "snap-1.state", MANIFEST_FILE]);
+    expect((await readManifest(d)).manifest).toEqual(m);
+    expect(await verifyFiles(d, m, { checksums: true })).toBeUndefined();
+  });
+
+  it("until the new manifest is committed the old snapshot stays the valid one; stale files are removed", async () => {
+    const d = dir("crash");
+    await take(d, 1, "memory one");
+    // A crash after firecracker wrote generation 2 but before the commit:
+    const f2 = generationFiles(d, 2);
+    writeFileSync(f2.stateTmp, "half");
+    writeFileSync(f2.memTmp, "half");
+    writeFileSync(join(d, "snap-0.mem"), "an older generation nobody names");
+    writeFileSync(join(d, `${MANIFEST_FILE}.tmp`), "{");
+    const { manifest } = await readManifest(d);
+    expect(manifest?.generation).toBe(1);
+    expect(await verifyFiles(d, manifest!, { checksums: true })).toBeUndefined();
+    expect((await removeStaleSnapshotFiles(d)).sort()).toEqual(["snap-0.mem", "snap-2.mem.tmp", "snap-2.state.tmp", `${MANIFEST_FILE}.tmp`]);
+    // The next snapshot supersedes the first; its files are then unreferenced and go.
+    await take(d, 2, "memory two");
+    await removeStaleSnapshotFiles(d);
+    expect(readdirSync(d).sort()).toEqual(["snap-2.mem", "snap-2.state", MANIFEST_FILE]);
+  });
+
+  it("verify: a missing file, a changed size and a flipped byte are each reported", async () => {
+    const d = dir("verify");
+    const m = await take(d, 1, "0123456789");
+    writeFileSync(join(d, "snap-1.mem"), "0123456780");
+    expect(await verifyFiles(d, m, { checksums: false })).toBeUndefined(); // same size: only the checksum sees it
+    expect(await verifyFiles(d, m, { checksums: true })).toBe("snapshot memory file snap-1.mem checksum mismatch (corrupt)");
+    writeFileSync(join(d, "snap-1.mem"), "01234");
+    expect(await verifyFiles(d, m, { checksums: false })).toBe("snapshot memory file snap-1.mem has 5 bytes, the manifest says 10 (corrupt)");
+    rmSync(join(d, "snap-1.state"));
+    expect(await verifyFiles(d, m, { checksums: true })).toBe("snapshot state file snap-1.state is missing");
+  });
+
+  it("a manifest that is not JSON is a problem, not a crash; none at all is simply no snapshot", async () => {
+    expect(await readManifest(dir("empty"))).toEqual({});
+    const d = dir("garbage");
+    writeFileSync(join(d, MANIFEST_FILE), "{not json");
+    expect(await readManifest(d)).toEqual({ problem: "snapshot manifest is not valid JSON" });
+  });
+
+  it("compatibility: firecracker release, snapshot format, CPU, host kernel and VM size must match", async () => {
+    const m = await take(dir("compat"), 1, "m");
+    const spec = { vcpus: 1, memMiB: 128 };
+    expect(incompatibility(m, host, spec)).toBeUndefined();
+    expect(incompatibility(m, { ...host, firecrackerVersion: "1.11.0" }, spec)).toBe("snapshot made by firecracker 1.10.1, this host runs 1.11.0");
+    expect(incompatibility(m, { ...host, snapshotFormat: "6.0.0" }, spec)).toBe("snapshot data format 5.0.0, this firecracker reads 6.0.0");
+    expect(incompatibility(m, { ...host, cpu: { ...host.cpu, model: "1" } }, spec)).toMatch(/^snapshot made on CPU AuthenticAMD family 25 model 17/);
+    expect(incompatibility(m, { ...host, hostKernel: "6.12.0" }, spec)).toBe("snapshot made on host kernel 6.1.0-28-amd64, this host runs 6.12.0");
+    expect(incompatibility(m, host, { vcpus: 2, memMiB: 128 })).toBe("snapshot has 1 vCPU / 128 MiB, the agent now asks for 2 vCPU / 128 MiB");
+  });
+});

@@ -1,0 +1,72 @@
+// The Swagger 2.0 validator the firecracker contract tests rely on: it must accept what Firecracker accepts and
+// fail on what it refuses (unknown fields, missing required, wrong types, enums, minimums), reading the real spec.
+import { describe, expect, it } from "vitest";
+import { FirecrackerSpec, loadFirecrackerSpec } from "../helpers/firecracker-spec.ts";
+
+const spec = loadFirecrackerSpec();
+
+describe("firecracker.yaml validator", () => {
+  it("reads the shared spec and resolves operations, including templated paths", () => {
+    expect(spec.version).toMatch(/^\d+\.\d+\.\d+/);
+    expect(spec.operation("PUT", "/drives/rootfs")).toMatchObject({ operationId: "putGuestDriveByID", pathParams: { drive_id: "rootfs" } });
+    expect(spec.operation("PATCH", "/vm")?.operationId).toBe("patchVm");
+    expect(spec.operation("GET", "/")?.operationId).toBe("describeInstance");
+    expect(spec.operation("DELETE", "/vm")).toBeUndefined();
+    expect(spec.operation("PUT", "/drives")).toBeUndefined();
+  });
+
+  it("accepts the bodies the driver sends", () => {
+    expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 2, mem_size_mib: 256, smt: false, track_dirty_pages: true })).toEqual([]);
+    expect(spec.validateRequest("PUT", "/snapshot/load", {
+      snapshot_path: "/s",
+      mem_backend: { backend_type: "File", backend_path: "/m" },
+      resume_vm: true,
+      clock_realtime: true,
+      network_overrides: [{ iface_id: "eth0", host_dev_name: "fcvm1" }],
+    })).toEqual([]);
+    expect(spec.validateRequest("PUT", "/actions", { action_type: "InstanceStart" })).toEqual([]);
+  });
+
+  it("fails unknown properties, also inside $ref'd and array items", () => {
+    expect(spec.validateRequest("PUT", "/boot-source", { kernel_image_path: "/k", kernel_args: "x" })).toEqual(['body: unknown property "kernel_args"']);
+    expect(spec.validateRequest("PUT", "/snapshot/load", { snapshot_path: "/s", mem_backend: { backend_type: "File", backend_path: "/m", extra: 1 } })).toEqual([
+      'body.mem_backend: unknown property "extra"',
+    ]);
+    expect(spec.validateRequest("PUT", "/snapshot/load", { snapshot_path: "/s", network_overrides: [{ iface_id: "eth0" }] })).toEqual([
+      'body.network_overrides[0]: missing required property "host_dev_name"',
+    ]);
+  });
+
+  it("fails missing required properties, wrong types, enums and minimum/maximum", () => {
+    expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 1 })).toEqual(['body: missing required property "mem_size_mib"']);
+    expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 1.5, mem_size_mib: "256" })).toEqual([
+      "body.vcpu_count: expected integer, got number 1.5",
+      'body.mem_size_mib: expected integer, got string "256"',
+    ]);
+    expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 0, mem_size_mib: 128 })).toEqual(["body.vcpu_count: 0 is below the minimum 1"]);
+    expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 33, mem_size_mib: 128 })).toEqual(["body.vcpu_count: 33 is above the maximum 32"]);
+    expect(spec.validateRequest("PATCH", "/vm", { state: "Stopped" })).toEqual(['body.state: "Stopped" is not one of "Paused", "Resumed"']);
+    expect(spec.validateRequest("PUT", "/vsock", { guest_cid: 2, uds_path: "/v" })).toEqual(["body.guest_cid: 2 is below the minimum 3"]);
+    expect(spec.validateRequest("PUT", "/actions", undefined)).toEqual(["createSyncAction: body is required"]);
+    expect(spec.validateRequest("PUT", "/actions", [])).toEqual(["body: expected object, got array"]);
+  });
+
+  it("honours additionalProperties: true and schema-valued additionalProperties", () => {
+    const s = new FirecrackerSpec({
+      swagger: "2.0",
+      info: { version: "t" },
+      paths: {},
+      definitions: {
+        Free: { type: "object", additionalProperties: true },
+        Tags: { type: "object", properties: { name: { type: "string" } }, additionalProperties: { type: "string" } },
+      },
+    });
+    expect(s.validate({ $ref: "#/definitions/Free" }, { anything: [1, 2] }, "x")).toEqual([]);
+    expect(s.validate({ $ref: "#/definitions/Tags" }, { name: "a", extra: "b" }, "x")).toEqual([]);
+    expect(s.validate({ $ref: "#/definitions/Tags" }, { extra: 3 }, "x")).toEqual(["x.extra: expected string, got number 3"]);
+  });
+
+  it("a missing spec file is a clear failure, not a skip", () => {
+    expect(() => loadFirecrackerSpec("/nonexistent/firecracker.yaml")).toThrow(/Firecracker API spec not found at \/nonexistent\/firecracker\.yaml/);
+  });
+});
