@@ -1,6 +1,6 @@
 // The host core: owns this host's VMs, wakes them single-flight, tracks work, and hibernates them when idle.
 import { join } from "node:path";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
@@ -152,7 +152,15 @@ export class Host {
     return this.deps.driver.name;
   }
 
-  start(): void {
+  /** Cleans up VM processes an earlier host process left behind (their snapshots stay), then starts the reaper. */
+  async start(): Promise<void> {
+    const { vmsDir } = this.deps.config;
+    const leftovers = existsSync(vmsDir) ? readdirSync(vmsDir, { withFileTypes: true }).filter((d) => d.isDirectory()) : [];
+    for (const dir of leftovers) {
+      const agentId = dir.name;
+      const spec: VmSpec = { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(vmsDir, agentId) };
+      await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
+    }
     this.scheduleReaper();
   }
 

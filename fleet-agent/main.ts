@@ -73,8 +73,8 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
 
 export interface FleetAgentParts {
   log: Logger;
-  /** A driver; default: the one DRIVER selects. */
-  driver?: VmDriver;
+  /** The VM driver (the edge selects it from DRIVER). */
+  driver: VmDriver;
   clock?: Clock;
   /** Where activity (meters) goes; default none. */
   activity?: ActivityListener;
@@ -97,7 +97,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const clock = parts.clock ?? systemClock;
   mkdirSync(cfg.dataDir, { recursive: true });
   const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
-  const driver = parts.driver ?? (await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log })).driver;
+  const { driver } = parts;
   const hostId = cfg.fleet.hostId ?? persistentId(join(cfg.dataDir, "host-id"), () => newId("host"));
   const hostLog = log.child({ component: "fleet-agent", hostId });
   if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
@@ -121,7 +121,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const fleet = createLocalFleet(host, cfg.fleet.upstream);
   const app = createIngress({ hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) });
 
-  host.start();
+  await host.start();
   const { server, port } = await listen(app.fetch, cfg.port, cfg.hostname);
   const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
 
@@ -192,7 +192,9 @@ async function main(): Promise<void> {
   const env = process.env;
   const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
   const cfg = parseDaemonConfig(env);
-  const daemon = await startFleetAgent(cfg, { log });
+  const { driver, notice } = await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log, env });
+  if (notice) console.log(notice);
+  const daemon = await startFleetAgent(cfg, { log, driver });
   console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);
   let stopping = false;
   for (const signal of ["SIGINT", "SIGTERM"] as const) {

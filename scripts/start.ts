@@ -12,7 +12,7 @@ const env = process.env;
 const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
 const dataDir = resolve(str(env, "DATA_DIR", ".data"));
 const fleet = parseFleetAgentConfig(env);
-const { driver, images, notice } = await selectDriver(fleet.driver, { dataDir, log });
+const { driver, images, notice } = await selectDriver(fleet.driver, { dataDir, log, env });
 if (notice) console.log(notice);
 const { gateway, auth } = parseGatewayConfig(env, images);
 

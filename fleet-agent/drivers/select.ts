@@ -1,8 +1,13 @@
-// Picks the VM driver for this host: DRIVER when set, else qemu where QEMU is usable, else the process driver.
+// Picks the VM driver for this host: DRIVER when set, else qemu where QEMU and the guest image are usable, else process.
+import { spawnSync } from "node:child_process";
+import { bool, oneOf, type Env } from "../../lib/env.ts";
 import type { Logger } from "../../lib/log.ts";
+import { customKernelFromEnv, ensureGuestImage } from "../../scripts/build-guest-image.ts";
 import type { DriverChoice } from "../config.ts";
 import type { VmDriver } from "./driver.ts";
+import { createFirecrackerDriver } from "./firecracker-config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process.ts";
+import { QemuDriver } from "./qemu.ts";
 
 export interface SelectedDriver {
   driver: VmDriver;
@@ -12,8 +17,50 @@ export interface SelectedDriver {
   notice: string | undefined;
 }
 
-export async function selectDriver(choice: DriverChoice, _opts: { dataDir: string; log: Logger }): Promise<SelectedDriver> {
-  if (choice === "qemu" || choice === "firecracker") throw new Error(`DRIVER=${choice} is not available yet`);
+/**
+ * Driver-specific variables (read here, at the program's edge, through `env`):
+ * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
+ * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
+ * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
+ * | FIRECRACKER_* | see fleet-agent/drivers/firecracker-config.ts | |
+ */
+export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; env: Env }): Promise<SelectedDriver> {
+  const { dataDir, log, env } = opts;
+  const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelFromEnv(env) });
+
+  if (choice === "firecracker") {
+    const built = await image();
+    if (!built.vmlinux) throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see docs/firecracker.md (GUEST_KERNEL)");
+    const driver = createFirecrackerDriver({
+      env,
+      dataDir,
+      images: async (name) => {
+        if (name !== "demo") throw new Error(`unknown image "${name}"`);
+        return { kernel: built.vmlinux!, initrd: built.initrd };
+      },
+      logger: log,
+    });
+    await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker
+    return { driver, images: ["demo"], notice: undefined };
+  }
+
+  const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
+  if (choice === "qemu" && !qemuPresent) throw new Error("DRIVER=qemu but qemu-system-x86_64 is not installed: run `npm run setup:vm`");
+  if (choice === "qemu" || (choice === "auto" && qemuPresent)) {
+    try {
+      const built = await image();
+      const driver = new QemuDriver({
+        image: { kernel: built.kernel, initrd: built.initrd },
+        log,
+        accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
+        prestart: bool(env, "QEMU_PRESTART", false),
+      });
+      return { driver, images: ["demo"], notice: undefined };
+    } catch (err) {
+      if (choice === "qemu") throw err;
+      log.warn("qemu present but the guest image could not be built; using the process driver", { err });
+    }
+  }
   return {
     driver: new ProcessDriver(),
     images: Object.keys(defaultProcessImages),
