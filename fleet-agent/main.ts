@@ -21,7 +21,7 @@ import { Host } from "./host.ts";
 import { createIngress } from "./ingress.ts";
 import { createLocalFleet } from "./local-fleet.ts";
 import { createDbHostStore } from "./store.ts";
-import type { ActivityListener } from "./types.ts";
+import { HttpSink, InProcessSink, Meter } from "./meter/index.ts";
 
 export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
@@ -37,6 +37,10 @@ export interface FleetAgentDaemonConfig {
   /** Memory this host offers to awake agents, MiB (placement's room). */
   capacityMiB: number;
   heartbeatIntervalMs: number;
+  /** Where meter segments are shipped (a gateway serving billing); unset: written to the shared database directly. */
+  billingUrl: string | undefined;
+  /** How often an active VM's open meter segment is closed and a new one begun, ms. */
+  meterHeartbeatMs: number;
 }
 
 /**
@@ -49,6 +53,8 @@ export interface FleetAgentDaemonConfig {
  * | PUBLIC_URL | http://<BIND_ADDRESS>:<port> | the ingress URL gateways reach this host at |
  * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
  * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
+ * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
+ * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a crash loses at most this much metered time, ms |
  * | LOG_LEVEL | info | debug, info, warn or error |
  * plus the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
  */
@@ -68,6 +74,8 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     componentSecret,
     capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
     heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
+    billingUrl: optStr(env, "BILLING_URL"),
+    meterHeartbeatMs: int(env, "METER_HEARTBEAT_MS", 10_000, { min: 100 }),
   };
 }
 
@@ -76,8 +84,6 @@ export interface FleetAgentParts {
   /** The VM driver (the edge selects it from DRIVER). */
   driver: VmDriver;
   clock?: Clock;
-  /** Where activity (meters) goes; default none. */
-  activity?: ActivityListener;
   /** An already open database (tests); closed by its owner. */
   database?: Database;
 }
@@ -102,6 +108,12 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const hostLog = log.child({ component: "fleet-agent", hostId });
   if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
 
+  // Every active second is metered: segments are spooled on this host's disk, then shipped to billing.
+  const sink = cfg.billingUrl
+    ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
+    : new InProcessSink(database.db, clock, hostLog.child({ component: "billing" }));
+  const meter = Meter.open({ hostId, dataDir: cfg.dataDir, sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: hostLog.child({ component: "meter" }) });
+  meter.start();
   const host = new Host({
     config: {
       hostId,
@@ -116,7 +128,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     store: createDbHostStore(database.db),
     clock,
     log: hostLog,
-    activity: parts.activity ?? { active() {}, inactive() {} },
+    activity: meter,
   });
   const fleet = createLocalFleet(host, cfg.fleet.upstream);
   const app = createIngress({ hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) });
@@ -151,7 +163,8 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     /**
      * Shutdown order: stop heartbeating (after the live window, placement sends no new agents here) → stop
      * accepting connections → the host refuses new calls, drains in-flight ones (bounded), hibernates its
-     * VMs, lets the driver release what it holds and flushes its event log → pooled agent connections close
+     * VMs, lets the driver release what it holds and flushes its event log → the meter closes the open
+     * segments (reason shutdown) and ships what it can (the spool keeps the rest) → pooled agent connections close
      * → connections still open (streams past the drain) are cut → the database closes.
      */
     stop() {
@@ -161,6 +174,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
         const closing = new Promise<void>((done) => server.close(() => done()));
         server.closeIdleConnections();
         await host.stop();
+        await meter.stop();
         await fleet.close();
         server.closeAllConnections();
         await closing;

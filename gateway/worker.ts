@@ -4,6 +4,7 @@ import { AppError, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import { createLogger, type Logger } from "../lib/log.ts";
 import { openPostgresDb, type Db } from "../schema/postgres.ts";
+import { createBillingRoutes } from "../billing/routes.ts";
 import { createGateway } from "./app.ts";
 import { createAgentRepo } from "./agent-repo.ts";
 import { createJwtAuthenticator, type Authenticator } from "./auth.ts";
@@ -110,7 +111,7 @@ export default {
         log,
         config: config.gateway,
         clientIp: (c) => c.req.header("cf-connecting-ip"),
-        routes: [webhooks],
+        routes: [webhooks, createBillingRoutes({ db: pg.db, clock: systemClock, log, componentKey: config.componentKey })],
       });
       return await app.fetch(request);
     } finally {

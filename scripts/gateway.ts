@@ -9,6 +9,7 @@ import { componentKey } from "../lib/host-token.ts";
 import { createLogger, type Logger } from "../lib/log.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { createGateway, type GatewayConfig } from "../gateway/app.ts";
+import { createBillingRoutes } from "../billing/routes.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
 import { createJwtAuthenticator } from "../gateway/auth.ts";
 import type { GatewayEnv } from "../gateway/auth-context.ts";
@@ -113,7 +114,8 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   });
   const agents = createAgentRepo(db);
   const webhooks = createWebhookModule({ db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: cfg.webhooks });
-  const app = createGateway({ agents, fleet, auth, log: log.child({ component: "gateway" }), config: cfg.gateway, clientIp: nodeClientIp, routes: [webhooks.routes] });
+  const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: componentKey(cfg.componentSecret) });
+  const app = createGateway({ agents, fleet, auth, log: log.child({ component: "gateway" }), config: cfg.gateway, clientIp: nodeClientIp, routes: [webhooks.routes, billing] });
 
   const server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname });
   webhooks.worker.start();

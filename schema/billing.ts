@@ -1,0 +1,141 @@
+// Billing tables: raw meter segments (idempotent by id), ingest-time rollups, conflicts, rate cards and invoices.
+import { sql } from "drizzle-orm";
+import { bigint, bigserial, check, customType, index, integer, jsonb, numeric, pgTable, primaryKey, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
+
+const tz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
+const count = (name: string) => bigint(name, { mode: "number" });
+
+/** Opaque ids compared byte-wise: the "C" collation makes the hot unique index cheaper than a locale's rules. */
+const idText = customType<{ data: string }>({ dataType: () => 'text COLLATE "C"' });
+
+/**
+ * One row per metered segment `[started_at, ended_at)`, written once: the primary key makes ingest idempotent.
+ * BRIN indexes stay tiny because rows arrive roughly in time order; they serve the late-arrival and raw-scan paths.
+ */
+export const meterSegments = pgTable(
+  "meter_segments",
+  {
+    /** `hostId:vmId:seq`. */
+    id: idText("id").primaryKey(),
+    tenantId: idText("tenant_id").notNull(),
+    agentId: idText("agent_id").notNull(),
+    runId: idText("run_id").notNull(),
+    startedAt: tz("started_at").notNull(),
+    endedAt: tz("ended_at").notNull(),
+    vcpus: integer("vcpus").notNull(),
+    memMiB: integer("mem_mib").notNull(),
+    startReason: text("start_reason").notNull(),
+    endReason: text("end_reason").notNull(),
+    /** Billing's clock when the segment was written: invoices count segments received before their cutoff. */
+    receivedAt: tz("received_at").notNull(),
+  },
+  (t) => [
+    index("meter_segments_received_brin").using("brin", t.receivedAt),
+    index("meter_segments_started_brin").using("brin", t.startedAt),
+    check("meter_segments_positive", sql`${t.endedAt} > ${t.startedAt}`),
+  ],
+);
+
+/** Usage per tenant × agent × 15-minute UTC bucket, kept in the ingest transaction; sums equal the raw segments split by overlap. */
+export const usageQuarterHours = pgTable(
+  "usage_quarter_hours",
+  {
+    tenantId: idText("tenant_id").notNull(),
+    bucketStart: tz("bucket_start").notNull(),
+    agentId: idText("agent_id").notNull(),
+    activeMs: count("active_ms").notNull(),
+    vcpuMs: count("vcpu_ms").notNull(),
+    /** Memory-time in MiB-milliseconds. */
+    mibMs: count("mib_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.bucketStart, t.agentId] })],
+);
+
+/** Metered totals per awake run, kept in the ingest transaction, for the runs report. */
+export const runUsage = pgTable("run_usage", {
+  runId: idText("run_id").primaryKey(),
+  tenantId: idText("tenant_id").notNull(),
+  agentId: idText("agent_id").notNull(),
+  activeMs: count("active_ms").notNull(),
+  vcpuMs: count("vcpu_ms").notNull(),
+  mibMs: count("mib_ms").notNull(),
+  segments: integer("segments").notNull(),
+  firstStartedAt: tz("first_started_at").notNull(),
+  lastEndedAt: tz("last_ended_at").notNull(),
+});
+
+/** A segment id shipped again with a different body: refused, and kept here for an operator to look at. */
+export const meterConflicts = pgTable(
+  "meter_conflicts",
+  {
+    id: bigserial("id", { mode: "number" }).primaryKey(),
+    segmentId: text("segment_id").notNull(),
+    receivedAt: tz("received_at").notNull(),
+    incoming: jsonb("incoming").$type<Record<string, unknown>>().notNull(),
+    existing: jsonb("existing").$type<Record<string, unknown>>(),
+  },
+  (t) => [index("meter_conflicts_segment_idx").on(t.segmentId)],
+);
+
+/**
+ * Prices in nano-cents (1e-9 of a cent) per unit. `tenant_id` null is the default card (id `rc_default`),
+ * seeded at first use; a tenant row overrides it.
+ */
+export const rateCards = pgTable(
+  "rate_cards",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id"),
+    currency: text("currency").notNull().default("USD"),
+    vcpuSecondNanocents: count("vcpu_second_nanocents").notNull(),
+    gibSecondNanocents: count("gib_second_nanocents").notNull(),
+    snapshotGibMonthNanocents: count("snapshot_gib_month_nanocents").notNull(),
+    updatedAt: tz("updated_at").notNull().defaultNow(),
+  },
+  (t) => [uniqueIndex("rate_cards_tenant_idx").on(t.tenantId)],
+);
+
+export type InvoiceStatus = "draft" | "final";
+
+/** One invoice per tenant per calendar month of its time zone; lines are stored once final. */
+export const invoices = pgTable(
+  "invoices",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id").notNull(),
+    /** `YYYY-MM` in `time_zone`. */
+    month: text("month").notNull(),
+    timeZone: text("time_zone").notNull(),
+    periodStart: tz("period_start").notNull(),
+    periodEnd: tz("period_end").notNull(),
+    status: text("status").$type<InvoiceStatus>().notNull().default("draft"),
+    /** Segments received before this instant are counted (set when final). */
+    cutoffAt: tz("cutoff_at"),
+    currency: text("currency").notNull().default("USD"),
+    totalCents: count("total_cents"),
+    /** Prices the final invoice used, frozen. */
+    rates: jsonb("rates").$type<Record<string, unknown>>(),
+    createdAt: tz("created_at").notNull().defaultNow(),
+    finalizedAt: tz("finalized_at"),
+  },
+  (t) => [uniqueIndex("invoices_tenant_month_idx").on(t.tenantId, t.month)],
+);
+
+export const invoiceLines = pgTable(
+  "invoice_lines",
+  {
+    invoiceId: text("invoice_id")
+      .notNull()
+      .references(() => invoices.id),
+    lineNo: integer("line_no").notNull(),
+    agentId: text("agent_id").notNull(),
+    /** vcpu | memory | snapshot_storage */
+    resource: text("resource").notNull(),
+    /** In the base unit: vCPU-ms, MiB-ms or byte-ms (may exceed 64 bits for storage). */
+    quantity: numeric("quantity", { precision: 40, scale: 0, mode: "string" }).notNull(),
+    unit: text("unit").notNull(),
+    unitPriceNanocents: count("unit_price_nanocents").notNull(),
+    amountCents: count("amount_cents").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.invoiceId, t.lineNo] })],
+);

@@ -1,0 +1,221 @@
+// Usage on real Postgres: rollups equal raw segments in every zone and grouping; the HTTP API's scoping, auth, JSON and CSV.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ingestSegments } from "../../billing/ingest.ts";
+import { createBillingRoutes } from "../../billing/routes.ts";
+import { splitIntoWindows } from "../../billing/buckets.ts";
+import { usageReport, windowsOf, type UsageQuery } from "../../billing/usage.ts";
+import type { MeterSegment } from "../../fleet-agent/meter/segment.ts";
+import { ManualClock } from "../../lib/clock.ts";
+import { componentKey, signComponentToken } from "../../lib/host-token.ts";
+import { silentLogger } from "../../lib/log.ts";
+import { runs } from "../../schema/core.ts";
+import type { Database } from "../../schema/db.ts";
+import { freshDatabase } from "../helpers/db.ts";
+import { appWithCaller, rawTotals, runSegments, seedTenant, segment } from "./billing-fixtures.ts";
+
+const zones = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kolkata"] as const;
+const hour = 3_600_000;
+const key = componentKey("a-component-secret-of-at-least-32-chars!");
+const clock = new ManualClock(Date.UTC(2026, 11, 1));
+
+/** Deterministic runs of three agents around the 2026 DST changes of the four zones. */
+function workload(): MeterSegment[] {
+  let seed = 42;
+  const rnd = (n: number) => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed % n;
+  };
+  const around = [Date.UTC(2026, 2, 8, 7), Date.UTC(2026, 2, 29, 1), Date.UTC(2026, 3, 4, 15), Date.UTC(2026, 9, 3, 15, 30), Date.UTC(2026, 9, 25, 1), Date.UTC(2026, 10, 1, 6)];
+  const out: MeterSegment[] = [];
+  let seq = 0;
+  for (const t of around) {
+    for (const agent of ["agt_u1", "agt_u2", "agt_u3"]) {
+      let start = t - 30 * hour + rnd(3 * hour);
+      for (let r = 0; r < 12; r++) {
+        const durationMs = 1 + rnd(2 * hour);
+        const segs = runSegments({ tenantId: "ten_u", agentId: agent, vmId: `vm_${agent}`, runId: `run_${agent}_${seq}`, start, durationMs, firstSeq: seq, heartbeatMs: 10_000 + rnd(5000), vcpus: 1 + rnd(4), memMiB: 128 * (1 + rnd(8)) });
+        seq += segs.length;
+        out.push(...segs);
+        start += durationMs + rnd(6 * hour);
+      }
+    }
+  }
+  return out;
+}
+
+describe("usage", () => {
+  let database: Database;
+  let segs: MeterSegment[];
+  beforeAll(async () => {
+    database = await freshDatabase();
+    await seedTenant(database.db, "ten_u", "Asia/Kolkata", ["agt_u1", "agt_u2", "agt_u3"]);
+    await seedTenant(database.db, "ten_o", "UTC", ["agt_o1"]);
+    segs = workload();
+    for (let i = 0; i < segs.length; i += 2000) await ingestSegments(database.db, segs.slice(i, i + 2000), clock);
+    await ingestSegments(database.db, [segment({ tenantId: "ten_o", agentId: "agt_o1", vmId: "vm_o", hostId: "host_o", start: Date.UTC(2026, 2, 8, 12), end: Date.UTC(2026, 2, 8, 12, 30) })], clock);
+  });
+  afterAll(async () => {
+    await database.close();
+  });
+
+  it("gives the same numbers from rollups as from raw segments, for every zone, hour and day, by agent or not", async () => {
+    const total = await rawTotals(database.db, "ten_u");
+    expect(total.n).toBe(segs.length);
+    for (const zone of zones) {
+      for (const time of ["hour", "day"] as const) {
+        for (const byAgent of [true, false]) {
+          const q: UsageQuery = { tenantId: "ten_u", from: Date.UTC(2026, 2, 1), to: Date.UTC(2026, 10, 10), zone, byAgent, time };
+          if (time === "hour") q.to = Date.UTC(2026, 4, 20);
+          const rollup = await usageReport(database.db, q);
+          expect(rollup.source).toBe("rollup");
+          const raw = await usageReport(database.db, q, { source: "raw" });
+          expect(rollup.rows).toEqual(raw.rows);
+          // and both equal splitting the segments in JS
+          const b = windowsOf(q);
+          let expected = 0;
+          for (const s of segs) for (const p of splitIntoWindows(Date.parse(s.startedAt), Date.parse(s.endedAt), b)) expected += p.ms;
+          expect(rollup.totals.activeMs).toBe(expected);
+        }
+      }
+    }
+    const all = await usageReport(database.db, { tenantId: "ten_u", from: Date.UTC(2026, 0, 1), to: Date.UTC(2027, 0, 1), zone: "Australia/Lord_Howe", byAgent: true, time: "day" });
+    expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs });
+  });
+
+  it("answers ranges that are not on quarter hours from raw segments, still conserving every millisecond", async () => {
+    const q: UsageQuery = { tenantId: "ten_u", from: Date.UTC(2026, 2, 7, 10, 7, 3, 17), to: Date.UTC(2026, 2, 9, 22, 59, 59, 999), zone: "America/New_York", byAgent: true, time: "hour" };
+    const report = await usageReport(database.db, q);
+    expect(report.source).toBe("raw");
+    const b = windowsOf(q);
+    let expected = 0;
+    for (const s of segs) for (const p of splitIntoWindows(Date.parse(s.startedAt), Date.parse(s.endedAt), b)) expected += p.ms;
+    expect(report.totals.activeMs).toBe(expected);
+    expect(expected).toBeGreaterThan(0);
+  });
+
+  describe("HTTP API", () => {
+    const app = () => appWithCaller(createBillingRoutes({ db: database.db, clock, log: silentLogger, componentKey: key }));
+    const get = (path: string, headers: Record<string, string> = { "x-test-tenant": "ten_u" }) => app().request(path, { headers });
+
+    it("requires a caller with usage:read, and answers another tenant's agent or tenant with 404", async () => {
+      const anon = await get("/v1/usage?from=2026-03-01&to=2026-04-01", {});
+      expect(anon.status).toBe(401);
+      expect(await anon.json()).toMatchObject({ error: { code: "unauthorized", requestId: "req_test" } });
+      expect((await get("/v1/usage?from=2026-03-01&to=2026-04-01", { "x-test-tenant": "ten_u", "x-test-scopes": "agents:invoke" })).status).toBe(403);
+      const other = await get("/v1/usage?from=2026-03-01&to=2026-04-01&agentId=agt_o1");
+      expect(other.status).toBe(404);
+      expect(await other.json()).toMatchObject({ error: { code: "not_found" } });
+      expect((await get("/v1/usage?from=2026-03-01&to=2026-04-01&tenantId=ten_o")).status).toBe(404);
+      expect((await get("/v1/agents/agt_o1/runs")).status).toBe(404);
+      // the other tenant's usage never shows up in this tenant's totals
+      const mine = (await (await get("/v1/usage?from=2026-03-08&to=2026-03-09")).json()) as { totals: { activeMs: number } };
+      const theirs = (await (await get("/v1/usage?from=2026-03-08&to=2026-03-09", { "x-test-tenant": "ten_o" })).json()) as { totals: { activeMs: number } };
+      expect(theirs.totals.activeMs).toBe(30 * 60_000);
+      expect(mine.totals.activeMs).not.toBe(theirs.totals.activeMs);
+    });
+
+    it("groups by agent and local day in the requested zone, as JSON and as CSV", async () => {
+      const res = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day");
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { rows: { start: string; end: string; agentId: string; activeMs: number }[]; totals: { activeMs: number }; source: string; timeZone: string };
+      expect(body.timeZone).toBe("America/New_York");
+      expect(body.source).toBe("rollup");
+      expect(new Set(body.rows.map((r) => r.start))).toEqual(new Set(["2026-03-07T00:00:00-05:00", "2026-03-08T00:00:00-05:00", "2026-03-09T00:00:00-04:00"]));
+      expect(body.rows.find((r) => r.start.startsWith("2026-03-08"))?.end).toBe("2026-03-09T00:00:00-04:00");
+      expect(body.rows.reduce((t, r) => t + r.activeMs, 0)).toBe(body.totals.activeMs);
+      const csv = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day", { "x-test-tenant": "ten_u", accept: "text/csv" });
+      expect(csv.headers.get("content-type")).toMatch(/^text\/csv/);
+      const lines = (await csv.text()).trim().split("\r\n");
+      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms");
+      expect(lines.length - 1).toBe(body.rows.length);
+      const first = body.rows[0]!;
+      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${(body.rows[0] as unknown as { vcpuMs: number }).vcpuMs},${(body.rows[0] as unknown as { mibMs: number }).mibMs}`);
+      expect((await get("/v1/usage?from=2026-03-07&to=2026-03-10&format=csv")).headers.get("content-type")).toMatch(/^text\/csv/);
+    });
+
+    it("refuses bad parameters with 400", async () => {
+      for (const q of ["from=2026-03-01", "from=2026-03-01&to=2026-04-01&groupBy=week", "from=2026-03-01&to=2026-04-01&tz=Mars/Base", "from=2026-04-01&to=2026-03-01", "from=yesterday&to=2026-04-01", "from=2026-01-01&to=2026-12-01&groupBy=hour", "from=2026-03-01&to=2026-04-01&groupBy=hour,day"]) {
+        const res = await get(`/v1/usage?${q}`);
+        expect(res.status, q).toBe(400);
+        expect(((await res.json()) as { error: { code: string } }).error.code).toBe("bad_request");
+      }
+    });
+
+    it("ingests over HTTP only with a billing component token, and only the host's own segments", async () => {
+      const body = (s: MeterSegment[]) => JSON.stringify({ segments: s });
+      const s1 = segment({ hostId: "host_h", vmId: "vm_h", tenantId: "ten_o", agentId: "agt_o1", start: Date.UTC(2026, 5, 1), end: Date.UTC(2026, 5, 1, 0, 1) });
+      const s2 = segment({ hostId: "host_other", vmId: "vm_h", tenantId: "ten_o", agentId: "agt_o1", start: Date.UTC(2026, 5, 1), end: Date.UTC(2026, 5, 1, 0, 1) });
+      const post = (auth: string | undefined, payload: string) => app().request("/v1/meter-segments", { method: "POST", headers: { "content-type": "application/json", ...(auth ? { authorization: auth } : {}) }, body: payload });
+      expect((await post(undefined, body([s1]))).status).toBe(401);
+      expect((await post(`Bearer ${await signComponentToken(key, { sub: "host_h", aud: "host:host_h" })}`, body([s1]))).status).toBe(401);
+      expect((await post(`Bearer ${await signComponentToken(componentKey("another-secret-that-is-32-chars-long!!"), { sub: "host_h", aud: "billing" })}`, body([s1]))).status).toBe(401);
+      const token = `Bearer ${await signComponentToken(key, { sub: "host_h", aud: "billing" })}`;
+      expect((await post(token, "{nope")).status).toBe(400);
+      expect((await post(token, JSON.stringify({ segs: [] }))).status).toBe(400);
+      const ok = await post(token, body([s1, s2]));
+      expect(ok.status).toBe(200);
+      expect(await ok.json()).toEqual({ accepted: [s1.id], duplicates: [], rejected: [{ id: s2.id, code: "host_mismatch", message: expect.any(String) }] });
+      expect(await (await post(token, body([s1]))).json()).toEqual({ accepted: [], duplicates: [s1.id], rejected: [] });
+    });
+
+    it("lists an agent's runs with wake reason, mode, timing breakdown, sleep reason and metered time", async () => {
+      const woke = Date.UTC(2026, 5, 2, 8);
+      await database.db.insert(runs).values([
+        { id: "run_r1", agentId: "agt_u1", tenantId: "ten_u", hostId: "host_r", vmId: "vm_r", wokeAt: new Date(woke), wakeReason: "webhook", wakeMode: "restore", timings: { queuedMs: 3, restoreMs: 850, clockFixMs: 2, firstByteMs: 910 }, sleptAt: new Date(woke + 95_000), sleepReason: "idle" },
+        { id: "run_r2", agentId: "agt_u1", tenantId: "ten_u", hostId: "host_r", vmId: "vm_r", wokeAt: new Date(woke + hour), wakeReason: "request", wakeMode: "boot", timings: { queuedMs: 1, bootMs: 3900 } },
+      ]);
+      await ingestSegments(database.db, runSegments({ hostId: "host_r", vmId: "vm_r", tenantId: "ten_u", agentId: "agt_u1", runId: "run_r1", start: woke, durationMs: 95_000, vcpus: 2, memMiB: 512 }), clock);
+      const res = await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03");
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { runs: Record<string, unknown>[] };
+      expect(body.runs).toEqual([
+        expect.objectContaining({ runId: "run_r2", wakeReason: "request", wakeMode: "boot", sleptAt: null, sleepReason: null, activeMs: 0, segments: 0 }),
+        expect.objectContaining({
+          runId: "run_r1",
+          wokeAt: "2026-06-02T08:00:00.000Z",
+          wakeReason: "webhook",
+          wakeMode: "restore",
+          timings: { queuedMs: 3, restoreMs: 850, clockFixMs: 2, firstByteMs: 910 },
+          sleptAt: "2026-06-02T08:01:35.000Z",
+          sleepReason: "idle",
+          awakeMs: 95_000,
+          activeMs: 95_000,
+          vcpuMs: 190_000,
+          mibMs: 512 * 95_000,
+          segments: 10,
+        }),
+      ]);
+      const csv = await (await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03&format=csv")).text();
+      expect(csv.split("\r\n")[0]).toBe("run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,segments");
+      expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,10");
+    });
+  });
+});
+
+describe("on embedded PGlite (the all-in-one npm start)", () => {
+  it("reports, lists runs and invoices with the same SQL", async () => {
+    const { openDatabase } = await import("../../schema/db.ts");
+    const { invoiceForMonth } = await import("../../billing/invoices.ts");
+    const { agentRuns } = await import("../../billing/runs.ts");
+    const lite = await openDatabase({ pgliteMemory: true });
+    try {
+      await seedTenant(lite.db, "ten_l", "Asia/Kolkata", ["agt_l"]);
+      const liteClock = new ManualClock(Date.UTC(2026, 3, 1, 12));
+      await lite.db.insert(runs).values({ id: "run_l", agentId: "agt_l", tenantId: "ten_l", hostId: "host_l", vmId: "vm_l", wokeAt: new Date(Date.UTC(2026, 2, 10, 18)), wakeReason: "api", wakeMode: "boot", timings: { bootMs: 3500 } });
+      const r = await ingestSegments(lite.db, runSegments({ hostId: "host_l", vmId: "vm_l", tenantId: "ten_l", agentId: "agt_l", runId: "run_l", start: Date.UTC(2026, 2, 10, 18), durationMs: 2 * hour, vcpus: 2, memMiB: 512 }), liteClock);
+      expect(r.accepted).toHaveLength(720);
+      const q: UsageQuery = { tenantId: "ten_l", from: Date.UTC(2026, 2, 1), to: Date.UTC(2026, 3, 1), zone: "Asia/Kolkata", byAgent: true, time: "day" };
+      const rollup = await usageReport(lite.db, q);
+      expect(rollup.rows.map((x) => x.activeMs)).toEqual([30 * 60_000, 90 * 60_000]); // 23:30 IST is the day change
+      expect((await usageReport(lite.db, q, { source: "raw" })).rows).toEqual(rollup.rows);
+      expect((await agentRuns(lite.db, "ten_l", "agt_l"))[0]).toMatchObject({ runId: "run_l", activeMs: 2 * hour, segments: 720 });
+      const inv = await invoiceForMonth(lite.db, liteClock, "ten_l", "2026-03");
+      expect(inv.lines.map((l) => [l.resource, l.quantity])).toEqual([
+        ["vcpu", String(4 * hour)],
+        ["memory", String(512 * 2 * hour)],
+      ]);
+    } finally {
+      await lite.close();
+    }
+  });
+});
