@@ -12,6 +12,8 @@ export interface FleetAgentConfig {
   reaperIntervalMs: number;
   cpuBusyThreshold: number;
   drainTimeoutMs: number;
+  /** Longest open meter segment: a host crash loses at most this much metered time, ms. */
+  meterHeartbeatMs: number;
   upstream: LocalFleetOptions;
 }
 
@@ -24,8 +26,9 @@ export interface FleetAgentConfig {
  * | REAPER_INTERVAL_MS | 1000 | how often idle VMs are looked for, ms |
  * | CPU_BUSY_PERCENT | 20 | guest CPU (percent of one core) that counts as background work |
  * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown waits for in-flight requests, ms |
- * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms |
- * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after) |
+ * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a host crash loses at most this much metered time, ms |
+ * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms (the gateway's fast path reads it too) |
+ * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after; the gateway's fast path reads it too) |
  */
 export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
   return {
@@ -36,6 +39,7 @@ export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
     reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, { min: 10 }),
     cpuBusyThreshold: int(env, "CPU_BUSY_PERCENT", 20, { min: 1, max: 10_000 }) / 100,
     drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
+    meterHeartbeatMs: int(env, "METER_HEARTBEAT_MS", 10_000, { min: 100 }),
     upstream: {
       connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
       headersTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),

@@ -1,5 +1,5 @@
 // The gateway's view of the fleet: one interface, an in-process adapter (all-in-one) and an HTTP one (remote hosts).
-import type { Lease } from "./host.ts";
+import type { Lease, Ticket } from "./host.ts";
 import type { AgentSpec, VmState, VmStatus, WakeInfo, WakeReason } from "./types.ts";
 
 export interface ForwardContext {
@@ -15,6 +15,14 @@ export interface Fleet {
    * The response streams; it carries `x-wake` and `server-timing` with the wake breakdown.
    */
   forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response>;
+  /**
+   * Optional, for a gateway that talks HTTP/1.1 to the agent itself (the Node fast path, WebSockets): holds the agent
+   * awake (waking it first, single-flight, counted like `forward`) and says where it listens. The caller must
+   * `release()` the ticket exactly once, `touch()` it while bytes move, call `streaming()` once the response (or
+   * WebSocket) is open, and close its stream when `onHibernate` fires. Fleets whose agents the gateway cannot reach
+   * directly (remote hosts) leave it out; the fast path then goes through `forward`, and WebSockets are refused.
+   */
+  acquire?(agent: AgentSpec, ctx: ForwardContext): Promise<Ticket>;
   wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
   hibernate(agentId: string): Promise<VmState>;
   status(agentId: string): Promise<VmStatus | undefined>;

@@ -71,6 +71,7 @@ export function createLocalFleet(host: Host, opts: LocalFleetOptions = defaultLo
         throw upstreamError(err, agent.id);
       }
     },
+    acquire: (agent, ctx) => host.acquire(agent, ctx.reason),
     wake: (agent, reason) => host.wake(agent, reason),
     hibernate: (agentId) => host.hibernateNow(agentId),
     status: async (agentId) => host.status(agentId),

@@ -1,27 +1,25 @@
 // The standalone fleet-agent daemon (`npm run fleet-agent`): one per host; registers and heartbeats in Postgres, serves the ingress gateways call.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { totalmem } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { serve } from "@hono/node-server";
 import { eq, sql } from "drizzle-orm";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { int, oneOf, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
-import { newId } from "../lib/ids.ts";
 import { createLogger, type Logger } from "../lib/log.ts";
 import { hosts } from "../schema/core.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { parseFleetAgentConfig, type FleetAgentConfig } from "./config.ts";
 import type { VmDriver } from "./drivers/driver.ts";
 import { selectDriver } from "./drivers/select.ts";
-import { Host } from "./host.ts";
+import type { Host } from "./host.ts";
 import { createIngress } from "./ingress.ts";
-import { createLocalFleet } from "./local-fleet.ts";
-import { createDbHostStore } from "./store.ts";
-import { HttpSink, InProcessSink, Meter } from "./meter/index.ts";
+import { resolveHostId, startHostRuntime } from "./assemble.ts";
+import { HttpSink, InProcessSink } from "./meter/index.ts";
 
 export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
@@ -39,8 +37,6 @@ export interface FleetAgentDaemonConfig {
   heartbeatIntervalMs: number;
   /** Where meter segments are shipped (a gateway serving billing); unset: written to the shared database directly. */
   billingUrl: string | undefined;
-  /** How often an active VM's open meter segment is closed and a new one begun, ms. */
-  meterHeartbeatMs: number;
 }
 
 /**
@@ -54,7 +50,6 @@ export interface FleetAgentDaemonConfig {
  * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
  * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
  * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
- * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a crash loses at most this much metered time, ms |
  * | LOG_LEVEL | info | debug, info, warn or error |
  * plus the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
  */
@@ -75,7 +70,6 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
     heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
     billingUrl: optStr(env, "BILLING_URL"),
-    meterHeartbeatMs: int(env, "METER_HEARTBEAT_MS", 10_000, { min: 100 }),
   };
 }
 
@@ -104,36 +98,15 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   mkdirSync(cfg.dataDir, { recursive: true });
   const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
   const { driver } = parts;
-  const hostId = cfg.fleet.hostId ?? persistentId(join(cfg.dataDir, "host-id"), () => newId("host"));
+  const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
   const hostLog = log.child({ component: "fleet-agent", hostId });
   if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
-
-  // Every active second is metered: segments are spooled on this host's disk, then shipped to billing.
   const sink = cfg.billingUrl
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
     : new InProcessSink(database.db, clock, hostLog.child({ component: "billing" }));
-  const meter = Meter.open({ hostId, dataDir: cfg.dataDir, sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: hostLog.child({ component: "meter" }) });
-  meter.start();
-  const host = new Host({
-    config: {
-      hostId,
-      vmsDir: join(cfg.dataDir, "hosts", hostId, "vms"),
-      wakeQueueLimit: cfg.fleet.wakeQueueLimit,
-      wakeDeadlineMs: cfg.fleet.wakeDeadlineMs,
-      reaperIntervalMs: cfg.fleet.reaperIntervalMs,
-      cpuBusyThreshold: cfg.fleet.cpuBusyThreshold,
-      drainTimeoutMs: cfg.fleet.drainTimeoutMs,
-    },
-    driver,
-    store: createDbHostStore(database.db),
-    clock,
-    log: hostLog,
-    activity: meter,
-  });
-  const fleet = createLocalFleet(host, cfg.fleet.upstream);
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, clock, log: hostLog });
+  const { host, fleet } = runtime;
   const app = createIngress({ hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) });
-
-  await host.start();
   const { server, port } = await listen(app.fetch, cfg.port, cfg.hostname);
   const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
 
@@ -173,9 +146,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
         await beating;
         const closing = new Promise<void>((done) => server.close(() => done()));
         server.closeIdleConnections();
-        await host.stop();
-        await meter.stop();
-        await fleet.close();
+        await runtime.stop();
         server.closeAllConnections();
         await closing;
         if (!parts.database) await database.close();
@@ -193,13 +164,6 @@ function listen(fetch: (req: Request) => Response | Promise<Response>, port: num
     server.requestTimeout = 0;
     server.headersTimeout = 30_000;
   });
-}
-
-function persistentId(path: string, make: () => string): string {
-  if (existsSync(path)) return readFileSync(path, "utf8").trim();
-  const id = make();
-  writeFileSync(path, id + "\n");
-  return id;
 }
 
 async function main(): Promise<void> {

@@ -8,6 +8,8 @@ import type { AgentRepo } from "./agent-repo.ts";
 import { bearerToken, type Authenticator } from "./auth.ts";
 import type { GatewayEnv } from "./auth-context.ts";
 import { proxyToAgent } from "./proxy.ts";
+import { createProxyCore, defaultProxyConfig, type ProxyConfig, type ProxyCore } from "./proxy-core.ts";
+import type { AgentSettingsStore } from "./proxy-agents.ts";
 import { agentRoutes } from "./routes/agents.ts";
 
 export interface GatewayConfig {
@@ -20,6 +22,8 @@ export interface GatewayConfig {
   /** Images an agent may be created with (what the hosts' driver can run). */
   images: readonly string[];
   agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number };
+  /** Proxy timeouts and limits (gateway/proxy-core.ts); defaults when absent. */
+  proxy?: ProxyConfig;
 }
 
 export interface GatewayDeps {
@@ -32,11 +36,17 @@ export interface GatewayDeps {
   clientIp?: (c: Context<GatewayEnv>) => string | undefined;
   /** More routes mounted at the root (billing, webhooks); they see the same request id and caller. */
   routes?: Hono<GatewayEnv>[];
+  /** Per-agent settings (PATCH /v1/agents/:id, per-agent limits); without it they are read-only defaults. */
+  settings?: AgentSettingsStore;
+  /** The proxy's shared state (agent cache, tenant limiter), when the Node fast path shares it; else one is made here. */
+  proxy?: ProxyCore;
 }
 
 export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>();
   const { log } = deps;
+  const proxy = deps.proxy ?? createProxyCore({ ...deps, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
+  const proxyDeps = { core: proxy, clientIp: deps.clientIp };
 
   app.onError((err, c) => {
     const requestId = c.get("requestId") ?? newId("request");
@@ -65,7 +75,7 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
       const agentId = host.slice(0, -domain.length - 1);
       if (agentId.includes(".")) return next();
       await authenticate(c);
-      return proxyToAgent(deps, c, agentId, c.req.path);
+      return proxyToAgent(proxyDeps, c, agentId, c.req.path);
     });
   }
 
@@ -73,19 +83,20 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   app.get("/healthz", (c) => c.json({ ok: true }));
 
   app.use(async (c, next) => {
-    // Webhook intake authenticates by signature; a sender's own Authorization header is not ours to judge.
-    if (!c.req.path.startsWith("/hooks/")) await authenticate(c);
+    // Webhook intake authenticates by signature (a sender's own Authorization header is not ours to judge);
+    // meter shipments carry a host's component token, which the billing route verifies itself.
+    if (!c.req.path.startsWith("/hooks/") && c.req.path !== "/v1/meter-segments") await authenticate(c);
     return next();
   });
 
-  app.all("/a/:agentId", (c) => proxyToAgent(deps, c, c.req.param("agentId"), "/"));
+  app.all("/a/:agentId", (c) => proxyToAgent(proxyDeps, c, c.req.param("agentId"), "/"));
   app.all("/a/:agentId/*", (c) => {
     const agentId = c.req.param("agentId");
     const prefix = `/a/${agentId}`;
-    return proxyToAgent(deps, c, agentId, c.req.path.slice(prefix.length) || "/");
+    return proxyToAgent(proxyDeps, c, agentId, c.req.path.slice(prefix.length) || "/");
   });
 
-  app.route("/", agentRoutes(deps));
+  app.route("/", agentRoutes(deps, proxy));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {

@@ -1,5 +1,5 @@
 // The gateway's configuration, parsed once from the environment at a program's edge.
-import { int, optStr, str, type Env } from "../lib/env.ts";
+import { bool, int, optStr, str, type Env } from "../lib/env.ts";
 import type { GatewayConfig } from "./app.ts";
 
 export interface GatewayAuthConfig {
@@ -26,6 +26,14 @@ export interface GatewayAuthConfig {
  * | JWT_ISSUER | agentvm-dev | required `iss` of user tokens |
  * | JWT_AUDIENCE | agentvm | required `aud` of user tokens |
  * | JWT_ALGORITHMS | ES256,EdDSA,RS256 | accepted signature algorithms |
+ * | MAX_HEADER_BYTES | 16384 | largest request head (request line + headers) a client may send, bytes; 431 beyond |
+ * | CLIENT_HEADERS_TIMEOUT_MS | 30000 | how long a client may take to send its request head, ms |
+ * | TENANT_MAX_CONCURRENT | 1000 | proxied calls in flight per tenant (a WebSocket counts while its handshake runs); 429 + Retry-After beyond |
+ * | PROXY_IDLE_TIMEOUT_MS | 600000 (10 min) | a proxied call, stream or WebSocket that moves no bytes either way for this long is ended, ms (per agent: limits.proxyIdleTimeoutMs) |
+ * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from the request sent to the agent's response headers, ms; 504 after (per agent: limits.responseTimeoutMs; the fleet-agent reads it too) |
+ * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms; 504 after (the fleet-agent reads it too) |
+ * | AGENT_CACHE_TTL_MS | 2000 | how long the proxy trusts an agent row from memory before re-reading it (in the background), ms |
+ * | PROXY_FAST_PATH | true | Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets) |
  */
 export function parseGatewayConfig(env: Env, images: readonly string[]): { gateway: GatewayConfig; auth: GatewayAuthConfig } {
   return {
@@ -39,6 +47,16 @@ export function parseGatewayConfig(env: Env, images: readonly string[]): { gatew
         memMiB: int(env, "AGENT_MEM_MIB", 256, { min: 64 }),
         idleTimeoutMs: int(env, "AGENT_IDLE_TIMEOUT_MS", 60_000, { min: 100 }),
         streamIdleMs: int(env, "AGENT_STREAM_IDLE_MS", 60_000, { min: 100 }),
+      },
+      proxy: {
+        maxHeaderBytes: int(env, "MAX_HEADER_BYTES", 16_384, { min: 1024, max: 1024 * 1024 }),
+        clientHeadersTimeoutMs: int(env, "CLIENT_HEADERS_TIMEOUT_MS", 30_000, { min: 1000 }),
+        tenantMaxConcurrent: int(env, "TENANT_MAX_CONCURRENT", 1000, { min: 1 }),
+        proxyIdleTimeoutMs: int(env, "PROXY_IDLE_TIMEOUT_MS", 600_000, { min: 100 }),
+        responseTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),
+        connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
+        agentCacheTtlMs: int(env, "AGENT_CACHE_TTL_MS", 2000, { min: 0 }),
+        fastPath: bool(env, "PROXY_FAST_PATH", true),
       },
     },
     auth: {

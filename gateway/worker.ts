@@ -6,6 +6,7 @@ import { createLogger, type Logger } from "../lib/log.ts";
 import { openPostgresDb, type Db } from "../schema/postgres.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
 import { createGateway } from "./app.ts";
+import { createAgentSettingsStore } from "./proxy-agents.ts";
 import { createAgentRepo } from "./agent-repo.ts";
 import { createJwtAuthenticator, type Authenticator } from "./auth.ts";
 import { createDbPlacement, type PlacementCache } from "./placement.ts";
@@ -112,6 +113,9 @@ export default {
         config: config.gateway,
         clientIp: (c) => c.req.header("cf-connecting-ip"),
         routes: [webhooks, createBillingRoutes({ db: pg.db, clock: systemClock, log, componentKey: config.componentKey })],
+        // Per request, like the database client: agent settings (PATCH) work; the agent cache and the
+        // per-tenant concurrency limit do not span requests on Workers (an isolate's limit is not global anyway).
+        settings: createAgentSettingsStore(pg.db),
       });
       return await app.fetch(request);
     } finally {

@@ -1,3 +1,5 @@
 // Every table of the system, for drizzle's queries and drizzle-kit's migrations.
 export * from "./core.ts";
 export * from "./webhooks.ts";
+export * from "./billing.ts";
+export * from "./proxy.ts";

@@ -1,10 +1,9 @@
 // The whole system in one process: database, one host (fleet-agent), gateway with billing and webhook routes.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import type { Hono } from "hono";
 import { systemClock, type Clock } from "../lib/clock.ts";
-import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { agents, hosts } from "../schema/core.ts";
@@ -12,16 +11,21 @@ import { createGateway } from "../gateway/app.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
 import { createJwtAuthenticator } from "../gateway/auth.ts";
 import type { GatewayEnv } from "../gateway/auth-context.ts";
-import type { GatewayAuthConfig } from "../gateway/config.ts";
+import { parseGatewayConfig, type GatewayAuthConfig } from "../gateway/config.ts";
 import type { GatewayConfig } from "../gateway/app.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node.ts";
-import { Host } from "../fleet-agent/host.ts";
-import { createDbHostStore } from "../fleet-agent/store.ts";
-import { createLocalFleet } from "../fleet-agent/local-fleet.ts";
-import type { FleetAgentConfig } from "../fleet-agent/config.ts";
+import { createNodeProxy } from "../gateway/fast-path/handler.ts";
+import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
+import { createProxyCore, defaultProxyConfig } from "../gateway/proxy-core.ts";
+import type { Host } from "../fleet-agent/host.ts";
+import { resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { InProcessSink } from "../fleet-agent/meter/index.ts";
+import { createBillingRoutes } from "../billing/routes.ts";
+import { componentKey } from "../lib/host-token.ts";
+import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
-import type { ActivityListener } from "../fleet-agent/types.ts";
-import { createWebhookModule, fleetForward, type WebhookConfig } from "../gateway/webhooks/index.ts";
+import { createWebhookModule, fleetForward, webhookConfigFromEnv, type WebhookConfig } from "../gateway/webhooks/index.ts";
+import { int, optStr, str, type Env } from "../lib/env.ts";
 import { ensureDevKeys, mintToken, type DevKeys } from "./dev-keys.ts";
 
 export interface AllInOneConfig {
@@ -34,6 +38,8 @@ export interface AllInOneConfig {
   auth: GatewayAuthConfig;
   fleet: FleetAgentConfig;
   webhooks: WebhookConfig;
+  /** Key hosts sign meter shipments with (`COMPONENT_SECRET`); only HTTP shipments need it here. */
+  componentKey: Uint8Array;
 }
 
 export interface AllInOneParts {
@@ -54,8 +60,9 @@ export interface System {
   demo: { tenantId: string; agentId: string; token: string };
   /**
    * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (they are
-   * stored, so what it leaves is retried at the next start) → host drains in-flight requests and hibernates its VMs
-   * → the driver releases what it holds → pooled upstream connections close → the database closes.
+   * stored, so what it leaves is retried at the next start) → the host runtime stops (drain in-flight
+   * requests, hibernate the VMs, driver releases what it holds, meter ships what it can, pooled upstream
+   * connections close) → the fast path's upstream pool closes → open connections are cut → the database closes.
    */
   stop(): Promise<void>;
 }
@@ -74,30 +81,16 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const { db } = database;
   const keys = await ensureDevKeys(dataDir);
 
-  const hostId = cfg.fleet.hostId ?? persistentId(join(dataDir, "host-id"), () => newId("host"));
+  const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
   await db
     .insert(hosts)
     .values({ id: hostId, driver: driver.name, capacityMiB: 0 })
     .onConflictDoUpdate({ target: hosts.id, set: { driver: driver.name, lastHeartbeatAt: new Date(), startedAt: new Date() } });
-
-  const activity: ActivityListener = { active() {}, inactive() {} };
-  const host = new Host({
-    config: {
-      hostId,
-      vmsDir: join(dataDir, "hosts", hostId, "vms"),
-      wakeQueueLimit: cfg.fleet.wakeQueueLimit,
-      wakeDeadlineMs: cfg.fleet.wakeDeadlineMs,
-      reaperIntervalMs: cfg.fleet.reaperIntervalMs,
-      cpuBusyThreshold: cfg.fleet.cpuBusyThreshold,
-      drainTimeoutMs: cfg.fleet.drainTimeoutMs,
-    },
-    driver,
-    store: createDbHostStore(db),
-    clock,
-    log: log.child({ component: "fleet-agent", hostId }),
-    activity,
-  });
-  const fleet = createLocalFleet(host, cfg.fleet.upstream);
+  const hostLog = log.child({ component: "fleet-agent", hostId });
+  // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
+  const sink = new InProcessSink(db, clock, log.child({ component: "billing" }));
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, clock, log: hostLog });
+  const { host, fleet } = runtime;
   const repo = createAgentRepo(db);
   const auth = createJwtAuthenticator({
     keys: cfg.auth.jwksUrl ? { jwksUrl: cfg.auth.jwksUrl } : { jwks: cfg.auth.jwksJson ? JSON.parse(cfg.auth.jwksJson) : keys.jwks },
@@ -106,15 +99,23 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     algorithms: cfg.auth.algorithms,
   });
   const webhooks = createWebhookModule({ db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(repo, fleet), config: cfg.webhooks });
+  // One proxy core (agent cache, tenant limiter) shared by the Hono app and the Node fast path.
+  const settings = createAgentSettingsStore(db);
+  const proxyConfig = cfg.gateway.proxy ?? defaultProxyConfig;
+  const gatewayLog = log.child({ component: "gateway" });
+  const proxy = createProxyCore({ agents: repo, settings, fleet, log: gatewayLog, maxBodyBytes: cfg.gateway.maxBodyBytes, proxy: proxyConfig });
   const app = createGateway({
     agents: repo,
     fleet,
     auth,
-    log: log.child({ component: "gateway" }),
+    log: gatewayLog,
     config: cfg.gateway,
     clientIp: nodeClientIp,
-    routes: [webhooks.routes],
+    routes: [webhooks.routes, createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: cfg.componentKey })],
+    settings,
+    proxy,
   });
+  const nodeProxy = createNodeProxy({ core: proxy, auth, domain: cfg.gateway.domain, log: gatewayLog });
 
   // The demo tenant and agent, created once and kept across restarts.
   await repo.ensureTenant(demoTenantId, "Demo tenant");
@@ -132,14 +133,14 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     audience: cfg.auth.audience,
   });
 
-  host.start();
   webhooks.worker.start();
   let server: NodeServer;
   try {
-    server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname });
+    server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname, proxy: proxyConfig.fastPath ? nodeProxy : undefined, maxHeaderBytes: proxyConfig.maxHeaderBytes, headersTimeoutMs: proxyConfig.clientHeadersTimeoutMs });
   } catch (err) {
+    nodeProxy.close();
     await webhooks.worker.stop();
-    await host.stop();
+    await runtime.stop();
     if (!parts.database) await database.close();
     throw err;
   }
@@ -158,8 +159,8 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       stopped ??= (async () => {
         const closing = server.close();
         await webhooks.worker.stop();
-        await host.stop();
-        await fleet.close();
+        await runtime.stop();
+        nodeProxy.close();
         server.server.closeAllConnections();
         await closing;
         if (!parts.database) await database.close();
@@ -169,9 +170,25 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   };
 }
 
-function persistentId(path: string, make: () => string): string {
-  if (existsSync(path)) return readFileSync(path, "utf8").trim();
-  const id = make();
-  writeFileSync(path, id + "\n");
-  return id;
+/**
+ * The all-in-one's configuration from the environment: its own variables (PORT, BIND_ADDRESS, DATA_DIR,
+ * DATABASE_URL, COMPONENT_SECRET) plus the gateway's, the fleet-agent's and the webhooks' (see their config
+ * modules). `images` are what the selected driver runs.
+ */
+export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
+  const { gateway, auth } = parseGatewayConfig(env, images);
+  const secret = optStr(env, "COMPONENT_SECRET");
+  return {
+    port: int(env, "PORT", 8080, { min: 0, max: 65535 }),
+    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
+    dataDir: resolve(str(env, "DATA_DIR", ".data")),
+    databaseUrl: optStr(env, "DATABASE_URL"),
+    gateway,
+    auth,
+    fleet: parseFleetAgentConfig(env),
+    webhooks: webhookConfigFromEnv(env),
+    // With a secret, hosts elsewhere may ship meter segments here over HTTP; without, this process's own host
+    // ships in-process and a random key closes the HTTP route.
+    componentKey: secret ? componentKey(secret) : crypto.getRandomValues(new Uint8Array(32)),
+  };
 }

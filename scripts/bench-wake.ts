@@ -6,13 +6,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { silentLogger } from "../lib/log.ts";
-import { parseGatewayConfig } from "../gateway/config.ts";
-import { webhookConfigFromEnv } from "../gateway/webhooks/index.ts";
-import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../fleet-agent/drivers/driver.ts";
 import { QemuDriver } from "../fleet-agent/drivers/qemu.ts";
 import { ensureGuestImage } from "./build-guest-image.ts";
-import { startAllInOne } from "./all-in-one.ts";
+import { parseAllInOneConfig, startAllInOne } from "./all-in-one.ts";
 
 const { values } = parseArgs({
   options: {
@@ -95,12 +92,8 @@ const qemu = new QemuDriver({ image, accel, prestart: values.prestart, log: sile
 say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${values.prestart ? "on" : "off"}`);
 const driver = new RecordingDriver(qemu);
 const dataDir = mkdtempSync(join(tmpdir(), "bench-wake-"));
-const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000" };
-const { gateway, auth } = parseGatewayConfig(env, ["demo"]);
-const system = await startAllInOne(
-  { port: 0, hostname: "127.0.0.1", dataDir, databaseUrl: undefined, gateway, auth, fleet: parseFleetAgentConfig(env), webhooks: webhookConfigFromEnv(env) },
-  { driver, log: silentLogger },
-);
+const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
+const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver, log: silentLogger });
 
 try {
   const headers = { authorization: `Bearer ${system.demo.token}`, "content-type": "application/json" };

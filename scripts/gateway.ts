@@ -10,6 +10,9 @@ import { createLogger, type Logger } from "../lib/log.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { createGateway, type GatewayConfig } from "../gateway/app.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
+import { createNodeProxy } from "../gateway/fast-path/handler.ts";
+import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
+import { createProxyCore, defaultProxyConfig } from "../gateway/proxy-core.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
 import { createJwtAuthenticator } from "../gateway/auth.ts";
 import type { GatewayEnv } from "../gateway/auth-context.ts";
@@ -115,9 +118,15 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   const agents = createAgentRepo(db);
   const webhooks = createWebhookModule({ db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: cfg.webhooks });
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: componentKey(cfg.componentSecret) });
-  const app = createGateway({ agents, fleet, auth, log: log.child({ component: "gateway" }), config: cfg.gateway, clientIp: nodeClientIp, routes: [webhooks.routes, billing] });
+  // One proxy core (agent cache, tenant limiter) shared by the Hono app and the Node fast path.
+  const gatewayLog = log.child({ component: "gateway" });
+  const settings = createAgentSettingsStore(db);
+  const proxyConfig = cfg.gateway.proxy ?? defaultProxyConfig;
+  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: cfg.gateway.maxBodyBytes, proxy: proxyConfig });
+  const app = createGateway({ agents, fleet, auth, log: gatewayLog, config: cfg.gateway, clientIp: nodeClientIp, routes: [webhooks.routes, billing], settings, proxy });
+  const nodeProxy = createNodeProxy({ core: proxy, auth, domain: cfg.gateway.domain, log: gatewayLog });
 
-  const server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname });
+  const server = await serveNode(app, { port: cfg.port, hostname: cfg.hostname, proxy: nodeProxy, maxHeaderBytes: proxyConfig.maxHeaderBytes, headersTimeoutMs: proxyConfig.clientHeadersTimeoutMs });
   webhooks.worker.start();
   const url = `http://${cfg.hostname === "0.0.0.0" ? "127.0.0.1" : cfg.hostname}:${server.port}`;
 
@@ -140,6 +149,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
         await Promise.race([closing, grace]);
         server.server.closeAllConnections();
         await closing;
+        nodeProxy.close();
         await hostFetch.close();
         if (!parts.database) await database.close();
       })();

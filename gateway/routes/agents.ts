@@ -1,4 +1,4 @@
-// Admin API under /v1/agents: create, list, get, delete, hibernate, wake, keep-awake leases, the event log.
+// Admin API under /v1/agents: create, list, get, update, delete, hibernate, wake, keep-awake leases, the event log.
 import { Hono, type Context } from "hono";
 import { AppError } from "../../lib/errors.ts";
 import { isId, newId } from "../../lib/ids.ts";
@@ -6,13 +6,43 @@ import type { VmStatus } from "../../fleet-agent/types.ts";
 import { agentSpec, type AgentRow } from "../agent-repo.ts";
 import type { GatewayDeps } from "../app.ts";
 import { requireScope, type Caller, type GatewayEnv } from "../auth-context.ts";
-import { jsonBody, optBool, optInt, optString, rejectUnknown } from "../validate.ts";
+import { jsonBody, optBool, optInt, optString, rejectUnknown, type Json } from "../validate.ts";
+import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
+import { noOverrides, type AgentLimitOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
+import { effectiveNonWaking, parseNonWaking } from "../proxy-policy.ts";
 
-const createFields = ["name", "image", "vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress"] as const;
+const createFields = ["name", "image", "vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress", "nonWaking", "limits"] as const;
+const patchFields = ["idleTimeoutMs", "streamIdleMs", "nonWaking", "limits"] as const;
+const limitFields = ["responseTimeoutMs", "proxyIdleTimeoutMs", "maxBodyBytes"] as const;
+const idleRange = { min: 100, max: 7 * 24 * 3600_000 };
 
-export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
+/** `limits` in an API body: each field an integer in range, or null for the gateway's global value. */
+function parseLimits(body: Json): Partial<AgentLimitOverrides> | undefined {
+  const v = body.limits;
+  if (v === undefined) return undefined;
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new AppError("bad_request", `limits must be an object {${limitFields.join(", ")}}`);
+  const o = v as Json;
+  rejectUnknown(o, limitFields);
+  const out: Partial<AgentLimitOverrides> = {};
+  const field = (key: (typeof limitFields)[number], range: { min: number; max: number }) => {
+    if (o[key] === undefined) return;
+    out[key] = o[key] === null ? null : (optInt(o, key, range) ?? null);
+  };
+  field("responseTimeoutMs", { min: 100, max: 3600_000 });
+  field("proxyIdleTimeoutMs", { min: 100, max: 7 * 24 * 3600_000 });
+  field("maxBodyBytes", { min: 0, max: 2 ** 50 });
+  return out;
+}
+
+export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEnv> {
   const r = new Hono<GatewayEnv>();
-  const { agents, fleet, config } = deps;
+  const { agents, fleet, config, settings } = deps;
+
+  /** The agent as the API shows it: with the non-waking rules and the limits in force. */
+  async function view(row: AgentRow, status: VmStatus | undefined) {
+    const overrides = settings ? await settings.limits(row.id) : noOverrides;
+    return agentJson(row, status, proxy.limitsOf(row, overrides));
+  }
 
   /** The caller's own live agent, or 404 (also for another tenant's agent: it does not exist for them). */
   async function ownAgent(c: Context<GatewayEnv>, caller: Caller): Promise<AgentRow> {
@@ -38,6 +68,9 @@ export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
     const b = await body(c);
     rejectUnknown(b, createFields);
     const image = optString(b, "image", /^[a-z0-9][a-z0-9._-]{0,63}$/, "an image name") ?? "demo";
+    const nonWaking = parseNonWaking(b, "nonWaking");
+    const limits = parseLimits(b);
+    if (limits && Object.keys(limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");
     if (!config.images.includes(image)) throw new AppError("bad_request", `unknown image "${image}" (available: ${config.images.join(", ")})`);
     const d = config.agentDefaults;
     const row = await agents.create({
@@ -51,21 +84,47 @@ export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
       streamIdleMs: optInt(b, "streamIdleMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.streamIdleMs,
       public: optBool(b, "public") ?? false,
       allowEgress: optBool(b, "allowEgress") ?? false,
+      nonWaking: nonWaking ?? null,
     });
+    if (limits && Object.keys(limits).length > 0) await settings!.update(row.id, { limits });
+    proxy.invalidate(row.id);
     await audit(c, caller, "agent.create", row.id, { image: row.image, vcpus: row.vcpus, memMiB: row.memMiB });
-    return c.json(agentJson(row, undefined), 201);
+    return c.json(await view(row, undefined), 201);
   });
 
   r.get("/v1/agents", async (c) => {
     const caller = requireScope(c, "agents:admin");
     const rows = await agents.list(caller.tenantId);
-    const out = await Promise.all(rows.map(async (row) => agentJson(row, await fleet.status(row.id))));
+    const out = await Promise.all(rows.map(async (row) => view(row, await fleet.status(row.id))));
     return c.json({ agents: out });
   });
 
   r.get("/v1/agents/:id", async (c) => {
     const row = await ownAgent(c, requireScope(c, "agents:admin"));
-    return c.json(agentJson(row, await fleet.status(row.id)));
+    return c.json(await view(row, await fleet.status(row.id)));
+  });
+
+  /** Changes what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global). */
+  r.patch("/v1/agents/:id", async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(c, caller);
+    if (!settings) throw new AppError("method_not_allowed", "this gateway cannot change agents");
+    const b = await body(c);
+    rejectUnknown(b, patchFields);
+    const patch: AgentSettingsPatch = {};
+    const idle = optInt(b, "idleTimeoutMs", idleRange);
+    if (idle !== undefined) patch.idleTimeoutMs = idle;
+    const streamIdle = optInt(b, "streamIdleMs", idleRange);
+    if (streamIdle !== undefined) patch.streamIdleMs = streamIdle;
+    const nonWaking = parseNonWaking(b, "nonWaking");
+    if (nonWaking !== undefined) patch.nonWaking = nonWaking;
+    const limits = parseLimits(b);
+    if (limits) patch.limits = limits;
+    await settings.update(row.id, patch);
+    proxy.invalidate(row.id);
+    await audit(c, caller, "agent.update", row.id, { ...patch });
+    const updated = (await agents.get(row.id)) ?? row;
+    return c.json(await view(updated, await fleet.status(row.id)));
   });
 
   r.delete("/v1/agents/:id", async (c) => {
@@ -73,6 +132,7 @@ export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
     const row = await ownAgent(c, caller);
     await fleet.remove(row.id);
     await agents.markDeleted(row.id);
+    proxy.invalidate(row.id);
     await audit(c, caller, "agent.delete", row.id);
     return c.json({ id: row.id, deleted: true });
   });
@@ -124,7 +184,7 @@ export function agentRoutes(deps: GatewayDeps): Hono<GatewayEnv> {
   return r;
 }
 
-function agentJson(row: AgentRow, status: VmStatus | undefined) {
+function agentJson(row: AgentRow, status: VmStatus | undefined, limits: EffectiveLimits) {
   return {
     id: row.id,
     tenantId: row.tenantId,
@@ -136,6 +196,10 @@ function agentJson(row: AgentRow, status: VmStatus | undefined) {
     streamIdleMs: row.streamIdleMs,
     public: row.public,
     allowEgress: row.allowEgress,
+    /** What the gateway answers itself without waking the agent; `nonWakingDefault` says whether these are the defaults. */
+    nonWaking: effectiveNonWaking(row.nonWaking),
+    nonWakingDefault: row.nonWaking === null,
+    limits,
     path: `/a/${row.id}/`,
     state: status?.state ?? row.state,
     lastWakeAt: status?.lastWakeAt !== undefined ? new Date(status.lastWakeAt).toISOString() : (row.lastWakeAt?.toISOString() ?? null),

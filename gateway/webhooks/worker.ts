@@ -176,7 +176,11 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
       return claimed.length;
     },
     kick() {
-      if (running) schedule(0);
+      if (!running) return;
+      // A claim under way may have looked before this delivery was stored: make its end schedule another at once
+      // (its own schedule would otherwise replace the kick's timer with the poll interval).
+      if (claiming) kickedWhileClaiming = true;
+      schedule(0);
     },
   };
 }

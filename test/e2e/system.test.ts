@@ -138,6 +138,32 @@ describe("wake → proxy → hibernate", () => {
   });
 });
 
+describe("metering through the whole system", () => {
+  it("an awake period is metered, shipped in-process and reported in usage and runs, matching the event log", async () => {
+    const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
+    const from = new Date(Date.now() - 60_000).toISOString();
+    expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 700));
+    expect(await (await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" })).json()).toMatchObject({ state: "hibernated" });
+    await sys.host.flush();
+    const events = await sys.database.db.select().from(vmEvents).where(eq(vmEvents.agentId, agent.id));
+    const awakeMs = events.find((e) => e.toState === "snapshotting")!.at.getTime() - events.find((e) => e.toState === "running")!.at.getTime();
+    const to = new Date(Date.now() + 60_000).toISOString();
+    let activeMs = 0;
+    await waitFor(async () => {
+      const usage = (await (await sys.call(`/v1/usage?from=${from}&to=${to}&groupBy=agent&agentId=${agent.id}`)).json()) as { totals: { activeMs: number } };
+      activeMs = usage.totals.activeMs;
+      return activeMs > 0;
+    }, 10_000);
+    // The meter measures on the host's monotonic clock; the event log stamps wall-clock times: they agree closely.
+    expect(Math.abs(activeMs - awakeMs)).toBeLessThan(50);
+    expect(activeMs).toBeGreaterThanOrEqual(600);
+    const runs = (await (await sys.call(`/v1/agents/${agent.id}/runs`)).json()) as { runs: { wakeReason: string; sleepReason: string }[] };
+    expect(runs.runs).toHaveLength(1);
+    expect(runs.runs[0]).toMatchObject({ wakeReason: "request", sleepReason: "api" });
+  });
+});
+
 describe("proxy behaviour", () => {
   it("forwards method, path, query and body; sets X-Forwarded-* and the request id; strips hop-by-hop and the bearer token", async () => {
     const agent = await sys.createAgent({ image: "inspect" });

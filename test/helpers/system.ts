@@ -4,12 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { silentLogger, createLogger, type Logger } from "../../lib/log.ts";
 import type { Scope } from "../../gateway/auth-context.ts";
-import { parseGatewayConfig } from "../../gateway/config.ts";
-import { webhookConfigFromEnv } from "../../gateway/webhooks/index.ts";
-import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
 import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process.ts";
-import { startAllInOne, type System } from "../../scripts/all-in-one.ts";
+import { parseAllInOneConfig, startAllInOne, type System } from "../../scripts/all-in-one.ts";
 import { mintToken } from "../../scripts/dev-keys.ts";
 import { freshDatabase } from "./db.ts";
 
@@ -35,13 +32,11 @@ export interface StartSystemOptions {
 export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSystem> {
   const dataDir = mkdtempSync(join(tmpdir(), "agentvm-test-"));
   const driver = opts.driver ?? new ProcessDriver({ images: opts.images });
-  const env = { REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000", ...opts.env };
-  const fleet = parseFleetAgentConfig(env);
+  const env = { REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000", PORT: "0", DATA_DIR: dataDir, ...opts.env };
   const images = opts.driver ? ["demo"] : ["demo", ...Object.keys(opts.images ?? {})];
-  const { gateway, auth } = parseGatewayConfig(env, images);
   const database = await freshDatabase({ maxConnections: 10 });
   const log = opts.log === "stderr" ? createLogger({ level: "debug" }) : (opts.log ?? silentLogger);
-  const system = await startAllInOne({ port: 0, hostname: "127.0.0.1", dataDir, databaseUrl: undefined, gateway, auth, fleet, webhooks: webhookConfigFromEnv(env) }, { driver, log, database });
+  const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log, database });
   const base = system;
   const baseStop = system.stop;
 

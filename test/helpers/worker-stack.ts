@@ -57,7 +57,6 @@ export async function startHostInProcess(database: Database & { url: string }, o
       capacityMiB: 8192,
       heartbeatIntervalMs: 500,
       billingUrl: undefined,
-      meterHeartbeatMs: 10_000,
     },
     { log: opts.debug ? createLogger({ level: "debug" }) : silentLogger, driver: new ProcessDriver({ images: opts.images }), database },
   );

@@ -1,0 +1,153 @@
+// Agent settings the proxy reads on every call (rules, per-agent limits), their store, and a short-lived cache of them.
+import { eq } from "drizzle-orm";
+import type { Db } from "../schema/db.ts";
+import { agents, type NonWakingRules } from "../schema/core.ts";
+import { agentProxyLimits } from "../schema/proxy.ts";
+import type { AgentRepo, AgentRow } from "./agent-repo.ts";
+
+/** Per-agent overrides of the gateway's proxy limits; null = the global value. */
+export interface AgentLimitOverrides {
+  responseTimeoutMs: number | null;
+  proxyIdleTimeoutMs: number | null;
+  maxBodyBytes: number | null;
+}
+
+export const noOverrides: AgentLimitOverrides = { responseTimeoutMs: null, proxyIdleTimeoutMs: null, maxBodyBytes: null };
+
+export interface AgentSettingsPatch {
+  idleTimeoutMs?: number;
+  streamIdleMs?: number;
+  /** null resets to the defaults. */
+  nonWaking?: NonWakingRules | null;
+  limits?: Partial<AgentLimitOverrides>;
+}
+
+/** Reads and writes what PATCH /v1/agents/:id changes (the agents row and the agent_proxy_limits row). */
+export interface AgentSettingsStore {
+  limits(agentId: string): Promise<AgentLimitOverrides>;
+  update(agentId: string, patch: AgentSettingsPatch): Promise<void>;
+}
+
+export function createAgentSettingsStore(db: Db): AgentSettingsStore {
+  return {
+    async limits(agentId) {
+      const rows = await db.select().from(agentProxyLimits).where(eq(agentProxyLimits.agentId, agentId)).limit(1);
+      const r = rows[0];
+      return r ? { responseTimeoutMs: r.responseTimeoutMs, proxyIdleTimeoutMs: r.proxyIdleTimeoutMs, maxBodyBytes: r.maxBodyBytes } : noOverrides;
+    },
+    async update(agentId, patch) {
+      const set: Partial<typeof agents.$inferInsert> = {};
+      if (patch.idleTimeoutMs !== undefined) set.idleTimeoutMs = patch.idleTimeoutMs;
+      if (patch.streamIdleMs !== undefined) set.streamIdleMs = patch.streamIdleMs;
+      if (patch.nonWaking !== undefined) set.nonWaking = patch.nonWaking;
+      if (Object.keys(set).length > 0) await db.update(agents).set(set).where(eq(agents.id, agentId));
+      const limits = patch.limits;
+      if (limits && Object.keys(limits).length > 0) {
+        const values = { ...limits, updatedAt: new Date() };
+        await db
+          .insert(agentProxyLimits)
+          .values({ agentId, ...values })
+          .onConflictDoUpdate({ target: agentProxyLimits.agentId, set: values });
+      }
+    },
+  };
+}
+
+/** What the proxy needs of an agent, as loaded: its row and its limit overrides. */
+export interface LoadedAgent {
+  row: AgentRow;
+  overrides: AgentLimitOverrides;
+}
+
+export interface AgentCache {
+  /** The agent (undefined when it does not exist or was deleted), from memory when fresh enough. */
+  get(agentId: string): Promise<LoadedAgent | undefined>;
+  /** The agent from memory, without waiting: fresh, or stale within bounds (then refreshed in the background); else undefined. */
+  peek(agentId: string): LoadedAgent | undefined;
+  /** Forgets an agent after this process changed or deleted it. */
+  invalidate(agentId: string): void;
+}
+
+interface Entry {
+  value: LoadedAgent | undefined;
+  loadedAt: number;
+  refreshing: Promise<LoadedAgent | undefined> | undefined;
+}
+
+/**
+ * Agent rows cached for `ttlMs`. A row older than that is still served while one refresh runs in the background
+ * (a call never waits for the database on a warm agent), up to `maxStaleMs`; unknown ids are remembered for `ttlMs`
+ * so a flood of them does not reach the database. Changes made through this process invalidate at once; other
+ * gateway processes see them within `ttlMs` plus one refresh.
+ */
+export function createAgentCache(
+  repo: Pick<AgentRepo, "get">,
+  settings: Pick<AgentSettingsStore, "limits"> | undefined,
+  opts: { ttlMs: number; maxStaleMs: number; maxEntries: number; now?: () => number },
+): AgentCache {
+  const entries = new Map<string, Entry>();
+  const now = opts.now ?? (() => performance.now());
+
+  async function load(agentId: string): Promise<LoadedAgent | undefined> {
+    const row = await repo.get(agentId);
+    if (!row) return undefined;
+    const overrides = settings ? await settings.limits(agentId) : noOverrides;
+    return { row, overrides };
+  }
+
+  function refresh(agentId: string, entry: Entry | undefined): Promise<LoadedAgent | undefined> {
+    if (entry?.refreshing) return entry.refreshing;
+    const started = now();
+    const target: Entry = entry ?? { value: undefined, loadedAt: -Infinity, refreshing: undefined };
+    const p = load(agentId).then(
+      (value) => {
+        // An invalidation while loading wins: the entry was dropped, the loaded value may predate the change.
+        if (entries.get(agentId) === target) {
+          target.value = value;
+          target.loadedAt = started;
+          target.refreshing = undefined;
+        }
+        return value;
+      },
+      (err: unknown) => {
+        target.refreshing = undefined;
+        throw err;
+      },
+    );
+    target.refreshing = p;
+    if (!entry) {
+      if (entries.size >= opts.maxEntries) entries.delete(entries.keys().next().value!);
+      entries.set(agentId, target);
+    }
+    return p;
+  }
+
+  return {
+    peek(agentId) {
+      const e = entries.get(agentId);
+      if (!e?.value) return undefined;
+      const age = now() - e.loadedAt;
+      if (age < opts.ttlMs) return e.value;
+      if (age < opts.maxStaleMs) {
+        void refresh(agentId, e).catch(() => undefined);
+        return e.value;
+      }
+      return undefined;
+    },
+    get(agentId) {
+      const e = entries.get(agentId);
+      if (e && e.loadedAt !== -Infinity) {
+        const age = now() - e.loadedAt;
+        if (age < opts.ttlMs) return Promise.resolve(e.value);
+        if (e.value && age < opts.maxStaleMs) {
+          void refresh(agentId, e).catch(() => undefined);
+          return Promise.resolve(e.value);
+        }
+      }
+      return refresh(agentId, e);
+    },
+    invalidate(agentId) {
+      entries.delete(agentId);
+    },
+  };
+}

@@ -1,0 +1,164 @@
+// What every entry of the proxy shares (Hono route, Node fast path, WebSocket relay): agent lookup, admission, limits.
+import { AppError } from "../lib/errors.ts";
+import { isId } from "../lib/ids.ts";
+import type { Logger } from "../lib/log.ts";
+import type { Fleet } from "../fleet-agent/fleet.ts";
+import type { AgentSpec } from "../fleet-agent/types.ts";
+import type { NonWakingRules } from "../schema/core.ts";
+import { agentSpec, type AgentRepo, type AgentRow } from "./agent-repo.ts";
+import type { Caller } from "./auth-context.ts";
+import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./proxy-agents.ts";
+import { TenantLimiter } from "./proxy-limits.ts";
+import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./proxy-policy.ts";
+
+/** The proxy's global settings (environment variables in gateway/config.ts and fleet-agent/config.ts). */
+export interface ProxyConfig {
+  /** Concurrent proxied calls per tenant; more get 429. */
+  tenantMaxConcurrent: number;
+  /** A call or stream with no bytes either way for this long is ended (per-agent override: proxyIdleTimeoutMs). */
+  proxyIdleTimeoutMs: number;
+  /** From the request being sent to the agent's response headers (per-agent override: responseTimeoutMs). */
+  responseTimeoutMs: number;
+  /** Connecting to an agent's endpoint. */
+  connectTimeoutMs: number;
+  /** Largest request head a client may send, bytes (431 beyond). */
+  maxHeaderBytes: number;
+  /** How long a client may take to send its request head, ms. */
+  clientHeadersTimeoutMs: number;
+  /** How long an agent row is trusted from memory. */
+  agentCacheTtlMs: number;
+  /** Node entry: agent traffic takes the fast path (false: everything goes through the Hono app; no WebSockets). */
+  fastPath: boolean;
+}
+
+export const defaultProxyConfig: ProxyConfig = {
+  tenantMaxConcurrent: 1000,
+  proxyIdleTimeoutMs: 600_000,
+  responseTimeoutMs: 300_000,
+  connectTimeoutMs: 5_000,
+  maxHeaderBytes: 16_384,
+  clientHeadersTimeoutMs: 30_000,
+  agentCacheTtlMs: 2_000,
+  fastPath: true,
+};
+
+export interface EffectiveLimits {
+  responseTimeoutMs: number;
+  proxyIdleTimeoutMs: number;
+  maxBodyBytes: number;
+}
+
+/** An agent as a call sees it: row, host spec, the rules and limits in force. */
+export interface ResolvedAgent {
+  row: AgentRow;
+  spec: AgentSpec;
+  nonWaking: NonWakingRules;
+  /** The rules, prepared for matching. */
+  matchNonWaking: NonWakingMatcher;
+  limits: EffectiveLimits;
+}
+
+export interface ProxyCoreDeps {
+  agents: AgentRepo;
+  settings?: AgentSettingsStore | undefined;
+  fleet: Fleet;
+  log: Logger;
+  maxBodyBytes: number;
+  proxy: ProxyConfig;
+}
+
+export interface ProxyCore {
+  readonly config: ProxyConfig;
+  readonly fleet: Fleet;
+  readonly log: Logger;
+  /** The agent by id (cached): 400 for a malformed id, 404 when there is none. */
+  resolve(agentId: string): Promise<ResolvedAgent>;
+  /** The agent from memory without waiting (undefined: ask `resolve`). */
+  peek(agentId: string): ResolvedAgent | undefined;
+  /** 401/403/404 unless `caller` may call the agent. */
+  authorize(agent: ResolvedAgent, caller: Caller | undefined): void;
+  /** The gateway's own answer when the request is non-waking traffic for this agent. */
+  nonWaking(agent: ResolvedAgent, method: string, pathInside: string, userAgent: string | undefined, requestId: string): Promise<PlainAnswer | undefined>;
+  /** The gateway's answer for a request `agent.matchNonWaking` matched (it reports the agent's state). */
+  nonWakingAnswer(agent: ResolvedAgent, match: NonWakingMatch, method: string, pathInside: string, requestId: string): Promise<PlainAnswer>;
+  /** 413 when a declared body is over the agent's limit. */
+  checkDeclaredBody(agent: ResolvedAgent, contentLength: string | null | undefined): void;
+  /** Counts a call against its tenant's limit (429 at the limit); returns the way out. */
+  enter(agent: ResolvedAgent): () => void;
+  /** Forgets a cached agent after a change through this process. */
+  invalidate(agentId: string): void;
+  limitsOf(row: AgentRow, overrides: AgentLimitOverrides): EffectiveLimits;
+}
+
+export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
+  const cfg = deps.proxy;
+  const cache: AgentCache = createAgentCache(deps.agents, deps.settings, {
+    ttlMs: cfg.agentCacheTtlMs,
+    maxStaleMs: Math.max(cfg.agentCacheTtlMs * 15, 30_000),
+    maxEntries: 100_000,
+  });
+  const limiter = new TenantLimiter(cfg.tenantMaxConcurrent);
+  const resolved = new WeakMap<AgentRow, ResolvedAgent>();
+
+  function limitsOf(row: AgentRow, o: AgentLimitOverrides): EffectiveLimits {
+    return {
+      responseTimeoutMs: o.responseTimeoutMs ?? cfg.responseTimeoutMs,
+      proxyIdleTimeoutMs: o.proxyIdleTimeoutMs ?? cfg.proxyIdleTimeoutMs,
+      // The global limit is the operator's ceiling: an agent may only lower it.
+      maxBodyBytes: o.maxBodyBytes === null ? deps.maxBodyBytes : Math.min(o.maxBodyBytes, deps.maxBodyBytes),
+    };
+  }
+
+  /** One ResolvedAgent per cached row: a warm call allocates nothing here. */
+  function resolvedOf(loaded: { row: AgentRow; overrides: AgentLimitOverrides }): ResolvedAgent {
+    let r = resolved.get(loaded.row);
+    if (!r) {
+      const nonWaking = effectiveNonWaking(loaded.row.nonWaking);
+      r = { row: loaded.row, spec: agentSpec(loaded.row), nonWaking, matchNonWaking: compileNonWaking(nonWaking), limits: limitsOf(loaded.row, loaded.overrides) };
+      resolved.set(loaded.row, r);
+    }
+    return r;
+  }
+
+  async function answer(agent: ResolvedAgent, match: NonWakingMatch, method: string, pathInside: string, requestId: string): Promise<PlainAnswer> {
+    const status = await deps.fleet.status(agent.row.id).catch(() => undefined);
+    return nonWakingAnswer(match, method, pathInside, agent.row.id, status?.state ?? agent.row.state, requestId);
+  }
+
+  return {
+    config: cfg,
+    fleet: deps.fleet,
+    log: deps.log,
+    limitsOf,
+    async resolve(agentId) {
+      if (!isId("agent", agentId)) throw new AppError("invalid_id", `"${agentId.slice(0, 64)}" is not an agent id`);
+      const loaded = await cache.get(agentId);
+      if (!loaded) throw new AppError("not_found", `agent ${agentId} not found`);
+      return resolvedOf(loaded);
+    },
+    peek(agentId) {
+      const loaded = cache.peek(agentId);
+      return loaded ? resolvedOf(loaded) : undefined;
+    },
+    authorize(agent, caller) {
+      authorizeCall(agent.row, caller);
+    },
+    async nonWaking(agent, method, pathInside, userAgent, requestId) {
+      const match = agent.matchNonWaking(method, pathInside, userAgent);
+      return match ? answer(agent, match, method, pathInside, requestId) : undefined;
+    },
+    nonWakingAnswer: answer,
+    checkDeclaredBody(agent, contentLength) {
+      if (!contentLength) return;
+      const declared = Number(contentLength);
+      const max = agent.limits.maxBodyBytes;
+      if (declared > max) throw new AppError("payload_too_large", `request body of ${declared} bytes exceeds the limit of ${max} bytes`);
+    },
+    enter(agent) {
+      return limiter.enter(agent.row.tenantId);
+    },
+    invalidate(agentId) {
+      cache.invalidate(agentId);
+    },
+  };
+}
