@@ -11,6 +11,7 @@ import { AppError } from "../lib/errors.ts";
 import { int, oneOf, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import { createLogger, type Logger } from "../lib/log.ts";
+import { stopOnSignals } from "../lib/signals.ts";
 import { hosts } from "../schema/core.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { parseFleetAgentConfig, type FleetAgentConfig } from "./config.ts";
@@ -174,21 +175,7 @@ async function main(): Promise<void> {
   if (notice) console.log(notice);
   const daemon = await startFleetAgent(cfg, { log, driver });
   console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);
-  let stopping = false;
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      stopping = true;
-      log.info(`${signal}: stopping (draining calls, hibernating agents)`);
-      daemon.stop().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });
-          process.exit(1);
-        },
-      );
-    });
-  }
+  stopOnSignals(() => daemon.stop(), log, (signal) => log.info(`${signal}: stopping (draining calls, hibernating agents)`));
 }
 
 if (import.meta.main) {

@@ -234,8 +234,8 @@ async function main(): Promise<void> {
   console.log(`wrk -t${threads} -c${connections}, ${seconds} s per target after ${warm} s of warm-up; upstream: the demo workload's GET / (${(await first.text()).length} bytes)`);
   const results: Record<string, Load | undefined> = {};
   const direct = `http://127.0.0.1:${upstreamPort}/`;
-  // The gateway first, while its process has just served the warm-up: a gateway left idle for the other two runs
-  // meets fleet-agent/host.ts's ticket Set in old space, which costs it ~40 % more CPU (docs/proxy.md).
+  // The gateway first, right after its warm-up. (Measured first by habit: the idle-then-loaded GC penalty that
+  // made the order matter, a long-lived Set of tickets in the host, is gone — tickets live in an array now.)
   if (targets.has("gateway")) {
     wrk(wrkPath, gatewayUrl, warm, auth);
     results.gateway = wrk(wrkPath, gatewayUrl, seconds, auth, gateway.child.pid);

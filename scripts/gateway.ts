@@ -7,6 +7,7 @@ import { AppError } from "../lib/errors.ts";
 import { int, oneOf, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import { createLogger, type Logger } from "../lib/log.ts";
+import { stopOnSignals } from "../lib/signals.ts";
 import { openDatabase, type Database } from "../schema/db.ts";
 import { createGateway, type GatewayConfig } from "../gateway/app.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
@@ -163,20 +164,7 @@ async function main(): Promise<void> {
   const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
   const gateway = await startGateway(parseStandaloneGatewayConfig(env), { log });
   console.log(`gateway listening at ${gateway.url} (hosts: fleet-agents registered in the database)`);
-  let stopping = false;
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      stopping = true;
-      gateway.stop().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });
-          process.exit(1);
-        },
-      );
-    });
-  }
+  stopOnSignals(() => gateway.stop(), log);
 }
 
 if (import.meta.main) {

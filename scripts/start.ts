@@ -2,6 +2,7 @@
 import { resolve } from "node:path";
 import { oneOf, str } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
+import { stopOnSignals } from "../lib/signals.ts";
 import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
 import { parseAllInOneConfig, startAllInOne } from "./all-in-one.ts";
@@ -28,18 +29,4 @@ Mint other tokens with: npm run token -- --tenant ${system.demo.tenantId} --scop
 Stop with Ctrl-C.
 `);
 
-let stopping = false;
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    console.log(`\n${signal}: stopping (draining requests, hibernating agents)…`);
-    system.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.error("shutdown failed", { err });
-        process.exit(1);
-      },
-    );
-  });
-}
+stopOnSignals(() => system.stop(), log, (signal) => console.log(`\n${signal}: stopping (draining requests, hibernating agents)…`));

@@ -54,7 +54,7 @@ export async function checkFirecrackerHost(opts: HostCheckOptions): Promise<Fire
     version = parseFirecrackerVersion(out);
     if (!version) problems.push(`"${opts.binary} --version" printed no version: ${JSON.stringify(out.slice(0, 120))}`);
   } catch (err) {
-    problems.push(`firecracker binary "${opts.binary}" cannot run (${(err as Error).message}); install a release binary and set FIRECRACKER_BIN or put it on PATH (see docs/firecracker.md)`);
+    problems.push(`firecracker binary "${opts.binary}" cannot run (${(err as Error).message}); install a release binary and set FIRECRACKER_BIN or put it on PATH (see the README section on Firecracker)`);
   }
   const min = opts.minVersion ?? MIN_FIRECRACKER_VERSION;
   if (version && compareVersions(version, min) < 0) problems.push(`firecracker ${version} is older than ${min} (needed: ACPI device discovery, snapshot format checks)`);

@@ -30,7 +30,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
 
   if (choice === "firecracker") {
     const built = await image();
-    if (!built.vmlinux) throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see docs/firecracker.md (GUEST_KERNEL)");
+    if (!built.vmlinux) throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see the README section on Firecracker (GUEST_KERNEL)");
     const driver = createFirecrackerDriver({
       env,
       dataDir,

@@ -5,7 +5,7 @@
 // through with backpressure. Everything that is not agent traffic goes to the Hono app (the control API).
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
-import { Readable } from "node:stream";
+import { pipeline, Readable } from "node:stream";
 import type { Duplex } from "node:stream";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
@@ -241,7 +241,9 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       res.end();
       return;
     }
-    Readable.fromWeb(r.body as import("node:stream/web").ReadableStream).on("end", () => (finished = true)).pipe(res);
+    const body = Readable.fromWeb(r.body as import("node:stream/web").ReadableStream).on("end", () => (finished = true));
+    // An error here is the client leaving (our abort) or the host's stream breaking: either way the response just ends.
+    pipeline(body, res, () => undefined);
   }
 
   async function upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {

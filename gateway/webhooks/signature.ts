@@ -102,7 +102,7 @@ async function verifyGithub({ headers, body, secrets }: VerifyInput): Promise<Ve
   const mac = signature.startsWith("sha256=") ? hexDecode(signature.slice("sha256=".length)) : undefined;
   const secretIndex = await firstMatch(secrets.map(githubSecretKey), body, mac ? [mac] : []);
   if (secretIndex < 0) throw invalid("X-Hub-Signature-256 does not match");
-  // GitHub signs only the body: the delivery id is unsigned and GitHub sends no timestamp (see docs/webhooks.md).
+  // GitHub signs only the body: the delivery id is unsigned and GitHub sends no timestamp (see the README, "Webhooks").
   const deliveryId = headers.get("x-github-delivery");
   if (!deliveryId) throw new AppError("bad_request", "missing X-GitHub-Delivery header");
   return { externalId: deliveryId, secretIndex };
