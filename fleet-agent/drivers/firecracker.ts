@@ -411,7 +411,8 @@ export class FirecrackerDriver implements VmDriver {
     const logFd = openSync(paths.log, "a");
     let child: ChildProcess;
     try {
-      child = spawn(command, args, { stdio: ["ignore", logFd, logFd], cwd: spec.stateDir });
+      // Its own process group, so a terminal's Ctrl-C reaches the fleet-agent (which snapshots first), not the VM.
+      child = spawn(command, args, { stdio: ["ignore", logFd, logFd], cwd: spec.stateDir, detached: true });
     } finally {
       closeSync(logFd);
     }

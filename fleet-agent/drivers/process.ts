@@ -51,6 +51,8 @@ export class ProcessDriver implements VmDriver {
     const child = spawn(command[0]!, command.slice(1), {
       env: { ...process.env, PORT: String(port), LEASE_DIR: join(spec.stateDir, "leases"), AGENT_ID: spec.agentId },
       stdio: ["ignore", "pipe", "pipe"],
+      // Its own process group: a terminal's Ctrl-C reaches the host, which freezes or stops workloads in order.
+      detached: true,
     });
     child.stdout?.pipe(log);
     child.stderr?.pipe(log);

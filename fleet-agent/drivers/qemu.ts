@@ -436,7 +436,9 @@ export class QemuDriver implements VmDriver {
     try {
       const env = { ...process.env };
       if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
-      child = spawn(this.binary, qemuArgs(launch), { stdio: ["ignore", "ignore", errFd], env });
+      // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots the VM before
+      // stopping it, not QEMU directly (a VM killed first would lose its state). Orphans are reaped at restart.
+      child = spawn(this.binary, qemuArgs(launch), { stdio: ["ignore", "ignore", errFd], env, detached: true });
     } finally {
       closeSync(errFd);
     }
