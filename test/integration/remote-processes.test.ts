@@ -114,8 +114,10 @@ describe("gateway process → fleet-agent process", () => {
     const id = await createAgent({ idleTimeoutMs: 800 });
     expect((await call(`/a/${id}/`)).status).toBe(200);
     await waitFor(async () => (await agentJson(id)).state === "hibernated", 8000, "idle hibernation");
-    const [last] = await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, id)).orderBy(desc(vmEvents.id)).limit(1);
-    expect(last).toMatchObject({ toState: "hibernated", reason: "idle", hostId });
+    // The host writes its event log off the request path: the row may land just after the state is visible.
+    const lastEvent = async () => (await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, id)).orderBy(desc(vmEvents.id)).limit(1))[0];
+    await waitFor(async () => (await lastEvent())?.toState === "hibernated", 3000, "the hibernation in the event log");
+    expect(await lastEvent()).toMatchObject({ toState: "hibernated", reason: "idle", hostId });
   });
 
   it("streams: SSE events arrive one by one, request bodies stream in", async () => {
