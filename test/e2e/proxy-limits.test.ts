@@ -2,8 +2,7 @@
 // and non-waking traffic (bots, probes) answered without waking a sleeping agent, with rules GET shows and PATCH changes.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { request } from "node:http";
-import { and, eq } from "drizzle-orm";
-import { tenants, vmEvents } from "../../schema/core.ts";
+import { tenants } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 
 const node = process.execPath;
@@ -34,15 +33,7 @@ async function expectError(res: Response, status: number, code: string): Promise
   return body.error;
 }
 
-async function state(id: string): Promise<string> {
-  return ((await (await sys.call(`/v1/agents/${id}`)).json()) as { state: string }).state;
-}
 
-async function wakes(agentId: string): Promise<number> {
-  await sys.host.flush();
-  const rows = await sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
-  return rows.length;
-}
 
 describe("per-tenant concurrency", () => {
   it("the call beyond the tenant's limit is 429 with Retry-After; other tenants are unaffected; slots free up", async () => {
@@ -125,8 +116,8 @@ describe("non-waking traffic", () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
     expect((await sys.call(`/a/${agent.id}/counter`, { method: "POST" })).status).toBe(200);
     await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" });
-    expect(await state(agent.id)).toBe("hibernated");
-    const woken = await wakes(agent.id);
+    expect(await sys.state(agent.id)).toBe("hibernated");
+    const woken = await sys.wakes(agent.id);
 
     const bot = await sys.call(`/a/${agent.id}/`, { headers: { "user-agent": "Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimerobot.com/)" } });
     expect(bot.status).toBe(200);
@@ -136,8 +127,8 @@ describe("non-waking traffic", () => {
     expect(await robots.text()).toBe("User-agent: *\nDisallow: /\n");
     const probe = await sys.call(`/a/${agent.id}/healthz`, { method: "HEAD" });
     expect(probe.status).toBe(200);
-    expect(await state(agent.id)).toBe("hibernated");
-    expect(await wakes(agent.id)).toBe(woken);
+    expect(await sys.state(agent.id)).toBe("hibernated");
+    expect(await sys.wakes(agent.id)).toBe(woken);
 
     const real = await sys.call(`/a/${agent.id}/counter`);
     expect(real.headers.get("x-wake")).toBe("restore");

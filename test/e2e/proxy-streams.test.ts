@@ -7,6 +7,7 @@ import { EventSource } from "undici";
 import { createLogger } from "../../lib/log.ts";
 import { vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 let sys: TestSystem;
 const logLines: Record<string, unknown>[] = [];
@@ -21,9 +22,6 @@ afterAll(async () => {
   await sys?.stop();
 });
 
-async function state(id: string): Promise<string> {
-  return ((await (await sys.call(`/v1/agents/${id}`)).json()) as { state: string }).state;
-}
 
 async function aborts(id: string): Promise<number> {
   return ((await (await sys.call(`/a/${id}/stats`)).json()) as { aborted: number }).aborted;
@@ -43,7 +41,7 @@ describe("long streams", () => {
       const es = new EventSource(`${sys.url}/a/${agent.id}/sse?n=20&intervalMs=200`);
       es.onmessage = (ev) => {
         arrivals.push((JSON.parse(ev.data as string) as { i: number }).i);
-        if (arrivals.length === 12) void state(agent.id).then((s) => (midState = s));
+        if (arrivals.length === 12) void sys.state(agent.id).then((s) => (midState = s));
         if (arrivals.length === 20) {
           es.close();
           resolve();
@@ -120,8 +118,8 @@ describe("long streams", () => {
     expect(res.status).toBe(202);
     const workEnds = Date.now() + 2000;
     await new Promise((r) => setTimeout(r, 1500));
-    expect(await state(agent.id)).toBe("running");
-    await waitFor(async () => (await state(agent.id)) === "hibernated", 8000);
+    expect(await sys.state(agent.id)).toBe("running");
+    await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 8000);
     await sys.host.flush();
     const events = await sys.database.db.select().from(vmEvents).where(eq(vmEvents.agentId, agent.id));
     const snapshot = events.find((e) => e.toState === "snapshotting");
@@ -155,10 +153,3 @@ describe("timeouts", () => {
   });
 });
 
-async function waitFor(pred: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const started = Date.now();
-  while (!(await pred())) {
-    if (Date.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

@@ -2,10 +2,11 @@
 // server push keeps the agent awake, close 1001 before hibernating, reconnect wakes, pings do not pin the VM.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { IncomingMessage } from "node:http";
-import { and, eq } from "drizzle-orm";
+import { eq } from "drizzle-orm";
 import WebSocket from "ws";
 import { vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 let sys: TestSystem;
 
@@ -42,24 +43,16 @@ function closed(ws: WebSocket): Promise<{ code: number; reason: string; at: numb
   return new Promise((resolve) => ws.once("close", (code, reason) => resolve({ code, reason: reason.toString(), at: Date.now() })));
 }
 
-async function state(id: string): Promise<string> {
-  return ((await (await sys.call(`/v1/agents/${id}`)).json()) as { state: string }).state;
-}
 
-async function wakes(agentId: string): Promise<number> {
-  await sys.host.flush();
-  const rows = await sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
-  return rows.length;
-}
 
 describe("WebSockets", () => {
   it("the upgrade wakes a sleeping agent; text and binary frames come back unchanged", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
-    expect(await state(agent.id)).toBe("creating");
+    expect(await sys.state(agent.id)).toBe("creating");
     const { ws, response } = await open(`/a/${agent.id}/ws/echo`);
     expect(response.headers["x-wake"]).toBe("boot");
     expect(response.headers["x-request-id"]).toMatch(/^req_/);
-    expect(await state(agent.id)).toBe("running");
+    expect(await sys.state(agent.id)).toBe("running");
 
     const replies: { data: Buffer; binary: boolean }[] = [];
     ws.on("message", (data: Buffer, binary) => replies.push({ data, binary }));
@@ -87,7 +80,7 @@ describe("WebSockets", () => {
     const end = closed(ws);
     // 2.5 s of pushes: far beyond idle timeout + stream idle window, yet the agent must stay up.
     await new Promise((r) => setTimeout(r, 2000));
-    expect(await state(agent.id)).toBe("running");
+    expect(await sys.state(agent.id)).toBe("running");
     const pushEnded = Date.now() + 500;
     const { code, reason, at } = await end;
     expect(messages.map((m) => m.i)).toEqual(Array.from({ length: 25 }, (_, i) => i));
@@ -95,15 +88,15 @@ describe("WebSockets", () => {
     expect(reason).toBe("agent hibernating");
     // Not before the stream was quiet for its window.
     expect(at - pushEnded).toBeGreaterThanOrEqual(500);
-    await waitFor(async () => (await state(agent.id)) === "hibernated", 3000);
+    await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 3000);
     await sys.host.flush();
     const events = await sys.database.db.select().from(vmEvents).where(eq(vmEvents.agentId, agent.id));
     expect(events.find((e) => e.toState === "hibernated")?.reason).toBe("idle");
-    const before = await wakes(agent.id);
+    const before = await sys.wakes(agent.id);
 
     const again = await open(`/a/${agent.id}/ws/echo`);
     expect(again.response.headers["x-wake"]).toBe("restore");
-    expect(await wakes(agent.id)).toBe(before + 1);
+    expect(await sys.wakes(agent.id)).toBe(before + 1);
     const reply = new Promise<string>((r) => again.ws.once("message", (d: Buffer) => r(d.toString())));
     again.ws.send("back");
     expect(await reply).toBe("back");
@@ -120,7 +113,7 @@ describe("WebSockets", () => {
     clearInterval(pinger);
     expect(pongs).toBeGreaterThan(3); // the pings did flow, through to the agent and back
     expect(code).toBe(1001);
-    await waitFor(async () => (await state(agent.id)) === "hibernated", 3000);
+    await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 3000);
   });
 
   it("a socket with no bytes either way for the agent's proxy idle timeout is closed with 1001 (the agent stays up)", async () => {
@@ -133,7 +126,7 @@ describe("WebSockets", () => {
     expect(code).toBe(1001);
     expect(reason).toBe("idle timeout");
     expect(at - opened).toBeGreaterThanOrEqual(450);
-    expect(await state(agent.id)).toBe("running");
+    expect(await sys.state(agent.id)).toBe("running");
   });
 
   it("an upgrade the agent refuses is passed on as its response; without a token it is 401 with the error envelope", async () => {
@@ -152,10 +145,3 @@ describe("WebSockets", () => {
   });
 });
 
-async function waitFor(pred: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const started = Date.now();
-  while (!(await pred())) {
-    if (Date.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}

@@ -1,11 +1,12 @@
 // End to end over real sockets with the process driver and real Postgres: wake, proxy, hibernate, leases, bad input.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fileURLToPath } from "node:url";
-import { and, eq } from "drizzle-orm";
+import { eq } from "drizzle-orm";
 import { EventSource } from "undici";
 import { generateKeyPair, SignJWT } from "jose";
 import { vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 const inspect = [process.execPath, fileURLToPath(new URL("../helpers/workloads/inspect.ts", import.meta.url))];
 
@@ -21,25 +22,8 @@ afterAll(async () => {
   await sys?.stop();
 });
 
-async function state(id: string): Promise<string> {
-  const res = await sys.call(`/v1/agents/${id}`);
-  return ((await res.json()) as { state: string }).state;
-}
 
-async function waitFor(pred: () => Promise<boolean>, timeoutMs: number): Promise<number> {
-  const started = Date.now();
-  while (!(await pred())) {
-    if (Date.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return Date.now() - started;
-}
 
-async function wakes(agentId: string): Promise<number> {
-  await sys.host.flush();
-  const rows = await sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
-  return rows.length;
-}
 
 describe("wake → proxy → hibernate", () => {
   it("first call boots the agent; counter state survives hibernate and wake", async () => {
@@ -57,19 +41,19 @@ describe("wake → proxy → hibernate", () => {
 
     const hib = await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" });
     expect(await hib.json()).toMatchObject({ state: "hibernated" });
-    expect(await state(agent.id)).toBe("hibernated");
+    expect(await sys.state(agent.id)).toBe("hibernated");
 
     const woke = await sys.call(`/a/${agent.id}/counter`, { method: "POST" });
     expect(woke.headers.get("x-wake")).toBe("restore");
     expect(await woke.json()).toEqual({ count: 3 });
-    expect(await wakes(agent.id)).toBe(2);
+    expect(await sys.wakes(agent.id)).toBe(2);
   });
 
   it("hibernates by itself after the idle timeout, not before", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 800 });
     expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
     const lastCall = Date.now();
-    await waitFor(async () => (await state(agent.id)) === "hibernated", 5000);
+    await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 5000);
     expect(Date.now() - lastCall).toBeGreaterThanOrEqual(800);
     await sys.host.flush();
     const events = await sys.database.db.select().from(vmEvents).where(eq(vmEvents.agentId, agent.id));
@@ -82,7 +66,7 @@ describe("wake → proxy → hibernate", () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
     await sys.call(`/a/${agent.id}/`);
     await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" });
-    expect(await wakes(agent.id)).toBe(1);
+    expect(await sys.wakes(agent.id)).toBe(1);
     const results = await Promise.all(
       Array.from({ length: 100 }, () => sys.call(`/a/${agent.id}/counter`, { method: "POST" }).then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), body: (await r.json()) as { count: number } }))),
     );
@@ -91,7 +75,7 @@ describe("wake → proxy → hibernate", () => {
     // Those that arrived during the wake waited for it; any that arrived after found the agent warm.
     expect(results.filter((r) => r.wake === "restore").length).toBeGreaterThan(0);
     expect(results.every((r) => r.wake === "restore" || r.wake === "warm")).toBe(true);
-    expect(await wakes(agent.id)).toBe(2);
+    expect(await sys.wakes(agent.id)).toBe(2);
   });
 
   it("streams Server-Sent Events one by one to an EventSource client", async () => {
@@ -121,10 +105,10 @@ describe("wake → proxy → hibernate", () => {
     expect(res.status).toBe(201);
     const { leaseId } = (await res.json()) as { leaseId: string };
     await new Promise((r) => setTimeout(r, 1500));
-    expect(await state(agent.id)).toBe("running");
+    expect(await sys.state(agent.id)).toBe("running");
     const drop = await sys.call(`/v1/agents/${agent.id}/leases/${leaseId}`, { method: "DELETE" });
     expect(drop.status).toBe(200);
-    await waitFor(async () => (await state(agent.id)) === "hibernated", 5000);
+    await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 5000);
   });
 
   it("background CPU work keeps the agent awake past its idle timeout", async () => {
@@ -132,8 +116,8 @@ describe("wake → proxy → hibernate", () => {
     const res = await sys.call(`/a/${agent.id}/work?seconds=2`, { method: "POST" });
     expect(res.status).toBe(202);
     await new Promise((r) => setTimeout(r, 1500));
-    expect(await state(agent.id)).toBe("running");
-    const slept = await waitFor(async () => (await state(agent.id)) === "hibernated", 6000);
+    expect(await sys.state(agent.id)).toBe("running");
+    const slept = await waitFor(async () => (await sys.state(agent.id)) === "hibernated", 6000);
     expect(slept).toBeGreaterThan(0);
   });
 });
@@ -298,7 +282,7 @@ describe("bad input", () => {
     const res = await sys.call(`/a/${broken.id}/`);
     expect(res.headers.get("retry-after")).not.toBeNull();
     await expectError(res, 503, "wake_failed");
-    expect(await state(broken.id)).toBe("failed");
+    expect(await sys.state(broken.id)).toBe("failed");
     const again = await sys.call(`/a/${healthy.id}/counter`);
     expect(await again.json()).toEqual({ count: 1 });
   });
@@ -308,7 +292,7 @@ describe("bad input", () => {
     expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
     const crash = await sys.call(`/a/${agent.id}/crash`);
     expect(crash.status).toBe(502);
-    await waitFor(async () => (await state(agent.id)) === "failed", 3000);
+    await waitFor(async () => (await sys.state(agent.id)) === "failed", 3000);
     await sys.host.flush();
     const events = await sys.database.db.select().from(vmEvents).where(eq(vmEvents.agentId, agent.id));
     expect(events.some((e) => e.toState === "failed" && e.reason === "crash")).toBe(true);

@@ -9,6 +9,8 @@ import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/pro
 import { parseAllInOneConfig, startAllInOne, type System } from "../../scripts/all-in-one.ts";
 import { mintToken } from "../../scripts/dev-keys.ts";
 import { freshDatabase } from "./db.ts";
+import { and, eq } from "drizzle-orm";
+import { vmEvents } from "../../schema/core.ts";
 
 export interface TestSystem extends System {
   dataDir: string;
@@ -18,6 +20,10 @@ export interface TestSystem extends System {
   createAgent(body?: Record<string, unknown>, token?: string): Promise<{ id: string } & Record<string, unknown>>;
   /** fetch() to the gateway with the demo tenant's token unless `token` is given ("" for none). */
   call(path: string, init?: RequestInit & { token?: string }): Promise<Response>;
+  /** The agent's state as the admin API reports it. */
+  state(agentId: string): Promise<string>;
+  /** How many times the agent became running, from the event log (after the host flushed its writes). */
+  wakes(agentId: string): Promise<number>;
 }
 
 export interface StartSystemOptions {
@@ -59,6 +65,14 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
       const res = await call("/v1/agents", { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" }, token: tok ?? base.demo.token });
       if (res.status !== 201) throw new Error(`create agent: ${res.status} ${await res.text()}`);
       return (await res.json()) as { id: string } & Record<string, unknown>;
+    },
+    async state(agentId: string) {
+      return ((await (await call(`/v1/agents/${agentId}`)).json()) as { state: string }).state;
+    },
+    async wakes(agentId: string) {
+      await base.host.flush();
+      const rows = await base.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
+      return rows.length;
     },
     async stop() {
       await baseStop();

@@ -28,14 +28,7 @@ export const gzipAgentImage = [
    }).listen(Number(process.env.PORT), "127.0.0.1");`,
 ];
 
-export async function waitFor(pred: () => Promise<boolean> | boolean, timeoutMs: number, what = "condition"): Promise<number> {
-  const started = Date.now();
-  while (!(await pred())) {
-    if (Date.now() - started > timeoutMs) throw new Error(`${what} not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return Date.now() - started;
-}
+export { waitFor } from "./wait.ts";
 
 export interface InProcessHost extends FleetAgentDaemon {
   dataDir: string;
