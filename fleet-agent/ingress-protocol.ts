@@ -15,6 +15,8 @@ export const hostErrorHeader = "x-agentvm-error";
  */
 export type HostCall =
   | { op: "forward"; agent: AgentSpec; reason: WakeReason; method: string; path: string; requestId: string }
+  /** A WebSocket upgrade (GET with `Upgrade: websocket`) relayed by the host; the limits are the gateway's for this agent. */
+  | { op: "websocket"; agent: AgentSpec; reason: WakeReason; path: string; requestId: string; proxyIdleTimeoutMs: number; responseTimeoutMs: number }
   | { op: "wake"; agent: AgentSpec; reason: WakeReason }
   | { op: "hibernate"; agentId: string }
   | { op: "status"; agentId: string }
@@ -27,6 +29,7 @@ export type HostOp = HostCall["op"];
 /** Where each operation is served on the ingress. */
 export const hostOpPaths: Record<HostOp, string> = {
   forward: "/v1/forward",
+  websocket: "/v1/websocket",
   wake: "/v1/wake",
   hibernate: "/v1/hibernate",
   status: "/v1/status",
@@ -35,10 +38,10 @@ export const hostOpPaths: Record<HostOp, string> = {
   remove: "/v1/remove",
 };
 
-/** The HTTP method of a call: forward keeps the caller's, status reads, the rest act. */
+/** The HTTP method of a call: forward keeps the caller's, status and websocket (an upgrade) are GETs, the rest act. */
 export function hostCallMethod(call: HostCall): string {
   if (call.op === "forward") return call.method;
-  return call.op === "status" ? "GET" : "POST";
+  return call.op === "status" || call.op === "websocket" ? "GET" : "POST";
 }
 
 const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
@@ -61,6 +64,11 @@ function isHostCall(v: unknown): v is HostCall {
   switch (c.op) {
     case "forward":
       return isAgentSpec(c.agent) && isReason(c.reason) && str("method") && typeof c.path === "string" && c.path.startsWith("/") && str("requestId");
+    case "websocket":
+      return (
+        isAgentSpec(c.agent) && isReason(c.reason) && typeof c.path === "string" && c.path.startsWith("/") && str("requestId") &&
+        Number.isInteger(c.proxyIdleTimeoutMs) && (c.proxyIdleTimeoutMs as number) > 0 && Number.isInteger(c.responseTimeoutMs) && (c.responseTimeoutMs as number) > 0
+      );
     case "wake":
       return isAgentSpec(c.agent) && isReason(c.reason);
     case "lease":

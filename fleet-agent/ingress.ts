@@ -1,9 +1,12 @@
 // The host's HTTP API that gateways call: every call carries a gateway-signed token for this host; all logic is the local fleet's.
+import { STATUS_CODES, type IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
 import { Hono, type Context } from "hono";
 import { AppError, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { withoutHopByHop } from "../gateway/proxy-headers.ts";
+import { upgradeRequestHeaders, WebSocketRelay } from "../gateway/websocket-relay.ts";
 import type { Fleet } from "./fleet.ts";
 import { hostCallMethod, hostErrorHeader, hostOpPaths, hostTokenHeader, verifyHostCall, type HostCall, type HostOp } from "./ingress-protocol.ts";
 
@@ -98,6 +101,90 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
   });
 
   return app;
+}
+
+export interface IngressUpgrade {
+  /** The ingress server's `upgrade` listener: `/v1/websocket` with a valid token is relayed to the agent; anything else gets the error envelope. */
+  handle(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** WebSockets open through this host. */
+  active(): number;
+  /** Stops the timeout sweep and closes the sockets still open with 1001. */
+  close(): void;
+}
+
+/**
+ * WebSockets for gateways that cannot reach the VM (a remote fleet): the same relay as the gateway's fast path
+ * (`WebSocketRelay`), on the host, so data frames touch the host's ticket and a hibernation closes the socket with
+ * 1001. The gateway only joins bytes between its client and this socket.
+ */
+export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
+  const { fleet, log } = deps;
+  const relays = new Set<WebSocketRelay>();
+  const sweeper = setInterval(() => {
+    const now = performance.now();
+    for (const r of relays) r.sweep(now);
+  }, 100);
+  sweeper.unref();
+
+  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on("error", () => socket.destroy());
+    const incoming = req.headers["x-request-id"];
+    let requestId = typeof incoming === "string" && /^req_[0-9a-z]{4,40}$/.test(incoming) ? incoming : newId("request");
+    try {
+      const path = (req.url ?? "/").split("?")[0];
+      if (path !== hostOpPaths.websocket) throw new AppError("not_found", `no upgrade route for ${req.url ?? "/"}`);
+      const token = req.headers[hostTokenHeader];
+      const call = await verifyHostCall(deps.key, deps.hostId, typeof token === "string" ? token : undefined);
+      if (call.op !== "websocket") throw new AppError("unauthorized", `component token is for ${call.op}, not websocket`);
+      if (req.method !== "GET") throw new AppError("unauthorized", `component token is for GET, not ${req.method ?? ""}`);
+      requestId = call.requestId;
+      if (!fleet.acquire) throw new AppError("bad_gateway", "this host's fleet cannot relay WebSockets");
+      const ticket = await fleet.acquire(call.agent, { requestId, reason: call.reason });
+      if (socket.destroyed) {
+        ticket.release(); // the gateway went away while the agent woke
+        return;
+      }
+      // The gateway already applied the header rules; the host token is ours, and the agent's host is its endpoint.
+      const raw: string[] = [];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        if (req.rawHeaders[i]!.toLowerCase() !== hostTokenHeader) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+      }
+      const one = (name: string) => (typeof req.headers[name] === "string" ? (req.headers[name] as string) : undefined);
+      const ep = ticket.endpoint;
+      const headers = upgradeRequestHeaders(raw, { clientIp: undefined, proto: one("x-forwarded-proto") ?? "http", host: one("x-forwarded-host") ?? "", requestId }, { stripAuthorization: false, host: `${ep.host}:${ep.port}` });
+      new WebSocketRelay(
+        { req, socket, head, requestId, agentId: call.agent.id, pathInside: call.path, ticket, headers, proxyIdleTimeoutMs: call.proxyIdleTimeoutMs, responseTimeoutMs: call.responseTimeoutMs, handshakeDone: () => undefined },
+        { log, active: relays },
+      ).start();
+    } catch (err) {
+      const status = err instanceof AppError ? err.status : 500;
+      const fields = { requestId, method: req.method ?? "GET", path: req.url ?? "", status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err) };
+      if (status >= 500) log.error("ingress upgrade failed", fields);
+      else log.info("ingress upgrade rejected", fields);
+      await writeOnSocket(socket, hostError(err, requestId));
+    }
+  }
+
+  return {
+    handle(req, socket, head) {
+      void handle(req, socket, head);
+    },
+    active: () => relays.size,
+    close() {
+      clearInterval(sweeper);
+      for (const r of relays) r.goingAway("host shutting down");
+    },
+  };
+}
+
+/** A whole (small) response written onto a raw socket, then the socket is closed. */
+async function writeOnSocket(socket: Duplex, res: Response): Promise<void> {
+  const body = Buffer.from(await res.arrayBuffer());
+  if (socket.destroyed) return;
+  let head = `HTTP/1.1 ${res.status} ${STATUS_CODES[res.status] ?? ""}\r\n`;
+  res.headers.forEach((v, k) => (head += `${k}: ${v}\r\n`));
+  head += `content-length: ${body.length}\r\nconnection: close\r\n\r\n`;
+  socket.end(Buffer.concat([Buffer.from(head, "latin1"), body]));
 }
 
 /** The one error envelope, marked as the host's own answer (not the agent's). */

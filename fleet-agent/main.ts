@@ -18,7 +18,7 @@ import { parseFleetAgentConfig, type FleetAgentConfig } from "./config.ts";
 import type { VmDriver } from "./drivers/driver.ts";
 import { selectDriver } from "./drivers/select.ts";
 import type { Host } from "./host.ts";
-import { createIngress } from "./ingress.ts";
+import { createIngress, createIngressUpgrade, type IngressUpgrade } from "./ingress.ts";
 import { resolveHostId, startHostRuntime } from "./assemble.ts";
 import { HttpSink, InProcessSink } from "./meter/index.ts";
 
@@ -107,8 +107,10 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     : new InProcessSink(database.db, clock, hostLog.child({ component: "billing" }));
   const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, clock, log: hostLog });
   const { host, fleet } = runtime;
-  const app = createIngress({ hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) });
-  const { server, port } = await listen(app.fetch, cfg.port, cfg.hostname);
+  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) };
+  const app = createIngress(ingressDeps);
+  const upgrades = createIngressUpgrade(ingressDeps);
+  const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname);
   const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
 
   // Registered only once the ingress answers, so placement never picks a host that cannot be reached yet.
@@ -147,7 +149,8 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
         await beating;
         const closing = new Promise<void>((done) => server.close(() => done()));
         server.closeIdleConnections();
-        await runtime.stop();
+        await runtime.stop(); // hibernating closes the WebSockets still open with 1001
+        upgrades.close();
         server.closeAllConnections();
         await closing;
         if (!parts.database) await database.close();
@@ -157,10 +160,12 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   };
 }
 
-function listen(fetch: (req: Request) => Response | Promise<Response>, port: number, hostname: string): Promise<{ server: Server; port: number }> {
+function listen(fetch: (req: Request) => Response | Promise<Response>, upgrades: IngressUpgrade, port: number, hostname: string): Promise<{ server: Server; port: number }> {
   return new Promise((resolvePromise, reject) => {
     const server = serve({ fetch, port, hostname }, (info: AddressInfo) => resolvePromise({ server, port: info.port })) as Server;
     server.once("error", reject);
+    // WebSockets from gateways without a direct path to the VMs (`/v1/websocket`).
+    server.on("upgrade", (req, socket, head: Buffer) => upgrades.handle(req, socket, head));
     // No total request timeout: long streams are bounded by idle rules, not by the server.
     server.requestTimeout = 0;
     server.headersTimeout = 30_000;

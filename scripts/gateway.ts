@@ -21,7 +21,7 @@ import { parseGatewayConfig, type GatewayAuthConfig } from "../gateway/config.ts
 import { nodeClientIp, serveNode } from "../gateway/node.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
 import { createRemoteFleet } from "../gateway/remote-fleet.ts";
-import { createNodeHostFetch } from "../gateway/remote-fleet-node.ts";
+import { createNodeHostFetch, createNodeHostUpgrade } from "../gateway/remote-fleet-node.ts";
 import { createWebhookModule, fleetForward, webhookConfigFromEnv, type WebhookConfig } from "../gateway/webhooks/index.ts";
 import { ensureDevKeys } from "./dev-keys.ts";
 
@@ -110,12 +110,14 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
     algorithms: cfg.auth.algorithms,
   });
   const hostFetch = createNodeHostFetch(cfg.hosts);
-  const fleet = createRemoteFleet({
-    placement: createDbPlacement(db, { ...cfg.placement, clock }),
-    key: componentKey(cfg.componentSecret),
-    fetch: hostFetch,
-    log: log.child({ component: "remote-fleet" }),
-  });
+  const placement = createDbPlacement(db, { ...cfg.placement, clock });
+  const remoteLog = log.child({ component: "remote-fleet" });
+  // WebSockets: relayed by the agent's host (frames, 1001 before hibernating); this gateway joins the bytes.
+  const hostUpgrade = createNodeHostUpgrade({ placement, key: componentKey(cfg.componentSecret), log: remoteLog, ...cfg.hosts });
+  const fleet = {
+    ...createRemoteFleet({ placement, key: componentKey(cfg.componentSecret), fetch: hostFetch, log: remoteLog }),
+    upgrade: hostUpgrade,
+  };
   const agents = createAgentRepo(db);
   const webhooks = createWebhookModule({ db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: cfg.webhooks });
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: componentKey(cfg.componentSecret) });
@@ -149,6 +151,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
         const grace = new Promise<void>((done) => setTimeout(done, cfg.drainTimeoutMs).unref());
         await Promise.race([closing, grace]);
         server.server.closeAllConnections();
+        hostUpgrade.close(); // joined WebSockets are the server's sockets too: closing waits for them
         await closing;
         nodeProxy.close();
         await hostFetch.close();

@@ -260,7 +260,17 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       const agent = await core.resolve(target.agentId);
       core.authorize(agent, caller);
       leave = core.enter(agent);
-      if (!core.fleet.acquire) throw new AppError("bad_gateway", "this gateway's fleet cannot relay WebSockets");
+      if (!core.fleet.acquire) {
+        // A remote fleet: its host wakes the agent and relays the frames; the tenant slot is held until the handshake is over.
+        if (!core.fleet.upgrade) throw new AppError("bad_gateway", "this gateway's fleet cannot relay WebSockets");
+        const headers = upgradeRequestHeaders(req.rawHeaders, forwardedFrom(req, requestId), { stripAuthorization: caller !== undefined, host: "" });
+        const { proxyIdleTimeoutMs, responseTimeoutMs } = agent.limits;
+        await core.fleet.upgrade(agent.spec, req, socket, head, { requestId, reason: "request", pathInside: target.pathInside, headers, proxyIdleTimeoutMs, responseTimeoutMs });
+        const done = leave;
+        leave = undefined;
+        done();
+        return;
+      }
       ticket = await core.fleet.acquire(agent.spec, { requestId, reason: "request" });
       if (socket.destroyed) {
         ticket.release();
@@ -287,6 +297,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       relay.start();
     } catch (err) {
       leave?.();
+      if (socket.destroyed) return; // the client went away during the handshake: nobody to answer
       logFailure(log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "", ...(target ? { agentId: target.agentId } : {}) });
       await sendErrorOnSocket(socket, err, requestId);
     }
