@@ -44,6 +44,12 @@ export interface Fleet {
    * written yet, so the caller answers with the error envelope.
    */
   upgrade?(agent: AgentSpec, req: IncomingMessage, socket: Duplex, head: Buffer, ctx: UpgradeContext): Promise<void>;
+  /**
+   * A WebSocket upgrade where there are no raw sockets (Workers): `req` (URL = the path inside the agent, headers
+   * forwarded) goes to the host with a fetch upgrade; answers the host's `101` (carrying the runtime's `webSocket`)
+   * as is, or the agent's refusal. The host relays frames and applies the idle rules, as for `upgrade`.
+   */
+  upgradeFetch?(agent: AgentSpec, req: Request, ctx: ForwardContext & { proxyIdleTimeoutMs: number; responseTimeoutMs: number }): Promise<Response>;
   wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
   hibernate(agentId: string): Promise<VmState>;
   status(agentId: string): Promise<VmStatus | undefined>;

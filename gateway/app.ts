@@ -63,7 +63,12 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
     c.set("requestId", requestId);
     c.set("caller", undefined);
     await next();
-    c.res.headers.set("x-request-id", requestId);
+    // A response passed through as fetched (a WebSocket's 101 on Workers) has immutable headers.
+    try {
+      c.res.headers.set("x-request-id", requestId);
+    } catch {
+      /* it goes without */
+    }
   });
 
   // `{agentId}.{domain}`: the whole path belongs to the agent.

@@ -34,6 +34,18 @@ export async function proxyToAgent(deps: ProxyRouteDeps, c: Context<GatewayEnv>,
     { stripAuthorization: caller !== undefined },
   );
   headers.delete("host");
+  if ((raw.headers.get("upgrade") ?? "").toLowerCase() === "websocket") {
+    // Node takes upgrades on its fast path; here (Workers) the host relays the socket and the runtime joins it to ours.
+    if (!core.fleet.upgradeFetch) throw new AppError("bad_gateway", "this entry does not relay WebSocket upgrades");
+    const leave = core.enter(agent);
+    try {
+      const upgrade = new Request(new URL(pathInside + incomingUrl.search, "http://agent"), { method: "GET", headers });
+      const { proxyIdleTimeoutMs, responseTimeoutMs } = agent.limits;
+      return await core.fleet.upgradeFetch(agent.spec, upgrade, { requestId, reason: "request", proxyIdleTimeoutMs, responseTimeoutMs });
+    } finally {
+      leave(); // the tenant's slot covers the handshake, as on the Node entry
+    }
+  }
   const limit = { exceeded: false };
   const hasBody = raw.body !== null && raw.method !== "GET" && raw.method !== "HEAD";
   // The response timeout covers the wait for the agent's headers only; the client's own signal covers the rest.

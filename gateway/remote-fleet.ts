@@ -77,6 +77,14 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
       return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     },
+    async upgradeFetch(agent, req, ctx) {
+      const host = await placement.hostFor(agent);
+      const url = new URL(req.url);
+      const call: HostCall = { op: "websocket", agent, reason: ctx.reason, path: url.pathname + url.search, requestId: ctx.requestId, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs };
+      const headers = new Headers(req.headers);
+      headers.set("upgrade", "websocket"); // the runtime's fetch makes the WebSocket handshake with the host
+      return send(host, call, { headers, ...(ctx.signal ? { signal: ctx.signal } : {}) });
+    },
     async wake(agent, reason) {
       return control<WakeInfo>(await placement.hostFor(agent), { op: "wake", agent, reason }, undefined);
     },

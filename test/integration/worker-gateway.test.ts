@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eq, inArray } from "drizzle-orm";
 import { generateKeyPair, exportJWK, SignJWT } from "jose";
+import WebSocket from "ws";
 import { tenants } from "../../schema/core.ts";
 import { webhookDeliveries } from "../../schema/webhooks.ts";
 import { findIntakeEndpoint, storeDelivery } from "../../gateway/webhooks/store.ts";
@@ -154,6 +155,33 @@ describe("gateway Worker in workerd", () => {
     }, 15_000, "delivery");
     expect(host.host.status(id)?.state).toBe("running");
     expect(await counter(id)).toBe(1); // the delivery POSTed /counter once
+  });
+
+  it("a WebSocket passes through the Worker: the upgrade wakes the agent on its host and frames echo both ways", async () => {
+    const id = await createAgent({ idleTimeoutMs: 60_000 });
+    const token = await userToken("ten_edge");
+    const ws = new WebSocket(`${worker.url.replace(/^http/, "ws")}/a/${id}/ws/echo`, { headers: { authorization: `Bearer ${token}` } });
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+      ws.once("error", reject);
+    });
+    const replies: string[] = [];
+    ws.on("message", (data: Buffer) => replies.push(data.toString()));
+    ws.send("hello");
+    ws.send("edge");
+    await waitFor(() => replies.length === 2, 10_000, "two echoes");
+    expect(replies).toEqual(["hello", "edge"]);
+    expect((await (await call(`/v1/agents/${id}`)).json()) as { state: string }).toMatchObject({ state: "running" });
+    ws.close();
+    // Another tenant cannot open it: the same 404 as for a call.
+    const other = new WebSocket(`${worker.url.replace(/^http/, "ws")}/a/${id}/ws/echo`, { headers: { authorization: `Bearer ${await userToken("ten_other")}` } });
+    const status = await new Promise<number>((resolve) => {
+      other.once("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0));
+      other.once("open", () => resolve(101));
+      other.once("error", () => resolve(-1));
+    });
+    expect(status).toBe(404);
   });
 
   it("the cron delivers what is due (a delivery stored without a kick)", async () => {
