@@ -13,22 +13,10 @@ export const segmentLimits = {
   maxBatch: 10_000,
 } as const;
 
-/** A segment that passed validation, in the units billing computes with. */
-export interface ValidSegment {
-  id: string;
-  hostId: string;
-  tenantId: string;
-  agentId: string;
-  runId: string;
+/** A segment that passed validation, in the units billing computes with (its instants kept as received). */
+export interface ValidSegment extends Omit<MeterSegment, "vmId" | "seq"> {
   startMs: number;
   endMs: number;
-  /** The instants as received (validated ISO 8601 UTC), passed on to Postgres unchanged. */
-  startedAt: string;
-  endedAt: string;
-  vcpus: number;
-  memMiB: number;
-  startReason: SegmentStartReason;
-  endReason: SegmentEndReason;
 }
 
 export interface SegmentRejection {
