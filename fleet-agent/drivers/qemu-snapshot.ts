@@ -6,16 +6,8 @@ import { basename, dirname, join } from "node:path";
 
 export const MANIFEST_VERSION = 1;
 
-/**
- * `snapshot.json` names the one complete snapshot of a VM. It is replaced by rename only after its
- * data file is complete and synced, so a crash at any point leaves the old or the new snapshot.
- */
-export interface SnapshotManifest {
-  version: number;
-  /** Data file name inside the stateDir (`snapshot-<time>.bin`). */
-  file: string;
-  sha256: string;
-  bytes: number;
+/** What the QEMU about to restore looks like; the snapshot must match it. */
+export interface RestoreTarget {
   qemuVersion: string;
   accel: string;
   /** Host CPU model: under KVM the guest sees the host's CPU (`-cpu host`). */
@@ -23,18 +15,20 @@ export interface SnapshotManifest {
   machineArgs: string[];
   memMiB: number;
   vcpus: number;
-  createdAt: string;
-  snapshotMs: number;
 }
 
-/** What the QEMU about to restore looks like; the snapshot must match it. */
-export interface RestoreTarget {
-  qemuVersion: string;
-  accel: string;
-  hostCpu: string;
-  machineArgs: string[];
-  memMiB: number;
-  vcpus: number;
+/**
+ * `snapshot.json` names the one complete snapshot of a VM. It is replaced by rename only after its
+ * data file is complete and synced, so a crash at any point leaves the old or the new snapshot.
+ */
+export interface SnapshotManifest extends RestoreTarget {
+  version: number;
+  /** Data file name inside the stateDir (`snapshot-<time>.bin`). */
+  file: string;
+  sha256: string;
+  bytes: number;
+  createdAt: string;
+  snapshotMs: number;
 }
 
 /** Host-side network settings (forwarded port, egress) do not change the virtual hardware. */

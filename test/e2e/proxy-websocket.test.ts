@@ -1,12 +1,12 @@
 // WebSockets through the gateway with a real `ws` client and the demo workload: wake on upgrade, frames both ways,
 // server push keeps the agent awake, close 1001 before hibernating, reconnect wakes, pings do not pin the VM.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { IncomingMessage } from "node:http";
 import { eq } from "drizzle-orm";
 import WebSocket from "ws";
 import { vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { openWebSocket, type Opened } from "../helpers/streams.ts";
 
 let sys: TestSystem;
 
@@ -19,24 +19,8 @@ afterAll(async () => {
 
 const wsUrl = (path: string) => sys.url.replace(/^http/, "ws") + path;
 
-interface Opened {
-  ws: WebSocket;
-  response: IncomingMessage;
-}
-
 function open(path: string, token: string | null = sys.demo.token): Promise<Opened> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(wsUrl(path), token ? { headers: { authorization: `Bearer ${token}` } } : {});
-    let response: IncomingMessage | undefined;
-    ws.once("upgrade", (res) => (response = res));
-    ws.once("open", () => resolve({ ws, response: response! }));
-    ws.once("unexpected-response", (_req, res) => {
-      let body = "";
-      res.on("data", (c: Buffer) => (body += c.toString()));
-      res.on("end", () => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, body, headers: res.headers })));
-    });
-    ws.once("error", reject);
-  });
+  return openWebSocket(wsUrl(path), token ? { authorization: `Bearer ${token}` } : {});
 }
 
 function closed(ws: WebSocket): Promise<{ code: number; reason: string; at: number }> {

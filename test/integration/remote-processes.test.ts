@@ -8,6 +8,7 @@ import { agents, hosts, tenants, vmEvents } from "../../schema/core.ts";
 import { ensureDevKeys, mintToken, type DevKeys } from "../../scripts/dev-keys.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { spawnNode, testComponentSecret, waitFor, type Child } from "../helpers/worker-stack.ts";
+import { readEventStream } from "../helpers/streams.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let hostProc: Child & { match: RegExpMatchArray };
@@ -125,18 +126,7 @@ describe("gateway process → fleet-agent process", () => {
     const res = await call(`/a/${id}/sse?n=5&intervalMs=300`);
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toBe("text/event-stream");
-    const reader = res.body!.getReader();
-    const decoder = new TextDecoder();
-    const arrivals: number[] = [];
-    let text = "";
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      const before = (text.match(/\n\n/g) ?? []).length;
-      text += decoder.decode(value, { stream: true });
-      const after = (text.match(/\n\n/g) ?? []).length;
-      for (let i = before; i < after; i++) arrivals.push(Date.now());
-    }
+    const { arrivals } = await readEventStream(res);
     expect(arrivals).toHaveLength(5);
     // Buffered delivery would land all five at once; streamed ones arrive ~300 ms apart.
     expect(arrivals[4]! - arrivals[0]!).toBeGreaterThan(900);

@@ -1,6 +1,5 @@
 // WebSockets across processes: a standalone gateway (`scripts/gateway.ts`) → the host ingress of a fleet-agent (process driver), with the `ws` client and the demo workload.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { IncomingMessage } from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +11,7 @@ import { hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall } from "../
 import type { AgentSpec } from "../../fleet-agent/types.ts";
 import { ensureDevKeys, mintToken } from "../../scripts/dev-keys.ts";
 import { freshDatabase } from "../helpers/db.ts";
+import { openWebSocket, type Opened } from "../helpers/streams.ts";
 import { spawnNode, startHostInProcess, testComponentSecret, waitFor, type Child, type InProcessHost } from "../helpers/worker-stack.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -57,10 +57,6 @@ async function createAgent(body: Record<string, unknown>): Promise<string> {
   return ((await res.json()) as { id: string }).id;
 }
 
-interface Opened {
-  ws: WebSocket;
-  response: IncomingMessage;
-}
 interface Refused {
   status: number;
   body: string;
@@ -68,18 +64,7 @@ interface Refused {
 }
 
 function open(url: string, headers: Record<string, string> = { authorization: `Bearer ${token}` }): Promise<Opened> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers });
-    let response: IncomingMessage | undefined;
-    ws.once("upgrade", (res) => (response = res));
-    ws.once("open", () => resolve({ ws, response: response! }));
-    ws.once("unexpected-response", (_req, res) => {
-      let body = "";
-      res.on("data", (c: Buffer) => (body += c.toString()));
-      res.on("end", () => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, body, headers: res.headers })));
-    });
-    ws.once("error", reject);
-  });
+  return openWebSocket(url, headers);
 }
 
 const viaGateway = (path: string) => gatewayUrl.replace(/^http/, "ws") + path;

@@ -10,6 +10,7 @@ import { freshDatabase } from "../helpers/db.ts";
 import { standardHeaders } from "../helpers/webhook-fixtures.ts";
 import { startWorker, type WorkerUnderTest } from "../helpers/worker-harness.ts";
 import { gzipAgentImage, startHostInProcess, testComponentSecret, waitFor, type InProcessHost } from "../helpers/worker-stack.ts";
+import { readEventStream } from "../helpers/streams.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let host: InProcessHost;
@@ -87,17 +88,7 @@ describe("gateway Worker in workerd", () => {
     expect(res.headers.get("x-wake")).toBe("restore");
     expect(res.headers.get("server-timing")).toMatch(/restore;dur=/);
     expect(res.headers.get("x-request-id")).toMatch(/^req_/);
-    const reader = res.body!.getReader();
-    const decoder = new TextDecoder();
-    const arrivals: number[] = [];
-    let text = "";
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      const before = (text.match(/\n\n/g) ?? []).length;
-      text += decoder.decode(value, { stream: true });
-      for (let i = before; i < (text.match(/\n\n/g) ?? []).length; i++) arrivals.push(Date.now());
-    }
+    const { text, arrivals } = await readEventStream(res);
     expect(text.match(/^data: /gm)).toHaveLength(5);
     expect(arrivals).toHaveLength(5);
     expect(arrivals[4]! - arrivals[0]!).toBeGreaterThan(900); // streamed, not buffered until the end
