@@ -1,5 +1,5 @@
 // Idempotent ingest of meter segments: validate, write raw rows and rollups in one transaction, then answer per id.
-import type { IngestResult } from "../fleet-agent/meter/segment.ts";
+import type { IngestResult } from "../contracts/meter.ts";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { silentLogger, type Logger } from "../lib/log.ts";

@@ -1,6 +1,6 @@
 // Billing's HTTP API: meter ingest for hosts (component token) and tenant-scoped usage, runs and invoices (JSON or CSV).
 import { Hono, type Context } from "hono";
-import { requireScope, type GatewayEnv } from "../gateway/auth-context.ts";
+import { requireScope, type GatewayEnv } from "../contracts/caller.ts";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { verifyComponentToken } from "../lib/host-token.ts";
@@ -14,6 +14,7 @@ import { rateCardFor } from "./rates.ts";
 import { agentRuns, assertAgentOfTenant, type RunReport } from "./runs.ts";
 import { usageReport, type TimeGroup, type UsageReport } from "./usage.ts";
 import { assertZone, formatInZone, parseInstant } from "./zones.ts";
+import { wakeTimingKeys } from "../contracts/agent.ts";
 
 export interface BillingRouteDeps {
   db: Db;
@@ -153,7 +154,8 @@ function runJson(r: RunReport) {
   };
 }
 
-const timingColumns = ["queuedMs", "restoreMs", "clockFixMs", "firstByteMs", "bootMs", "skewBeforeMs", "skewAfterMs"] as const;
+/** CSV columns of a run's wake timings: every key of the contract, in its order. */
+const timingColumns = wakeTimingKeys;
 
 export function createBillingRoutes(deps: BillingRouteDeps): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>();

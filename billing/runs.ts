@@ -1,4 +1,5 @@
 // Awake runs of an agent (from the host-written `runs` table) with what woke them, what put them to sleep, timings and metered time.
+import { wakeTimingKeys, type WakeTimings } from "../contracts/agent.ts";
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
 import { sqlRunner, toNumber } from "./sql-runner.ts";
@@ -12,7 +13,7 @@ export interface RunReport {
   /** restore | boot */
   wakeMode: string;
   /** Wake timing breakdown in ms as the host recorded it: queuedMs, restoreMs, clockFixMs, firstByteMs, … */
-  timings: Record<string, number>;
+  timings: WakeTimings;
   sleptAt: number | undefined;
   sleepReason: string | undefined;
   /** Metered time of the run (segments received so far). */
@@ -67,9 +68,10 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
   }));
 }
 
-function parseTimings(v: unknown): Record<string, number> {
-  const obj = typeof v === "string" ? (JSON.parse(v) as unknown) : v;
-  const out: Record<string, number> = {};
-  if (obj && typeof obj === "object") for (const [k, n] of Object.entries(obj)) if (typeof n === "number") out[k] = n;
+/** The run's timings as stored (jsonb), keeping the contract's keys with numeric values. */
+function parseTimings(v: unknown): WakeTimings {
+  const obj = (typeof v === "string" ? JSON.parse(v) : v) as Record<string, unknown> | null;
+  const out: WakeTimings = {};
+  if (obj && typeof obj === "object") for (const k of wakeTimingKeys) if (typeof obj[k] === "number") out[k] = obj[k];
   return out;
 }

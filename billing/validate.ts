@@ -1,5 +1,5 @@
 // Per-segment checks at ingest: shape, id, time order, clock sanity and size limits, each with its own error code.
-import { segmentEndReasons, segmentStartReasons, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../fleet-agent/meter/segment.ts";
+import { segmentEndReasons, segmentStartReasons, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../contracts/meter.ts";
 
 export const segmentLimits = {
   /** A meter cuts at least every heartbeat (10 s by default); an hour-long segment means a broken meter. */

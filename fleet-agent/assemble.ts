@@ -1,4 +1,4 @@
-// Builds one host's runtime (host core, its meter, the in-process fleet) the same way for the daemon and the all-in-one.
+// Builds one host's runtime (host core, its meter, the in-process fleet) and its row in the hosts table, the same way for the daemon and the all-in-one.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
@@ -7,21 +7,24 @@ import type { Logger } from "../lib/log.ts";
 import type { Db } from "../schema/db.ts";
 import type { FleetAgentConfig } from "./config.ts";
 import type { VmDriver } from "./drivers/driver.ts";
-import type { Fleet } from "./fleet.ts";
+import { eq, sql } from "drizzle-orm";
+import type { SegmentSink } from "../contracts/meter.ts";
+import { hosts } from "../schema/core.ts";
 import { Host } from "./host.ts";
-import { createLocalFleet } from "./local-fleet.ts";
-import { Meter, type SegmentSink } from "./meter/index.ts";
+import { createLocalFleet, type LocalFleet } from "./local-fleet.ts";
+import { Meter } from "./meter/index.ts";
 import { createDbHostStore } from "./store.ts";
 
 export interface HostRuntime {
   hostId: string;
   host: Host;
   meter: Meter;
-  fleet: Fleet & { close(): Promise<void> };
+  fleet: LocalFleet;
   /**
    * Shutdown order: the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
-   * driver release what it holds and flushes its event log → the meter closes open segments (reason shutdown)
-   * and ships what it can (the spool keeps the rest for the next start) → pooled agent connections close.
+   * driver release what it holds and flushes its event log (hibernating closes open WebSockets with 1001) → the
+   * meter closes open segments (reason shutdown) and ships what it can (the spool keeps the rest for the next
+   * start) → relayed WebSockets still open are closed, pooled agent connections close.
    */
   stop(): Promise<void>;
 }
@@ -67,7 +70,7 @@ export async function startHostRuntime(opts: {
     log,
     activity: meter,
   });
-  const fleet = createLocalFleet(host, cfg.upstream);
+  const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   await host.start();
   return {
     hostId,
@@ -78,6 +81,42 @@ export async function startHostRuntime(opts: {
       await host.stop();
       await meter.stop();
       await fleet.close();
+    },
+  };
+}
+
+export interface HostRow {
+  id: string;
+  driver: string;
+  /** Memory offered to awake agents, MiB (placement's room). */
+  capacityMiB: number;
+  /** The ingress URL gateways reach this host at; unset for a host only its own process calls (the all-in-one). */
+  url?: string;
+}
+
+/** Inserts or refreshes this host's row (a restart keeps its id): heartbeat and start time now. */
+export async function registerHost(db: Db, row: HostRow): Promise<void> {
+  const set = { driver: row.driver, capacityMiB: row.capacityMiB, lastHeartbeatAt: sql`now()`, startedAt: sql`now()`, ...(row.url !== undefined ? { url: row.url } : {}) };
+  await db
+    .insert(hosts)
+    .values({ id: row.id, driver: row.driver, capacityMiB: row.capacityMiB, ...(row.url !== undefined ? { url: row.url } : {}) })
+    .onConflictDoUpdate({ target: hosts.id, set });
+}
+
+/** Refreshes the host row's heartbeat every `intervalMs`; `stop()` waits for a beat in flight. */
+export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: Logger): { stop(): Promise<void> } {
+  let beating: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    beating = db
+      .update(hosts)
+      .set({ lastHeartbeatAt: sql`now()` })
+      .where(eq(hosts.id, hostId))
+      .catch((err: unknown) => log.warn("heartbeat failed", { err: err instanceof Error ? err.message : String(err) }));
+  }, intervalMs);
+  return {
+    async stop() {
+      clearInterval(timer);
+      await beating;
     },
   };
 }

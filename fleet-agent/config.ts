@@ -1,8 +1,7 @@
 // The fleet-agent's configuration, parsed once from the environment at a program's edge.
 import { int, oneOf, optStr, type Env } from "../lib/env.ts";
 import type { LocalFleetOptions } from "./local-fleet.ts";
-
-export type DriverChoice = "auto" | "qemu" | "process" | "firecracker";
+import type { DriverChoice } from "./drivers/select.ts";
 
 export interface FleetAgentConfig {
   hostId: string | undefined;

@@ -1,14 +1,20 @@
-// The host core: owns this host's VMs, wakes them single-flight, tracks work, and hibernates them when idle.
+// The host core: owns this host's VMs, wakes them single-flight, and orchestrates their hibernation and removal.
 import { join } from "node:path";
-import { existsSync, readdirSync } from "node:fs";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
-import type { RunningVm, VmDriver, VmEndpoint, VmSpec } from "./drivers/driver.ts";
-import { idleVerdict, type OpenTicket } from "./idle.ts";
+import type { RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
 import type { HostStore } from "./store.ts";
-import type { ActivityListener, AgentSpec, SleepReason, TransitionReason, VmState, VmStatus, WakeInfo, WakeReason } from "./types.ts";
+import type { AgentSpec, Lease, SleepReason, TransitionReason, TransitionTimings, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
+import type { ActivityListener } from "./activity.ts";
+import { withDeadline } from "./deadline.ts";
+import { EventLog } from "./event-log.ts";
+import { nodeHostFs, type HostFs } from "./host-fs.ts";
+import { IdleReaper } from "./reaper.ts";
+import { removeTicket, TicketImpl, type Ticket } from "./tickets.ts";
+import { liveLeases } from "./leases.ts";
+import { newVmEntry, type VmEntry } from "./vm-entry.ts";
 import { canTransition, IllegalTransition } from "./vm-state.ts";
 
 export interface HostConfig {
@@ -34,120 +40,36 @@ export interface HostDeps {
   clock: Clock;
   log: Logger;
   activity: ActivityListener;
-}
-
-/** One request's hold on an awake VM: it keeps the VM awake until released. */
-export interface Ticket {
-  readonly endpoint: VmEndpoint;
-  readonly wake: WakeInfo;
-  /** Bytes moved either way: keeps a long stream counting as work. */
-  touch(): void;
-  /** The agent answered: from now on the ticket counts only while bytes move within the stream idle window. */
-  streaming(): void;
-  /** The first response byte reached the client (recorded on the run that this request woke). */
-  firstByte(): void;
-  /** The request is over, however it ended. Idempotent. */
-  release(): void;
-  /** What to do if the host hibernates under this (idle) stream: close it with 1001, abort it. */
-  onHibernate(fn: () => void): void;
-}
-
-export interface Lease {
-  leaseId: string;
-  expiresAt: number;
-}
-
-interface VmEntry {
-  spec: AgentSpec;
-  vmSpec: VmSpec;
-  state: VmState;
-  running: RunningVm | undefined;
-  runId: string | undefined;
-  /** The run this entry's wake created and the monotonic time its wake started, for first-byte timing. */
-  wakeStartedAt: number | undefined;
-  firstByteRecorded: boolean;
-  /**
-   * Open tickets. An array with each ticket's own slot (swap-remove), not a Set: a Set that outlives many
-   * short requests kept finished tickets reachable through old-generation GC and cost ~50 % more CPU per call.
-   */
-  tickets: TicketImpl[];
-  lastActivityAt: number;
-  lastWakeAt: number | undefined;
-  wake: Promise<WakeInfo> | undefined;
-  waiting: number;
-  hibernation: { promise: Promise<void>; abort: AbortController } | undefined;
-  leases: Map<string, number>;
-  cpuSample: { at: number; seconds: number } | undefined;
-  cpuFraction: number | undefined;
-  reaped: boolean;
-}
-
-class TicketImpl implements Ticket, OpenTicket {
-  phase: "waiting" | "streaming" = "waiting";
-  /** Index in its entry's ticket array while open; -1 once released. */
-  slot = -1;
-  lastByteAt: number;
-  private released = false;
-  private hibernateListeners: (() => void)[] = [];
-  readonly endpoint: VmEndpoint;
-  readonly wake: WakeInfo;
-  private readonly clock: Clock;
-  private readonly done: (t: TicketImpl) => void;
-  private readonly onFirstByte: () => void;
-
-  constructor(endpoint: VmEndpoint, wake: WakeInfo, clock: Clock, done: (t: TicketImpl) => void, onFirstByte: () => void) {
-    this.endpoint = endpoint;
-    this.wake = wake;
-    this.clock = clock;
-    this.done = done;
-    this.onFirstByte = onFirstByte;
-    this.lastByteAt = clock.monotonic();
-  }
-
-  touch(): void {
-    this.lastByteAt = this.clock.monotonic();
-  }
-
-  streaming(): void {
-    this.phase = "streaming";
-    this.touch();
-  }
-
-  firstByte(): void {
-    this.onFirstByte();
-  }
-
-  release(): void {
-    if (this.released) return;
-    this.released = true;
-    this.done(this);
-  }
-
-  onHibernate(fn: () => void): void {
-    this.hibernateListeners.push(fn);
-  }
-
-  hibernating(): void {
-    for (const fn of this.hibernateListeners.splice(0)) {
-      try {
-        fn();
-      } catch {
-        /* a closing stream must not stop the hibernation */
-      }
-    }
-  }
+  /** The VM directories on disk; node:fs unless a test passes its own. */
+  fs?: HostFs;
 }
 
 export class Host {
   private readonly vms = new Map<string, VmEntry>();
   private readonly deps: HostDeps;
-  private reaperTimer: { cancel(): void } | undefined;
-  private reaping: Promise<void> | undefined;
+  private readonly fs: HostFs;
+  private readonly events: EventLog;
+  private readonly reaper: IdleReaper;
   private stopping = false;
-  private writes: Promise<void> = Promise.resolve();
+  /** Set while stop() waits for in-flight requests: called when the last ticket is released. */
+  private drained: (() => void) | undefined;
 
   constructor(deps: HostDeps) {
     this.deps = deps;
+    this.fs = deps.fs ?? nodeHostFs;
+    this.events = new EventLog(deps.store, deps.log);
+    this.reaper = new IdleReaper({
+      clock: deps.clock,
+      driver: deps.driver,
+      log: deps.log,
+      intervalMs: deps.config.reaperIntervalMs,
+      cpuBusyThreshold: deps.config.cpuBusyThreshold,
+      vms: () => this.vms.values(),
+      hibernate: (entry) => {
+        for (const t of [...entry.tickets]) t.hibernating();
+        void this.hibernate(entry, "idle");
+      },
+    });
   }
 
   get hostId(): string {
@@ -161,13 +83,11 @@ export class Host {
   /** Cleans up VM processes an earlier host process left behind (their snapshots stay), then starts the reaper. */
   async start(): Promise<void> {
     const { vmsDir } = this.deps.config;
-    const leftovers = existsSync(vmsDir) ? readdirSync(vmsDir, { withFileTypes: true }).filter((d) => d.isDirectory()) : [];
-    for (const dir of leftovers) {
-      const agentId = dir.name;
+    for (const agentId of this.fs.vmDirs(vmsDir)) {
       const spec: VmSpec = { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(vmsDir, agentId) };
       await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
     }
-    this.scheduleReaper();
+    this.reaper.start();
   }
 
   /**
@@ -178,10 +98,8 @@ export class Host {
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
-    this.reaperTimer?.cancel();
-    await this.reaping;
-    const drainDeadline = this.deps.clock.monotonic() + this.deps.config.drainTimeoutMs;
-    while (this.inFlight() > 0 && this.deps.clock.monotonic() < drainDeadline) await sleep(20);
+    await this.reaper.stop();
+    await this.drain();
     for (const entry of this.vms.values()) {
       for (const t of [...entry.tickets]) t.hibernating();
       await entry.wake?.catch(() => undefined);
@@ -194,7 +112,7 @@ export class Host {
 
   /** Waits until every event-log write issued so far is stored. */
   async flush(): Promise<void> {
-    await this.writes;
+    await this.events.flush();
   }
 
   inFlight(): number {
@@ -206,13 +124,13 @@ export class Host {
   status(agentId: string): VmStatus | undefined {
     const e = this.vms.get(agentId);
     if (!e) return undefined;
-    this.pruneLeases(e);
+    const leases = liveLeases(e, this.deps.clock.monotonic());
     return {
       agentId,
       vmId: e.vmSpec.vmId,
       state: e.state,
       inFlight: e.tickets.length,
-      leases: e.leases.size,
+      leases,
       runId: e.runId,
       lastWakeAt: e.lastWakeAt,
       lastActivityAt: e.lastActivityAt,
@@ -243,7 +161,10 @@ export class Host {
       entry.waiting++;
       let info: WakeInfo;
       try {
-        info = await this.withDeadline(this.wakeOnce(entry, reason), spec.id);
+        const ms = this.deps.config.wakeDeadlineMs;
+        info = await withDeadline(this.deps.clock, ms, this.wakeOnce(entry, reason), () => {
+          throw new AppError("wake_failed", `agent ${spec.id} did not wake within ${ms} ms`, { retryAfterS: 5 });
+        });
       } finally {
         entry.waiting--;
       }
@@ -278,9 +199,7 @@ export class Host {
   async addLease(spec: AgentSpec, ttlMs: number): Promise<Lease> {
     const ticket = await this.acquire(spec, "api");
     try {
-      const entry = this.entry(spec);
-      const leaseId = newId("lease");
-      entry.leases.set(leaseId, this.deps.clock.monotonic() + ttlMs);
+      const leaseId = this.entry(spec).leases.add(this.deps.clock.monotonic() + ttlMs);
       return { leaseId, expiresAt: this.deps.clock.now() + ttlMs };
     } finally {
       ticket.release();
@@ -289,7 +208,7 @@ export class Host {
 
   dropLease(agentId: string, leaseId: string): boolean {
     const entry = this.vms.get(agentId);
-    if (!entry?.leases.delete(leaseId)) return false;
+    if (!entry?.leases.drop(leaseId)) return false;
     entry.lastActivityAt = this.deps.clock.monotonic();
     return true;
   }
@@ -312,50 +231,20 @@ export class Host {
   }
 
   /** One pass of the idle reaper (exposed for tests that drive time by hand). */
-  async reapIdle(): Promise<void> {
-    const now = () => this.deps.clock.monotonic();
-    for (const entry of [...this.vms.values()]) {
-      if (entry.state !== "running" || !entry.running || entry.wake || entry.hibernation) continue;
-      const vm = entry.running;
-      const guestLeases = await this.deps.driver.guestLeases(vm).catch(() => 0);
-      const cpuSeconds = await this.deps.driver.cpuSeconds(vm).catch(() => undefined);
-      if (entry.running !== vm || entry.state !== "running" || entry.hibernation || entry.wake) continue;
-      if (cpuSeconds !== undefined) {
-        const prev = entry.cpuSample;
-        entry.cpuSample = { at: now(), seconds: cpuSeconds };
-        if (prev && now() > prev.at) entry.cpuFraction = (cpuSeconds - prev.seconds) / ((now() - prev.at) / 1000);
-      }
-      this.pruneLeases(entry);
-      const verdict = idleVerdict({
-        now: now(),
-        lastActivityAt: entry.lastActivityAt,
-        idleTimeoutMs: entry.spec.idleTimeoutMs,
-        streamIdleMs: entry.spec.streamIdleMs,
-        tickets: entry.tickets,
-        apiLeases: entry.leases.size,
-        guestLeases,
-        cpuFraction: entry.cpuFraction,
-        cpuBusyThreshold: this.deps.config.cpuBusyThreshold,
-      });
-      if (!verdict.hibernate) {
-        if (verdict.busy) entry.lastActivityAt = now();
-        continue;
-      }
-      for (const t of [...entry.tickets]) t.hibernating();
-      void this.hibernate(entry, "idle");
-    }
+  reapIdle(): Promise<void> {
+    return this.reaper.pass();
   }
 
-  private scheduleReaper(): void {
-    if (this.stopping) return;
-    this.reaperTimer = this.deps.clock.setTimeout(() => {
-      this.reaping = this.reapIdle()
-        .catch((err) => this.deps.log.error("idle reaper failed", { err }))
-        .finally(() => {
-          this.reaping = undefined;
-          this.scheduleReaper();
-        });
-    }, this.deps.config.reaperIntervalMs);
+  /**
+   * Resolves when the last open ticket is released, or at the drain timeout on the injected clock, whichever
+   * comes first; tickets opened meanwhile by wakes already under way count as well.
+   */
+  private drain(): Promise<void> {
+    const ms = this.deps.config.drainTimeoutMs;
+    // A zero timeout means "do not wait" (a 0 ms timer on a hand-driven clock would only fire when time moves).
+    if (this.inFlight() === 0 || ms <= 0) return Promise.resolve();
+    const drained = new Promise<void>((resolve) => (this.drained = resolve));
+    return withDeadline(this.deps.clock, ms, drained, () => undefined).finally(() => (this.drained = undefined));
   }
 
   private entry(spec: AgentSpec): VmEntry {
@@ -365,34 +254,18 @@ export class Host {
       return e;
     }
     const stateDir = join(this.deps.config.vmsDir, spec.id);
-    e = {
-      spec,
-      vmSpec: {
-        vmId: vmIdFor(spec.id),
-        agentId: spec.id,
-        image: spec.image,
-        vcpus: spec.vcpus,
-        memMiB: spec.memMiB,
-        allowEgress: spec.allowEgress,
-        stateDir,
-      },
-      // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
-      state: existsSync(stateDir) ? "stopped" : "creating",
-      running: undefined,
-      runId: undefined,
-      wakeStartedAt: undefined,
-      firstByteRecorded: true,
-      tickets: [],
-      lastActivityAt: this.deps.clock.monotonic(),
-      lastWakeAt: undefined,
-      wake: undefined,
-      waiting: 0,
-      hibernation: undefined,
-      leases: new Map(),
-      cpuSample: undefined,
-      cpuFraction: undefined,
-      reaped: false,
+    const vmSpec: VmSpec = {
+      vmId: vmIdFor(spec.id),
+      agentId: spec.id,
+      image: spec.image,
+      vcpus: spec.vcpus,
+      memMiB: spec.memMiB,
+      allowEgress: spec.allowEgress,
+      stateDir,
     };
+    // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
+    const state = this.fs.hasStateDir(stateDir) ? "stopped" : "creating";
+    e = newVmEntry(spec, vmSpec, state, this.deps.clock.monotonic());
     this.vms.set(spec.id, e);
     return e;
   }
@@ -405,6 +278,7 @@ export class Host {
       (done) => {
         removeTicket(entry.tickets, done);
         entry.lastActivityAt = this.deps.clock.monotonic();
+        if (this.drained && this.inFlight() === 0) this.drained();
       },
       () => this.recordFirstByte(entry, wake),
     );
@@ -417,8 +291,7 @@ export class Host {
     if (wake.wake === "warm" || entry.firstByteRecorded || entry.runId !== wake.runId || entry.wakeStartedAt === undefined) return;
     entry.firstByteRecorded = true;
     const firstByteMs = round(this.deps.clock.monotonic() - entry.wakeStartedAt);
-    const runId = wake.runId;
-    this.write(() => this.deps.store.runTimings(runId, { ...wake.timings, firstByteMs }));
+    this.events.runTimings(wake.runId, { ...wake.timings, firstByteMs });
   }
 
   private wakeOnce(entry: VmEntry, reason: WakeReason): Promise<WakeInfo> {
@@ -460,22 +333,19 @@ export class Host {
       entry.firstByteRecorded = false;
       entry.lastActivityAt = clock.monotonic();
       entry.lastWakeAt = clock.now();
-      entry.cpuSample = undefined;
-      entry.cpuFraction = undefined;
+      entry.cpu.reset();
       this.transition(entry, "running", reason, { ...info.timings, wakeMs: round(clock.monotonic() - startedAt) }, { wake: info.wake, ...detail });
-      this.write(() =>
-        this.deps.store.runStarted({
-          id: runId,
-          agentId: entry.spec.id,
-          tenantId: entry.spec.tenantId,
-          hostId: this.hostId,
-          vmId: entry.vmSpec.vmId,
-          wokeAt: new Date(entry.lastWakeAt!),
-          wakeReason: reason,
-          wakeMode: info.wake,
-          timings: info.timings,
-        }),
-      );
+      this.events.runStarted({
+        id: runId,
+        agentId: entry.spec.id,
+        tenantId: entry.spec.tenantId,
+        hostId: this.hostId,
+        vmId: entry.vmSpec.vmId,
+        wokeAt: new Date(entry.lastWakeAt!),
+        wakeReason: reason,
+        wakeMode: info.wake,
+        timings: info.timings,
+      });
       this.startActivity(entry, reason);
       this.watchExit(entry, entry.running);
       return { ...info, runId };
@@ -559,11 +429,10 @@ export class Host {
     const runId = entry.runId;
     if (!runId) return;
     entry.runId = undefined;
-    const sleptAt = new Date(this.deps.clock.now());
-    this.write(() => this.deps.store.runEnded(runId, sleptAt, reason));
+    this.events.runEnded(runId, new Date(this.deps.clock.now()), reason);
   }
 
-  private transition(entry: VmEntry, to: VmState, reason: TransitionReason, timings?: Record<string, number>, detail?: Record<string, unknown>): void {
+  private transition(entry: VmEntry, to: VmState, reason: TransitionReason, timings?: TransitionTimings, detail?: Record<string, unknown>): void {
     const from = entry.state;
     if (!canTransition(from, to)) throw new IllegalTransition(from, to);
     entry.state = to;
@@ -580,53 +449,8 @@ export class Host {
       timings: timings ?? null,
       detail: detail ?? null,
     };
-    this.write(() => this.deps.store.transition(record));
+    this.events.transition(record);
   }
-
-  private pruneLeases(entry: VmEntry): void {
-    const now = this.deps.clock.monotonic();
-    for (const [id, expires] of entry.leases) {
-      if (expires <= now) {
-        entry.leases.delete(id);
-        entry.lastActivityAt = Math.max(entry.lastActivityAt, expires);
-      }
-    }
-  }
-
-  /** Event-log writes are ordered and off the request path; a failed write is logged, never thrown at a caller. */
-  private write(fn: () => Promise<void>): void {
-    this.writes = this.writes.then(fn).catch((err) => this.deps.log.error("event log write failed", { err }));
-  }
-
-  private withDeadline<T>(p: Promise<T>, agentId: string): Promise<T> {
-    const ms = this.deps.config.wakeDeadlineMs;
-    return new Promise<T>((resolve, reject) => {
-      const timer = this.deps.clock.setTimeout(
-        () => reject(new AppError("wake_failed", `agent ${agentId} did not wake within ${ms} ms`, { retryAfterS: 5 })),
-        ms,
-      );
-      p.then(
-        (v) => {
-          timer.cancel();
-          resolve(v);
-        },
-        (e) => {
-          timer.cancel();
-          reject(e);
-        },
-      );
-    });
-  }
-}
-
-function removeTicket(tickets: TicketImpl[], t: TicketImpl): void {
-  if (t.slot < 0) return;
-  const last = tickets.pop()!;
-  if (last !== t) {
-    tickets[t.slot] = last;
-    last.slot = t.slot;
-  }
-  t.slot = -1;
 }
 
 /** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */
@@ -636,8 +460,4 @@ export function vmIdFor(agentId: string): string {
 
 function round(ms: number): number {
   return Math.round(ms * 100) / 100;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

@@ -1,21 +1,21 @@
 // The host's HTTP API that gateways call: every call carries a gateway-signed token for this host; all logic is the local fleet's.
-import { STATUS_CODES, type IncomingMessage } from "node:http";
+import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Hono, type Context } from "hono";
-import { AppError, toErrorResponse } from "../lib/errors.ts";
+import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
-import { withoutHopByHop } from "../gateway/proxy-headers.ts";
-import { upgradeRequestHeaders, WebSocketRelay } from "../gateway/websocket-relay.ts";
-import type { Fleet } from "./fleet.ts";
-import { hostCallMethod, hostErrorHeader, hostOpPaths, hostTokenHeader, verifyHostCall, type HostCall, type HostOp } from "./ingress-protocol.ts";
+import { upgradeRequestHeaders, withoutHopByHop } from "../lib/http-headers.ts";
+import { sendErrorOnSocket } from "../lib/node-respond.ts";
+import type { LocalFleet } from "./local-fleet.ts";
+import { hostCallMethod, hostErrorHeader, hostOpPaths, hostTokenHeader, verifyHostCall, type HostCall, type HostOp } from "../contracts/host-protocol.ts";
 
 export interface IngressDeps {
   hostId: string;
   /** `componentKey(COMPONENT_SECRET)`: the secret gateways sign host tokens with. */
   key: Uint8Array;
-  /** The in-process fleet of this host (`createLocalFleet(host)`): the one code path for waking and forwarding. */
-  fleet: Fleet;
+  /** The in-process fleet of this host (`createLocalFleet(host)`): the one code path for waking, forwarding and relaying. */
+  fleet: LocalFleet;
   log: Logger;
 }
 
@@ -27,10 +27,7 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
 
   app.onError((err, c) => {
     const requestId = c.get("requestId") ?? newId("request");
-    const status = err instanceof AppError ? err.status : 500;
-    const fields = { requestId, method: c.req.method, path: c.req.path, status, code: err instanceof AppError ? err.code : "internal", err: err.message };
-    if (status >= 500) log.error("ingress call failed", { ...fields, stack: err instanceof AppError ? undefined : err.stack });
-    else log.info("ingress call rejected", fields);
+    logFailure(log, err, { requestId, method: c.req.method, path: c.req.path }, "ingress call");
     return hostError(err, requestId);
   });
   app.notFound((c) => hostError(new AppError("not_found", `no route for ${c.req.method} ${c.req.path}`), c.get("requestId") ?? newId("request")));
@@ -108,23 +105,15 @@ export interface IngressUpgrade {
   handle(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   /** WebSockets open through this host. */
   active(): number;
-  /** Stops the timeout sweep and closes the sockets still open with 1001. */
-  close(): void;
 }
 
 /**
- * WebSockets for gateways that cannot reach the VM (a remote fleet): the same relay as the gateway's fast path
- * (`WebSocketRelay`), on the host, so data frames touch the host's ticket and a hibernation closes the socket with
+ * WebSockets for gateways that cannot reach the VM (a remote fleet): relayed by this host's fleet, exactly as for a
+ * gateway in the same process, so data frames touch the host's ticket and a hibernation closes the socket with
  * 1001. The gateway only joins bytes between its client and this socket.
  */
 export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
   const { fleet, log } = deps;
-  const relays = new Set<WebSocketRelay>();
-  const sweeper = setInterval(() => {
-    const now = performance.now();
-    for (const r of relays) r.sweep(now);
-  }, 100);
-  sweeper.unref();
 
   async function handle(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     socket.on("error", () => socket.destroy());
@@ -138,30 +127,19 @@ export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
       if (call.op !== "websocket") throw new AppError("unauthorized", `component token is for ${call.op}, not websocket`);
       if (req.method !== "GET") throw new AppError("unauthorized", `component token is for GET, not ${req.method ?? ""}`);
       requestId = call.requestId;
-      if (!fleet.acquire) throw new AppError("bad_gateway", "this host's fleet cannot relay WebSockets");
-      const ticket = await fleet.acquire(call.agent, { requestId, reason: call.reason });
-      if (socket.destroyed) {
-        ticket.release(); // the gateway went away while the agent woke
-        return;
-      }
       // The gateway already applied the header rules; the host token is ours, and the agent's host is its endpoint.
       const raw: string[] = [];
       for (let i = 0; i < req.rawHeaders.length; i += 2) {
         if (req.rawHeaders[i]!.toLowerCase() !== hostTokenHeader) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
       }
       const one = (name: string) => (typeof req.headers[name] === "string" ? (req.headers[name] as string) : undefined);
-      const ep = ticket.endpoint;
-      const headers = upgradeRequestHeaders(raw, { clientIp: undefined, proto: one("x-forwarded-proto") ?? "http", host: one("x-forwarded-host") ?? "", requestId }, { stripAuthorization: false, host: `${ep.host}:${ep.port}` });
-      new WebSocketRelay(
-        { req, socket, head, requestId, agentId: call.agent.id, pathInside: call.path, ticket, headers, proxyIdleTimeoutMs: call.proxyIdleTimeoutMs, responseTimeoutMs: call.responseTimeoutMs, handshakeDone: () => undefined },
-        { log, active: relays },
-      ).start();
+      const headers = upgradeRequestHeaders(raw, { clientIp: undefined, proto: one("x-forwarded-proto") ?? "http", host: one("x-forwarded-host") ?? "", requestId }, { stripAuthorization: false, host: "" });
+      await fleet.upgrade(call.agent, req, socket, head, { requestId, reason: call.reason, pathInside: call.path, headers, proxyIdleTimeoutMs: call.proxyIdleTimeoutMs, responseTimeoutMs: call.responseTimeoutMs });
     } catch (err) {
-      const status = err instanceof AppError ? err.status : 500;
-      const fields = { requestId, method: req.method ?? "GET", path: req.url ?? "", status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err) };
-      if (status >= 500) log.error("ingress upgrade failed", fields);
-      else log.info("ingress upgrade rejected", fields);
-      await writeOnSocket(socket, hostError(err, requestId));
+      logFailure(log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "" }, "ingress upgrade");
+      if (socket.destroyed) return;
+      // Marked as the host's own answer, like every error of the ingress.
+      await sendErrorOnSocket(socket, err, requestId, [[hostErrorHeader, err instanceof AppError ? err.code : "internal"]]);
     }
   }
 
@@ -169,22 +147,8 @@ export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
     handle(req, socket, head) {
       void handle(req, socket, head);
     },
-    active: () => relays.size,
-    close() {
-      clearInterval(sweeper);
-      for (const r of relays) r.goingAway("host shutting down");
-    },
+    active: () => fleet.websockets(),
   };
-}
-
-/** A whole (small) response written onto a raw socket, then the socket is closed. */
-async function writeOnSocket(socket: Duplex, res: Response): Promise<void> {
-  const body = Buffer.from(await res.arrayBuffer());
-  if (socket.destroyed) return;
-  let head = `HTTP/1.1 ${res.status} ${STATUS_CODES[res.status] ?? ""}\r\n`;
-  res.headers.forEach((v, k) => (head += `${k}: ${v}\r\n`));
-  head += `content-length: ${body.length}\r\nconnection: close\r\n\r\n`;
-  socket.end(Buffer.concat([Buffer.from(head, "latin1"), body]));
 }
 
 /** The one error envelope, marked as the host's own answer (not the agent's). */

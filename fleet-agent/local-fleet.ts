@@ -1,11 +1,20 @@
-// The in-process Fleet adapter: acquire the VM on this host, stream the call to it, release when the stream ends.
+// The in-process fleet of one host: wake the VM, stream the call to it, relay its WebSockets; every hold ends with its call.
+//
+// It is the web-only `Fleet` port, plus what a Node gateway in the same process can use (`withHold`, `upgrade`; the
+// shape of `NodeFleet` in gateway/node/fleet.ts). The host ingress serves remote gateways through this same object.
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { Pool, errors as undiciErrors } from "undici";
+import type { AgentSpec } from "../contracts/agent.ts";
+import type { Fleet, ForwardContext, SocketLimits } from "../contracts/fleet.ts";
+import { serverTiming } from "../contracts/fleet.ts";
 import { AppError } from "../lib/errors.ts";
-import type { Fleet, ForwardContext } from "./fleet.ts";
-import { serverTiming } from "./fleet.ts";
-import type { Host, Ticket } from "./host.ts";
-import type { AgentSpec } from "./types.ts";
+import type { Logger } from "../lib/log.ts";
+import { PerRunPools } from "../lib/per-run.ts";
+import type { Host } from "./host.ts";
+import { WebSocketRelay } from "./relay/websocket-relay.ts";
+import type { Ticket } from "./tickets.ts";
 
 export interface LocalFleetOptions {
   /** Time to connect to the VM's port. */
@@ -16,25 +25,58 @@ export interface LocalFleetOptions {
 
 export const defaultLocalFleetOptions: LocalFleetOptions = { connectTimeoutMs: 5_000, headersTimeoutMs: 300_000 };
 
-export function createLocalFleet(host: Host, opts: LocalFleetOptions = defaultLocalFleetOptions): Fleet & { close(): Promise<void> } {
-  // One connection pool per VM run: a restored VM is a new process, so kept-alive sockets of the old one are dropped.
-  const pools = new Map<string, { runId: string; pool: Pool }>();
+/** A call's hold on an awake VM as callers see it: the ticket, without the release (that is `withHold`'s). */
+export type Hold = Omit<Ticket, "release">;
 
-  function poolFor(agentId: string, ticket: Ticket): Pool {
-    const origin = `http://${ticket.endpoint.host}:${ticket.endpoint.port}`;
-    const current = pools.get(agentId);
-    if (current && current.runId === ticket.wake.runId) return current.pool;
-    void current?.pool.destroy().catch(() => undefined);
-    const pool = new Pool(origin, {
-      connections: 256,
-      pipelining: 1,
-      keepAliveTimeout: 30_000,
-      connectTimeout: opts.connectTimeoutMs,
-      headersTimeout: opts.headersTimeoutMs,
-      bodyTimeout: 0, // streams of any length: idle limits are the gateway's, not a total timeout
-    });
-    pools.set(agentId, { runId: ticket.wake.runId, pool });
-    return pool;
+/** A WebSocket upgrade for the host to relay (gateway in this process, or the ingress for a remote one). */
+export interface RelayContext extends ForwardContext, SocketLimits {
+  pathInside: string;
+  /** The handshake's headers for the agent, flat, header rules applied; the `host` pair is replaced by the VM's. */
+  headers: string[];
+}
+
+export interface LocalFleet extends Fleet {
+  /** Wakes the agent, runs `use` with a hold on it, and releases the hold when `use` settles, however it does. */
+  withHold<T>(agent: AgentSpec, ctx: ForwardContext, use: (hold: Hold) => Promise<T>): Promise<T>;
+  /**
+   * Relays a WebSocket to the agent from this host: data frames keep it awake, a hibernation closes the socket with 1001.
+   * Resolves once the handshake is over (the agent's 101 or refusal passed on); rejects, with nothing written, when
+   * the agent cannot be woken.
+   */
+  upgrade(agent: AgentSpec, req: IncomingMessage, socket: Duplex, head: Buffer, ctx: RelayContext): Promise<void>;
+  /** WebSockets relayed now. */
+  websockets(): number;
+  /** Closes the relayed WebSockets (1001) and the pooled connections. */
+  close(): Promise<void>;
+}
+
+export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOptions = defaultLocalFleetOptions): LocalFleet {
+  const pools = new PerRunPools<Pool>(
+    (ep) =>
+      new Pool(`http://${ep.host}:${ep.port}`, {
+        connections: 256,
+        pipelining: 1,
+        keepAliveTimeout: 30_000,
+        connectTimeout: opts.connectTimeoutMs,
+        headersTimeout: opts.headersTimeoutMs,
+        bodyTimeout: 0, // streams of any length: idle limits are the gateway's, not a total timeout
+      }),
+    (pool) => void pool.destroy().catch(() => undefined),
+  );
+  const relays = new Set<WebSocketRelay>();
+  const sweeper = setInterval(() => {
+    const now = performance.now();
+    for (const r of relays) r.sweep(now);
+  }, 100);
+  sweeper.unref();
+
+  async function withHold<T>(agent: AgentSpec, ctx: ForwardContext, use: (hold: Hold) => Promise<T>): Promise<T> {
+    const ticket = await host.acquire(agent, ctx.reason);
+    try {
+      return await use(ticket);
+    } finally {
+      ticket.release();
+    }
   }
 
   return {
@@ -42,7 +84,7 @@ export function createLocalFleet(host: Host, opts: LocalFleetOptions = defaultLo
       const ticket = await host.acquire(agent, ctx.reason);
       try {
         const url = new URL(req.url);
-        const upstream = await poolFor(agent.id, ticket).request({
+        const upstream = await pools.get(agent.id, ticket.wake.runId, ticket.endpoint).request({
           path: url.pathname + url.search,
           method: req.method,
           headers: headerRecord(req.headers),
@@ -71,7 +113,25 @@ export function createLocalFleet(host: Host, opts: LocalFleetOptions = defaultLo
         throw upstreamError(err, agent.id);
       }
     },
-    acquire: (agent, ctx) => host.acquire(agent, ctx.reason),
+    withHold,
+    async upgrade(agent, req, socket, head, ctx) {
+      let handshakeOver!: () => void;
+      const handshake = new Promise<void>((resolve) => (handshakeOver = resolve));
+      const relayed = withHold(agent, ctx, (hold) => {
+        if (socket.destroyed) return Promise.resolve(); // the client went away while the agent woke
+        const ep = hold.endpoint;
+        const headers = ctx.headers[0]?.toLowerCase() === "host" ? ["host", `${ep.host}:${ep.port}`, ...ctx.headers.slice(2)] : ["host", `${ep.host}:${ep.port}`, ...ctx.headers];
+        return new Promise<void>((closed) => {
+          new WebSocketRelay(
+            { req, socket, head, requestId: ctx.requestId, agentId: agent.id, pathInside: ctx.pathInside, ticket: hold, headers, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs, handshakeDone: handshakeOver, closed },
+            { log, active: relays },
+          ).start();
+        });
+      });
+      // Until the handshake is over, a failed wake is the caller's to answer; after it, the relay has answered.
+      await Promise.race([handshake, relayed]);
+      relayed.catch(() => undefined);
+    },
     wake: (agent, reason) => host.wake(agent, reason),
     hibernate: (agentId) => host.hibernateNow(agentId),
     status: async (agentId) => host.status(agentId),
@@ -79,13 +139,13 @@ export function createLocalFleet(host: Host, opts: LocalFleetOptions = defaultLo
     dropLease: async (agentId, leaseId) => host.dropLease(agentId, leaseId),
     async remove(agentId) {
       await host.remove(agentId);
-      const p = pools.get(agentId);
-      pools.delete(agentId);
-      await p?.pool.destroy().catch(() => undefined);
+      pools.drop(agentId);
     },
+    websockets: () => relays.size,
     async close() {
-      await Promise.all([...pools.values()].map((p) => p.pool.destroy().catch(() => undefined)));
-      pools.clear();
+      clearInterval(sweeper);
+      for (const r of relays) r.goingAway("host shutting down");
+      pools.close();
     },
   };
 }

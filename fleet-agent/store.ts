@@ -1,7 +1,9 @@
 // Where a host records what happened to its VMs: the event log, awake runs, agents' last known state.
 import { eq } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
-import { agents, auditLog, runs, vmEvents } from "../schema/core.ts";
+import { agents, runs, vmEvents } from "../schema/core.ts";
+import { createDbAuditLog } from "../schema/audit-log.ts";
+import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
 
 export interface TransitionRecord {
   at: Date;
@@ -13,7 +15,7 @@ export interface TransitionRecord {
   fromState: string;
   toState: string;
   reason: string;
-  timings: Record<string, number> | null;
+  timings: TransitionTimings | null;
   detail: Record<string, unknown> | null;
 }
 
@@ -26,13 +28,13 @@ export interface RunStart {
   wokeAt: Date;
   wakeReason: string;
   wakeMode: string;
-  timings: Record<string, number>;
+  timings: WakeTimings;
 }
 
 export interface HostStore {
   transition(r: TransitionRecord): Promise<void>;
   runStarted(r: RunStart): Promise<void>;
-  runTimings(runId: string, timings: Record<string, number>): Promise<void>;
+  runTimings(runId: string, timings: WakeTimings): Promise<void>;
   runEnded(runId: string, sleptAt: Date, reason: string): Promise<void>;
 }
 
@@ -40,6 +42,7 @@ export interface HostStore {
 const auditedStates: Record<string, string> = { running: "vm.wake", hibernated: "vm.hibernate", failed: "vm.fail", destroyed: "vm.destroy" };
 
 export function createDbHostStore(db: Db): HostStore {
+  const audit = createDbAuditLog(db);
   return {
     async transition(r) {
       await db.insert(vmEvents).values(r);
@@ -48,7 +51,7 @@ export function createDbHostStore(db: Db): HostStore {
       await db.update(agents).set(patch).where(eq(agents.id, r.agentId));
       const action = auditedStates[r.toState];
       if (action) {
-        await db.insert(auditLog).values({
+        await audit.record({
           at: r.at,
           tenantId: r.tenantId,
           actor: r.hostId,

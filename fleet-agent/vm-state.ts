@@ -1,5 +1,5 @@
 // The VM lifecycle of DESIGN.md as a transition table; the host refuses any move not listed here.
-import type { VmState } from "./types.ts";
+import type { VmState } from "../contracts/agent.ts";
 
 const allowed: Record<VmState, readonly VmState[]> = {
   creating: ["booting", "destroyed"],

@@ -1,21 +1,12 @@
 // Agents and tenants as the gateway reads and writes them (drizzle; Postgres or PGlite).
 import { and, asc, desc, eq, isNull } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
-import { agents, auditLog, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
-import type { AgentSpec } from "../fleet-agent/types.ts";
+import { agents, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
+import type { AgentSpec } from "../contracts/agent.ts";
 
 export type AgentRow = typeof agents.$inferSelect;
 export type NewAgent = Omit<typeof agents.$inferInsert, "createdAt" | "deletedAt" | "state" | "lastWakeAt">;
 export type VmEventRow = typeof vmEvents.$inferSelect;
-
-export interface AuditEntry {
-  tenantId: string | null;
-  actor: string;
-  action: string;
-  target: string;
-  requestId: string | null;
-  detail?: Record<string, unknown>;
-}
 
 export interface AgentRepo {
   /** A live (not deleted) agent by id, whatever its tenant: callers check the tenant. */
@@ -25,7 +16,6 @@ export interface AgentRepo {
   markDeleted(id: string): Promise<void>;
   events(agentId: string, limit: number): Promise<VmEventRow[]>;
   ensureTenant(id: string, name: string): Promise<void>;
-  audit(entry: AuditEntry): Promise<void>;
 }
 
 export function createAgentRepo(db: Db): AgentRepo {
@@ -49,9 +39,6 @@ export function createAgentRepo(db: Db): AgentRepo {
     },
     async ensureTenant(id, name) {
       await db.insert(tenants).values({ id, name }).onConflictDoNothing();
-    },
-    async audit(e) {
-      await db.insert(auditLog).values({ ...e, detail: e.detail ?? null });
     },
   };
 }

@@ -1,11 +1,13 @@
 // Bearer-token verification with jose: algorithm allowlist, exp/nbf/iss/aud, tenant and scopes; results cached per token.
 import { createLocalJWKSet, createRemoteJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from "jose";
 import { AppError } from "../lib/errors.ts";
-import { allScopes, type Caller, type Scope } from "./auth-context.ts";
+import { allScopes, type Caller, type Scope } from "../contracts/caller.ts";
 
 export interface Authenticator {
   /** The caller a bearer token speaks for; throws `unauthorized` with the reason otherwise. */
   verify(token: string): Promise<Caller>;
+  /** A token `verify` already accepted and that has not expired, without waiting: its caller and expiry (ms since the epoch). */
+  peek?(token: string): { caller: Caller; until: number } | undefined;
 }
 
 export interface JwtAuthOptions {
@@ -44,6 +46,10 @@ export function createJwtAuthenticator(opts: JwtAuthOptions): Authenticator {
       if (cache.size >= cacheSize) cache.delete(cache.keys().next().value!);
       cache.set(token, { caller, expMs });
       return caller;
+    },
+    peek(token) {
+      const hit = cache.get(token);
+      return hit && hit.expMs > now() ? { caller: hit.caller, until: hit.expMs } : undefined;
     },
   };
 

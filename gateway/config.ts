@@ -1,6 +1,6 @@
 // The gateway's configuration, parsed once from the environment at a program's edge.
 import { bool, int, optStr, str, type Env } from "../lib/env.ts";
-import type { GatewayConfig } from "./app.ts";
+import type { GatewayConfig } from "./deps.ts";
 
 export interface GatewayAuthConfig {
   /** JWKS URL to verify user tokens with; when unset, a JWKS document or the dev key is used. */
@@ -32,7 +32,7 @@ export interface GatewayAuthConfig {
  * | PROXY_IDLE_TIMEOUT_MS | 600000 (10 min) | a proxied call, stream or WebSocket that moves no bytes either way for this long is ended, ms (per agent: limits.proxyIdleTimeoutMs) |
  * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from the request sent to the agent's response headers, ms; 504 after (per agent: limits.responseTimeoutMs; the fleet-agent reads it too) |
  * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms; 504 after (the fleet-agent reads it too) |
- * | AGENT_CACHE_TTL_MS | 2000 | how long the proxy trusts an agent row from memory before re-reading it (in the background), ms |
+ * | AGENT_CACHE_TTL_MS | 2000 (Workers: 0) | how long the proxy trusts an agent row from memory before re-reading it (in the background), ms; 0: every call reads it |
  * | PROXY_FAST_PATH | true | Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets) |
  */
 export function parseGatewayConfig(env: Env, images: readonly string[]): { gateway: GatewayConfig; auth: GatewayAuthConfig } {

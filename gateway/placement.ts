@@ -2,7 +2,7 @@
 import { sql } from "drizzle-orm";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
-import type { AgentSpec } from "../fleet-agent/types.ts";
+import type { AgentSpec } from "../contracts/agent.ts";
 import { queryRows, type Db } from "../schema/postgres.ts";
 
 export interface PlacedHost {

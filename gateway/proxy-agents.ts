@@ -85,15 +85,11 @@ export function createAgentCache(
   settings: Pick<AgentSettingsStore, "limits"> | undefined,
   opts: { ttlMs: number; maxStaleMs: number; maxEntries: number; now?: () => number },
 ): AgentCache {
+  if (opts.ttlMs === 0) return uncached(repo, settings);
   const entries = new Map<string, Entry>();
   const now = opts.now ?? (() => performance.now());
 
-  async function load(agentId: string): Promise<LoadedAgent | undefined> {
-    const row = await repo.get(agentId);
-    if (!row) return undefined;
-    const overrides = settings ? await settings.limits(agentId) : noOverrides;
-    return { row, overrides };
-  }
+  const load = (agentId: string) => loadAgent(repo, settings, agentId);
 
   function refresh(agentId: string, entry: Entry | undefined): Promise<LoadedAgent | undefined> {
     if (entry?.refreshing) return entry.refreshing;
@@ -150,4 +146,16 @@ export function createAgentCache(
       entries.delete(agentId);
     },
   };
+}
+
+async function loadAgent(repo: Pick<AgentRepo, "get">, settings: Pick<AgentSettingsStore, "limits"> | undefined, agentId: string): Promise<LoadedAgent | undefined> {
+  const row = await repo.get(agentId);
+  if (!row) return undefined;
+  const overrides = settings ? await settings.limits(agentId) : noOverrides;
+  return { row, overrides };
+}
+
+/** `ttlMs` 0: every call reads the row, nothing is kept or refreshed in the background (a Worker, whose requests share no I/O). */
+function uncached(repo: Pick<AgentRepo, "get">, settings: Pick<AgentSettingsStore, "limits"> | undefined): AgentCache {
+  return { get: (agentId) => loadAgent(repo, settings, agentId), peek: () => undefined, invalidate: () => undefined };
 }

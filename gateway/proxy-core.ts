@@ -2,11 +2,11 @@
 import { AppError } from "../lib/errors.ts";
 import { isId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
-import type { Fleet } from "../fleet-agent/fleet.ts";
-import type { AgentSpec } from "../fleet-agent/types.ts";
+import type { Fleet } from "../contracts/fleet.ts";
+import type { AgentSpec } from "../contracts/agent.ts";
 import type { NonWakingRules } from "../schema/core.ts";
 import { agentSpec, type AgentRepo, type AgentRow } from "./agent-repo.ts";
-import type { Caller } from "./auth-context.ts";
+import type { Caller } from "../contracts/caller.ts";
 import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./proxy-agents.ts";
 import { TenantLimiter } from "./proxy-limits.ts";
 import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./proxy-policy.ts";

@@ -1,7 +1,7 @@
 // Pure rules of a call to an agent, shared by the Hono proxy and the Node fast path: routing, authorization, non-waking traffic.
 import { AppError } from "../lib/errors.ts";
 import type { NonWakingRules } from "../schema/core.ts";
-import type { Caller } from "./auth-context.ts";
+import type { Caller } from "../contracts/caller.ts";
 import type { Json } from "./validate.ts";
 
 /** Where a request goes: an agent and the path (with query) inside it. */

@@ -1,10 +1,9 @@
 // The Fleet over HTTP (fetch: Node and Workers): each call goes to the agent's host with a fresh gateway-signed token.
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
-import type { Fleet, ForwardContext } from "../fleet-agent/fleet.ts";
-import type { Lease } from "../fleet-agent/host.ts";
-import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall, type HostCall } from "../fleet-agent/ingress-protocol.ts";
-import type { AgentSpec, VmState, VmStatus, WakeInfo } from "../fleet-agent/types.ts";
+import type { Fleet, ForwardContext } from "../contracts/fleet.ts";
+import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
+import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo } from "../contracts/agent.ts";
 import type { PlacedHost, Placement } from "./placement.ts";
 
 /** How a gateway reaches hosts: `fetch` on Workers; on Node an undici client that leaves bodies encoded (remote-fleet-node.ts). */

@@ -1,4 +1,5 @@
 // One error type for the whole system: a code, a message, and one exhaustive code → HTTP status map.
+import type { Logger } from "./log.ts";
 
 export const errorStatus = {
   bad_request: 400,
@@ -55,4 +56,12 @@ export function toErrorResponse(err: unknown, requestId: string): Response {
   const headers = new Headers({ "content-type": "application/json; charset=utf-8", "x-request-id": requestId });
   if (appErr.retryAfterS !== undefined) headers.set("retry-after", String(Math.max(1, Math.ceil(appErr.retryAfterS))));
   return new Response(JSON.stringify(body), { status: appErr.status, headers });
+}
+
+/** Logs a failed call the same way everywhere: 5xx as errors (with the stack of an unexpected error), the rest as rejections. */
+export function logFailure(log: Logger, err: unknown, fields: { requestId: string; method: string; path: string; agentId?: string }, what = "request"): void {
+  const status = err instanceof AppError ? err.status : 500;
+  const entry = { ...fields, status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err) };
+  if (status >= 500) log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
+  else log.info(`${what} rejected`, entry);
 }

@@ -8,7 +8,9 @@ export function stopOnSignals(stop: () => Promise<void>, log: Logger, announce?:
       if (stopping) return;
       stopping = true;
       announce?.(signal);
-      stop().then(
+      // The clock's timers do not hold the process open; this does, until stop() is over (a drain may wait on nothing else).
+      const keepAlive = setInterval(() => undefined, 1000);
+      stop().finally(() => clearInterval(keepAlive)).then(
         () => process.exit(0),
         (err: unknown) => {
           log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });

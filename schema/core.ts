@@ -1,6 +1,7 @@
 // Core tables: tenants, agents, hosts, the append-only VM event log and awake runs, the audit log.
 import { sql } from "drizzle-orm";
 import { bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp } from "drizzle-orm/pg-core";
+import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
 
 const tz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -71,7 +72,7 @@ export const vmEvents = pgTable(
     toState: text("to_state").notNull(),
     reason: text("reason").notNull(),
     /** Millisecond timings of the transition (restoreMs, clockFixMs, snapshotMs, skewBeforeMs, …). */
-    timings: jsonb("timings").$type<Record<string, number>>(),
+    timings: jsonb("timings").$type<TransitionTimings>(),
     detail: jsonb("detail").$type<Record<string, unknown>>(),
   },
   (t) => [index("vm_events_agent_idx").on(t.agentId, t.id)],
@@ -90,7 +91,7 @@ export const runs = pgTable(
     wakeReason: text("wake_reason").notNull(),
     /** restore | boot */
     wakeMode: text("wake_mode").notNull(),
-    timings: jsonb("timings").$type<Record<string, number>>(),
+    timings: jsonb("timings").$type<WakeTimings>(),
     sleptAt: tz("slept_at"),
     sleepReason: text("sleep_reason"),
   },

@@ -7,9 +7,9 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { silentLogger } from "../lib/log.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../fleet-agent/drivers/driver.ts";
-import { QemuDriver } from "../fleet-agent/drivers/qemu.ts";
-import { ensureGuestImage } from "./build-guest-image.ts";
-import { parseAllInOneConfig, startAllInOne } from "./all-in-one.ts";
+import { QemuDriver } from "../fleet-agent/drivers/qemu/driver.ts";
+import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
+import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
 
 const { values } = parseArgs({
   options: {

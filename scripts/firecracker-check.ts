@@ -4,10 +4,10 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, openSync, readSync, closeSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { firecrackerBinary } from "../fleet-agent/drivers/firecracker-config.ts";
-import { checkFirecrackerHost, describeCpu, FirecrackerHostError } from "../fleet-agent/drivers/firecracker-host.ts";
+import { firecrackerBinary } from "../fleet-agent/drivers/firecracker/config.ts";
+import { checkFirecrackerHost, describeCpu, FirecrackerHostError } from "../fleet-agent/drivers/firecracker/host.ts";
 
-export { checkFirecrackerHost, FirecrackerHostError } from "../fleet-agent/drivers/firecracker-host.ts";
+export { checkFirecrackerHost, FirecrackerHostError } from "../fleet-agent/drivers/firecracker/host.ts";
 
 /** Why `path` cannot be Firecracker's x86_64 kernel (it boots an uncompressed ELF vmlinux), or undefined. */
 export function kernelProblem(path: string): string | undefined {

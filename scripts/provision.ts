@@ -2,8 +2,8 @@
 // the guest image), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { findPgBin } from "../test/helpers/postgres-server.ts";
-import { customKernelFromEnv } from "./build-guest-image.ts";
+import { findPgBin } from "./postgres-server.ts";
+import { customKernelFromEnv } from "../fleet-agent/guest/build-image.ts";
 import { aptInstall, provisionVm } from "./setup-vm.ts";
 
 const log = (line: string) => console.log(`provision: ${line}`);

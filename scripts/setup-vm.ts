@@ -2,8 +2,8 @@
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { detectAccel, type AccelChoice } from "../fleet-agent/drivers/qemu-host.ts";
-import { customKernelFromEnv, ensureGuestImage, type CustomKernel, type GuestImage } from "./build-guest-image.ts";
+import { detectAccel, type AccelChoice } from "../fleet-agent/drivers/qemu/host.ts";
+import { customKernelFromEnv, ensureGuestImage, type CustomKernel, type GuestImage } from "../fleet-agent/guest/build-image.ts";
 
 export interface ProvisionOptions {
   /** In CI a missing QEMU is a failure; elsewhere it is reported and the image is still built when possible. */

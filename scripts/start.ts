@@ -5,7 +5,7 @@ import { createLogger } from "../lib/log.ts";
 import { stopOnSignals } from "../lib/signals.ts";
 import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
-import { parseAllInOneConfig, startAllInOne } from "./all-in-one.ts";
+import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
 
 const env = process.env;
 const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });

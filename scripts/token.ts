@@ -2,8 +2,8 @@
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
 import { existsSync } from "node:fs";
-import { allScopes, type Scope } from "../gateway/auth-context.ts";
-import { devKeyPath, ensureDevKeys, mintToken } from "./dev-keys.ts";
+import { allScopes, type Scope } from "../contracts/caller.ts";
+import { devKeyPath, ensureDevKeys, mintToken } from "../compose/dev-keys.ts";
 
 const { values } = parseArgs({
   options: {

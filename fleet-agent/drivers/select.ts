@@ -2,12 +2,14 @@
 import { spawnSync } from "node:child_process";
 import { bool, oneOf, type Env } from "../../lib/env.ts";
 import type { Logger } from "../../lib/log.ts";
-import { customKernelFromEnv, ensureGuestImage } from "../../scripts/build-guest-image.ts";
-import type { DriverChoice } from "../config.ts";
-import type { VmDriver } from "./driver.ts";
-import { createFirecrackerDriver } from "./firecracker-config.ts";
-import { ProcessDriver, defaultProcessImages } from "./process.ts";
-import { QemuDriver } from "./qemu.ts";
+import { customKernelFromEnv, ensureGuestImage } from "../guest/build-image.ts";
+import type { DriverName, VmDriver } from "./driver.ts";
+import { createFirecrackerDriver } from "./firecracker/config.ts";
+import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
+import { QemuDriver } from "./qemu/driver.ts";
+
+/** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
+export type DriverChoice = "auto" | DriverName;
 
 export interface SelectedDriver {
   driver: VmDriver;
@@ -22,7 +24,7 @@ export interface SelectedDriver {
  * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
  * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
- * | FIRECRACKER_* | see fleet-agent/drivers/firecracker-config.ts | |
+ * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
  */
 export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; env: Env }): Promise<SelectedDriver> {
   const { dataDir, log, env } = opts;

@@ -1,6 +1,6 @@
 /* Guest agent: answers the host's line protocol (PING, SETTIME, GETTIME, LEASES) on the
  * virtio-serial port named "agent" and, when the kernel has AF_VSOCK, on vsock port 1024.
- * The protocol is documented at the top of fleet-agent/drivers/guest-agent.ts.
+ * The protocol is documented at the top of fleet-agent/drivers/common/guest-agent.ts.
  * Single-threaded poll loop; one vsock connection at a time. */
 #define _GNU_SOURCE
 #include <dirent.h>

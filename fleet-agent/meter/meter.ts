@@ -1,8 +1,8 @@
 // The host's meter: cuts every VM's active time into heartbeat segments (wall-anchored, monotonic-measured) and spools them.
 import type { Clock } from "../../lib/clock.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
-import type { ActivityEnd, ActivityListener, ActivityStart } from "../types.ts";
-import { segmentId, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "./segment.ts";
+import type { ActivityEnd, ActivityListener, ActivityStart } from "../activity.ts";
+import { segmentId, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../../contracts/meter.ts";
 import { Shipper, type SegmentSink, type ShipperOptions } from "./shipper.ts";
 import { meterDir, SegmentSpool, type SegmentLog } from "./spool.ts";
 

@@ -1,15 +1,11 @@
 // Ships spooled segments to billing in batches, retrying with exponential backoff, and trims the spool only on acknowledgement.
 import type { Clock } from "../../lib/clock.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
-import type { IngestResult, MeterSegment } from "./segment.ts";
+import type { IngestResult, MeterSegment, SegmentSink } from "../../contracts/meter.ts";
 
 /** Billing's answer to a batch: every id accepted, a duplicate (already counted) or rejected for good. */
 export type ShipResult = IngestResult;
-
-/** Where segments go: billing in this process, or billing over HTTP. Throws when the batch may not have arrived. */
-export interface SegmentSink {
-  ship(batch: MeterSegment[]): Promise<ShipResult>;
-}
+export type { SegmentSink };
 
 /** What the shipper needs from the spool. */
 export interface ShippableSpool {

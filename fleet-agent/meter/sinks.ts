@@ -1,28 +1,7 @@
-// The two ways segments reach billing: a direct call in the all-in-one process, or HTTP with a component token.
-import { ingestSegments } from "../../billing/ingest.ts";
-import type { Clock } from "../../lib/clock.ts";
+// Segments shipped to billing over HTTP with a component token (in one process, billing's own sink takes them: billing/sink.ts).
 import { signComponentToken } from "../../lib/host-token.ts";
-import type { Logger } from "../../lib/log.ts";
-import type { Db } from "../../schema/db.ts";
-import type { MeterSegment } from "./segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 import type { SegmentSink, ShipResult } from "./shipper.ts";
-
-/** Billing in the same process (`npm start`): the same ingest function the HTTP route calls. */
-export class InProcessSink implements SegmentSink {
-  private readonly db: Db;
-  private readonly clock: Clock;
-  private readonly log: Logger | undefined;
-
-  constructor(db: Db, clock: Clock, log?: Logger) {
-    this.db = db;
-    this.clock = clock;
-    this.log = log;
-  }
-
-  ship(batch: MeterSegment[]): Promise<ShipResult> {
-    return ingestSegments(this.db, batch, this.clock, this.log ? { log: this.log } : {});
-  }
-}
 
 export interface HttpSinkOptions {
   /** Base URL of billing (the gateway in a split deployment), e.g. http://billing:8080. */

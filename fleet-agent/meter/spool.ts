@@ -2,7 +2,7 @@
 import { closeSync, existsSync, fdatasync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync, writeSync, appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger, type Logger } from "../../lib/log.ts";
-import type { MeterSegment } from "./segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 
 /** Where a host keeps its meter spool: `<dataDir>/hosts/<hostId>/meter/`. */
 export function meterDir(dataDir: string, hostId: string): string {

@@ -2,10 +2,10 @@
 import { Hono, type Context } from "hono";
 import { AppError } from "../../lib/errors.ts";
 import { isId, newId } from "../../lib/ids.ts";
-import type { VmStatus } from "../../fleet-agent/types.ts";
+import type { VmStatus } from "../../contracts/agent.ts";
 import { agentSpec, type AgentRow } from "../agent-repo.ts";
-import type { GatewayDeps } from "../app.ts";
-import { requireScope, type Caller, type GatewayEnv } from "../auth-context.ts";
+import type { GatewayDeps } from "../deps.ts";
+import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { jsonBody, optBool, optInt, optString, rejectUnknown, type Json } from "../validate.ts";
 import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
 import { noOverrides, type AgentLimitOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
@@ -60,7 +60,7 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
   }
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
-    return agents.audit({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
+    return deps.audit.record({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
   }
 
   r.post("/v1/agents", async (c) => {

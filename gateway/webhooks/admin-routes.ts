@@ -1,24 +1,12 @@
 // Admin API of webhooks (scope agents:admin, own tenant's live agents only): endpoints, secret rotation, deliveries, redelivery.
 import { Hono, type Context } from "hono";
-import { requireScope, type Caller, type GatewayEnv } from "../auth-context.ts";
+import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 import type { WebhookScheme } from "../../schema/webhooks.ts";
 import { generateSecret } from "./signature.ts";
-import {
-  attemptsOf,
-  findEndpoint,
-  findTenantDelivery,
-  insertEndpoint,
-  listDeliveries,
-  listEndpoints,
-  requeueDelivery,
-  rotateEndpointSecret,
-  softDeleteEndpoint,
-  tenantOwnsLiveAgent,
-  type EndpointRow,
-} from "./store.ts";
+import type { AuditBy, EndpointRow } from "./store.ts";
 import { deliveryView, endpointView } from "./views.ts";
-import type { WebhookDeps } from "./types.ts";
+import type { ResolvedWebhookDeps } from "./types.ts";
 
 const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 const maxOverlapS = 30 * 86_400;
@@ -60,22 +48,22 @@ function parseNewEndpoint(body: Record<string, unknown>): { name: string; scheme
   return { name, scheme, path: parsePath(path ?? "/") };
 }
 
-export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
+export function createAdminRoutes(deps: ResolvedWebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>();
-  const { db, clock, config } = deps;
-  const auditBy = (c: Context<GatewayEnv>, caller: Caller, action: string) => ({ actor: caller.subject, action, requestId: c.get("requestId") ?? null });
+  const { store, clock, config } = deps;
+  const auditBy = (c: Context<GatewayEnv>, caller: Caller, action: string): AuditBy => ({ actor: caller.subject, action, requestId: c.get("requestId") ?? null });
 
   /** The caller (agents:admin) and an agent of their tenant that is not deleted; 404 for anything else. */
   async function callerAndAgent(c: Context<GatewayEnv>): Promise<{ caller: Caller; agentId: string }> {
     const caller = requireScope(c, "agents:admin");
     const agentId = c.req.param("id") ?? "";
-    if (!(await tenantOwnsLiveAgent(db, caller.tenantId, agentId))) throw new AppError("not_found", "no such agent");
+    if (!(await store.tenantOwnsLiveAgent(caller.tenantId, agentId))) throw new AppError("not_found", "no such agent");
     return { caller, agentId };
   }
 
   async function endpointOf(c: Context<GatewayEnv>): Promise<{ caller: Caller; endpoint: EndpointRow }> {
     const { caller, agentId } = await callerAndAgent(c);
-    const endpoint = await findEndpoint(db, agentId, c.req.param("name") ?? "");
+    const endpoint = await store.findEndpoint(agentId, c.req.param("name") ?? "");
     if (!endpoint) throw new AppError("not_found", "no such webhook endpoint");
     return { caller, endpoint };
   }
@@ -85,7 +73,7 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
     const input = parseNewEndpoint(await jsonBody(c));
     const secret = generateSecret(input.scheme);
     const now = new Date(clock.now());
-    const row = await insertEndpoint(db, { tenantId: caller.tenantId, agentId, ...input, secret }, auditBy(c, caller, "webhook.endpoint.create"), now);
+    const row = await store.createEndpoint({ tenantId: caller.tenantId, agentId, ...input, secret }, auditBy(c, caller, "webhook.endpoint.create"), now);
     if (!row) throw new AppError("conflict", `agent ${agentId} already has a webhook endpoint named ${input.name}`);
     // The only time the secret is shown: it is not in any other answer.
     return c.json({ ...endpointView(row, now.getTime()), secret }, 201);
@@ -94,7 +82,7 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
   app.get("/v1/agents/:id/webhooks", async (c) => {
     const { agentId } = await callerAndAgent(c);
     const now = clock.now();
-    return c.json({ endpoints: (await listEndpoints(db, agentId)).map((e) => endpointView(e, now)) });
+    return c.json({ endpoints: (await store.listEndpoints(agentId)).map((e) => endpointView(e, now)) });
   });
 
   app.get("/v1/agents/:id/webhooks/:name", async (c) => {
@@ -104,7 +92,7 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
 
   app.delete("/v1/agents/:id/webhooks/:name", async (c) => {
     const { caller, endpoint } = await endpointOf(c);
-    if (!(await softDeleteEndpoint(db, endpoint, auditBy(c, caller, "webhook.endpoint.delete"), new Date(clock.now())))) {
+    if (!(await store.deleteEndpoint(endpoint, auditBy(c, caller, "webhook.endpoint.delete"), new Date(clock.now())))) {
       throw new AppError("not_found", "no such webhook endpoint");
     }
     return c.body(null, 204);
@@ -119,7 +107,7 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
     }
     const now = new Date(clock.now());
     const secret = generateSecret(endpoint.scheme);
-    const row = await rotateEndpointSecret(db, endpoint, secret, new Date(now.getTime() + overlapS * 1000), auditBy(c, caller, "webhook.endpoint.rotate"), now);
+    const row = await store.rotateSecret(endpoint, secret, new Date(now.getTime() + overlapS * 1000), auditBy(c, caller, "webhook.endpoint.rotate"), now);
     if (!row) throw new AppError("not_found", "no such webhook endpoint");
     return c.json({ ...endpointView(row, now.getTime()), secret });
   });
@@ -130,8 +118,8 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
     if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > 200) throw new AppError("bad_request", "limit must be 1–200");
     const beforeRaw = c.req.query("before");
     const before = beforeRaw === undefined ? undefined : parseCursor(beforeRaw);
-    const deliveries = await listDeliveries(db, endpoint.id, { limit: Number(limitRaw), ...(before ? { before } : {}) });
-    const attempts = await attemptsOf(db, deliveries.map((d) => d.id));
+    const deliveries = await store.listDeliveries(endpoint.id, { limit: Number(limitRaw), ...(before ? { before } : {}) });
+    const attempts = await store.attemptsOf(deliveries.map((d) => d.id));
     const last = deliveries.at(-1);
     return c.json({
       deliveries: deliveries.map((d) => deliveryView(d, attempts.get(d.id) ?? [], { withBody: false })),
@@ -142,17 +130,17 @@ export function createAdminRoutes(deps: WebhookDeps, onQueued: () => void): Hono
 
   app.get("/v1/webhook-deliveries/:id", async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const delivery = await findTenantDelivery(db, caller.tenantId, c.req.param("id"));
+    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.param("id"));
     if (!delivery) throw new AppError("not_found", "no such webhook delivery");
-    const attempts = await attemptsOf(db, [delivery.id]);
+    const attempts = await store.attemptsOf([delivery.id]);
     return c.json({ ...deliveryView(delivery, attempts.get(delivery.id) ?? [], { withBody: true }), endpointName: delivery.endpointName });
   });
 
   app.post("/v1/webhook-deliveries/:id/redeliver", async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const delivery = await findTenantDelivery(db, caller.tenantId, c.req.param("id"));
+    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.param("id"));
     if (!delivery) throw new AppError("not_found", "no such webhook delivery");
-    const row = await requeueDelivery(db, delivery, auditBy(c, caller, "webhook.delivery.redeliver"), new Date(clock.now()));
+    const row = await store.redeliver(delivery, auditBy(c, caller, "webhook.delivery.redeliver"), new Date(clock.now()));
     if (!row) throw new AppError("conflict", "the delivery has an attempt in flight; try again when it has finished");
     onQueued();
     return c.json({ deliveryId: row.id, status: row.status }, 202);

@@ -1,6 +1,6 @@
 // The `forward` a gateway gives the webhook module: look the agent up, then wake it and call it through the fleet (reason "webhook").
 import { AppError } from "../../lib/errors.ts";
-import type { Fleet } from "../../fleet-agent/fleet.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
 import { agentSpec, type AgentRepo } from "../agent-repo.ts";
 import type { WebhookDeps } from "./types.ts";
 

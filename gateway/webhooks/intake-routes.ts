@@ -1,27 +1,26 @@
 // `POST /hooks/:agentId/:endpointName`: verify the signature, refuse replays and floods, store durably, answer 202.
 import { Hono } from "hono";
-import type { GatewayEnv } from "../auth-context.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
 import { readBodyLimited } from "./body.ts";
 import { headersToStore } from "./forward-headers.ts";
 import { activeSecrets, verifyWebhook } from "./signature.ts";
-import { findIntakeEndpoint, storeDelivery } from "./store.ts";
-import type { WebhookDeps } from "./types.ts";
+import type { ResolvedWebhookDeps } from "./types.ts";
 
 /** Sender delivery ids longer than this are refused rather than indexed. */
 const maxExternalIdLength = 256;
 
-export function createIntakeRoutes(deps: WebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
+export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>();
-  const { db, clock, config } = deps;
+  const { store, clock, config } = deps;
 
   app.post("/hooks/:agentId/:endpointName", async (c) => {
     const agentId = c.req.param("agentId");
     const name = c.req.param("endpointName");
     const notFound = new AppError("not_found", "no such webhook endpoint");
     if (!isId("agent", agentId)) throw notFound;
-    const endpoint = await findIntakeEndpoint(db, agentId, name);
+    const endpoint = await store.findIntakeEndpoint(agentId, name);
     if (!endpoint) throw notFound;
 
     const body = await readBodyLimited(c.req.raw, config.maxBodyBytes);
@@ -37,8 +36,7 @@ export function createIntakeRoutes(deps: WebhookDeps, onQueued: () => void): Hon
     if (verified.externalId.length > maxExternalIdLength) throw new AppError("bad_request", `the sender's delivery id is longer than ${maxExternalIdLength} characters`);
 
     const requestId = c.get("requestId") ?? null;
-    const result = await storeDelivery(
-      db,
+    const result = await store.storeDelivery(
       { endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId },
       config.ratePerMinute,
     );

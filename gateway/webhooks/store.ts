@@ -1,6 +1,7 @@
 // Postgres adapter of the webhook module: endpoints, the durable inbox, claims with leases, attempts, audit rows.
 import { and, desc, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
-import { agents, auditLog } from "../../schema/core.ts";
+import { agents } from "../../schema/core.ts";
+import { createDbAuditLog, type AuditEntry, type DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/postgres.ts";
 import { queryRows } from "../../schema/postgres.ts";
 import {
@@ -18,58 +19,8 @@ export type EndpointRow = typeof webhookEndpoints.$inferSelect;
 export type DeliveryRow = typeof webhookDeliveries.$inferSelect;
 export type AttemptRow = typeof webhookAttempts.$inferSelect;
 
-export interface AuditEntry {
-  tenantId: string | null;
-  actor: string;
-  action: string;
-  target: string;
-  requestId?: string | null;
-  detail?: Record<string, unknown>;
-}
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
-type Queryable = Db | Tx;
-
-export async function writeAudit(db: Queryable, entry: AuditEntry, at: Date): Promise<void> {
-  await db.insert(auditLog).values({ ...entry, requestId: entry.requestId ?? null, at });
-}
-
-// ---------------------------------------------------------------- endpoints
-
-/** True when the agent exists, is not deleted and belongs to the tenant: the only agents an admin may see. */
-export async function tenantOwnsLiveAgent(db: Db, tenantId: string, agentId: string): Promise<boolean> {
-  const rows = await db
-    .select({ id: agents.id })
-    .from(agents)
-    .where(and(eq(agents.id, agentId), eq(agents.tenantId, tenantId), isNull(agents.deletedAt)));
-  return rows.length > 0;
-}
-
-/** The live endpoint `name` of a live agent, or undefined (intake answers 404 either way). */
-export async function findIntakeEndpoint(db: Db, agentId: string, name: string): Promise<EndpointRow | undefined> {
-  const rows = await db
-    .select({ endpoint: webhookEndpoints })
-    .from(webhookEndpoints)
-    .innerJoin(agents, eq(agents.id, webhookEndpoints.agentId))
-    .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt), isNull(agents.deletedAt)));
-  return rows[0]?.endpoint;
-}
-
-export async function findEndpoint(db: Db, agentId: string, name: string): Promise<EndpointRow | undefined> {
-  const rows = await db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt)));
-  return rows[0];
-}
-
-export async function listEndpoints(db: Db, agentId: string): Promise<EndpointRow[]> {
-  return db
-    .select()
-    .from(webhookEndpoints)
-    .where(and(eq(webhookEndpoints.agentId, agentId), isNull(webhookEndpoints.deletedAt)))
-    .orderBy(webhookEndpoints.name);
-}
+/** Who asked for an admin change, and as what action: the store adds tenant, target, detail and time to its audit row. */
+export type AuditBy = Pick<AuditEntry, "actor" | "action" | "requestId">;
 
 export interface NewEndpoint {
   tenantId: string;
@@ -79,58 +30,6 @@ export interface NewEndpoint {
   path: string;
   secret: string;
 }
-
-/** Inserts the endpoint with its audit row; undefined when the agent already has a live endpoint of that name. */
-export async function insertEndpoint(db: Db, input: NewEndpoint, audit: Omit<AuditEntry, "target" | "tenantId">, now: Date): Promise<EndpointRow | undefined> {
-  return db.transaction(async (tx) => {
-    const rows = await tx
-      .insert(webhookEndpoints)
-      .values({ id: newId("webhook"), ...input, createdAt: now })
-      .onConflictDoNothing({ target: [webhookEndpoints.agentId, webhookEndpoints.name], where: sql.raw(`"deleted_at" is null`) })
-      .returning();
-    const row = rows[0];
-    if (!row) return undefined;
-    await writeAudit(tx, { ...audit, tenantId: input.tenantId, target: row.id, detail: { agentId: input.agentId, name: input.name, scheme: input.scheme, path: input.path } }, now);
-    return row;
-  });
-}
-
-export async function softDeleteEndpoint(db: Db, endpoint: EndpointRow, audit: Omit<AuditEntry, "target" | "tenantId">, now: Date): Promise<boolean> {
-  return db.transaction(async (tx) => {
-    const rows = await tx
-      .update(webhookEndpoints)
-      .set({ deletedAt: now })
-      .where(and(eq(webhookEndpoints.id, endpoint.id), isNull(webhookEndpoints.deletedAt)))
-      .returning({ id: webhookEndpoints.id });
-    if (rows.length === 0) return false;
-    await writeAudit(tx, { ...audit, tenantId: endpoint.tenantId, target: endpoint.id, detail: { agentId: endpoint.agentId, name: endpoint.name } }, now);
-    return true;
-  });
-}
-
-/** Makes `secret` current; the one it replaces keeps verifying until `previousExpiresAt` (an earlier previous one is dropped). */
-export async function rotateEndpointSecret(
-  db: Db,
-  endpoint: EndpointRow,
-  secret: string,
-  previousExpiresAt: Date,
-  audit: Omit<AuditEntry, "target" | "tenantId">,
-  now: Date,
-): Promise<EndpointRow | undefined> {
-  return db.transaction(async (tx) => {
-    const rows = await tx
-      .update(webhookEndpoints)
-      .set({ secret, previousSecret: sql`${webhookEndpoints.secret}`, previousSecretExpiresAt: previousExpiresAt, rotatedAt: now })
-      .where(and(eq(webhookEndpoints.id, endpoint.id), isNull(webhookEndpoints.deletedAt)))
-      .returning();
-    const row = rows[0];
-    if (!row) return undefined;
-    await writeAudit(tx, { ...audit, tenantId: endpoint.tenantId, target: endpoint.id, detail: { previousSecretExpiresAt: previousExpiresAt.toISOString() } }, now);
-    return row;
-  });
-}
-
-// ---------------------------------------------------------------- intake
 
 export interface IntakeDelivery {
   endpoint: EndpointRow;
@@ -146,67 +45,6 @@ export type IntakeResult =
   | { kind: "replay"; deliveryId: string | undefined }
   | { kind: "rate_limited"; retryAfterS: number };
 
-class RateLimited {
-  readonly retryAfterS: number;
-  constructor(retryAfterS: number) {
-    this.retryAfterS = retryAfterS;
-  }
-}
-
-/**
- * Stores a verified delivery durably, in one transaction: the insert first (the unique (endpoint, sender id) index
- * turns a replay into a no-op, so replays cost no rate), then the endpoint's rate state under a row lock; a refused
- * rate rolls the insert back.
- */
-export async function storeDelivery(db: Db, input: IntakeDelivery, ratePerMinute: number): Promise<IntakeResult> {
-  const deliveryId = newId("delivery");
-  try {
-    return await db.transaction(async (tx): Promise<IntakeResult> => {
-      const inserted = await tx
-        .insert(webhookDeliveries)
-        .values({
-          id: deliveryId,
-          endpointId: input.endpoint.id,
-          agentId: input.endpoint.agentId,
-          tenantId: input.endpoint.tenantId,
-          externalId: input.externalId,
-          headers: input.headers,
-          body: input.body,
-          bodyBytes: input.body.byteLength,
-          receivedAt: input.receivedAt,
-          requestId: input.requestId,
-          status: "pending",
-          nextAttemptAt: input.receivedAt,
-        })
-        .onConflictDoNothing({ target: [webhookDeliveries.endpointId, webhookDeliveries.externalId] })
-        .returning({ id: webhookDeliveries.id });
-      if (inserted.length === 0) {
-        const existing = await tx
-          .select({ id: webhookDeliveries.id })
-          .from(webhookDeliveries)
-          .where(and(eq(webhookDeliveries.endpointId, input.endpoint.id), eq(webhookDeliveries.externalId, input.externalId)));
-        return { kind: "replay", deliveryId: existing[0]?.id };
-      }
-      // NO KEY UPDATE, not UPDATE: the insert above holds a KEY SHARE lock on this row (the foreign key), and
-      // FOR UPDATE would conflict with the KEY SHARE of a concurrent intake, deadlocking the two.
-      const locked = await tx
-        .select({ rateTat: webhookEndpoints.rateTat })
-        .from(webhookEndpoints)
-        .where(eq(webhookEndpoints.id, input.endpoint.id))
-        .for("no key update");
-      const decision = decideRate(locked[0]?.rateTat?.getTime(), input.receivedAt.getTime(), ratePerMinute);
-      if (!decision.allowed) throw new RateLimited(decision.retryAfterS);
-      await tx.update(webhookEndpoints).set({ rateTat: new Date(decision.tatMs) }).where(eq(webhookEndpoints.id, input.endpoint.id));
-      return { kind: "stored", deliveryId };
-    });
-  } catch (err) {
-    if (err instanceof RateLimited) return { kind: "rate_limited", retryAfterS: err.retryAfterS };
-    throw err;
-  }
-}
-
-// ---------------------------------------------------------------- worker
-
 export interface ClaimedDelivery {
   delivery: DeliveryRow;
   endpoint: Pick<EndpointRow, "id" | "name" | "path" | "scheme">;
@@ -218,78 +56,6 @@ export interface ClaimedDelivery {
   leaseId: string;
 }
 
-/**
- * Claims up to `limit` due deliveries — pending ones whose time has come and in-flight ones whose lease expired —
- * with `FOR UPDATE SKIP LOCKED`, so gateways sharing the database never claim the same row twice. Each claim moves
- * the row's deadline to the lease end, records the attempt as in flight and closes an abandoned earlier attempt.
- */
-export async function claimDue(db: Db, opts: { now: Date; limit: number; leaseMs: number; workerId: string }): Promise<ClaimedDelivery[]> {
-  const leaseUntil = new Date(opts.now.getTime() + opts.leaseMs);
-  return db.transaction(async (tx) => {
-    const claimed = await queryRows<{ id: string; attempts: number; lease_id: string }>(
-      tx as unknown as Db,
-      sql`
-        with due as (
-          select id from ${webhookDeliveries}
-          where status in ('pending', 'in_flight') and next_attempt_at <= ${opts.now.toISOString()}::timestamptz
-          order by next_attempt_at, id
-          limit ${opts.limit}
-          for update skip locked
-        )
-        update ${webhookDeliveries} d
-        set status = 'in_flight',
-            attempts = d.attempts + 1,
-            round_attempts = d.round_attempts + 1,
-            next_attempt_at = ${leaseUntil.toISOString()}::timestamptz,
-            lease_id = ${opts.workerId} || ':' || (d.attempts + 1)
-        from due where d.id = due.id
-        returning d.id, d.attempts, d.lease_id`,
-    );
-    if (claimed.length === 0) return [];
-    const ids = claimed.map((c) => c.id);
-    await tx
-      .update(webhookAttempts)
-      .set({ outcome: "lease_expired", finishedAt: opts.now, error: "the worker holding the lease stopped before recording an outcome" })
-      .where(and(inArray(webhookAttempts.deliveryId, ids), eq(webhookAttempts.outcome, "in_flight")));
-    const attempts = claimed.map((c) => ({
-      id: newId("attempt"),
-      deliveryId: c.id,
-      attempt: Number(c.attempts),
-      worker: opts.workerId,
-      requestId: newId("request"),
-      startedAt: opts.now,
-      outcome: "in_flight" as const,
-    }));
-    await tx.insert(webhookAttempts).values(attempts);
-    const rows = await tx
-      .select({
-        delivery: webhookDeliveries,
-        endpoint: { id: webhookEndpoints.id, name: webhookEndpoints.name, path: webhookEndpoints.path, scheme: webhookEndpoints.scheme },
-        agentDeletedAt: agents.deletedAt,
-      })
-      .from(webhookDeliveries)
-      .innerJoin(webhookEndpoints, eq(webhookEndpoints.id, webhookDeliveries.endpointId))
-      .innerJoin(agents, eq(agents.id, webhookDeliveries.agentId))
-      .where(inArray(webhookDeliveries.id, ids));
-    const byId = new Map(rows.map((r) => [r.delivery.id, r]));
-    return attempts.flatMap((a) => {
-      const r = byId.get(a.deliveryId);
-      if (!r || !r.delivery.leaseId) return [];
-      return [
-        {
-          delivery: r.delivery,
-          endpoint: r.endpoint,
-          agentDeleted: r.agentDeletedAt !== null,
-          attempt: a.attempt,
-          attemptId: a.id,
-          attemptRequestId: a.requestId,
-          leaseId: r.delivery.leaseId,
-        },
-      ];
-    });
-  });
-}
-
 export interface AttemptResult {
   outcome: Exclude<AttemptOutcome, "in_flight" | "lease_expired">;
   statusCode: number | null;
@@ -298,88 +64,326 @@ export interface AttemptResult {
   finishedAt: Date;
 }
 
+/** What an attempt leaves the delivery as: delivered, due again at `nextAttemptAt`, or dead-lettered. */
 export type Settlement = { status: "delivered" } | { status: "pending"; nextAttemptAt: Date } | { status: "dead" };
 
-/**
- * Records an attempt's result and settles the delivery — only while this worker still holds the lease (a worker
- * that overran its lease must not overwrite the one that took over). Returns false when the lease was lost.
- */
-export async function settleAttempt(db: Db, claim: ClaimedDelivery, result: AttemptResult, settlement: Settlement, audit: AuditEntry | undefined): Promise<boolean> {
-  return db.transaction(async (tx) => {
-    await tx
-      .update(webhookAttempts)
-      .set({ outcome: result.outcome, statusCode: result.statusCode, error: result.error, durationMs: result.durationMs, finishedAt: result.finishedAt })
-      .where(and(eq(webhookAttempts.id, claim.attemptId), eq(webhookAttempts.outcome, "in_flight")));
-    const status: DeliveryStatus = settlement.status;
-    const rows = await tx
-      .update(webhookDeliveries)
-      .set({
-        status,
-        leaseId: null,
-        lastError: result.error,
-        nextAttemptAt: settlement.status === "pending" ? settlement.nextAttemptAt : result.finishedAt,
-        deliveredAt: settlement.status === "delivered" ? result.finishedAt : undefined,
-        deadAt: settlement.status === "dead" ? result.finishedAt : undefined,
-      })
-      .where(and(eq(webhookDeliveries.id, claim.delivery.id), eq(webhookDeliveries.leaseId, claim.leaseId), eq(webhookDeliveries.status, "in_flight")))
-      .returning({ id: webhookDeliveries.id });
-    if (rows.length === 0) return false;
-    if (audit) await writeAudit(tx, audit, result.finishedAt);
-    return true;
-  });
+/** Where the webhook routes and the delivery worker keep endpoints, deliveries and attempts (and audit what changes them). */
+export interface WebhookStore {
+  /** True when the agent exists, is not deleted and belongs to the tenant: the only agents an admin may see. */
+  tenantOwnsLiveAgent(tenantId: string, agentId: string): Promise<boolean>;
+  /** The live endpoint `name` of a live agent, or undefined (intake answers 404 either way). */
+  findIntakeEndpoint(agentId: string, name: string): Promise<EndpointRow | undefined>;
+  findEndpoint(agentId: string, name: string): Promise<EndpointRow | undefined>;
+  listEndpoints(agentId: string): Promise<EndpointRow[]>;
+  /** Creates the endpoint with its audit row; undefined when the agent already has a live endpoint of that name. */
+  createEndpoint(input: NewEndpoint, by: AuditBy, now: Date): Promise<EndpointRow | undefined>;
+  /** Stops the endpoint accepting deliveries (audited); false when it was already deleted. */
+  deleteEndpoint(endpoint: EndpointRow, by: AuditBy, now: Date): Promise<boolean>;
+  /** Makes `secret` current; the one it replaces keeps verifying until `previousExpiresAt` (an earlier previous one is dropped). */
+  rotateSecret(endpoint: EndpointRow, secret: string, previousExpiresAt: Date, by: AuditBy, now: Date): Promise<EndpointRow | undefined>;
+  /** Stores a verified delivery durably, once per (endpoint, sender delivery id), within the endpoint's rate. */
+  storeDelivery(input: IntakeDelivery, ratePerMinute: number): Promise<IntakeResult>;
+  /** Claims up to `limit` due deliveries under a lease of `leaseMs`, each with a new attempt in flight. */
+  claimDue(opts: { now: Date; limit: number; leaseMs: number; workerId: string }): Promise<ClaimedDelivery[]>;
+  /**
+   * Records an attempt's result and settles the delivery (delivered, retry later, dead letter), with `audit` when
+   * given; only while the claim still holds the lease. False when the lease was lost and nothing was settled.
+   */
+  recordAttempt(claim: ClaimedDelivery, result: AttemptResult, settlement: Settlement, audit: AuditEntry | undefined): Promise<boolean>;
+  /** Newest first; `before` continues after the last row of the previous page (same-millisecond rows ordered by id). */
+  listDeliveries(endpointId: string, opts: { limit: number; before?: { receivedAt: Date; id: string } }): Promise<DeliveryRow[]>;
+  /** The attempts of each delivery, in order (an empty list for one without any). */
+  attemptsOf(deliveryIds: string[]): Promise<Map<string, AttemptRow[]>>;
+  /** A delivery of the tenant's live agent, with its endpoint's name. */
+  findTenantDelivery(tenantId: string, deliveryId: string): Promise<(DeliveryRow & { endpointName: string }) | undefined>;
+  /**
+   * Queues a delivery again now with a fresh retry budget (audited); refused (undefined) while an attempt is in
+   * flight. A delivered delivery may be redelivered: the agent receives the same body and `x-webhook-delivery-id` again.
+   */
+  redeliver(delivery: DeliveryRow, by: AuditBy, now: Date): Promise<DeliveryRow | undefined>;
 }
 
-// ---------------------------------------------------------------- admin reads and redelivery
-
-/** Newest first; `before` continues after the last row of the previous page (same-millisecond rows ordered by id). */
-export async function listDeliveries(db: Db, endpointId: string, opts: { limit: number; before?: { receivedAt: Date; id: string } }): Promise<DeliveryRow[]> {
-  const b = opts.before;
-  return db
-    .select()
-    .from(webhookDeliveries)
-    .where(
-      and(
-        eq(webhookDeliveries.endpointId, endpointId),
-        b ? or(lt(webhookDeliveries.receivedAt, b.receivedAt), and(eq(webhookDeliveries.receivedAt, b.receivedAt), lt(webhookDeliveries.id, b.id))) : undefined,
-      ),
-    )
-    .orderBy(desc(webhookDeliveries.receivedAt), desc(webhookDeliveries.id))
-    .limit(opts.limit);
+class RateLimited {
+  readonly retryAfterS: number;
+  constructor(retryAfterS: number) {
+    this.retryAfterS = retryAfterS;
+  }
 }
 
-export async function attemptsOf(db: Db, deliveryIds: string[]): Promise<Map<string, AttemptRow[]>> {
-  const byDelivery = new Map<string, AttemptRow[]>(deliveryIds.map((id) => [id, []]));
-  if (deliveryIds.length === 0) return byDelivery;
-  const rows = await db.select().from(webhookAttempts).where(inArray(webhookAttempts.deliveryId, deliveryIds)).orderBy(webhookAttempts.deliveryId, webhookAttempts.attempt);
-  for (const r of rows) byDelivery.get(r.deliveryId)?.push(r);
-  return byDelivery;
+/** `auditLog` writes each audit row in the transaction of the change it records. */
+export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore {
+  return {
+    async tenantOwnsLiveAgent(tenantId, agentId) {
+      const rows = await db
+        .select({ id: agents.id })
+        .from(agents)
+        .where(and(eq(agents.id, agentId), eq(agents.tenantId, tenantId), isNull(agents.deletedAt)));
+      return rows.length > 0;
+    },
+
+    async findIntakeEndpoint(agentId, name) {
+      const rows = await db
+        .select({ endpoint: webhookEndpoints })
+        .from(webhookEndpoints)
+        .innerJoin(agents, eq(agents.id, webhookEndpoints.agentId))
+        .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt), isNull(agents.deletedAt)));
+      return rows[0]?.endpoint;
+    },
+
+    async findEndpoint(agentId, name) {
+      const rows = await db
+        .select()
+        .from(webhookEndpoints)
+        .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt)));
+      return rows[0];
+    },
+
+    listEndpoints(agentId) {
+      return db
+        .select()
+        .from(webhookEndpoints)
+        .where(and(eq(webhookEndpoints.agentId, agentId), isNull(webhookEndpoints.deletedAt)))
+        .orderBy(webhookEndpoints.name);
+    },
+
+    createEndpoint(input, by, now) {
+      return db.transaction(async (tx) => {
+        const rows = await tx
+          .insert(webhookEndpoints)
+          .values({ id: newId("webhook"), ...input, createdAt: now })
+          .onConflictDoNothing({ target: [webhookEndpoints.agentId, webhookEndpoints.name], where: sql.raw(`"deleted_at" is null`) })
+          .returning();
+        const row = rows[0];
+        if (!row) return undefined;
+        await auditLog.within(tx).record({ ...by, at: now, tenantId: input.tenantId, target: row.id, detail: { agentId: input.agentId, name: input.name, scheme: input.scheme, path: input.path } });
+        return row;
+      });
+    },
+
+    deleteEndpoint(endpoint, by, now) {
+      return db.transaction(async (tx) => {
+        const rows = await tx
+          .update(webhookEndpoints)
+          .set({ deletedAt: now })
+          .where(and(eq(webhookEndpoints.id, endpoint.id), isNull(webhookEndpoints.deletedAt)))
+          .returning({ id: webhookEndpoints.id });
+        if (rows.length === 0) return false;
+        await auditLog.within(tx).record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { agentId: endpoint.agentId, name: endpoint.name } });
+        return true;
+      });
+    },
+
+    rotateSecret(endpoint, secret, previousExpiresAt, by, now) {
+      return db.transaction(async (tx) => {
+        const rows = await tx
+          .update(webhookEndpoints)
+          .set({ secret, previousSecret: sql`${webhookEndpoints.secret}`, previousSecretExpiresAt: previousExpiresAt, rotatedAt: now })
+          .where(and(eq(webhookEndpoints.id, endpoint.id), isNull(webhookEndpoints.deletedAt)))
+          .returning();
+        const row = rows[0];
+        if (!row) return undefined;
+        await auditLog.within(tx).record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { previousSecretExpiresAt: previousExpiresAt.toISOString() } });
+        return row;
+      });
+    },
+
+    /**
+     * In one transaction: the insert first (the unique (endpoint, sender id) index turns a replay into a no-op, so
+     * replays cost no rate), then the endpoint's rate state under a row lock; a refused rate rolls the insert back.
+     */
+    async storeDelivery(input, ratePerMinute) {
+      const deliveryId = newId("delivery");
+      try {
+        return await db.transaction(async (tx): Promise<IntakeResult> => {
+          const inserted = await tx
+            .insert(webhookDeliveries)
+            .values({
+              id: deliveryId,
+              endpointId: input.endpoint.id,
+              agentId: input.endpoint.agentId,
+              tenantId: input.endpoint.tenantId,
+              externalId: input.externalId,
+              headers: input.headers,
+              body: input.body,
+              bodyBytes: input.body.byteLength,
+              receivedAt: input.receivedAt,
+              requestId: input.requestId,
+              status: "pending",
+              nextAttemptAt: input.receivedAt,
+            })
+            .onConflictDoNothing({ target: [webhookDeliveries.endpointId, webhookDeliveries.externalId] })
+            .returning({ id: webhookDeliveries.id });
+          if (inserted.length === 0) {
+            const existing = await tx
+              .select({ id: webhookDeliveries.id })
+              .from(webhookDeliveries)
+              .where(and(eq(webhookDeliveries.endpointId, input.endpoint.id), eq(webhookDeliveries.externalId, input.externalId)));
+            return { kind: "replay", deliveryId: existing[0]?.id };
+          }
+          // NO KEY UPDATE, not UPDATE: the insert above holds a KEY SHARE lock on this row (the foreign key), and
+          // FOR UPDATE would conflict with the KEY SHARE of a concurrent intake, deadlocking the two.
+          const locked = await tx
+            .select({ rateTat: webhookEndpoints.rateTat })
+            .from(webhookEndpoints)
+            .where(eq(webhookEndpoints.id, input.endpoint.id))
+            .for("no key update");
+          const decision = decideRate(locked[0]?.rateTat?.getTime(), input.receivedAt.getTime(), ratePerMinute);
+          if (!decision.allowed) throw new RateLimited(decision.retryAfterS);
+          await tx.update(webhookEndpoints).set({ rateTat: new Date(decision.tatMs) }).where(eq(webhookEndpoints.id, input.endpoint.id));
+          return { kind: "stored", deliveryId };
+        });
+      } catch (err) {
+        if (err instanceof RateLimited) return { kind: "rate_limited", retryAfterS: err.retryAfterS };
+        throw err;
+      }
+    },
+
+    /**
+     * Pending deliveries whose time has come and in-flight ones whose lease expired, claimed with `FOR UPDATE SKIP
+     * LOCKED`, so gateways sharing the database never claim the same row twice. Each claim moves the row's deadline to
+     * the lease end, records the attempt as in flight and closes an abandoned earlier attempt.
+     */
+    claimDue(opts) {
+      const leaseUntil = new Date(opts.now.getTime() + opts.leaseMs);
+      return db.transaction(async (tx) => {
+        const claimed = await queryRows<{ id: string; attempts: number; lease_id: string }>(
+          tx as unknown as Db,
+          sql`
+            with due as (
+              select id from ${webhookDeliveries}
+              where status in ('pending', 'in_flight') and next_attempt_at <= ${opts.now.toISOString()}::timestamptz
+              order by next_attempt_at, id
+              limit ${opts.limit}
+              for update skip locked
+            )
+            update ${webhookDeliveries} d
+            set status = 'in_flight',
+                attempts = d.attempts + 1,
+                round_attempts = d.round_attempts + 1,
+                next_attempt_at = ${leaseUntil.toISOString()}::timestamptz,
+                lease_id = ${opts.workerId} || ':' || (d.attempts + 1)
+            from due where d.id = due.id
+            returning d.id, d.attempts, d.lease_id`,
+        );
+        if (claimed.length === 0) return [];
+        const ids = claimed.map((c) => c.id);
+        await tx
+          .update(webhookAttempts)
+          .set({ outcome: "lease_expired", finishedAt: opts.now, error: "the worker holding the lease stopped before recording an outcome" })
+          .where(and(inArray(webhookAttempts.deliveryId, ids), eq(webhookAttempts.outcome, "in_flight")));
+        const attempts = claimed.map((c) => ({
+          id: newId("attempt"),
+          deliveryId: c.id,
+          attempt: Number(c.attempts),
+          worker: opts.workerId,
+          requestId: newId("request"),
+          startedAt: opts.now,
+          outcome: "in_flight" as const,
+        }));
+        await tx.insert(webhookAttempts).values(attempts);
+        const rows = await tx
+          .select({
+            delivery: webhookDeliveries,
+            endpoint: { id: webhookEndpoints.id, name: webhookEndpoints.name, path: webhookEndpoints.path, scheme: webhookEndpoints.scheme },
+            agentDeletedAt: agents.deletedAt,
+          })
+          .from(webhookDeliveries)
+          .innerJoin(webhookEndpoints, eq(webhookEndpoints.id, webhookDeliveries.endpointId))
+          .innerJoin(agents, eq(agents.id, webhookDeliveries.agentId))
+          .where(inArray(webhookDeliveries.id, ids));
+        const byId = new Map(rows.map((r) => [r.delivery.id, r]));
+        return attempts.flatMap((a) => {
+          const r = byId.get(a.deliveryId);
+          if (!r || !r.delivery.leaseId) return [];
+          return [
+            {
+              delivery: r.delivery,
+              endpoint: r.endpoint,
+              agentDeleted: r.agentDeletedAt !== null,
+              attempt: a.attempt,
+              attemptId: a.id,
+              attemptRequestId: a.requestId,
+              leaseId: r.delivery.leaseId,
+            },
+          ];
+        });
+      });
+    },
+
+    /** A worker that overran its lease must not overwrite the one that took over: settles only under its own lease. */
+    recordAttempt(claim, result, settlement, audit) {
+      return db.transaction(async (tx) => {
+        await tx
+          .update(webhookAttempts)
+          .set({ outcome: result.outcome, statusCode: result.statusCode, error: result.error, durationMs: result.durationMs, finishedAt: result.finishedAt })
+          .where(and(eq(webhookAttempts.id, claim.attemptId), eq(webhookAttempts.outcome, "in_flight")));
+        const status: DeliveryStatus = settlement.status;
+        const rows = await tx
+          .update(webhookDeliveries)
+          .set({
+            status,
+            leaseId: null,
+            lastError: result.error,
+            nextAttemptAt: settlement.status === "pending" ? settlement.nextAttemptAt : result.finishedAt,
+            deliveredAt: settlement.status === "delivered" ? result.finishedAt : undefined,
+            deadAt: settlement.status === "dead" ? result.finishedAt : undefined,
+          })
+          .where(and(eq(webhookDeliveries.id, claim.delivery.id), eq(webhookDeliveries.leaseId, claim.leaseId), eq(webhookDeliveries.status, "in_flight")))
+          .returning({ id: webhookDeliveries.id });
+        if (rows.length === 0) return false;
+        if (audit) await auditLog.within(tx).record({ ...audit, at: result.finishedAt });
+        return true;
+      });
+    },
+
+    listDeliveries(endpointId, opts) {
+      const b = opts.before;
+      return db
+        .select()
+        .from(webhookDeliveries)
+        .where(
+          and(
+            eq(webhookDeliveries.endpointId, endpointId),
+            b ? or(lt(webhookDeliveries.receivedAt, b.receivedAt), and(eq(webhookDeliveries.receivedAt, b.receivedAt), lt(webhookDeliveries.id, b.id))) : undefined,
+          ),
+        )
+        .orderBy(desc(webhookDeliveries.receivedAt), desc(webhookDeliveries.id))
+        .limit(opts.limit);
+    },
+
+    async attemptsOf(deliveryIds) {
+      const byDelivery = new Map<string, AttemptRow[]>(deliveryIds.map((id) => [id, []]));
+      if (deliveryIds.length === 0) return byDelivery;
+      const rows = await db.select().from(webhookAttempts).where(inArray(webhookAttempts.deliveryId, deliveryIds)).orderBy(webhookAttempts.deliveryId, webhookAttempts.attempt);
+      for (const r of rows) byDelivery.get(r.deliveryId)?.push(r);
+      return byDelivery;
+    },
+
+    async findTenantDelivery(tenantId, deliveryId) {
+      const rows = await db
+        .select({ delivery: webhookDeliveries, endpointName: webhookEndpoints.name })
+        .from(webhookDeliveries)
+        .innerJoin(webhookEndpoints, eq(webhookEndpoints.id, webhookDeliveries.endpointId))
+        .innerJoin(agents, eq(agents.id, webhookDeliveries.agentId))
+        .where(and(eq(webhookDeliveries.id, deliveryId), eq(webhookDeliveries.tenantId, tenantId), isNull(agents.deletedAt)));
+      const r = rows[0];
+      return r ? { ...r.delivery, endpointName: r.endpointName } : undefined;
+    },
+
+    redeliver(delivery, by, now) {
+      return db.transaction(async (tx) => {
+        const rows = await tx
+          .update(webhookDeliveries)
+          .set({ status: "pending", roundAttempts: 0, nextAttemptAt: now, leaseId: null, deadAt: null })
+          .where(and(eq(webhookDeliveries.id, delivery.id), or(eq(webhookDeliveries.status, "pending"), eq(webhookDeliveries.status, "delivered"), eq(webhookDeliveries.status, "dead"))))
+          .returning();
+        const row = rows[0];
+        if (!row) return undefined;
+        await auditLog.within(tx).record({ ...by, at: now, tenantId: delivery.tenantId, target: delivery.id, detail: { previousStatus: delivery.status, attempts: delivery.attempts } });
+        return row;
+      });
+    },
+  };
 }
 
-export async function findTenantDelivery(db: Db, tenantId: string, deliveryId: string): Promise<(DeliveryRow & { endpointName: string }) | undefined> {
-  const rows = await db
-    .select({ delivery: webhookDeliveries, endpointName: webhookEndpoints.name })
-    .from(webhookDeliveries)
-    .innerJoin(webhookEndpoints, eq(webhookEndpoints.id, webhookDeliveries.endpointId))
-    .innerJoin(agents, eq(agents.id, webhookDeliveries.agentId))
-    .where(and(eq(webhookDeliveries.id, deliveryId), eq(webhookDeliveries.tenantId, tenantId), isNull(agents.deletedAt)));
-  const r = rows[0];
-  return r ? { ...r.delivery, endpointName: r.endpointName } : undefined;
-}
-
-/**
- * Queues a delivery again now with a fresh retry budget; refused (undefined) while an attempt is in flight.
- * A delivered delivery may be redelivered: the agent receives the same body and `x-webhook-delivery-id` again.
- */
-export async function requeueDelivery(db: Db, delivery: DeliveryRow, audit: Omit<AuditEntry, "target" | "tenantId">, now: Date): Promise<DeliveryRow | undefined> {
-  return db.transaction(async (tx) => {
-    const rows = await tx
-      .update(webhookDeliveries)
-      .set({ status: "pending", roundAttempts: 0, nextAttemptAt: now, leaseId: null, deadAt: null })
-      .where(and(eq(webhookDeliveries.id, delivery.id), or(eq(webhookDeliveries.status, "pending"), eq(webhookDeliveries.status, "delivered"), eq(webhookDeliveries.status, "dead"))))
-      .returning();
-    const row = rows[0];
-    if (!row) return undefined;
-    await writeAudit(tx, { ...audit, tenantId: delivery.tenantId, target: delivery.id, detail: { previousStatus: delivery.status, attempts: delivery.attempts } }, now);
-    return row;
-  });
-}
+// For callers not yet moved to a WebhookStore; each opens a Postgres store for the one call.

@@ -1,7 +1,8 @@
-// What the webhook module is built from: database, clock, logger, the gateway's wake-and-forward path, and its limits.
+// What the webhook module is built from: its store (or the database for one), clock, logger, the gateway's wake-and-forward path, and its limits.
 import type { Db } from "../../schema/db.ts";
 import type { Clock } from "../../lib/clock.ts";
 import type { Logger } from "../../lib/log.ts";
+import type { WebhookStore } from "./store.ts";
 
 export interface WebhookConfig {
   /** Largest body accepted at intake (413 above it). */
@@ -46,8 +47,7 @@ export interface ForwardContext {
   reason: "webhook";
 }
 
-export interface WebhookDeps {
-  db: Db;
+interface WebhookDepsCommon {
   clock: Clock;
   log: Logger;
   /**
@@ -59,3 +59,11 @@ export interface WebhookDeps {
   /** Source of jitter in [0, 1); injected so tests can pin it. Defaults to Math.random. */
   random?: () => number;
 }
+
+/** The store of endpoints and deliveries, or the database to keep them in (the Postgres store, auditing there). */
+type WebhookStorage = { store: WebhookStore; db?: Db } | { db: Db; store?: undefined };
+
+export type WebhookDeps = WebhookDepsCommon & WebhookStorage;
+
+/** The deps with their store settled (see `withWebhookStore`): what the routes and the delivery worker run on. */
+export type ResolvedWebhookDeps = WebhookDepsCommon & { store: WebhookStore };

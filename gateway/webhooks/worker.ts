@@ -3,7 +3,9 @@ import { AppError } from "../../lib/errors.ts";
 import { parseRetryAfterMs, retryDelayMs } from "./backoff.ts";
 import { validateWebhookConfig } from "./config.ts";
 import { forwardRequestHeaders } from "./forward-headers.ts";
-import { claimDue, settleAttempt, type AttemptResult, type AuditEntry, type ClaimedDelivery, type Settlement } from "./store.ts";
+import type { AuditEntry } from "../../schema/audit-log.ts";
+import { withWebhookStore } from "./deps.ts";
+import type { AttemptResult, ClaimedDelivery, Settlement } from "./store.ts";
 import type { WebhookDeps } from "./types.ts";
 
 export interface DeliveryWorker {
@@ -27,7 +29,7 @@ const drainLimitBytes = 64 * 1024;
 const agentOrigin = "http://agent.invalid";
 
 export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: string } = {}): DeliveryWorker {
-  const { db, clock, config, log } = deps;
+  const { store, clock, config, log } = withWebhookStore(deps);
   validateWebhookConfig(config);
   const random = deps.random ?? Math.random;
   const id = opts.workerId ?? `whw_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
@@ -38,7 +40,7 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
   let timer: { cancel(): void } | undefined;
 
   async function claim(limit: number): Promise<ClaimedDelivery[]> {
-    return claimDue(db, { now: new Date(clock.now()), limit, leaseMs: config.leaseMs, workerId: id });
+    return store.claimDue({ now: new Date(clock.now()), limit, leaseMs: config.leaseMs, workerId: id });
   }
 
   async function attempt(claim: ClaimedDelivery): Promise<void> {
@@ -105,7 +107,7 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
             requestId: claim.attemptRequestId,
             detail: { agentId: delivery.agentId, endpointId: endpoint.id, endpoint: endpoint.name, attempt: claim.attempt, statusCode, error },
           };
-    const settled = await settleAttempt(db, claim, result, settlement, audit);
+    const settled = await store.recordAttempt(claim, result, settlement, audit);
     const fields = { deliveryId: delivery.id, agentId: delivery.agentId, attempt: claim.attempt, statusCode, durationMs: result.durationMs, requestId: claim.attemptRequestId };
     if (!settled) log.warn("webhook attempt finished after its lease was taken over; outcome not recorded on the delivery", { ...fields, error });
     else if (settlement.status === "delivered") log.info("webhook delivered", fields);

@@ -6,10 +6,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ensureGuestImage } from "../../scripts/build-guest-image.ts";
-import { createFirecrackerDriver } from "../../fleet-agent/drivers/firecracker-config.ts";
+import { ensureGuestImage } from "../../fleet-agent/guest/build-image.ts";
+import { createFirecrackerDriver } from "../../fleet-agent/drivers/firecracker/config.ts";
 import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
-import { kvmUnusable } from "../../fleet-agent/drivers/firecracker-host.ts";
+import { kvmUnusable } from "../../fleet-agent/drivers/firecracker/host.ts";
 
 function onPath(cmd: string): string | undefined {
   try {

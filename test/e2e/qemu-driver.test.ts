@@ -5,10 +5,10 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningVm, VmExit, VmSpec } from "../../fleet-agent/drivers/driver.ts";
-import { hostNowNs } from "../../fleet-agent/drivers/guest-agent.ts";
-import type { QemuDriver } from "../../fleet-agent/drivers/qemu.ts";
-import { processAlive } from "../../fleet-agent/drivers/qemu-host.ts";
-import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu-snapshot.ts";
+import { hostNowNs } from "../../fleet-agent/drivers/common/guest-agent.ts";
+import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
+import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
+import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { readCpio, writeCpio } from "../../fleet-agent/guest/cpio.ts";
 import { readModinfo } from "../../fleet-agent/guest/kmod.ts";
 import { guestImage } from "../helpers/qemu.ts";
-import { ensureGuestImage } from "../../scripts/build-guest-image.ts";
+import { ensureGuestImage } from "../../fleet-agent/guest/build-image.ts";
 import { dirname, resolve } from "node:path";
 
 const S_IFMT = 0o170000;

@@ -395,7 +395,7 @@ export class FakeFirecracker {
     });
   }
 
-  /** The guest agent line protocol of fleet-agent/drivers/guest-agent.ts. */
+  /** The guest agent line protocol of fleet-agent/drivers/common/guest-agent.ts. */
   private agentAnswer(line: string): string {
     const [id, cmd, arg] = line.split(" ");
     switch (cmd) {

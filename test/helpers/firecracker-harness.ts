@@ -6,7 +6,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FakeBehaviour, FakeRequestRecord } from "./firecracker-fake.ts";
 import type { FakeBinaryConfig } from "./firecracker-fake-bin.ts";
-import { FIRECRACKER_SPEC_PATH } from "./firecracker-spec.ts";
+import { firecrackerSpecPath } from "./firecracker-spec.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -36,7 +36,7 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
   let config: FakeBinaryConfig = {
     version: opts.version ?? "1.10.1",
     snapshotFormat: opts.snapshotFormat ?? "5.0.0",
-    specPath: FIRECRACKER_SPEC_PATH,
+    specPath: firecrackerSpecPath(),
     requestLog,
     behaviour: opts.behaviour ?? {},
   };

@@ -1,6 +1,6 @@
 // vitest global setup: one Postgres server for the whole run; each test file makes its own database in it.
 import type { TestProject } from "vitest/node";
-import { startPostgres, type PgServer } from "./postgres-server.ts";
+import { startPostgres, type PgServer } from "../../scripts/postgres-server.ts";
 
 let server: PgServer | undefined;
 

@@ -3,11 +3,11 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { ensureGuestImage, type GuestImage } from "../../scripts/build-guest-image.ts";
+import { ensureGuestImage, type GuestImage } from "../../fleet-agent/guest/build-image.ts";
 import { createLogger, silentLogger } from "../../lib/log.ts";
 import type { VmSpec } from "../../fleet-agent/drivers/driver.ts";
-import { QemuDriver, type QemuDriverOptions } from "../../fleet-agent/drivers/qemu.ts";
-import type { Accel } from "../../fleet-agent/drivers/qemu-args.ts";
+import { QemuDriver, type QemuDriverOptions } from "../../fleet-agent/drivers/qemu/driver.ts";
+import type { Accel } from "../../fleet-agent/drivers/qemu/args.ts";
 
 /** QEMU_ACCEL=tcg|kvm forces an accelerator for a run of the suite; default auto. */
 export function testAccel(): Accel | "auto" {

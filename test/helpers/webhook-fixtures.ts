@@ -7,7 +7,7 @@ import { agents, tenants } from "../../schema/core.ts";
 import type { Db } from "../../schema/db.ts";
 import { webhookEndpoints, type WebhookScheme } from "../../schema/webhooks.ts";
 import { newId } from "../../lib/ids.ts";
-import { allScopes, type Caller, type GatewayEnv, type Scope } from "../../gateway/auth-context.ts";
+import { allScopes, type Caller, type GatewayEnv, type Scope } from "../../contracts/caller.ts";
 import { generateSecret, signGithub, signStandard } from "../../gateway/webhooks/signature.ts";
 import type { WebhookDeps } from "../../gateway/webhooks/types.ts";
 

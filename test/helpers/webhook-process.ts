@@ -8,7 +8,7 @@ import { bool, str } from "../../lib/env.ts";
 import { newId } from "../../lib/ids.ts";
 import { createLogger } from "../../lib/log.ts";
 import { openDatabase } from "../../schema/db.ts";
-import type { GatewayEnv } from "../../gateway/auth-context.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
 import { createWebhookModule, webhookConfigFromEnv } from "../../gateway/webhooks/index.ts";
 import { fetchForward } from "./webhook-fixtures.ts";
 

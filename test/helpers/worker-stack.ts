@@ -6,8 +6,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { silentLogger, createLogger } from "../../lib/log.ts";
 import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
-import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process.ts";
-import { startFleetAgent, type FleetAgentDaemon } from "../../fleet-agent/main.ts";
+import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process/driver.ts";
+import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
 import type { Database } from "../../schema/db.ts";
 
 export const repoRoot = fileURLToPath(new URL("../../", import.meta.url));

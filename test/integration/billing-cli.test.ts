@@ -6,14 +6,14 @@ import { serve, type ServerType } from "@hono/node-server";
 import { Hono } from "hono";
 import { ingestSegments } from "../../billing/ingest.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
-import { allScopes, type GatewayEnv } from "../../gateway/auth-context.ts";
+import { allScopes, type GatewayEnv } from "../../contracts/caller.ts";
 import { ManualClock } from "../../lib/clock.ts";
 import { toErrorResponse } from "../../lib/errors.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import type { Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { freePort } from "../helpers/postgres-server.ts";
+import { freePort } from "../../scripts/postgres-server.ts";
 import { runSegments, seedTenant } from "./billing-fixtures.ts";
 
 const cli = fileURLToPath(new URL("../../scripts/usage.ts", import.meta.url));

@@ -1,8 +1,8 @@
 // Shared fixtures for billing and meter tests: wire segments, tenants/agents rows, and a routes app with a fake caller.
 import { Hono } from "hono";
 import { sql } from "drizzle-orm";
-import type { MeterSegment, SegmentEndReason, SegmentStartReason } from "../../fleet-agent/meter/segment.ts";
-import { allScopes, type GatewayEnv, type Scope } from "../../gateway/auth-context.ts";
+import type { MeterSegment, SegmentEndReason, SegmentStartReason } from "../../contracts/meter.ts";
+import { allScopes, type GatewayEnv, type Scope } from "../../contracts/caller.ts";
 import { toErrorResponse } from "../../lib/errors.ts";
 import type { Db } from "../../schema/db.ts";
 import { agents, tenants } from "../../schema/core.ts";

@@ -89,7 +89,7 @@ describe("invoices", () => {
     const gib = 1024 ** 3;
     const nov = monthRange("UTC", "2026-11");
     await database.db.insert(vmEvents).values([
-      { at: new Date(nov.start - 10 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "snapshotting", toState: "hibernated", reason: "idle", timings: { snapshot_bytes: 2 * gib } },
+      { at: new Date(nov.start - 10 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "snapshotting", toState: "hibernated", reason: "idle", timings: { snapshotBytes: 2 * gib } },
       { at: new Date(nov.start + 73 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "hibernated", toState: "restoring", reason: "request" },
       // the host's own key spelling (fleet-agent/host.ts) counts as well
       { at: new Date(nov.start + 74 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "snapshotting", toState: "hibernated", reason: "idle", timings: { snapshotMs: 800, snapshotBytes: gib } },

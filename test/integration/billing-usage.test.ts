@@ -4,7 +4,7 @@ import { ingestSegments } from "../../billing/ingest.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { splitIntoWindows } from "../../billing/buckets.ts";
 import { usageReport, windowsOf, type UsageQuery } from "../../billing/usage.ts";
-import type { MeterSegment } from "../../fleet-agent/meter/segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 import { ManualClock } from "../../lib/clock.ts";
 import { componentKey, signComponentToken } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";

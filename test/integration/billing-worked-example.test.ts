@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { Meter } from "../../fleet-agent/meter/meter.ts";
-import { InProcessSink } from "../../fleet-agent/meter/sinks.ts";
+import { billingSink } from "../../billing/sink.ts";
 import { ManualClock } from "../../lib/clock.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
@@ -42,7 +42,7 @@ describe("the README's billing worked example", () => {
     const event = (at: string, fromState: string, toState: string, reason: string, timings?: Record<string, number>) => ({ at: new Date(at), hostId: "host_ex", agentId: "agt_example", vmId: "vm_ex", fromState, toState, reason, ...(timings ? { timings } : {}) });
     await database.db.insert(vmEvents).values(event("2026-02-20T17:00:00.000Z", "snapshotting", "hibernated", "idle", { snapshot_bytes: snapshotBytes }));
 
-    const meter = Meter.open({ hostId: "host_ex", dataDir, sink: new InProcessSink(database.db, clock), clock, heartbeatMs: 10_000 });
+    const meter = Meter.open({ hostId: "host_ex", dataDir, sink: billingSink(database.db, clock), clock, heartbeatMs: 10_000 });
     meter.start();
     const until = (iso: string) => clock.advance(Date.parse(iso) - clock.now());
     for (const r of timeline) {

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SignJWT } from "jose";
 import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
-import type { AgentSpec } from "../../fleet-agent/types.ts";
-import { hostErrorHeader, hostTokenHeader, signHostCall, type HostCall } from "../../fleet-agent/ingress-protocol.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import { hostErrorHeader, hostTokenHeader, signHostCall, type HostCall } from "../../contracts/host-protocol.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { inspectImage, startHostInProcess, testComponentSecret, type InProcessHost } from "../helpers/worker-stack.ts";
 

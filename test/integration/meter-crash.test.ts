@@ -14,7 +14,7 @@ import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { freePort } from "../helpers/postgres-server.ts";
+import { freePort } from "../../scripts/postgres-server.ts";
 import { appWithCaller } from "./billing-fixtures.ts";
 import type { CrashChildConfig } from "./meter-crash-child.ts";
 

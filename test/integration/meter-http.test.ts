@@ -10,13 +10,13 @@ import { createBillingRoutes } from "../../billing/routes.ts";
 import { Meter } from "../../fleet-agent/meter/meter.ts";
 import { HttpSink } from "../../fleet-agent/meter/sinks.ts";
 import { meterDir } from "../../fleet-agent/meter/spool.ts";
-import type { GatewayEnv } from "../../gateway/auth-context.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
 import { systemClock } from "../../lib/clock.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { freePort } from "../helpers/postgres-server.ts";
+import { freePort } from "../../scripts/postgres-server.ts";
 import { appWithCaller } from "./billing-fixtures.ts";
 
 const key = componentKey("a-component-secret-of-at-least-32-chars!");

@@ -8,11 +8,11 @@ import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { agents, hosts, tenants } from "../../schema/core.ts";
-import type { Fleet } from "../../fleet-agent/fleet.ts";
-import type { AgentSpec } from "../../fleet-agent/types.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
 import { createRemoteFleet, type HostFetch } from "../../gateway/remote-fleet.ts";
-import { createNodeHostFetch } from "../../gateway/remote-fleet-node.ts";
+import { createNodeHostFetch } from "../../gateway/node/remote-fleet.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { gzipAgentImage as gzipAgent, inspectImage, startHostInProcess, testComponentSecret, waitFor, type InProcessHost } from "../helpers/worker-stack.ts";
 

@@ -5,7 +5,7 @@ import { ManualClock, systemClock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import { agents, hosts, tenants } from "../../schema/core.ts";
-import type { AgentSpec } from "../../fleet-agent/types.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
 import { chooseHost, createDbPlacement, type HostLoad } from "../../gateway/placement.ts";
 import { freshDatabase } from "../helpers/db.ts";
 

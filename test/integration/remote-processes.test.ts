@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { and, desc, eq } from "drizzle-orm";
 import { agents, hosts, tenants, vmEvents } from "../../schema/core.ts";
-import { ensureDevKeys, mintToken, type DevKeys } from "../../scripts/dev-keys.ts";
+import { ensureDevKeys, mintToken, type DevKeys } from "../../compose/dev-keys.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { spawnNode, testComponentSecret, waitFor, type Child } from "../helpers/worker-stack.ts";
 import { readEventStream } from "../helpers/streams.ts";
@@ -25,7 +25,7 @@ beforeAll(async () => {
   const gatewayDir = mkdtempSync(join(tmpdir(), "agentvm-gw-"));
   dirs.push(hostDir, gatewayDir);
   const host = await spawnNode(
-    "fleet-agent/main.ts",
+    "scripts/fleet-agent.ts",
     { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: hostDir, INGRESS_PORT: "0", DRIVER: "process", REAPER_INTERVAL_MS: "100", HEARTBEAT_INTERVAL_MS: "500", DRAIN_TIMEOUT_MS: "2000" },
     /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
   );

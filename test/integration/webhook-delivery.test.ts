@@ -11,7 +11,8 @@ import type { Db } from "../../schema/db.ts";
 import { createWebhookModule } from "../../gateway/webhooks/index.ts";
 import { createWebhookRoutes } from "../../gateway/webhooks/routes.ts";
 import { createDeliveryWorker } from "../../gateway/webhooks/worker.ts";
-import { claimDue, settleAttempt } from "../../gateway/webhooks/store.ts";
+import { createDbWebhookStore } from "../../gateway/webhooks/store.ts";
+import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { defaultWebhookConfig, type WebhookConfig, type WebhookDeps } from "../../gateway/webhooks/types.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { caller, deleteAgent, fetchForward, seedAgent, seedEndpoint, standardHeaders, startAgentServer, withTestAuth, type AgentServer } from "../helpers/webhook-fixtures.ts";
@@ -180,7 +181,8 @@ describe("delivery worker", () => {
     const { deliveryId } = await send();
 
     // Worker "ghost" claims it and is never heard from again.
-    const [ghost] = await claimDue(db, { now: new Date(clock.now()), limit: 10, leaseMs: config.leaseMs, workerId: "ghost" });
+    const store = createDbWebhookStore(db, createDbAuditLog(db));
+    const [ghost] = await store.claimDue({ now: new Date(clock.now()), limit: 10, leaseMs: config.leaseMs, workerId: "ghost" });
     expect(ghost?.delivery.id).toBe(deliveryId);
     expect(await worker.runOnce()).toBe(0); // leased
     clock.advance(config.leaseMs - 1);
@@ -193,8 +195,7 @@ describe("delivery worker", () => {
       [2, worker.id, "ok"],
     ]);
 
-    const late = await settleAttempt(
-      db,
+    const late = await store.recordAttempt(
       ghost!,
       { outcome: "http_error", statusCode: 500, error: "late", durationMs: 1, finishedAt: new Date(clock.now()) },
       { status: "dead" },

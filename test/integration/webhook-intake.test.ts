@@ -9,7 +9,7 @@ import { ManualClock } from "../../lib/clock.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { auditLog } from "../../schema/core.ts";
 import { webhookDeliveries } from "../../schema/webhooks.ts";
-import type { GatewayEnv } from "../../gateway/auth-context.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
 import { createWebhookRoutes } from "../../gateway/webhooks/routes.ts";
 import { defaultWebhookConfig, type WebhookDeps } from "../../gateway/webhooks/types.ts";
 import { signStandard } from "../../gateway/webhooks/signature.ts";

@@ -27,9 +27,9 @@ describe("Worker bundle", () => {
       // Workers' smallest plan takes 3 MB compressed; this gateway is far below it.
       expect(gzipped).toBeLessThan(1024 * 1024);
       const sources = (JSON.parse(readFileSync(join(outdir, "worker.js.map"), "utf8")) as { sources: string[] }).sources;
-      expect(sources.some((s) => s.includes("gateway/worker.ts"))).toBe(true);
+      expect(sources.some((s) => s.includes("compose/worker.ts"))).toBe(true);
       expect(sources.some((s) => s.includes("gateway/remote-fleet.ts"))).toBe(true);
-      for (const nodeOnly of ["@electric-sql/pglite", "node_modules/undici", "fleet-agent/host.ts", "fleet-agent/local-fleet.ts", "gateway/node.ts", "@hono/node-server"]) {
+      for (const nodeOnly of ["@electric-sql/pglite", "node_modules/undici", "fleet-agent/host.ts", "fleet-agent/local-fleet.ts", "gateway/node/", "@hono/node-server"]) {
         expect(sources.filter((s) => s.includes(nodeOnly)), nodeOnly).toEqual([]);
       }
     } finally {

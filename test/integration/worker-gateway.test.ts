@@ -5,7 +5,8 @@ import { generateKeyPair, exportJWK, SignJWT } from "jose";
 import WebSocket from "ws";
 import { tenants } from "../../schema/core.ts";
 import { webhookDeliveries } from "../../schema/webhooks.ts";
-import { findIntakeEndpoint, storeDelivery } from "../../gateway/webhooks/store.ts";
+import { createDbWebhookStore } from "../../gateway/webhooks/store.ts";
+import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { standardHeaders } from "../helpers/webhook-fixtures.ts";
 import { startWorker, type WorkerUnderTest } from "../helpers/worker-harness.ts";
@@ -183,9 +184,9 @@ describe("gateway Worker in workerd", () => {
       body: JSON.stringify({ name: "later", scheme: "standard", path: "/counter" }),
     });
     expect(created.status).toBe(201);
-    const endpoint = await findIntakeEndpoint(database.db, id, "later");
-    const stored = await storeDelivery(
-      database.db,
+    const store = createDbWebhookStore(database.db, createDbAuditLog(database.db));
+    const endpoint = await store.findIntakeEndpoint(id, "later");
+    const stored = await store.storeDelivery(
       { endpoint: endpoint!, externalId: "ext-1", headers: [["content-type", "application/json"]], body: new TextEncoder().encode("{}"), receivedAt: new Date(), requestId: null },
       600,
     );

@@ -1,6 +1,6 @@
 // The firecracker driver built from configuration: defaults, the jailer switch, and refusing a half-given jailer.
 import { describe, expect, it } from "vitest";
-import { createFirecrackerDriver, firecrackerBinary } from "../../fleet-agent/drivers/firecracker-config.ts";
+import { createFirecrackerDriver, firecrackerBinary } from "../../fleet-agent/drivers/firecracker/config.ts";
 
 const images = async () => ({ kernel: "/k" });
 const spec = { vmId: "vm_x", agentId: "agt_x", image: "demo", vcpus: 1, memMiB: 128, allowEgress: false, stateDir: "/var/lib/agentvm/vms/vm_x" };

@@ -11,7 +11,7 @@ import {
   parseCpuInfo,
   parseFirecrackerVersion,
   parseSnapshotFormat,
-} from "../../fleet-agent/drivers/firecracker-host.ts";
+} from "../../fleet-agent/drivers/firecracker/host.ts";
 import { writeCpuinfo } from "../helpers/firecracker-harness.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fch-"));

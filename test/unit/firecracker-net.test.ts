@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { claimNet, kernelIpArg, maxSlots, releaseNet, slotNet } from "../../fleet-agent/drivers/firecracker-net.ts";
+import { claimNet, kernelIpArg, maxSlots, releaseNet, slotNet } from "../../fleet-agent/drivers/firecracker/net.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fcn-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

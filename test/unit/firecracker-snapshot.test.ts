@@ -4,17 +4,17 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { FirecrackerHostFacts } from "../../fleet-agent/drivers/firecracker-host.ts";
+import { sha256File } from "../../fleet-agent/drivers/common/snapshot-files.ts";
+import { MANIFEST_FILE } from "../../fleet-agent/drivers/common/state-dir.ts";
+import type { FirecrackerHostFacts } from "../../fleet-agent/drivers/firecracker/host.ts";
 import {
   commitSnapshot,
   generationFiles,
   incompatibility,
-  MANIFEST_FILE,
   readManifest,
   removeStaleSnapshotFiles,
-  sha256File,
   verifyFiles,
-} from "../../fleet-agent/drivers/firecracker-snapshot.ts";
+} from "../../fleet-agent/drivers/firecracker/snapshot.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fcs-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -45,7 +45,7 @@ describe("firecracker snapshot files", () => {
     const d = dir("commit");
     const m = await take(d, 1, "memory one");
     expect(m).toMatchObject({ generation: 1, firecrackerVersion: "1.10.1", state: { file: "snap-1.state", bytes: 7 }, mem: { file: "snap-1.mem", bytes: 10 } });
-    expect(m.mem.sha256).toBe(await sha256File(join(d, "snap-1.mem")));
+    expect(m.mem.sha256).toBe((await sha256File(join(d, "snap-1.mem"))).sha256);
     expect(readdirSync(d).sort()).toEqual(["snap-1.mem", "snap-1.state", MANIFEST_FILE]);
     expect((await readManifest(d)).manifest).toEqual(m);
     expect(await verifyFiles(d, m, { checksums: true })).toBeUndefined();

@@ -1,11 +1,12 @@
 // The Swagger 2.0 validator the firecracker contract tests rely on: it must accept what Firecracker accepts and
 // fail on what it refuses (unknown fields, missing required, wrong types, enums, minimums), reading the real spec.
-import { describe, expect, it } from "vitest";
-import { FirecrackerSpec, loadFirecrackerSpec } from "../helpers/firecracker-spec.ts";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { FirecrackerSpec, firecrackerSpecMissing, loadFirecrackerSpec } from "../helpers/firecracker-spec.ts";
 
-const spec = loadFirecrackerSpec();
+const specMissing = firecrackerSpecMissing("test/unit/firecracker-spec.test.ts");
+const spec = (specMissing ? undefined : loadFirecrackerSpec()) as FirecrackerSpec; // read only by the tests that run
 
-describe("firecracker.yaml validator", () => {
+describe.skipIf(specMissing)("firecracker.yaml validator", () => {
   it("reads the shared spec and resolves operations, including templated paths", () => {
     expect(spec.version).toMatch(/^\d+\.\d+\.\d+/);
     expect(spec.operation("PUT", "/drives/rootfs")).toMatchObject({ operationId: "putGuestDriveByID", pathParams: { drive_id: "rootfs" } });
@@ -50,6 +51,13 @@ describe("firecracker.yaml validator", () => {
     expect(spec.validateRequest("PUT", "/actions", undefined)).toEqual(["createSyncAction: body is required"]);
     expect(spec.validateRequest("PUT", "/actions", [])).toEqual(["body: expected object, got array"]);
   });
+});
+
+describe("firecracker.yaml validator without the shared spec", () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    vi.restoreAllMocks();
+  });
 
   it("honours additionalProperties: true and schema-valued additionalProperties", () => {
     const s = new FirecrackerSpec({
@@ -66,7 +74,18 @@ describe("firecracker.yaml validator", () => {
     expect(s.validate({ $ref: "#/definitions/Tags" }, { extra: 3 }, "x")).toEqual(["x.extra: expected string, got number 3"]);
   });
 
-  it("a missing spec file is a clear failure, not a skip", () => {
+  it("loading a missing spec file is a clear error", () => {
     expect(() => loadFirecrackerSpec("/nonexistent/firecracker.yaml")).toThrow(/Firecracker API spec not found at \/nonexistent\/firecracker\.yaml/);
+  });
+
+  it("a missing spec skips the contract tests with one line saying why, and fails them under CI=true", () => {
+    vi.stubEnv("FIRECRACKER_SPEC", "/nonexistent/firecracker.yaml");
+    vi.stubEnv("CI", "");
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    expect(firecrackerSpecMissing("some.test.ts")).toMatch(/^Firecracker API spec not found at \/nonexistent\/firecracker\.yaml/);
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(warn.mock.calls[0]![0]).toMatch(/^some\.test\.ts: skipped: Firecracker API spec not found/);
+    vi.stubEnv("CI", "true");
+    expect(() => firecrackerSpecMissing("some.test.ts")).toThrow(/some\.test\.ts: Firecracker API spec not found at \/nonexistent\/firecracker\.yaml.*CI=true/);
   });
 });

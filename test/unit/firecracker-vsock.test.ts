@@ -6,8 +6,8 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { fixGuestClock, hostNowNs } from "../../fleet-agent/drivers/guest-agent.ts";
-import { connectVsock, openGuestAgent, VsockConnectError, waitForGuestAgent } from "../../fleet-agent/drivers/vsock.ts";
+import { fixGuestClock, hostNowNs } from "../../fleet-agent/drivers/common/guest-agent.ts";
+import { connectVsock, openGuestAgent, VsockConnectError, waitForGuestAgent } from "../../fleet-agent/drivers/firecracker/vsock.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fcv-"));
 let n = 0;

@@ -6,9 +6,10 @@ import { silentLogger } from "../../lib/log.ts";
 import { createGateway } from "../../gateway/app.ts";
 import { createAgentRepo } from "../../gateway/agent-repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
-import type { Fleet } from "../../fleet-agent/fleet.ts";
-import type { AgentSpec } from "../../fleet-agent/types.ts";
-import { fromPrivateJwk, mintToken } from "../../scripts/dev-keys.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
+import { createDbAuditLog } from "../../schema/audit-log.ts";
 
 let database: Database;
 let privateJwk: JWK;
@@ -49,6 +50,7 @@ beforeAll(async () => {
   app = createGateway({
     agents: repo,
     fleet,
+    audit: createDbAuditLog(database.db),
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
     config: { domain: "agents.test", maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },

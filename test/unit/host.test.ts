@@ -1,12 +1,14 @@
 // The host's rules with an injected clock and a scripted driver: single-flight wake, queue and deadline, idle, cancel, crash.
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { ManualClock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { Host, type HostConfig } from "../../fleet-agent/host.ts";
+import type { HostFs } from "../../fleet-agent/host-fs.ts";
 import { createMemoryHostStore } from "../../fleet-agent/store.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../../fleet-agent/drivers/driver.ts";
-import type { ActivityEnd, ActivityStart, AgentSpec } from "../../fleet-agent/types.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import type { ActivityEnd, ActivityStart } from "../../fleet-agent/activity.ts";
 import { canTransition } from "../../fleet-agent/vm-state.ts";
 
 /** A driver whose every call is counted and can be held open until the test releases it. */
@@ -21,6 +23,7 @@ class ScriptedDriver implements VmDriver {
   gate: Promise<void> | undefined;
   hibernateGate: Promise<void> | undefined;
   failBoot = false;
+  reaped: VmSpec[] = [];
   private exitListeners: ((e: VmExit) => void)[] = [];
 
   private vm(spec: VmSpec): RunningVm {
@@ -59,13 +62,15 @@ class ScriptedDriver implements VmDriver {
   crash() {
     for (const l of this.exitListeners.splice(0)) l({ code: null, signal: "SIGKILL" });
   }
-  async reap() {}
+  async reap(spec: VmSpec) {
+    this.reaped.push(spec);
+  }
   async close() {}
 }
 
 const spec: AgentSpec = { id: "agt_test0001", tenantId: "ten_a", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 5000, streamIdleMs: 2000, allowEgress: false };
 
-function setup(overrides: Partial<HostConfig> = {}) {
+function setup(overrides: Partial<HostConfig> = {}, fs?: HostFs) {
   const clock = new ManualClock();
   const driver = new ScriptedDriver();
   const store = createMemoryHostStore();
@@ -77,6 +82,7 @@ function setup(overrides: Partial<HostConfig> = {}) {
     clock,
     log: silentLogger,
     activity,
+    ...(fs ? { fs } : {}),
   });
   return { clock, driver, store, host, activity };
 }
@@ -257,6 +263,69 @@ describe("host", () => {
     expect(run.timings.firstByteMs).toBe(7);
   });
 });
+
+describe("host start and shutdown", () => {
+  it("at start reaps the VMs an earlier process left; an agent whose state dir survived restores instead of booting", async () => {
+    const fs: HostFs = { vmDirs: () => ["agt_left0001", spec.id], hasStateDir: (dir) => dir.endsWith(`/${spec.id}`) };
+    const { host, driver } = setup({}, fs);
+    await host.start();
+    expect(driver.reaped.map((s) => [s.vmId, s.stateDir])).toEqual([
+      ["vm_left0001", "/nonexistent/agentvm-test/agt_left0001"],
+      ["vm_test0001", `/nonexistent/agentvm-test/${spec.id}`],
+    ]);
+    const t = await host.acquire(spec, "request");
+    expect(t.wake.wake).toBe("restore");
+    expect(driver.boots).toBe(0);
+    t.release();
+    await host.stop();
+  });
+
+  it("stop() waits on the injected clock for an in-flight request, then hibernates", async () => {
+    await withRealTimersFrozen(async () => {
+      const { host, ticket, stopping, stopped } = await stopDuringRequest(30_000);
+      expect(stopped()).toBe(false);
+      expect(host.status(spec.id)?.state).toBe("running");
+      ticket.release();
+      await stopping;
+      expect(host.status(spec.id)?.state).toBe("hibernated");
+    });
+  });
+
+  it("stop() gives up on a request still open at drainTimeoutMs, closes it and hibernates", async () => {
+    await withRealTimersFrozen(async () => {
+      const { host, clock, stopping, stopped, closed } = await stopDuringRequest(30_000);
+      expect(stopped()).toBe(false);
+      clock.advance(1);
+      await stopping;
+      expect(closed()).toBe(1);
+      expect(host.status(spec.id)?.state).toBe("hibernated");
+    });
+  });
+});
+
+/** Real timers frozen: a drain that slept for real instead of on the injected clock would never finish. */
+async function withRealTimersFrozen(fn: () => Promise<void>): Promise<void> {
+  vi.useFakeTimers({ toFake: ["setTimeout", "setInterval"] });
+  try {
+    await fn();
+  } finally {
+    vi.useRealTimers();
+  }
+}
+
+/** Starts shutdown with one request open and moves the injected clock to 1 ms before the drain timeout. */
+async function stopDuringRequest(drainTimeoutMs: number) {
+  const s = setup({ drainTimeoutMs });
+  const ticket = await s.host.acquire(spec, "request");
+  let closed = 0;
+  ticket.onHibernate(() => closed++);
+  let stopped = false;
+  const stopping = s.host.stop().then(() => void (stopped = true));
+  await flush();
+  s.clock.advance(drainTimeoutMs - 1);
+  await flush();
+  return { ...s, ticket, stopping, stopped: () => stopped, closed: () => closed };
+}
 
 describe("VM lifecycle table", () => {
   it("allows the DESIGN.md cycle and refuses shortcuts", () => {

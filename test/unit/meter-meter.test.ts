@@ -2,9 +2,9 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock, type Clock } from "../../lib/clock.ts";
 import { Meter } from "../../fleet-agent/meter/meter.ts";
-import type { MeterSegment } from "../../fleet-agent/meter/segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 import type { SegmentLog } from "../../fleet-agent/meter/spool.ts";
-import type { ActivityStart } from "../../fleet-agent/types.ts";
+import type { ActivityStart } from "../../fleet-agent/activity.ts";
 
 class MemorySpool implements SegmentLog {
   segments: MeterSegment[] = [];

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../lib/clock.ts";
 import { Shipper, type SegmentSink, type ShipResult, type ShippableSpool } from "../../fleet-agent/meter/shipper.ts";
-import type { MeterSegment } from "../../fleet-agent/meter/segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 
 class MemorySpool implements ShippableSpool {
   pending: MeterSegment[] = [];

@@ -4,7 +4,7 @@ import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFil
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SegmentSpool, meterDir } from "../../fleet-agent/meter/spool.ts";
-import type { MeterSegment } from "../../fleet-agent/meter/segment.ts";
+import type { MeterSegment } from "../../contracts/meter.ts";
 
 const dirs: string[] = [];
 function tempDir(): string {

@@ -1,20 +1,21 @@
 // The same proxy rules on the other entries: the Hono app (what the Worker runs, through app.request) and the Node fast
-// path over a Fleet without `acquire` (a remote fleet): non-waking answers, tenant limit, response and idle timeouts.
+// path over a fleet without `withHold` (a remote fleet): non-waking answers, tenant limit, body limit, response and idle timeouts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { generateKeyPair, exportJWK, type JWK } from "jose";
 import { openDatabase, type Database } from "../../schema/db.ts";
+import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { createLogger, silentLogger } from "../../lib/log.ts";
 import { createGateway } from "../../gateway/app.ts";
 import { createAgentRepo, type AgentRepo } from "../../gateway/agent-repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import { createAgentSettingsStore } from "../../gateway/proxy-agents.ts";
 import { createProxyCore, defaultProxyConfig } from "../../gateway/proxy-core.ts";
-import { createNodeProxy } from "../../gateway/fast-path/handler.ts";
-import type { Fleet } from "../../fleet-agent/fleet.ts";
-import type { VmStatus } from "../../fleet-agent/types.ts";
-import { fromPrivateJwk, mintToken } from "../../scripts/dev-keys.ts";
+import { createNodeProxy } from "../../gateway/node/fast-path/handler.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
+import type { VmStatus } from "../../contracts/agent.ts";
+import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
 
 let database: Database;
 let privateJwk: JWK;
@@ -74,7 +75,7 @@ beforeAll(async () => {
   repo = createAgentRepo(database.db);
   await repo.ensureTenant("ten_a", "A");
   auth = createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] });
-  app = createGateway({ agents: repo, fleet, auth, log: silentLogger, config, settings: createAgentSettingsStore(database.db) });
+  app = createGateway({ agents: repo, fleet, audit: createDbAuditLog(database.db), auth, log: silentLogger, config, settings: createAgentSettingsStore(database.db) });
 });
 afterAll(async () => database?.close());
 
@@ -135,7 +136,7 @@ describe("the Hono entry (Workers)", () => {
   });
 });
 
-describe("the Node fast path over a fleet without acquire (remote hosts)", () => {
+describe("the Node fast path over a fleet without withHold (remote hosts)", () => {
   let server: Server;
   let base: string;
   const lines: Record<string, unknown>[] = [];
@@ -143,7 +144,7 @@ describe("the Node fast path over a fleet without acquire (remote hosts)", () =>
   beforeAll(async () => {
     const log = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) });
     const core = createProxyCore({ agents: repo, fleet, log, maxBodyBytes: 1000, proxy: config.proxy });
-    const proxy = createNodeProxy({ core, auth, domain: undefined, log });
+    const proxy = createNodeProxy({ core, fleet, auth, domain: undefined, log });
     server = createServer((req, res) => {
       if (!proxy.handle(req, res, false)) res.writeHead(404).end();
     });
@@ -162,6 +163,36 @@ describe("the Node fast path over a fleet without acquire (remote hosts)", () =>
     expect(await res.text()).toBe(`hello ${agent.id} /hello`);
     const bot = await fetch(`${base}/a/${agent.id}/healthz`);
     expect(bot.headers.get("x-wake")).toBe("none");
+  });
+
+  // These two once answered 200 on this path (its own copy of the forward skipped both limits): now it is forwardCall's.
+  it("refuses a chunked body over the agent's body limit with 413, as the Hono path does", async () => {
+    const agent = await create({ public: true, limits: { maxBodyBytes: 1000 } });
+    const chunks = Array.from({ length: 10 }, () => new Uint8Array(1000).fill(120));
+    const body = new ReadableStream<Uint8Array>({
+      pull(c) {
+        const next = chunks.shift();
+        if (next) c.enqueue(next);
+        else c.close();
+      },
+    });
+    const res = await fetch(`${base}/a/${agent.id}/upload`, { method: "POST", body, duplex: "half" } as RequestInit);
+    expect(res.headers.get("content-length")).not.toBe(null); // an error envelope, not a streamed agent answer
+    expect(res.status).toBe(413);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("payload_too_large");
+  });
+
+  it("cuts a response body that stalls after the agent's idle timeout", async () => {
+    const agent = await create({ public: true, limits: { proxyIdleTimeoutMs: 300 } });
+    const res = await fetch(`${base}/a/${agent.id}/drip`);
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("first\n");
+    const started = Date.now();
+    await expect(reader.read()).rejects.toThrow();
+    const waited = Date.now() - started;
+    expect(waited).toBeGreaterThanOrEqual(250);
+    expect(waited).toBeLessThan(2000);
   });
 
   it("504 after the response timeout, and WebSockets are refused with a clear error", async () => {

@@ -3,11 +3,11 @@ import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { AppError } from "../../lib/errors.ts";
 import { agentTarget, authorizeCall, defaultNonWakingRules, matchNonWaking, nonWakingAnswer, parseNonWaking } from "../../gateway/proxy-policy.ts";
-import { downstreamHeaderList, upstreamRequestHeadLines, upstreamRequestHeaders, withoutHopByHop } from "../../gateway/proxy-headers.ts";
+import { downstreamHeaderList, upstreamRequestHeadLines, upstreamRequestHeaders, withoutHopByHop } from "../../lib/http-headers.ts";
 import { TenantLimiter } from "../../gateway/proxy-limits.ts";
 import { createAgentCache, noOverrides } from "../../gateway/proxy-agents.ts";
 import type { AgentRow } from "../../gateway/agent-repo.ts";
-import type { Caller } from "../../gateway/auth-context.ts";
+import type { Caller } from "../../contracts/caller.ts";
 
 describe("routing", () => {
   it("/a/{id}/… and {id}.{domain} name the agent and the path inside it; anything else is the control API", () => {

@@ -1,7 +1,7 @@
 // The fast path's HTTP/1.1 response parser: framing, strictness, and independence from how bytes are split into packets.
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ResponseParseError, ResponseParser, type ParserSink, type ResponseHead } from "../../gateway/fast-path/response-parser.ts";
+import { ResponseParseError, ResponseParser, type ParserSink, type ResponseHead } from "../../gateway/node/fast-path/response-parser.ts";
 
 interface Seen {
   heads: ResponseHead[];

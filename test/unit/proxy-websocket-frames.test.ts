@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import * as ws from "ws";
-import { closeFrame, FrameTracker } from "../../gateway/websocket-frames.ts";
+import { closeFrame, FrameTracker } from "../../fleet-agent/relay/websocket-frames.ts";
 
 // ws's own frame writer and reader (exported at runtime, not in @types/ws): an independent implementation to check against.
 interface WsInternals {

@@ -4,7 +4,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { QmpClient, QmpClosedError, QmpError } from "../../fleet-agent/drivers/qmp.ts";
+import { QmpClient, QmpClosedError, QmpError } from "../../fleet-agent/drivers/qemu/qmp.ts";
 
 const greeting = { QMP: { version: { qemu: { major: 7, minor: 2, micro: 22 }, package: "Debian 1:7.2+dfsg-7" }, capabilities: ["oob"] } };
 

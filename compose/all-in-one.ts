@@ -1,0 +1,124 @@
+// The whole system in one process: database, one host (fleet-agent), gateway with billing and webhook routes.
+import { mkdirSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { eq } from "drizzle-orm";
+import type { Hono } from "hono";
+import type { GatewayEnv } from "../contracts/caller.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { optStr, type Env } from "../lib/env.ts";
+import type { Logger } from "../lib/log.ts";
+import { openDatabase, type Database } from "../schema/db.ts";
+import { agents } from "../schema/core.ts";
+import { billingSink } from "../billing/sink.ts";
+import { createAgentRepo } from "../gateway/agent-repo.ts";
+import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
+import type { Host } from "../fleet-agent/host.ts";
+import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { mintToken, type DevKeys } from "./dev-keys.ts";
+import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+
+export interface AllInOneConfig extends NodeGatewayConfig {
+  /** Postgres URL; embedded PGlite under the data directory when unset. */
+  databaseUrl: string | undefined;
+  fleet: FleetAgentConfig;
+}
+
+export interface AllInOneParts {
+  driver: VmDriver;
+  log: Logger;
+  clock?: Clock;
+  /** An already open database (tests pass one per test file). */
+  database?: Database;
+}
+
+export interface System {
+  url: string;
+  port: number;
+  database: Database;
+  host: Host;
+  app: Hono<GatewayEnv>;
+  keys: DevKeys;
+  demo: { tenantId: string; agentId: string; token: string };
+  /**
+   * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (they are
+   * stored, so what it leaves is retried at the next start) → the host runtime stops (drain in-flight
+   * requests, hibernate the VMs, driver releases what it holds, meter ships what it can, pooled upstream
+   * connections close) → the fast path's upstream pool closes → open connections are cut → the database closes.
+   */
+  stop(): Promise<void>;
+}
+
+export const demoTenantId = "ten_demo";
+export const demoAgentId = "agt_demo";
+
+export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): Promise<System> {
+  const { driver, log } = parts;
+  const clock = parts.clock ?? systemClock;
+  const dataDir = resolve(cfg.dataDir);
+  mkdirSync(dataDir, { recursive: true });
+
+  const database =
+    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl } : { pgliteDir: join(dataDir, "db") }));
+  const { db } = database;
+
+  const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
+  await registerHost(db, { id: hostId, driver: driver.name, capacityMiB: 0 });
+  // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
+  const sink = billingSink(db, clock, log.child({ component: "billing" }));
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, clock, log: log.child({ component: "fleet-agent", hostId }) });
+
+  // The demo tenant and agent, created once and kept across restarts.
+  const repo = createAgentRepo(db);
+  await repo.ensureTenant(demoTenantId, "Demo tenant");
+  const existing = await db.select({ id: agents.id }).from(agents).where(eq(agents.id, demoAgentId));
+  if (existing.length === 0) {
+    const d = cfg.gateway.agentDefaults;
+    await repo.create({ id: demoAgentId, tenantId: demoTenantId, name: "demo", image: "demo", vcpus: d.vcpus, memMiB: d.memMiB, idleTimeoutMs: 15_000, streamIdleMs: d.streamIdleMs });
+  }
+
+  let gateway;
+  try {
+    gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock });
+  } catch (err) {
+    await runtime.stop();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  const token = await mintToken(gateway.keys.privateJwk, {
+    tenant: demoTenantId,
+    scopes: ["agents:invoke", "agents:admin", "usage:read"],
+    subject: "demo",
+    ttlS: 30 * 24 * 3600,
+    issuer: cfg.auth.issuer,
+    audience: cfg.auth.audience,
+  });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    url: gateway.url,
+    port: gateway.port,
+    database,
+    host: runtime.host,
+    app: gateway.app,
+    keys: gateway.keys,
+    demo: { tenantId: demoTenantId, agentId: demoAgentId, token },
+    stop() {
+      // The gateway's drain is this process's host: it drains in-flight calls, hibernates the VMs, stops its meter.
+      stopped ??= (async () => {
+        await gateway.stop({ drain: () => runtime.stop() });
+        if (!parts.database) await database.close();
+      })();
+      return stopped;
+    },
+  };
+}
+
+/**
+ * The all-in-one's configuration from the environment: the Node gateway's variables (compose/node-gateway.ts: PORT,
+ * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, and the fleet-agent's
+ * (fleet-agent/config.ts). `images` are what the selected driver runs.
+ */
+export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
+  return { ...parseNodeGatewayConfig(env, images), databaseUrl: optStr(env, "DATABASE_URL"), fleet: parseFleetAgentConfig(env) };
+}

@@ -1,0 +1,158 @@
+// The standalone fleet-agent daemon (`npm run fleet-agent`): one per host; registers and heartbeats in Postgres, serves the ingress gateways call.
+import { mkdirSync } from "node:fs";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { totalmem } from "node:os";
+import { resolve } from "node:path";
+import { serve } from "@hono/node-server";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
+import { int, optStr, str, type Env } from "../lib/env.ts";
+import { componentKey } from "../lib/host-token.ts";
+import type { Logger } from "../lib/log.ts";
+import { openDatabase, type Database } from "../schema/db.ts";
+import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
+import type { Host } from "../fleet-agent/host.ts";
+import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
+import { registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { HttpSink } from "../fleet-agent/meter/index.ts";
+import { billingSink } from "../billing/sink.ts";
+
+export interface FleetAgentDaemonConfig {
+  fleet: FleetAgentConfig;
+  dataDir: string;
+  databaseUrl: string;
+  /** Where the ingress listens. */
+  port: number;
+  hostname: string;
+  /** The ingress base URL gateways use (registered in `hosts.url`); derived from the listen address when unset. */
+  publicUrl: string | undefined;
+  /** Shared with the gateways: they sign every call to this host with it. */
+  componentSecret: string;
+  /** Memory this host offers to awake agents, MiB (placement's room). */
+  capacityMiB: number;
+  heartbeatIntervalMs: number;
+  /** Where meter segments are shipped (a gateway serving billing); unset: written to the shared database directly. */
+  billingUrl: string | undefined;
+}
+
+/**
+ * | variable | default | meaning |
+ * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
+ * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
+ * | DATA_DIR | .data | VM state (snapshots), the persistent host id |
+ * | INGRESS_PORT | 8090 | port of the host ingress |
+ * | BIND_ADDRESS | 127.0.0.1 | address the ingress listens on |
+ * | PUBLIC_URL | http://<BIND_ADDRESS>:<port> | the ingress URL gateways reach this host at |
+ * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
+ * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
+ * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
+ * | LOG_LEVEL | info | debug, info, warn or error |
+ * plus the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
+ */
+export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
+  const databaseUrl = optStr(env, "DATABASE_URL");
+  if (!databaseUrl) throw new AppError("bad_request", "configuration: DATABASE_URL is required (the Postgres that gateways and hosts share)");
+  const componentSecret = optStr(env, "COMPONENT_SECRET");
+  if (!componentSecret) throw new AppError("bad_request", "configuration: COMPONENT_SECRET is required (the secret gateways sign host calls with)");
+  componentKey(componentSecret); // fails early when too short
+  return {
+    fleet: parseFleetAgentConfig(env),
+    dataDir: resolve(str(env, "DATA_DIR", ".data")),
+    databaseUrl,
+    port: int(env, "INGRESS_PORT", 8090, { min: 0, max: 65535 }),
+    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
+    publicUrl: optStr(env, "PUBLIC_URL"),
+    componentSecret,
+    capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
+    heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
+    billingUrl: optStr(env, "BILLING_URL"),
+  };
+}
+
+export interface FleetAgentParts {
+  log: Logger;
+  /** The VM driver (the edge selects it from DRIVER). */
+  driver: VmDriver;
+  clock?: Clock;
+  /** An already open database (tests); closed by its owner. */
+  database?: Database;
+}
+
+export interface FleetAgentDaemon {
+  hostId: string;
+  /** The ingress URL registered for gateways. */
+  url: string;
+  port: number;
+  host: Host;
+  database: Database;
+  stop(): Promise<void>;
+}
+
+export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetAgentParts): Promise<FleetAgentDaemon> {
+  const { log } = parts;
+  const clock = parts.clock ?? systemClock;
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
+  const { driver } = parts;
+  const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
+  const hostLog = log.child({ component: "fleet-agent", hostId });
+  if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
+  const sink = cfg.billingUrl
+    ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
+    : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, clock, log: hostLog });
+  const { host, fleet } = runtime;
+  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) };
+  const app = createIngress(ingressDeps);
+  const upgrades = createIngressUpgrade(ingressDeps);
+  const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname);
+  const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
+
+  // Registered only once the ingress answers, so placement never picks a host that cannot be reached yet.
+  const { db } = database;
+  await registerHost(db, { id: hostId, url, driver: driver.name, capacityMiB: cfg.capacityMiB });
+  const heartbeat = startHeartbeat(db, hostId, cfg.heartbeatIntervalMs, hostLog);
+  hostLog.info("fleet-agent ready", { url, driver: driver.name, capacityMiB: cfg.capacityMiB });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    hostId,
+    url,
+    port,
+    host,
+    database,
+    /**
+     * Shutdown order: stop heartbeating (after the live window, placement sends no new agents here) → stop
+     * accepting connections → the host refuses new calls, drains in-flight ones (bounded), hibernates its
+     * VMs, lets the driver release what it holds and flushes its event log → the meter closes the open
+     * segments (reason shutdown) and ships what it can (the spool keeps the rest) → pooled agent connections close
+     * → connections still open (streams past the drain) are cut → the database closes.
+     */
+    stop() {
+      stopped ??= (async () => {
+        await heartbeat.stop();
+        const closing = new Promise<void>((done) => server.close(() => done()));
+        server.closeIdleConnections();
+        await runtime.stop(); // hibernating closes the WebSockets still open with 1001
+        server.closeAllConnections();
+        await closing;
+        if (!parts.database) await database.close();
+      })();
+      return stopped;
+    },
+  };
+}
+
+function listen(fetch: (req: Request) => Response | Promise<Response>, upgrades: IngressUpgrade, port: number, hostname: string): Promise<{ server: Server; port: number }> {
+  return new Promise((resolvePromise, reject) => {
+    const server = serve({ fetch, port, hostname }, (info: AddressInfo) => resolvePromise({ server, port: info.port })) as Server;
+    server.once("error", reject);
+    // WebSockets from gateways without a direct path to the VMs (`/v1/websocket`).
+    server.on("upgrade", (req, socket, head: Buffer) => upgrades.handle(req, socket, head));
+    // No total request timeout: long streams are bounded by idle rules, not by the server.
+    server.requestTimeout = 0;
+    server.headersTimeout = 30_000;
+  });
+}

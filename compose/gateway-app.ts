@@ -1,0 +1,65 @@
+// The gateway app with everything it mounts (webhooks, billing) over one database and fleet: the wiring Node and Workers share.
+import type { Hono } from "hono";
+import type { GatewayEnv } from "../contracts/caller.ts";
+import type { Fleet } from "../contracts/fleet.ts";
+import type { Clock } from "../lib/clock.ts";
+import type { Logger } from "../lib/log.ts";
+import { createDbAuditLog } from "../schema/audit-log.ts";
+import type { Db } from "../schema/db.ts";
+import { createBillingRoutes } from "../billing/routes.ts";
+import { createGateway, type GatewayConfig, type GatewayDeps } from "../gateway/app.ts";
+import { createAgentRepo, type AgentRepo } from "../gateway/agent-repo.ts";
+import type { Authenticator } from "../gateway/auth.ts";
+import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
+import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy-core.ts";
+import { createDbWebhookStore, createWebhookRoutes, fleetForward, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
+
+export interface GatewayAppDeps {
+  db: Db;
+  fleet: Fleet;
+  auth: Authenticator;
+  log: Logger;
+  clock: Clock;
+  config: GatewayConfig;
+  webhooks: WebhookConfig;
+  /** `componentKey(COMPONENT_SECRET)`: what hosts sign their meter shipments with. */
+  componentKey: Uint8Array;
+  clientIp?: GatewayDeps["clientIp"];
+  /** A webhook delivery was stored: attempt it soon (Node kicks its delivery worker; a Worker runs one after the answer). */
+  onWebhookQueued: () => void;
+}
+
+export interface GatewayApp {
+  app: Hono<GatewayEnv>;
+  /** The proxy's shared state (agent cache, tenant limiter), for a Node fast path beside the app. */
+  proxy: ProxyCore;
+  agents: AgentRepo;
+  /** What a delivery worker of this gateway is built from. */
+  webhookDeps: WebhookDeps;
+}
+
+export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
+  const { db, fleet, clock, log } = deps;
+  const agents = createAgentRepo(db);
+  const settings = createAgentSettingsStore(db);
+  const gatewayLog = log.child({ component: "gateway" });
+  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
+  // One audit log for the admin API and the webhook module (its rows written in the transaction of their change).
+  const audit = createDbAuditLog(db);
+  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: deps.webhooks };
+  const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
+  const app = createGateway({
+    agents,
+    fleet,
+    audit,
+    auth: deps.auth,
+    log: gatewayLog,
+    config: deps.config,
+    ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
+    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing],
+    settings,
+    proxy,
+  });
+  return { app, proxy, agents, webhookDeps };
+}
+

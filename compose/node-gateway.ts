@@ -1,0 +1,150 @@
+// The one Node gateway: the shared app, the fast path beside it, the webhook worker, on one node:http server; `npm start` and `npm run gateway` both run it.
+import { join, resolve } from "node:path";
+import type { Hono } from "hono";
+import type { GatewayEnv } from "../contracts/caller.ts";
+import type { Clock } from "../lib/clock.ts";
+import { int, optStr, str, type Env } from "../lib/env.ts";
+import { componentKey } from "../lib/host-token.ts";
+import type { Logger } from "../lib/log.ts";
+import type { Db } from "../schema/db.ts";
+import type { GatewayConfig } from "../gateway/app.ts";
+import { createJwtAuthenticator, type Authenticator } from "../gateway/auth.ts";
+import { parseGatewayConfig, type GatewayAuthConfig } from "../gateway/config.ts";
+import type { ProxyCore } from "../gateway/proxy-core.ts";
+import { defaultProxyConfig } from "../gateway/proxy-core.ts";
+import { createDeliveryWorker, webhookConfigFromEnv, type DeliveryWorker, type WebhookConfig } from "../gateway/webhooks/index.ts";
+import { createNodeProxy } from "../gateway/node/fast-path/handler.ts";
+import type { NodeFleet } from "../gateway/node/fleet.ts";
+import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
+import { ensureDevKeys, type DevKeys } from "./dev-keys.ts";
+import { assembleGatewayApp } from "./gateway-app.ts";
+
+export interface NodeGatewayConfig {
+  port: number;
+  hostname: string;
+  /** Holds the dev signing key when neither JWKS_URL nor JWKS_JSON is set. */
+  dataDir: string;
+  gateway: GatewayConfig;
+  auth: GatewayAuthConfig;
+  webhooks: WebhookConfig;
+  /** `componentKey(COMPONENT_SECRET)`: hosts sign meter shipments (and gateways host calls) with it. */
+  componentKey: Uint8Array;
+}
+
+/**
+ * | variable | default | meaning |
+ * | PORT | 8080 | port of the gateway |
+ * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
+ * | DATA_DIR | .data | data directory (the dev signing key lives in `<DATA_DIR>/keys`) |
+ * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
+ * plus the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
+ * `images` are the images agents may be created with (what the hosts' drivers run).
+ */
+export function parseNodeGatewayConfig(env: Env, images: readonly string[]): NodeGatewayConfig {
+  const { gateway, auth } = parseGatewayConfig(env, images);
+  const secret = optStr(env, "COMPONENT_SECRET");
+  return {
+    port: int(env, "PORT", 8080, { min: 0, max: 65535 }),
+    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
+    dataDir: resolve(str(env, "DATA_DIR", ".data")),
+    gateway,
+    auth,
+    webhooks: webhookConfigFromEnv(env),
+    // Without a secret nothing outside this process can sign a shipment: a random key closes the HTTP route.
+    componentKey: secret ? componentKey(secret) : crypto.getRandomValues(new Uint8Array(32)),
+  };
+}
+
+export interface NodeGateway {
+  url: string;
+  port: number;
+  app: Hono<GatewayEnv>;
+  proxy: ProxyCore;
+  server: NodeServer;
+  /** The dev key pair under the data directory (tokens of it are accepted when no JWKS is configured). */
+  keys: DevKeys;
+  /**
+   * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (what it leaves is stored
+   * and retried later) → `drain` (the caller's: a host in this process drains and hibernates; a gateway over remote
+   * hosts gives calls a grace period, or less once `allClosed` says every connection ended) → the fast path's sweep and pooled agent connections close → connections still
+   * open are cut → `afterCut` (the fleet's own connections close) → the server is closed.
+   */
+  stop(opts: { drain: (allClosed: Promise<void>) => Promise<void>; afterCut?: () => Promise<void> }): Promise<void>;
+}
+
+export interface NodeGatewayParts {
+  db: Db;
+  fleet: NodeFleet;
+  log: Logger;
+  clock: Clock;
+}
+
+/** User tokens are verified against JWKS_URL, JWKS_JSON, or else the dev key in the data directory (said once at start). */
+async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, dataDir: string, log: Logger): Promise<Authenticator> {
+  const verify = { issuer: cfg.issuer, audience: cfg.audience, algorithms: cfg.algorithms };
+  if (cfg.jwksUrl) return createJwtAuthenticator({ keys: { jwksUrl: cfg.jwksUrl }, ...verify });
+  if (cfg.jwksJson) return createJwtAuthenticator({ keys: { jwks: JSON.parse(cfg.jwksJson) }, ...verify });
+  log.info(`no JWKS_URL or JWKS_JSON: accepting tokens of the dev key in ${join(dataDir, "keys")} (mint with npm run token)`);
+  return createJwtAuthenticator({ keys: { jwks: keys.jwks }, ...verify });
+}
+
+export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewayParts): Promise<NodeGateway> {
+  const { db, fleet, log, clock } = parts;
+  const keys = await ensureDevKeys(cfg.dataDir);
+  const auth = await authenticatorFor(cfg.auth, keys, cfg.dataDir, log);
+  let worker: DeliveryWorker | undefined;
+  const { app, proxy, webhookDeps } = assembleGatewayApp({
+    db,
+    fleet,
+    auth,
+    log,
+    clock,
+    config: cfg.gateway,
+    webhooks: cfg.webhooks,
+    componentKey: cfg.componentKey,
+    clientIp: nodeClientIp,
+    // A stored delivery kicks this process's worker, so it is attempted at once, not at the next poll.
+    onWebhookQueued: () => worker?.kick(),
+  });
+  worker = createDeliveryWorker(webhookDeps);
+  const proxyConfig = cfg.gateway.proxy ?? defaultProxyConfig;
+  const nodeProxy = createNodeProxy({ core: proxy, fleet, auth, domain: cfg.gateway.domain, log: log.child({ component: "gateway" }) });
+  let server: NodeServer;
+  try {
+    server = await serveNode(app, {
+      port: cfg.port,
+      hostname: cfg.hostname,
+      ...(proxyConfig.fastPath ? { proxy: nodeProxy } : {}),
+      maxHeaderBytes: proxyConfig.maxHeaderBytes,
+      headersTimeoutMs: proxyConfig.clientHeadersTimeoutMs,
+    });
+  } catch (err) {
+    nodeProxy.close();
+    throw err;
+  }
+  worker.start();
+  const url = `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${server.port}`;
+
+  let stopped: Promise<void> | undefined;
+  return {
+    url,
+    port: server.port,
+    app,
+    proxy,
+    server,
+    keys,
+    stop(opts) {
+      stopped ??= (async () => {
+        const closing = server.close();
+        await worker.stop();
+        await opts.drain(closing);
+        nodeProxy.close();
+        server.server.closeAllConnections();
+        const fleetClosed = opts.afterCut?.();
+        await closing;
+        await fleetClosed;
+      })();
+      return stopped;
+    },
+  };
+}

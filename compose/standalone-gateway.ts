@@ -1,0 +1,97 @@
+// `npm run gateway`: a standalone Node gateway over Postgres that reaches fleet-agents on other processes or machines over HTTP.
+import type { Hono } from "hono";
+import type { GatewayEnv } from "../contracts/caller.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
+import { int, optStr, str, type Env } from "../lib/env.ts";
+import { componentKey } from "../lib/host-token.ts";
+import type { Logger } from "../lib/log.ts";
+import { openDatabase, type Database } from "../schema/db.ts";
+import { createDbPlacement } from "../gateway/placement.ts";
+import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
+import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+
+export interface StandaloneGatewayConfig extends NodeGatewayConfig {
+  databaseUrl: string;
+  placement: { liveWindowMs: number; cacheTtlMs: number };
+  hosts: { connectTimeoutMs: number; headersTimeoutMs: number };
+  /** How long shutdown lets calls in flight finish. */
+  drainTimeoutMs: number;
+}
+
+/**
+ * | variable | default | meaning |
+ * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
+ * | COMPONENT_SECRET | (required, ≥ 32 chars) | signs every call to a host (the hosts have the same secret) |
+ * | PORT | 8080 | port of the gateway |
+ * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
+ * | DATA_DIR | .data | where the dev signing key lives when neither JWKS_URL nor JWKS_JSON is set |
+ * | AGENT_IMAGES | demo | images agents may be created with (what the hosts' drivers run), comma-separated |
+ * | HOST_LIVE_WINDOW_MS | 30000 | a host without a heartbeat for this long gets no new agents |
+ * | PLACEMENT_CACHE_MS | 2000 | how long an agent → host answer is reused |
+ * | HOST_CONNECT_TIMEOUT_MS | 5000 | connecting to a host's ingress |
+ * | HOST_HEADERS_TIMEOUT_MS | 400000 | from a call sent to the host's answer (longer than the host's own wake and agent limits) |
+ * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown lets calls in flight finish before cutting their connections |
+ * | LOG_LEVEL | info | debug, info, warn or error |
+ * plus the gateway's (gateway/config.ts) and the webhook module's (WEBHOOK_*) variables.
+ */
+export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig {
+  const databaseUrl = optStr(env, "DATABASE_URL");
+  if (!databaseUrl) throw new AppError("bad_request", "configuration: DATABASE_URL is required (the Postgres that gateways and hosts share)");
+  const componentSecret = optStr(env, "COMPONENT_SECRET");
+  if (!componentSecret) throw new AppError("bad_request", "configuration: COMPONENT_SECRET is required (it signs every call to a host)");
+  componentKey(componentSecret);
+  const images = str(env, "AGENT_IMAGES", "demo").split(",").map((s) => s.trim()).filter(Boolean);
+  return {
+    ...parseNodeGatewayConfig(env, images),
+    databaseUrl,
+    placement: { liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }), cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }) },
+    hosts: {
+      connectTimeoutMs: int(env, "HOST_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
+      headersTimeoutMs: int(env, "HOST_HEADERS_TIMEOUT_MS", 400_000, { min: 1000 }),
+    },
+    drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
+  };
+}
+
+export interface StandaloneGateway {
+  url: string;
+  port: number;
+  app: Hono<GatewayEnv>;
+  database: Database;
+  stop(): Promise<void>;
+}
+
+export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: Logger; clock?: Clock; database?: Database }): Promise<StandaloneGateway> {
+  const { log } = parts;
+  const clock = parts.clock ?? systemClock;
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
+  const { db } = database;
+  const placement = createDbPlacement(db, { ...cfg.placement, clock });
+  // Calls and WebSockets go to the agent's host, which wakes the agent and relays the frames; this gateway joins bytes.
+  const fleet = createNodeRemoteFleet({ placement, key: cfg.componentKey, log: log.child({ component: "remote-fleet" }), ...cfg.hosts });
+  let gateway;
+  try {
+    gateway = await startNodeGateway(cfg, { db, fleet, log, clock });
+  } catch (err) {
+    await fleet.close();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  let stopped: Promise<void> | undefined;
+  return {
+    url: gateway.url,
+    port: gateway.port,
+    app: gateway.app,
+    database,
+    stop() {
+      stopped ??= (async () => {
+        // Streams may run for hours: they get DRAIN_TIMEOUT_MS, then their connections are cut.
+        const grace = () => new Promise<void>((done) => setTimeout(done, cfg.drainTimeoutMs).unref());
+        await gateway.stop({ drain: (closed) => Promise.race([closed, grace()]), afterCut: () => fleet.close() });
+        if (!parts.database) await database.close();
+      })();
+      return stopped;
+    },
+  };
+}

@@ -1,0 +1,72 @@
+// What every component knows of an agent's VM: the spec a host runs, VM states, wake and sleep reasons, wake timings.
+
+export type VmState = "creating" | "booting" | "running" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
+
+/** Why a VM woke (or booted). */
+export type WakeReason = "request" | "webhook" | "api" | "boot";
+export const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
+/** Why a VM stopped being active. */
+export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete";
+export type TransitionReason = WakeReason | SleepReason | "cancelled";
+
+/** The part of an agent row a host needs to run it. */
+export interface AgentSpec {
+  id: string;
+  tenantId: string;
+  image: string;
+  vcpus: number;
+  memMiB: number;
+  idleTimeoutMs: number;
+  streamIdleMs: number;
+  allowEgress: boolean;
+}
+
+/**
+ * What a wake cost, in ms, as the host measured it. Only the parts the wake had are present: a warm call none,
+ * a restore `restoreMs`/`clockFixMs` and the guest clock's skew before and after the fix, a cold boot `bootMs`.
+ * `firstByteMs` (wake start to the first response byte) is recorded on the run afterwards.
+ */
+export interface WakeTimings {
+  queuedMs?: number;
+  restoreMs?: number;
+  clockFixMs?: number;
+  bootMs?: number;
+  skewBeforeMs?: number;
+  skewAfterMs?: number;
+  firstByteMs?: number;
+}
+
+/** Every key of `WakeTimings`, in the order reports show them. */
+export const wakeTimingKeys = ["queuedMs", "restoreMs", "clockFixMs", "firstByteMs", "bootMs", "skewBeforeMs", "skewAfterMs"] as const satisfies readonly (keyof WakeTimings)[];
+
+/** What a transition cost, as the VM event log keeps it: a wake's parts and its total (`wakeMs`), or a snapshot's time and size (billing prices snapshot storage from `snapshotBytes`). */
+export interface TransitionTimings extends WakeTimings {
+  wakeMs?: number;
+  snapshotMs?: number;
+  snapshotBytes?: number;
+}
+
+export interface WakeInfo {
+  /** warm = already running; restore = from snapshot; boot = cold boot. */
+  wake: "warm" | "restore" | "boot";
+  runId: string;
+  timings: WakeTimings;
+}
+
+export interface VmStatus {
+  agentId: string;
+  vmId: string;
+  state: VmState;
+  inFlight: number;
+  leases: number;
+  runId: string | undefined;
+  lastWakeAt: number | undefined;
+  lastActivityAt: number | undefined;
+}
+
+/** A keep-awake lease taken through the API. */
+export interface Lease {
+  leaseId: string;
+  /** Wall clock, ms since the epoch. */
+  expiresAt: number;
+}

@@ -1,0 +1,51 @@
+// The gateway's view of the fleet, in web types only: an in-process adapter (one host) and an HTTP one (remote hosts) implement it.
+//
+// Runtimes add to it where they can do more: the Node gateway's extension (direct connections to a VM, WebSocket
+// relays on raw sockets) is `NodeFleet` in gateway/node/fleet.ts.
+import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo, WakeReason, WakeTimings } from "./agent.ts";
+
+export interface ForwardContext {
+  requestId: string;
+  reason: WakeReason;
+  /** Aborts the upstream call when the client goes away. */
+  signal?: AbortSignal;
+}
+
+/** The agent's limits a relayed WebSocket obeys: no byte either way for `proxyIdleTimeoutMs` closes it (1001); the agent's handshake answer within `responseTimeoutMs`. */
+export interface SocketLimits {
+  proxyIdleTimeoutMs: number;
+  responseTimeoutMs: number;
+}
+
+export interface Fleet {
+  /**
+   * Sends `req` (URL = the path inside the agent; headers already forwarded) to the agent, waking it first.
+   * The response streams; it carries `x-wake` and `server-timing` with the wake breakdown.
+   */
+  forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response>;
+  /**
+   * Optional: a WebSocket upgrade where there are no raw sockets (Workers): `req` (URL = the path inside the agent,
+   * headers forwarded) goes to the host with a fetch upgrade; answers the host's `101` (carrying the runtime's
+   * `webSocket`) as is, or the agent's refusal. The host relays frames and applies the idle rules.
+   */
+  upgradeFetch?(agent: AgentSpec, req: Request, ctx: ForwardContext & SocketLimits): Promise<Response>;
+  wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
+  hibernate(agentId: string): Promise<VmState>;
+  status(agentId: string): Promise<VmStatus | undefined>;
+  addLease(agent: AgentSpec, ttlMs: number): Promise<Lease>;
+  dropLease(agentId: string, leaseId: string): Promise<boolean>;
+  remove(agentId: string): Promise<void>;
+}
+
+const serverTimingNames: Partial<Record<keyof WakeTimings, string>> = { queuedMs: "queue", restoreMs: "restore", clockFixMs: "clockfix", bootMs: "boot" };
+
+/** `server-timing` entries for a wake: what the client waited for, in ms. */
+export function serverTiming(timings: WakeTimings): string {
+  let out = "";
+  for (const key of Object.keys(serverTimingNames) as (keyof WakeTimings)[]) {
+    const value = timings[key];
+    if (value === undefined) continue;
+    out += `${out ? ", " : ""}${serverTimingNames[key]};dur=${value}`;
+  }
+  return out;
+}

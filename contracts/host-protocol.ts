@@ -1,0 +1,117 @@
+// The wire contract between gateways and a host's ingress: one signed, short-lived token per call that says exactly what the call may do.
+import { AppError, errorStatus, type ErrorCode } from "../lib/errors.ts";
+import { signComponentToken, verifyComponentToken } from "../lib/host-token.ts";
+import type { AgentSpec, WakeReason } from "./agent.ts";
+
+/** The component token travels in its own header: `Authorization` belongs to the agent's traffic. */
+export const hostTokenHeader = "x-agentvm-host-token";
+/** Set on answers the host itself gives (error envelopes), so an agent's own 502/503 is never mistaken for one. */
+export const hostErrorHeader = "x-agentvm-error";
+
+/**
+ * What one call to a host may do. The gateway signs it into the token (issuer, audience `host:<hostId>`, HS256,
+ * short expiry), so a host trusts the agent spec it is handed and a token cannot be reused for another agent,
+ * another operation, or (for forward) another method or path.
+ */
+export type HostCall =
+  | { op: "forward"; agent: AgentSpec; reason: WakeReason; method: string; path: string; requestId: string }
+  /** A WebSocket upgrade (GET with `Upgrade: websocket`) relayed by the host; the limits are the gateway's for this agent. */
+  | { op: "websocket"; agent: AgentSpec; reason: WakeReason; path: string; requestId: string; proxyIdleTimeoutMs: number; responseTimeoutMs: number }
+  | { op: "wake"; agent: AgentSpec; reason: WakeReason }
+  | { op: "hibernate"; agentId: string }
+  | { op: "status"; agentId: string }
+  | { op: "lease"; agent: AgentSpec; ttlMs: number }
+  | { op: "drop-lease"; agentId: string; leaseId: string }
+  | { op: "remove"; agentId: string };
+
+export type HostOp = HostCall["op"];
+
+/** Where each operation is served on the ingress. */
+export const hostOpPaths: Record<HostOp, string> = {
+  forward: "/v1/forward",
+  websocket: "/v1/websocket",
+  wake: "/v1/wake",
+  hibernate: "/v1/hibernate",
+  status: "/v1/status",
+  lease: "/v1/lease",
+  "drop-lease": "/v1/drop-lease",
+  remove: "/v1/remove",
+};
+
+/** The HTTP method of a call: forward keeps the caller's, status and websocket (an upgrade) are GETs, the rest act. */
+export function hostCallMethod(call: HostCall): string {
+  if (call.op === "forward") return call.method;
+  return call.op === "status" || call.op === "websocket" ? "GET" : "POST";
+}
+
+const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
+
+export async function signHostCall(key: Uint8Array, hostId: string, call: HostCall, ttlS = 30): Promise<string> {
+  return signComponentToken(key, { sub: "gateway", aud: `host:${hostId}` }, ttlS, { call });
+}
+
+/** Verifies the token for this host (signature, issuer, audience, expiry) and answers the call it allows; 401 otherwise. */
+export async function verifyHostCall(key: Uint8Array, hostId: string, token: string | undefined): Promise<HostCall> {
+  const { call } = (await verifyComponentToken(key, token, `host:${hostId}`)).payload;
+  if (!isHostCall(call)) throw new AppError("unauthorized", "component token carries no valid call");
+  return call;
+}
+
+function isHostCall(v: unknown): v is HostCall {
+  if (typeof v !== "object" || v === null) return false;
+  const c = v as Record<string, unknown>;
+  const str = (k: string) => typeof c[k] === "string" && c[k] !== "";
+  switch (c.op) {
+    case "forward":
+      return isAgentSpec(c.agent) && isReason(c.reason) && str("method") && typeof c.path === "string" && c.path.startsWith("/") && str("requestId");
+    case "websocket":
+      return (
+        isAgentSpec(c.agent) && isReason(c.reason) && typeof c.path === "string" && c.path.startsWith("/") && str("requestId") &&
+        Number.isInteger(c.proxyIdleTimeoutMs) && (c.proxyIdleTimeoutMs as number) > 0 && Number.isInteger(c.responseTimeoutMs) && (c.responseTimeoutMs as number) > 0
+      );
+    case "wake":
+      return isAgentSpec(c.agent) && isReason(c.reason);
+    case "lease":
+      return isAgentSpec(c.agent) && Number.isInteger(c.ttlMs) && (c.ttlMs as number) > 0;
+    case "drop-lease":
+      return str("agentId") && str("leaseId");
+    case "hibernate":
+    case "status":
+    case "remove":
+      return str("agentId");
+    default:
+      return false;
+  }
+}
+
+function isReason(v: unknown): v is WakeReason {
+  return typeof v === "string" && (wakeReasons as readonly string[]).includes(v);
+}
+
+function isAgentSpec(v: unknown): v is AgentSpec {
+  if (typeof v !== "object" || v === null) return false;
+  const a = v as Record<string, unknown>;
+  const ints = ["vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs"].every((k) => Number.isInteger(a[k]) && (a[k] as number) > 0);
+  return typeof a.id === "string" && typeof a.tenantId === "string" && typeof a.image === "string" && typeof a.allowEgress === "boolean" && ints;
+}
+
+/** The AppError a host's error answer stands for (its envelope and Retry-After), read back on the gateway side. */
+export async function hostErrorFrom(res: Response, hostId: string): Promise<AppError> {
+  let code: string | undefined;
+  let message = `host ${hostId} answered ${res.status}`;
+  try {
+    const body = (await res.json()) as { error?: { code?: unknown; message?: unknown } };
+    if (typeof body.error?.code === "string") code = body.error.code;
+    if (typeof body.error?.message === "string") message = body.error.message;
+  } catch {
+    /* not an envelope: the status line says enough */
+  }
+  const retryAfter = Number(res.headers.get("retry-after"));
+  const retryAfterS = Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : undefined;
+  if (code === "unauthorized" || code === "forbidden") {
+    // The caller's token was fine: the gateway and the host disagree on COMPONENT_SECRET or the host id.
+    return new AppError("bad_gateway", `host ${hostId} refused the gateway's component token: ${message}`);
+  }
+  if (code !== undefined && code in errorStatus) return new AppError(code as ErrorCode, message, { retryAfterS });
+  return new AppError("bad_gateway", message, { retryAfterS });
+}

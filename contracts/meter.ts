@@ -1,0 +1,48 @@
+// The meter segment: one closed, half-open interval of a VM being active, as spooled on the host and shipped to billing.
+import type { SleepReason, WakeReason } from "./agent.ts";
+
+/** Why a segment starts: the run's wake reason for its first segment, `heartbeat` for every continuation. */
+export type SegmentStartReason = WakeReason | "heartbeat";
+/** Why a segment ends: the VM stopped being active (the sleep reason), or the periodic `heartbeat` cut. */
+export type SegmentEndReason = SleepReason | "heartbeat";
+
+export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "boot", "heartbeat"];
+export const segmentEndReasons: readonly SegmentEndReason[] = ["idle", "api", "crash", "heartbeat", "shutdown", "delete"];
+
+export interface MeterSegment {
+  /** `hostId:vmId:seq`, deterministic: the same segment always has the same id, so billing can count it once. */
+  id: string;
+  hostId: string;
+  vmId: string;
+  /** Per-VM sequence number, increasing across meter restarts. */
+  seq: number;
+  tenantId: string;
+  agentId: string;
+  runId: string;
+  /** ISO 8601 UTC with milliseconds; `[startedAt, endedAt)`. */
+  startedAt: string;
+  endedAt: string;
+  vcpus: number;
+  memMiB: number;
+  startReason: SegmentStartReason;
+  endReason: SegmentEndReason;
+}
+
+export function segmentId(hostId: string, vmId: string, seq: number): string {
+  return `${hostId}:${vmId}:${seq}`;
+}
+
+/** What billing answers for a batch: every id lands in exactly one list. */
+export interface IngestResult {
+  /** Newly counted. */
+  accepted: string[];
+  /** Already counted with an identical body (a retry): safe to drop from the spool. */
+  duplicates: string[];
+  /** Refused for good (invalid, or an id reused with a different body); retrying will not help. */
+  rejected: { id: string; code: string; message: string }[];
+}
+
+/** Where a host's meter ships segments: billing in the same process, or over HTTP. Throws when the batch may not have arrived. */
+export interface SegmentSink {
+  ship(batch: MeterSegment[]): Promise<IngestResult>;
+}

@@ -1,0 +1,217 @@
+// The host process that runs one VM (QEMU, Firecracker, or the process driver's workload): started in its own
+// process group with its output in a capped log file, its exit awaited, ended on purpose or reported as a crash.
+//
+// One behaviour for every driver where each had its own: logs are capped at LOG_MAX_BYTES (only qemu capped them),
+// a crash is told to onExit listeners exactly once, also to one that registers after the crash (only qemu did),
+// and a stop is "ask, wait a grace period, then SIGKILL and wait for the exit".
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync, readFileSync, statSync, truncateSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { RunningVm, VmExit } from "../driver.ts";
+import { readCpuSeconds } from "./proc.ts";
+
+/** A VM's log is truncated when a new process starts on it past this size. */
+export const LOG_MAX_BYTES = 4 << 20;
+
+export interface SpawnVmOptions {
+  vmId: string;
+  command: string;
+  args: readonly string[];
+  /** File for the process's output (appended; truncated first when past LOG_MAX_BYTES). */
+  log: string;
+  /** `stderr`: stdout is discarded (QEMU writes the guest console to its own file). Default both. */
+  output?: "both" | "stderr";
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /**
+   * false when the child is a launcher that may fork the VM process and exit 0 (a jailer): the driver then
+   * watches the real process itself and calls `end()`. Default true: the child's exit is the VM's.
+   */
+  childIsVm?: boolean;
+  /** Count CPU time of reaped children too (a workload that runs its work in subprocesses). */
+  cpuIncludesChildren?: boolean;
+}
+
+export class VmProcess {
+  readonly vmId: string;
+  readonly child: ChildProcess;
+  /** The VM's process: the child's pid, or the one a forking launcher started (`adopt`). */
+  pid: number | undefined;
+  exit: VmExit | undefined;
+  readonly exited: Promise<VmExit>;
+  /** Set before the driver ends the process itself: its exit is then no crash. */
+  stopping = false;
+  /** Why the spawn itself failed (binary missing, not executable). */
+  spawnError: Error | undefined;
+  private resolveExit!: (e: VmExit) => void;
+  private readonly crashListeners: ((e: VmExit) => void)[] = [];
+  private readonly endHooks: ((e: VmExit) => void)[] = [];
+  private readonly cpuIncludesChildren: boolean;
+  private lastCpuSeconds = 0;
+
+  static spawn(opts: SpawnVmOptions): VmProcess {
+    const fd = openLog(opts.log);
+    try {
+      // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
+      // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
+      const child = spawn(opts.command, [...opts.args], {
+        stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, fd],
+        detached: true,
+        ...(opts.env ? { env: opts.env } : {}),
+        ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      });
+      return new VmProcess(opts.vmId, child, opts);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private constructor(vmId: string, child: ChildProcess, opts: SpawnVmOptions) {
+    this.vmId = vmId;
+    this.child = child;
+    this.pid = child.pid;
+    this.cpuIncludesChildren = opts.cpuIncludesChildren ?? false;
+    this.exited = new Promise((r) => (this.resolveExit = r));
+    child.once("error", (err) => {
+      this.spawnError = err;
+      this.end({ code: null, signal: null });
+    });
+    if (opts.childIsVm ?? true) child.once("exit", (code, signal) => this.end({ code, signal }));
+  }
+
+  /** The process is gone (idempotent): hooks run, then crash listeners if the driver did not end it. */
+  end(exit: VmExit): void {
+    if (this.exit) return;
+    this.exit = exit;
+    this.resolveExit(exit);
+    for (const hook of this.endHooks.splice(0)) hook(exit);
+    if (!this.stopping) for (const l of this.crashListeners.splice(0)) l(exit);
+  }
+
+  /** The VM runs in another process than the child (a launcher forked it); its exit is then polled by the caller. */
+  adopt(pid: number): void {
+    this.pid = pid;
+  }
+
+  /** Runs once when the process is gone, whoever ended it (the driver's bookkeeping: sockets, maps, clients). */
+  onEnd(hook: (exit: VmExit) => void): void {
+    if (this.exit) hook(this.exit);
+    else this.endHooks.push(hook);
+  }
+
+  /** Told once if the process exits without the driver ending it, also when registered after that exit. */
+  onCrash(listener: (exit: VmExit) => void): void {
+    const exit = this.exit;
+    if (!exit) this.crashListeners.push(listener);
+    else if (!this.stopping) queueMicrotask(() => listener(exit));
+  }
+
+  get crashed(): boolean {
+    return this.exit !== undefined && !this.stopping;
+  }
+
+  /** A line for errors while the process is gone, undefined while it runs. */
+  exitedWhy(what: string): string | undefined {
+    return this.exit ? `${what} exited (code ${this.exit.code}, signal ${this.exit.signal})` : undefined;
+  }
+
+  /** Cumulative CPU seconds; the last value read once the process is gone, so the counter never runs backwards. */
+  cpuSeconds(): number {
+    const s = this.pid === undefined ? undefined : readCpuSeconds(this.pid, { includeChildren: this.cpuIncludesChildren });
+    if (s !== undefined) this.lastCpuSeconds = s;
+    return this.lastCpuSeconds;
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    if (this.exit) return;
+    try {
+      if (this.pid !== undefined && this.pid !== this.child.pid) process.kill(this.pid, signal);
+      else this.child.kill(signal);
+    } catch {
+      // gone already
+    }
+  }
+
+  /** Ends the process on the driver's behalf (no crash report) and waits until it is gone. */
+  async kill(): Promise<void> {
+    this.stopping = true;
+    if (this.exit) return;
+    this.signal("SIGKILL");
+    await this.exited;
+  }
+
+  /** Asks the process to go (`ask`), waits up to `graceMs` for it, then kills it. */
+  async stop(ask: () => Promise<unknown> | void, graceMs: number): Promise<void> {
+    this.stopping = true;
+    if (this.exit) return;
+    try {
+      await ask();
+    } catch {
+      // it may go before answering
+    }
+    const ac = new AbortController();
+    await Promise.race([this.exited, sleep(graceMs, undefined, { ref: false, signal: ac.signal }).catch(() => undefined)]);
+    ac.abort();
+    await this.kill();
+  }
+}
+
+/**
+ * The processes one driver started, found again by the VM they ran: a crash is told to onExit listeners also
+ * after the driver has dropped the process from its own tables. Bounded: the oldest ended ones are forgotten.
+ */
+export class VmProcesses {
+  private readonly byPid = new Map<number, VmProcess>();
+
+  add(proc: VmProcess): void {
+    if (proc.pid === undefined) return;
+    this.byPid.delete(proc.pid);
+    this.byPid.set(proc.pid, proc);
+    if (this.byPid.size > 1000) {
+      for (const [pid, p] of this.byPid) {
+        if (p.exit) {
+          this.byPid.delete(pid);
+          break;
+        }
+      }
+    }
+  }
+
+  /** `VmDriver.onExit`: the process that runs `vm`, if it was this driver's. */
+  onExit(vm: RunningVm, listener: (exit: VmExit) => void): void {
+    const proc = vm.pid === undefined ? undefined : this.byPid.get(vm.pid);
+    if (proc && proc.vmId === vm.spec.vmId) proc.onCrash(listener);
+  }
+}
+
+/** Truncates a VM's log (its process log, QEMU's console file) when it grew past LOG_MAX_BYTES. */
+export function capLog(path: string): void {
+  try {
+    if (statSync(path).size > LOG_MAX_BYTES) truncateSync(path, 0);
+  } catch {
+    // no log yet
+  }
+}
+
+/** Opens a VM's log for appending, capped first. */
+export function openLog(path: string): number {
+  capLog(path);
+  return openSync(path, "a");
+}
+
+/** The last lines of a log, for error messages: up to 3 lines joined by " | ", at most 600 characters. */
+export function logTail(path: string): string {
+  try {
+    const tail = readFileSync(path, "utf8").trim().split("\n").slice(-3).join(" | ");
+    return tail.length > 600 ? `…${tail.slice(-600)}` : tail;
+  } catch {
+    return "";
+  }
+}
+
+/** `err` with the log's tail appended (once), labelled e.g. "qemu" or "firecracker log". */
+export function withLogTail(err: Error, path: string, label: string): Error {
+  const tail = logTail(path);
+  if (!tail || err.message.includes(tail)) return err;
+  return new Error(`${err.message} (${label}: ${tail})`, { cause: err });
+}

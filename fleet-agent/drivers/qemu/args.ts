@@ -1,0 +1,115 @@
+// The QEMU command line for one VM (pure): identical device arguments for boot and restore, as migration requires.
+import { join } from "node:path";
+import { MANIFEST_FILE, processFiles, socketDir } from "../common/state-dir.ts";
+import type { VmSpec } from "../driver.ts";
+
+export type Accel = "kvm" | "tcg";
+
+/** Files a VM keeps in its stateDir. */
+export interface VmPaths {
+  /** Where the unix sockets live: the stateDir, or a short per-VM directory when its path is too long for a socket. */
+  socketDir: string;
+  qmp: string;
+  agent: string;
+  pid: string;
+  console: string;
+  qemuLog: string;
+  port: string;
+  manifest: string;
+  manifestTmp: string;
+  snapshotTmp: string;
+  snapshotDone: string;
+}
+
+export function vmPaths(stateDir: string): VmPaths {
+  const sockets = socketDir(stateDir, "agent.sock");
+  const { pidFile, log } = processFiles(stateDir, "qemu");
+  const manifest = join(stateDir, MANIFEST_FILE);
+  return {
+    socketDir: sockets,
+    qmp: join(sockets, "qmp.sock"),
+    agent: join(sockets, "agent.sock"),
+    pid: pidFile,
+    console: join(stateDir, "console.log"),
+    qemuLog: log,
+    port: join(stateDir, "port.json"),
+    manifest,
+    manifestTmp: `${manifest}.tmp`,
+    snapshotTmp: join(stateDir, "snapshot.tmp"),
+    snapshotDone: join(stateDir, "snapshot.tmp.done"),
+  };
+}
+
+export interface QemuLaunch {
+  spec: VmSpec;
+  paths: VmPaths;
+  accel: Accel;
+  hostPort: number;
+  kernel: string;
+  initrd: string;
+  /** Host TSC frequency; under TCG the guest kernel otherwise sometimes hangs calibrating its TSC. */
+  tscKhz: number | undefined;
+  /** Start paused, waiting for `migrate-incoming` (restore). */
+  incoming: boolean;
+}
+
+/**
+ * microvm with only what the guest uses: virtio-mmio net and serial, the ISA serial for the console,
+ * and the RTC (without it the kernel waits a second for a clock that never answers, and boots at 1970).
+ */
+export const MACHINE = "microvm,x-option-roms=off,pit=off,pic=off";
+
+/** TCG's translated-code cache (QEMU's default is 1 GiB, most of it resident after a while); a small guest needs far less. */
+export const TCG_TB_MIB = 64;
+
+export function kernelCmdline(accel: Accel, tscKhz: number | undefined): string {
+  // init_on_free zeroes freed pages, so the snapshot skips them (≈ 95 MB → ≈ 60 MB of state here).
+  const parts = ["console=ttyS0", "panic=-1", "quiet", "init_on_free=1"];
+  if (accel === "tcg" && tscKhz) parts.push(`tsc_early_khz=${tscKhz}`);
+  return parts.join(" ");
+}
+
+/**
+ * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
+ * started with different ones would fail or misbehave, so a difference means a cold boot.
+ */
+export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort">): string[] {
+  return [
+    "-M", MACHINE,
+    "-accel", l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
+    ...(l.accel === "kvm" ? ["-cpu", "host"] : []),
+    "-m", String(l.spec.memMiB),
+    "-smp", String(l.spec.vcpus),
+    "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+    "-chardev", `file,id=console,path=${opt(l.paths.console)},append=on`,
+    "-serial", "chardev:console",
+    "-netdev", `user,id=net0,restrict=${l.spec.allowEgress ? "off" : "on"},hostfwd=tcp:127.0.0.1:${l.hostPort}-:8080`,
+    "-device", "virtio-net-device,netdev=net0",
+    "-device", "virtio-serial-device",
+    "-chardev", `socket,id=agent,path=${opt(l.paths.agent)},server=on,wait=off`,
+    "-device", "virtserialport,chardev=agent,name=agent",
+  ];
+}
+
+export function qemuArgs(l: QemuLaunch): string[] {
+  return [
+    ...machineArgs(l),
+    "-kernel", l.kernel,
+    "-initrd", l.initrd,
+    "-append", kernelCmdline(l.accel, l.tscKhz),
+    "-chardev", `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
+    "-mon", "chardev=qmp,mode=control",
+    "-pidfile", l.paths.pid,
+    ...(l.incoming ? ["-incoming", "defer"] : []),
+  ];
+}
+
+/** A value inside a QEMU `key=value,…` option list: commas are doubled. */
+export function opt(value: string): string {
+  return value.replace(/,/g, ",,");
+}
+
+/** Quotes a path for the /bin/sh that runs QEMU's `exec:` migration commands. */
+export function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}

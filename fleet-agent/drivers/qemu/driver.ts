@@ -1,0 +1,523 @@
+// The qemu driver: one QEMU microvm per VM (KVM when usable, TCG otherwise); hibernate = QMP migrate to a file,
+// wake = -incoming + cont + clock fix, or a cold boot when the snapshot cannot be used (common/restore-or-boot.ts).
+import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { readFile, rename, rm, writeFile } from "node:fs/promises";
+import { connect } from "node:net";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { silentLogger, type Logger } from "../../../lib/log.ts";
+import { fixGuestClock, GuestAgentClient } from "../common/guest-agent.ts";
+import { killLeftover } from "../common/proc.ts";
+import { freeLoopbackPort, pollUntil, waitForHttp } from "../common/readiness.ts";
+import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../common/restore-or-boot.ts";
+import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
+import { capLog, logTail, VmProcess, VmProcesses, withLogTail } from "../common/vm-process.ts";
+import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import { machineArgs, opt, qemuArgs, shellQuote, vmPaths, type Accel, type VmPaths } from "./args.ts";
+import { ensureListenBacklogShim } from "./backlog.ts";
+import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
+import { QmpClient, type MigrationInfo } from "./qmp.ts";
+import { incompatibility, MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+
+export interface GuestImagePaths {
+  kernel: string;
+  initrd: string;
+}
+
+export interface QemuDriverOptions {
+  /** Kernel and initramfs per image name (`demo`); a fixed pair serves every VM. */
+  image: GuestImagePaths | ((name: string) => Promise<GuestImagePaths>);
+  /** `auto` (default) picks KVM when /dev/kvm is usable by a hardware module, else TCG. */
+  accel?: Accel | "auto";
+  qemuBinary?: string;
+  log?: Logger;
+  /** Cold boot to a guest that answers HTTP (TCG on a busy 2-core machine needs a while). */
+  bootTimeoutMs?: number;
+  restoreTimeoutMs?: number;
+  /**
+   * Keep a QEMU waiting in `-incoming defer` for every hibernated VM so the wake path skips process
+   * start-up. Costs one idle QEMU process per hibernated VM.
+   */
+  prestart?: boolean;
+  /**
+   * LD_PRELOAD shim that raises QEMU's listen backlog (see backlog.ts): `auto` (default) builds it
+   * with gcc on first use, a path uses that file, false runs QEMU without it.
+   */
+  listenBacklogShim?: "auto" | string | false;
+}
+
+/** One QEMU process and the clients the driver holds on it. */
+interface QemuVm {
+  spec: VmSpec;
+  paths: VmPaths;
+  hostPort: number;
+  machineArgs: string[];
+  proc: VmProcess;
+  qmp: QmpClient | undefined;
+  agent: GuestAgentClient | undefined;
+  agentOpen: boolean;
+}
+
+const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
+
+export class QemuDriver implements VmDriver {
+  readonly name = "qemu" as const;
+  readonly isolated = true;
+  readonly accel: Accel;
+  readonly accelReason: string;
+  readonly qemuVersion: string;
+  private readonly binary: string;
+  private readonly log: Logger;
+  private readonly opts: QemuDriverOptions;
+  private readonly tscKhz: number | undefined;
+  private readonly preload: string | undefined;
+  private readonly hostCpu = hostCpuModel();
+  private readonly running = new Map<string, QemuVm>();
+  /** Pre-started QEMUs in `-incoming defer`, by vmId. */
+  private readonly waiting = new Map<string, QemuVm>();
+  private readonly processes = new VmProcesses();
+
+  constructor(opts: QemuDriverOptions) {
+    this.opts = opts;
+    this.binary = opts.qemuBinary ?? "qemu-system-x86_64";
+    this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });
+    const choice = opts.accel && opts.accel !== "auto" ? { accel: opts.accel, reason: "configured" } : detectAccel();
+    this.accel = choice.accel;
+    this.accelReason = choice.reason;
+    this.qemuVersion = qemuVersion(this.binary);
+    this.tscKhz = hostTscKhz();
+    const shim = opts.listenBacklogShim ?? "auto";
+    if (shim === "auto") {
+      const built = ensureListenBacklogShim();
+      if ("path" in built) this.preload = built.path;
+      else this.log.warn("QEMU runs without the listen-backlog shim: bursts of connections to a VM will stall", { why: built.error });
+    } else if (shim) this.preload = shim;
+    this.log.info("qemu driver ready", { accel: this.accel, why: this.accelReason, qemu: this.qemuVersion, tscKhz: this.tscKhz, preload: this.preload });
+  }
+
+  async boot(spec: VmSpec): Promise<BootResult> {
+    const started = performance.now();
+    const { vm } = await this.bootInternal(spec, started);
+    return { vm, bootMs: performance.now() - started };
+  }
+
+  async hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
+    const started = performance.now();
+    const vp = this.mustBeRunning(vm);
+    const qmp = vp.qmp!;
+    const { paths, spec } = vp;
+    const notDone = (): SnapshotResult => ({ completed: false, snapshotMs: performance.now() - started, bytes: 0 });
+    if (signal?.aborted) return notDone();
+    await rm(paths.snapshotTmp, { force: true });
+    await rm(paths.snapshotDone, { force: true });
+
+    let manifest: SnapshotManifest;
+    let dataPath: string | undefined;
+    await qmp.execute("stop");
+    try {
+      // The marker is written only after cat has flushed and closed the file: QEMU may report
+      // "completed" while cat is still writing.
+      await qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(paths.snapshotTmp)} && : > ${shellQuote(paths.snapshotDone)}` });
+      const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+      if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+      await this.waitForFile(paths.snapshotDone, 10_000, signal);
+      signal?.throwIfAborted();
+      const [{ sha256, bytes }] = await Promise.all([sha256File(paths.snapshotTmp, signal), fsyncPath(paths.snapshotTmp)]);
+      signal?.throwIfAborted();
+      const createdAt = new Date();
+      const file = `snapshot-${createdAt.getTime()}.bin`;
+      dataPath = join(spec.stateDir, file);
+      await rename(paths.snapshotTmp, dataPath);
+      await rm(paths.snapshotDone, { force: true });
+      manifest = {
+        version: MANIFEST_VERSION,
+        file,
+        sha256,
+        bytes,
+        qemuVersion: this.qemuVersion,
+        accel: this.accel,
+        hostCpu: this.hostCpu,
+        machineArgs: vp.machineArgs,
+        memMiB: spec.memMiB,
+        vcpus: spec.vcpus,
+        createdAt: createdAt.toISOString(),
+        snapshotMs: Math.round(performance.now() - started),
+      };
+      signal?.throwIfAborted();
+      // The point of no return: from here the new snapshot is the VM.
+      await commitManifest(paths.manifest, manifest);
+    } catch (err) {
+      const aborted = signal?.aborted === true;
+      if (dataPath) await rm(dataPath, { force: true }); // renamed but never named by the manifest
+      await this.resumeAfterFailedSnapshot(vp, aborted);
+      if (aborted) {
+        this.log.info("hibernate cancelled; VM resumed", { vmId: spec.vmId });
+        return notDone();
+      }
+      throw err;
+    }
+    await this.quit(vp);
+    await removeUnreferencedSnapshots(spec.stateDir, manifest.file);
+    const snapshotMs = performance.now() - started;
+    this.log.info("hibernated", { vmId: spec.vmId, bytes: manifest.bytes, snapshotMs: Math.round(snapshotMs) });
+    if (this.opts.prestart) this.prestart(spec).catch((err) => this.log.warn("prestart failed", { vmId: spec.vmId, err }));
+    return { completed: true, snapshotMs, bytes: manifest.bytes };
+  }
+
+  async wake(spec: VmSpec): Promise<WakeResult> {
+    const started = performance.now();
+    if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
+    return restoreOrBoot({
+      spec,
+      log: this.log,
+      started,
+      restore: (undo) => this.restore(spec, undo),
+      boot: () => this.bootInternal(spec, started),
+    });
+  }
+
+  async stop(vm: RunningVm): Promise<void> {
+    const vp = this.running.get(vm.spec.vmId);
+    if (vp) await this.quit(vp);
+    await this.discardWaiting(vm.spec.vmId);
+  }
+
+  async destroy(spec: VmSpec): Promise<void> {
+    const vp = this.running.get(spec.vmId);
+    if (vp) await this.quit(vp);
+    await this.discardWaiting(spec.vmId);
+    await this.reap(spec);
+    const paths = vmPaths(spec.stateDir);
+    if (paths.socketDir !== spec.stateDir) await rm(paths.socketDir, { recursive: true, force: true });
+    await rm(spec.stateDir, { recursive: true, force: true });
+  }
+
+  async cpuSeconds(vm: RunningVm): Promise<number> {
+    return this.running.get(vm.spec.vmId)?.proc.cpuSeconds() ?? 0; // not running here: nothing is using CPU for it
+  }
+
+  async guestLeases(vm: RunningVm): Promise<number> {
+    const vp = this.mustBeRunning(vm);
+    return vp.agent!.leases();
+  }
+
+  /** The guest agent connection of a running VM (diagnostics and tests; the driver owns it). */
+  guestAgent(vm: RunningVm): GuestAgentClient {
+    return this.mustBeRunning(vm).agent!;
+  }
+
+  onExit(vm: RunningVm, listener: (exit: VmExit) => void): void {
+    this.processes.onExit(vm, listener);
+  }
+
+  /** Host shutdown: pre-started QEMUs are killed, VMs still running are stopped (their snapshots stay). */
+  async close(): Promise<void> {
+    await Promise.all([...this.waiting.keys()].map((id) => this.discardWaiting(id)));
+    await Promise.all([...this.running.values()].map((vp) => this.quit(vp)));
+  }
+
+  /**
+   * Kills a QEMU a previous fleet-agent left running for this VM (its pid file, checked against
+   * /proc/<pid>/cmdline) and removes partial snapshot files; the complete snapshot stays.
+   */
+  async reap(spec: VmSpec): Promise<void> {
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return; // ours and alive
+    const paths = vmPaths(spec.stateDir);
+    // QEMU writes its pid file itself (the pid alone): its QMP socket path on the command line is the VM's marker.
+    const killed = await killLeftover(paths.pid, opt(paths.qmp));
+    if (killed) this.log.warn("killed a QEMU left running by a previous fleet-agent", { vmId: spec.vmId, pid: killed });
+    const { manifest, problem } = await readManifest(paths.manifest);
+    if (!problem) await removeUnreferencedSnapshots(spec.stateDir, manifest?.file);
+    else for (const p of [paths.snapshotTmp, paths.snapshotDone, paths.manifestTmp]) await rm(p, { force: true });
+    for (const p of [paths.qmp, paths.agent, paths.pid]) await rm(p, { force: true });
+  }
+
+  // ---- internals ----
+
+  private mustBeRunning(vm: RunningVm): QemuVm {
+    const vp = this.running.get(vm.spec.vmId);
+    if (!vp || vp.proc.exit) throw new Error(`VM ${vm.spec.vmId} is not running`);
+    return vp;
+  }
+
+  private async imageFor(name: string): Promise<GuestImagePaths> {
+    const image = this.opts.image;
+    return typeof image === "function" ? image(name) : image;
+  }
+
+  private async readPort(paths: VmPaths): Promise<number | undefined> {
+    try {
+      const port = (JSON.parse(await readFile(paths.port, "utf8")) as { port?: unknown }).port;
+      return typeof port === "number" && Number.isInteger(port) && port > 0 ? port : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The VM's forwarded host port: chosen once, kept in the stateDir so it survives hibernation. */
+  private async hostPort(paths: VmPaths, fresh = false): Promise<number> {
+    const existing = fresh ? undefined : await this.readPort(paths);
+    if (existing) return existing;
+    const port = await freeLoopbackPort();
+    await writeFile(paths.port, `${JSON.stringify({ port })}\n`);
+    return port;
+  }
+
+  private async bootInternal(spec: VmSpec, started: number): Promise<{ vm: RunningVm; clock: ClockFix }> {
+    if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
+    await this.discardWaiting(spec.vmId);
+    const image = await this.imageFor(spec.image);
+    const deadline = started + (this.opts.bootTimeoutMs ?? 120_000);
+    const vp = await this.launch(spec, image, false);
+    try {
+      await this.waitAgent(vp, deadline, "guest agent did not answer before the boot deadline");
+      // The RTC gives the guest whole seconds at boot; set it to the millisecond like after a restore.
+      const clock = await fixGuestClock(vp.agent!);
+      await waitForHttp(this.runningVm(vp).endpoint, { deadline, gaveUp: () => vp.proc.exitedWhy("QEMU") });
+      this.running.set(spec.vmId, vp);
+      this.log.info("booted", { vmId: spec.vmId, pid: vp.proc.pid, port: vp.hostPort, bootMs: Math.round(performance.now() - started) });
+      return { vm: this.runningVm(vp), clock };
+    } catch (err) {
+      await vp.proc.kill();
+      throw withLogTail(err as Error, vp.paths.qemuLog, "qemu");
+    }
+  }
+
+  /**
+   * The snapshot, if usable, loaded into a QEMU waiting in `-incoming defer` (pre-started or new), then `cont`;
+   * RestoreFailed when a cold boot is the way out. The checksum is verified while QEMU loads the file; the
+   * guest runs only if it matches.
+   */
+  private async restore(spec: VmSpec, undo: (step: () => Promise<unknown>) => void): Promise<Restored> {
+    const paths = vmPaths(spec.stateDir);
+    const { manifest, problem } = await readManifest(paths.manifest);
+    if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
+    const hostPort = await this.readPort(paths);
+    const bad = incompatibility(manifest, {
+      qemuVersion: this.qemuVersion,
+      accel: this.accel,
+      hostCpu: this.hostCpu,
+      memMiB: spec.memMiB,
+      vcpus: spec.vcpus,
+      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0 }),
+    });
+    if (bad) throw new RestoreFailed(bad);
+    const file = join(spec.stateDir, manifest.file);
+    if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
+    const verify = sha256File(file).then(
+      (r) => (r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`),
+      (err: Error) => `snapshot unreadable: ${err.message}`,
+    );
+    undo(() => verify);
+    let vp = this.takeWaiting(spec);
+    if (!vp) {
+      const image = await this.imageFor(spec.image);
+      try {
+        vp = await this.launch(spec, image, true);
+      } catch (err) {
+        throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    const launched = vp;
+    undo(() => launched.proc.kill());
+    const deadline = performance.now() + (this.opts.restoreTimeoutMs ?? 60_000);
+    try {
+      const agentReady = this.openAgent(vp);
+      await vp.qmp!.execute("migrate-incoming", { uri: `exec:cat ${shellQuote(file)}` });
+      const info = await this.waitMigration(vp, { timeoutMs: deadline - performance.now() });
+      if (info.status !== "completed") throw new RestoreFailed(`restore ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+      const badData = await verify;
+      if (badData) throw new RestoreFailed(badData);
+      await agentReady;
+      await vp.qmp!.execute("cont");
+    } catch (err) {
+      if (err instanceof RestoreFailed) throw err;
+      throw new RestoreFailed(withLogTail(err as Error, paths.qemuLog, "qemu").message, { cause: err });
+    }
+    this.running.set(spec.vmId, vp);
+    return {
+      vm: this.runningVm(vp),
+      guestAgent: () => this.waitAgent(launched, Math.min(deadline, performance.now() + 10_000), "guest agent did not answer after the restore"),
+    };
+  }
+
+  private runningVm(vp: QemuVm): RunningVm {
+    return { spec: vp.spec, endpoint: { host: "127.0.0.1", port: vp.hostPort }, pid: vp.proc.pid };
+  }
+
+  /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
+  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean): Promise<QemuVm> {
+    mkdirSync(spec.stateDir, { recursive: true });
+    const paths = vmPaths(spec.stateDir);
+    mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
+    capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
+    let hostPort = await this.hostPort(paths);
+    for (let attempt = 0; ; attempt++) {
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming);
+      try {
+        vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
+        await vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH });
+        return vp;
+      } catch (err) {
+        await vp.proc.kill();
+        if (attempt === 0 && /host forwarding rule|Could not set up host forwarding/i.test(logTail(paths.qemuLog))) {
+          this.log.warn("forwarded port taken; choosing another", { vmId: spec.vmId, port: hostPort });
+          hostPort = await this.hostPort(paths, true);
+          continue;
+        }
+        throw withLogTail(err as Error, paths.qemuLog, "qemu");
+      }
+    }
+  }
+
+  private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean): QemuVm {
+    // Stale unix sockets from a previous QEMU would make clients connect to nothing.
+    for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
+    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming };
+    const env = { ...process.env };
+    if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
+    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", env });
+    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false };
+    proc.onEnd((exit) => this.onProcessEnd(vp, exit));
+    this.processes.add(proc);
+    return vp;
+  }
+
+  private onProcessEnd(vp: QemuVm, exit: VmExit): void {
+    vp.qmp?.close();
+    vp.agent?.close();
+    const id = vp.spec.vmId;
+    const wasRunning = this.running.get(id) === vp;
+    if (wasRunning) this.running.delete(id);
+    if (this.waiting.get(id) === vp) this.waiting.delete(id);
+    if (vp.proc.spawnError) this.log.error("QEMU failed to start", { vmId: id, err: vp.proc.spawnError });
+    else if (vp.proc.crashed && wasRunning) {
+      this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: logTail(vp.paths.qemuLog) });
+    }
+  }
+
+  /** Asks QEMU to quit, then kills it if it does not; waits for the exit. */
+  private async quit(vp: QemuVm): Promise<void> {
+    await vp.proc.stop(() => vp.qmp?.execute("quit", undefined, 2000), 5000);
+    for (const p of [vp.paths.qmp, vp.paths.agent]) rmSync(p, { force: true });
+  }
+
+  private takeWaiting(spec: VmSpec): QemuVm | undefined {
+    const vp = this.waiting.get(spec.vmId);
+    if (!vp) return undefined;
+    this.waiting.delete(spec.vmId);
+    return vp.proc.exit ? undefined : vp;
+  }
+
+  private async discardWaiting(vmId: string): Promise<void> {
+    const vp = this.waiting.get(vmId);
+    if (!vp) return;
+    this.waiting.delete(vmId);
+    await vp.proc.kill();
+  }
+
+  private async prestart(spec: VmSpec): Promise<void> {
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return;
+    const vp = await this.launch(spec, await this.imageFor(spec.image), true);
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return vp.proc.kill();
+    this.waiting.set(spec.vmId, vp);
+  }
+
+  /** Opens the host end of the agent's virtio-serial port (a unix socket QEMU serves). */
+  private openAgent(vp: QemuVm): Promise<void> {
+    if (vp.agent && vp.agentOpen) return Promise.resolve();
+    vp.agent?.close();
+    return new Promise((resolve, reject) => {
+      const socket = connect(vp.paths.agent);
+      const agent = new GuestAgentClient(socket);
+      vp.agent = agent;
+      socket.once("connect", () => {
+        if (vp.agent === agent) vp.agentOpen = true;
+        resolve();
+      });
+      socket.once("error", reject);
+      socket.once("close", () => {
+        if (vp.agent === agent) vp.agentOpen = false;
+      });
+    });
+  }
+
+  /** Pings over the agent port (reconnecting when it closed) until the guest agent answers. */
+  private waitAgent(vp: QemuVm, deadline: number, timeout: string): Promise<GuestAgentClient> {
+    return pollUntil(
+      async (remaining) => {
+        await this.openAgent(vp);
+        await vp.agent!.ping(Math.max(100, Math.min(500, remaining)));
+        return vp.agent!;
+      },
+      { deadline, gaveUp: () => vp.proc.exitedWhy("QEMU"), timeout },
+    );
+  }
+
+  /** Polls query-migrate until the migration leaves its active states; cancels it when `signal` aborts. */
+  private async waitMigration(vp: QemuVm, opts: { signal?: AbortSignal | undefined; timeoutMs: number }): Promise<MigrationInfo> {
+    const qmp = vp.qmp!;
+    const deadline = performance.now() + opts.timeoutMs;
+    let cancelled = false;
+    for (;;) {
+      if (vp.proc.exit) throw new Error(`QEMU exited during the migration: ${logTail(vp.paths.qemuLog) || "no message"}`);
+      if (opts.signal?.aborted && !cancelled) {
+        cancelled = true;
+        await qmp.execute("migrate_cancel").catch(() => undefined);
+      }
+      const info = await qmp.execute("query-migrate");
+      const s = info.status;
+      if (s === "completed" || s === "failed" || s === "cancelled") {
+        if (cancelled) opts.signal?.throwIfAborted();
+        return info;
+      }
+      if (performance.now() > deadline) {
+        await qmp.execute("migrate_cancel").catch(() => undefined);
+        throw new Error(`migration still ${s ?? "pending"} after ${Math.round(opts.timeoutMs)} ms`);
+      }
+      await sleep(3);
+    }
+  }
+
+  private async waitForFile(path: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      signal?.throwIfAborted();
+      try {
+        statSync(path);
+        return;
+      } catch {
+        if (performance.now() > deadline) throw new Error(`snapshot writer did not finish within ${timeoutMs} ms`);
+        await sleep(2);
+      }
+    }
+  }
+
+  /** After a cancelled or failed snapshot: end any migration, run the guest again, fix its clock, drop partial files. */
+  private async resumeAfterFailedSnapshot(vp: QemuVm, aborted: boolean): Promise<void> {
+    const qmp = vp.qmp!;
+    try {
+      const info = await qmp.execute("query-migrate");
+      if (info.status && !["completed", "failed", "cancelled", "none"].includes(info.status)) {
+        await qmp.execute("migrate_cancel");
+        for (let i = 0; i < 1000; i++) {
+          const s = (await qmp.execute("query-migrate")).status;
+          if (s === "completed" || s === "failed" || s === "cancelled") break;
+          await sleep(3);
+        }
+      }
+      await qmp.execute("cont");
+      // The guest clock stood still while the VM was stopped.
+      await fixGuestClock(vp.agent!);
+    } catch (err) {
+      this.log.error("could not resume the VM after a failed snapshot", { vmId: vp.spec.vmId, aborted, err });
+    }
+    const paths = vp.paths;
+    for (const p of [paths.snapshotTmp, paths.snapshotDone, paths.manifestTmp]) await rm(p, { force: true });
+  }
+}
+
+/** The driver for this host, with the accelerator chosen by `detectAccel` unless configured. */
+export function createQemuDriver(opts: QemuDriverOptions): QemuDriver {
+  return new QemuDriver(opts);
+}

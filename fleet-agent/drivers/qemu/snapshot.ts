@@ -1,0 +1,61 @@
+// Snapshots of the qemu driver: what the manifest records (one data file, its checksum, the QEMU and machine it
+// belongs to), the compatibility rule, and which files in the stateDir are stale. Writing and reading the manifest
+// (the commit point) is common/snapshot-files.ts.
+import { basename } from "node:path";
+import { readManifest as readManifestFile, removeFiles } from "../common/snapshot-files.ts";
+
+export const MANIFEST_VERSION = 1;
+
+/** What the QEMU about to restore looks like; the snapshot must match it. */
+export interface RestoreTarget {
+  qemuVersion: string;
+  accel: string;
+  /** Host CPU model: under KVM the guest sees the host's CPU (`-cpu host`). */
+  hostCpu: string;
+  machineArgs: string[];
+  memMiB: number;
+  vcpus: number;
+}
+
+/**
+ * `snapshot.json` names the one complete snapshot of a VM. It is replaced by rename only after its
+ * data file is complete and synced, so a crash at any point leaves the old or the new snapshot.
+ */
+export interface SnapshotManifest extends RestoreTarget {
+  version: number;
+  /** Data file name inside the stateDir (`snapshot-<time>.bin`). */
+  file: string;
+  sha256: string;
+  bytes: number;
+  createdAt: string;
+  snapshotMs: number;
+}
+
+/** Host-side network settings (forwarded port, egress) do not change the virtual hardware. */
+function hardware(args: readonly string[]): string[] {
+  return args.map((a) => a.replace(/,restrict=(on|off)/, "").replace(/,hostfwd=tcp:[^,]*/g, ""));
+}
+
+/** Why this snapshot cannot be restored into `target`, or undefined when it can. */
+export function incompatibility(m: SnapshotManifest, target: RestoreTarget): string | undefined {
+  if (m.version !== MANIFEST_VERSION) return `snapshot manifest version ${m.version}, driver writes ${MANIFEST_VERSION}`;
+  if (m.qemuVersion !== target.qemuVersion) return `snapshot taken by "${m.qemuVersion}", this host runs "${target.qemuVersion}"`;
+  if (m.accel !== target.accel) return `snapshot taken under ${m.accel}, this host uses ${target.accel}`;
+  if (m.accel === "kvm" && m.hostCpu !== target.hostCpu) return `snapshot taken on a "${m.hostCpu}" CPU under KVM, this host has "${target.hostCpu}"`;
+  if (m.memMiB !== target.memMiB) return `snapshot has ${m.memMiB} MiB of memory, the VM now has ${target.memMiB} MiB`;
+  if (m.vcpus !== target.vcpus) return `snapshot has ${m.vcpus} vCPUs, the VM now has ${target.vcpus}`;
+  const a = hardware(m.machineArgs).join(" ");
+  const b = hardware(target.machineArgs).join(" ");
+  if (a !== b) return "snapshot was taken with other virtual hardware (machine arguments differ)";
+  return undefined;
+}
+
+/** The committed manifest of the stateDir: `{}` when there is none, `{problem}` when it cannot be used. */
+export function readManifest(path: string): Promise<{ manifest?: SnapshotManifest; problem?: string }> {
+  return readManifestFile<SnapshotManifest>(path, (m) => typeof m.file === "string" && !m.file.includes("/") && typeof m.sha256 === "string");
+}
+
+/** Removes snapshot data files the manifest does not name (older snapshots, partial files). */
+export function removeUnreferencedSnapshots(stateDir: string, keep: string | undefined): Promise<string[]> {
+  return removeFiles(stateDir, (name) => /^snapshot(-[\w.-]+\.bin|\.tmp|\.tmp\.done|\.json\.tmp)$/.test(name) && !(keep && name === basename(keep)));
+}

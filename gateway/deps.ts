@@ -1,0 +1,42 @@
+// What the gateway app is built from: its configuration and the dependencies injected into it (no runtime here either).
+import type { Context, Hono } from "hono";
+import type { GatewayEnv } from "../contracts/caller.ts";
+import type { Fleet } from "../contracts/fleet.ts";
+import type { Logger } from "../lib/log.ts";
+import type { AuditLog } from "../schema/audit-log.ts";
+import type { AgentRepo } from "./agent-repo.ts";
+import type { Authenticator } from "./auth.ts";
+import type { ProxyConfig, ProxyCore } from "./proxy-core.ts";
+import type { AgentSettingsStore } from "./proxy-agents.ts";
+
+export interface GatewayConfig {
+  /** When set, `{agentId}.{domain}` hosts route to the agent like `/a/{agentId}/…`. */
+  domain: string | undefined;
+  /** Largest request body the proxy accepts, bytes. */
+  maxBodyBytes: number;
+  /** Largest JSON body of the admin API, bytes. */
+  maxApiBodyBytes: number;
+  /** Images an agent may be created with (what the hosts' driver can run). */
+  images: readonly string[];
+  agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number };
+  /** Proxy timeouts and limits (gateway/proxy-core.ts); defaults when absent. */
+  proxy?: ProxyConfig;
+}
+
+export interface GatewayDeps {
+  agents: AgentRepo;
+  fleet: Fleet;
+  /** Where admin actions are recorded (the append-only audit log). */
+  audit: AuditLog;
+  auth: Authenticator;
+  log: Logger;
+  config: GatewayConfig;
+  /** The client's address as the runtime sees it (for X-Forwarded-For). */
+  clientIp?: (c: Context<GatewayEnv>) => string | undefined;
+  /** More routes mounted at the root (billing, webhooks); they see the same request id and caller. */
+  routes?: Hono<GatewayEnv>[];
+  /** Per-agent settings (PATCH /v1/agents/:id, per-agent limits); without it they are read-only defaults. */
+  settings?: AgentSettingsStore;
+  /** The proxy's shared state (agent cache, tenant limiter), when the Node fast path shares it; else one is made here. */
+  proxy?: ProxyCore;
+}

@@ -1,0 +1,88 @@
+// Node entry of the gateway: one node:http server; agent traffic and WebSockets take the fast path, the rest the Hono app.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { getRequestListener } from "@hono/node-server";
+import { getConnInfo } from "@hono/node-server/conninfo";
+import type { Context, Hono } from "hono";
+import { AppError } from "../../lib/errors.ts";
+import { newId } from "../../lib/ids.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
+import type { NodeProxy } from "./fast-path/handler.ts";
+import { sendErrorOnSocket } from "../../lib/node-respond.ts";
+
+export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
+
+export interface NodeServer {
+  server: Server;
+  port: number;
+  /** Stops accepting connections and ends idle kept-alive ones; in-flight requests finish. */
+  close(): Promise<void>;
+}
+
+export interface ServeNodeOptions {
+  port: number;
+  hostname?: string;
+  /** The fast path for agent traffic; without it every request goes through the Hono app (no WebSockets). */
+  proxy?: NodeProxy;
+  /** Largest request head a client may send, bytes; beyond it the answer is 431. */
+  maxHeaderBytes?: number;
+  /** How long a client may take to send a request head, ms. */
+  headersTimeoutMs?: number;
+}
+
+export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promise<NodeServer> {
+  const hono = getRequestListener(app.fetch);
+  const proxy = opts.proxy;
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (proxy?.handle(req, res, false)) return;
+    void hono(req, res);
+  };
+  const server = createServer(
+    {
+      maxHeaderSize: opts.maxHeaderBytes ?? 16_384,
+      // No total request timeout: long streams are bounded by idle rules, not by the server.
+      requestTimeout: 0,
+      headersTimeout: opts.headersTimeoutMs ?? 30_000,
+      keepAliveTimeout: 5_000,
+      noDelay: true,
+    },
+    onRequest,
+  );
+  // `Expect: 100-continue`: agent traffic gets its 100 once the agent is awake and reachable; the rest at once.
+  server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    if (proxy?.handle(req, res, true)) return;
+    res.writeContinue();
+    void hono(req, res);
+  });
+  server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (proxy) return proxy.upgrade(req, socket, head);
+    void sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
+  });
+  // Requests Node's parser refuses never reach a handler: answer them with the same envelope.
+  server.on("clientError", (err: Error & { code?: string }, socket: Socket) => {
+    if (err.code === "ECONNRESET" || !socket.writable) return void socket.destroy();
+    const appErr =
+      err.code === "HPE_HEADER_OVERFLOW"
+        ? new AppError("headers_too_large", `request headers exceed ${opts.maxHeaderBytes ?? 16_384} bytes`)
+        : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+          ? new AppError("bad_request", "request head not received in time")
+          : new AppError("bad_request", `malformed request (${err.code ?? "parse error"})`);
+    void sendErrorOnSocket(socket, appErr, newId("request"));
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, opts.hostname ?? "0.0.0.0", () => {
+      server.off("error", reject);
+      const info = server.address() as AddressInfo;
+      resolve({
+        server,
+        port: info.port,
+        close: () =>
+          new Promise<void>((done) => {
+            server.close(() => done());
+            server.closeIdleConnections();
+          }),
+      });
+    });
+  });
+}
