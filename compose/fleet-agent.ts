@@ -124,18 +124,18 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     host,
     database,
     /**
-     * Shutdown order: stop heartbeating (after the live window, placement sends no new agents here) → stop
-     * accepting connections → the host refuses new calls, drains in-flight ones (bounded), hibernates its
-     * VMs, lets the driver release what it holds and flushes its event log → the meter closes the open
-     * segments (reason shutdown) and ships what it can (the spool keeps the rest) → pooled agent connections close
-     * → connections still open (streams past the drain) are cut → the database closes.
+     * Shutdown order: stop heartbeating (after the live window, placement sends no new agents here) → the host
+     * refuses new calls with `503 shutting_down` + `Retry-After` on the ingress, which keeps listening, drains
+     * in-flight ones (bounded), hibernates its VMs, lets the driver release what it holds and flushes its event
+     * log → the meter closes the open segments (reason shutdown) and ships what it can (the spool keeps the rest)
+     * → pooled agent connections close → the ingress stops listening and connections still open (streams past the
+     * drain) are cut → the database closes.
      */
     stop() {
       stopped ??= (async () => {
         await heartbeat.stop();
-        const closing = new Promise<void>((done) => server.close(() => done()));
-        server.closeIdleConnections();
         await runtime.stop(); // hibernating closes the WebSockets still open with 1001
+        const closing = new Promise<void>((done) => server.close(() => done()));
         server.closeAllConnections();
         await closing;
         if (!parts.database) await database.close();

@@ -64,12 +64,14 @@ export interface NodeGateway {
   /** The dev key pair under the data directory (tokens of it are accepted when no JWKS is configured). */
   keys: DevKeys;
   /**
-   * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (what it leaves is stored
-   * and retried later) → `drain` (the caller's: a host in this process drains and hibernates; a gateway over remote
-   * hosts gives calls a grace period, or less once `allClosed` says every connection ended) → the fast path's sweep and pooled agent connections close → connections still
-   * open are cut → `afterCut` (the fleet's own connections close) → the server is closed.
+   * Shutdown order: new calls are answered `503 shutting_down` + `Retry-After` on a listener that stays open → the
+   * webhook worker finishes its attempts (what it leaves is stored and retried after the restart) → `drain` (the
+   * caller's: a host in this process lets its calls finish and hibernates its agents; a gateway over remote hosts
+   * gives calls a grace period, or less once `callsDone` says none is in flight) → the listener closes → the fast
+   * path's sweep and pooled agent connections close → connections still open are cut → `afterCut` (the fleet's own
+   * connections close).
    */
-  stop(opts: { drain: (allClosed: Promise<void>) => Promise<void>; afterCut?: () => Promise<void> }): Promise<void>;
+  stop(opts: { drain: (callsDone: Promise<void>) => Promise<void>; afterCut?: () => Promise<void> }): Promise<void>;
 }
 
 export interface NodeGatewayParts {
@@ -135,9 +137,10 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
     keys,
     stop(opts) {
       stopped ??= (async () => {
-        const closing = server.close();
+        server.refuseNew();
         await worker.stop();
-        await opts.drain(closing);
+        await opts.drain(server.idle());
+        const closing = server.close();
         nodeProxy.close();
         server.server.closeAllConnections();
         const fleetClosed = opts.afterCut?.();

@@ -88,7 +88,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
       stopped ??= (async () => {
         // Streams may run for hours: they get DRAIN_TIMEOUT_MS, then their connections are cut.
         const grace = () => new Promise<void>((done) => setTimeout(done, cfg.drainTimeoutMs).unref());
-        await gateway.stop({ drain: (closed) => Promise.race([closed, grace()]), afterCut: () => fleet.close() });
+        await gateway.stop({ drain: (callsDone) => Promise.race([callsDone, grace()]), afterCut: () => fleet.close() });
         if (!parts.database) await database.close();
       })();
       return stopped;

@@ -8,16 +8,26 @@ import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { NodeProxy } from "./fast-path/handler.ts";
-import { sendErrorOnSocket } from "../../lib/node-respond.ts";
+import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 
 export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
 
 export interface NodeServer {
   server: Server;
   port: number;
+  /**
+   * From now on every new call (request or upgrade) is answered `503 shutting_down` with `Retry-After` and
+   * `Connection: close`, on a listener that stays open: clients are told to come back instead of being refused.
+   */
+  refuseNew(): void;
+  /** Resolves when no call taken before `refuseNew` is in flight any more (WebSockets count until they close). */
+  idle(): Promise<void>;
   /** Stops accepting connections and ends idle kept-alive ones; in-flight requests finish. */
   close(): Promise<void>;
 }
+
+/** What a draining server answers new calls with. */
+const shuttingDown = () => new AppError("shutting_down", "the gateway is shutting down; retry shortly", { retryAfterS: 5 });
 
 export interface ServeNodeOptions {
   port: number;
@@ -33,7 +43,24 @@ export interface ServeNodeOptions {
 export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promise<NodeServer> {
   const hono = getRequestListener(app.fetch);
   const proxy = opts.proxy;
+  let refusing = false;
+  let inFlight = 0;
+  const onIdle: (() => void)[] = [];
+  const track = (closer: { once(event: "close", fn: () => void): unknown }) => {
+    inFlight++;
+    closer.once("close", () => {
+      if (--inFlight === 0) for (const fn of onIdle.splice(0)) fn();
+    });
+  };
+  const refused = (req: IncomingMessage, res: ServerResponse): boolean => {
+    if (!refusing) return false;
+    void sendError(res, shuttingDown(), newId("request"), { closeConnection: true });
+    req.resume();
+    return true;
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (refused(req, res)) return;
+    track(res);
     if (proxy?.handle(req, res, false)) return;
     void hono(req, res);
   };
@@ -50,11 +77,15 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   );
   // `Expect: 100-continue`: agent traffic gets its 100 once the agent is awake and reachable; the rest at once.
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    if (refused(req, res)) return;
+    track(res);
     if (proxy?.handle(req, res, true)) return;
     res.writeContinue();
     void hono(req, res);
   });
   server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (refusing) return void sendErrorOnSocket(socket, shuttingDown(), newId("request"));
+    track(socket);
     if (proxy) return proxy.upgrade(req, socket, head);
     void sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
   });
@@ -77,6 +108,11 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
       resolve({
         server,
         port: info.port,
+        refuseNew() {
+          // Kept-alive connections stay open too: their next request is answered (and the connection closed after it).
+          refusing = true;
+        },
+        idle: () => (inFlight === 0 ? Promise.resolve() : new Promise<void>((done) => onIdle.push(done))),
         close: () =>
           new Promise<void>((done) => {
             server.close(() => done());
