@@ -7,7 +7,7 @@ import type { GatewayEnv } from "../contracts/caller.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { optStr, type Env } from "../lib/env.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, type Database } from "../schema/db.ts";
+import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
@@ -21,6 +21,8 @@ import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
   databaseUrl: string | undefined;
+  /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts: DB_*). */
+  dbTimeouts: DbTimeouts;
   fleet: FleetAgentConfig;
 }
 
@@ -59,7 +61,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   mkdirSync(dataDir, { recursive: true });
 
   const database =
-    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl } : { pgliteDir: join(dataDir, "db") }));
+    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl, timeouts: cfg.dbTimeouts } : { pgliteDir: join(dataDir, "db") }));
   const { db } = database;
 
   const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
@@ -116,9 +118,10 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
 
 /**
  * The all-in-one's configuration from the environment: the Node gateway's variables (compose/node-gateway.ts: PORT,
- * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, and the fleet-agent's
- * (fleet-agent/config.ts). `images` are what the selected driver runs.
+ * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, the Postgres client's timeouts
+ * (DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, DB_IDLE_TIMEOUT_S, DB_RECONNECT_MAX_MS: schema/postgres.ts), and the
+ * fleet-agent's (fleet-agent/config.ts). `images` are what the selected driver runs.
  */
 export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
-  return { ...parseNodeGatewayConfig(env, images), databaseUrl: optStr(env, "DATABASE_URL"), fleet: parseFleetAgentConfig(env) };
+  return { ...parseNodeGatewayConfig(env, images), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), fleet: parseFleetAgentConfig(env) };
 }

@@ -10,7 +10,8 @@ import { AppError } from "../lib/errors.ts";
 import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, type Database } from "../schema/db.ts";
+import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { databaseCheck } from "../schema/db-errors.ts";
 import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
@@ -23,6 +24,8 @@ export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
   dataDir: string;
   databaseUrl: string;
+  /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts). */
+  dbTimeouts: DbTimeouts;
   /** Where the ingress listens. */
   port: number;
   hostname: string;
@@ -40,6 +43,10 @@ export interface FleetAgentDaemonConfig {
 /**
  * | variable | default | meaning |
  * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
+ * | DB_CONNECT_TIMEOUT_S | 5 | opening a Postgres connection, s |
+ * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
+ * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
+ * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms (the event-log spool replays within ~2 s of its return) |
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
  * | DATA_DIR | .data | VM state (snapshots), the persistent host id |
  * | INGRESS_PORT | 8090 | port of the host ingress |
@@ -61,6 +68,7 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     fleet: parseFleetAgentConfig(env),
     dataDir: resolve(str(env, "DATA_DIR", ".data")),
     databaseUrl,
+    dbTimeouts: parseDbTimeouts(env),
     port: int(env, "INGRESS_PORT", 8090, { min: 0, max: 65535 }),
     hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
     publicUrl: optStr(env, "PUBLIC_URL"),
@@ -94,7 +102,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
   mkdirSync(cfg.dataDir, { recursive: true });
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts }));
   const { driver } = parts;
   const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
   const hostLog = log.child({ component: "fleet-agent", hostId });
@@ -104,7 +112,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
   const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, clock, log: hostLog });
   const { host, fleet } = runtime;
-  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }) };
+  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) } };
   const app = createIngress(ingressDeps);
   const upgrades = createIngressUpgrade(ingressDeps);
   const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname);

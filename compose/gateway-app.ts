@@ -5,6 +5,7 @@ import type { Fleet } from "../contracts/fleet.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/log.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
+import { databaseCheck } from "../schema/db-errors.ts";
 import type { Db } from "../schema/db.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
 import { createGateway, type GatewayConfig, type GatewayDeps } from "../gateway/app.ts";
@@ -59,6 +60,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing],
     settings,
     proxy,
+    readiness: { database: databaseCheck(db) },
   });
   return { app, proxy, agents, webhookDeps };
 }

@@ -6,13 +6,15 @@ import { AppError } from "../lib/errors.ts";
 import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, type Database } from "../schema/db.ts";
+import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 
 export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   databaseUrl: string;
+  /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts). */
+  dbTimeouts: DbTimeouts;
   placement: { liveWindowMs: number; cacheTtlMs: number };
   hosts: { connectTimeoutMs: number; headersTimeoutMs: number };
   /** How long shutdown lets calls in flight finish. */
@@ -22,13 +24,17 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
 /**
  * | variable | default | meaning |
  * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
+ * | DB_CONNECT_TIMEOUT_S | 5 | opening a Postgres connection, s; past it a call that needs the database gets 503 database_unavailable |
+ * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
+ * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
+ * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms |
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | signs every call to a host (the hosts have the same secret) |
  * | PORT | 8080 | port of the gateway |
  * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
  * | DATA_DIR | .data | where the dev signing key lives when neither JWKS_URL nor JWKS_JSON is set |
  * | AGENT_IMAGES | demo | images agents may be created with (what the hosts' drivers run), comma-separated |
  * | HOST_LIVE_WINDOW_MS | 30000 | a host without a heartbeat for this long gets no new agents |
- * | PLACEMENT_CACHE_MS | 2000 | how long an agent → host answer is reused |
+ * | PLACEMENT_CACHE_MS | 2000 | how long an agent → host answer is reused (while Postgres is down: the last one, however old) |
  * | HOST_CONNECT_TIMEOUT_MS | 5000 | connecting to a host's ingress |
  * | HOST_HEADERS_TIMEOUT_MS | 400000 | from a call sent to the host's answer (longer than the host's own wake and agent limits) |
  * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown lets calls in flight finish before cutting their connections |
@@ -45,6 +51,7 @@ export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig 
   return {
     ...parseNodeGatewayConfig(env, images),
     databaseUrl,
+    dbTimeouts: parseDbTimeouts(env),
     placement: { liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }), cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }) },
     hosts: {
       connectTimeoutMs: int(env, "HOST_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
@@ -65,7 +72,7 @@ export interface StandaloneGateway {
 export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: Logger; clock?: Clock; database?: Database }): Promise<StandaloneGateway> {
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl }));
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts }));
   const { db } = database;
   const placement = createDbPlacement(db, { ...cfg.placement, clock });
   // Calls and WebSockets go to the agent's host, which wakes the agent and relays the frames; this gateway joins bytes.

@@ -7,7 +7,12 @@ export type WakeReason = "request" | "webhook" | "api" | "boot";
 export const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
 /** Why a VM stopped being active. */
 export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete";
-export type TransitionReason = WakeReason | SleepReason | "cancelled";
+/**
+ * Why the VM event log recorded a transition: a wake or sleep reason, `cancelled` (a request arrived during the
+ * snapshot), or `hibernate_failed` (the snapshot could not be written: the VM went back to running, its previous
+ * snapshot kept; the transition's `detail` says why, e.g. `code: "ENOSPC"` with the bytes needed and free).
+ */
+export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hibernate_failed";
 
 /** The part of an agent row a host needs to run it. */
 export interface AgentSpec {
@@ -34,10 +39,18 @@ export interface WakeTimings {
   skewBeforeMs?: number;
   skewAfterMs?: number;
   firstByteMs?: number;
+  /**
+   * Awake time the agent lost, ms: set on the first wake after a crash whose restored snapshot is older than the
+   * agent's last awake state (what it did in memory since that snapshot is gone). Callers see it as `x-wake-rollback`.
+   */
+  rollbackMs?: number;
 }
 
+/** The response header of a wake that rolled the agent back: `x-wake-rollback: <WakeTimings.rollbackMs>`. */
+export const rollbackHeader = "x-wake-rollback";
+
 /** Every key of `WakeTimings`, in the order reports show them. */
-export const wakeTimingKeys = ["queuedMs", "restoreMs", "clockFixMs", "firstByteMs", "bootMs", "skewBeforeMs", "skewAfterMs"] as const satisfies readonly (keyof WakeTimings)[];
+export const wakeTimingKeys = ["queuedMs", "restoreMs", "clockFixMs", "firstByteMs", "bootMs", "skewBeforeMs", "skewAfterMs", "rollbackMs"] as const satisfies readonly (keyof WakeTimings)[];
 
 /** What a transition cost, as the VM event log keeps it: a wake's parts and its total (`wakeMs`), or a snapshot's time and size (billing prices snapshot storage from `snapshotBytes`). */
 export interface TransitionTimings extends WakeTimings {
@@ -62,6 +75,24 @@ export interface VmStatus {
   runId: string | undefined;
   lastWakeAt: number | undefined;
   lastActivityAt: number | undefined;
+  /** Set while hibernating this VM keeps failing (the VM stays awake); cleared by the next successful hibernate. */
+  lastHibernateError?: HibernateFailure;
+}
+
+/** The last failed hibernate of a VM that is still awake because of it. */
+export interface HibernateFailure {
+  /** Wall clock of the failure, ms since the epoch. */
+  at: number;
+  message: string;
+  /** `ENOSPC` when the snapshot did not fit on the state directory's filesystem. */
+  code?: string;
+  /** Bytes the snapshot needs free (at most: guest memory plus a margin) and bytes that were free, when known. */
+  neededBytes?: number;
+  freeBytes?: number;
+  /** Failed attempts in a row. */
+  attempts: number;
+  /** Wall clock before which the idle reaper does not try again, ms since the epoch. */
+  retryAt: number;
 }
 
 /** A keep-awake lease taken through the API. */

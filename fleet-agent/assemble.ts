@@ -10,10 +10,12 @@ import type { VmDriver } from "./drivers/driver.ts";
 import { eq, sql } from "drizzle-orm";
 import type { SegmentSink } from "../contracts/meter.ts";
 import { hosts } from "../schema/core.ts";
-import { Host } from "./host.ts";
+import { Host, vmIdFor } from "./host.ts";
 import { createLocalFleet, type LocalFleet } from "./local-fleet.ts";
 import { Meter } from "./meter/index.ts";
 import { createDbHostStore } from "./store.ts";
+import { createSpooledHostStore, eventSpoolDir } from "./store-spool.ts";
+import { startCrashRecovery } from "./recovery.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -51,26 +53,49 @@ export async function startHostRuntime(opts: {
   log: Logger;
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
+  const startedAt = new Date(clock.now());
+  const vmsDir = join(dataDir, "hosts", hostId, "vms");
   // Every active second is metered: segments are spooled on this host's disk, then shipped to billing.
   const meter = Meter.open({ hostId, dataDir, sink: opts.sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: log.child({ component: "meter" }) });
   meter.start();
+  // The event log outlives the database: writes it refuses as unavailable wait on disk and are replayed in order.
+  const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
   const host = new Host({
     config: {
       hostId,
-      vmsDir: join(dataDir, "hosts", hostId, "vms"),
+      vmsDir,
       wakeQueueLimit: cfg.wakeQueueLimit,
       wakeDeadlineMs: cfg.wakeDeadlineMs,
       reaperIntervalMs: cfg.reaperIntervalMs,
       cpuBusyThreshold: cfg.cpuBusyThreshold,
       drainTimeoutMs: cfg.drainTimeoutMs,
+      hibernateRetry: cfg.hibernateRetry,
     },
     driver: opts.driver,
-    store: createDbHostStore(opts.db),
+    store,
     clock,
     log,
     activity: meter,
   });
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
+  // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
+  // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the
+  // database cannot be read now. Through the host's store: what an earlier process spooled reaches the database first.
+  const recovery = startCrashRecovery(
+    {
+      hostId,
+      store,
+      vmsDir,
+      vmIdFor,
+      lastAwakeAt: (vmId, runId) => meter.lastAwakeAt(vmId, runId),
+      known: (agentId) => host.status(agentId) !== undefined,
+      startedAt,
+      clock,
+      log: log.child({ component: "recovery" }),
+    },
+    (r) => host.expectRollbacks(r.rollbacks),
+  );
+  await recovery.firstAttempt;
   await host.start();
   return {
     hostId,
@@ -78,6 +103,7 @@ export async function startHostRuntime(opts: {
     meter,
     fleet,
     async stop() {
+      recovery.stop();
       await host.stop();
       await meter.stop();
       await fleet.close();

@@ -2,6 +2,7 @@
 import { int, oneOf, optStr, type Env } from "../lib/env.ts";
 import type { LocalFleetOptions } from "./local-fleet.ts";
 import type { DriverChoice } from "./drivers/select.ts";
+import type { HibernateRetry } from "./reaper.ts";
 
 export interface FleetAgentConfig {
   hostId: string | undefined;
@@ -13,6 +14,8 @@ export interface FleetAgentConfig {
   drainTimeoutMs: number;
   /** Longest open meter segment: a host crash loses at most this much metered time, ms. */
   meterHeartbeatMs: number;
+  /** The idle reaper's wait after a failed hibernate: doubling from `initialMs` up to `maxMs`. */
+  hibernateRetry: HibernateRetry;
   upstream: LocalFleetOptions;
 }
 
@@ -26,6 +29,8 @@ export interface FleetAgentConfig {
  * | CPU_BUSY_PERCENT | 20 | guest CPU (percent of one core) that counts as background work |
  * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown waits for in-flight requests, ms |
  * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a host crash loses at most this much metered time, ms |
+ * | HIBERNATE_RETRY_MS | 30000 | after a failed hibernate (a full disk) the VM stays awake; the idle reaper tries again after this, ms |
+ * | HIBERNATE_RETRY_MAX_MS | 600000 | that wait doubles with each failure in a row up to this, ms; a successful hibernate resets it |
  * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms (the gateway's fast path reads it too) |
  * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after; the gateway's fast path reads it too) |
  */
@@ -39,6 +44,10 @@ export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
     cpuBusyThreshold: int(env, "CPU_BUSY_PERCENT", 20, { min: 1, max: 10_000 }) / 100,
     drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
     meterHeartbeatMs: int(env, "METER_HEARTBEAT_MS", 10_000, { min: 100 }),
+    hibernateRetry: {
+      initialMs: int(env, "HIBERNATE_RETRY_MS", 30_000, { min: 10 }),
+      maxMs: int(env, "HIBERNATE_RETRY_MAX_MS", 600_000, { min: 10 }),
+    },
     upstream: {
       connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
       headersTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),

@@ -6,7 +6,10 @@ import type { HostStore, RunStart, TransitionRecord } from "./store.ts";
 /**
  * Each write is queued behind the previous one, so a run's end never lands before its start and the log
  * reads in transition order. Callers never wait for the database: a slow or failed write must not hold up
- * or fail the request that caused it, so a failure is logged and the queue moves on.
+ * or fail the request that caused it, so a failure is logged and the queue moves on. A host's store is
+ * spooled (fleet-agent/store-spool.ts): while Postgres is unavailable a write lands on the host's disk and
+ * resolves, and reaches the database later in the same order; what still fails here is a write the database
+ * refused for another reason.
  */
 export class EventLog {
   private readonly store: HostStore;

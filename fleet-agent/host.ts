@@ -5,13 +5,15 @@ import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import type { RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
+import { snapshotFailureDetail } from "./drivers/common/snapshot-space.ts";
 import type { HostStore } from "./store.ts";
+import type { Rollback } from "./recovery.ts";
 import type { AgentSpec, Lease, SleepReason, TransitionReason, TransitionTimings, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
 import type { ActivityListener } from "./activity.ts";
 import { withDeadline } from "./deadline.ts";
 import { EventLog } from "./event-log.ts";
 import { nodeHostFs, type HostFs } from "./host-fs.ts";
-import { IdleReaper } from "./reaper.ts";
+import { defaultHibernateRetry, hibernateRetryMs, IdleReaper, type HibernateRetry } from "./reaper.ts";
 import { removeTicket, TicketImpl, type Ticket } from "./tickets.ts";
 import { liveLeases } from "./leases.ts";
 import { newVmEntry, type VmEntry } from "./vm-entry.ts";
@@ -31,6 +33,8 @@ export interface HostConfig {
   cpuBusyThreshold: number;
   /** How long shutdown waits for in-flight requests before hibernating anyway. */
   drainTimeoutMs: number;
+  /** Backoff of the idle reaper after a failed hibernate (default 30 s doubling to 10 min). */
+  hibernateRetry?: HibernateRetry;
 }
 
 export interface HostDeps {
@@ -51,6 +55,8 @@ export class Host {
   private readonly events: EventLog;
   private readonly reaper: IdleReaper;
   private stopping = false;
+  /** Agents whose next restore brings back a snapshot older than their last awake state (crash recovery found them). */
+  private readonly rollbacks = new Map<string, Rollback>();
   /** Set while stop() waits for in-flight requests: called when the last ticket is released. */
   private drained: (() => void) | undefined;
 
@@ -88,6 +94,18 @@ export class Host {
       await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
     }
     this.reaper.start();
+  }
+
+  /** What crash recovery found (recovery.ts): the first wake of each of these agents that restores says what it lost. */
+  expectRollbacks(rollbacks: ReadonlyMap<string, Rollback>): void {
+    for (const [agentId, r] of rollbacks) this.rollbacks.set(agentId, r);
+  }
+
+  /** Only the first wake after the crash carries the rollback, and only a restore has one (a boot says so itself). */
+  private takeRollback(agentId: string, mode: WakeInfo["wake"]): Rollback | undefined {
+    const r = this.rollbacks.get(agentId);
+    this.rollbacks.delete(agentId);
+    return mode === "restore" ? r : undefined;
   }
 
   /**
@@ -134,6 +152,7 @@ export class Host {
       runId: e.runId,
       lastWakeAt: e.lastWakeAt,
       lastActivityAt: e.lastActivityAt,
+      ...(e.lastHibernateError ? { lastHibernateError: e.lastHibernateError } : {}),
     };
   }
 
@@ -321,13 +340,22 @@ export class Host {
         const woke = await driver.wake(entry.vmSpec);
         entry.running = woke.vm;
         const t = woke.timings;
-        info = {
-          wake: woke.mode,
-          timings: { restoreMs: round(t.restoreMs), clockFixMs: round(t.clockFixMs), skewBeforeMs: round(t.skewBeforeMs), skewAfterMs: round(t.skewAfterMs) },
-        };
-        if (woke.fallbackReason) detail = { fallbackReason: woke.fallbackReason };
+        const clockFix = { clockFixMs: round(t.clockFixMs), skewBeforeMs: round(t.skewBeforeMs), skewAfterMs: round(t.skewAfterMs) };
+        // A fallback is a boot: `bootMs` in server-timing and the run's timings; the failed attempt's share is in the detail.
+        info =
+          woke.mode === "boot"
+            ? { wake: "boot", timings: { bootMs: round(t.bootMs ?? t.restoreMs), ...clockFix } }
+            : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix } };
+        if (woke.fallbackReason) detail = { fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
       }
       const runId = newId("run");
+      const rollback = this.takeRollback(entry.spec.id, info.wake);
+      if (rollback) {
+        info = { ...info, timings: { ...info.timings, rollbackMs: rollback.lostMs } };
+        const { crashedRunId, lastAwakeAt, snapshotAt } = rollback;
+        detail = { ...detail, rollback: { rollbackMs: rollback.lostMs, crashedRunId, lastAwakeAt: new Date(lastAwakeAt).toISOString(), snapshotAt: new Date(snapshotAt).toISOString() } };
+        this.deps.log.warn("restored a snapshot older than the agent's last awake state", { agentId: entry.spec.id, rollbackMs: rollback.lostMs, crashedRunId });
+      }
       entry.runId = runId;
       entry.wakeStartedAt = startedAt;
       entry.firstByteRecorded = false;
@@ -383,6 +411,9 @@ export class Host {
         if (entry.running !== vm) return; // crashed meanwhile: the exit handler recorded it
         if (result.completed) {
           entry.running = undefined;
+          entry.hibernateFailures = 0;
+          entry.hibernateRetryAt = undefined;
+          entry.lastHibernateError = undefined;
           this.transition(entry, "hibernated", reason, { snapshotMs: round(result.snapshotMs), snapshotBytes: result.bytes });
           this.endRun(entry, reason);
         } else {
@@ -391,18 +422,44 @@ export class Host {
           this.startActivity(entry, "request");
         }
       } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        this.deps.log.error("hibernate failed", { agentId: entry.spec.id, err: message });
-        await this.deps.driver.stop(vm).catch(() => undefined);
-        entry.running = undefined;
-        if (canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, { error: message });
-        this.endRun(entry, "crash");
+        // The driver resumed the VM (or ended it, and its exit handler recorded that): it keeps its state.
+        if (entry.running !== vm || entry.state !== "snapshotting") return;
+        this.hibernateFailed(entry, reason, err);
+        if (reason === "shutdown") await this.stopAfterFailedShutdownSnapshot(entry, vm);
       } finally {
         entry.hibernation = undefined;
       }
     })();
     entry.hibernation = { promise, abort };
     return promise;
+  }
+
+  /**
+   * A snapshot that could not be written leaves the VM as it was: running, metered again (as after a cancelled
+   * snapshot), the failure in the event log and the host's status with its real cause, and no new idle attempt
+   * before a backoff that grows with every failure in a row.
+   */
+  private hibernateFailed(entry: VmEntry, reason: SleepReason, err: unknown): void {
+    const { clock } = this.deps;
+    const detail = snapshotFailureDetail(err);
+    const attempts = ++entry.hibernateFailures;
+    const retryInMs = hibernateRetryMs(attempts, this.deps.config.hibernateRetry ?? defaultHibernateRetry);
+    entry.hibernateRetryAt = clock.monotonic() + retryInMs;
+    const { error, code, neededBytes, freeBytes } = detail;
+    entry.lastHibernateError = { at: clock.now(), message: error, code, neededBytes, freeBytes, attempts, retryAt: clock.now() + retryInMs };
+    this.deps.log.error("hibernate failed; the VM stays awake", { agentId: entry.spec.id, vmId: entry.vmSpec.vmId, reason, ...detail, attempts, retryInMs });
+    this.transition(entry, "running", "hibernate_failed", undefined, { ...detail, sleepReason: reason, attempts, retryInMs });
+    this.startActivity(entry, "request");
+  }
+
+  /** At shutdown there is no later attempt: the VM is stopped, and the event log says what its last snapshot misses. */
+  private async stopAfterFailedShutdownSnapshot(entry: VmEntry, vm: RunningVm): Promise<void> {
+    await this.deps.driver.stop(vm).catch((err) => this.deps.log.warn("stop failed", { agentId: entry.spec.id, err }));
+    if (entry.running !== vm || entry.state !== "running") return;
+    entry.running = undefined;
+    this.endActivity(entry, "shutdown");
+    this.transition(entry, "stopped", "shutdown", undefined, { error: "hibernate failed at shutdown: what the VM did since its last snapshot is lost" });
+    this.endRun(entry, "shutdown");
   }
 
   private startActivity(entry: VmEntry, reason: WakeReason): void {

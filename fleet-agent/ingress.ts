@@ -5,6 +5,7 @@ import { Hono, type Context } from "hono";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import { readinessResponse, type ReadinessChecks } from "../lib/readiness.ts";
 import { upgradeRequestHeaders, withoutHopByHop } from "../lib/http-headers.ts";
 import { sendErrorOnSocket } from "../lib/node-respond.ts";
 import type { LocalFleet } from "./local-fleet.ts";
@@ -17,6 +18,8 @@ export interface IngressDeps {
   /** The in-process fleet of this host (`createLocalFleet(host)`): the one code path for waking, forwarding and relaying. */
   fleet: LocalFleet;
   log: Logger;
+  /** What `GET /readyz` checks (the database the event log and heartbeat need); none: it answers ready. */
+  readiness?: ReadinessChecks;
 }
 
 type IngressEnv = { Variables: { requestId: string } };
@@ -40,6 +43,9 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
   });
 
   app.get("/healthz", (c) => c.json({ ok: true, hostId: deps.hostId }));
+  // No token either, and nothing about agents: 200 {"ok":true,"database":"up"}, or 503 database_unavailable naming
+  // {"database":"down"} while Postgres is away (awake and hibernated agents are still served; the event log spools).
+  app.get("/readyz", (c) => readinessResponse(deps.readiness ?? {}, c.get("requestId")));
 
   /** The call this request's token allows, if it is the operation (and method) of this route; 401 otherwise. */
   async function authorize<Op extends HostOp>(c: Context<IngressEnv>, op: Op): Promise<Extract<HostCall, { op: Op }>> {

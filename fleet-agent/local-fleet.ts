@@ -6,7 +6,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { Pool, errors as undiciErrors } from "undici";
-import type { AgentSpec } from "../contracts/agent.ts";
+import { rollbackHeader, type AgentSpec } from "../contracts/agent.ts";
 import type { Fleet, ForwardContext, SocketLimits } from "../contracts/fleet.ts";
 import { serverTiming } from "../contracts/fleet.ts";
 import { AppError } from "../lib/errors.ts";
@@ -99,6 +99,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
           else if (v !== undefined) headers.set(k, v);
         }
         headers.set("x-wake", ticket.wake.wake);
+        if (ticket.wake.timings.rollbackMs) headers.set(rollbackHeader, String(ticket.wake.timings.rollbackMs));
         const timing = serverTiming(ticket.wake.timings);
         if (timing) headers.append("server-timing", timing);
         const nullBody = upstream.statusCode === 204 || upstream.statusCode === 304 || req.method === "HEAD";

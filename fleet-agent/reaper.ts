@@ -72,10 +72,26 @@ export class IdleReaper {
         cpuFraction: entry.cpu.fraction,
         cpuBusyThreshold: this.deps.cpuBusyThreshold,
       });
-      if (verdict.hibernate) this.deps.hibernate(entry);
-      else if (verdict.busy) entry.lastActivityAt = now; // the idle timeout counts from the end of the work
+      if (verdict.hibernate) {
+        // After a failed hibernate the VM stays awake until its backoff has passed, however idle it is.
+        if (entry.hibernateRetryAt === undefined || now >= entry.hibernateRetryAt) this.deps.hibernate(entry);
+      } else if (verdict.busy) entry.lastActivityAt = now; // the idle timeout counts from the end of the work
     }
   }
+}
+
+/** How long the idle reaper waits after failed hibernates: `initialMs` after the first, doubling up to `maxMs`. */
+export interface HibernateRetry {
+  initialMs: number;
+  maxMs: number;
+}
+
+/** 30 s, 1 min, 2 min, … 10 min: a full disk is not retried every idle timeout, and is noticed within minutes once freed. */
+export const defaultHibernateRetry: HibernateRetry = { initialMs: 30_000, maxMs: 600_000 };
+
+/** The wait after the `failures`-th failed hibernate in a row. */
+export function hibernateRetryMs(failures: number, retry: HibernateRetry): number {
+  return Math.min(retry.maxMs, retry.initialMs * 2 ** Math.max(0, failures - 1));
 }
 
 /** Running with nothing under way: a wake or a snapshot in progress decides the VM's fate itself. */

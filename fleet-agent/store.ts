@@ -1,5 +1,5 @@
 // Where a host records what happened to its VMs: the event log, awake runs, agents' last known state.
-import { eq } from "drizzle-orm";
+import { and, desc, eq, inArray, isNull, lt } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents, runs, vmEvents } from "../schema/core.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
@@ -31,11 +31,64 @@ export interface RunStart {
   timings: WakeTimings;
 }
 
-export interface HostStore {
+/** A run as a starting host reads it back (crash recovery). */
+export interface RunRow extends Pick<RunStart, "id" | "agentId" | "tenantId" | "hostId" | "vmId" | "wokeAt"> {
+  sleptAt: Date | null;
+  sleepReason: string | null;
+}
+
+/** An agent's row as a starting host reads it back: its last reported state and the host it is on. */
+export interface AgentStateRow {
+  id: string;
+  tenantId: string;
+  state: string;
+  hostId: string | null;
+}
+
+/** States no VM keeps across a restart of its host: an agent's row left in one of them was cut off by a crash. */
+export const awakeStates: readonly string[] = ["booting", "running", "snapshotting", "restoring"];
+
+/** What an earlier process of a host left behind in the database. */
+export interface HostLeftovers {
+  /** Its runs with no end, woken before `before`, with their agents' rows (null for an agent that is gone). */
+  openRuns: (RunRow & { agent: AgentStateRow | null })[];
+  /** The agents on it whose row says a state no restart keeps (`awakeStates`). */
+  awakeAgents: AgentStateRow[];
+  /** The latest run of every agent on it, when that run was on it. */
+  lastRuns: RunRow[];
+}
+
+/** What a starting host records for one agent an earlier process of it left mid-run (one transaction). */
+export interface CrashRecord {
+  at: Date;
+  hostId: string;
+  agentId: string;
+  tenantId: string;
+  vmId: string;
+  /** Runs to close: each ends at the last instant the meter knew the VM awake, reason `crash`. */
+  runs: { id: string; sleptAt: Date }[];
+  /** The crash transition of the event log (reason `crash`), from the state the row said to the one the host has. */
+  fromState: string;
+  toState: string;
+  runId: string | null;
+  detail: Record<string, unknown>;
+  /** Whether the agent's row is this host's and gets `toState` (it is left alone when the agent moved on). */
+  setAgentState: boolean;
+}
+
+export interface HostStore extends HostRecoveryStore {
   transition(r: TransitionRecord): Promise<void>;
   runStarted(r: RunStart): Promise<void>;
   runTimings(runId: string, timings: WakeTimings): Promise<void>;
   runEnded(runId: string, sleptAt: Date, reason: string): Promise<void>;
+}
+
+/** The part of the store crash recovery (recovery.ts) reads and writes at host start. */
+export interface HostRecoveryStore {
+  /** Read at start: what an earlier process of `hostId` left open (runs woken before `before`, awake agents). */
+  leftovers(hostId: string, before: Date): Promise<HostLeftovers>;
+  /** Closes what a crash left open for one agent and says so in the event log (and the audit log), atomically. */
+  recordCrash(c: CrashRecord): Promise<void>;
 }
 
 /** Wakes and hibernations are audited; the intermediate states are in the VM event log only. */
@@ -70,18 +123,65 @@ export function createDbHostStore(db: Db): HostStore {
     async runEnded(runId, sleptAt, reason) {
       await db.update(runs).set({ sleptAt, sleepReason: reason }).where(eq(runs.id, runId));
     },
+    async leftovers(hostId, before) {
+      const runCols = { id: runs.id, agentId: runs.agentId, tenantId: runs.tenantId, hostId: runs.hostId, vmId: runs.vmId, wokeAt: runs.wokeAt, sleptAt: runs.sleptAt, sleepReason: runs.sleepReason };
+      const agentCols = { id: agents.id, tenantId: agents.tenantId, state: agents.state, hostId: agents.hostId };
+      const open = await db
+        .select({ run: runCols, agent: agentCols })
+        .from(runs)
+        .leftJoin(agents, eq(agents.id, runs.agentId))
+        .where(and(eq(runs.hostId, hostId), isNull(runs.sleptAt), lt(runs.wokeAt, before)));
+      const onHost = and(eq(agents.hostId, hostId), isNull(agents.deletedAt));
+      const awakeAgents = await db.select(agentCols).from(agents).where(and(onHost, inArray(agents.state, [...awakeStates])));
+      // The latest run per agent (runs_agent_idx), for the agents placed on this host.
+      const lastRuns = await db
+        .selectDistinctOn([runs.agentId], runCols)
+        .from(runs)
+        .innerJoin(agents, eq(agents.id, runs.agentId))
+        .where(onHost)
+        .orderBy(runs.agentId, desc(runs.wokeAt), desc(runs.id));
+      return { openRuns: open.map((r) => ({ ...r.run, agent: r.agent })), awakeAgents, lastRuns: lastRuns.filter((r) => r.hostId === hostId) };
+    },
+    async recordCrash(c) {
+      await db.transaction(async (tx) => {
+        for (const run of c.runs) await tx.update(runs).set({ sleptAt: run.sleptAt, sleepReason: "crash" }).where(and(eq(runs.id, run.id), isNull(runs.sleptAt)));
+        await tx.insert(vmEvents).values({ at: c.at, hostId: c.hostId, agentId: c.agentId, vmId: c.vmId, runId: c.runId, fromState: c.fromState, toState: c.toState, reason: "crash", timings: null, detail: c.detail });
+        if (c.setAgentState) {
+          await tx
+            .update(agents)
+            .set({ state: c.toState })
+            .where(and(eq(agents.id, c.agentId), eq(agents.hostId, c.hostId), inArray(agents.state, [...awakeStates])));
+        }
+        await audit.within(tx).record({ at: c.at, tenantId: c.tenantId, actor: c.hostId, action: "vm.crash", target: c.agentId, detail: { from: c.fromState, to: c.toState, runId: c.runId, ...c.detail } });
+      });
+    },
   };
 }
 
+/** What the in-memory store keeps, for tests to look at. */
+export interface MemoryHostStore extends HostStore {
+  transitions: TransitionRecord[];
+  runs: Map<string, RunStart & { sleptAt?: Date; sleepReason?: string }>;
+  /** Agents' rows as transitions left them (tests may seed them). */
+  agentRows: Map<string, AgentStateRow>;
+  crashes: CrashRecord[];
+}
+
 /** Keeps everything in arrays: for unit tests of the host's logic. */
-export function createMemoryHostStore(): HostStore & { transitions: TransitionRecord[]; runs: Map<string, RunStart & { sleptAt?: Date; sleepReason?: string }> } {
+export function createMemoryHostStore(): MemoryHostStore {
   const transitions: TransitionRecord[] = [];
   const runMap = new Map<string, RunStart & { sleptAt?: Date; sleepReason?: string }>();
+  const agentRows = new Map<string, AgentStateRow>();
+  const crashes: CrashRecord[] = [];
+  const runRow = (r: RunStart & { sleptAt?: Date; sleepReason?: string }): RunRow => ({ ...r, sleptAt: r.sleptAt ?? null, sleepReason: r.sleepReason ?? null });
   return {
     transitions,
     runs: runMap,
+    agentRows,
+    crashes,
     async transition(r) {
       transitions.push(r);
+      agentRows.set(r.agentId, { id: r.agentId, tenantId: r.tenantId, state: r.toState, hostId: r.hostId });
     },
     async runStarted(r) {
       runMap.set(r.id, { ...r });
@@ -93,6 +193,26 @@ export function createMemoryHostStore(): HostStore & { transitions: TransitionRe
     async runEnded(runId, sleptAt, reason) {
       const run = runMap.get(runId);
       if (run) Object.assign(run, { sleptAt, sleepReason: reason });
+    },
+    async leftovers(hostId, before) {
+      const all = [...runMap.values()];
+      const openRuns = all.filter((r) => r.hostId === hostId && !r.sleptAt && r.wokeAt < before).map((r) => ({ ...runRow(r), agent: agentRows.get(r.agentId) ?? null }));
+      const onHost = [...agentRows.values()].filter((a) => a.hostId === hostId);
+      const lastRuns: RunRow[] = [];
+      for (const a of onHost) {
+        const last = all.filter((r) => r.agentId === a.id).sort((x, y) => y.wokeAt.getTime() - x.wokeAt.getTime())[0];
+        if (last?.hostId === hostId) lastRuns.push(runRow(last));
+      }
+      return { openRuns, awakeAgents: onHost.filter((a) => awakeStates.includes(a.state)), lastRuns };
+    },
+    async recordCrash(c) {
+      crashes.push(c);
+      for (const r of c.runs) {
+        const run = runMap.get(r.id);
+        if (run && !run.sleptAt) Object.assign(run, { sleptAt: r.sleptAt, sleepReason: "crash" });
+      }
+      const row = agentRows.get(c.agentId);
+      if (c.setAgentState && row?.hostId === c.hostId && awakeStates.includes(row.state)) row.state = c.toState;
     },
   };
 }

@@ -1,5 +1,5 @@
 // What the host knows about one agent's VM: its state, the run it is in, and what holds it awake.
-import type { AgentSpec, VmState, WakeInfo } from "../contracts/agent.ts";
+import type { AgentSpec, HibernateFailure, VmState, WakeInfo } from "../contracts/agent.ts";
 import type { RunningVm, VmSpec } from "./drivers/driver.ts";
 import { Leases } from "./leases.ts";
 import { CpuWindow } from "./cpu-window.ts";
@@ -30,6 +30,11 @@ export interface VmEntry {
   cpu: CpuWindow;
   /** Whether the driver was asked to clean up what an earlier process left for this VM. */
   reaped: boolean;
+  /** Hibernates that failed in a row (the VM stayed awake); 0 again after one succeeds. */
+  hibernateFailures: number;
+  /** Monotonic ms before which the idle reaper does not try to hibernate again (after a failure). */
+  hibernateRetryAt: number | undefined;
+  lastHibernateError: HibernateFailure | undefined;
 }
 
 /** A VM the host has just heard of, in `state` (`creating`, or `stopped` when its state directory survived). */
@@ -51,5 +56,8 @@ export function newVmEntry(spec: AgentSpec, vmSpec: VmSpec, state: VmState, now:
     leases: new Leases(),
     cpu: new CpuWindow(),
     reaped: false,
+    hibernateFailures: 0,
+    hibernateRetryAt: undefined,
+    lastHibernateError: undefined,
   };
 }

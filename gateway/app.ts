@@ -3,6 +3,8 @@ import { Hono, type Context } from "hono";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import { readinessResponse } from "../lib/readiness.ts";
+import { asDatabaseError } from "../schema/db-errors.ts";
 import { bearerToken } from "./auth.ts";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import { proxyToAgent } from "./proxy.ts";
@@ -19,8 +21,10 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   const proxy = deps.proxy ?? createProxyCore({ ...deps, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
   const proxyDeps = { core: proxy, clientIp: deps.clientIp };
 
-  app.onError((err, c) => {
+  app.onError((thrown, c) => {
     const requestId = c.get("requestId") ?? newId("request");
+    // A database outage is `503 database_unavailable` + Retry-After, whichever route met it (schema/db-errors.ts).
+    const err = asDatabaseError(thrown);
     logFailure(log, err, { requestId, method: c.req.method, path: c.req.path });
     return toErrorResponse(err, requestId);
   });
@@ -48,8 +52,11 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
     return proxyToAgent(proxyDeps, c, target.agentId, target.pathInside);
   });
 
-  // `GET /healthz` is the gateway's own and wakes nothing.
+  // `GET /healthz` is the gateway's own and wakes nothing: a liveness check (the process answers), whatever Postgres does.
   app.get("/healthz", (c) => c.json({ ok: true }));
+  // `GET /readyz` names what this gateway is missing: 200 {"ok":true,"database":"up"}, or 503 database_unavailable
+  // with details {"database":"down"} and Retry-After. Agents whose host this gateway knows are still served meanwhile.
+  app.get("/readyz", (c) => readinessResponse(deps.readiness ?? {}, c.get("requestId")));
 
   app.use(async (c, next) => {
     // Webhook intake authenticates by signature (a sender's own Authorization header is not ours to judge);

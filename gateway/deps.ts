@@ -3,6 +3,7 @@ import type { Context, Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import type { Fleet } from "../contracts/fleet.ts";
 import type { Logger } from "../lib/log.ts";
+import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog } from "../schema/audit-log.ts";
 import type { AgentRepo } from "./agent-repo.ts";
 import type { Authenticator } from "./auth.ts";
@@ -39,4 +40,6 @@ export interface GatewayDeps {
   settings?: AgentSettingsStore;
   /** The proxy's shared state (agent cache, tenant limiter), when the Node fast path shares it; else one is made here. */
   proxy?: ProxyCore;
+  /** What `GET /readyz` checks (the database); none: it answers ready. */
+  readiness?: ReadinessChecks;
 }

@@ -4,6 +4,7 @@ import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
 import { queryRows, type Db } from "../schema/postgres.ts";
+import { asDatabaseError, isDatabaseUnavailable } from "../schema/db-errors.ts";
 
 export interface PlacedHost {
   id: string;
@@ -28,6 +29,8 @@ export interface PlacementOptions {
   /** How long an agent → host answer is reused before asking the database again (0: always ask). */
   cacheTtlMs: number;
   clock: Clock;
+  /** Told once per outage that kept answers are being used (the database is unavailable). */
+  onOutage?: (err: unknown) => void;
 }
 
 /** A host as placement weighs it: live ones with an ingress URL, and the memory of their awake agents. */
@@ -49,6 +52,9 @@ export function chooseHost(hosts: readonly HostLoad[], memMiB: number): HostLoad
 
 /** A cache shared by the placements of one process (a Worker builds a placement per request over its own db client). */
 export type PlacementCache = Map<string, { host: PlacedHost; at: number }>;
+
+/** Agents whose host a placement cache keeps at most (the oldest answer goes first). */
+const maxCachedPlacements = 100_000;
 
 export function createDbPlacement(db: Db, opts: PlacementOptions, cache: PlacementCache = new Map()): Placement {
   const liveWindow = sql`make_interval(secs => ${opts.liveWindowMs / 1000})`;
@@ -79,47 +85,77 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
   }
 
   function remember(agentId: string, host: PlacedHost): PlacedHost {
-    if (opts.cacheTtlMs > 0 && host.live) cache.set(agentId, { host, at: opts.clock.monotonic() });
+    if (opts.cacheTtlMs > 0 && host.live) {
+      cache.delete(agentId); // re-inserted last: the map's order is the age of its answers
+      if (cache.size >= maxCachedPlacements) cache.delete(cache.keys().next().value!);
+      cache.set(agentId, { host, at: opts.clock.monotonic() });
+    }
     return host;
   }
 
   function cached(agentId: string): PlacedHost | undefined {
     const hit = cache.get(agentId);
-    if (!hit) return undefined;
-    if (opts.clock.monotonic() - hit.at < opts.cacheTtlMs) return hit.host;
-    cache.delete(agentId);
-    return undefined;
+    return hit && opts.clock.monotonic() - hit.at < opts.cacheTtlMs ? hit.host : undefined;
+  }
+
+  /** The last database call failed as unavailable (the outage is told once, not per call). */
+  let outage = false;
+
+  /**
+   * `ask` answers from the database; when the database is unavailable the host this process last knew for the agent
+   * stands in, however old (an agent's host changes only through the database), and is trusted for another TTL so
+   * calls meanwhile do not wait on the database. The host itself is the check: one that is unreachable, or refuses
+   * the call as not its own, is forgotten (remote-fleet.ts). Without a kept answer: 503 database_unavailable.
+   */
+  async function orKept(agentId: string, ask: () => Promise<PlacedHost | undefined>): Promise<PlacedHost | undefined> {
+    try {
+      const host = await ask();
+      outage = false;
+      return host;
+    } catch (err) {
+      if (!isDatabaseUnavailable(err)) throw err;
+      if (!outage) opts.onOutage?.(err);
+      outage = true;
+      const kept = cache.get(agentId);
+      if (!kept) throw asDatabaseError(err);
+      kept.at = opts.clock.monotonic();
+      return kept.host;
+    }
   }
 
   return {
     async hostFor(agent) {
       const hit = cached(agent.id);
       if (hit) return hit;
-      for (let attempt = 0; attempt < 3; attempt++) {
-        const now = await current(agent.id);
-        if (!now.found) throw new AppError("not_found", `agent ${agent.id} not found`);
-        // An agent that has run keeps its host: its snapshot is on that host's disk. Only one that never ran moves.
-        const movable = now.state === "creating";
-        if (now.host && (now.host.live || !movable)) return remember(agent.id, now.host);
-        if (now.hostId && !movable) throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
-        const choice = chooseHost(await candidates(), agent.memMiB);
-        if (!choice) throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
-        // Compare-and-set: when gateways race, one placement wins and the others read it on the next round.
-        const updated = await queryRows<{ id: string }>(
-          db,
-          sql`update agents set host_id = ${choice.id}
-              where id = ${agent.id} and host_id is not distinct from ${now.hostId}
-              returning id`,
-        );
-        if (updated.length === 1) return remember(agent.id, { id: choice.id, url: choice.url, live: true });
-      }
-      throw new AppError("conflict", `agent ${agent.id} is being placed concurrently; retry`, { retryAfterS: 1 });
+      return (await orKept(agent.id, () => place(agent)))!;
     },
     async currentHost(agentId) {
-      return cached(agentId) ?? (await current(agentId)).host;
+      return cached(agentId) ?? orKept(agentId, async () => (await current(agentId)).host);
     },
     forget(agentId) {
       cache.delete(agentId);
     },
   };
+
+  async function place(agent: AgentSpec): Promise<PlacedHost> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const now = await current(agent.id);
+      if (!now.found) throw new AppError("not_found", `agent ${agent.id} not found`);
+      // An agent that has run keeps its host: its snapshot is on that host's disk. Only one that never ran moves.
+      const movable = now.state === "creating";
+      if (now.host && (now.host.live || !movable)) return remember(agent.id, now.host);
+      if (now.hostId && !movable) throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
+      const choice = chooseHost(await candidates(), agent.memMiB);
+      if (!choice) throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
+      // Compare-and-set: when gateways race, one placement wins and the others read it on the next round.
+      const updated = await queryRows<{ id: string }>(
+        db,
+        sql`update agents set host_id = ${choice.id}
+            where id = ${agent.id} and host_id is not distinct from ${now.hostId}
+            returning id`,
+      );
+      if (updated.length === 1) return remember(agent.id, { id: choice.id, url: choice.url, live: true });
+    }
+    throw new AppError("conflict", `agent ${agent.id} is being placed concurrently; retry`, { retryAfterS: 1 });
+  }
 }

@@ -1,6 +1,7 @@
 // Agent settings the proxy reads on every call (rules, per-agent limits), their store, and a short-lived cache of them.
 import { eq } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
+import { asDatabaseError, isDatabaseUnavailable } from "../schema/db-errors.ts";
 import { agents, type NonWakingRules } from "../schema/core.ts";
 import { agentProxyLimits } from "../schema/proxy.ts";
 import type { AgentRepo, AgentRow } from "./agent-repo.ts";
@@ -72,6 +73,8 @@ interface Entry {
   value: LoadedAgent | undefined;
   loadedAt: number;
   refreshing: Promise<LoadedAgent | undefined> | undefined;
+  /** The last refresh failed because the database is unavailable: the row is served as it is, however old. */
+  outage: boolean;
 }
 
 /**
@@ -79,6 +82,10 @@ interface Entry {
  * (a call never waits for the database on a warm agent), up to `maxStaleMs`; unknown ids are remembered for `ttlMs`
  * so a flood of them does not reach the database. Changes made through this process invalidate at once; other
  * gateway processes see them within `ttlMs` plus one refresh.
+ *
+ * While the database is unavailable a row this process has loaded is served at any age (it cannot change meanwhile:
+ * changing it needs the database): the first call past `maxStaleMs` waits for one failed refresh, the ones after it
+ * do not wait at all, and a background refresh keeps trying. An agent never loaded fails with `database_unavailable`.
  */
 export function createAgentCache(
   repo: Pick<AgentRepo, "get">,
@@ -94,7 +101,7 @@ export function createAgentCache(
   function refresh(agentId: string, entry: Entry | undefined): Promise<LoadedAgent | undefined> {
     if (entry?.refreshing) return entry.refreshing;
     const started = now();
-    const target: Entry = entry ?? { value: undefined, loadedAt: -Infinity, refreshing: undefined };
+    const target: Entry = entry ?? { value: undefined, loadedAt: -Infinity, refreshing: undefined, outage: false };
     const p = load(agentId).then(
       (value) => {
         // An invalidation while loading wins: the entry was dropped, the loaded value may predate the change.
@@ -102,12 +109,16 @@ export function createAgentCache(
           target.value = value;
           target.loadedAt = started;
           target.refreshing = undefined;
+          target.outage = false;
         }
         return value;
       },
       (err: unknown) => {
         target.refreshing = undefined;
-        throw err;
+        if (!isDatabaseUnavailable(err)) throw err;
+        target.outage = true;
+        if (target.value) return target.value;
+        throw asDatabaseError(err);
       },
     );
     target.refreshing = p;
@@ -124,7 +135,7 @@ export function createAgentCache(
       if (!e?.value) return undefined;
       const age = now() - e.loadedAt;
       if (age < opts.ttlMs) return e.value;
-      if (age < opts.maxStaleMs) {
+      if (age < opts.maxStaleMs || e.outage) {
         void refresh(agentId, e).catch(() => undefined);
         return e.value;
       }
@@ -135,7 +146,7 @@ export function createAgentCache(
       if (e && e.loadedAt !== -Infinity) {
         const age = now() - e.loadedAt;
         if (age < opts.ttlMs) return Promise.resolve(e.value);
-        if (e.value && age < opts.maxStaleMs) {
+        if (e.value && (age < opts.maxStaleMs || e.outage)) {
           void refresh(agentId, e).catch(() => undefined);
           return Promise.resolve(e.value);
         }
@@ -157,5 +168,12 @@ async function loadAgent(repo: Pick<AgentRepo, "get">, settings: Pick<AgentSetti
 
 /** `ttlMs` 0: every call reads the row, nothing is kept or refreshed in the background (a Worker, whose requests share no I/O). */
 function uncached(repo: Pick<AgentRepo, "get">, settings: Pick<AgentSettingsStore, "limits"> | undefined): AgentCache {
-  return { get: (agentId) => loadAgent(repo, settings, agentId), peek: () => undefined, invalidate: () => undefined };
+  return {
+    get: (agentId) =>
+      loadAgent(repo, settings, agentId).catch((err: unknown) => {
+        throw asDatabaseError(err);
+      }),
+    peek: () => undefined,
+    invalidate: () => undefined,
+  };
 }

@@ -37,13 +37,13 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       reqInit.duplex = "half";
     }
     if (init.signal) reqInit.signal = init.signal;
+    const agentId = "agent" in call ? call.agent.id : call.agentId;
     let res: Response;
     try {
       res = await hostFetch(new Request(withSlash(host.url) + hostOpPaths[call.op].slice(1), reqInit));
     } catch (err) {
       if (init.signal?.aborted) throw err; // the client went away: nothing to report
       if (err instanceof AppError) throw err;
-      const agentId = "agent" in call ? call.agent.id : call.agentId;
       placement.forget(agentId);
       const message = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
       log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId, err: message });
@@ -51,7 +51,12 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     }
     if (res.headers.has(hostErrorHeader)) {
       const error = await hostErrorFrom(res, host.id);
-      if (error.code === "bad_gateway" && res.status === 401) log.error("host refused the gateway's component token", { hostId: host.id, err: error.message });
+      if (error.code === "bad_gateway" && res.status === 401) {
+        // Tokens name the host they are for: the process at this URL is not the agent's host (any more), or does not
+        // share our secret. Either way the placement kept for the agent is not to be trusted: ask the database next time.
+        placement.forget(agentId);
+        log.error("host refused the gateway's component token", { hostId: host.id, err: error.message });
+      }
       throw error;
     }
     return res;

@@ -20,6 +20,8 @@ export const errorStatus = {
   wake_failed: 503,
   queue_full: 503,
   shutting_down: 503,
+  /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */
+  database_unavailable: 503,
   gateway_timeout: 504,
 } as const satisfies Record<string, number>;
 
@@ -61,7 +63,8 @@ export function toErrorResponse(err: unknown, requestId: string): Response {
 /** Logs a failed call the same way everywhere: 5xx as errors (with the stack of an unexpected error), the rest as rejections. */
 export function logFailure(log: Logger, err: unknown, fields: { requestId: string; method: string; path: string; agentId?: string }, what = "request"): void {
   const status = err instanceof AppError ? err.status : 500;
-  const entry = { ...fields, status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err) };
+  const cause = err instanceof AppError && err.cause !== undefined ? { cause: err.cause instanceof Error ? err.cause.message : String(err.cause) } : {};
+  const entry = { ...fields, status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err), ...cause };
   if (status >= 500) log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
   else log.info(`${what} rejected`, entry);
 }

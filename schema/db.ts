@@ -1,10 +1,10 @@
 // Database connection: postgres.js when a URL is given, embedded PGlite in a directory otherwise; migrations apply on open.
 import { fileURLToPath } from "node:url";
 import * as schema from "./index.ts";
-import { openPostgresDb, type Db } from "./postgres.ts";
+import { defaultDbTimeouts, openPostgresDb, type Db, type DbTimeouts } from "./postgres.ts";
 
 // The Worker-safe part (types, raw queries, a postgres.js db without migrations) lives in postgres.ts.
-export { queryRows, type Db, type Schema } from "./postgres.ts";
+export { defaultDbTimeouts, parseDbTimeouts, queryRows, type Db, type DbTimeouts, type Schema } from "./postgres.ts";
 
 export interface Database {
   db: Db;
@@ -15,17 +15,18 @@ export interface Database {
 // Workers have no module URL (nor files): there this module loads, and only migrating would fail.
 export const migrationsFolder = typeof import.meta.url === "string" ? fileURLToPath(new URL("./migrations", import.meta.url)) : "";
 
-export type DatabaseTarget = { url: string; maxConnections?: number } | { pgliteDir: string } | { pgliteMemory: true };
+/** `timeouts` default to `defaultDbTimeouts` (schema/postgres.ts: DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, …). */
+export type DatabaseTarget = { url: string; maxConnections?: number; timeouts?: DbTimeouts } | { pgliteDir: string } | { pgliteMemory: true };
 
 export async function openDatabase(target: DatabaseTarget, opts: { migrate?: boolean } = {}): Promise<Database> {
-  const database = "url" in target ? await openPostgres(target.url, target.maxConnections ?? 10) : await openPglite(target);
+  const database = "url" in target ? await openPostgres(target.url, target.maxConnections ?? 10, target.timeouts ?? defaultDbTimeouts) : await openPglite(target);
   if (opts.migrate !== false) await migrateDatabase(database);
   return database;
 }
 
-async function openPostgres(url: string, max: number): Promise<Database & { migrateWith: () => Promise<void> }> {
+async function openPostgres(url: string, max: number, timeouts: DbTimeouts): Promise<Database & { migrateWith: () => Promise<void> }> {
   const { migrate } = await import("drizzle-orm/postgres-js/migrator");
-  const { db, close } = openPostgresDb(url, { max });
+  const { db, close } = openPostgresDb(url, { max, timeouts });
   return {
     db,
     kind: "postgres",

@@ -3,16 +3,54 @@ import type { SQL } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/postgres-js";
 import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core";
 import postgres from "postgres";
+import { int, type Env } from "../lib/env.ts";
 import * as schema from "./index.ts";
+import { gatedClient } from "./db-gate.ts";
 
 export type Schema = typeof schema;
 export type Db = PgDatabase<PgQueryResultHKT, Schema>;
+
+/** How long the client waits on the database, so a caller never hangs on it (Node programs; a Worker leaves them to Hyperdrive). */
+export interface DbTimeouts {
+  /** Opening a connection (TCP, TLS, startup), s: postgres.js `connect_timeout`. */
+  connectTimeoutS: number;
+  /** One statement on the server, ms: the session's `statement_timeout`, set at connect. */
+  statementTimeoutMs: number;
+  /** An idle pooled connection is closed after this long, s: postgres.js `idle_timeout` (0: never). */
+  idleTimeoutS: number;
+  /** Longest wait before the next connection attempt after failed ones, ms (postgres.js `backoff`; its own grows to 20 s). */
+  reconnectMaxMs: number;
+}
+
+export const defaultDbTimeouts: DbTimeouts = { connectTimeoutS: 5, statementTimeoutMs: 30_000, idleTimeoutS: 60, reconnectMaxMs: 500 };
+
+/**
+ * | variable | default | meaning |
+ * | DB_CONNECT_TIMEOUT_S | 5 | opening a Postgres connection, s; past it the call fails with 503 database_unavailable |
+ * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
+ * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
+ * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms: how soon calls succeed once it is back |
+ */
+export function parseDbTimeouts(env: Env): DbTimeouts {
+  const d = defaultDbTimeouts;
+  return {
+    connectTimeoutS: int(env, "DB_CONNECT_TIMEOUT_S", d.connectTimeoutS, { min: 1, max: 300 }),
+    statementTimeoutMs: int(env, "DB_STATEMENT_TIMEOUT_MS", d.statementTimeoutMs, { min: 0 }),
+    idleTimeoutS: int(env, "DB_IDLE_TIMEOUT_S", d.idleTimeoutS, { min: 0 }),
+    reconnectMaxMs: int(env, "DB_RECONNECT_MAX_MS", d.reconnectMaxMs, { min: 10, max: 60_000 }),
+  };
+}
 
 export interface PostgresOptions {
   /** Connections the pool may open. */
   max?: number;
   /** Ask the server for custom type oids at connect (not needed by this schema; one round trip less on Workers). */
   fetchTypes?: boolean;
+  /**
+   * Unset: postgres.js's own (30 s connect, no statement or idle timeout, reconnect backoff up to 20 s). Set: these,
+   * and queries fail at once while the database is known to be down (schema/db-gate.ts).
+   */
+  timeouts?: DbTimeouts;
 }
 
 export interface PostgresDb {
@@ -22,8 +60,22 @@ export interface PostgresDb {
 }
 
 export function openPostgresDb(url: string, opts: PostgresOptions = {}): PostgresDb {
-  const client = postgres(url, { max: opts.max ?? 10, fetch_types: opts.fetchTypes ?? true, onnotice: () => {} });
-  const db = drizzle(client, { schema });
+  const t = opts.timeouts;
+  const client = postgres(url, {
+    max: opts.max ?? 10,
+    fetch_types: opts.fetchTypes ?? true,
+    onnotice: () => {},
+    ...(t
+      ? {
+          connect_timeout: t.connectTimeoutS,
+          idle_timeout: t.idleTimeoutS,
+          // Attempts after failures wait 25 ms, 50 ms, … up to reconnectMaxMs (jittered): a returning server is used at once.
+          backoff: (retries: number) => (Math.min(t.reconnectMaxMs, 25 * 2 ** retries) * (0.5 + Math.random() / 2)) / 1000,
+          connection: { statement_timeout: t.statementTimeoutMs },
+        }
+      : {}),
+  });
+  const db = drizzle(t ? gatedClient(client, t.connectTimeoutS * 1000) : client, { schema });
   return { db: db as unknown as Db, close: () => client.end({ timeout: 5 }) };
 }
 

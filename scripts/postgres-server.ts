@@ -1,5 +1,5 @@
 // A throwaway Postgres server from the system's binaries, in a temporary directory, on a free loopback port.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync, chownSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,7 +21,12 @@ export const freePort = freeLoopbackPort;
 
 export interface PgServer {
   url: string;
+  /** Stops the server for good and removes its directory. */
   stop(): Promise<void>;
+  /** Stops the server (fast shutdown: sessions are ended) and keeps its data, for `restart` (outage tests). */
+  halt(): Promise<void>;
+  /** Starts a halted server again on the same port and data. */
+  restart(): Promise<void>;
 }
 
 /** initdb refuses to run as root: run the server as the `postgres` system user then. */
@@ -49,29 +54,39 @@ export async function startPostgres(): Promise<PgServer> {
   if (as) chownSync(dir, as.uid, as.gid);
   const opts = as ? { uid: as.uid, gid: as.gid } : {};
   execFileSync(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], { ...opts, stdio: "pipe" });
-  const child = spawn(
-    join(bin, "postgres"),
-    ["-D", data, "-p", String(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"],
-    { ...opts, stdio: ["ignore", "ignore", "pipe"], detached: false },
-  );
-  let log = "";
-  child.stderr?.on("data", (d: Buffer) => (log += d.toString()));
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`postgres exited: ${log}`);
-    if (log.includes("ready to accept connections")) break;
-    if (Date.now() > deadline) throw new Error(`postgres did not start in 20 s: ${log}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const args = ["-D", data, "-p", String(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"];
+  let child = await run(join(bin, "postgres"), args, opts);
+  const halt = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGINT");
+      await new Promise<void>((r) => child.once("exit", () => r()));
+    }
+  };
   return {
     url,
+    halt,
+    async restart() {
+      await halt();
+      child = await run(join(bin, "postgres"), args, opts);
+    },
     async stop() {
-      if (child.exitCode === null) {
-        child.kill("SIGINT");
-        await new Promise<void>((r) => child.once("exit", () => r()));
-      }
+      await halt();
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Spawns the server and resolves once it accepts connections (20 s at most). */
+async function run(postgresBin: string, args: string[], opts: { uid?: number; gid?: number }): Promise<ChildProcess> {
+  const child = spawn(postgresBin, args, { ...opts, stdio: ["ignore", "ignore", "pipe"], detached: false });
+  let log = "";
+  child.stderr?.on("data", (d: Buffer) => (log += d.toString()));
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`postgres exited: ${log}`);
+    if (log.includes("ready to accept connections")) return child;
+    if (Date.now() > deadline) throw new Error(`postgres did not start in 20 s: ${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

@@ -41,8 +41,13 @@ export interface SnapshotResult {
 }
 
 export interface WakeTimings {
-  /** Driver's own time from the wake decision to a running VM. */
+  /**
+   * Driver's own time from the wake decision to a running restored VM; for a cold-boot fallback (mode `boot`), the
+   * time the failed restore attempt took before the boot began.
+   */
   restoreMs: number;
+  /** Mode `boot` only: the driver's time from the wake decision to the booted VM (the failed attempt included). */
+  bootMs?: number;
   /** Setting and verifying the guest clock. */
   clockFixMs: number;
   /** Guest wall clock minus host wall clock before and after the fix (ms, signed). */
@@ -73,6 +78,9 @@ export interface VmDriver {
   /**
    * Snapshot the VM and release its host resources. When `signal` aborts before the snapshot is
    * complete the driver cancels it where it can and resolves `{completed:false}` with the VM running.
+   * When the snapshot cannot be taken it rejects with the VM running as before and the previous snapshot
+   * intact (SnapshotNoSpace of common/snapshot-space.ts when it does not fit, checked before writing where
+   * the driver can); a VM that cannot be resumed is ended and reported through `onExit`.
    */
   hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult>;
   /** Restore from the last complete snapshot and fix the guest clock; falls back to a cold boot. */

@@ -99,6 +99,16 @@ export class Meter implements ActivityListener {
     return [...this.open.keys()];
   }
 
+  /**
+   * The last instant (ms since the epoch) the meter recorded `vmId` awake in run `runId`: the end of that run's last
+   * spooled segment, kept across restarts and after shipping. Undefined when the spool has no segment of that run
+   * (it crashed within its first heartbeat).
+   */
+  lastAwakeAt(vmId: string, runId: string): number | undefined {
+    const last = this.spool.lastEnded?.(vmId);
+    return last?.runId === runId ? last.endedAt : undefined;
+  }
+
   active(e: ActivityStart): void {
     if (this.stopped) {
       this.log.warn("meter: activity after stop ignored", { vmId: e.vmId });

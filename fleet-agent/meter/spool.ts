@@ -17,6 +17,14 @@ export interface SegmentLog {
   append(segment: MeterSegment): void;
   /** The VM is gone for good: its sequence number need not be remembered any more. */
   forget?(vmId: string): void;
+  /** The end of the last segment recorded for `vmId` (kept across restarts, after shipping too): the last instant the meter knew it awake. */
+  lastEnded?(vmId: string): LastEnded | undefined;
+}
+
+/** Where a VM's metering stopped last: the run of its last segment and that segment's end (ms since the epoch). */
+export interface LastEnded {
+  runId: string;
+  endedAt: number;
 }
 
 interface Entry {
@@ -27,7 +35,8 @@ interface Entry {
 }
 
 interface Checkpoint {
-  checkpoint: { seqs: Record<string, number> };
+  /** `ends`: the last segment's run and end per VM, so they outlive the segments' shipping (absent when empty). */
+  checkpoint: { seqs: Record<string, number>; ends?: Record<string, { runId: string; endedAt: string }> };
 }
 
 export interface SpoolOptions {
@@ -37,8 +46,8 @@ export interface SpoolOptions {
 }
 
 /**
- * Layout: `segments.ndjson` holds a checkpoint line (the highest seq per VM) then one segment per line;
- * `meter.lock` holds the owning pid; `rejected.ndjson` keeps what billing refused, for an operator.
+ * Layout: `segments.ndjson` holds a checkpoint line (the highest seq per VM, and where each VM's last segment ended)
+ * then one segment per line; `meter.lock` holds the owning pid; `rejected.ndjson` keeps what billing refused, for an operator.
  * Appends are written synchronously (a killed process loses nothing it appended) and fdatasync'ed in groups;
  * only synced segments are offered for shipping. Acked segments leave by rewriting the file to a temporary
  * name and renaming it over the old one, so a crash at any point leaves either the old or the new file.
@@ -52,6 +61,7 @@ export class SegmentSpool implements SegmentLog {
   private fd: number;
   private readonly pending = new Map<string, Entry>();
   private readonly seqs = new Map<string, number>();
+  private readonly ends = new Map<string, LastEnded>();
   private readonly forgotten = new Set<string>();
   private written = 0;
   private syncedUpTo = 0;
@@ -119,7 +129,9 @@ export class SegmentSpool implements SegmentLog {
         continue;
       }
       if ("checkpoint" in value) {
-        for (const [vm, seq] of Object.entries((value as Checkpoint).checkpoint.seqs ?? {})) this.bumpSeq(vm, seq);
+        const { seqs, ends } = (value as Checkpoint).checkpoint;
+        for (const [vm, seq] of Object.entries(seqs ?? {})) this.bumpSeq(vm, seq);
+        for (const [vm, end] of Object.entries(ends ?? {})) this.bumpEnd(vm, end.runId, end.endedAt);
         continue;
       }
       const s = value as MeterSegment;
@@ -128,6 +140,7 @@ export class SegmentSpool implements SegmentLog {
         continue;
       }
       this.bumpSeq(s.vmId, s.seq);
+      this.bumpEnd(s.vmId, s.runId, s.endedAt);
       this.pending.set(s.id, { segment: s, line: `${line}\n`, writeNo: ++this.written });
     }
     if (corrupt > 0) this.log.error("meter spool: unreadable lines skipped", { dir: this.dir, lines: corrupt });
@@ -136,6 +149,15 @@ export class SegmentSpool implements SegmentLog {
 
   private bumpSeq(vmId: string, seq: number): void {
     if (seq > (this.seqs.get(vmId) ?? -1)) this.seqs.set(vmId, seq);
+  }
+
+  private bumpEnd(vmId: string, runId: string, endedAt: string): void {
+    const at = Date.parse(endedAt);
+    if (Number.isFinite(at) && at >= (this.ends.get(vmId)?.endedAt ?? -Infinity)) this.ends.set(vmId, { runId, endedAt: at });
+  }
+
+  lastEnded(vmId: string): LastEnded | undefined {
+    return this.ends.get(vmId);
   }
 
   nextSeq(vmId: string): number {
@@ -153,6 +175,7 @@ export class SegmentSpool implements SegmentLog {
     const line = `${JSON.stringify(segment)}\n`;
     writeSync(this.fd, line);
     this.bumpSeq(segment.vmId, segment.seq);
+    this.bumpEnd(segment.vmId, segment.runId, segment.endedAt);
     this.pending.set(segment.id, { segment, line, writeNo: ++this.written });
     this.requestSync();
   }
@@ -223,7 +246,10 @@ export class SegmentSpool implements SegmentLog {
     if (this.closed) return;
     const seqs: Record<string, number> = {};
     for (const [vm, seq] of this.seqs) if (!this.forgotten.has(vm)) seqs[vm] = seq;
-    let text = `${JSON.stringify({ checkpoint: { seqs } } satisfies Checkpoint)}\n`;
+    const ends: NonNullable<Checkpoint["checkpoint"]["ends"]> = {};
+    for (const [vm, end] of this.ends) if (!this.forgotten.has(vm)) ends[vm] = { runId: end.runId, endedAt: new Date(end.endedAt).toISOString() };
+    const checkpoint: Checkpoint = { checkpoint: Object.keys(ends).length > 0 ? { seqs, ends } : { seqs } };
+    let text = `${JSON.stringify(checkpoint)}\n`;
     for (const e of this.pending.values()) text += e.line;
     const tmp = `${this.path}.tmp`;
     const tfd = openSync(tmp, "w");
@@ -237,7 +263,10 @@ export class SegmentSpool implements SegmentLog {
     syncDir(this.dir);
     closeSync(this.fd);
     this.fd = openSync(this.path, "a");
-    for (const vm of this.forgotten) this.seqs.delete(vm);
+    for (const vm of this.forgotten) {
+      this.seqs.delete(vm);
+      this.ends.delete(vm);
+    }
     this.forgotten.clear();
     this.syncedUpTo = this.written;
     this.ackedInFile = 0;

@@ -10,6 +10,7 @@ import type { Duplex } from "node:stream";
 import { AppError, logFailure } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/log.ts";
 import { serverTiming } from "../../contracts/fleet.ts";
+import { rollbackHeader, type WakeInfo } from "../../contracts/agent.ts";
 import type { Ticket } from "../tickets.ts";
 import { downstreamHeaderList } from "../../lib/http-headers.ts";
 import { closeFrame, FrameTracker } from "./websocket-frames.ts";
@@ -97,7 +98,7 @@ export class WebSocketRelay {
     const headers = res.rawHeaders;
     let head = `HTTP/1.1 101 ${res.statusMessage || "Switching Protocols"}\r\n`;
     for (let k = 0; k < headers.length; k += 2) head += `${headers[k]}: ${headers[k + 1]}\r\n`;
-    head += `x-request-id: ${requestId}\r\nx-wake: ${ticket.wake.wake}\r\n`;
+    head += `x-request-id: ${requestId}\r\nx-wake: ${ticket.wake.wake}\r\n${rollbackLine(ticket.wake)}`;
     const timing = serverTiming(ticket.wake.timings);
     if (timing) head += `server-timing: ${timing}\r\n`;
     client.write(`${head}\r\n`);
@@ -142,7 +143,7 @@ export class WebSocketRelay {
     const headers = downstreamHeaderList(res.rawHeaders);
     let head = `HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ""}\r\n`;
     for (let k = 0; k < headers.length; k += 2) head += `${headers[k]}: ${headers[k + 1]}\r\n`;
-    head += `x-request-id: ${requestId}\r\nx-wake: ${this.i.ticket.wake.wake}\r\nconnection: close\r\n`;
+    head += `x-request-id: ${requestId}\r\nx-wake: ${this.i.ticket.wake.wake}\r\n${rollbackLine(this.i.ticket.wake)}connection: close\r\n`;
     client.write(`${head}\r\n`);
     res.on("data", (c: Buffer) => client.write(c));
     res.on("end", () => {
@@ -216,4 +217,9 @@ export class WebSocketRelay {
     this.i.closed();
     this.env.log.debug("websocket closed", { requestId: this.i.requestId, agentId: this.i.agentId, why, ...this.bytes, frames: this.toClient.frames + this.toAgent.frames });
   }
+}
+
+/** The `x-wake-rollback` header line of a wake that rolled the agent back, else nothing. */
+function rollbackLine(wake: WakeInfo): string {
+  return wake.timings.rollbackMs ? `${rollbackHeader}: ${wake.timings.rollbackMs}\r\n` : "";
 }

@@ -205,6 +205,8 @@ function agentJson(row: AgentRow, status: VmStatus | undefined, limits: Effectiv
     lastWakeAt: status?.lastWakeAt !== undefined ? new Date(status.lastWakeAt).toISOString() : (row.lastWakeAt?.toISOString() ?? null),
     inFlight: status?.inFlight ?? 0,
     leases: status?.leases ?? 0,
+    /** The last failed hibernate (full disk, say) until one succeeds: the agent stays awake meanwhile. */
+    lastHibernateError: status?.lastHibernateError ?? null,
     createdAt: row.createdAt.toISOString(),
   };
 }

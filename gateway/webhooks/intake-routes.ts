@@ -3,6 +3,7 @@ import { Hono } from "hono";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
+import { databaseRetryAfterS, isDatabaseUnavailable } from "../../schema/db-errors.ts";
 import { readBodyLimited } from "./body.ts";
 import { headersToStore } from "./forward-headers.ts";
 import { activeSecrets, verifyWebhook } from "./signature.ts";
@@ -20,7 +21,7 @@ export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => vo
     const name = c.req.param("endpointName");
     const notFound = new AppError("not_found", "no such webhook endpoint");
     if (!isId("agent", agentId)) throw notFound;
-    const endpoint = await store.findIntakeEndpoint(agentId, name);
+    const endpoint = await orUnstored(store.findIntakeEndpoint(agentId, name));
     if (!endpoint) throw notFound;
 
     const body = await readBodyLimited(c.req.raw, config.maxBodyBytes);
@@ -36,9 +37,8 @@ export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => vo
     if (verified.externalId.length > maxExternalIdLength) throw new AppError("bad_request", `the sender's delivery id is longer than ${maxExternalIdLength} characters`);
 
     const requestId = c.get("requestId") ?? null;
-    const result = await store.storeDelivery(
-      { endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId },
-      config.ratePerMinute,
+    const result = await orUnstored(
+      store.storeDelivery({ endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId }, config.ratePerMinute),
     );
     if (result.kind === "replay") {
       throw new AppError("replay", `delivery ${verified.externalId} was already received by this endpoint`, { details: { deliveryId: result.deliveryId } });
@@ -50,6 +50,19 @@ export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => vo
     onQueued();
     return c.json({ deliveryId: result.deliveryId }, 202);
   });
+
+  /**
+   * Intake needs Postgres twice (the endpoint's secrets, then storing the delivery): without it the sender is told
+   * to come back (`503 database_unavailable` + Retry-After), which every webhook sender retries; nothing was stored.
+   */
+  async function orUnstored<T>(p: Promise<T>): Promise<T> {
+    try {
+      return await p;
+    } catch (err) {
+      if (!isDatabaseUnavailable(err)) throw err;
+      throw new AppError("database_unavailable", "the webhook was not stored: the database is unavailable; retry shortly", { retryAfterS: databaseRetryAfterS, cause: err });
+    }
+  }
 
   app.all("/hooks/:agentId/:endpointName", () => {
     throw new AppError("method_not_allowed", "webhooks are delivered with POST");

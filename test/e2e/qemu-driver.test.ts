@@ -14,6 +14,8 @@ import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
 const tempFiles = (spec: VmSpec) => readdirSync(spec.stateDir).filter((f) => /\.tmp/.test(f));
+/** Whether a snapshot attempt's data file (`snapshot-<attempt>.tmp`, a new name per attempt) is being written. */
+const writingSnapshot = (spec: VmSpec) => readdirSync(spec.stateDir).some((f) => /^snapshot-[\w-]+\.tmp$/.test(f));
 
 /** Guest wall clock minus host wall clock, through the workload's GET /clock (host time at the request's midpoint). */
 async function httpSkewMs(port: number): Promise<number> {
@@ -163,7 +165,7 @@ describe("qemu driver on one shared VM", () => {
     const ac = new AbortController();
     let sawTemp = false;
     const watch = setInterval(() => {
-      if (!sawTemp && existsSync(join(spec.stateDir, "snapshot.tmp"))) {
+      if (!sawTemp && writingSnapshot(spec)) {
         sawTemp = true;
         ac.abort(new Error("a request arrived"));
       }
@@ -250,8 +252,8 @@ describe("a fleet-agent killed with SIGKILL mid-snapshot", () => {
         committedBefore = manifestOf(spec).file;
         qemuPid = msg.pid;
         const deadline = performance.now() + 30_000;
-        while (!existsSync(join(spec.stateDir, "snapshot.tmp")) && performance.now() < deadline) await sleep(1);
-        sawPartial = existsSync(join(spec.stateDir, "snapshot.tmp"));
+        while (!writingSnapshot(spec) && performance.now() < deadline) await sleep(1);
+        sawPartial = writingSnapshot(spec);
         child.kill("SIGKILL");
         break;
       }
@@ -265,7 +267,8 @@ describe("a fleet-agent killed with SIGKILL mid-snapshot", () => {
     try {
       await driver.reap(spec);
       expect(processAlive(qemuPid!) && existsSync(`/proc/${qemuPid}/cmdline`) && readFileSync(`/proc/${qemuPid}/cmdline`, "utf8") !== "").toBe(false);
-      expect(existsSync(join(spec.stateDir, "snapshot.tmp"))).toBe(false);
+      // (A marker may still appear: the writer of the killed QEMU ends on its own. It names only that attempt.)
+      expect(writingSnapshot(spec)).toBe(false);
       const m = manifestOf(spec);
       const binFiles = readdirSync(spec.stateDir).filter((f) => f.endsWith(".bin"));
       expect(binFiles).toEqual([m.file]); // only the complete snapshot is left

@@ -8,7 +8,7 @@ import { silentLogger, createLogger } from "../../lib/log.ts";
 import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process/driver.ts";
 import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
-import type { Database } from "../../schema/db.ts";
+import { defaultDbTimeouts, type Database } from "../../schema/db.ts";
 
 export const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 /** The secret gateways and hosts share in these tests (≥ 32 characters). */
@@ -50,6 +50,7 @@ export async function startHostInProcess(database: Database & { url: string }, o
       capacityMiB: 8192,
       heartbeatIntervalMs: 500,
       billingUrl: undefined,
+      dbTimeouts: defaultDbTimeouts,
     },
     { log: opts.debug ? createLogger({ level: "debug" }) : silentLogger, driver: new ProcessDriver({ images: opts.images }), database },
   );

@@ -30,6 +30,8 @@ function recordingStore(opts: { hold?: string; fail?: string } = {}) {
     async runEnded(runId, _at, reason) {
       landed.push(`runEnded:${runId}:${reason}`);
     },
+    leftovers: async () => ({ openRuns: [], awakeAgents: [], lastRuns: [] }),
+    recordCrash: async () => undefined,
   };
   return { store, landed, release };
 }

@@ -88,7 +88,7 @@ describe("SegmentSpool", () => {
     await third.close();
   });
 
-  it("trims acknowledged segments by an atomic rewrite that keeps each VM's sequence number", async () => {
+  it("trims acknowledged segments by an atomic rewrite that keeps each VM's sequence number and last segment end", async () => {
     const dir = tempDir();
     const spool = SegmentSpool.open(dir, { compactAfter: 2 });
     const segs = [seg(spool, "vm_1", 0), seg(spool, "vm_1", 10_000), seg(spool, "vm_2", 0), seg(spool, "vm_1", 20_000)];
@@ -99,13 +99,16 @@ describe("SegmentSpool", () => {
     await spool.ack([segs[1]!.id, segs[2]!.id]);
     const lines = readFileSync(join(dir, "segments.ndjson"), "utf8").trim().split("\n");
     expect(lines).toHaveLength(2); // checkpoint + the one still pending
-    expect(JSON.parse(lines[0]!)).toEqual({ checkpoint: { seqs: { vm_1: 2, vm_2: 0 } } });
+    const end = (s: MeterSegment) => ({ runId: s.runId, endedAt: s.endedAt });
+    expect(JSON.parse(lines[0]!)).toEqual({ checkpoint: { seqs: { vm_1: 2, vm_2: 0 }, ends: { vm_1: end(segs[3]!), vm_2: end(segs[2]!) } } });
     expect(existsSync(join(dir, "segments.ndjson.tmp"))).toBe(false);
     await spool.ack([segs[3]!.id]);
     spool.forget("vm_2");
     await spool.close();
     const again = SegmentSpool.open(dir);
     expect(again.shippable(10)).toEqual([]);
+    // shipped and trimmed, the last instant metered is still known (crash recovery closes runs there)
+    expect(again.lastEnded("vm_1")).toEqual({ runId: "run_1", endedAt: Date.parse(segs[3]!.endedAt) });
     expect(again.nextSeq("vm_1")).toBe(3);
     await again.close();
   });

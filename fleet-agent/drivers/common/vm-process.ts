@@ -6,12 +6,16 @@
 // and a stop is "ask, wait a grace period, then SIGKILL and wait for the exit".
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, statSync, truncateSync } from "node:fs";
+import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
 import { readCpuSeconds } from "./proc.ts";
 
 /** A VM's log is truncated when a new process starts on it past this size. */
 export const LOG_MAX_BYTES = 4 << 20;
+
+/** How much of a relayed stderr is kept in memory (`VmProcess.recentOutput`). */
+const RECENT_OUTPUT_CHARS = 16 << 10;
 
 export interface SpawnVmOptions {
   vmId: string;
@@ -30,6 +34,16 @@ export interface SpawnVmOptions {
   childIsVm?: boolean;
   /** Count CPU time of reaped children too (a workload that runs its work in subprocesses). */
   cpuIncludesChildren?: boolean;
+  /**
+   * Stderr comes through a pipe to this process instead of going straight to the log file: its last lines are kept
+   * in memory (`recentOutput`) and appended to the log as best it can. The log lives in the VM's stateDir, on the
+   * same filesystem as its snapshots, so when a snapshot fills that disk what the hypervisor (and the `exec:`
+   * command writing the snapshot, which inherits its stderr) says about it cannot be written there: kept in memory
+   * it still reaches the driver's errors and our own log. No other directory is sure to be on another filesystem; a
+   * pipe needs none. The cost: a VM process that outlives its fleet-agent writes stderr into a closed pipe (QEMU
+   * ignores SIGPIPE), and the next fleet-agent kills such leftovers anyway.
+   */
+  relayStderr?: boolean;
 }
 
 export class VmProcess {
@@ -48,6 +62,12 @@ export class VmProcess {
   private readonly endHooks: ((e: VmExit) => void)[] = [];
   private readonly cpuIncludesChildren: boolean;
   private lastCpuSeconds = 0;
+  /** Relayed stderr: its tail, the log appends in order, the first append that failed, the pipe's end. */
+  private recent = "";
+  private relayed = 0;
+  private logAppends: Promise<void> = Promise.resolve();
+  logWriteError: Error | undefined;
+  private readonly outputEnded: Promise<void>;
 
   static spawn(opts: SpawnVmOptions): VmProcess {
     const fd = openLog(opts.log);
@@ -55,7 +75,7 @@ export class VmProcess {
       // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
       const child = spawn(opts.command, [...opts.args], {
-        stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, fd],
+        stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],
         detached: true,
         ...(opts.env ? { env: opts.env } : {}),
         ...(opts.cwd ? { cwd: opts.cwd } : {}),
@@ -72,6 +92,9 @@ export class VmProcess {
     this.pid = child.pid;
     this.cpuIncludesChildren = opts.cpuIncludesChildren ?? false;
     this.exited = new Promise((r) => (this.resolveExit = r));
+    const stderr = opts.relayStderr ? child.stderr : null;
+    this.outputEnded = stderr ? new Promise((r) => stderr.once("close", () => r())) : Promise.resolve();
+    stderr?.on("data", (chunk: Buffer) => this.relay(opts.log, chunk));
     child.once("error", (err) => {
       this.spawnError = err;
       this.end({ code: null, signal: null });
@@ -115,6 +138,34 @@ export class VmProcess {
     return this.exit ? `${what} exited (code ${this.exit.code}, signal ${this.exit.signal})` : undefined;
   }
 
+  /** The last lines of the relayed stderr (as `logTail` formats them), from `since` (an `outputMark`) on; "" without `relayStderr`. */
+  recentOutput(since = 0): string {
+    const fresh = this.relayed - since;
+    return fresh > 0 ? tailOf(this.recent.slice(-fresh)) : "";
+  }
+
+  /** A position in the relayed stderr: `recentOutput(mark)` is then only what came after it. */
+  outputMark(): number {
+    return this.relayed;
+  }
+
+  /** `recentOutput` once the process is gone and its stderr has been read to the end (at most `waitMs`). */
+  async finalOutput(waitMs = 300): Promise<string> {
+    if (this.exit) await waitAtMost(this.outputEnded, waitMs);
+    return this.recentOutput();
+  }
+
+  private relay(log: string, chunk: Buffer): void {
+    const text = chunk.toString("utf8");
+    this.relayed += text.length;
+    this.recent = (this.recent + text).slice(-RECENT_OUTPUT_CHARS);
+    this.logAppends = this.logAppends
+      .then(() => appendFile(log, chunk))
+      .catch((err: Error) => {
+        this.logWriteError ??= err;
+      });
+  }
+
   /** Cumulative CPU seconds; the last value read once the process is gone, so the counter never runs backwards. */
   cpuSeconds(): number {
     const s = this.pid === undefined ? undefined : readCpuSeconds(this.pid, { includeChildren: this.cpuIncludesChildren });
@@ -149,11 +200,16 @@ export class VmProcess {
     } catch {
       // it may go before answering
     }
-    const ac = new AbortController();
-    await Promise.race([this.exited, sleep(graceMs, undefined, { ref: false, signal: ac.signal }).catch(() => undefined)]);
-    ac.abort();
+    await waitAtMost(this.exited, graceMs);
     await this.kill();
   }
+}
+
+/** Resolves when `p` settles or after `ms`, whichever comes first; the timer does not hold the process open. */
+async function waitAtMost(p: Promise<unknown>, ms: number): Promise<void> {
+  const ac = new AbortController();
+  await Promise.race([p, sleep(ms, undefined, { ref: false, signal: ac.signal }).catch(() => undefined)]);
+  ac.abort();
 }
 
 /**
@@ -202,16 +258,24 @@ export function openLog(path: string): number {
 /** The last lines of a log, for error messages: up to 3 lines joined by " | ", at most 600 characters. */
 export function logTail(path: string): string {
   try {
-    const tail = readFileSync(path, "utf8").trim().split("\n").slice(-3).join(" | ");
-    return tail.length > 600 ? `…${tail.slice(-600)}` : tail;
+    return tailOf(readFileSync(path, "utf8"));
   } catch {
     return "";
   }
 }
 
+function tailOf(text: string): string {
+  const tail = text.trim().split("\n").slice(-3).join(" | ");
+  return tail.length > 600 ? `…${tail.slice(-600)}` : tail;
+}
+
 /** `err` with the log's tail appended (once), labelled e.g. "qemu" or "firecracker log". */
 export function withLogTail(err: Error, path: string, label: string): Error {
-  const tail = logTail(path);
+  return withTail(err, logTail(path), label);
+}
+
+/** `err` with `tail` (a process's last words) appended once. */
+export function withTail(err: Error, tail: string, label: string): Error {
   if (!tail || err.message.includes(tail)) return err;
   return new Error(`${err.message} (${label}: ${tail})`, { cause: err });
 }

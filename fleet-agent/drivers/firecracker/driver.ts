@@ -18,6 +18,7 @@ import type { GuestAgentClient } from "../common/guest-agent.ts";
 import { killLeftover, processAlive, readPidFile, writePidFile } from "../common/proc.ts";
 import { pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type Restored } from "../common/restore-or-boot.ts";
+import { ensureSnapshotSpace, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { checkSocketPath, processFiles } from "../common/state-dir.ts";
 import { VmProcess, VmProcesses, withLogTail } from "../common/vm-process.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
@@ -190,6 +191,9 @@ export class FirecrackerDriver implements VmDriver {
     if (signal?.aborted) return cancelled();
     const host = await this.ready();
     const { api, paths } = live;
+    // The memory file is all of guest memory: one that would not fit is refused before the guest is paused.
+    const neededBytes = snapshotBytesNeeded(vm.spec.memMiB);
+    const freeBefore = await ensureSnapshotSpace(paths.snapDir, neededBytes);
     // Vsock must be idle during a snapshot; the guest agent is reconnected after the restore.
     live.agent?.close();
     live.agent = undefined;
@@ -214,7 +218,13 @@ export class FirecrackerDriver implements VmDriver {
     } catch (err) {
       live.diffBase = undefined; // the dirty bitmap may have been reset: the next snapshot must be Full
       await discardGeneration(paths.snapDir, generation);
-      await api.resume().catch(() => {});
+      await api.resume().catch((resumeErr: unknown) => {
+        // Never left paused for the host to believe it runs: ended, and reported as a crash through onExit.
+        this.log.error("could not resume the VM after a failed snapshot; killing it", { vmId: vm.spec.vmId, err: resumeErr });
+        live.proc.signal("SIGKILL");
+      });
+      const why = err instanceof FirecrackerApiError ? err.faultMessage : (err as Error).message;
+      if (saysNoSpace(why)) throw new SnapshotNoSpace({ dir: paths.snapDir, neededBytes, freeBytes: freeBefore ?? 0, said: why }, { cause: err });
       throw err;
     }
     if (signal?.aborted) {

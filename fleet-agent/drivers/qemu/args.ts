@@ -17,8 +17,6 @@ export interface VmPaths {
   port: string;
   manifest: string;
   manifestTmp: string;
-  snapshotTmp: string;
-  snapshotDone: string;
 }
 
 export function vmPaths(stateDir: string): VmPaths {
@@ -35,9 +33,17 @@ export function vmPaths(stateDir: string): VmPaths {
     port: join(stateDir, "port.json"),
     manifest,
     manifestTmp: `${manifest}.tmp`,
-    snapshotTmp: join(stateDir, "snapshot.tmp"),
-    snapshotDone: join(stateDir, "snapshot.tmp.done"),
   };
+}
+
+/**
+ * The files of one snapshot attempt: the data QEMU's `exec:` command writes and the marker it writes once that file
+ * is closed. Named per attempt, so a marker (or a writer still finishing) left by an earlier, failed or cancelled
+ * attempt can never end a later one early or write into its file.
+ */
+export function snapshotAttempt(stateDir: string, attemptId: string): { data: string; done: string } {
+  const data = join(stateDir, `snapshot-${attemptId}.tmp`);
+  return { data, done: `${data}.done` };
 }
 
 export interface QemuLaunch {

@@ -1,7 +1,8 @@
 // The qemu driver: one QEMU microvm per VM (KVM when usable, TCG otherwise); hibernate = QMP migrate to a file,
 // wake = -incoming + cont + clock fix, or a cold boot when the snapshot cannot be used (common/restore-or-boot.ts).
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
-import { readFile, rename, rm, writeFile } from "node:fs/promises";
+import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -11,13 +12,14 @@ import { killLeftover } from "../common/proc.ts";
 import { freeLoopbackPort, pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../common/restore-or-boot.ts";
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
-import { capLog, logTail, VmProcess, VmProcesses, withLogTail } from "../common/vm-process.ts";
+import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
+import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
-import { machineArgs, opt, qemuArgs, shellQuote, vmPaths, type Accel, type VmPaths } from "./args.ts";
+import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type VmPaths } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
-import { incompatibility, MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+import { incompatibility, MANIFEST_VERSION, readManifest, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
   kernel: string;
@@ -44,6 +46,12 @@ export interface QemuDriverOptions {
    * with gcc on first use, a path uses that file, false runs QEMU without it.
    */
   listenBacklogShim?: "auto" | string | false;
+  /**
+   * Bytes that must be free in the VM's stateDir before a snapshot is written (checked with statfs; less refuses it
+   * with SnapshotNoSpace before the guest is paused). Default: guest memory plus SNAPSHOT_MARGIN_BYTES, the most a
+   * snapshot can take; 0 turns the check off (a full disk is then still caught while the snapshot is written).
+   */
+  snapshotBytesNeeded?: (spec: VmSpec) => number;
 }
 
 /** One QEMU process and the clients the driver holds on it. */
@@ -108,8 +116,11 @@ export class QemuDriver implements VmDriver {
     const { paths, spec } = vp;
     const notDone = (): SnapshotResult => ({ completed: false, snapshotMs: performance.now() - started, bytes: 0 });
     if (signal?.aborted) return notDone();
-    await rm(paths.snapshotTmp, { force: true });
-    await rm(paths.snapshotDone, { force: true });
+    // A snapshot that would not fit is refused before the guest is paused; the previous one stays as it is.
+    const neededBytes = this.opts.snapshotBytesNeeded?.(spec) ?? snapshotBytesNeeded(spec.memMiB);
+    const freeBefore = await ensureSnapshotSpace(spec.stateDir, neededBytes);
+    const attempt = snapshotAttempt(spec.stateDir, `${Date.now()}-${randomBytes(4).toString("hex")}`);
+    const outputMark = vp.proc.outputMark();
 
     let manifest: SnapshotManifest;
     let dataPath: string | undefined;
@@ -117,18 +128,18 @@ export class QemuDriver implements VmDriver {
     try {
       // The marker is written only after cat has flushed and closed the file: QEMU may report
       // "completed" while cat is still writing.
-      await qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(paths.snapshotTmp)} && : > ${shellQuote(paths.snapshotDone)}` });
+      await qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(attempt.data)} && : > ${shellQuote(attempt.done)}` });
       const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
       if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
-      await this.waitForFile(paths.snapshotDone, 10_000, signal);
+      await this.waitForFile(attempt.done, 10_000, signal);
       signal?.throwIfAborted();
-      const [{ sha256, bytes }] = await Promise.all([sha256File(paths.snapshotTmp, signal), fsyncPath(paths.snapshotTmp)]);
+      const [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
       signal?.throwIfAborted();
       const createdAt = new Date();
       const file = `snapshot-${createdAt.getTime()}.bin`;
       dataPath = join(spec.stateDir, file);
-      await rename(paths.snapshotTmp, dataPath);
-      await rm(paths.snapshotDone, { force: true });
+      await rename(attempt.data, dataPath);
+      await rm(attempt.done, { force: true });
       manifest = {
         version: MANIFEST_VERSION,
         file,
@@ -148,13 +159,16 @@ export class QemuDriver implements VmDriver {
       await commitManifest(paths.manifest, manifest);
     } catch (err) {
       const aborted = signal?.aborted === true;
+      // Measured before the partial file is removed: how far the write got, and what QEMU and its writer said.
+      const failure = aborted ? undefined : await this.snapshotError(vp, err as Error, { neededBytes, freeBefore, data: attempt.data, outputMark });
       if (dataPath) await rm(dataPath, { force: true }); // renamed but never named by the manifest
       await this.resumeAfterFailedSnapshot(vp, aborted);
-      if (aborted) {
+      if (!failure) {
         this.log.info("hibernate cancelled; VM resumed", { vmId: spec.vmId });
         return notDone();
       }
-      throw err;
+      this.log.error("snapshot failed; VM resumed, previous snapshot kept", { vmId: spec.vmId, err: failure.message, qemuLogError: vp.proc.logWriteError?.message });
+      throw failure;
     }
     await this.quit(vp);
     await removeUnreferencedSnapshots(spec.stateDir, manifest.file);
@@ -228,7 +242,7 @@ export class QemuDriver implements VmDriver {
     if (killed) this.log.warn("killed a QEMU left running by a previous fleet-agent", { vmId: spec.vmId, pid: killed });
     const { manifest, problem } = await readManifest(paths.manifest);
     if (!problem) await removeUnreferencedSnapshots(spec.stateDir, manifest?.file);
-    else for (const p of [paths.snapshotTmp, paths.snapshotDone, paths.manifestTmp]) await rm(p, { force: true });
+    else await removePartialSnapshots(spec.stateDir);
     for (const p of [paths.qmp, paths.agent, paths.pid]) await rm(p, { force: true });
   }
 
@@ -279,7 +293,7 @@ export class QemuDriver implements VmDriver {
       return { vm: this.runningVm(vp), clock };
     } catch (err) {
       await vp.proc.kill();
-      throw withLogTail(err as Error, vp.paths.qemuLog, "qemu");
+      throw withTail(err as Error, await vp.proc.finalOutput(), "qemu");
     }
   }
 
@@ -331,8 +345,11 @@ export class QemuDriver implements VmDriver {
       await agentReady;
       await vp.qmp!.execute("cont");
     } catch (err) {
+      // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
+      const badData = await verify;
+      if (badData) throw new RestoreFailed(badData, { cause: err });
       if (err instanceof RestoreFailed) throw err;
-      throw new RestoreFailed(withLogTail(err as Error, paths.qemuLog, "qemu").message, { cause: err });
+      throw new RestoreFailed(withTail(err as Error, await vp.proc.finalOutput(), "qemu").message, { cause: err });
     }
     this.running.set(spec.vmId, vp);
     return {
@@ -360,12 +377,13 @@ export class QemuDriver implements VmDriver {
         return vp;
       } catch (err) {
         await vp.proc.kill();
-        if (attempt === 0 && /host forwarding rule|Could not set up host forwarding/i.test(logTail(paths.qemuLog))) {
+        const said = await vp.proc.finalOutput();
+        if (attempt === 0 && /host forwarding rule|Could not set up host forwarding/i.test(said)) {
           this.log.warn("forwarded port taken; choosing another", { vmId: spec.vmId, port: hostPort });
           hostPort = await this.hostPort(paths, true);
           continue;
         }
-        throw withLogTail(err as Error, paths.qemuLog, "qemu");
+        throw withTail(err as Error, said, "qemu");
       }
     }
   }
@@ -376,7 +394,8 @@ export class QemuDriver implements VmDriver {
     const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming };
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
-    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", env });
+    // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
+    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env });
     const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
@@ -392,7 +411,7 @@ export class QemuDriver implements VmDriver {
     if (this.waiting.get(id) === vp) this.waiting.delete(id);
     if (vp.proc.spawnError) this.log.error("QEMU failed to start", { vmId: id, err: vp.proc.spawnError });
     else if (vp.proc.crashed && wasRunning) {
-      this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: logTail(vp.paths.qemuLog) });
+      void vp.proc.finalOutput().then((said) => this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: said }));
     }
   }
 
@@ -460,7 +479,7 @@ export class QemuDriver implements VmDriver {
     const deadline = performance.now() + opts.timeoutMs;
     let cancelled = false;
     for (;;) {
-      if (vp.proc.exit) throw new Error(`QEMU exited during the migration: ${logTail(vp.paths.qemuLog) || "no message"}`);
+      if (vp.proc.exit) throw new Error(`QEMU exited during the migration: ${(await vp.proc.finalOutput()) || "no message"}`);
       if (opts.signal?.aborted && !cancelled) {
         cancelled = true;
         await qmp.execute("migrate_cancel").catch(() => undefined);
@@ -493,7 +512,29 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  /** After a cancelled or failed snapshot: end any migration, run the guest again, fix its clock, drop partial files. */
+  /**
+   * Why a snapshot failed, as the host records it. On a full disk QEMU only says "Unable to write to command: Broken
+   * pipe" (its writer, cat, died); cat's own words reach us through the relayed stderr, and statfs shows the disk full:
+   * then a SnapshotNoSpace with the bytes needed, free when it began, and written when the disk filled.
+   */
+  private async snapshotError(vp: QemuVm, err: Error, f: { neededBytes: number; freeBefore: number | undefined; data: string; outputMark: number }): Promise<Error> {
+    const said = vp.proc.recentOutput(f.outputMark);
+    const written = await stat(f.data).then((s) => s.size, () => 0);
+    const freeNow = await freeBytes(vp.spec.stateDir);
+    if (saysNoSpace(said) || saysNoSpace(err.message) || (written > 0 && freeNow !== undefined && freeNow < 1 << 20)) {
+      return new SnapshotNoSpace(
+        { dir: vp.spec.stateDir, neededBytes: Math.max(f.neededBytes, snapshotBytesNeeded(vp.spec.memMiB)), freeBytes: f.freeBefore ?? written, writtenBytes: written, said: [err.message, said].filter(Boolean).join("; qemu: ") },
+        { cause: err },
+      );
+    }
+    return withTail(err, said, "qemu");
+  }
+
+  /**
+   * After a cancelled or failed snapshot: end any migration, run the guest again, fix its clock, drop partial files.
+   * A VM that cannot be run again is killed as a crash (its exit is reported), never left paused for the host to
+   * believe it is running.
+   */
   private async resumeAfterFailedSnapshot(vp: QemuVm, aborted: boolean): Promise<void> {
     const qmp = vp.qmp!;
     try {
@@ -507,13 +548,13 @@ export class QemuDriver implements VmDriver {
         }
       }
       await qmp.execute("cont");
-      // The guest clock stood still while the VM was stopped.
-      await fixGuestClock(vp.agent!);
     } catch (err) {
-      this.log.error("could not resume the VM after a failed snapshot", { vmId: vp.spec.vmId, aborted, err });
+      this.log.error("could not resume the VM after a failed snapshot; killing it", { vmId: vp.spec.vmId, aborted, err });
+      vp.proc.signal("SIGKILL");
     }
-    const paths = vp.paths;
-    for (const p of [paths.snapshotTmp, paths.snapshotDone, paths.manifestTmp]) await rm(p, { force: true });
+    // The guest clock stood still while the VM was stopped.
+    if (!vp.proc.exit) await fixGuestClock(vp.agent!).catch((err: unknown) => this.log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }));
+    await removePartialSnapshots(vp.spec.stateDir);
   }
 }
 

@@ -55,7 +55,17 @@ export function readManifest(path: string): Promise<{ manifest?: SnapshotManifes
   return readManifestFile<SnapshotManifest>(path, (m) => typeof m.file === "string" && !m.file.includes("/") && typeof m.sha256 === "string");
 }
 
+/** Files of a snapshot that was never committed: attempts (`snapshot-<id>.tmp[.done]`, `snapshot.tmp[.done]` of older drivers), the manifest's temporary. */
+function isPartial(name: string): boolean {
+  return /^snapshot(-[\w-]+)?\.tmp(\.done)?$|^snapshot\.json\.tmp$/.test(name);
+}
+
 /** Removes snapshot data files the manifest does not name (older snapshots, partial files). */
 export function removeUnreferencedSnapshots(stateDir: string, keep: string | undefined): Promise<string[]> {
-  return removeFiles(stateDir, (name) => /^snapshot(-[\w.-]+\.bin|\.tmp|\.tmp\.done|\.json\.tmp)$/.test(name) && !(keep && name === basename(keep)));
+  return removeFiles(stateDir, (name) => (isPartial(name) || /^snapshot-[\w.-]+\.bin$/.test(name)) && !(keep && name === basename(keep)));
+}
+
+/** Removes what uncommitted snapshot attempts left; committed snapshot files stay. */
+export function removePartialSnapshots(stateDir: string): Promise<string[]> {
+  return removeFiles(stateDir, isPartial);
 }

@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { AppError, logFailure } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { serverTiming } from "../../../contracts/fleet.ts";
+import { rollbackHeader } from "../../../contracts/agent.ts";
 import type { AgentHold } from "../fleet.ts";
 import type { EffectiveLimits } from "../../proxy-core.ts";
 import { downstreamHeaderList } from "../../../lib/http-headers.ts";
@@ -227,6 +228,7 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     ticket.onHibernate(() => hook.ex?.hibernated());
     const out = downstreamHeaderList(h.headers);
     out.push("x-request-id", requestId, "x-wake", ticket.wake.wake);
+    if (ticket.wake.timings.rollbackMs) out.push(rollbackHeader, String(ticket.wake.timings.rollbackMs));
     if (ticket.wake.wake !== "warm") {
       const timing = serverTiming(ticket.wake.timings);
       if (timing) out.push("server-timing", timing);

@@ -1,0 +1,81 @@
+// A rollback after a host crash, on real VMs: counter to N, hibernate (snapshot), wake, counter to N+k, kill -9 of the
+// fleet-agent (its QEMU is reaped at the restart), restart: the next call restores the snapshot and says what was
+// lost (`x-wake-rollback`: the awake ms since it), in the run's timings and in the event log; only that first wake.
+import { spawnSync } from "node:child_process";
+import { symlinkSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { guestImage } from "../helpers/qemu.ts";
+import { startCrashStack, type CrashStack } from "../helpers/host-crash.ts";
+import { waitFor } from "../helpers/wait.ts";
+
+const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
+if (!qemuPresent && process.env.CI === "true") throw new Error("CI: qemu-system-x86_64 missing (npm test provisions it: scripts/provision.ts)");
+
+const heartbeatMs = 200;
+const slackMs = 700;
+let stack: CrashStack;
+
+const title = qemuPresent ? "rollback after a host crash (qemu)" : "rollback after a host crash (qemu) — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+describe.skipIf(!qemuPresent)(title, () => {
+  beforeAll(async () => {
+    const images = dirname(dirname((await guestImage()).kernel)); // the suite's built guest image, not a second build
+    stack = await startCrashStack({
+      hostEnv: { DRIVER: "qemu", REAPER_INTERVAL_MS: "200", METER_HEARTBEAT_MS: String(heartbeatMs), LOG_LEVEL: "warn" },
+      readyTimeoutMs: 120_000,
+      prepare: (dataDir) => symlinkSync(images, join(dataDir, "images")),
+    });
+  }, 180_000);
+
+  afterAll(async () => {
+    await stack?.close();
+  }, 60_000);
+
+  const counter = async (id: string) => {
+    const res = await stack.call(`/a/${id}/counter`, { method: "POST" });
+    expect(res.status).toBe(200);
+    return { wake: res.headers.get("x-wake"), rollback: res.headers.get("x-wake-rollback"), count: ((await res.json()) as { count: number }).count };
+  };
+
+  it("the first call after the crash restores the snapshot and says how much awake time it lost", async () => {
+    const id = await stack.createAgent({ idleTimeoutMs: 600_000 });
+    expect(await counter(id)).toMatchObject({ wake: "boot", count: 1, rollback: null });
+    expect(await counter(id)).toMatchObject({ wake: "warm", count: 2 }); // N = 2
+    expect((await (await stack.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
+
+    const wakeCalled = Date.now();
+    expect(await counter(id)).toMatchObject({ wake: "restore", count: 3, rollback: null });
+    const woke = Date.now();
+    expect(await counter(id)).toMatchObject({ wake: "warm", count: 4 }); // N + k = 4
+    await new Promise((r) => setTimeout(r, 1500));
+    const killAt = await stack.killHost();
+    await stack.startHost();
+
+    const after = await counter(id);
+    expect(after.wake).toBe("restore");
+    expect(after.count).toBe(3); // N + 1: what it did in memory since the snapshot is gone
+    const rollbackMs = Number(after.rollback);
+    expect(rollbackMs, `x-wake-rollback: ${after.rollback}`).toBeGreaterThan(0);
+    expect(rollbackMs).toBeLessThanOrEqual(killAt - wakeCalled);
+    expect(rollbackMs).toBeGreaterThanOrEqual(killAt - woke - heartbeatMs - slackMs);
+
+    // The run the crash cut off ended at its last metered instant: exactly the awake time lost.
+    await waitFor(async () => (await stack.runs(id)).length === 3, 5000, "the run of the wake after the crash");
+    const [now, crashed] = await stack.runs(id);
+    expect(crashed!.sleepReason).toBe("crash");
+    expect(Date.parse(crashed!.sleptAt!) - Date.parse(crashed!.wokeAt)).toBe(rollbackMs);
+    expect(now!.wakeMode).toBe("restore");
+    expect(now!.timings.rollbackMs).toBe(rollbackMs);
+
+    const events = await stack.events(id);
+    expect(events.filter((e) => e.reason === "crash")).toEqual([expect.objectContaining({ fromState: "running", toState: "stopped", runId: crashed!.runId })]);
+    const wake = events.findLast((e) => e.toState === "running")!;
+    expect(wake.timings?.rollbackMs).toBe(rollbackMs);
+    expect(wake.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs, crashedRunId: crashed!.runId, lastAwakeAt: crashed!.sleptAt } });
+
+    // Only the first wake after the crash says so: a warm call, and the wake after the next hibernation, do not.
+    expect(await counter(id)).toMatchObject({ wake: "warm", count: 4, rollback: null });
+    expect((await (await stack.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
+    expect(await counter(id)).toMatchObject({ wake: "restore", count: 5, rollback: null });
+  }, 120_000);
+});
