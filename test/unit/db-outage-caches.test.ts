@@ -8,6 +8,7 @@ import type { Db } from "../../schema/postgres.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
 import { createAgentCache } from "../../gateway/proxy-agents.ts";
 import { gatedClient } from "../../schema/db-gate.ts";
+import { readinessResponse } from "../../lib/readiness.ts";
 import type { AgentRow } from "../../gateway/agent-repo.ts";
 
 const refused = () => Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" });
@@ -131,5 +132,19 @@ describe("the client's gate", () => {
     expect(sent).toHaveLength(3);
     sent[2]!.settle();
     await after;
+  });
+});
+
+describe("/readyz", () => {
+  it("200 with each dependency up; a check that fails or hangs past the timeout is 503 naming it down, with Retry-After", async () => {
+    const up = await readinessResponse({ database: { code: "database_unavailable", check: async () => 1 } }, "req_ready1");
+    expect(up.status).toBe(200);
+    expect(await up.json()).toEqual({ ok: true, database: "up" });
+    const started = performance.now();
+    const hung = await readinessResponse({ database: { code: "database_unavailable", check: () => new Promise(() => {}) } }, "req_ready2", 100);
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(hung.status).toBe(503);
+    expect(hung.headers.get("retry-after")).toBe("2");
+    expect(await hung.json()).toMatchObject({ error: { code: "database_unavailable", message: "not ready: database down", requestId: "req_ready2", details: { database: "down" } } });
   });
 });
