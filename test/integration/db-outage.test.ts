@@ -213,7 +213,10 @@ describe("Postgres down under load", () => {
       expect(e.at.getTime()).toBeLessThanOrEqual(upAt);
     }
     for (let i = 1; i < during.length; i++) expect(during[i]!.at.getTime()).toBeGreaterThanOrEqual(during[i - 1]!.at.getTime());
-    const outageRun = (await database.db.select().from(runs).where(eq(runs.agentId, sleeper)).orderBy(asc(runs.wokeAt))).at(-1)!;
+    const lastRun = async () => (await database.db.select().from(runs).where(eq(runs.agentId, sleeper)).orderBy(asc(runs.wokeAt))).at(-1)!;
+    // The run's end is its own spooled write, replayed after the transitions: under load it lands a moment later.
+    await waitFor(async () => (await lastRun()).sleepReason !== null, 10_000, "the outage's run closed");
+    const outageRun = await lastRun();
     expect(outageRun).toMatchObject({ id: during[1]!.runId, wakeMode: "restore", sleepReason: "idle" });
     expect(outageRun.sleptAt!.getTime()).toBeLessThanOrEqual(upAt);
     expect((await database.db.select({ state: agents.state }).from(agents).where(eq(agents.id, sleeper)))[0]?.state).toBe("hibernated");
