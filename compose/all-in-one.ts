@@ -16,7 +16,9 @@ import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
 import { mintToken, type DevKeys } from "./dev-keys.ts";
+import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+import { readArtifact } from "../images/build/store.ts";
 
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
@@ -68,7 +70,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   await registerHost(db, { id: hostId, driver: driver.name, capacityMiB: 0 });
   // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
   const sink = billingSink(db, clock, log.child({ component: "billing" }));
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, clock, log: log.child({ component: "fleet-agent", hostId }) });
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }) });
 
   // The demo tenant and agent, created once and kept across restarts.
   const repo = createAgentRepo(db);
@@ -81,7 +83,9 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
 
   let gateway;
   try {
-    gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock });
+    // Images are built into this data directory, where this process's host reads them.
+    const imageBuilder = createNodeImageBuilder({ dataDir, cacheDir: cfg.imageCacheDir, clock, log: log.child({ component: "images" }) });
+    gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder });
   } catch (err) {
     await runtime.stop();
     if (!parts.database) await database.close();

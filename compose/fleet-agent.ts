@@ -19,6 +19,7 @@ import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fle
 import { registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
 import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
+import { readArtifact } from "../images/build/store.ts";
 
 export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
@@ -110,7 +111,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const sink = cfg.billingUrl
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
     : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, clock, log: hostLog });
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog });
   const { host, fleet } = runtime;
   const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) } };
   const app = createIngress(ingressDeps);

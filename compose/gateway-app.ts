@@ -14,6 +14,9 @@ import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy-core.ts";
 import { createDbWebhookStore, createWebhookRoutes, fleetForward, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
+import { createImageRepo } from "../images/repo.ts";
+import { createImageRoutes } from "../images/routes.ts";
+import type { ImageBuilder } from "../images/builds.ts";
 
 export interface GatewayAppDeps {
   db: Db;
@@ -26,6 +29,10 @@ export interface GatewayAppDeps {
   /** `componentKey(COMPONENT_SECRET)`: what hosts sign their meter shipments with. */
   componentKey: Uint8Array;
   clientIp?: GatewayDeps["clientIp"];
+  /** Builds images (Node, beside the hosts that run them); without it the image routes list and delete only. */
+  imageBuilder?: ImageBuilder;
+  /** Largest image upload (build context or archive), bytes. */
+  maxImageUploadBytes?: number;
   /** A webhook delivery was stored: attempt it soon (Node kicks its delivery worker; a Worker runs one after the answer). */
   onWebhookQueued: () => void;
 }
@@ -39,6 +46,9 @@ export interface GatewayApp {
   webhookDeps: WebhookDeps;
 }
 
+/** IMAGE_MAX_UPLOAD_BYTES's default: 4 GiB. */
+export const defaultMaxImageUploadBytes = 4 * 1024 ** 3;
+
 export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const { db, fleet, clock, log } = deps;
   const agents = createAgentRepo(db);
@@ -49,6 +59,14 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const audit = createDbAuditLog(db);
   const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: deps.webhooks };
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
+  const imageRepo = createImageRepo(db);
+  const images = createImageRoutes({
+    repo: imageRepo,
+    ...(deps.imageBuilder ? { builder: deps.imageBuilder } : {}),
+    audit,
+    log: log.child({ component: "images" }),
+    maxUploadBytes: deps.maxImageUploadBytes ?? defaultMaxImageUploadBytes,
+  });
   const app = createGateway({
     agents,
     fleet,
@@ -57,7 +75,8 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     log: gatewayLog,
     config: deps.config,
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
-    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing],
+    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images],
+    imageCatalog: imageRepo,
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },

@@ -1,4 +1,5 @@
 // The one Node gateway: the shared app, the fast path beside it, the webhook worker, on one node:http server; `npm start` and `npm run gateway` both run it.
+import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
@@ -17,7 +18,8 @@ import { createNodeProxy } from "../gateway/node/fast-path/handler.ts";
 import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
 import { ensureDevKeys, type DevKeys } from "./dev-keys.ts";
-import { assembleGatewayApp } from "./gateway-app.ts";
+import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
+import type { ImageBuilder } from "../images/builds.ts";
 
 export interface NodeGatewayConfig {
   port: number;
@@ -29,6 +31,10 @@ export interface NodeGatewayConfig {
   webhooks: WebhookConfig;
   /** `componentKey(COMPONENT_SECRET)`: hosts sign meter shipments (and gateways host calls) with it. */
   componentKey: Uint8Array;
+  /** Image builds: the Debian bases and buildah's storage live here, outside any clone (IMAGE_CACHE_DIR). */
+  imageCacheDir: string;
+  /** Largest image upload, bytes (IMAGE_MAX_UPLOAD_BYTES). */
+  maxImageUploadBytes: number;
 }
 
 /**
@@ -36,6 +42,8 @@ export interface NodeGatewayConfig {
  * | PORT | 8080 | port of the gateway |
  * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
  * | DATA_DIR | .data | data directory (the dev signing key lives in `<DATA_DIR>/keys`) |
+ * | IMAGE_CACHE_DIR | $HOME/.cache/agentvm | where image builds keep the Debian bases and buildah's storage (reused across runs and data directories) |
+ * | IMAGE_MAX_UPLOAD_BYTES | 4294967296 | largest build context or image archive `POST /v1/images` accepts, bytes |
  * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
  * plus the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
  * `images` are the images agents may be created with (what the hosts' drivers run).
@@ -52,6 +60,8 @@ export function parseNodeGatewayConfig(env: Env, images: readonly string[]): Nod
     webhooks: webhookConfigFromEnv(env),
     // Without a secret nothing outside this process can sign a shipment: a random key closes the HTTP route.
     componentKey: secret ? componentKey(secret) : crypto.getRandomValues(new Uint8Array(32)),
+    imageCacheDir: resolve(str(env, "IMAGE_CACHE_DIR", join(str(env, "HOME", homedir()), ".cache", "agentvm"))),
+    maxImageUploadBytes: int(env, "IMAGE_MAX_UPLOAD_BYTES", defaultMaxImageUploadBytes, { min: 1024 }),
   };
 }
 
@@ -79,6 +89,8 @@ export interface NodeGatewayParts {
   fleet: NodeFleet;
   log: Logger;
   clock: Clock;
+  /** Builds images where this gateway's hosts read them (the all-in-one); none: the image routes only list and delete. */
+  imageBuilder?: ImageBuilder;
 }
 
 /** User tokens are verified against JWKS_URL, JWKS_JSON, or else the dev key in the data directory (said once at start). */
@@ -104,6 +116,8 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
     config: cfg.gateway,
     webhooks: cfg.webhooks,
     componentKey: cfg.componentKey,
+    ...(parts.imageBuilder ? { imageBuilder: parts.imageBuilder } : {}),
+    maxImageUploadBytes: cfg.maxImageUploadBytes,
     clientIp: nodeClientIp,
     // A stored delivery kicks this process's worker, so it is attempted at once, not at the next poll.
     onWebhookQueued: () => worker?.kick(),

@@ -18,9 +18,12 @@ export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hiberna
 export interface AgentSpec {
   id: string;
   tenantId: string;
+  /** A built-in image (`demo`) or a built image's digest (`sha256:…`, see contracts/image.ts). */
   image: string;
   vcpus: number;
   memMiB: number;
+  /** The agent's persistent disk, MiB: the writable layer over a built image (kept across hibernate, restarts, cold boots). */
+  diskMiB?: number;
   idleTimeoutMs: number;
   streamIdleMs: number;
   allowEgress: boolean;

@@ -35,6 +35,15 @@ export interface Fleet {
   addLease(agent: AgentSpec, ttlMs: number): Promise<Lease>;
   dropLease(agentId: string, leaseId: string): Promise<boolean>;
   remove(agentId: string): Promise<void>;
+  /** The agent's log (console + workload output): the last `tailBytes`, then, with `follow`, new output as it comes until `signal` aborts. Undefined when the host has no such agent. */
+  logs(agentId: string, opts: LogReadOptions): Promise<ReadableStream<Uint8Array> | undefined>;
+}
+
+/** How much of an agent's log to read, and whether to go on with what it writes next. Reading a log never wakes the agent. */
+export interface LogReadOptions {
+  tailBytes: number;
+  follow: boolean;
+  signal?: AbortSignal;
 }
 
 const serverTimingNames: Partial<Record<keyof WakeTimings, string>> = { queuedMs: "queue", restoreMs: "restore", clockFixMs: "clockfix", bootMs: "boot" };

@@ -22,7 +22,9 @@ export type HostCall =
   | { op: "status"; agentId: string }
   | { op: "lease"; agent: AgentSpec; ttlMs: number }
   | { op: "drop-lease"; agentId: string; leaseId: string }
-  | { op: "remove"; agentId: string };
+  | { op: "remove"; agentId: string }
+  /** The agent's log: the last `tailBytes`, then (with `follow`) what it writes next; streamed, wakes nothing. */
+  | { op: "logs"; agentId: string; tailBytes: number; follow: boolean };
 
 export type HostOp = HostCall["op"];
 
@@ -36,12 +38,13 @@ export const hostOpPaths: Record<HostOp, string> = {
   lease: "/v1/lease",
   "drop-lease": "/v1/drop-lease",
   remove: "/v1/remove",
+  logs: "/v1/logs",
 };
 
-/** The HTTP method of a call: forward keeps the caller's, status and websocket (an upgrade) are GETs, the rest act. */
+/** The HTTP method of a call: forward keeps the caller's, status, logs and websocket (an upgrade) are GETs, the rest act. */
 export function hostCallMethod(call: HostCall): string {
   if (call.op === "forward") return call.method;
-  return call.op === "status" || call.op === "websocket" ? "GET" : "POST";
+  return call.op === "status" || call.op === "websocket" || call.op === "logs" ? "GET" : "POST";
 }
 
 const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
@@ -75,6 +78,8 @@ function isHostCall(v: unknown): v is HostCall {
       return isAgentSpec(c.agent) && Number.isInteger(c.ttlMs) && (c.ttlMs as number) > 0;
     case "drop-lease":
       return str("agentId") && str("leaseId");
+    case "logs":
+      return str("agentId") && Number.isInteger(c.tailBytes) && (c.tailBytes as number) >= 0 && typeof c.follow === "boolean";
     case "hibernate":
     case "status":
     case "remove":
@@ -92,7 +97,8 @@ function isAgentSpec(v: unknown): v is AgentSpec {
   if (typeof v !== "object" || v === null) return false;
   const a = v as Record<string, unknown>;
   const ints = ["vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs"].every((k) => Number.isInteger(a[k]) && (a[k] as number) > 0);
-  return typeof a.id === "string" && typeof a.tenantId === "string" && typeof a.image === "string" && typeof a.allowEgress === "boolean" && ints;
+  const disk = a.diskMiB === undefined || (Number.isInteger(a.diskMiB) && (a.diskMiB as number) > 0);
+  return typeof a.id === "string" && typeof a.tenantId === "string" && typeof a.image === "string" && typeof a.allowEgress === "boolean" && ints && disk;
 }
 
 /** The AppError a host's error answer stands for (its envelope and Retry-After), read back on the gateway side. */

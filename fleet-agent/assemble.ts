@@ -16,6 +16,7 @@ import { Meter } from "./meter/index.ts";
 import { createDbHostStore } from "./store.ts";
 import { createSpooledHostStore, eventSpoolDir } from "./store-spool.ts";
 import { startCrashRecovery } from "./recovery.ts";
+import type { ImageLocator } from "../contracts/image.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -49,6 +50,8 @@ export async function startHostRuntime(opts: {
   driver: VmDriver;
   /** Where meter segments go: billing in this process, or over HTTP. */
   sink: SegmentSink;
+  /** Built images' files on this host (images/build's store under the data directory). */
+  images: ImageLocator;
   clock: Clock;
   log: Logger;
 }): Promise<HostRuntime> {
@@ -70,8 +73,10 @@ export async function startHostRuntime(opts: {
       cpuBusyThreshold: cfg.cpuBusyThreshold,
       drainTimeoutMs: cfg.drainTimeoutMs,
       hibernateRetry: cfg.hibernateRetry,
+      logs: cfg.logs,
     },
     driver: opts.driver,
+    images: opts.images,
     store,
     clock,
     log,

@@ -3,6 +3,7 @@ import { int, oneOf, optStr, type Env } from "../lib/env.ts";
 import type { LocalFleetOptions } from "./local-fleet.ts";
 import type { DriverChoice } from "./drivers/select.ts";
 import type { HibernateRetry } from "./reaper.ts";
+import type { LogLimits } from "./agent-logs.ts";
 
 export interface FleetAgentConfig {
   hostId: string | undefined;
@@ -16,6 +17,8 @@ export interface FleetAgentConfig {
   meterHeartbeatMs: number;
   /** The idle reaper's wait after a failed hibernate: doubling from `initialMs` up to `maxMs`. */
   hibernateRetry: HibernateRetry;
+  /** When agents' logs (console + workload output) are rotated. */
+  logs: LogLimits;
   upstream: LocalFleetOptions;
 }
 
@@ -31,6 +34,8 @@ export interface FleetAgentConfig {
  * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a host crash loses at most this much metered time, ms |
  * | HIBERNATE_RETRY_MS | 30000 | after a failed hibernate (a full disk) the VM stays awake; the idle reaper tries again after this, ms |
  * | HIBERNATE_RETRY_MAX_MS | 600000 | that wait doubles with each failure in a row up to this, ms; a successful hibernate resets it |
+ * | LOG_MAX_BYTES | 4194304 | an agent's log (console + workload output) past this size is rotated: copied to `<log>.1` (the one older generation kept), then emptied in place; bytes |
+ * | LOG_ROTATE_INTERVAL_MS | 2000 | how often the host looks at its awake agents' logs (and at one on every read), ms; a log passes its limit by at most what the agent writes meanwhile |
  * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms (the gateway's fast path reads it too) |
  * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after; the gateway's fast path reads it too) |
  */
@@ -47,6 +52,10 @@ export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
     hibernateRetry: {
       initialMs: int(env, "HIBERNATE_RETRY_MS", 30_000, { min: 10 }),
       maxMs: int(env, "HIBERNATE_RETRY_MAX_MS", 600_000, { min: 10 }),
+    },
+    logs: {
+      maxBytes: int(env, "LOG_MAX_BYTES", 4_194_304, { min: 4096 }),
+      rotateIntervalMs: int(env, "LOG_ROTATE_INTERVAL_MS", 2000, { min: 10 }),
     },
     upstream: {
       connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),

@@ -2,10 +2,11 @@
 import { join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
-import { newId } from "../lib/ids.ts";
+import { isId, newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import type { RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
 import { snapshotFailureDetail } from "./drivers/common/snapshot-space.ts";
+import { rotatedLogPath } from "./drivers/common/vm-process.ts";
 import type { HostStore } from "./store.ts";
 import type { Rollback } from "./recovery.ts";
 import type { AgentSpec, Lease, SleepReason, TransitionReason, TransitionTimings, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
@@ -17,7 +18,10 @@ import { defaultHibernateRetry, hibernateRetryMs, IdleReaper, type HibernateRetr
 import { removeTicket, TicketImpl, type Ticket } from "./tickets.ts";
 import { liveLeases } from "./leases.ts";
 import { newVmEntry, type VmEntry } from "./vm-entry.ts";
+import { isImageDigest, type ImageLocator } from "../contracts/image.ts";
 import { canTransition, IllegalTransition } from "./vm-state.ts";
+import type { LogReadOptions } from "../contracts/fleet.ts";
+import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./agent-logs.ts";
 
 export interface HostConfig {
   hostId: string;
@@ -35,6 +39,8 @@ export interface HostConfig {
   drainTimeoutMs: number;
   /** Backoff of the idle reaper after a failed hibernate (default 30 s doubling to 10 min). */
   hibernateRetry?: HibernateRetry;
+  /** When agents' logs are rotated (default 4 MiB, looked at every 2 s). */
+  logs?: LogLimits;
 }
 
 export interface HostDeps {
@@ -46,7 +52,12 @@ export interface HostDeps {
   activity: ActivityListener;
   /** The VM directories on disk; node:fs unless a test passes its own. */
   fs?: HostFs;
+  /** Where built images' files are on this host (agents whose `image` is a digest); none unless given. */
+  images?: ImageLocator;
 }
+
+/** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
+const CONSOLE_TAIL_BYTES = 2048;
 
 export class Host {
   private readonly vms = new Map<string, VmEntry>();
@@ -54,6 +65,8 @@ export class Host {
   private readonly fs: HostFs;
   private readonly events: EventLog;
   private readonly reaper: IdleReaper;
+  /** Keeps the awake agents' logs bounded (agent-logs.ts). */
+  private readonly logRotator: LogRotator;
   private stopping = false;
   /** Agents whose next restore brings back a snapshot older than their last awake state (crash recovery found them). */
   private readonly rollbacks = new Map<string, Rollback>();
@@ -76,6 +89,13 @@ export class Host {
         void this.hibernate(entry, "idle");
       },
     });
+    // Only awake agents write to their logs: theirs are the ones to look at.
+    this.logRotator = new LogRotator({
+      clock: deps.clock,
+      log: deps.log,
+      limits: deps.config.logs ?? defaultLogLimits,
+      paths: () => [...this.vms.values()].filter((e) => e.running).map((e) => deps.driver.logPath(e.vmSpec)),
+    });
   }
 
   get hostId(): string {
@@ -94,6 +114,7 @@ export class Host {
       await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
     }
     this.reaper.start();
+    this.logRotator.start();
   }
 
   /** What crash recovery found (recovery.ts): the first wake of each of these agents that restores says what it lost. */
@@ -117,6 +138,7 @@ export class Host {
     if (this.stopping) return;
     this.stopping = true;
     await this.reaper.stop();
+    this.logRotator.stop();
     await this.drain();
     for (const entry of this.vms.values()) {
       for (const t of [...entry.tickets]) t.hibernating();
@@ -154,6 +176,22 @@ export class Host {
       lastActivityAt: e.lastActivityAt,
       ...(e.lastHibernateError ? { lastHibernateError: e.lastHibernateError } : {}),
     };
+  }
+
+  /**
+   * The agent's log (console + workload output), read from disk without waking it: the last `tailBytes`, then with
+   * `follow` what it writes next (agent-logs.ts). Rotated first when past the limit. Undefined when this host has no
+   * such agent (it never ran here). A follow ends once the agent is deleted.
+   */
+  logs(agentId: string, opts: LogReadOptions): ReadableStream<Uint8Array> | undefined {
+    if (!isId("agent", agentId)) return undefined; // the id names a directory
+    const stateDir = join(this.deps.config.vmsDir, agentId);
+    const entry = this.vms.get(agentId);
+    if (!entry && !this.fs.hasStateDir(stateDir)) return undefined;
+    const spec: VmSpec = entry?.vmSpec ?? { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir };
+    const path = this.deps.driver.logPath(spec);
+    this.logRotator.check(path);
+    return openLogStream(path, { ...opts, gone: () => !this.vms.has(agentId) && !this.fs.hasStateDir(stateDir) });
   }
 
   /**
@@ -281,6 +319,7 @@ export class Host {
       memMiB: spec.memMiB,
       allowEgress: spec.allowEgress,
       stateDir,
+      ...(spec.diskMiB !== undefined ? { diskMiB: spec.diskMiB } : {}),
     };
     // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
     const state = this.fs.hasStateDir(stateDir) ? "stopped" : "creating";
@@ -324,6 +363,7 @@ export class Host {
     const { driver, clock } = this.deps;
     const startedAt = clock.monotonic();
     try {
+      this.attachImage(entry);
       if (!entry.reaped) {
         entry.reaped = true;
         await driver.reap(entry.vmSpec);
@@ -379,11 +419,30 @@ export class Host {
       return { ...info, runId };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      this.deps.log.error("wake failed", { agentId: entry.spec.id, err: message });
-      if (entry.state !== "failed" && canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, { error: message });
+      // The image did not come up (entrypoint exited, never listened, image missing): the caller hears that, not a generic wake failure.
+      const bootFailed = err instanceof AppError && err.code === "boot_failed";
+      this.deps.log.error("wake failed", { agentId: entry.spec.id, err: message, ...(bootFailed ? { code: "boot_failed" } : {}) });
+      const detail = { error: message, ...(bootFailed ? { bootFailed: true, consoleTail: this.consoleTail(entry) } : {}) };
+      if (entry.state !== "failed" && canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, detail);
       entry.running = undefined;
+      if (bootFailed) throw new AppError("boot_failed", `agent ${entry.spec.id} did not start: ${message}`, { retryAfterS: 5, cause: err });
       throw new AppError("wake_failed", `agent ${entry.spec.id} could not be started: ${message}`, { retryAfterS: 5, cause: err });
     }
+  }
+
+  /** A built image's files, looked up when the VM first needs them (and again while they are missing). */
+  private attachImage(entry: VmEntry): void {
+    const { image } = entry.vmSpec;
+    if (!isImageDigest(image) || entry.vmSpec.rootImage) return;
+    const artifact = this.deps.images?.(image);
+    if (!artifact) throw new AppError("boot_failed", `image ${image} is not on host ${this.hostId}`);
+    entry.vmSpec.rootImage = artifact;
+  }
+
+  /** The end of the VM's log, across a rotation that may just have emptied the current file. */
+  private consoleTail(entry: VmEntry): string {
+    const path = this.deps.driver.logPath(entry.vmSpec);
+    return (this.fs.tail(rotatedLogPath(path), CONSOLE_TAIL_BYTES) + this.fs.tail(path, CONSOLE_TAIL_BYTES)).slice(-CONSOLE_TAIL_BYTES);
   }
 
   private watchExit(entry: VmEntry, vm: RunningVm): void {
@@ -393,7 +452,7 @@ export class Host {
       entry.hibernation?.abort.abort();
       if (entry.state === "running") this.endActivity(entry, "crash");
       entry.running = undefined;
-      if (canTransition(entry.state, "failed")) this.transition(entry, "failed", "crash", undefined, { ...exit });
+      if (canTransition(entry.state, "failed")) this.transition(entry, "failed", "crash", undefined, { ...exit, consoleTail: this.consoleTail(entry) });
       this.endRun(entry, "crash");
     });
   }

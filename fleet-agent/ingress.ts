@@ -97,6 +97,14 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     return c.json({ dropped: await fleet.dropLease(call.agentId, call.leaseId) });
   });
 
+  // The log streams as it is read (a follow until the gateway goes away); 204: this host has no such agent.
+  app.get(hostOpPaths.logs, async (c) => {
+    const call = await authorize(c, "logs");
+    const body = await fleet.logs(call.agentId, { tailBytes: call.tailBytes, follow: call.follow, signal: c.req.raw.signal });
+    if (!body) return c.body(null, 204);
+    return new Response(body, { headers: { "content-type": "application/octet-stream", "cache-control": "no-store" } });
+  });
+
   app.post(hostOpPaths.remove, async (c) => {
     const call = await authorize(c, "remove");
     await fleet.remove(call.agentId);

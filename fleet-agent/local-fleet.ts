@@ -152,6 +152,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     status: async (agentId) => host.status(agentId),
     addLease: (agent, ttlMs) => host.addLease(agent, ttlMs),
     dropLease: async (agentId, leaseId) => host.dropLease(agentId, leaseId),
+    logs: async (agentId, opts) => host.logs(agentId, opts),
     async remove(agentId) {
       await host.remove(agentId);
       pools.drop(agentId);

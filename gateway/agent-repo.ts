@@ -3,6 +3,9 @@ import { and, asc, desc, eq, isNull } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
+import type { Caller } from "../contracts/caller.ts";
+import { AppError } from "../lib/errors.ts";
+import { isId } from "../lib/ids.ts";
 
 export type AgentRow = typeof agents.$inferSelect;
 export type NewAgent = Omit<typeof agents.$inferInsert, "createdAt" | "deletedAt" | "state" | "lastWakeAt">;
@@ -43,13 +46,22 @@ export function createAgentRepo(db: Db): AgentRepo {
   };
 }
 
+/** The caller's own live agent, or 404 (another tenant's agent does not exist for them); 400 for what is no agent id. */
+export async function ownAgent(agents: AgentRepo, caller: Caller, id: string): Promise<AgentRow> {
+  if (!isId("agent", id)) throw new AppError("invalid_id", `"${id.slice(0, 64)}" is not an agent id`);
+  const row = await agents.get(id);
+  if (!row || row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+  return row;
+}
+
 export function agentSpec(row: AgentRow): AgentSpec {
   return {
     id: row.id,
     tenantId: row.tenantId,
-    image: row.image,
+    image: row.imageDigest ?? row.image,
     vcpus: row.vcpus,
     memMiB: row.memMiB,
+    diskMiB: row.diskMiB,
     idleTimeoutMs: row.idleTimeoutMs,
     streamIdleMs: row.streamIdleMs,
     allowEgress: row.allowEgress,

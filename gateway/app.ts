@@ -12,6 +12,7 @@ import { agentTarget } from "./proxy-policy.ts";
 import { createProxyCore, defaultProxyConfig } from "./proxy-core.ts";
 import type { GatewayDeps } from "./deps.ts";
 import { agentRoutes } from "./routes/agents.ts";
+import { logRoutes } from "./routes/logs.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
 
@@ -66,6 +67,7 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   });
 
   app.route("/", agentRoutes(deps, proxy));
+  app.route("/", logRoutes(deps));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {

@@ -32,6 +32,7 @@ export interface GatewayAuthConfig {
  * | PROXY_IDLE_TIMEOUT_MS | 600000 (10 min) | a proxied call, stream or WebSocket that moves no bytes either way for this long is ended, ms (per agent: limits.proxyIdleTimeoutMs) |
  * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from the request sent to the agent's response headers, ms; 504 after (per agent: limits.responseTimeoutMs; the fleet-agent reads it too) |
  * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms; 504 after (the fleet-agent reads it too) |
+ * | AGENT_DISK_MIB | 1024 | an agent's persistent disk (the writable layer over a built image) unless its create call says, MiB |
  * | AGENT_CACHE_TTL_MS | 2000 (Workers: 0) | how long the proxy trusts an agent row from memory before re-reading it (in the background), ms; 0: every call reads it |
  * | PROXY_FAST_PATH | true | Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets) |
  */
@@ -47,6 +48,7 @@ export function parseGatewayConfig(env: Env, images: readonly string[]): { gatew
         memMiB: int(env, "AGENT_MEM_MIB", 256, { min: 64 }),
         idleTimeoutMs: int(env, "AGENT_IDLE_TIMEOUT_MS", 60_000, { min: 100 }),
         streamIdleMs: int(env, "AGENT_STREAM_IDLE_MS", 60_000, { min: 100 }),
+        diskMiB: int(env, "AGENT_DISK_MIB", 1024, { min: 64, max: 1024 * 1024 }),
       },
       proxy: {
         maxHeaderBytes: int(env, "MAX_HEADER_BYTES", 16_384, { min: 1024, max: 1024 * 1024 }),

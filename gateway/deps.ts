@@ -9,6 +9,7 @@ import type { AgentRepo } from "./agent-repo.ts";
 import type { Authenticator } from "./auth.ts";
 import type { ProxyConfig, ProxyCore } from "./proxy-core.ts";
 import type { AgentSettingsStore } from "./proxy-agents.ts";
+import type { ImageCatalog } from "../contracts/image.ts";
 
 export interface GatewayConfig {
   /** When set, `{agentId}.{domain}` hosts route to the agent like `/a/{agentId}/…`. */
@@ -19,7 +20,7 @@ export interface GatewayConfig {
   maxApiBodyBytes: number;
   /** Images an agent may be created with (what the hosts' driver can run). */
   images: readonly string[];
-  agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number };
+  agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number; diskMiB?: number };
   /** Proxy timeouts and limits (gateway/proxy-core.ts); defaults when absent. */
   proxy?: ProxyConfig;
 }
@@ -40,6 +41,8 @@ export interface GatewayDeps {
   settings?: AgentSettingsStore;
   /** The proxy's shared state (agent cache, tenant limiter), when the Node fast path shares it; else one is made here. */
   proxy?: ProxyCore;
+  /** Built images agents may name (`name:tag` or a digest) besides the built-in `images`; none: built-in only. */
+  imageCatalog?: ImageCatalog;
   /** What `GET /readyz` checks (the database); none: it answers ready. */
   readiness?: ReadinessChecks;
 }

@@ -128,6 +128,14 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       await control<{ removed: boolean }>(host, { op: "remove", agentId }, controlTimeoutMs);
       placement.forget(agentId);
     },
+    async logs(agentId, opts) {
+      // Wherever the agent was placed, awake or not: reading its log wakes nothing. Never placed: it has no log yet.
+      const host = await placement.currentHost(agentId);
+      if (!host) return undefined;
+      const res = await send(host, { op: "logs", agentId, tailBytes: opts.tailBytes, follow: opts.follow }, opts.signal ? { signal: opts.signal } : {});
+      if (res.status === 204 || !res.body) return undefined;
+      return res.body;
+    },
   };
 }
 

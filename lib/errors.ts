@@ -14,10 +14,16 @@ export const errorStatus = {
   payload_too_large: 413,
   headers_too_large: 431,
   unprocessable: 422,
+  /** An image build or import failed on its input (a bad Containerfile, a RUN that failed): the message has the log's tail. */
+  build_failed: 422,
+  /** An uploaded image archive is not an OCI archive or a `docker save` tarball, or is corrupt. */
+  bad_archive: 400,
   rate_limited: 429,
   internal: 500,
   bad_gateway: 502,
   wake_failed: 503,
+  /** The agent's image did not come up: its entrypoint exited, or it never answered on its port within the boot timeout. */
+  boot_failed: 503,
   queue_full: 503,
   shutting_down: 503,
   /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */

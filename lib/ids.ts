@@ -18,6 +18,8 @@ export const idPrefixes = {
   rateCard: "rc",
   event: "evt",
   lease: "lse",
+  image: "img",
+  build: "bld",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;

@@ -28,10 +28,14 @@ export const agents = pgTable(
       .notNull()
       .references(() => tenants.id),
     name: text("name").notNull(),
-    /** Image name the driver boots: `demo` or a command for the process driver. */
+    /** The image as the agent was created with it: a built-in one (`demo`), `name:tag` or a digest. */
     image: text("image").notNull(),
+    /** The built image `image` resolved to at creation (`sha256:…`); null for a built-in image. */
+    imageDigest: text("image_digest"),
     vcpus: integer("vcpus").notNull().default(1),
     memMiB: integer("mem_mib").notNull().default(256),
+    /** The agent's persistent disk (the writable layer over a built image), MiB. */
+    diskMiB: integer("disk_mib").notNull().default(1024),
     idleTimeoutMs: integer("idle_timeout_ms").notNull().default(60_000),
     /** Open streams keep the agent awake only while they moved bytes within this window. */
     streamIdleMs: integer("stream_idle_ms").notNull().default(60_000),

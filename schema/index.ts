@@ -3,3 +3,4 @@ export * from "./core.ts";
 export * from "./webhooks.ts";
 export * from "./billing.ts";
 export * from "./proxy.ts";
+export * from "./images.ts";

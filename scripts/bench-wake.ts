@@ -1,7 +1,11 @@
 // `npm run bench:wake`: boot, snapshot and wake timings of the qemu driver through the whole system (gateway → host → VM).
 // Options: --rounds N (10), --sleep-ms MS (hibernated time before each wake, 2000), --warm N (20), --accel auto|kvm|tcg,
-// --prestart (keep a QEMU waiting in -incoming defer). Prints progress, then one `RESULT {json}` line.
+// --prestart (keep a QEMU waiting in -incoming defer), --image DIR (build the Containerfile in DIR through the API
+// and run that instead of the demo, e.g. examples/node-agent), --path P (what each call asks for, /counter).
+// Prints progress, then one `RESULT {json}` line.
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -18,6 +22,8 @@ const { values } = parseArgs({
     warm: { type: "string", default: "20" },
     accel: { type: "string", default: process.env.QEMU_ACCEL ?? "auto" },
     prestart: { type: "boolean", default: false },
+    image: { type: "string" },
+    path: { type: "string", default: "/counter" },
     "data-dir": { type: "string", default: process.env.DATA_DIR ?? join(import.meta.dirname, "..", ".data") },
   },
 });
@@ -35,6 +41,9 @@ class RecordingDriver implements VmDriver {
   snapshots: SnapshotResult[] = [];
   wakes: WakeResult[] = [];
   private readonly inner: QemuDriver;
+  logPath(spec: VmSpec): string {
+    return this.inner.logPath(spec);
+  }
   constructor(inner: QemuDriver) {
     this.inner = inner;
     this.name = inner.name;
@@ -97,7 +106,19 @@ const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver,
 
 try {
   const headers = { authorization: `Bearer ${system.demo.token}`, "content-type": "application/json" };
-  const created = await fetch(`${system.url}/v1/agents`, { method: "POST", headers, body: JSON.stringify({ idleTimeoutMs: 3_600_000 }) });
+  let imageName = "demo";
+  let imageBuild: { build_ms: number; image_bytes: number } | undefined;
+  if (values.image) {
+    const t0 = performance.now();
+    const tar = spawn("tar", ["-c", "-C", resolve(values.image), "."], { stdio: ["ignore", "pipe", "inherit"] });
+    const built = await fetch(`${system.url}/v1/images?name=bench`, { method: "POST", headers: { authorization: headers.authorization }, body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>, duplex: "half" } as RequestInit);
+    if (built.status !== 201) throw new Error(`build ${values.image}: ${built.status} ${await built.text()}`);
+    const { image: img } = (await built.json()) as { image: { sizeBytes: number; digest: string } };
+    imageBuild = { build_ms: round1(performance.now() - t0), image_bytes: img.sizeBytes };
+    say(`image: built ${values.image} in ${imageBuild.build_ms} ms, ${img.sizeBytes} bytes, ${img.digest}`);
+    imageName = "bench";
+  }
+  const created = await fetch(`${system.url}/v1/agents`, { method: "POST", headers, body: JSON.stringify({ idleTimeoutMs: 3_600_000, image: imageName }) });
   if (created.status !== 201) throw new Error(`create agent: ${created.status} ${await created.text()}`);
   const agentId = ((await created.json()) as { id: string }).id;
   const agentUrl = `${system.url}/a/${agentId}`;
@@ -112,11 +133,12 @@ try {
     return { ms, wake: res.headers.get("x-wake") ?? "?" };
   };
 
-  const boot = await firstByte("/");
+  const callPath = values.path;
+  const boot = await firstByte(callPath);
   say(`boot: first byte ${round1(boot.ms)} ms (x-wake ${boot.wake}), driver boot ${round1(driver.boots[0]?.bootMs ?? NaN)} ms`);
-  for (let i = 0; i < 3; i++) await firstByte("/counter"); // connection pools, JIT
+  for (let i = 0; i < 3; i++) await firstByte(callPath); // connection pools, JIT
   const warm: number[] = [];
-  for (let i = 0; i < warmCalls; i++) warm.push((await firstByte("/counter")).ms);
+  for (let i = 0; i < warmCalls; i++) warm.push((await firstByte(callPath)).ms);
   say(`warm: first byte p50 ${round1(p50(warm))} ms over ${warmCalls} calls`);
 
   const wakeFirstByte: number[] = [];
@@ -127,7 +149,7 @@ try {
     const hib = await fetch(`${system.url}/v1/agents/${agentId}/hibernate`, { method: "POST", headers });
     if (hib.status !== 200) throw new Error(`hibernate: ${hib.status} ${await hib.text()}`);
     await sleep(sleepMs);
-    const w = await firstByte("/counter");
+    const w = await firstByte(callPath);
     wakeFirstByte.push(w.ms);
     modes[w.wake] = (modes[w.wake] ?? 0) + 1;
     const d = driver.wakes.at(-1);
@@ -144,6 +166,8 @@ try {
     accel: qemu.accel,
     qemu: qemu.qemuVersion,
     prestart: values.prestart,
+    image: values.image ?? "demo",
+    ...(imageBuild ?? {}),
     rounds,
     sleep_ms: sleepMs,
     wake_modes: modes,

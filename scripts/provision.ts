@@ -1,17 +1,24 @@
 // `npm test` runs this first: provisions what the suite needs on this machine (Postgres server binaries, QEMU and
-// the guest image), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
+// the guest image, the image tools), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { findPgBin } from "./postgres-server.ts";
 import { customKernelFromEnv } from "../fleet-agent/guest/build-image.ts";
+import { ensureImageTools } from "../images/build/tools.ts";
 import { aptInstall, provisionVm } from "./setup-vm.ts";
 
 const log = (line: string) => console.log(`provision: ${line}`);
+const ci = process.env.CI === "true";
 
 if (!findPgBin() && process.getuid?.() === 0 && existsSync("/etc/debian_version")) aptInstall(["postgresql"], log);
 const pgBin = findPgBin();
 if (!pgBin) throw new Error("no Postgres server binaries (initdb): install Debian's postgresql package (as root: apt-get install postgresql)");
 log(`postgres server binaries: ${pgBin}`);
 
+// Image builds (buildah, skopeo, umoci, debootstrap, e2fsprogs): the image tests need them.
+const { missing } = ensureImageTools({ log, install: (packages) => aptInstall(packages, log) });
+if (missing.length > 0 && ci) throw new Error(`image tools missing: ${missing.join(", ")}`);
+if (missing.length === 0) log("image tools: buildah, skopeo, umoci, debootstrap, e2fsprogs present");
+
 const kernel = customKernelFromEnv(process.env);
-await provisionVm({ ci: process.env.CI === "true", dataDir: resolve(process.env.DATA_DIR ?? ".data"), log, ...(kernel ? { kernel } : {}) });
+await provisionVm({ ci, dataDir: resolve(process.env.DATA_DIR ?? ".data"), log, ...(kernel ? { kernel } : {}) });

@@ -1,4 +1,5 @@
 // The one interface every hypervisor driver implements (process, qemu, firecracker).
+import type { ImageArtifact } from "../../contracts/image.ts";
 
 export type DriverName = "process" | "qemu" | "firecracker";
 
@@ -13,6 +14,13 @@ export interface VmSpec {
   allowEgress: boolean;
   /** Directory owned by this VM: snapshots, sockets, pid files, logs, leases. Survives fleet-agent restarts. */
   stateDir: string;
+  /**
+   * A built image to run instead of a built-in one (`image` then holds its digest). The VM gets the image's root
+   * filesystem read-only and a persistent disk of its own (`diskMiB`, in `stateDir`) as the writable layer over it.
+   */
+  rootImage?: ImageArtifact;
+  /** Size of the agent's persistent disk, MiB (with `rootImage`). */
+  diskMiB?: number;
 }
 
 /** Where the workload's HTTP server is reachable from the host. */
@@ -95,6 +103,11 @@ export interface VmDriver {
   guestLeases(vm: RunningVm): Promise<number>;
   /** Called once if the VM's process exits without being told to. */
   onExit(vm: RunningVm, listener: (exit: VmExit) => void): void;
+  /**
+   * The file the VM's console and its workload's stdout/stderr go to (the agent's log). The writer keeps it open
+   * in append mode, so the host may rotate it by copying it aside and truncating it.
+   */
+  logPath(spec: VmSpec): string;
   /** Cleans up VM processes a previous fleet-agent left running in `stateDir` (pid files). */
   reap(spec: VmSpec): Promise<void>;
   /** Releases everything the driver still holds (frozen processes, pre-started VMs) at host shutdown. */

@@ -1,4 +1,5 @@
 // Picks the VM driver for this host: DRIVER when set, else qemu where QEMU and the guest image are usable, else process.
+import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { bool, oneOf, type Env } from "../../lib/env.ts";
 import type { Logger } from "../../lib/log.ts";
@@ -64,7 +65,8 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     }
   }
   return {
-    driver: new ProcessDriver(),
+    // The launcher's cache beside the VM directories, not among them (the host would take it for an agent's).
+    driver: new ProcessDriver({ logger: log, launcherCacheDir: join(dataDir, "process-launcher") }),
     images: Object.keys(defaultProcessImages),
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
   };

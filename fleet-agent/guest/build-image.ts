@@ -1,10 +1,12 @@
-// Builds the demo guest image (kernel, initramfs, ELF vmlinux) from Debian packages and the sources beside this
-// file; cached on a hash of its inputs (this file included).
+// Builds the guest image (kernel, initramfs, ELF vmlinux) from Debian packages and the sources beside this file;
+// cached on a hash of its inputs (this file included). The same kernel and initramfs run the built-in demo and, given
+// a built image's drives, that image's entrypoint (init.sh, launch.c).
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
+import { takeLock } from "../../lib/node-lock.ts";
 import { writeCpio, type CpioEntry } from "./cpio.ts";
 import { moduleLoadOrder, normalizeModuleName } from "./kmod.ts";
 import { extractVmlinux } from "./vmlinux.ts";
@@ -61,9 +63,11 @@ const WANTED_MODULES = [
   "vmw_vsock_virtio_transport_common",
   "vmw_vsock_virtio_transport",
 ];
+/** Loaded only when the VM has virtio block devices (a built image's drives): the demo boots without them. ext4 is built into Debian's cloud kernel. */
+const IMAGE_MODULES = ["virtio_blk", "overlay"];
 const GUEST_SOURCES = import.meta.dirname;
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
-const SOURCE_FILES = ["init.sh", "guest-agent.c", "demo-agent.c", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
+const SOURCE_FILES = ["init.sh", "guest-agent.c", "launch.c", "demo-agent.c", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
 const BUSYBOX_CANDIDATES = ["/bin/busybox", "/usr/bin/busybox"];
 
 function run(cmd: string, args: string[], opts: { cwd?: string } = {}): string {
@@ -121,6 +125,7 @@ interface Inputs {
   gcc: string;
   sources: Record<string, string>;
   modules: string[];
+  imageModules: string[];
 }
 
 function gatherInputs(custom: CustomKernel | undefined): Inputs {
@@ -137,7 +142,7 @@ function gatherInputs(custom: CustomKernel | undefined): Inputs {
   } else {
     kernel = resolveKernelPackage();
   }
-  return { kernel, busybox: findBusybox(), gcc: compilerVersion(), sources, modules: WANTED_MODULES };
+  return { kernel, busybox: findBusybox(), gcc: compilerVersion(), sources, modules: WANTED_MODULES, imageModules: IMAGE_MODULES };
 }
 
 interface Manifest {
@@ -186,7 +191,7 @@ export async function ensureGuestImage(opts: EnsureGuestImageOptions): Promise<G
     return cached;
   }
   mkdirSync(dir, { recursive: true });
-  const release = await takeLock(join(dir, ".build.lock"), log);
+  const release = await takeLock(join(dir, ".build.lock"), { onWait: (holder) => log(`guest image: waiting for the build in process ${holder}`) });
   try {
     const built = upToDate(dir, key); // another process may have built it while we waited
     if (built) {
@@ -196,41 +201,6 @@ export async function ensureGuestImage(opts: EnsureGuestImageOptions): Promise<G
     return build(dir, opts.dataDir, inputs, key, log);
   } finally {
     release();
-  }
-}
-
-async function takeLock(path: string, log: (line: string) => void): Promise<() => void> {
-  let announced = false;
-  for (;;) {
-    try {
-      const fd = openSync(path, "wx");
-      writeSync(fd, String(process.pid));
-      closeSync(fd);
-      return () => rmSync(path, { force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-    }
-    const holder = Number(readFileSync(path, "utf8").trim() || "0");
-    if (!holder || !buildRunning(holder)) {
-      rmSync(path, { force: true }); // left by a build that died
-      continue;
-    }
-    if (!announced) log(`guest image: waiting for the build in process ${holder}`);
-    announced = true;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
-/**
- * Whether the build holding the lock still runs (a process on this machine, as this user). The drivers' /proc
- * check is not reachable from here: the guest folder imports nothing of the fleet-agent's.
- */
-function buildRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
@@ -295,8 +265,9 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
       modulesDir = join(root, "lib", "modules", kernelRelease);
     }
 
-    log("guest image: compiling guest-agent and demo-agent (gcc -static -O2)");
+    log("guest image: compiling guest-agent, launch and demo-agent (gcc -static -O2)");
     compile(join(GUEST_SOURCES, "guest-agent.c"), join(work, "guest-agent"));
+    compile(join(GUEST_SOURCES, "launch.c"), join(work, "launch"));
     compile(join(GUEST_SOURCES, "demo-agent.c"), join(work, "demo-agent"), ["-pthread"]);
 
     // Modules the kernel has built in are simply not found here, and skipped.
@@ -305,7 +276,9 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
       if (f.endsWith(".ko")) moduleFiles.set(normalizeModuleName(basename(f, ".ko")), f);
     }
     const modules = moduleLoadOrder(WANTED_MODULES, (name) => moduleFiles.get(name));
-    log(`guest image: modules in load order: ${modules.map((m) => m.name).join(" ")}`);
+    const loaded = new Set(modules.map((m) => m.name));
+    const imageModules = moduleLoadOrder(inputs.imageModules, (name) => moduleFiles.get(name)).filter((m) => !loaded.has(m.name));
+    log(`guest image: modules in load order: ${modules.map((m) => m.name).join(" ")}; for images: ${imageModules.map((m) => m.name).join(" ")}`);
 
     const entries: CpioEntry[] = [];
     for (const d of ["bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "run", "etc", "lib", "lib/modules", "root", "var"]) {
@@ -321,11 +294,13 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
     }
     entries.push({ kind: "file", path: "init", data: readFileSync(join(GUEST_SOURCES, "init.sh")), mode: 0o755 });
     entries.push({ kind: "file", path: "sbin/guest-agent", data: readFileSync(join(work, "guest-agent")), mode: 0o755 });
+    entries.push({ kind: "file", path: "sbin/launch", data: readFileSync(join(work, "launch")), mode: 0o755 });
     entries.push({ kind: "file", path: "usr/bin/demo-agent", data: readFileSync(join(work, "demo-agent")), mode: 0o755 });
     entries.push({ kind: "file", path: "etc/modules", data: Buffer.from(modules.map((m) => `${m.name}\n`).join("")) });
+    entries.push({ kind: "file", path: "etc/modules.image", data: Buffer.from(imageModules.map((m) => `${m.name}\n`).join("")) });
     entries.push({ kind: "file", path: "etc/passwd", data: Buffer.from("root:x:0:0:root:/root:/bin/sh\n") });
     entries.push({ kind: "file", path: "etc/group", data: Buffer.from("root:x:0:\n") });
-    for (const m of modules) entries.push({ kind: "file", path: `lib/modules/${m.name}.ko`, data: readFileSync(m.path) });
+    for (const m of [...modules, ...imageModules]) entries.push({ kind: "file", path: `lib/modules/${m.name}.ko`, data: readFileSync(m.path) });
     const initrd = gzipSync(writeCpio(entries), { level: 9 });
     log(`guest image: initramfs ${entries.length} entries, ${(initrd.length / 1e6).toFixed(1)} MB gzip'd`);
 

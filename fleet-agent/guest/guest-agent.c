@@ -1,4 +1,4 @@
-/* Guest agent: answers the host's line protocol (PING, SETTIME, GETTIME, LEASES) on the
+/* Guest agent: answers the host's line protocol (PING, SETTIME, GETTIME, LEASES, SYNC) on the
  * virtio-serial port named "agent" and, when the kernel has AF_VSOCK, on vsock port 1024.
  * The protocol is documented at the top of fleet-agent/drivers/common/guest-agent.ts.
  * Single-threaded poll loop; one vsock connection at a time. */
@@ -147,6 +147,11 @@ static void handle_line(int fd, char *line) {
     reply(fd, id, "OK %lld.%09ld", (long long)ts.tv_sec, ts.tv_nsec);
   } else if (strcmp(command, "LEASES") == 0) {
     reply(fd, id, "OK %d", count_leases());
+  } else if (strcmp(command, "SYNC") == 0) {
+    /* Before a hibernation: the agent's disk then holds everything written so far, so a cold boot from it alone
+     * (the memory snapshot lost) finds the files. Blocks this loop while it runs; the host waits with a timeout. */
+    sync();
+    reply(fd, id, "OK synced");
   } else {
     reply(fd, id, "ERR unknown command");
   }

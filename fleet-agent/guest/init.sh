@@ -1,5 +1,6 @@
 #!/bin/sh
-# PID 1 of the demo guest: mounts, loads virtio modules, brings up the network, starts the guest agent and the workload.
+# PID 1 of the guest: mounts, loads virtio modules, brings up the network, starts the guest agent and the workload —
+# the built-in demo, or a built image's entrypoint over the image's drives (see start_image below).
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 
 mount -t proc proc /proc
@@ -18,6 +19,18 @@ while read -r module; do
   [ -n "$module" ] || continue
   insmod "/lib/modules/$module.ko" 2>/dev/null || echo "init: insmod $module failed" >&2
 done < /etc/modules
+# A virtio block device (id 2) means a built image's drives: only then are their modules loaded, so the demo boots as
+# before (and shell builtins only here: every process costs under TCG).
+image_mode=
+for f in /sys/bus/virtio/devices/*/device; do
+  [ -r "$f" ] && read -r id < "$f" && [ "$id" = 0x0002 ] && image_mode=1
+done
+if [ -n "$image_mode" ]; then
+  while read -r module; do
+    [ -n "$module" ] || continue
+    insmod "/lib/modules/$module.ko" 2>/dev/null || echo "init: insmod $module failed" >&2
+  done < /etc/modules.image
+fi
 
 hostname demo
 ip link set lo up
@@ -64,9 +77,104 @@ respawn() {
   done
 }
 
+# Built images. The host gives three drives, found by label: the image (ext4, read-only, shared by every agent of
+# the image), the agent's own disk (ext4, read-write, kept across hibernate and cold boots) and the launch drive
+# (the launcher's spec file and the hostname, made per boot). The agent's root is an overlay: the image below, the
+# disk's upper/ above, so everything it writes anywhere lands on its disk and the disk's size is its limit.
+# Lines starting "agentvm: " are read by the host while it waits for the boot: a failure says why at once.
+image_failed() {
+  echo "agentvm: image setup failed: $*"
+  sync
+  # reboot, not poweroff: QEMU (-no-reboot) and Firecracker (reboot=k) both exit on it; Firecracker keeps running on a halt.
+  reboot -f
+  sleep 10
+}
+
+# drive <label> <variable>: sets the variable to the device of the filesystem labelled so. The host also gives each
+# drive its label as its virtio serial: one grep reads them all from sysfs (findfs probes every device, ≈ 0.1 s a call
+# under TCG, and the shell's read builtin reads byte by byte, each byte a request to the device); a drive without
+# one (another hypervisor) is found by its filesystem label.
+drive() {
+  [ -n "$serials" ] || serials=$(grep -H . /sys/block/vd*/serial 2>/dev/null) || serials=none
+  for line in $serials; do
+    case "$line" in
+      */serial:"$1")
+        line=${line%/serial:*}
+        eval "$2=/dev/${line##*/}"
+        return 0
+        ;;
+    esac
+  done
+  n=0
+  while [ $n -lt 100 ]; do
+    found=$(findfs "LABEL=$1" 2>/dev/null) && { eval "$2=\$found"; return 0; }
+    usleep 10000
+    n=$((n + 1))
+  done
+  return 1
+}
+
+# A file the agent's root must have for a bind mount: created in the overlay (an image's symlink there is replaced).
+bind_file() {
+  target="/mnt/root$2"
+  if [ -L "$target" ] || [ ! -f "$target" ]; then
+    rm -rf "$target" && : > "$target" || return 1
+  fi
+  mount -o bind "$1" "$target"
+}
+
+start_image() {
+  drive agentvm-launch launch_dev || { image_failed "no drive labelled agentvm-launch"; return; }
+  drive agentvm-image image_dev || { image_failed "no drive labelled agentvm-image"; return; }
+  drive agentvm-disk disk_dev || { image_failed "no drive labelled agentvm-disk"; return; }
+  mkdir -p /mnt/launch /mnt/image /mnt/disk /mnt/root /run/agentvm/etc
+  mount -t ext4 -o ro "$launch_dev" /mnt/launch || { image_failed "cannot mount the launch drive $launch_dev"; return; }
+  cp /mnt/launch/launch.spec /run/agentvm/launch.spec || { image_failed "the launch drive has no launch.spec"; return; }
+  name=agent
+  [ -r /mnt/launch/hostname ] && read -r name < /mnt/launch/hostname
+  umount /mnt/launch
+  mount -t ext4 -o ro "$image_dev" /mnt/image || { image_failed "cannot mount the image $image_dev read-only"; return; }
+  mount -t ext4 "$disk_dev" /mnt/disk || { image_failed "cannot mount the agent disk $disk_dev"; return; }
+  mkdir -p /mnt/disk/upper /mnt/disk/work
+  mount -t overlay overlay -o lowerdir=/mnt/image,upperdir=/mnt/disk/upper,workdir=/mnt/disk/work /mnt/root ||
+    { image_failed "cannot mount the overlay (image under the agent disk)"; return; }
+  r=/mnt/root
+  mkdir -p $r/proc $r/sys $r/dev $r/tmp $r/etc $r/run/agentvm/leases
+  mount -t proc proc $r/proc
+  mount -t sysfs sysfs $r/sys
+  mount -o rbind /dev $r/dev # devtmpfs with /dev/pts and /dev/shm
+  mount -t tmpfs -o mode=1777 tmpfs $r/tmp
+  mount -o bind /run/leases $r/run/agentvm/leases || { image_failed "cannot bind the lease directory"; return; }
+  hostname "$name"
+  echo "$name" > /run/agentvm/etc/hostname
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n' "$addr" "$name" > /run/agentvm/etc/hosts
+  : > /run/agentvm/etc/resolv.conf
+  [ -r /etc/resolv.conf ] && while IFS= read -r line; do echo "$line"; done < /etc/resolv.conf > /run/agentvm/etc/resolv.conf
+  for f in hostname hosts resolv.conf; do
+    bind_file /run/agentvm/etc/$f /etc/$f || echo "init: cannot put /etc/$f in place" >&2
+  done
+
+  # The entrypoint, inside the root, as the image's user; its output is the console (the host's log of the agent).
+  /sbin/launch /mnt/root /run/agentvm/launch.spec < /dev/null > /dev/console 2>&1 &
+  pid=$!
+  echo "agentvm: entrypoint started"
+  wait $pid
+  status=$?
+  # An entrypoint that ends ends the VM: during the boot the host fails the boot (this line says why); later QEMU's
+  # exit is the crash the host records, and the next call boots the agent again. The disk is synced first.
+  echo "agentvm: entrypoint exited with status $status"
+  sync
+  reboot -f
+  sleep 10
+}
+
 respawn /sbin/guest-agent &
-respawn /usr/bin/demo-agent &
-echo "init: ready"
+if [ -n "$image_mode" ]; then
+  start_image
+else
+  respawn /usr/bin/demo-agent &
+  echo "init: ready"
+fi
 
 # PID 1 reaps every orphan that gets re-parented to it.
 while true; do

@@ -3,6 +3,7 @@ import { closeSync, existsSync, fdatasync, fsyncSync, mkdirSync, openSync, readF
 import { join } from "node:path";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import type { MeterSegment } from "../../contracts/meter.ts";
+import { pidAlive } from "../../lib/node-lock.ts";
 
 /** Where a host keeps its meter spool: `<dataDir>/hosts/<hostId>/meter/`. */
 export function meterDir(dataDir: string, hostId: string): string {
@@ -99,7 +100,7 @@ export class SegmentSpool implements SegmentLog {
   private takeLock(): void {
     if (existsSync(this.lockPath)) {
       const pid = Number(readFileSync(this.lockPath, "utf8").trim());
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) throw new Error(`meter spool ${this.dir} is in use by process ${pid}`);
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid)) throw new Error(`meter spool ${this.dir} is in use by process ${pid}`);
     }
     writeFileSync(this.lockPath, `${process.pid}\n`);
   }
@@ -283,14 +284,6 @@ export class SegmentSpool implements SegmentLog {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 function syncDir(dir: string): void {
   const fd = openSync(dir, "r");

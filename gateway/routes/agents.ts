@@ -1,9 +1,9 @@
 // Admin API under /v1/agents: create, list, get, update, delete, hibernate, wake, keep-awake leases, the event log.
 import { Hono, type Context } from "hono";
 import { AppError } from "../../lib/errors.ts";
-import { isId, newId } from "../../lib/ids.ts";
+import { newId } from "../../lib/ids.ts";
 import type { VmStatus } from "../../contracts/agent.ts";
-import { agentSpec, type AgentRow } from "../agent-repo.ts";
+import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agent-repo.ts";
 import type { GatewayDeps } from "../deps.ts";
 import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { jsonBody, optBool, optInt, optString, rejectUnknown, type Json } from "../validate.ts";
@@ -11,10 +11,12 @@ import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
 import { noOverrides, type AgentLimitOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
 import { effectiveNonWaking, parseNonWaking } from "../proxy-policy.ts";
 
-const createFields = ["name", "image", "vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress", "nonWaking", "limits"] as const;
+const createFields = ["name", "image", "vcpus", "memMiB", "diskMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress", "nonWaking", "limits"] as const;
 const patchFields = ["idleTimeoutMs", "streamIdleMs", "nonWaking", "limits"] as const;
 const limitFields = ["responseTimeoutMs", "proxyIdleTimeoutMs", "maxBodyBytes"] as const;
 const idleRange = { min: 100, max: 7 * 24 * 3600_000 };
+/** A built-in image (`demo`), `name[:tag]` of a built one (names as in images/routes.ts), or `sha256:<digest>`. */
+const imageRefPattern = /^(?:sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/-]{0,127}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)$/;
 
 /** `limits` in an API body: each field an integer in range, or null for the gateway's global value. */
 function parseLimits(body: Json): Partial<AgentLimitOverrides> | undefined {
@@ -44,14 +46,7 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     return agentJson(row, status, proxy.limitsOf(row, overrides));
   }
 
-  /** The caller's own live agent, or 404 (also for another tenant's agent: it does not exist for them). */
-  async function ownAgent(c: Context<GatewayEnv>, caller: Caller): Promise<AgentRow> {
-    const id = c.req.param("id") ?? "";
-    if (!isId("agent", id)) throw new AppError("invalid_id", `"${id.slice(0, 64)}" is not an agent id`);
-    const row = await agents.get(id);
-    if (!row || row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
-    return row;
-  }
+  const ownAgent = (c: Context<GatewayEnv>, caller: Caller) => findOwnAgent(agents, caller, c.req.param("id") ?? "");
 
   async function body(c: Context<GatewayEnv>) {
     const declared = Number(c.req.header("content-length") ?? "0");
@@ -67,19 +62,25 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     const caller = requireScope(c, "agents:admin");
     const b = await body(c);
     rejectUnknown(b, createFields);
-    const image = optString(b, "image", /^[a-z0-9][a-z0-9._-]{0,63}$/, "an image name") ?? "demo";
+    const image = optString(b, "image", imageRefPattern, "a built-in image, name[:tag] of a built image, or sha256:<digest>") ?? "demo";
     const nonWaking = parseNonWaking(b, "nonWaking");
     const limits = parseLimits(b);
     if (limits && Object.keys(limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");
-    if (!config.images.includes(image)) throw new AppError("bad_request", `unknown image "${image}" (available: ${config.images.join(", ")})`);
+    // A built image is pinned by digest at creation: a later build under the same tag does not change a live agent.
+    const built = config.images.includes(image) ? undefined : await deps.imageCatalog?.resolve(caller.tenantId, image);
+    if (!config.images.includes(image) && !built) {
+      throw new AppError("bad_request", `unknown image "${image}" (built-in: ${config.images.join(", ")}${deps.imageCatalog ? "; built images: GET /v1/images" : ""})`);
+    }
     const d = config.agentDefaults;
     const row = await agents.create({
       id: newId("agent"),
       tenantId: caller.tenantId,
       name: optString(b, "name", /^[\w .:-]{1,100}$/, "1–100 letters, digits, spaces or . _ : -") ?? "agent",
-      image,
+      image: built ? `${built.name}:${built.tag}` : image,
+      imageDigest: built?.digest ?? null,
       vcpus: optInt(b, "vcpus", { min: 1, max: 16 }) ?? d.vcpus,
       memMiB: optInt(b, "memMiB", { min: 64, max: 65_536 }) ?? d.memMiB,
+      diskMiB: optInt(b, "diskMiB", { min: 64, max: 1024 * 1024 }) ?? d.diskMiB ?? 1024,
       idleTimeoutMs: optInt(b, "idleTimeoutMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.idleTimeoutMs,
       streamIdleMs: optInt(b, "streamIdleMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.streamIdleMs,
       public: optBool(b, "public") ?? false,
@@ -88,7 +89,7 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     });
     if (limits && Object.keys(limits).length > 0) await settings!.update(row.id, { limits });
     proxy.invalidate(row.id);
-    await audit(c, caller, "agent.create", row.id, { image: row.image, vcpus: row.vcpus, memMiB: row.memMiB });
+    await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB });
     return c.json(await view(row, undefined), 201);
   });
 
@@ -190,8 +191,10 @@ function agentJson(row: AgentRow, status: VmStatus | undefined, limits: Effectiv
     tenantId: row.tenantId,
     name: row.name,
     image: row.image,
+    imageDigest: row.imageDigest,
     vcpus: row.vcpus,
     memMiB: row.memMiB,
+    diskMiB: row.diskMiB,
     idleTimeoutMs: row.idleTimeoutMs,
     streamIdleMs: row.streamIdleMs,
     public: row.public,

@@ -34,7 +34,7 @@ describe("guest image", () => {
     expect([again.kernel, again.initrd].map((f) => statSync(f).mtimeMs)).toEqual(before);
   });
 
-  it("has an initramfs with init, static busybox and applets, the static guest agent and workload, a console node, and modules in dependency order", async () => {
+  it("has an initramfs with init, static busybox and applets, the static guest agent, launcher and workload, a console node, and modules in dependency order", async () => {
     const image = await guestImage();
     const entries = readCpio(gunzipSync(readFileSync(image.initrd)));
     const byName = new Map(entries.map((e) => [e.name, e]));
@@ -63,6 +63,18 @@ describe("guest image", () => {
       const deps = readModinfo(file(`lib/modules/${name}.ko`).data).depends;
       for (const dep of deps) expect(order.indexOf(dep), `${dep} before ${name}`).toBeGreaterThanOrEqual(0);
       for (const dep of deps) expect(order.indexOf(dep), `${dep} before ${name}`).toBeLessThan(i);
+    });
+
+    // What a built image's VM needs besides: the launcher, and the block and overlay modules (loaded after the base
+    // ones, only when the VM has virtio block devices), each after what it depends on.
+    expect(isStaticElf(file("sbin/launch").data)).toBe(true);
+    const imageOrder = file("etc/modules.image").data.toString().trim().split("\n");
+    expect(imageOrder).toContain("virtio_blk");
+    expect(imageOrder).toContain("overlay");
+    const all = [...order, ...imageOrder];
+    imageOrder.forEach((name) => {
+      expect(order, `${name} is loaded for images only`).not.toContain(name);
+      for (const dep of readModinfo(file(`lib/modules/${name}.ko`).data).depends) expect(all.indexOf(dep), `${dep} before ${name}`).toBeLessThan(all.indexOf(name));
     });
   });
 

@@ -62,7 +62,13 @@ export function parseImports(source: string): Omit<Import, "target">[] {
 
 const nodeOnlyPackages = ["undici", "ws", "@hono/node-server", "@electric-sql/pglite", "postgres"];
 /** Our files that only run on Node: the gateway core must not import them (types excepted). */
-const nodeOnlyFiles = [/^lib\/node-[^/]+\.ts$/, /^schema\/db\.ts$/, /^gateway\/node\//, /^fleet-agent\//, /^compose\//, /^scripts\//];
+const nodeOnlyFiles = [/^lib\/node-[^/]+\.ts$/, /^schema\/db\.ts$/, /^gateway\/node\//, /^fleet-agent\//, /^compose\//, /^scripts\//, /^images\/build\//, /^images\/node-builder\.ts$/];
+
+/** Files the Worker bundles too: the gateway core and the image routes beside it (not the image builder). */
+function runtimeFree(path: string): boolean {
+  if (path.startsWith("gateway/")) return !path.startsWith("gateway/node/");
+  return path.startsWith("images/") && !nodeOnlyFiles.some((re) => re.test(path));
+}
 
 function ruleOf(path: string, rules: FolderRule[]): FolderRule | undefined {
   let best: FolderRule | undefined;
@@ -82,11 +88,11 @@ export function checkImports(files: SourceFile[], rules: FolderRule[]): string[]
       if (file.path.includes("/")) problems.push(`${file.path} is in no folder of ARCHITECTURE.md`);
       continue;
     }
-    const inCore = file.path.startsWith("gateway/") && !file.path.startsWith("gateway/node/");
+    const inCore = runtimeFree(file.path);
     for (const imp of file.imports) {
       if (inCore && !imp.typeOnly) {
         const runtime = imp.target.startsWith("node:") || nodeOnlyPackages.some((p) => imp.target === p || imp.target.startsWith(`${p}/`)) || nodeOnlyFiles.some((re) => re.test(imp.target));
-        if (runtime) problems.push(`${file.path} imports ${imp.target}: the gateway core is runtime-free (Node code goes in gateway/node/)`);
+        if (runtime) problems.push(`${file.path} imports ${imp.target}: the gateway core and the image routes are runtime-free (Node code goes in gateway/node/ or images/build/)`);
       }
       if (!ours(imp.target) || rule.mayImport === undefined) continue;
       const own = imp.target.startsWith(rule.folder);

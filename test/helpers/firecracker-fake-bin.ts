@@ -1,7 +1,8 @@
 // Entry point of the fake `firecracker` binary the driver tests spawn (through a small wrapper script made by
 // `makeFakeFirecrackerBinary`): answers --version / --snapshot-version, else serves the fake API on --api-sock.
 // Its configuration file (first argument `--fake-config <path>`) is re-read at every start, so a test can
-// change the behaviour or the version between spawns; every API request is appended to the log as JSON lines.
+// change the behaviour or the version between spawns; every API request (and every guest agent command) is appended
+// to its log as JSON lines.
 import { appendFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { FakeFirecracker, type FakeBehaviour } from "./firecracker-fake.ts";
@@ -12,6 +13,8 @@ export interface FakeBinaryConfig {
   snapshotFormat: string;
   specPath: string;
   requestLog: string;
+  /** Guest agent commands the fake guest answered, as JSON lines. */
+  guestLog: string;
   behaviour: FakeBehaviour;
 }
 
@@ -52,6 +55,8 @@ const fake = new FakeFirecracker({
   ...(arg("--id") ? { id: arg("--id")! } : {}),
   behaviour: config.behaviour,
   record: (r) => appendFileSync(config.requestLog, `${JSON.stringify(r)}\n`),
+  recordGuest: (r) => appendFileSync(config.guestLog, `${JSON.stringify(r)}\n`),
+  console: (line) => process.stdout.write(`${line}\n`),
   exit: (code, why) => {
     console.error(`fake firecracker exiting (${code}): ${why}`);
     process.exit(code);

@@ -5,12 +5,19 @@
 // Rules enforced (Firecracker docs and swagger): pre-boot-only PUTs are refused after InstanceStart; PATCH /vm
 // needs a started VM; /snapshot/create needs a Paused VM (Diff needs dirty page tracking); /snapshot/load only
 // on a fresh process (nothing configured) and a failed load ends the process; unknown fields and schema
-// violations answer 400 `{"fault_message"}`; SendCtrlAltDel with `reboot=k` ends the process.
+// violations answer 400 `{"fault_message"}`; SendCtrlAltDel with `reboot=k` ends the process. A drive's file must
+// exist when it is PUT, and again when a snapshot is loaded (Firecracker reopens the drives the snapshot names).
+//
+// With drives the fake guest plays our init for a built image (fleet-agent/guest/init.sh): it finds the three drives
+// by filesystem label (e2label), reads the launcher's spec from the launch drive (debugfs) and serves the workload
+// on the PORT the spec gives, printing the init's `agentvm: …` lines on the console (its stdout) as the real one does.
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
 import { join } from "node:path";
+import { decodeLaunchSpec, type LaunchSpec } from "../../fleet-agent/guest/launch-spec.ts";
 import type { FirecrackerSpec } from "./firecracker-spec.ts";
 
 export interface FakeBehaviour {
@@ -26,6 +33,12 @@ export interface FakeBehaviour {
   guestBootMs?: number;
   /** The guest agent never listens: always (a broken image) or only in restored guests (a broken snapshot). */
   noGuestAgent?: "always" | "afterRestore";
+  /** A built image's entrypoint exits with this status right after it started (the init says so on the console). */
+  entrypointExits?: number;
+  /** A built image's GET /ready answers 503 for this long after the guest came up, then 200. */
+  readyAfterMs?: number;
+  /** The guest agent answers SYNC with an error. */
+  syncFails?: boolean;
 }
 
 export interface FakeRequestRecord {
@@ -36,6 +49,16 @@ export interface FakeRequestRecord {
   status: number;
   fault?: string;
   schemaErrors: string[];
+  /** When it was answered (ms since the epoch, fractional): orders API calls against guest agent commands. */
+  at: number;
+}
+
+/** A command the fake guest agent answered (PING, SYNC, …). */
+export interface FakeGuestRecord {
+  pid: number;
+  command: string;
+  answer: string;
+  at: number;
 }
 
 export interface FakeFirecrackerOptions {
@@ -49,6 +72,9 @@ export interface FakeFirecrackerOptions {
   guestAgentPort?: number;
   workloadPort?: number;
   record?: (r: FakeRequestRecord) => void;
+  recordGuest?: (r: FakeGuestRecord) => void;
+  /** The serial console (Firecracker writes it to its stdout). */
+  console?: (line: string) => void;
   /** The process must end (load failure, guest reboot); in the fake binary this is process.exit. */
   exit?: (code: number, why: string) => void;
 }
@@ -57,6 +83,7 @@ type VmState = "Not started" | "Running" | "Paused";
 
 interface GuestMemory {
   magic: "fake-fc-mem";
+  launch?: LaunchSpec;
   counter: number;
   leases: number[];
   guestClockNs: string;
@@ -103,6 +130,9 @@ export class FakeFirecracker {
   private vsockConns = new Set<Socket>();
   private workload: HttpServer | undefined;
   private nextHostPort = 1_073_741_824;
+  /** A built image's launch spec, read from its launch drive at boot (kept in the fake's memory snapshot). */
+  private launch: LaunchSpec | undefined;
+  private guestUpAt = 0;
 
   constructor(opts: FakeFirecrackerOptions) {
     this.opts = opts;
@@ -164,8 +194,8 @@ export class FakeFirecracker {
     }
   }
 
-  private answer(res: ServerResponse, rec: Omit<FakeRequestRecord, "pid" | "status">, status: number, fault?: string, result?: unknown): void {
-    this.opts.record?.({ pid: process.pid, ...rec, status, ...(fault ? { fault } : {}) });
+  private answer(res: ServerResponse, rec: Omit<FakeRequestRecord, "pid" | "status" | "at">, status: number, fault?: string, result?: unknown): void {
+    this.opts.record?.({ pid: process.pid, ...rec, status, ...(fault ? { fault } : {}), at: now() });
     if (fault) {
       const text = JSON.stringify({ fault_message: fault });
       res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
@@ -203,6 +233,10 @@ export class FakeFirecracker {
         return;
       case "putGuestDriveByID":
         if (params.drive_id !== body.drive_id) throw new Fault(`The id from the path [${params.drive_id}] does not match the id from the body [${String(body.drive_id)}]!`);
+        if (typeof body.path_on_host === "string" && !existsSync(this.host(body.path_on_host))) {
+          throw new Fault(`Unable to create the block device: BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${body.path_on_host}")`);
+        }
+        if (body.is_root_device === true && this.config.drives.some((d) => d.is_root_device === true && d.drive_id !== body.drive_id)) throw new Fault("A root block device already exists!");
         this.configuredSomething = true;
         this.config.drives = [...this.config.drives.filter((d) => d.drive_id !== body.drive_id), body];
         return;
@@ -274,6 +308,7 @@ export class FakeFirecracker {
     for (const c of this.vsockConns) c.destroy();
     const mem: GuestMemory = {
       magic: "fake-fc-mem",
+      ...(this.launch ? { launch: this.launch } : {}),
       counter: this.counter,
       leases: this.leases,
       guestClockNs: String(this.frozenNs),
@@ -317,10 +352,16 @@ export class FakeFirecracker {
       iface.host_dev_name = o.host_dev_name;
     }
     if (body.vsock_override && state.config.vsock) state.config.vsock.uds_path = String((body.vsock_override as { uds_path: string }).uds_path);
+    // The drives come back from the snapshot: their files are opened again where they were.
+    for (const d of state.config.drives) {
+      const p = String(d.path_on_host);
+      if (!existsSync(this.host(p))) throw fatal(`Cannot restore devices: Block(BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${p}"))`);
+    }
     this.config = state.config;
     this.configuredSomething = true;
     this.trackDirty = body.track_dirty_pages === true || body.enable_diff_snapshots === true;
     this.restored = true;
+    this.launch = mem.launch;
     this.counter = mem.counter;
     this.leases = mem.leases;
     this.lastSetNs = BigInt(mem.lastSetNs);
@@ -356,12 +397,49 @@ export class FakeFirecracker {
     const delay = this.restored ? 0 : (this.behaviour.guestBootMs ?? 50);
     setTimeout(() => {
       if (this.ended) return;
+      let port = this.opts.workloadPort ?? 8080;
+      // The guest agent is up first; a built image's workload only if the init could start its entrypoint (a restored
+      // guest runs the one its memory holds).
       this.guestUp = true;
+      this.guestUpAt = performance.now();
+      if (this.config.drives.length > 0) {
+        if (!this.restored && !this.initImage()) return;
+        port = Number(envOf(this.launch, "PORT"));
+      }
       if (ip) {
         this.workload = createHttpServer((req, res) => void this.onWorkload(req, res));
-        this.workload.listen(this.opts.workloadPort ?? 8080, ip);
+        this.workload.listen(port, ip);
       }
     }, delay);
+  }
+
+  /** What fleet-agent/guest/init.sh does with a built image's drives; false when the guest halts instead. */
+  private initImage(): boolean {
+    const byLabel = new Map<string, Record<string, unknown>>();
+    for (const d of this.config.drives) {
+      try {
+        byLabel.set(execFileSync("e2label", [this.host(String(d.path_on_host))], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim(), d);
+      } catch {
+        // not an ext4: no label
+      }
+    }
+    // The real init powers off, which leaves Firecracker running with a halted guest (it implements no ACPI power-off).
+    const failed = (why: string) => (this.opts.console?.(`agentvm: image setup failed: ${why}`), false);
+    for (const label of ["agentvm-launch", "agentvm-image", "agentvm-disk"]) if (!byLabel.has(label)) return failed(`no drive labelled ${label}`);
+    if (byLabel.get("agentvm-image")!.is_read_only !== true) return failed("the image drive is not read-only");
+    if (byLabel.get("agentvm-disk")!.is_read_only !== false) return failed("cannot mount the agent disk read-write");
+    try {
+      const spec = execFileSync("debugfs", ["-R", "cat /launch.spec", this.host(String(byLabel.get("agentvm-launch")!.path_on_host))], { stdio: ["ignore", "pipe", "ignore"] });
+      this.launch = decodeLaunchSpec(spec);
+    } catch {
+      return failed("the launch drive has no launch.spec");
+    }
+    this.opts.console?.("agentvm: entrypoint started");
+    if (this.behaviour.entrypointExits !== undefined) {
+      this.opts.console?.(`agentvm: entrypoint exited with status ${this.behaviour.entrypointExits}`);
+      return false;
+    }
+    return true;
   }
 
   private onVsock(sock: Socket): void {
@@ -390,7 +468,9 @@ export class FakeFirecracker {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
         await this.running();
-        if (!sock.destroyed) sock.write(`${this.agentAnswer(line)}\n`);
+        const answer = this.agentAnswer(line);
+        this.opts.recordGuest?.({ pid: process.pid, command: line.split(" ")[1] ?? "", answer: answer.split(" ").slice(1).join(" "), at: now() });
+        if (!sock.destroyed) sock.write(`${answer}\n`);
       }
     });
   }
@@ -412,6 +492,8 @@ export class FakeFirecracker {
         this.clockOffsetNs = t - hostNowNs();
         return `${id} OK ${formatNs(this.guestNowNs())}`;
       }
+      case "SYNC":
+        return this.behaviour.syncFails ? `${id} ERR sync: Input/output error` : `${id} OK synced`;
       case "LEASES": {
         const nowS = Number(this.guestNowNs() / 1_000_000_000n);
         return `${id} OK ${this.leases.filter((e) => e > nowS).length}`;
@@ -434,6 +516,21 @@ export class FakeFirecracker {
       return json({ count: this.counter });
     }
     if (url.pathname === "/clock") return json({ nowMs: Number(this.guestNowNs() / 1_000_000n) });
+    if (url.pathname === "/launch") return json(this.launch ?? null);
+    if (url.pathname === "/ready") return json({ ready: true }, performance.now() - this.guestUpAt < (this.behaviour.readyAfterMs ?? 0) ? 503 : 200);
+    if (url.pathname === "/disk-write" && req.method === "POST") {
+      // The guest writes to its disk: a few bytes in the disk file's last block (free space of a fresh ext4).
+      const disk = this.config.drives.find((d) => d.drive_id === "disk");
+      if (!disk) return json({ error: "no disk" }, 404);
+      const fd = openSync(this.host(String(disk.path_on_host)), "r+");
+      try {
+        const size = fstatSync(fd).size;
+        writeSync(fd, Buffer.from(`written ${Date.now()}`), 0, undefined, size - 4096);
+      } finally {
+        closeSync(fd);
+      }
+      return json({ written: true });
+    }
     if (url.pathname === "/work" && req.method === "POST") {
       // The guest's CPU time is the VMM process's CPU time: burn that much CPU (not wall) time here.
       const start = process.cpuUsage();
@@ -462,6 +559,14 @@ class Fault extends Error {
 
 function parseGuestIp(bootArgs: string): string | undefined {
   return /(?:^|\s)ip=([0-9.]+)::/.exec(bootArgs)?.[1];
+}
+
+function envOf(spec: LaunchSpec | undefined, key: string): string | undefined {
+  return spec?.env.find((e) => e.startsWith(`${key}=`))?.slice(key.length + 1);
+}
+
+function now(): number {
+  return performance.timeOrigin + performance.now();
 }
 
 function hostNowNs(): bigint {

@@ -1,10 +1,13 @@
 // Test harness for the firecracker driver without the real binary: a fake `firecracker` executable (wrapper
-// script → firecracker-fake-bin.ts), a recording tap setup script, stand-in kernel/initrd files, and readers for
-// what the fake saw.
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+// script → firecracker-fake-bin.ts), a recording tap setup script, stand-in kernel/initrd files, a tiny built image
+// (an ext4 labelled agentvm-image), and readers for what the fake saw.
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { FakeBehaviour, FakeRequestRecord } from "./firecracker-fake.ts";
+import type { ImageArtifact, ImageConfig } from "../../contracts/image.ts";
+import type { FakeBehaviour, FakeGuestRecord, FakeRequestRecord } from "./firecracker-fake.ts";
 import type { FakeBinaryConfig } from "./firecracker-fake-bin.ts";
 import { firecrackerSpecPath } from "./firecracker-spec.ts";
 
@@ -17,6 +20,7 @@ export interface FakeFirecrackerBinary {
   jailer: string;
   forkingJailer: string;
   requestLog: string;
+  guestLog: string;
   netLog: string;
   /** Stand-in for scripts/setup-firecracker-net.sh: records its arguments. */
   netScript: string;
@@ -25,6 +29,8 @@ export interface FakeFirecrackerBinary {
   setBehaviour(b: FakeBehaviour): void;
   setVersion(version: string, snapshotFormat?: string): void;
   requests(): FakeRequestRecord[];
+  /** Guest agent commands the fake guests answered, in order. */
+  guestCommands(): FakeGuestRecord[];
   netCalls(): string[][];
 }
 
@@ -32,12 +38,14 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
   mkdirSync(dir, { recursive: true });
   const configPath = join(dir, "fake-config.json");
   const requestLog = join(dir, "requests.jsonl");
+  const guestLog = join(dir, "guest.jsonl");
   const netLog = join(dir, "net.log");
   let config: FakeBinaryConfig = {
     version: opts.version ?? "1.10.1",
     snapshotFormat: opts.snapshotFormat ?? "5.0.0",
     specPath: firecrackerSpecPath(),
     requestLog,
+    guestLog,
     behaviour: opts.behaviour ?? {},
   };
   const save = () => writeFileSync(configPath, JSON.stringify(config));
@@ -63,6 +71,7 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
     jailer,
     forkingJailer,
     requestLog,
+    guestLog,
     netLog,
     netScript,
     kernel,
@@ -76,7 +85,27 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
       save();
     },
     requests: () => readJsonLines<FakeRequestRecord>(requestLog),
+    guestCommands: () => readJsonLines<FakeGuestRecord>(guestLog),
     netCalls: () => (existsSync(netLog) ? readFileSync(netLog, "utf8").trim().split("\n").filter(Boolean).map((l) => l.split(" ")) : []),
+  };
+}
+
+/**
+ * A built image as the image store hands it to a driver: a small ext4 (label `agentvm-image` unless told otherwise)
+ * with a file or two, and its config. The fake guest never runs what is in it; it reads only the drives' labels and
+ * the launch drive.
+ */
+export function makeFakeImage(dir: string, config: Partial<ImageConfig> = {}, opts: { label?: string } = {}): ImageArtifact {
+  const content = join(dir, "content");
+  mkdirSync(join(content, "app"), { recursive: true });
+  writeFileSync(join(content, "app", "agent.txt"), "a stand-in for the agent's files\n");
+  const rootfs = join(dir, "rootfs.ext4");
+  execFileSync(existsSync("/usr/sbin/mke2fs") ? "/usr/sbin/mke2fs" : "mke2fs", ["-q", "-F", "-t", "ext4", "-L", opts.label ?? "agentvm-image", "-d", content, rootfs, "8M"]);
+  return {
+    digest: `sha256:${createHash("sha256").update(readFileSync(rootfs)).digest("hex")}`,
+    rootfs,
+    sizeBytes: statSync(rootfs).size,
+    config: { entrypoint: ["/app/agent"], cmd: ["--serve"], env: ["GREETING=hello"], workdir: "/app", user: "", uid: 0, gid: 0, port: 9123, ...config },
   };
 }
 

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { sha256File } from "../../fleet-agent/drivers/common/snapshot-files.ts";
 import { MANIFEST_FILE } from "../../fleet-agent/drivers/common/state-dir.ts";
 import type { FirecrackerHostFacts } from "../../fleet-agent/drivers/firecracker/host.ts";
+import { drivesChange, imageDrives } from "../../fleet-agent/drivers/firecracker/image-drives.ts";
 import {
   commitSnapshot,
   generationFiles,
@@ -98,5 +99,36 @@ describe("firecracker snapshot files", () => {
     expect(incompatibility(m, { ...host, cpu: { ...host.cpu, model: "1" } }, spec)).toMatch(/^snapshot made on CPU AuthenticAMD family 25 model 17/);
     expect(incompatibility(m, { ...host, hostKernel: "6.12.0" }, spec)).toBe("snapshot made on host kernel 6.1.0-28-amd64, this host runs 6.12.0");
     expect(incompatibility(m, host, { vcpus: 2, memMiB: 128 })).toBe("snapshot has 1 vCPU / 128 MiB, the agent now asks for 2 vCPU / 128 MiB");
+  });
+
+  it("compatibility: a built image's snapshot restores only for the same image, and a built-in one only without one", async () => {
+    const a = `sha256:${"a".repeat(64)}`;
+    const b = `sha256:${"b".repeat(64)}`;
+    const d = dir("image");
+    const f = generationFiles(d, 1);
+    writeFileSync(f.stateTmp, "state");
+    writeFileSync(f.memTmp, "mem");
+    const disk = { bytes: 16 << 20, mtimeNs: "1700000000000000000", generation: "g1" };
+    const drives = [{ drive_id: "image", is_root_device: false, is_read_only: true, path_on_host: "/i" }];
+    const m = await commitSnapshot({ dir: d, generation: 1, type: "Full", host, vcpus: 1, memMiB: 128, tap: "fcvm0", image: { digest: a, drives, disk } });
+    expect((await readManifest(d)).manifest?.image).toEqual({ digest: a, drives, disk });
+    expect(incompatibility(m, host, { vcpus: 1, memMiB: 128, rootImage: { digest: a } })).toBeUndefined();
+    expect(incompatibility(m, host, { vcpus: 1, memMiB: 128, rootImage: { digest: b } })).toBe(`snapshot runs image ${a}, the agent now runs image ${b}`);
+    expect(incompatibility(m, host, { vcpus: 1, memMiB: 128 })).toBe(`snapshot runs image ${a}, the agent now runs the built-in image`);
+    const builtIn = await take(dir("builtin"), 1, "m");
+    expect(builtIn).not.toHaveProperty("image");
+    expect(incompatibility(builtIn, host, { vcpus: 1, memMiB: 128, rootImage: { digest: a } })).toBe(`snapshot runs the built-in image, the agent now runs image ${a}`);
+  });
+
+  it("drives: the same paths and modes are no change; any other path or mode is, naming both", () => {
+    const at = (dir: string) => imageDrives({ image: `${dir}/rootfs.ext4`, disk: "/vm/disk.ext4", launch: "/vm/launch.ext4" });
+    expect(drivesChange(at("/images/a"), at("/images/a"))).toBeUndefined();
+    expect(drivesChange(at("/images/a"), at("/images/b"))).toBe(
+      "the snapshot's drives (image=/images/a/rootfs.ext4 (ro), disk=/vm/disk.ext4, launch=/vm/launch.ext4 (ro)) are not the VM's now " +
+        "(image=/images/b/rootfs.ext4 (ro), disk=/vm/disk.ext4, launch=/vm/launch.ext4 (ro))",
+    );
+    const writable = at("/images/a").map((d) => ({ ...d, is_read_only: false }));
+    expect(drivesChange(at("/images/a"), writable)).toMatch(/are not the VM's now/);
+    expect(drivesChange(at("/images/a"), at("/images/a").slice(0, 2))).toMatch(/are not the VM's now/);
   });
 });

@@ -1,6 +1,7 @@
 // The Swagger 2.0 validator the firecracker contract tests rely on: it must accept what Firecracker accepts and
 // fail on what it refuses (unknown fields, missing required, wrong types, enums, minimums), reading the real spec.
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { imageDrives } from "../../fleet-agent/drivers/firecracker/image-drives.ts";
 import { FirecrackerSpec, firecrackerSpecMissing, loadFirecrackerSpec } from "../helpers/firecracker-spec.ts";
 
 const specMissing = firecrackerSpecMissing("test/unit/firecracker-spec.test.ts");
@@ -26,6 +27,22 @@ describe.skipIf(specMissing)("firecracker.yaml validator", () => {
       network_overrides: [{ iface_id: "eth0", host_dev_name: "fcvm1" }],
     })).toEqual([]);
     expect(spec.validateRequest("PUT", "/actions", { action_type: "InstanceStart" })).toEqual([]);
+  });
+
+  it("accepts a built image's three drives, each on its own /drives/{drive_id}, none of them the root device", () => {
+    const drives = imageDrives({ image: "/images/rootfs.ext4", disk: "/vm/disk.ext4", launch: "/vm/launch.ext4" });
+    expect(drives.map((d) => [d.drive_id, d.is_read_only, d.is_root_device])).toEqual([
+      ["image", true, false],
+      ["disk", false, false],
+      ["launch", true, false],
+    ]);
+    for (const d of drives) {
+      expect(spec.operation("PUT", `/drives/${d.drive_id}`)).toMatchObject({ operationId: "putGuestDriveByID", pathParams: { drive_id: d.drive_id } });
+      expect(spec.validateRequest("PUT", `/drives/${d.drive_id}`, d)).toEqual([]);
+    }
+    // The validator would see a drive the API refuses.
+    expect(spec.validateRequest("PUT", "/drives/disk", { drive_id: "disk", path_on_host: "/d" })).toEqual(['body: missing required property "is_root_device"']);
+    expect(spec.validateRequest("PUT", "/drives/disk", { ...drives[1], read_only: true })).toEqual(['body: unknown property "read_only"']);
   });
 
   it("fails unknown properties, also inside $ref'd and array items", () => {

@@ -10,33 +10,18 @@ import type { Fleet } from "../../contracts/fleet.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
 import { createDbAuditLog } from "../../schema/audit-log.ts";
+import { fakeFleet } from "../helpers/fake-fleet.ts";
 
 let database: Database;
 let privateJwk: JWK;
 const forwarded: { agent: AgentSpec; url: string; headers: Headers }[] = [];
 
-const fleet: Fleet = {
+const fleet: Fleet = fakeFleet({
   async forward(agent, req) {
     forwarded.push({ agent, url: req.url, headers: req.headers });
     return new Response(`hello from ${agent.id}`, { headers: { "x-wake": "warm", connection: "close" } });
   },
-  async wake() {
-    return { wake: "boot", runId: "run_x", timings: { bootMs: 1 } };
-  },
-  async hibernate() {
-    return "hibernated";
-  },
-  async status() {
-    return undefined;
-  },
-  async addLease() {
-    return { leaseId: "lse_1", expiresAt: 0 };
-  },
-  async dropLease() {
-    return false;
-  },
-  async remove() {},
-};
+});
 
 let app: ReturnType<typeof createGateway>;
 

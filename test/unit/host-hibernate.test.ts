@@ -23,6 +23,7 @@ function fakeDriver() {
   const driver: VmDriver = {
     name: "qemu",
     isolated: true,
+    logPath: (spec) => `${spec.stateDir}/console.log`,
     boot: async (spec) => ({ vm: vm(spec), bootMs: 2000 }),
     hibernate: async (): Promise<SnapshotResult> => {
       calls.hibernate++;

@@ -26,6 +26,10 @@ class ScriptedDriver implements VmDriver {
   reaped: VmSpec[] = [];
   private exitListeners: ((e: VmExit) => void)[] = [];
 
+  logPath(spec: VmSpec): string {
+    return `${spec.stateDir}/workload.log`;
+  }
+
   private vm(spec: VmSpec): RunningVm {
     return { spec, endpoint: { host: "127.0.0.1", port: 1 }, pid: 1 };
   }
@@ -243,6 +247,42 @@ describe("host", () => {
     expect(t.wake.wake).toBe("restore");
   });
 
+  it("a built image reaches the driver as its files and disk size; an image this host lacks is boot_failed, not a driver call", async () => {
+    const digest = `sha256:${"ab".repeat(32)}`;
+    const artifact = { digest, rootfs: "/images/rootfs.ext4", sizeBytes: 1, config: { entrypoint: [], cmd: ["/agent"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 } };
+    let present = false;
+    const clock = new ManualClock();
+    const driver = new ScriptedDriver();
+    const booted: VmSpec[] = [];
+    const boot = driver.boot.bind(driver);
+    driver.boot = async (s) => (booted.push(s), boot(s));
+    const tails: string[] = [];
+    const fs: HostFs = { vmDirs: () => [], hasStateDir: () => false, tail: (path) => (tails.push(path), path.endsWith(".1") ? "" : "console says why") };
+    const host = new Host({
+      config: { hostId: "host_t", vmsDir: "/nonexistent/agentvm-test", wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+      driver, store: createMemoryHostStore(), clock, log: silentLogger, fs,
+      activity: { active() {}, inactive() {} },
+      images: (d) => (present && d === digest ? artifact : undefined),
+    });
+    const agent: AgentSpec = { ...spec, id: "agt_image0001", image: digest, diskMiB: 300 };
+    const missing = await host.acquire(agent, "request").catch((e: unknown) => e);
+    expect((missing as AppError).code).toBe("boot_failed");
+    expect((missing as AppError).message).toContain(`image ${digest} is not on host host_t`);
+    expect(driver.boots).toBe(0);
+    expect(host.status(agent.id)?.state).toBe("creating"); // nothing ran; the next call looks again
+    present = true;
+    (await host.acquire(agent, "request")).release();
+    expect(booted[0]).toMatchObject({ image: digest, rootImage: artifact, diskMiB: 300 });
+    // A driver's boot_failed stays boot_failed for the caller; the event carries the console's tail (rotated file first).
+    driver.wake = driver.boot = async () => {
+      throw new AppError("boot_failed", "entrypoint exited with status 3");
+    };
+    driver.crash();
+    const failed = await host.acquire(agent, "request").catch((e: unknown) => e);
+    expect((failed as AppError).code).toBe("boot_failed");
+    expect(tails.some((p) => p.endsWith("workload.log.1"))).toBe(true);
+  });
+
   it("shutdown refuses new requests and hibernates running VMs", async () => {
     const { host } = setup();
     (await host.acquire(spec, "request")).release();
@@ -266,7 +306,7 @@ describe("host", () => {
 
 describe("host start and shutdown", () => {
   it("at start reaps the VMs an earlier process left; an agent whose state dir survived restores instead of booting", async () => {
-    const fs: HostFs = { vmDirs: () => ["agt_left0001", spec.id], hasStateDir: (dir) => dir.endsWith(`/${spec.id}`) };
+    const fs: HostFs = { vmDirs: () => ["agt_left0001", spec.id], hasStateDir: (dir) => dir.endsWith(`/${spec.id}`), tail: () => "" };
     const { host, driver } = setup({}, fs);
     await host.start();
     expect(driver.reaped.map((s) => [s.vmId, s.stateDir])).toEqual([

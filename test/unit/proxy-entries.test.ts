@@ -16,6 +16,7 @@ import { createNodeProxy } from "../../gateway/node/fast-path/handler.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import type { VmStatus } from "../../contracts/agent.ts";
 import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
+import { fakeFleet } from "../helpers/fake-fleet.ts";
 
 let database: Database;
 let privateJwk: JWK;
@@ -24,7 +25,7 @@ const calls: { path: string; method: string }[] = [];
 let state: VmStatus["state"] = "hibernated";
 
 /** A fleet that answers from memory: `/slow` never answers, `/drip` sends one chunk then goes silent. */
-const fleet: Fleet = {
+const fleet: Fleet = fakeFleet({
   async forward(agent, req, ctx) {
     const url = new URL(req.url);
     calls.push({ path: url.pathname, method: req.method });
@@ -41,20 +42,10 @@ const fleet: Fleet = {
   async wake() {
     return { wake: "boot", runId: "run_x", timings: {} };
   },
-  async hibernate() {
-    return "hibernated";
-  },
   async status(agentId) {
     return { agentId, vmId: "vm_x", state, inFlight: 0, leases: 0, runId: undefined, lastWakeAt: undefined, lastActivityAt: undefined };
   },
-  async addLease() {
-    return { leaseId: "lse_1", expiresAt: 0 };
-  },
-  async dropLease() {
-    return false;
-  },
-  async remove() {},
-};
+});
 
 const config = {
   domain: undefined,

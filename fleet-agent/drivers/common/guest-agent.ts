@@ -6,6 +6,7 @@
 //                                                                  "<id> OK stale <sec>.<nsec9>" (older than the last applied: ignored)
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
+//                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
 //   any failure                                                    "<id> ERR <message>"
 // The workload takes a lease by writing a file into /run/leases/ whose content is its expiry in
 // unix seconds; it drops it by deleting the file.
@@ -57,6 +58,15 @@ export class GuestAgentClient {
     const n = Number(answer);
     if (!Number.isInteger(n) || n < 0) throw new GuestAgentError(`unexpected leases answer: ${answer}`);
     return n;
+  }
+
+  /**
+   * Flushes the guest's dirty pages to its disks (sync(2)): asked before a hibernation, so that a cold boot from the
+   * disk alone finds what the agent wrote. The guest agent answers nothing else while it runs.
+   */
+  async sync(timeoutMs = 10_000): Promise<void> {
+    const answer = await this.call("SYNC", timeoutMs);
+    if (answer !== "synced") throw new GuestAgentError(`unexpected sync answer: ${answer}`);
   }
 
   close(): void {

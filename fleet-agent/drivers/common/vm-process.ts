@@ -1,17 +1,20 @@
 // The host process that runs one VM (QEMU, Firecracker, or the process driver's workload): started in its own
-// process group with its output in a capped log file, its exit awaited, ended on purpose or reported as a crash.
+// process group with its output in a bounded log file, its exit awaited, ended on purpose or reported as a crash.
 //
-// One behaviour for every driver where each had its own: logs are capped at LOG_MAX_BYTES (only qemu capped them),
+// One behaviour for every driver where each had its own: logs are rotated past LOG_MAX_BYTES (only qemu capped them),
 // a crash is told to onExit listeners exactly once, also to one that registers after the crash (only qemu did),
 // and a stop is "ask, wait a grace period, then SIGKILL and wait for the exit".
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync, readFileSync, statSync, truncateSync } from "node:fs";
+import { closeSync, copyFileSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, truncateSync, writeSync } from "node:fs";
 import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
 import { readCpuSeconds } from "./proc.ts";
 
-/** A VM's log is truncated when a new process starts on it past this size. */
+/**
+ * A VM's log is rotated (`rotateLog`) when a new process starts on it past this size. The host rotates the logs of
+ * awake agents by the same rule, with its own configured limit (fleet-agent/agent-logs.ts); this is its default.
+ */
 export const LOG_MAX_BYTES = 4 << 20;
 
 /** How much of a relayed stderr is kept in memory (`VmProcess.recentOutput`). */
@@ -21,7 +24,7 @@ export interface SpawnVmOptions {
   vmId: string;
   command: string;
   args: readonly string[];
-  /** File for the process's output (appended; truncated first when past LOG_MAX_BYTES). */
+  /** File for the process's output (appended; rotated first when past LOG_MAX_BYTES). */
   log: string;
   /** `stderr`: stdout is discarded (QEMU writes the guest console to its own file). Default both. */
   output?: "both" | "stderr";
@@ -240,16 +243,71 @@ export class VmProcesses {
   }
 }
 
-/** Truncates a VM's log (its process log, QEMU's console file) when it grew past LOG_MAX_BYTES. */
+/** Rotates a VM's log (its process log, QEMU's console file) when it grew past LOG_MAX_BYTES: the last run's output stays in `<log>.1`. */
 export function capLog(path: string): void {
   try {
-    if (statSync(path).size > LOG_MAX_BYTES) truncateSync(path, 0);
+    if (statSync(path).size > LOG_MAX_BYTES) rotateLog(path);
   } catch {
     // no log yet
   }
 }
 
-/** Opens a VM's log for appending, capped first. */
+/** Where a rotated log's one older generation is kept. */
+export function rotatedLogPath(path: string): string {
+  return `${path}.1`;
+}
+
+/**
+ * Rotates a log in place: its content replaces `<log>.1` (one older generation is kept), then it is truncated. Its
+ * writers hold it open in append mode, so they go on writing at its (new) end; nobody has to reopen anything.
+ *
+ * The copy is written beside `<log>.1` and renamed over it, so a reader never sees half of it and can tell a new
+ * generation by its inode. What a writer appends while the copy runs is copied after it; only what lands between
+ * that last look and the truncate (microseconds) is lost. When the copy cannot be written (a full disk) the log is
+ * truncated all the same, without keeping it: an unbounded log would fill the disk the snapshots need.
+ * Synchronous on purpose: a reader in this process (a follow) never sees the log between the rename and the truncate.
+ */
+export function rotateLog(path: string): "rotated" | "truncated" {
+  const aside = rotatedLogPath(path);
+  const tmp = `${aside}.tmp`;
+  try {
+    copyFileSync(path, tmp);
+    appendGrowth(path, tmp);
+    renameSync(tmp, aside);
+    truncateSync(path, 0);
+    return "rotated";
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    if (statSync(path, { throwIfNoEntry: false }) === undefined) throw err; // no log (any more): nothing to bound
+    truncateSync(path, 0);
+    return "truncated";
+  }
+}
+
+/** Appends to `copy` what `source` grew by since `copy` was made from it (a few rounds at most: writers may keep writing). */
+function appendGrowth(source: string, copy: string): void {
+  const from = openSync(source, "r");
+  const to = openSync(copy, "a");
+  try {
+    let copied = fstatSync(to).size;
+    const buf = Buffer.alloc(64 << 10);
+    for (let round = 0; round < 8; round++) {
+      const size = fstatSync(from).size;
+      if (size <= copied) return;
+      while (copied < size) {
+        const n = readSync(from, buf, 0, Math.min(buf.length, size - copied), copied);
+        if (n === 0) return;
+        writeSync(to, buf, 0, n);
+        copied += n;
+      }
+    }
+  } finally {
+    closeSync(from);
+    closeSync(to);
+  }
+}
+
+/** Opens a VM's log for appending, rotated first when past LOG_MAX_BYTES. */
 export function openLog(path: string): number {
   capLog(path);
   return openSync(path, "a");

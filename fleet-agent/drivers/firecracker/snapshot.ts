@@ -6,8 +6,10 @@
 // complete snapshot (or none), never a mix. Files no manifest names are removed afterwards (and by reap).
 import { rename, rm, stat } from "node:fs/promises";
 import { basename, join } from "node:path";
+import type { DiskFingerprint } from "../common/agent-disk.ts";
 import { commitManifest, fsyncPath, readManifest as readManifestFile, removeFiles, sha256File } from "../common/snapshot-files.ts";
 import { MANIFEST_FILE } from "../common/state-dir.ts";
+import type { Drive } from "./api.ts";
 import { describeCpu, type CpuIdentity, type FirecrackerHostFacts } from "./host.ts";
 
 export interface SnapshotFile {
@@ -32,6 +34,19 @@ export interface SnapshotManifest {
   tap: string | undefined;
   state: SnapshotFile;
   mem: SnapshotFile;
+  /** A built image's VM: absent for the built-in image (whose snapshots have no drives). */
+  image?: SnapshotImage;
+}
+
+/**
+ * What a built image's snapshot pairs with: Firecracker restores the drives from the snapshot itself, opening the
+ * same `path_on_host`s, and the guest's memory is valid only over the disk as it was when the snapshot was taken.
+ */
+export interface SnapshotImage {
+  digest: string;
+  /** The PUT /drives bodies the VM was booted with, paths as the Firecracker process saw them. */
+  drives: Drive[];
+  disk: DiskFingerprint;
 }
 
 export function generationFiles(dir: string, generation: number): { state: string; mem: string; stateTmp: string; memTmp: string } {
@@ -46,7 +61,11 @@ export function readManifest(dir: string): Promise<{ manifest?: SnapshotManifest
 }
 
 /** Why this snapshot cannot be restored on this host for this spec (undefined when it can). */
-export function incompatibility(m: SnapshotManifest, host: FirecrackerHostFacts, spec: { vcpus: number; memMiB: number }): string | undefined {
+export function incompatibility(
+  m: SnapshotManifest,
+  host: FirecrackerHostFacts,
+  spec: { vcpus: number; memMiB: number; rootImage?: { digest: string } | undefined },
+): string | undefined {
   if (m.firecrackerVersion !== host.firecrackerVersion) return `snapshot made by firecracker ${m.firecrackerVersion}, this host runs ${host.firecrackerVersion}`;
   if (m.snapshotFormat !== host.snapshotFormat) return `snapshot data format ${m.snapshotFormat}, this firecracker reads ${host.snapshotFormat}`;
   const a = describeCpu(m.cpu);
@@ -54,6 +73,9 @@ export function incompatibility(m: SnapshotManifest, host: FirecrackerHostFacts,
   if (a !== b) return `snapshot made on CPU ${a}, this host has ${b}`;
   if (m.hostKernel !== host.hostKernel) return `snapshot made on host kernel ${m.hostKernel}, this host runs ${host.hostKernel}`;
   if (m.vcpus !== spec.vcpus || m.memMiB !== spec.memMiB) return `snapshot has ${m.vcpus} vCPU / ${m.memMiB} MiB, the agent now asks for ${spec.vcpus} vCPU / ${spec.memMiB} MiB`;
+  const had = m.image?.digest;
+  const wants = spec.rootImage?.digest;
+  if (had !== wants) return `snapshot runs ${had ? `image ${had}` : "the built-in image"}, the agent now runs ${wants ? `image ${wants}` : "the built-in image"}`;
   return undefined;
 }
 
@@ -81,6 +103,7 @@ export interface CommitInput {
   vcpus: number;
   memMiB: number;
   tap: string | undefined;
+  image?: SnapshotImage;
 }
 
 /** Makes the temporary files of `generation` the current snapshot (see the file comment for the order). */
@@ -105,6 +128,7 @@ export async function commitSnapshot(input: CommitInput): Promise<SnapshotManife
     tap: input.tap,
     state,
     mem,
+    ...(input.image ? { image: input.image } : {}),
   };
   await commitManifest(join(input.dir, MANIFEST_FILE), manifest);
   return manifest;

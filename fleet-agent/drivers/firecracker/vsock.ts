@@ -93,7 +93,7 @@ export async function waitForGuestAgent(
         const why = opts.gaveUp?.();
         return why && `guest agent unreachable: ${why}`;
       },
-      timeout: `guest agent on vsock port ${port} did not answer within ${Math.round(opts.deadlineMs)} ms`,
+      timeout: `guest agent on vsock port ${port} did not answer within ${Math.max(0, Math.round(opts.deadlineMs))} ms`,
     });
   } catch (err) {
     throw new VsockConnectError((err as Error).message, { cause: err });

@@ -1,13 +1,29 @@
 // The `process` driver: a workload is a plain host process. NOT isolated; hibernate = SIGSTOP, wake = SIGCONT.
+//
+// A built image (`spec.rootImage`) runs here too, still NOT isolated: its ext4 is unpacked once into
+// `<stateDir>/rootfs` (rootfs.ts), the agent's persistent copy from then on, and its entrypoint is started in it by
+// the image launcher (fleet-agent/guest/launch.c, built for the host: launcher.ts) with `launch <rootfs> <spec>`:
+// chroot, the image's workdir, uid and gid, env. Only a chroot: the agent shares the host's kernel, network (it
+// listens on a loopback port the driver picks), processes and resources, and root inside can leave the chroot.
+// Needs root (chroot). `diskMiB` is not enforced (a directory has no size).
+import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { writeFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { killLeftover, writePidFile } from "../common/proc.ts";
+import { guestLeaseDir } from "../../../contracts/image.ts";
+import { AppError } from "../../../lib/errors.ts";
+import { silentLogger, type Logger } from "../../../lib/log.ts";
+import { launchSpecFor } from "../common/launch-data.ts";
+import { killLeftover, processAlive, readPidFile, writePidFile } from "../common/proc.ts";
 import { freeLoopbackPort, waitForTcp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot } from "../common/restore-or-boot.ts";
 import { processFiles } from "../common/state-dir.ts";
 import { logTail, VmProcess, VmProcesses } from "../common/vm-process.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import { waitImageReady } from "../common/image-boot.ts";
+import { ensureLauncher } from "./launcher.ts";
+import { ensureRootfs, prepareRootfs, rootfsPath } from "./rootfs.ts";
 
 /** Commands the process driver may run, by image name; each gets PORT and LEASE_DIR in its environment. */
 export type ProcessImages = Record<string, readonly string[]>;
@@ -20,7 +36,15 @@ export interface ProcessDriverOptions {
   images?: ProcessImages;
   /** How long a workload may take to answer on its port after spawning. */
   bootTimeoutMs?: number;
+  /** Where the image launcher is built (default: `.launcher` beside the VM's stateDir). */
+  launcherCacheDir?: string;
+  /** Whether this process may chroot (default: it runs as root); a built image is refused without. */
+  runningAsRoot?: boolean;
+  logger?: Logger;
 }
+
+/** The spec file the launcher reads, in the VM's stateDir (outside the agent's root). */
+const LAUNCH_SPEC_FILE = "launch.spec";
 
 interface Owned {
   proc: VmProcess;
@@ -35,13 +59,20 @@ export class ProcessDriver implements VmDriver {
   private readonly bootTimeoutMs: number;
   private readonly owned = new Map<string, Owned>();
   private readonly processes = new VmProcesses();
+  private readonly opts: ProcessDriverOptions;
+  private readonly log: Logger;
+  /** VMs already told that their diskMiB is not enforced (once per VM and driver). */
+  private readonly diskWarned = new Set<string>();
 
   constructor(opts: ProcessDriverOptions = {}) {
+    this.opts = opts;
     this.images = { ...defaultProcessImages, ...opts.images };
     this.bootTimeoutMs = opts.bootTimeoutMs ?? 15_000;
+    this.log = (opts.logger ?? silentLogger).child({ driver: "process" });
   }
 
   async boot(spec: VmSpec): Promise<BootResult> {
+    if (spec.rootImage) return this.bootImage(spec);
     const started = performance.now();
     const command = this.images[spec.image];
     if (!command || command.length === 0) throw new Error(`unknown image "${spec.image}" for the process driver (known: ${Object.keys(this.images).join(", ")})`);
@@ -77,11 +108,88 @@ export class ProcessDriver implements VmDriver {
     return { vm, bootMs: performance.now() - started };
   }
 
+  /**
+   * A built image's boot: its files unpacked on the first boot, the launcher built on the first use, then the
+   * entrypoint under the launcher with PORT (a free loopback port: the agent shares the host's network), AGENT_ID and
+   * LEASE_DIR. Ready when the port accepts connections (or `readyPath` answers below 500). Every failure is
+   * `boot_failed` with the reason and the log's tail; an entrypoint that exits fails it at once.
+   */
+  private async bootImage(spec: VmSpec): Promise<BootResult> {
+    const started = performance.now();
+    const image = spec.rootImage!;
+    if (!(this.opts.runningAsRoot ?? process.getuid?.() === 0)) {
+      throw new AppError(
+        "boot_failed",
+        `agent ${spec.agentId}: the process driver runs a built image only as root (it chroots into the image's files); run the fleet-agent as root, or use the qemu driver`,
+      );
+    }
+    this.log.warn("the process driver does NOT isolate the agent: its image runs as a host process in a chroot (host kernel, network and resources; root inside can leave)", {
+      vmId: spec.vmId,
+      agentId: spec.agentId,
+      image: image.digest,
+    });
+    if (!this.diskWarned.has(spec.vmId)) {
+      this.diskWarned.add(spec.vmId);
+      this.log.warn("diskMiB is not enforced by the process driver: the agent's files are a plain directory", { vmId: spec.vmId, diskMiB: spec.diskMiB, dir: rootfsPath(spec.stateDir) });
+    }
+    const stateDir = resolve(spec.stateDir);
+    mkdirSync(stateDir, { recursive: true });
+    const { pidFile, log } = processFiles(stateDir, "workload");
+    const specFile = join(stateDir, LAUNCH_SPEC_FILE);
+    let root: string;
+    let launcher: string;
+    let port: number;
+    try {
+      root = await ensureRootfs(stateDir, image, this.log);
+      await prepareRootfs(root, guestLeaseDir);
+      launcher = await ensureLauncher(this.opts.launcherCacheDir ?? join(dirname(stateDir), ".launcher"));
+      port = await freeLoopbackPort();
+      await writeFile(specFile, launchSpecFor(image.config, { agentId: spec.agentId, port, leaseDir: guestLeaseDir }));
+    } catch (err) {
+      throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${(err as Error).message}`, { cause: err });
+    }
+    const proc = VmProcess.spawn({
+      vmId: spec.vmId,
+      command: launcher,
+      args: [root, specFile],
+      log,
+      // The launcher gives the entrypoint the spec's environment only: nothing of the fleet-agent's leaks into it.
+      env: {},
+      cwd: stateDir,
+      cpuIncludesChildren: true,
+    });
+    const vm: RunningVm = { spec, endpoint: { host: "127.0.0.1", port }, pid: proc.pid };
+    const owned: Owned = { proc, vm, frozen: false };
+    this.owned.set(spec.vmId, owned);
+    this.processes.add(proc);
+    // The launcher execs the entrypoint in place: from then on the pid's command line is the image's command.
+    if (proc.pid) writePidFile(pidFile, proc.pid, [...image.config.entrypoint, ...image.config.cmd].join(" "));
+    proc.onEnd(() => {
+      if (this.owned.get(spec.vmId) === owned) this.owned.delete(spec.vmId);
+      rmSync(pidFile, { force: true });
+      // An entrypoint that ended (or crashed) leaves none of its children behind, holding its port or its files.
+      this.signal(owned, "SIGKILL");
+    });
+    try {
+      const deadline = performance.now() + this.bootTimeoutMs;
+      const gaveUp = () => (proc.exit ? `the entrypoint exited (${proc.exit.signal ? `signal ${proc.exit.signal}` : `status ${proc.exit.code}`})` : proc.spawnError?.message);
+      if (image.config.readyPath) await waitImageReady(vm.endpoint, { readyPath: image.config.readyPath, port }, { deadline, gaveUp });
+      else await waitForTcp(vm.endpoint, { deadline, gaveUp });
+    } catch (err) {
+      this.signal(owned, "SIGKILL"); // the whole group: what a script entrypoint started too
+      await proc.kill();
+      const tail = logTail(log);
+      throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${(err as Error).message}${tail ? ` (log: ${tail})` : ""}`, { cause: err });
+    }
+    this.log.info("booted", { vmId: spec.vmId, image: image.digest, pid: proc.pid, port, bootMs: Math.round(performance.now() - started) });
+    return { vm, bootMs: performance.now() - started };
+  }
+
   async hibernate(vm: RunningVm): Promise<SnapshotResult> {
     const started = performance.now();
     const owned = this.owned.get(vm.spec.vmId);
     if (!owned) throw new Error(`no process for ${vm.spec.vmId}`);
-    owned.proc.signal("SIGSTOP");
+    this.signal(owned, "SIGSTOP");
     owned.frozen = true;
     return { completed: true, snapshotMs: performance.now() - started, bytes: 0 };
   }
@@ -92,7 +200,7 @@ export class ProcessDriver implements VmDriver {
       restore: async () => {
         const owned = this.owned.get(spec.vmId);
         if (!owned?.frozen || owned.proc.exit) throw new RestoreFailed("no frozen process (the process driver keeps no snapshot across host restarts)");
-        owned.proc.signal("SIGCONT");
+        this.signal(owned, "SIGCONT");
         owned.frozen = false;
         // The workload runs on the host's clock: there is nothing to fix (no guest agent).
         return { vm: owned.vm };
@@ -109,6 +217,10 @@ export class ProcessDriver implements VmDriver {
   async destroy(spec: VmSpec): Promise<void> {
     const owned = this.owned.get(spec.vmId);
     if (owned) await this.kill(owned);
+    this.diskWarned.delete(spec.vmId);
+    // With a built image this removes the agent's files (`rootfs`) too; something the agent mounted in there (it is
+    // root in a chroot) is detached first, so that the removal never reaches through a mount into the host's files.
+    if (spec.rootImage) await detachMountsUnder(resolve(spec.stateDir));
     rmSync(spec.stateDir, { recursive: true, force: true });
   }
 
@@ -117,12 +229,15 @@ export class ProcessDriver implements VmDriver {
   }
 
   async guestLeases(vm: RunningVm): Promise<number> {
-    const dir = join(vm.spec.stateDir, "leases");
+    // A built image's agent writes them inside its root (LEASE_DIR is guestLeaseDir there).
+    const dir = vm.spec.rootImage ? join(rootfsPath(vm.spec.stateDir), guestLeaseDir) : join(vm.spec.stateDir, "leases");
     if (!existsSync(dir)) return 0;
     const nowS = Date.now() / 1000;
     let live = 0;
-    for (const name of readdirSync(dir)) {
-      const expires = Number(readFileSync(join(dir, name), "utf8").trim());
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      // Only regular files: a FIFO would block this read, a symlink would read a host file.
+      if (!entry.isFile()) continue;
+      const expires = Number(readFileSync(join(dir, entry.name), "utf8").trim());
       if (Number.isFinite(expires) && expires > nowS) live++;
     }
     return live;
@@ -132,9 +247,24 @@ export class ProcessDriver implements VmDriver {
     this.processes.onExit(vm, listener);
   }
 
+  logPath(spec: VmSpec): string {
+    return processFiles(spec.stateDir, "workload").log;
+  }
+
   async reap(spec: VmSpec): Promise<void> {
     if (this.owned.has(spec.vmId)) return;
-    await killLeftover(processFiles(spec.stateDir, "workload").pidFile);
+    const { pidFile } = processFiles(spec.stateDir, "workload");
+    // A built image's leftover takes its process group with it (what its entrypoint started). Known by its files:
+    // the host reaps every VM directory at its start with a bare spec.
+    const left = spec.rootImage || existsSync(rootfsPath(spec.stateDir)) ? readPidFile(pidFile) : undefined;
+    if (left?.marker && processAlive(left.pid, left.marker)) {
+      try {
+        process.kill(-left.pid, "SIGKILL");
+      } catch {
+        // not a group leader any more, or gone
+      }
+    }
+    await killLeftover(pidFile);
   }
 
   async close(): Promise<void> {
@@ -144,8 +274,44 @@ export class ProcessDriver implements VmDriver {
   private async kill(owned: Owned): Promise<void> {
     // A frozen process only sees SIGTERM once it runs again.
     await owned.proc.stop(() => {
-      owned.proc.signal("SIGTERM");
-      owned.proc.signal("SIGCONT");
+      this.signal(owned, "SIGTERM");
+      this.signal(owned, "SIGCONT");
     }, 2000);
+    // What a built image's entrypoint started (a shell script's server) goes with it.
+    if (owned.vm.spec.rootImage) this.signal(owned, "SIGKILL");
+  }
+
+  /**
+   * A built image's signals go to its whole process group (the launcher leads it, the entrypoint keeps it): an
+   * entrypoint script that starts its server as a child is frozen, thawed and ended as one. The demo keeps its
+   * one-process signals.
+   */
+  private signal(owned: Owned, sig: NodeJS.Signals): void {
+    const pid = owned.proc.pid;
+    if (!owned.vm.spec.rootImage || pid === undefined) return owned.proc.signal(sig);
+    try {
+      process.kill(-pid, sig);
+    } catch {
+      // the group is gone
+    }
+  }
+}
+
+/** Lazily unmounts every mount point below `dir` (deepest first), from /proc/self/mountinfo. */
+async function detachMountsUnder(dir: string): Promise<void> {
+  let info: string;
+  try {
+    info = readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return;
+  }
+  // Field 5 is the mount point, with space, tab, newline and backslash octal-escaped.
+  const points = info
+    .split("\n")
+    .map((l) => l.split(" ")[4]?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8))))
+    .filter((p): p is string => !!p && p.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const p of points) {
+    await new Promise<void>((done) => execFile("umount", ["-l", p], () => done()));
   }
 }

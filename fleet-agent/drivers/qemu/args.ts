@@ -1,5 +1,7 @@
 // The QEMU command line for one VM (pure): identical device arguments for boot and restore, as migration requires.
 import { join } from "node:path";
+import { AGENT_DISK_LABEL, agentDiskPath } from "../common/agent-disk.ts";
+import { LAUNCH_DRIVE_FILE, LAUNCH_DRIVE_LABEL } from "../common/launch-data.ts";
 import { MANIFEST_FILE, processFiles, socketDir } from "../common/state-dir.ts";
 import type { VmSpec } from "../driver.ts";
 
@@ -17,6 +19,9 @@ export interface VmPaths {
   port: string;
   manifest: string;
   manifestTmp: string;
+  /** A built image's VM: the agent's persistent disk and the per-boot launch drive. */
+  disk: string;
+  launchDrive: string;
 }
 
 export function vmPaths(stateDir: string): VmPaths {
@@ -33,6 +38,8 @@ export function vmPaths(stateDir: string): VmPaths {
     port: join(stateDir, "port.json"),
     manifest,
     manifestTmp: `${manifest}.tmp`,
+    disk: agentDiskPath(stateDir),
+    launchDrive: join(stateDir, LAUNCH_DRIVE_FILE),
   };
 }
 
@@ -80,6 +87,7 @@ export function kernelCmdline(accel: Accel, tscKhz: number | undefined): string 
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
 export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort">): string[] {
+  const image = l.spec.rootImage;
   return [
     "-M", MACHINE,
     "-accel", l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
@@ -89,13 +97,39 @@ export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "ho
     "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
     "-chardev", `file,id=console,path=${opt(l.paths.console)},append=on`,
     "-serial", "chardev:console",
-    "-netdev", `user,id=net0,restrict=${l.spec.allowEgress ? "off" : "on"},hostfwd=tcp:127.0.0.1:${l.hostPort}-:8080`,
+    "-netdev", `user,id=net0,restrict=${l.spec.allowEgress ? "off" : "on"},hostfwd=tcp:127.0.0.1:${l.hostPort}-:${image ? image.config.port : DEMO_PORT}`,
     "-device", "virtio-net-device,netdev=net0",
     "-device", "virtio-serial-device",
     "-chardev", `socket,id=agent,path=${opt(l.paths.agent)},server=on,wait=off`,
     "-device", "virtserialport,chardev=agent,name=agent",
+    ...(image ? imageDrives(image.rootfs, l.paths) : []),
   ];
 }
+
+/** The port the built-in demo serves on in the guest. */
+export const DEMO_PORT = 8080;
+
+/**
+ * A built image's three virtio-blk drives (the guest finds them by filesystem label, not by order): the image's
+ * ext4 read-only (shared by every agent of the image: read-only drives take a shared lock), the agent's disk
+ * read-write, the launch drive read-only. Each also carries its label as its virtio serial, which the init reads
+ * from sysfs without probing the filesystems. Part of the machine: a snapshot names the same files.
+ */
+function imageDrives(rootfs: string, paths: VmPaths): string[] {
+  const drive = (id: string, file: string, label: string, readonly: boolean) => [
+    // werror=report on the agent's disk: a full host disk under the sparse file is an I/O error in the guest, not a VM paused for ever.
+    "-drive", `file=${opt(file)},format=raw,if=none,id=${id}${readonly ? ",readonly=on" : ",werror=report"}`,
+    "-device", `virtio-blk-device,drive=${id},serial=${label}`,
+  ];
+  return [
+    ...drive("image", rootfs, IMAGE_LABEL, true),
+    ...drive("disk", paths.disk, AGENT_DISK_LABEL, false),
+    ...drive("launch", paths.launchDrive, LAUNCH_DRIVE_LABEL, true),
+  ];
+}
+
+/** The filesystem label of a built image's root filesystem (images/build/rootfs.ts writes it). */
+export const IMAGE_LABEL = "agentvm-image";
 
 export function qemuArgs(l: QemuLaunch): string[] {
   return [

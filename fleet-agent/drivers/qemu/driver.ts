@@ -1,13 +1,18 @@
 // The qemu driver: one QEMU microvm per VM (KVM when usable, TCG otherwise); hibernate = QMP migrate to a file,
 // wake = -incoming + cont + clock fix, or a cold boot when the snapshot cannot be used (common/restore-or-boot.ts).
+// A built image's VM (`spec.rootImage`) also has the image, its persistent disk and a launch drive as virtio-blk
+// drives; its snapshot records the disk's fingerprint and is restored only over that same disk.
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
 import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { AppError } from "../../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
+import { beginDiskGeneration, DEFAULT_DISK_MIB, diskChange, diskFingerprint, ensureAgentDisk, type DiskFingerprint } from "../common/agent-disk.ts";
 import { fixGuestClock, GuestAgentClient } from "../common/guest-agent.ts";
+import { makeLaunchDrive } from "../common/launch-data.ts";
 import { killLeftover } from "../common/proc.ts";
 import { freeLoopbackPort, pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../common/restore-or-boot.ts";
@@ -18,16 +23,20 @@ import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, W
 import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type VmPaths } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
+import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
-import { incompatibility, MANIFEST_VERSION, readManifest, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
   kernel: string;
   initrd: string;
 }
 
+/** The guest image (kernel and initramfs) a built image's VM boots: the demo's, which also runs images (guest/init.sh). */
+export const IMAGE_GUEST = "demo";
+
 export interface QemuDriverOptions {
-  /** Kernel and initramfs per image name (`demo`); a fixed pair serves every VM. */
+  /** Kernel and initramfs per image name (`demo`; a built image's VM asks for IMAGE_GUEST); a fixed pair serves every VM. */
   image: GuestImagePaths | ((name: string) => Promise<GuestImagePaths>);
   /** `auto` (default) picks KVM when /dev/kvm is usable by a hardware module, else TCG. */
   accel?: Accel | "auto";
@@ -52,6 +61,8 @@ export interface QemuDriverOptions {
    * snapshot can take; 0 turns the check off (a full disk is then still caught while the snapshot is written).
    */
   snapshotBytesNeeded?: (spec: VmSpec) => number;
+  /** How long a hibernation waits for the guest to flush a built image's disk (SYNC) before it snapshots anyway. */
+  syncTimeoutMs?: number;
 }
 
 /** One QEMU process and the clients the driver holds on it. */
@@ -67,6 +78,9 @@ interface QemuVm {
 }
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
+const SYNC_TIMEOUT_MS = 10_000;
+/** A stop (host shutdown, delete) waits less for the guest's flush: the disk's journal covers the rest. */
+const STOP_SYNC_TIMEOUT_MS = 3000;
 
 export class QemuDriver implements VmDriver {
   readonly name = "qemu" as const;
@@ -119,6 +133,10 @@ export class QemuDriver implements VmDriver {
     // A snapshot that would not fit is refused before the guest is paused; the previous one stays as it is.
     const neededBytes = this.opts.snapshotBytesNeeded?.(spec) ?? snapshotBytesNeeded(spec.memMiB);
     const freeBefore = await ensureSnapshotSpace(spec.stateDir, neededBytes);
+    if (spec.rootImage) {
+      await this.syncGuest(vp);
+      if (signal?.aborted) return notDone();
+    }
     const attempt = snapshotAttempt(spec.stateDir, `${Date.now()}-${randomBytes(4).toString("hex")}`);
     const outputMark = vp.proc.outputMark();
 
@@ -135,6 +153,8 @@ export class QemuDriver implements VmDriver {
       signal?.throwIfAborted();
       const [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
       signal?.throwIfAborted();
+      // The migration's end flushed the drives and stopped QEMU writing them: the disk is now what this memory pairs with.
+      const disk = spec.rootImage ? await diskFingerprint(paths.disk) : undefined;
       const createdAt = new Date();
       const file = `snapshot-${createdAt.getTime()}.bin`;
       dataPath = join(spec.stateDir, file);
@@ -153,6 +173,7 @@ export class QemuDriver implements VmDriver {
         vcpus: spec.vcpus,
         createdAt: createdAt.toISOString(),
         snapshotMs: Math.round(performance.now() - started),
+        ...(disk ? { disk } : {}),
       };
       signal?.throwIfAborted();
       // The point of no return: from here the new snapshot is the VM.
@@ -192,7 +213,7 @@ export class QemuDriver implements VmDriver {
 
   async stop(vm: RunningVm): Promise<void> {
     const vp = this.running.get(vm.spec.vmId);
-    if (vp) await this.quit(vp);
+    if (vp) await this.quitRunning(vp);
     await this.discardWaiting(vm.spec.vmId);
   }
 
@@ -227,12 +248,17 @@ export class QemuDriver implements VmDriver {
   /** Host shutdown: pre-started QEMUs are killed, VMs still running are stopped (their snapshots stay). */
   async close(): Promise<void> {
     await Promise.all([...this.waiting.keys()].map((id) => this.discardWaiting(id)));
-    await Promise.all([...this.running.values()].map((vp) => this.quit(vp)));
+    await Promise.all([...this.running.values()].map((vp) => this.quitRunning(vp)));
+  }
+
+  /** The guest console (QEMU appends it): the kernel's few lines, the init's, and a built image's workload's stdout and stderr. */
+  logPath(spec: VmSpec): string {
+    return vmPaths(spec.stateDir).console;
   }
 
   /**
    * Kills a QEMU a previous fleet-agent left running for this VM (its pid file, checked against
-   * /proc/<pid>/cmdline) and removes partial snapshot files; the complete snapshot stays.
+   * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay.
    */
   async reap(spec: VmSpec): Promise<void> {
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return; // ours and alive
@@ -243,6 +269,7 @@ export class QemuDriver implements VmDriver {
     const { manifest, problem } = await readManifest(paths.manifest);
     if (!problem) await removeUnreferencedSnapshots(spec.stateDir, manifest?.file);
     else await removePartialSnapshots(spec.stateDir);
+    await removePartialDrives(spec.stateDir);
     for (const p of [paths.qmp, paths.agent, paths.pid]) await rm(p, { force: true });
   }
 
@@ -254,9 +281,9 @@ export class QemuDriver implements VmDriver {
     return vp;
   }
 
-  private async imageFor(name: string): Promise<GuestImagePaths> {
+  private async imageFor(spec: VmSpec): Promise<GuestImagePaths> {
     const image = this.opts.image;
-    return typeof image === "function" ? image(name) : image;
+    return typeof image === "function" ? image(spec.rootImage ? IMAGE_GUEST : spec.image) : image;
   }
 
   private async readPort(paths: VmPaths): Promise<number | undefined> {
@@ -280,8 +307,9 @@ export class QemuDriver implements VmDriver {
   private async bootInternal(spec: VmSpec, started: number): Promise<{ vm: RunningVm; clock: ClockFix }> {
     if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
     await this.discardWaiting(spec.vmId);
-    const image = await this.imageFor(spec.image);
+    const image = await this.imageFor(spec);
     const deadline = started + (this.opts.bootTimeoutMs ?? 120_000);
+    if (spec.rootImage) return this.bootImage(spec, image, started, deadline);
     const vp = await this.launch(spec, image, false);
     try {
       await this.waitAgent(vp, deadline, "guest agent did not answer before the boot deadline");
@@ -294,6 +322,55 @@ export class QemuDriver implements VmDriver {
     } catch (err) {
       await vp.proc.kill();
       throw withTail(err as Error, await vp.proc.finalOutput(), "qemu");
+    }
+  }
+
+  /**
+   * A built image's cold boot: its disk (created on the first boot) starts a new generation, then QEMU with the three
+   * drives; ready when the agent answers on its port. Every failure is `boot_failed` with the reason and the console's
+   * tail: an entrypoint that exits (the init says so on the console, and powers off) fails it at once, one that never
+   * answers at the boot deadline.
+   */
+  private async bootImage(spec: VmSpec, image: GuestImagePaths, started: number, deadline: number): Promise<{ vm: RunningVm; clock: ClockFix }> {
+    const config = spec.rootImage!.config;
+    const paths = vmPaths(spec.stateDir);
+    mkdirSync(spec.stateDir, { recursive: true });
+    capLog(paths.console);
+    const consoleWatch = new ConsoleWatch(paths.console);
+    let vp: QemuVm | undefined;
+    try {
+      const disk = await ensureAgentDisk(spec.stateDir, spec.diskMiB ?? DEFAULT_DISK_MIB, this.log.child({ vmId: spec.vmId }));
+      await beginDiskGeneration(disk);
+      vp = await this.launch(spec, image, false);
+      const launched = vp;
+      const gaveUp = () => {
+        const said = consoleWatch.failure();
+        if (said) return `the image's ${said}`;
+        return launched.proc.exitedWhy("QEMU");
+      };
+      await this.waitAgent(vp, deadline, "guest agent did not answer before the boot deadline", gaveUp);
+      const clock = await fixGuestClock(vp.agent!);
+      await waitImageReady(this.runningVm(vp).endpoint, config, { deadline, gaveUp });
+      this.running.set(spec.vmId, vp);
+      this.log.info("booted", { vmId: spec.vmId, image: spec.rootImage!.digest, pid: vp.proc.pid, port: vp.hostPort, bootMs: Math.round(performance.now() - started) });
+      return { vm: this.runningVm(vp), clock };
+    } catch (err) {
+      if (vp) await vp.proc.kill();
+      const qemuSaid = vp ? await vp.proc.finalOutput() : "";
+      const reason = withTail(err as Error, qemuSaid, "qemu").message;
+      const tail = consoleWatch.tail();
+      throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${reason}${tail ? ` (console: ${tail})` : ""}`, { cause: err });
+    }
+  }
+
+  /** Asks the guest to flush its disks before a snapshot; a failure is logged, not fatal (QEMU flushes its own side). */
+  private async syncGuest(vp: QemuVm, timeoutMs = this.opts.syncTimeoutMs ?? SYNC_TIMEOUT_MS): Promise<void> {
+    const t0 = performance.now();
+    try {
+      await vp.agent!.sync(timeoutMs);
+      this.log.debug("guest synced", { vmId: vp.spec.vmId, ms: Math.round(performance.now() - t0) });
+    } catch (err) {
+      this.log.warn("guest sync failed; going on without it", { vmId: vp.spec.vmId, err });
     }
   }
 
@@ -318,6 +395,12 @@ export class QemuDriver implements VmDriver {
     if (bad) throw new RestoreFailed(bad);
     const file = join(spec.stateDir, manifest.file);
     if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
+    // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
+    if (spec.rootImage) {
+      const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
+      const changed = diskChange(manifest.disk, now);
+      if (changed) throw new RestoreFailed(changed);
+    }
     const verify = sha256File(file).then(
       (r) => (r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`),
       (err: Error) => `snapshot unreadable: ${err.message}`,
@@ -325,7 +408,7 @@ export class QemuDriver implements VmDriver {
     undo(() => verify);
     let vp = this.takeWaiting(spec);
     if (!vp) {
-      const image = await this.imageFor(spec.image);
+      const image = await this.imageFor(spec);
       try {
         vp = await this.launch(spec, image, true);
       } catch (err) {
@@ -343,6 +426,8 @@ export class QemuDriver implements VmDriver {
       const badData = await verify;
       if (badData) throw new RestoreFailed(badData);
       await agentReady;
+      // From here the guest writes to its disk again: no snapshot taken before pairs with it any more.
+      if (spec.rootImage) await beginDiskGeneration(paths.disk);
       await vp.qmp!.execute("cont");
     } catch (err) {
       // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
@@ -368,6 +453,8 @@ export class QemuDriver implements VmDriver {
     const paths = vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
+    // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
+    if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port });
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       const vp = this.spawnQemu(spec, paths, image, hostPort, incoming);
@@ -415,6 +502,12 @@ export class QemuDriver implements VmDriver {
     }
   }
 
+  /** Ends a running VM that is not hibernated: a built image's guest flushes its disk first (briefly), then QEMU quits. */
+  private async quitRunning(vp: QemuVm): Promise<void> {
+    if (vp.spec.rootImage && vp.agentOpen && !vp.proc.exit) await this.syncGuest(vp, STOP_SYNC_TIMEOUT_MS);
+    await this.quit(vp);
+  }
+
   /** Asks QEMU to quit, then kills it if it does not; waits for the exit. */
   private async quit(vp: QemuVm): Promise<void> {
     await vp.proc.stop(() => vp.qmp?.execute("quit", undefined, 2000), 5000);
@@ -437,7 +530,7 @@ export class QemuDriver implements VmDriver {
 
   private async prestart(spec: VmSpec): Promise<void> {
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return;
-    const vp = await this.launch(spec, await this.imageFor(spec.image), true);
+    const vp = await this.launch(spec, await this.imageFor(spec), true);
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return vp.proc.kill();
     this.waiting.set(spec.vmId, vp);
   }
@@ -462,14 +555,14 @@ export class QemuDriver implements VmDriver {
   }
 
   /** Pings over the agent port (reconnecting when it closed) until the guest agent answers. */
-  private waitAgent(vp: QemuVm, deadline: number, timeout: string): Promise<GuestAgentClient> {
+  private waitAgent(vp: QemuVm, deadline: number, timeout: string, gaveUp: () => string | undefined = () => vp.proc.exitedWhy("QEMU")): Promise<GuestAgentClient> {
     return pollUntil(
       async (remaining) => {
         await this.openAgent(vp);
         await vp.agent!.ping(Math.max(100, Math.min(500, remaining)));
         return vp.agent!;
       },
-      { deadline, gaveUp: () => vp.proc.exitedWhy("QEMU"), timeout },
+      { deadline, gaveUp, timeout },
     );
   }
 

@@ -2,6 +2,7 @@
 // belongs to), the compatibility rule, and which files in the stateDir are stale. Writing and reading the manifest
 // (the commit point) is common/snapshot-files.ts.
 import { basename } from "node:path";
+import type { DiskFingerprint } from "../common/agent-disk.ts";
 import { readManifest as readManifestFile, removeFiles } from "../common/snapshot-files.ts";
 
 export const MANIFEST_VERSION = 1;
@@ -29,6 +30,8 @@ export interface SnapshotManifest extends RestoreTarget {
   bytes: number;
   createdAt: string;
   snapshotMs: number;
+  /** A built image's VM: its disk as it was when the snapshot was taken (the memory is valid only with that disk). */
+  disk?: DiskFingerprint;
 }
 
 /** Host-side network settings (forwarded port, egress) do not change the virtual hardware. */
@@ -58,6 +61,11 @@ export function readManifest(path: string): Promise<{ manifest?: SnapshotManifes
 /** Files of a snapshot that was never committed: attempts (`snapshot-<id>.tmp[.done]`, `snapshot.tmp[.done]` of older drivers), the manifest's temporary. */
 function isPartial(name: string): boolean {
   return /^snapshot(-[\w-]+)?\.tmp(\.done)?$|^snapshot\.json\.tmp$/.test(name);
+}
+
+/** What an interrupted disk creation or launch drive write left (common/agent-disk.ts, common/launch-data.ts). */
+export function removePartialDrives(stateDir: string): Promise<string[]> {
+  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$/.test(name));
 }
 
 /** Removes snapshot data files the manifest does not name (older snapshots, partial files). */

@@ -1,0 +1,100 @@
+// Booting a built image's VM: reading the guest console for what the init says while the host waits (an entrypoint
+// that exited, a drive that would not mount), and the image's readiness probe on its own port.
+import { closeSync, openSync, readSync, statSync } from "node:fs";
+import { request } from "node:http";
+import type { ImageConfig } from "../../../contracts/image.ts";
+import { pollUntil } from "./readiness.ts";
+import type { VmEndpoint } from "../driver.ts";
+
+/** The init's lines that end a boot (fleet-agent/guest/init.sh): the entrypoint exited, or the image could not be set up. */
+const FAILURE_LINE = /^agentvm: (entrypoint exited with status \d+|image setup failed: .*)$/m;
+/** How much of the console an error message carries. */
+const TAIL_LINES = 12;
+const TAIL_CHARS = 1500;
+/** Console bytes kept in memory from the boot's start (the tail and the failure line are all we need of them). */
+const KEEP_CHARS = 64 << 10;
+
+/** The guest console from a point on (the boot's start): polled for the init's failure line, and its tail for errors. */
+export class ConsoleWatch {
+  private readonly path: string;
+  private offset: number;
+  private text = "";
+
+  /** Watches `path` from its current end. */
+  constructor(path: string) {
+    this.path = path;
+    this.offset = fileSize(path);
+  }
+
+  /** Reads what was appended since the last call; answers the init's failure line once it appeared. */
+  failure(): string | undefined {
+    this.read();
+    return FAILURE_LINE.exec(this.text)?.[1];
+  }
+
+  /** The last lines written since the watch began, joined by " | " (for error messages). */
+  tail(): string {
+    this.read();
+    const lines = this.text.replace(/\r/g, "").split("\n").map((l) => l.trimEnd()).filter(Boolean).slice(-TAIL_LINES);
+    const joined = lines.join(" | ");
+    return joined.length > TAIL_CHARS ? `…${joined.slice(-TAIL_CHARS)}` : joined;
+  }
+
+  private read(): void {
+    let fd: number;
+    try {
+      fd = openSync(this.path, "r");
+    } catch {
+      return;
+    }
+    try {
+      const size = fileSize(this.path);
+      if (size < this.offset) this.offset = 0; // truncated (rotated) meanwhile
+      const chunk = Buffer.alloc(Math.min(size - this.offset, KEEP_CHARS));
+      const n = chunk.length ? readSync(fd, chunk, 0, chunk.length, size - chunk.length) : 0;
+      this.offset = size;
+      this.text = (this.text + chunk.toString("utf8", 0, n)).slice(-KEEP_CHARS);
+    } finally {
+      closeSync(fd);
+    }
+  }
+}
+
+function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Resolves once the image's agent is ready: with `readyPath`, GET on it answers 2xx–4xx; without, any HTTP answer to
+ * GET /healthz (under QEMU's user networking an accepted TCP connection proves nothing: the host side accepts it
+ * before the guest does).
+ */
+export function waitImageReady(endpoint: VmEndpoint, config: Pick<ImageConfig, "readyPath" | "port">, opts: { deadline: number; gaveUp: () => string | undefined }): Promise<void> {
+  const path = config.readyPath ?? "/healthz";
+  const okStatus = config.readyPath ? (s: number) => s >= 200 && s < 500 : () => true;
+  return pollUntil(
+    async (remaining) => {
+      const status = await httpStatus(endpoint, path, Math.min(2000, Math.max(100, remaining)));
+      return status !== undefined && okStatus(status) ? true : undefined;
+    },
+    { ...opts, timeout: `the agent did not answer HTTP on port ${config.port}${config.readyPath ? ` (GET ${config.readyPath})` : ""} within the boot timeout` },
+  ).then(() => undefined);
+}
+
+/** The status of a GET at `endpoint`, or undefined when nothing answered within the timeout. */
+function httpStatus(endpoint: VmEndpoint, path: string, timeoutMs: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const req = request({ host: endpoint.host, port: endpoint.port, path, method: "GET", agent: false, timeout: timeoutMs }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.statusCode));
+      res.on("error", () => resolve(undefined));
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(undefined));
+    req.end();
+  });
+}

@@ -1,0 +1,69 @@
+// Image rows as the API reads and writes them (drizzle; Postgres or PGlite): one per tenant's name:tag.
+import { and, asc, count, eq, isNull } from "drizzle-orm";
+import type { Db } from "../schema/db.ts";
+import { agents } from "../schema/core.ts";
+import { images } from "../schema/images.ts";
+import { isImageDigest, type ImageCatalog, type ImageRecord } from "../contracts/image.ts";
+
+export type ImageRow = typeof images.$inferSelect;
+export type NewImage = Omit<typeof images.$inferInsert, "createdAt">;
+
+export interface ImageRepo extends ImageCatalog {
+  list(tenantId: string): Promise<ImageRow[]>;
+  get(id: string): Promise<ImageRow | undefined>;
+  /** Registers `name:tag` for the tenant, moving the tag when it named another digest before; the row as stored. */
+  put(image: NewImage): Promise<ImageRow>;
+  remove(id: string): Promise<void>;
+  /** Rows (any tenant) that still name `digest`. */
+  rowsWithDigest(digest: string): Promise<number>;
+  /** Live agents (any tenant) created from `digest`: its files must stay while there are any. */
+  agentsWithDigest(digest: string): Promise<number>;
+}
+
+/** `name[:tag]` → its parts (`latest` when no tag); a digest is not a name. */
+export function parseImageRef(ref: string): { name: string; tag: string } {
+  const at = ref.lastIndexOf(":");
+  // A colon before the last slash is a registry port (`host:5000/x`), not a tag.
+  if (at > ref.lastIndexOf("/")) return { name: ref.slice(0, at), tag: ref.slice(at + 1) };
+  return { name: ref, tag: "latest" };
+}
+
+export function imageRecord(row: ImageRow): ImageRecord {
+  return { id: row.id, tenantId: row.tenantId, name: row.name, tag: row.tag, digest: row.digest, sizeBytes: row.sizeBytes, config: row.config, createdAt: row.createdAt.toISOString() };
+}
+
+export function createImageRepo(db: Db): ImageRepo {
+  return {
+    list(tenantId) {
+      return db.select().from(images).where(eq(images.tenantId, tenantId)).orderBy(asc(images.name), asc(images.tag));
+    },
+    async get(id) {
+      return (await db.select().from(images).where(eq(images.id, id)).limit(1))[0];
+    },
+    async put(image) {
+      const rows = await db
+        .insert(images)
+        .values(image)
+        .onConflictDoUpdate({
+          target: [images.tenantId, images.name, images.tag],
+          set: { digest: image.digest, sizeBytes: image.sizeBytes, config: image.config, source: image.source, buildId: image.buildId, createdAt: new Date() },
+        })
+        .returning();
+      return rows[0]!;
+    },
+    async remove(id) {
+      await db.delete(images).where(eq(images.id, id));
+    },
+    async rowsWithDigest(digest) {
+      return (await db.select({ n: count() }).from(images).where(eq(images.digest, digest)))[0]?.n ?? 0;
+    },
+    async agentsWithDigest(digest) {
+      return (await db.select({ n: count() }).from(agents).where(and(eq(agents.imageDigest, digest), isNull(agents.deletedAt))))[0]?.n ?? 0;
+    },
+    async resolve(tenantId, ref) {
+      const where = isImageDigest(ref) ? and(eq(images.tenantId, tenantId), eq(images.digest, ref)) : and(eq(images.tenantId, tenantId), eq(images.name, parseImageRef(ref).name), eq(images.tag, parseImageRef(ref).tag));
+      const row = (await db.select().from(images).where(where).limit(1))[0];
+      return row ? imageRecord(row) : undefined;
+    },
+  };
+}
