@@ -2,7 +2,7 @@
 // the qemu driver behind the gateway; memory and files survive hibernate, files survive a lost snapshot, logs follow.
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createReadStream, existsSync, mkdtempSync, rmSync, statSync, writeFileSync, cpSync } from "node:fs";
+import { cpSync, createReadStream, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -99,11 +99,24 @@ describe("a Node agent from a Containerfile on QEMU", () => {
     await sys.call(`/a/${agentId}/fill?mib=0`, { method: "POST" }); // frees the space again
   }, 180_000);
 
-  it("the agent's log has what it printed", async () => {
+  it("the agent's log has what it printed, and a follow gets what it prints next", async () => {
     await sys.call(`/a/${agentId}/counter`);
     const res = await sys.call(`/v1/agents/${agentId}/logs`);
     expect(res.status).toBe(200);
     expect(await res.text()).toContain("/counter");
+    const abort = new AbortController();
+    const follow = await sys.call(`/v1/agents/${agentId}/logs?follow=true&tail=0`, { signal: abort.signal });
+    const reader = follow.body!.getReader();
+    await sys.call(`/a/${agentId}/files/followed-${process.pid}`); // a 404 the agent logs with this name
+    let seen = "";
+    const decoder = new TextDecoder();
+    while (!seen.includes(`followed-${process.pid}`)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      seen += decoder.decode(value, { stream: true });
+    }
+    abort.abort();
+    expect(seen).toContain(`GET /files/followed-${process.pid} 404`);
   }, 60_000);
 
   it("deleting the agent removes its disk; then the image can be deleted", async () => {
@@ -177,6 +190,20 @@ describe("an OCI archive made with buildah, imported through the API, on QEMU", 
     expect(failed?.detail?.bootFailed).toBe(true);
     expect(failed?.detail?.consoleTail).toContain("going-away-now");
   }, 180_000);
+
+  it("a bad Containerfile is 422 build_failed with the reason and registers nothing", async () => {
+    const ctx = join(scratch, "bad-context");
+    cpSync(example, ctx, { recursive: true });
+    writeFileSync(join(ctx, "Containerfile"), 'FROM agentvm/node:bookworm\nRUN ["/bin/sh", "-c", "echo about-to-fail; exit 7"]\nCMD ["node"]\n');
+    const res = await build(ctx, "broken");
+    expect(res.status).toBe(422);
+    const { error } = (await res.json()) as { error: { code: string; message: string } };
+    expect(error.code).toBe("build_failed");
+    expect(error.message).toContain("about-to-fail");
+    const { images } = (await (await sys.call("/v1/images")).json()) as { images: { name: string }[] };
+    expect(images.map((i) => i.name)).not.toContain("broken");
+    expect(readdirSync(join(sys.dataDir, "images")).filter((n) => n.startsWith(".tmp-"))).toEqual([]);
+  }, 120_000);
 
   it("a corrupt archive is 400 bad_archive and registers nothing", async () => {
     const bad = join(scratch, "corrupt.tar");

@@ -15,6 +15,7 @@ import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.t
 import { decodeLaunchSpec, encodeLaunchSpec, launchSource } from "../../fleet-agent/guest/launch-spec.ts";
 import { call, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { fixtureConfig, makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
+import { sbin } from "../helpers/sbin.ts";
 
 const DISK_MIB = 64;
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
@@ -27,7 +28,7 @@ async function cgi(vm: RunningVm, name: string, query = ""): Promise<string> {
 
 /** A file inside the agent's disk, read on the host with debugfs (no mount): proof the write reached the disk. */
 function readFromDisk(spec: VmSpec, path: string): string {
-  return execFileSync("debugfs", ["-R", `cat /upper${path}`, agentDiskPath(spec.stateDir)], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+  return execFileSync(sbin("debugfs"), ["-R", `cat /upper${path}`, agentDiskPath(spec.stateDir)], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
 }
 
 async function bootFailure(p: Promise<unknown>): Promise<AppError> {
@@ -279,10 +280,10 @@ describe("the pieces of a built image's VM, without a VM", () => {
     const dir = join(work, "launch");
     mkdirSync(dir);
     const path = await makeLaunchDrive(dir, fixtureConfig(), { agentId: "agt_Launch_1", port: 8081 });
-    expect(execFileSync("e2label", [path], { encoding: "utf8" }).trim()).toBe("agentvm-launch");
-    const spec = execFileSync("debugfs", ["-R", "cat /launch.spec", path], { stdio: ["ignore", "pipe", "ignore"] });
+    expect(execFileSync(sbin("e2label"), [path], { encoding: "utf8" }).trim()).toBe("agentvm-launch");
+    const spec = execFileSync(sbin("debugfs"), ["-R", "cat /launch.spec", path], { stdio: ["ignore", "pipe", "ignore"] });
     expect(decodeLaunchSpec(spec).env).toContain("AGENT_ID=agt_Launch_1");
-    expect(execFileSync("debugfs", ["-R", "cat /hostname", path], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })).toBe("agt-launch-1\n");
+    expect(execFileSync(sbin("debugfs"), ["-R", "cat /hostname", path], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })).toBe("agt-launch-1\n");
   });
 
   it.skipIf(process.getuid?.() !== 0)("the launcher on the host: chroot, workdir made, the image's user and PATH, no shell needed; 127 for a missing command (needs root for chroot)", () => {
@@ -309,7 +310,7 @@ describe("the pieces of a built image's VM, without a VM", () => {
     mkdirSync(dir);
     const path = await ensureAgentDisk(dir, 32);
     expect(path).toBe(agentDiskPath(dir));
-    expect(execFileSync("e2label", [path], { encoding: "utf8" }).trim()).toBe("agentvm-disk");
+    expect(execFileSync(sbin("e2label"), [path], { encoding: "utf8" }).trim()).toBe("agentvm-disk");
     const made = statSync(path);
     expect(made.size).toBe(32 << 20);
     expect(made.blocks * 512).toBeLessThan(made.size / 2);

@@ -19,6 +19,7 @@ import { createServer as createNetServer, type Server as NetServer, type Socket 
 import { join } from "node:path";
 import { decodeLaunchSpec, type LaunchSpec } from "../../fleet-agent/guest/launch-spec.ts";
 import type { FirecrackerSpec } from "./firecracker-spec.ts";
+import { sbin } from "./sbin.ts";
 
 export interface FakeBehaviour {
   /** Answer these load/config fields like an older firecracker that does not know them. */
@@ -418,7 +419,7 @@ export class FakeFirecracker {
     const byLabel = new Map<string, Record<string, unknown>>();
     for (const d of this.config.drives) {
       try {
-        byLabel.set(execFileSync("e2label", [this.host(String(d.path_on_host))], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim(), d);
+        byLabel.set(execFileSync(sbin("e2label"), [this.host(String(d.path_on_host))], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim(), d);
       } catch {
         // not an ext4: no label
       }
@@ -429,7 +430,7 @@ export class FakeFirecracker {
     if (byLabel.get("agentvm-image")!.is_read_only !== true) return failed("the image drive is not read-only");
     if (byLabel.get("agentvm-disk")!.is_read_only !== false) return failed("cannot mount the agent disk read-write");
     try {
-      const spec = execFileSync("debugfs", ["-R", "cat /launch.spec", this.host(String(byLabel.get("agentvm-launch")!.path_on_host))], { stdio: ["ignore", "pipe", "ignore"] });
+      const spec = execFileSync(sbin("debugfs"), ["-R", "cat /launch.spec", this.host(String(byLabel.get("agentvm-launch")!.path_on_host))], { stdio: ["ignore", "pipe", "ignore"] });
       this.launch = decodeLaunchSpec(spec);
     } catch {
       return failed("the launch drive has no launch.spec");

@@ -10,6 +10,7 @@ import type { ImageArtifact, ImageConfig } from "../../contracts/image.ts";
 import type { FakeBehaviour, FakeGuestRecord, FakeRequestRecord } from "./firecracker-fake.ts";
 import type { FakeBinaryConfig } from "./firecracker-fake-bin.ts";
 import { firecrackerSpecPath } from "./firecracker-spec.ts";
+import { sbin } from "./sbin.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -100,7 +101,7 @@ export function makeFakeImage(dir: string, config: Partial<ImageConfig> = {}, op
   mkdirSync(join(content, "app"), { recursive: true });
   writeFileSync(join(content, "app", "agent.txt"), "a stand-in for the agent's files\n");
   const rootfs = join(dir, "rootfs.ext4");
-  execFileSync(existsSync("/usr/sbin/mke2fs") ? "/usr/sbin/mke2fs" : "mke2fs", ["-q", "-F", "-t", "ext4", "-L", opts.label ?? "agentvm-image", "-d", content, rootfs, "8M"]);
+  execFileSync(sbin("mke2fs"), ["-q", "-F", "-t", "ext4", "-L", opts.label ?? "agentvm-image", "-d", content, rootfs, "8M"]);
   return {
     digest: `sha256:${createHash("sha256").update(readFileSync(rootfs)).digest("hex")}`,
     rootfs,

@@ -15,6 +15,7 @@ import { usedInodes } from "../../images/build/rootfs.ts";
 import { readArtifact, removeArtifact, sweepTemp } from "../../images/build/store.ts";
 import { ensureImageTools, imageTools, toolPath, type ImageTool } from "../../images/build/tools.ts";
 import { imagePort, resolveUser } from "../../images/build/unpack.ts";
+import { sbin } from "../helpers/sbin.ts";
 
 const repo = join(import.meta.dirname, "..", "..");
 // Bases and buildah's storage are kept across runs (a cold Node base is a minute of debootstrap).
@@ -177,7 +178,7 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
     expect(debugfs(artifact.rootfs, "cat /app/server.js")).toBe(readFileSync(join(repo, "examples/node-agent/server.js"), "utf8"));
     expect(debugfs(artifact.rootfs, "stat /workspace")).toMatch(/Type: directory/);
     expect(debugfs(artifact.rootfs, "stat /usr/bin/node")).toMatch(/Type: (regular|symlink)/);
-    const fsck = spawnSync("e2fsck", ["-fn", artifact.rootfs], { encoding: "utf8" });
+    const fsck = spawnSync(sbin("e2fsck"), ["-fn", artifact.rootfs], { encoding: "utf8" });
     expect(fsck.status, fsck.stdout + fsck.stderr).toBe(0);
     const header = spawnSync(toolPath("dumpe2fs")!, ["-h", artifact.rootfs], { encoding: "utf8" }).stdout;
     expect(header).toMatch(/Filesystem volume name:\s+agentvm-image/);
