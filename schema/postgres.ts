@@ -6,6 +6,7 @@ import postgres from "postgres";
 import { int, type Env } from "../lib/env.ts";
 import * as schema from "./index.ts";
 import { gatedClient } from "./db-gate.ts";
+import { registerBuiltinArrayTypes, type PostgresTypeOptions } from "./postgres-guard.ts";
 
 export type Schema = typeof schema;
 export type Db = PgDatabase<PgQueryResultHKT, Schema>;
@@ -44,7 +45,11 @@ export function parseDbTimeouts(env: Env): DbTimeouts {
 export interface PostgresOptions {
   /** Connections the pool may open. */
   max?: number;
-  /** Ask the server for custom type oids at connect (not needed by this schema; one round trip less on Workers). */
+  /**
+   * Ask the server for array type oids on every new connection (postgres.js `fetch_types`). Default false: that fetch
+   * ends the process when a connection dies during it (schema/postgres-guard.ts); the built-in array types are
+   * registered without it, and this schema has no custom ones.
+   */
   fetchTypes?: boolean;
   /**
    * Unset: postgres.js's own (30 s connect, no statement or idle timeout, reconnect backoff up to 20 s). Set: these,
@@ -63,7 +68,7 @@ export function openPostgresDb(url: string, opts: PostgresOptions = {}): Postgre
   const t = opts.timeouts;
   const client = postgres(url, {
     max: opts.max ?? 10,
-    fetch_types: opts.fetchTypes ?? true,
+    fetch_types: opts.fetchTypes ?? false,
     onnotice: () => {},
     ...(t
       ? {
@@ -75,6 +80,7 @@ export function openPostgresDb(url: string, opts: PostgresOptions = {}): Postgre
         }
       : {}),
   });
+  registerBuiltinArrayTypes(client.options as unknown as PostgresTypeOptions);
   const db = drizzle(t ? gatedClient(client, t.connectTimeoutS * 1000) : client, { schema });
   return { db: db as unknown as Db, close: () => client.end({ timeout: 5 }) };
 }
