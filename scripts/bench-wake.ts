@@ -1,7 +1,9 @@
 // `npm run bench:wake`: boot, snapshot and wake timings of the qemu driver through the whole system (gateway → host → VM).
 // Options: --rounds N (10), --sleep-ms MS (hibernated time before each wake, 2000), --warm N (20), --accel auto|kvm|tcg,
 // --prestart (keep a QEMU waiting in -incoming defer), --image DIR (build the Containerfile in DIR through the API
-// and run that instead of the demo, e.g. examples/node-agent), --path P (what each call asks for, /counter).
+// and run that instead of the demo, e.g. examples/node-agent), --path P (what each call asks for, /counter),
+// --memory stream|file|both (guest RAM streamed into each snapshot, or file-backed; `both` runs the rounds with each,
+// one agent per mode on one system, and puts both sets of figures side by side in the RESULT line).
 // Prints progress, then one `RESULT {json}` line.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -11,6 +13,7 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { silentLogger } from "../lib/log.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../fleet-agent/drivers/driver.ts";
+import type { MemoryMode } from "../fleet-agent/drivers/qemu/args.ts";
 import { QemuDriver } from "../fleet-agent/drivers/qemu/driver.ts";
 import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
 import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
@@ -24,6 +27,7 @@ const { values } = parseArgs({
     prestart: { type: "boolean", default: false },
     image: { type: "string" },
     path: { type: "string", default: "/counter" },
+    memory: { type: "string", default: "stream" },
     "data-dir": { type: "string", default: process.env.DATA_DIR ?? join(import.meta.dirname, "..", ".data") },
   },
 });
@@ -32,58 +36,77 @@ const sleepMs = Number(values["sleep-ms"]);
 const warmCalls = Number(values.warm);
 const accel = values.accel === "kvm" || values.accel === "tcg" ? values.accel : "auto";
 const say = (line: string) => console.log(`bench:wake ${line}`);
+if (!["stream", "file", "both"].includes(values.memory!)) throw new Error(`--memory stream|file|both, got ${values.memory}`);
+const modes: MemoryMode[] = values.memory === "both" ? ["stream", "file"] : [values.memory as MemoryMode];
 
-/** Records what the driver itself reports, while the host drives it. */
+/** What the driver itself reported for one memory mode's agent. */
+interface Recorded {
+  boots: BootResult[];
+  snapshots: SnapshotResult[];
+  wakes: WakeResult[];
+}
+
+/**
+ * Records what the drivers themselves report, while the host drives them: one QemuDriver per memory mode, a VM going
+ * to the mode that was `current` when it first booted (the bench creates one agent per mode, one after the other).
+ */
 class RecordingDriver implements VmDriver {
-  readonly name;
-  readonly isolated;
-  boots: BootResult[] = [];
-  snapshots: SnapshotResult[] = [];
-  wakes: WakeResult[] = [];
-  private readonly inner: QemuDriver;
-  logPath(spec: VmSpec): string {
-    return this.inner.logPath(spec);
-  }
-  constructor(inner: QemuDriver) {
+  readonly name = "qemu" as const;
+  readonly isolated = true;
+  current: MemoryMode;
+  readonly recorded = new Map<MemoryMode, Recorded>();
+  private readonly inner: Map<MemoryMode, QemuDriver>;
+  private readonly modeOf = new Map<string, MemoryMode>();
+  constructor(inner: Map<MemoryMode, QemuDriver>) {
     this.inner = inner;
-    this.name = inner.name;
-    this.isolated = inner.isolated;
+    this.current = [...inner.keys()][0]!;
+    for (const m of inner.keys()) this.recorded.set(m, { boots: [], snapshots: [], wakes: [] });
+  }
+  private mode(spec: VmSpec): MemoryMode {
+    if (!this.modeOf.has(spec.vmId)) this.modeOf.set(spec.vmId, this.current);
+    return this.modeOf.get(spec.vmId)!;
+  }
+  private of(spec: VmSpec): QemuDriver {
+    return this.inner.get(this.mode(spec))!;
+  }
+  logPath(spec: VmSpec): string {
+    return this.of(spec).logPath(spec);
   }
   async boot(spec: VmSpec) {
-    const r = await this.inner.boot(spec);
-    this.boots.push(r);
+    const r = await this.of(spec).boot(spec);
+    this.recorded.get(this.mode(spec))!.boots.push(r);
     return r;
   }
   async hibernate(vm: RunningVm, signal?: AbortSignal) {
-    const r = await this.inner.hibernate(vm, signal);
-    if (r.completed) this.snapshots.push(r);
+    const r = await this.of(vm.spec).hibernate(vm, signal);
+    if (r.completed) this.recorded.get(this.mode(vm.spec))!.snapshots.push(r);
     return r;
   }
   async wake(spec: VmSpec) {
-    const r = await this.inner.wake(spec);
-    this.wakes.push(r);
+    const r = await this.of(spec).wake(spec);
+    this.recorded.get(this.mode(spec))!.wakes.push(r);
     return r;
   }
   stop(vm: RunningVm) {
-    return this.inner.stop(vm);
+    return this.of(vm.spec).stop(vm);
   }
   destroy(spec: VmSpec) {
-    return this.inner.destroy(spec);
+    return this.of(spec).destroy(spec);
   }
   cpuSeconds(vm: RunningVm) {
-    return this.inner.cpuSeconds(vm);
+    return this.of(vm.spec).cpuSeconds(vm);
   }
   guestLeases(vm: RunningVm) {
-    return this.inner.guestLeases(vm);
+    return this.of(vm.spec).guestLeases(vm);
   }
   onExit(vm: RunningVm, listener: Parameters<VmDriver["onExit"]>[1]) {
-    this.inner.onExit(vm, listener);
+    this.of(vm.spec).onExit(vm, listener);
   }
   reap(spec: VmSpec) {
-    return this.inner.reap(spec);
+    return this.of(spec).reap(spec);
   }
-  close() {
-    return this.inner.close();
+  async close() {
+    await Promise.all([...this.inner.values()].map((d) => d.close()));
   }
 }
 
@@ -97,9 +120,10 @@ const round1 = (x: number) => Math.round(x * 10) / 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]), log: say });
-const qemu = new QemuDriver({ image, accel, prestart: values.prestart, log: silentLogger });
-say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${values.prestart ? "on" : "off"}`);
-const driver = new RecordingDriver(qemu);
+const drivers = new Map(modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart: values.prestart, memory, log: silentLogger })] as const));
+const qemu = drivers.get(modes[0]!)!;
+say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${values.prestart ? "on" : "off"}; memory ${modes.join(" and ")}`);
+const driver = new RecordingDriver(drivers);
 const dataDir = mkdtempSync(join(tmpdir(), "bench-wake-"));
 const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
 const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver, log: silentLogger });
@@ -118,49 +142,72 @@ try {
     say(`image: built ${values.image} in ${imageBuild.build_ms} ms, ${img.sizeBytes} bytes, ${img.digest}`);
     imageName = "bench";
   }
-  const created = await fetch(`${system.url}/v1/agents`, { method: "POST", headers, body: JSON.stringify({ idleTimeoutMs: 3_600_000, image: imageName }) });
-  if (created.status !== 201) throw new Error(`create agent: ${created.status} ${await created.text()}`);
-  const agentId = ((await created.json()) as { id: string }).id;
-  const agentUrl = `${system.url}/a/${agentId}`;
+  /** One agent on `memory`: boot, warm calls, then `rounds` of hibernate, sleep and a waking call. */
+  const runMode = async (memory: MemoryMode) => {
+    driver.current = memory;
+    const rec = driver.recorded.get(memory)!;
+    const created = await fetch(`${system.url}/v1/agents`, { method: "POST", headers, body: JSON.stringify({ idleTimeoutMs: 3_600_000, image: imageName }) });
+    if (created.status !== 201) throw new Error(`create agent: ${created.status} ${await created.text()}`);
+    const agentId = ((await created.json()) as { id: string }).id;
+    const agentUrl = `${system.url}/a/${agentId}`;
 
-  /** Time to the response headers (the first byte) of one call, and how it woke. */
-  const firstByte = async (path: string) => {
-    const t0 = performance.now();
-    const res = await fetch(`${agentUrl}${path}`, { headers });
-    const ms = performance.now() - t0;
-    await res.arrayBuffer();
-    if (res.status !== 200) throw new Error(`${path}: ${res.status}`);
-    return { ms, wake: res.headers.get("x-wake") ?? "?" };
+    /** Time to the response headers (the first byte) of one call, and how it woke. */
+    const firstByte = async (path: string) => {
+      const t0 = performance.now();
+      const res = await fetch(`${agentUrl}${path}`, { headers });
+      const ms = performance.now() - t0;
+      await res.arrayBuffer();
+      if (res.status !== 200) throw new Error(`${path}: ${res.status}`);
+      return { ms, wake: res.headers.get("x-wake") ?? "?" };
+    };
+
+    const callPath = values.path;
+    const boot = await firstByte(callPath);
+    say(`${memory} boot: first byte ${round1(boot.ms)} ms (x-wake ${boot.wake}), driver boot ${round1(rec.boots[0]?.bootMs ?? NaN)} ms`);
+    for (let i = 0; i < 3; i++) await firstByte(callPath); // connection pools, JIT
+    const warm: number[] = [];
+    for (let i = 0; i < warmCalls; i++) warm.push((await firstByte(callPath)).ms);
+    say(`${memory} warm: first byte p50 ${round1(p50(warm))} ms over ${warmCalls} calls`);
+
+    const wakeFirstByte: number[] = [];
+    /** Per wake: what the gateway and fleet-agent add = first byte − restore − clock fix − a warm call's first byte. */
+    const overheads: number[] = [];
+    const wakeModes: Record<string, number> = {};
+    for (let r = 0; r < rounds; r++) {
+      const hib = await fetch(`${system.url}/v1/agents/${agentId}/hibernate`, { method: "POST", headers });
+      if (hib.status !== 200) throw new Error(`hibernate: ${hib.status} ${await hib.text()}`);
+      await sleep(sleepMs);
+      const w = await firstByte(callPath);
+      wakeFirstByte.push(w.ms);
+      wakeModes[w.wake] = (wakeModes[w.wake] ?? 0) + 1;
+      const d = rec.wakes.at(-1);
+      if (d?.mode === "restore") overheads.push(w.ms - d.timings.restoreMs - d.timings.clockFixMs - p50(warm));
+      say(
+        `${memory} round ${r + 1}/${rounds}: wake first byte ${round1(w.ms)} ms (x-wake ${w.wake}); snapshot ${round1(rec.snapshots.at(-1)?.snapshotMs ?? NaN)} ms; ` +
+          `restore ${round1(d?.timings.restoreMs ?? NaN)} ms; clock fix ${round1(d?.timings.clockFixMs ?? NaN)} ms; skew ${round1(d?.timings.skewBeforeMs ?? NaN)} → ${round1(d?.timings.skewAfterMs ?? NaN)} ms`,
+      );
+    }
+
+    const restores = rec.wakes.filter((w) => w.mode === "restore");
+    // Removed before the next mode's agent, so each mode's rounds run alone on the machine.
+    await fetch(`${system.url}/v1/agents/${agentId}`, { method: "DELETE", headers });
+    return {
+      wake_modes: wakeModes,
+      boot_ms: round1(rec.boots[0]?.bootMs ?? NaN),
+      snapshot_ms: round1(p50(rec.snapshots.map((s) => s.snapshotMs))),
+      snapshot_bytes: rec.snapshots.at(-1)?.bytes ?? 0,
+      restore_ms_p50: round1(p50(restores.map((w) => w.timings.restoreMs))),
+      clock_fix_ms_p50: round1(p50(restores.map((w) => w.timings.clockFixMs))),
+      warm_first_byte_ms_p50: round1(p50(warm)),
+      wake_first_byte_ms_p50: round1(p50(wakeFirstByte)),
+      wake_overhead_ms_p50: round1(p50(overheads)),
+      clock_skew_before_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewBeforeMs)))),
+      clock_skew_after_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewAfterMs)))),
+  };
   };
 
-  const callPath = values.path;
-  const boot = await firstByte(callPath);
-  say(`boot: first byte ${round1(boot.ms)} ms (x-wake ${boot.wake}), driver boot ${round1(driver.boots[0]?.bootMs ?? NaN)} ms`);
-  for (let i = 0; i < 3; i++) await firstByte(callPath); // connection pools, JIT
-  const warm: number[] = [];
-  for (let i = 0; i < warmCalls; i++) warm.push((await firstByte(callPath)).ms);
-  say(`warm: first byte p50 ${round1(p50(warm))} ms over ${warmCalls} calls`);
-
-  const wakeFirstByte: number[] = [];
-  /** Per wake: what the gateway and fleet-agent add = first byte − restore − clock fix − a warm call's first byte. */
-  const overheads: number[] = [];
-  const modes: Record<string, number> = {};
-  for (let r = 0; r < rounds; r++) {
-    const hib = await fetch(`${system.url}/v1/agents/${agentId}/hibernate`, { method: "POST", headers });
-    if (hib.status !== 200) throw new Error(`hibernate: ${hib.status} ${await hib.text()}`);
-    await sleep(sleepMs);
-    const w = await firstByte(callPath);
-    wakeFirstByte.push(w.ms);
-    modes[w.wake] = (modes[w.wake] ?? 0) + 1;
-    const d = driver.wakes.at(-1);
-    if (d?.mode === "restore") overheads.push(w.ms - d.timings.restoreMs - d.timings.clockFixMs - p50(warm));
-    say(
-      `round ${r + 1}/${rounds}: wake first byte ${round1(w.ms)} ms (x-wake ${w.wake}); snapshot ${round1(driver.snapshots.at(-1)?.snapshotMs ?? NaN)} ms; ` +
-        `restore ${round1(d?.timings.restoreMs ?? NaN)} ms; clock fix ${round1(d?.timings.clockFixMs ?? NaN)} ms; skew ${round1(d?.timings.skewBeforeMs ?? NaN)} → ${round1(d?.timings.skewAfterMs ?? NaN)} ms`,
-    );
-  }
-
-  const restores = driver.wakes.filter((w) => w.mode === "restore");
+  const figures: Partial<Record<MemoryMode, Awaited<ReturnType<typeof runMode>>>> = {};
+  for (const m of modes) figures[m] = await runMode(m);
   const result = {
     driver: qemu.name,
     accel: qemu.accel,
@@ -170,17 +217,9 @@ try {
     ...(imageBuild ?? {}),
     rounds,
     sleep_ms: sleepMs,
-    wake_modes: modes,
-    boot_ms: round1(driver.boots[0]?.bootMs ?? NaN),
-    snapshot_ms: round1(p50(driver.snapshots.map((s) => s.snapshotMs))),
-    snapshot_bytes: driver.snapshots.at(-1)?.bytes ?? 0,
-    restore_ms_p50: round1(p50(restores.map((w) => w.timings.restoreMs))),
-    clock_fix_ms_p50: round1(p50(restores.map((w) => w.timings.clockFixMs))),
-    warm_first_byte_ms_p50: round1(p50(warm)),
-    wake_first_byte_ms_p50: round1(p50(wakeFirstByte)),
-    wake_overhead_ms_p50: round1(p50(overheads)),
-    clock_skew_before_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewBeforeMs)))),
-    clock_skew_after_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewAfterMs)))),
+    memory: values.memory,
+    // One mode: its figures at the top level, as before; both: side by side under each mode's name.
+    ...(modes.length === 1 ? figures[modes[0]!] : figures),
   };
   console.log(`RESULT ${JSON.stringify(result)}`);
 } finally {

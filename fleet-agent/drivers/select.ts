@@ -24,6 +24,7 @@ export interface SelectedDriver {
  * Driver-specific variables (read here, at the program's edge, through `env`):
  * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
  * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
+ * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
  * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
  */
@@ -57,6 +58,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         log,
         accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
         prestart: bool(env, "QEMU_PRESTART", false),
+        memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
       });
       return { driver, images: ["demo"], notice: undefined };
     } catch (err) {

@@ -5,7 +5,16 @@ import { LAUNCH_DRIVE_FILE, LAUNCH_DRIVE_LABEL } from "../common/launch-data.ts"
 import { MANIFEST_FILE, processFiles, socketDir } from "../common/state-dir.ts";
 import type { VmSpec } from "../driver.ts";
 
+export const RAM_FILE = "ram";
+export const RAM_GENERATION_FILE = "ram.gen";
+
 export type Accel = "kvm" | "tcg";
+
+/**
+ * Where guest RAM lives: `stream` (anonymous memory, streamed whole into the snapshot by `migrate`) or `file` (a
+ * shared mapping of `<stateDir>/ram`; a snapshot is the device state only, see ram-file.ts).
+ */
+export type MemoryMode = "stream" | "file";
 
 /** Files a VM keeps in its stateDir. */
 export interface VmPaths {
@@ -22,6 +31,9 @@ export interface VmPaths {
   /** A built image's VM: the agent's persistent disk and the per-boot launch drive. */
   disk: string;
   launchDrive: string;
+  /** `memory: "file"`: the guest RAM file and its generation (ram-file.ts). */
+  ram: string;
+  ramGeneration: string;
 }
 
 export function vmPaths(stateDir: string): VmPaths {
@@ -40,6 +52,8 @@ export function vmPaths(stateDir: string): VmPaths {
     manifestTmp: `${manifest}.tmp`,
     disk: agentDiskPath(stateDir),
     launchDrive: join(stateDir, LAUNCH_DRIVE_FILE),
+    ram: join(stateDir, RAM_FILE),
+    ramGeneration: join(stateDir, RAM_GENERATION_FILE),
   };
 }
 
@@ -64,6 +78,8 @@ export interface QemuLaunch {
   tscKhz: number | undefined;
   /** Start paused, waiting for `migrate-incoming` (restore). */
   incoming: boolean;
+  /** Absent: `stream`. */
+  memory?: MemoryMode;
 }
 
 /**
@@ -86,10 +102,13 @@ export function kernelCmdline(accel: Accel, tscKhz: number | undefined): string 
  * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
-export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort">): string[] {
+export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory">): string[] {
   const image = l.spec.rootImage;
+  const file = l.memory === "file";
   return [
-    "-M", MACHINE,
+    "-M", file ? `${MACHINE},memory-backend=mem` : MACHINE,
+    // share=on: QEMU writes guest RAM straight into the file (page cache), so a hibernation only has to make it durable.
+    ...(file ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.paths.ram)},share=on`] : []),
     "-accel", l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
     ...(l.accel === "kvm" ? ["-cpu", "host"] : []),
     "-m", String(l.spec.memMiB),

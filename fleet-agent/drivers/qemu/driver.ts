@@ -2,6 +2,8 @@
 // wake = -incoming + cont + clock fix, or a cold boot when the snapshot cannot be used (common/restore-or-boot.ts).
 // A built image's VM (`spec.rootImage`) also has the image, its persistent disk and a launch drive as virtio-blk
 // drives; its snapshot records the disk's fingerprint and is restored only over that same disk.
+// With `memory: "file"` guest RAM is `<stateDir>/ram` (ram-file.ts): a snapshot is the device state only, bound to
+// that RAM file's generation, and a wake consumes it (a crash while awake boots cold).
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
 import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
@@ -20,11 +22,12 @@ import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
-import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type VmPaths } from "./args.ts";
+import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type MemoryMode, type VmPaths } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
+import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, syncRamFile } from "./ram-file.ts";
 import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
@@ -63,6 +66,13 @@ export interface QemuDriverOptions {
   snapshotBytesNeeded?: (spec: VmSpec) => number;
   /** How long a hibernation waits for the guest to flush a built image's disk (SYNC) before it snapshots anyway. */
   syncTimeoutMs?: number;
+  /**
+   * Guest RAM: `stream` (default) streams all of it into each snapshot; `file` maps `<stateDir>/ram` shared, so a
+   * hibernation writes the device state and syncs the file, and a wake consumes the snapshot (ram-file.ts).
+   */
+  memory?: MemoryMode;
+  /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */
+  beforeCont?: (pid: number | undefined) => Promise<void>;
 }
 
 /** One QEMU process and the clients the driver holds on it. */
@@ -88,6 +98,7 @@ export class QemuDriver implements VmDriver {
   readonly accel: Accel;
   readonly accelReason: string;
   readonly qemuVersion: string;
+  readonly memory: MemoryMode;
   private readonly binary: string;
   private readonly log: Logger;
   private readonly opts: QemuDriverOptions;
@@ -102,6 +113,7 @@ export class QemuDriver implements VmDriver {
   constructor(opts: QemuDriverOptions) {
     this.opts = opts;
     this.binary = opts.qemuBinary ?? "qemu-system-x86_64";
+    this.memory = opts.memory ?? "stream";
     this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });
     const choice = opts.accel && opts.accel !== "auto" ? { accel: opts.accel, reason: "configured" } : detectAccel();
     this.accel = choice.accel;
@@ -114,7 +126,7 @@ export class QemuDriver implements VmDriver {
       if ("path" in built) this.preload = built.path;
       else this.log.warn("QEMU runs without the listen-backlog shim: bursts of connections to a VM will stall", { why: built.error });
     } else if (shim) this.preload = shim;
-    this.log.info("qemu driver ready", { accel: this.accel, why: this.accelReason, qemu: this.qemuVersion, tscKhz: this.tscKhz, preload: this.preload });
+    this.log.info("qemu driver ready", { accel: this.accel, why: this.accelReason, qemu: this.qemuVersion, memory: this.memory, tscKhz: this.tscKhz, preload: this.preload });
   }
 
   async boot(spec: VmSpec): Promise<BootResult> {
@@ -141,8 +153,13 @@ export class QemuDriver implements VmDriver {
     const outputMark = vp.proc.outputMark();
 
     let manifest: SnapshotManifest;
+    let ramSyncMs: number | undefined;
     let dataPath: string | undefined;
     await qmp.execute("stop");
+    // File-backed RAM: the stopped guest dirties nothing more, so its pages are synced while the device state is written.
+    const ramSyncStart = performance.now();
+    const ramSynced = this.memory === "file" ? syncRamFile(paths).then(() => performance.now() - ramSyncStart) : undefined;
+    ramSynced?.catch(() => undefined); // awaited below; a failure there fails the snapshot
     try {
       // The marker is written only after cat has flushed and closed the file: QEMU may report
       // "completed" while cat is still writing.
@@ -155,6 +172,10 @@ export class QemuDriver implements VmDriver {
       signal?.throwIfAborted();
       // The migration's end flushed the drives and stopped QEMU writing them: the disk is now what this memory pairs with.
       const disk = spec.rootImage ? await diskFingerprint(paths.disk) : undefined;
+      // The RAM file as this device state pairs with it: durable, and fingerprinted after the sync.
+      ramSyncMs = await ramSynced;
+      const ram = this.memory === "file" ? await ramFingerprint(paths) : undefined;
+      if (this.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
       const file = `snapshot-${createdAt.getTime()}.bin`;
       dataPath = join(spec.stateDir, file);
@@ -174,11 +195,13 @@ export class QemuDriver implements VmDriver {
         createdAt: createdAt.toISOString(),
         snapshotMs: Math.round(performance.now() - started),
         ...(disk ? { disk } : {}),
+        ...(ram ? { ram } : {}),
       };
       signal?.throwIfAborted();
       // The point of no return: from here the new snapshot is the VM.
       await commitManifest(paths.manifest, manifest);
     } catch (err) {
+      await ramSynced?.catch(() => undefined);
       const aborted = signal?.aborted === true;
       // Measured before the partial file is removed: how far the write got, and what QEMU and its writer said.
       const failure = aborted ? undefined : await this.snapshotError(vp, err as Error, { neededBytes, freeBefore, data: attempt.data, outputMark });
@@ -194,7 +217,7 @@ export class QemuDriver implements VmDriver {
     await this.quit(vp);
     await removeUnreferencedSnapshots(spec.stateDir, manifest.file);
     const snapshotMs = performance.now() - started;
-    this.log.info("hibernated", { vmId: spec.vmId, bytes: manifest.bytes, snapshotMs: Math.round(snapshotMs) });
+    this.log.info("hibernated", { vmId: spec.vmId, bytes: manifest.bytes, snapshotMs: Math.round(snapshotMs), ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}) });
     if (this.opts.prestart) this.prestart(spec).catch((err) => this.log.warn("prestart failed", { vmId: spec.vmId, err }));
     return { completed: true, snapshotMs, bytes: manifest.bytes };
   }
@@ -390,7 +413,7 @@ export class QemuDriver implements VmDriver {
       hostCpu: this.hostCpu,
       memMiB: spec.memMiB,
       vcpus: spec.vcpus,
-      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0 }),
+      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0, memory: this.memory }),
     });
     if (bad) throw new RestoreFailed(bad);
     const file = join(spec.stateDir, manifest.file);
@@ -399,6 +422,11 @@ export class QemuDriver implements VmDriver {
     if (spec.rootImage) {
       const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
       const changed = diskChange(manifest.disk, now);
+      if (changed) throw new RestoreFailed(changed);
+    }
+    // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why).
+    if (this.memory === "file") {
+      const changed = ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB);
       if (changed) throw new RestoreFailed(changed);
     }
     const verify = sha256File(file).then(
@@ -428,6 +456,9 @@ export class QemuDriver implements VmDriver {
       await agentReady;
       // From here the guest writes to its disk again: no snapshot taken before pairs with it any more.
       if (spec.rootImage) await beginDiskGeneration(paths.disk);
+      // The same for the RAM file: once the guest runs, it writes into the file, and this snapshot is consumed.
+      if (this.memory === "file") await beginRamGeneration(paths);
+      await this.opts.beforeCont?.(vp.proc.pid);
       await vp.qmp!.execute("cont");
     } catch (err) {
       // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
@@ -455,12 +486,16 @@ export class QemuDriver implements VmDriver {
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
     // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
     if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port });
+    // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
+    if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       const vp = this.spawnQemu(spec, paths, image, hostPort, incoming);
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
         await vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH });
+        // Both sides: the shared RAM file is not migrated, only the device state (set before `migrate` and `migrate-incoming`).
+        if (this.memory === "file") await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
         return vp;
       } catch (err) {
         await vp.proc.kill();
@@ -478,7 +513,7 @@ export class QemuDriver implements VmDriver {
   private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean): QemuVm {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
-    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming };
+    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory };
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.

@@ -4,6 +4,7 @@
 import { basename } from "node:path";
 import type { DiskFingerprint } from "../common/agent-disk.ts";
 import { readManifest as readManifestFile, removeFiles } from "../common/snapshot-files.ts";
+import type { RamFingerprint } from "./ram-file.ts";
 
 export const MANIFEST_VERSION = 1;
 
@@ -32,6 +33,8 @@ export interface SnapshotManifest extends RestoreTarget {
   snapshotMs: number;
   /** A built image's VM: its disk as it was when the snapshot was taken (the memory is valid only with that disk). */
   disk?: DiskFingerprint;
+  /** `memory: "file"`: the data file is device state only; it is valid only over this RAM file (ram-file.ts). */
+  ram?: RamFingerprint;
 }
 
 /** Host-side network settings (forwarded port, egress) do not change the virtual hardware. */
@@ -65,7 +68,7 @@ function isPartial(name: string): boolean {
 
 /** What an interrupted disk creation or launch drive write left (common/agent-disk.ts, common/launch-data.ts). */
 export function removePartialDrives(stateDir: string): Promise<string[]> {
-  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$/.test(name));
+  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$|^ram\.gen\.tmp$/.test(name));
 }
 
 /** Removes snapshot data files the manifest does not name (older snapshots, partial files). */

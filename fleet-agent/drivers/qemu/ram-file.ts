@@ -1,0 +1,85 @@
+// File-backed guest RAM (`memory: "file"`): the RAM file `<stateDir>/ram`, its generation, and what a snapshot records
+// of it so that device state is never loaded over RAM of another run.
+//
+// What is checked of the RAM file on a wake, and why that is enough without reading it (a checksum of 256 MiB on
+// every wake would cost more than the whole restore):
+// - the generation (`ram.gen` beside it, a random id written and synced like common/agent-disk.ts's `disk.gen`). A
+//   new one is written before a guest can run on the file: at a cold boot (which also starts a fresh, sparse file)
+//   and on a wake after the checks and the load, before `cont`. With `share=on` every guest write lands in the file,
+//   so a snapshot is consumed by the wake that uses it; any run since the snapshot (a crash while awake, a kill
+//   between the load and `cont`, a failed hibernation after a wake) has moved the generation on → cold boot.
+// - size, inode and mtime (ns): a file replaced, copied over or written from outside (a shared mapping's writes
+//   update mtime too; the snapshot records it after the guest was stopped and the file synced). The generation alone
+//   would not see a RAM file copied in from another VM without its `ram.gen`.
+// Not checked: the bytes themselves (a disk that flips them is the filesystem's concern, as for the agent's disk).
+import { randomBytes } from "node:crypto";
+import { open, readFile, rename, rm, stat } from "node:fs/promises";
+import { dirname } from "node:path";
+import { fsyncPath } from "../common/snapshot-files.ts";
+import type { VmPaths } from "./args.ts";
+
+/** What a snapshot records of the RAM file it pairs with. */
+export interface RamFingerprint {
+  bytes: number;
+  /** A decimal string: it does not fit a JSON number. */
+  mtimeNs: string;
+  ino: string;
+  generation: string;
+}
+
+/** The RAM file's fingerprint now; undefined when the file is missing. */
+export async function ramFingerprint(paths: Pick<VmPaths, "ram" | "ramGeneration">): Promise<RamFingerprint | undefined> {
+  const s = await stat(paths.ram, { bigint: true }).catch(() => undefined);
+  if (!s) return undefined;
+  const generation = await readFile(paths.ramGeneration, "utf8").then((t) => t.trim(), () => "");
+  return { bytes: Number(s.size), mtimeNs: s.mtimeNs.toString(), ino: s.ino.toString(), generation };
+}
+
+/** Why device state recorded with `recorded` cannot be loaded over the RAM file as it is `now`; undefined when it can. */
+export function ramChange(recorded: RamFingerprint | undefined, now: RamFingerprint | undefined, memMiB: number): string | undefined {
+  if (!recorded) return "snapshot records no RAM file (taken with streamed memory)";
+  if (!now) return "RAM file is missing";
+  if (now.bytes !== memMiB * 1024 * 1024 || recorded.bytes !== now.bytes) return `RAM file has ${now.bytes} bytes, the snapshot ${recorded.bytes}, the VM ${memMiB} MiB`;
+  if (recorded.generation !== now.generation) return "RAM file changed since the snapshot (another generation: the guest ran on it after it was taken, or it is another's)";
+  if (recorded.ino !== now.ino || recorded.mtimeNs !== now.mtimeNs) return "RAM file changed since the snapshot (replaced or written from outside)";
+  return undefined;
+}
+
+/**
+ * Starts a new RAM generation: from here no snapshot taken earlier pairs with the file. Call it before a guest may
+ * run on the file (a cold boot; a wake after the load, before `cont`).
+ */
+export async function beginRamGeneration(paths: Pick<VmPaths, "ramGeneration">): Promise<string> {
+  const generation = `${Date.now()}-${randomBytes(8).toString("hex")}`;
+  const tmp = `${paths.ramGeneration}.tmp`;
+  const fh = await open(tmp, "w");
+  try {
+    await fh.writeFile(`${generation}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, paths.ramGeneration);
+  await fsyncPath(dirname(paths.ramGeneration));
+  return generation;
+}
+
+/** A cold boot's RAM: a new sparse file of the guest's size (nothing of an earlier run), and a new generation. */
+export async function freshRamFile(paths: Pick<VmPaths, "ram" | "ramGeneration">, memMiB: number): Promise<void> {
+  await beginRamGeneration(paths);
+  await rm(paths.ram, { force: true });
+  const fh = await open(paths.ram, "wx");
+  try {
+    await fh.truncate(memMiB * 1024 * 1024);
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Makes the guest's dirty pages durable. With `share=on` they are the file's page cache, so an fsync from here
+ * writes them whether or not QEMU still maps the file; done once the guest is stopped (nothing dirties it after).
+ */
+export function syncRamFile(paths: Pick<VmPaths, "ram">): Promise<void> {
+  return fsyncPath(paths.ram);
+}

@@ -1,0 +1,282 @@
+// The qemu driver with file-backed guest RAM (`memory: "file"`) on real QEMU: device-state-only snapshots, wakes
+// that consume them, and kill -9 at every point (awake, mid-hibernate, mid-wake) never loading state over other RAM.
+import { spawn } from "node:child_process";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, watch } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { pathToFileURL } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
+import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
+import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
+import { json, makeDriver, makeSpec } from "../helpers/qemu.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+
+/** SIGKILL and wait until the process is gone (reaped by its parent, or an orphan reaped by init). */
+async function kill9(pid: number): Promise<void> {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    return;
+  }
+  for (let i = 0; i < 500 && processAlive(pid); i++) await sleep(10);
+}
+
+/** Calls `onFile` as soon as a snapshot attempt's data file appears in the stateDir. */
+function onSnapshotAttempt(dir: string, onFile: () => void): () => void {
+  let fired = false;
+  const fire = (name: string | null) => {
+    if (!fired && name && /^snapshot-[\w-]+\.tmp$/.test(name)) {
+      fired = true;
+      onFile();
+    }
+  };
+  const w = watch(dir, (_e, name) => fire(name));
+  return () => w.close();
+}
+
+/**
+ * A child process running the driver (file memory), reporting steps as JSON lines; the test kills it with SIGKILL.
+ * `hibernate`: boot, count 1, hibernate, wake, count 2, hibernate again (killed during it).
+ * `wake`: boot, count 1, hibernate, wake, and stop just before `cont` (killed there).
+ */
+function startChild(mode: "hibernate" | "wake", spec: VmSpec) {
+  const helpers = pathToFileURL(join(import.meta.dirname, "..", "helpers", "qemu.ts")).href;
+  const script = `
+    import { json, makeDriver, makeSpec } from ${JSON.stringify(helpers)};
+    const [mode, stateDir, vmId] = process.argv.slice(1);
+    const say = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
+    const driver = await makeDriver({ memory: "file", beforeCont: mode === "wake" ? async (pid) => { say({ step: "before-cont", pid }); await new Promise(() => {}); } : undefined });
+    const spec = makeSpec({ stateDir, vmId });
+    const { vm } = await driver.boot(spec);
+    await json(vm.endpoint.port, "/counter", { method: "POST" });
+    say({ step: "hibernated", completed: (await driver.hibernate(vm)).completed });
+    const woke = await driver.wake(spec);
+    const { count } = await json(woke.vm.endpoint.port, "/counter", { method: "POST" });
+    say({ step: "hibernating", count, pid: woke.vm.pid });
+    await driver.hibernate(woke.vm);
+    say({ step: "finished" });
+  `;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", script, mode, spec.stateDir, spec.vmId], { stdio: ["ignore", "pipe", "inherit"] });
+  const exited = new Promise<void>((r) => child.on("exit", () => r()));
+  return { child, exited, lines: createInterface({ input: child.stdout! }) };
+}
+
+describe("qemu driver with file-backed guest RAM", () => {
+  let driver: QemuDriver;
+  const specs: VmSpec[] = [];
+  const spec = (): VmSpec => {
+    const s = makeSpec();
+    specs.push(s);
+    return s;
+  };
+
+  /** The first test's VM (B in the last test) and the VM the crash tests share (A in the last test). */
+  let b: VmSpec;
+  let vb: RunningVm;
+  let a: VmSpec;
+  let va: RunningVm;
+
+  beforeAll(async () => {
+    driver = await makeDriver({ memory: "file" });
+  });
+
+  afterAll(async () => {
+    await driver?.close();
+    for (const s of specs) await driver?.destroy(s);
+  });
+
+  it("hibernates device state only (< 1 MB) bound to the RAM file; the counter survives several rounds of restore", async () => {
+    const s = (b = spec());
+    let vm = (await driver.boot(s)).vm;
+    expect(statSync(join(s.stateDir, "ram")).size).toBe(256 * 1024 * 1024);
+    expect(readFileSync(join(vm.spec.stateDir, "ram.gen"), "utf8").trim()).not.toBe("");
+    for (let i = 0; i < 3; i++) await bump(vm);
+    for (let round = 0; round < 3; round++) {
+      const snap = await driver.hibernate(vm);
+      expect(snap.completed).toBe(true);
+      expect(snap.bytes).toBeLessThan(1_000_000);
+      expect(snap.bytes).toBeGreaterThan(1000);
+      expect(processAlive(vm.pid!)).toBe(false);
+      const m = manifestOf(s);
+      expect(statSync(join(s.stateDir, m.file)).size).toBe(snap.bytes);
+      expect(m.ram).toMatchObject({ bytes: 256 * 1024 * 1024, generation: readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim() });
+      expect(m.machineArgs.join(" ")).toMatch(/memory-backend-file,id=mem,size=256M,mem-path=.*,share=on/);
+
+      const woke = await driver.wake(s);
+      expect(woke.mode).toBe("restore");
+      expect(woke.fallbackReason).toBeUndefined();
+      vm = woke.vm;
+      expect(await count(vm)).toBe(3 + round);
+      expect(await bump(vm)).toBe(4 + round);
+      // The wake consumed the snapshot: the RAM file is in a new generation the manifest does not name.
+      expect(readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim()).not.toBe(m.ram!.generation);
+    }
+    vb = vm;
+  }, 120_000);
+
+  it("kill -9 of QEMU while awake after a restore: the next wake boots cold and says why", async () => {
+    const s = (a = spec());
+    let vm = (await driver.boot(s)).vm;
+    await bump(vm);
+    expect((await driver.hibernate(vm)).completed).toBe(true);
+    const woke = await driver.wake(s);
+    expect(woke.mode).toBe("restore");
+    vm = woke.vm;
+    expect(await bump(vm)).toBe(2);
+    const exited = new Promise((r) => driver.onExit(vm, r));
+    await kill9(vm.pid!);
+    await exited;
+    const again = await driver.wake(s);
+    expect(again.mode).toBe("boot");
+    expect(again.fallbackReason).toMatch(/RAM file changed since the snapshot \(another generation/);
+    expect(await count(again.vm)).toBe(0); // a new guest: the old device state never ran over the newer RAM
+    va = again.vm;
+  }, 120_000);
+
+  it("kill -9 of QEMU during the migrate of a hibernation: the next wake restores a complete snapshot or boots cold", async () => {
+    const s = a;
+    let vm = va;
+    expect(await bump(vm)).toBe(1);
+    expect((await driver.hibernate(vm)).completed).toBe(true);
+    vm = (await driver.wake(s)).vm;
+    expect(await bump(vm)).toBe(2);
+    const pid = vm.pid!;
+    let killed = false;
+    const stop = onSnapshotAttempt(s.stateDir, () => {
+      killed = true;
+      process.kill(pid, "SIGKILL");
+    });
+    const exited = new Promise((r) => driver.onExit(vm, r));
+    const hib = await driver.hibernate(vm).then((r) => r.completed, (err: Error) => err.message).finally(stop);
+    expect(killed).toBe(true);
+    await kill9(pid);
+    await exited;
+    const woke = await driver.wake(s);
+    if (woke.mode === "restore") {
+      // Only if the snapshot won the race (committed before the kill landed): then it is the complete, newest one.
+      expect(hib).toBe(true);
+      expect(await count(woke.vm)).toBe(2);
+    } else {
+      expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/); // the old snapshot's RAM moved on at the wake
+      expect(await count(woke.vm)).toBe(0);
+    }
+    va = woke.vm;
+  }, 120_000);
+
+  it("device state is never loaded over a RAM file of another hibernation or VM; a missing RAM file boots cold", async () => {
+    expect((await driver.hibernate(vb)).completed).toBe(true);
+    const hibernateA = async () => expect((await driver.hibernate(va)).completed).toBe(true);
+    const wakeA = async (reason: RegExp) => {
+      const woke = await driver.wake(a);
+      expect(woke.mode).toBe("boot");
+      expect(woke.fallbackReason).toMatch(reason);
+      expect(await count(woke.vm)).toBe(0); // a new guest: the refused state never ran
+      va = woke.vm;
+    };
+
+    // The device state of an earlier hibernation of A over the RAM of a later one.
+    await hibernateA();
+    const first = manifestOf(a);
+    const keep = join(a.stateDir, "keep");
+    mkdirSync(keep);
+    for (const f of ["snapshot.json", first.file]) copyFileSync(join(a.stateDir, f), join(keep, f));
+    va = (await driver.wake(a)).vm;
+    await bump(va);
+    await hibernateA();
+    for (const f of ["snapshot.json", first.file]) copyFileSync(join(keep, f), join(a.stateDir, f));
+    await wakeA(/RAM file changed since the snapshot \(another generation/);
+
+    // B's RAM file alone (A's generation file kept): not the file the snapshot recorded.
+    await hibernateA();
+    copyFileSync(join(b.stateDir, "ram"), join(a.stateDir, "ram"));
+    await wakeA(/replaced or written from outside/);
+    await driver.stop(va);
+
+    // No RAM file at all.
+    rmSync(join(b.stateDir, "ram"));
+    const woke = await driver.wake(b);
+    expect(woke.mode).toBe("boot");
+    expect(woke.fallbackReason).toMatch(/RAM file is missing/);
+    expect(await count(woke.vm)).toBe(0);
+    await driver.stop(woke.vm);
+  }, 180_000);
+});
+
+describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
+  it("mid-hibernate: reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one", async () => {
+    const s = makeSpec();
+    const { child, exited, lines } = startChild("hibernate", s);
+    let qemuPid: number | undefined;
+    let committedBefore: SnapshotManifest | undefined;
+    for await (const line of lines) {
+      const msg = JSON.parse(line) as { step: string; pid?: number };
+      if (msg.step === "hibernating") {
+        committedBefore = manifestOf(s);
+        qemuPid = msg.pid;
+        const attempt = new Promise<void>((r) => {
+          const stop = onSnapshotAttempt(s.stateDir, () => {
+            child.kill("SIGKILL");
+            stop();
+            r();
+          });
+        });
+        await Promise.race([attempt, sleep(30_000)]);
+        break;
+      }
+    }
+    await exited;
+    expect(qemuPid).toBeGreaterThan(0);
+    const driver = await makeDriver({ memory: "file" });
+    try {
+      await driver.reap(s);
+      expect(processAlive(qemuPid!) && readFileSync(`/proc/${qemuPid}/cmdline`, "utf8") !== "").toBe(false);
+      const m = manifestOf(s);
+      const woke = await driver.wake(s);
+      if (m.file !== committedBefore!.file) {
+        expect(woke.mode).toBe("restore"); // the second snapshot was committed before the kill: complete, restorable
+        expect(await count(woke.vm)).toBe(2);
+      } else {
+        expect(woke.mode).toBe("boot"); // the first snapshot's RAM moved on at the wake: never loaded over it
+        expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
+        expect(await count(woke.vm)).toBe(0);
+      }
+    } finally {
+      await driver.close();
+      await driver.destroy(s);
+    }
+  }, 180_000);
+
+  it("mid-wake (after migrate-incoming and the generation's renewal, before cont): the next wake boots cold", async () => {
+    const s = makeSpec();
+    const { child, exited, lines } = startChild("wake", s);
+    let qemuPid: number | undefined;
+    for await (const line of lines) {
+      const msg = JSON.parse(line) as { step: string; pid?: number };
+      if (msg.step === "before-cont") {
+        qemuPid = msg.pid;
+        child.kill("SIGKILL");
+        break;
+      }
+    }
+    await exited;
+    expect(qemuPid).toBeGreaterThan(0);
+    await kill9(qemuPid!); // the host died: its QEMU with it
+    const driver = await makeDriver({ memory: "file" });
+    try {
+      await driver.reap(s);
+      const woke = await driver.wake(s);
+      expect(woke.mode).toBe("boot");
+      expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
+      expect(await count(woke.vm)).toBe(0);
+    } finally {
+      await driver.close();
+      await driver.destroy(s);
+    }
+  }, 180_000);
+});
