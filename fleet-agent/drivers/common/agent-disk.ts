@@ -12,9 +12,10 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { link, open, readFile, rename, rm, stat, truncate } from "node:fs/promises";
+import { link, open, readFile, rm, stat, truncate } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
+import { fsyncPath, writeGeneration } from "./snapshot-files.ts";
 
 export const AGENT_DISK_FILE = "disk.ext4";
 export const AGENT_DISK_LABEL = "agentvm-disk";
@@ -83,13 +84,13 @@ export async function ensureAgentDisk(stateDir: string, diskMiB: number, log: Lo
     await fh.close();
     await truncate(tmp, diskMiB * 1024 * 1024); // sparse: blocks are allocated as the guest writes
     await runTool(mke2fsBinary(), ["-t", "ext4", "-F", "-q", "-b", "4096", "-m", "0", "-L", AGENT_DISK_LABEL, tmp]);
-    await syncFile(tmp);
+    await fsyncPath(tmp);
     try {
       await link(tmp, path);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
     }
-    await syncFile(stateDir);
+    await fsyncPath(stateDir);
   } finally {
     await rm(tmp, { force: true });
   }
@@ -107,20 +108,8 @@ export async function diskFingerprint(path: string): Promise<DiskFingerprint> {
  * Starts a new generation of the disk: call it before a VM may write to the disk (before a cold boot; on a restore
  * after the fingerprint matched and before the guest resumes). From then on no snapshot taken earlier pairs with it.
  */
-export async function beginDiskGeneration(path: string): Promise<string> {
-  const generation = `${Date.now()}-${randomBytes(8).toString("hex")}`;
-  const file = generationPath(path);
-  const tmp = `${file}.tmp`;
-  const fh = await open(tmp, "w");
-  try {
-    await fh.writeFile(`${generation}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, file);
-  await syncFile(dirname(file));
-  return generation;
+export function beginDiskGeneration(path: string): Promise<string> {
+  return writeGeneration(generationPath(path));
 }
 
 /** Why a snapshot that recorded `recorded` cannot be restored over the disk as it is `now`; undefined when it can. */
@@ -141,11 +130,4 @@ async function readGeneration(path: string): Promise<string> {
   }
 }
 
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, "r");
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
+

@@ -7,7 +7,7 @@
 // manifest's rename (so the data file's rename could reach the disk after the manifest naming it), firecracker did;
 // an unreadable manifest threw (qemu) or answered a problem (firecracker). Kept: {sha256, bytes} in 4 MiB chunks
 // with an optional abort signal, the directory synced before and after the rename, and a problem string.
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { open, readdir, readFile, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -31,6 +31,26 @@ export async function fsyncPath(path: string): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Writes a new random generation into `file` (synced, renamed into place, its directory synced) and answers it: what
+ * a snapshot's manifest records of a file the guest writes (its disk, its RAM), so a snapshot taken before the next
+ * generation never pairs with the file again.
+ */
+export async function writeGeneration(file: string): Promise<string> {
+  const generation = `${Date.now()}-${randomBytes(8).toString("hex")}`;
+  const tmp = `${file}.tmp`;
+  const fh = await open(tmp, "w");
+  try {
+    await fh.writeFile(`${generation}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, file);
+  await fsyncPath(dirname(file));
+  return generation;
 }
 
 /**

@@ -12,10 +12,8 @@
 //   update mtime too; the snapshot records it after the guest was stopped and the file synced). The generation alone
 //   would not see a RAM file copied in from another VM without its `ram.gen`.
 // Not checked: the bytes themselves (a disk that flips them is the filesystem's concern, as for the agent's disk).
-import { randomBytes } from "node:crypto";
-import { open, readFile, rename, rm, stat } from "node:fs/promises";
-import { dirname } from "node:path";
-import { fsyncPath } from "../common/snapshot-files.ts";
+import { open, readFile, rm, stat } from "node:fs/promises";
+import { fsyncPath, writeGeneration } from "../common/snapshot-files.ts";
 import type { VmPaths } from "./args.ts";
 
 /** What a snapshot records of the RAM file it pairs with. */
@@ -49,19 +47,8 @@ export function ramChange(recorded: RamFingerprint | undefined, now: RamFingerpr
  * Starts a new RAM generation: from here no snapshot taken earlier pairs with the file. Call it before a guest may
  * run on the file (a cold boot; a wake after the load, before `cont`).
  */
-export async function beginRamGeneration(paths: Pick<VmPaths, "ramGeneration">): Promise<string> {
-  const generation = `${Date.now()}-${randomBytes(8).toString("hex")}`;
-  const tmp = `${paths.ramGeneration}.tmp`;
-  const fh = await open(tmp, "w");
-  try {
-    await fh.writeFile(`${generation}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, paths.ramGeneration);
-  await fsyncPath(dirname(paths.ramGeneration));
-  return generation;
+export function beginRamGeneration(paths: Pick<VmPaths, "ramGeneration">): Promise<string> {
+  return writeGeneration(paths.ramGeneration);
 }
 
 /** A cold boot's RAM: a new sparse file of the guest's size (nothing of an earlier run), and a new generation. */
