@@ -110,11 +110,15 @@ export class Host {
   async start(): Promise<void> {
     const { vmsDir } = this.deps.config;
     for (const agentId of this.fs.vmDirs(vmsDir)) {
-      const spec: VmSpec = { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(vmsDir, agentId) };
-      await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
+      await this.deps.driver.reap(this.bareSpec(agentId)).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
     }
     this.reaper.start();
     this.logRotator.start();
+  }
+
+  /** The spec of an agent known only by its directory: enough for what a driver finds by it (leftover processes, the log). */
+  private bareSpec(agentId: string): VmSpec {
+    return { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(this.deps.config.vmsDir, agentId) };
   }
 
   /** What crash recovery found (recovery.ts): the first wake of each of these agents that restores says what it lost. */
@@ -188,8 +192,7 @@ export class Host {
     const stateDir = join(this.deps.config.vmsDir, agentId);
     const entry = this.vms.get(agentId);
     if (!entry && !this.fs.hasStateDir(stateDir)) return undefined;
-    const spec: VmSpec = entry?.vmSpec ?? { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir };
-    const path = this.deps.driver.logPath(spec);
+    const path = this.deps.driver.logPath(entry?.vmSpec ?? this.bareSpec(agentId));
     this.logRotator.check(path);
     return openLogStream(path, { ...opts, gone: () => !this.vms.has(agentId) && !this.fs.hasStateDir(stateDir) });
   }

@@ -2,7 +2,7 @@
 import { AppError } from "../lib/errors.ts";
 import type { ImageArtifact } from "../contracts/image.ts";
 
-/** What a build reports as it goes (images/build's `BuildEvent`). */
+/** What a build reports as it goes (images/build re-exports it as `BuildEvent`). */
 export type ImageBuildEvent =
   | { type: "step"; step: number; total: number; text: string }
   | { type: "log"; line: string }

@@ -3,6 +3,7 @@ import { spawn } from "node:child_process";
 import { createReadStream, existsSync, statSync } from "node:fs";
 import { Readable } from "node:stream";
 import { parseArgs } from "node:util";
+import type { ImageBuildEvent } from "../images/builds.ts";
 
 const help = `usage: npm run image -- <command> [options]
 
@@ -82,11 +83,10 @@ async function upload(body: Readable, kind: "containerfile" | "archive"): Promis
   }
 }
 
+/** A line of the NDJSON answer: the build's events, framed by the build's id first and its image or error last. */
 type Event =
+  | ImageBuildEvent
   | { type: "build"; build: { id: string } }
-  | { type: "step"; step: number; total: number; text: string }
-  | { type: "log"; line: string }
-  | { type: "progress"; phase: string; bytes?: number; text?: string }
   | { type: "image"; image: { id: string; name: string; tag: string; digest: string; sizeBytes: number } }
   | { type: "error"; error: { code: string; message: string; requestId: string } };
 

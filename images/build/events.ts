@@ -1,6 +1,2 @@
-// What a build reports while it runs: instruction steps, raw log lines, and progress per phase.
-
-export type BuildEvent =
-  | { type: "step"; step: number; total: number; text: string }
-  | { type: "log"; line: string }
-  | { type: "progress"; phase: "base" | "build" | "export" | "unpack" | "rootfs"; bytes?: number; text?: string };
+// What a build reports while it runs: instruction steps, raw log lines, and progress per phase (the port's type, images/builds.ts).
+export type { ImageBuildEvent as BuildEvent } from "../builds.ts";

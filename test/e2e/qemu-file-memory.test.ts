@@ -208,6 +208,18 @@ describe("qemu driver with file-backed guest RAM", () => {
   }, 180_000);
 });
 
+/** What the host started after the killed one does: a new driver reaps what is left of the VM, then `check` runs; the VM is destroyed after. */
+async function onNextHost(s: VmSpec, check: (driver: QemuDriver) => Promise<void>): Promise<void> {
+  const driver = await makeDriver({ memory: "file" });
+  try {
+    await driver.reap(s);
+    await check(driver);
+  } finally {
+    await driver.close();
+    await driver.destroy(s);
+  }
+}
+
 describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
   it("mid-hibernate: reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one", async () => {
     const s = makeSpec();
@@ -232,9 +244,7 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
     }
     await exited;
     expect(qemuPid).toBeGreaterThan(0);
-    const driver = await makeDriver({ memory: "file" });
-    try {
-      await driver.reap(s);
+    await onNextHost(s, async (driver) => {
       expect(processAlive(qemuPid!) && readFileSync(`/proc/${qemuPid}/cmdline`, "utf8") !== "").toBe(false);
       const m = manifestOf(s);
       const woke = await driver.wake(s);
@@ -246,10 +256,7 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
         expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
         expect(await count(woke.vm)).toBe(0);
       }
-    } finally {
-      await driver.close();
-      await driver.destroy(s);
-    }
+    });
   }, 180_000);
 
   it("mid-wake (after migrate-incoming and the generation's renewal, before cont): the next wake boots cold", async () => {
@@ -267,16 +274,11 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
     await exited;
     expect(qemuPid).toBeGreaterThan(0);
     await kill9(qemuPid!); // the host died: its QEMU with it
-    const driver = await makeDriver({ memory: "file" });
-    try {
-      await driver.reap(s);
+    await onNextHost(s, async (driver) => {
       const woke = await driver.wake(s);
       expect(woke.mode).toBe("boot");
       expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
       expect(await count(woke.vm)).toBe(0);
-    } finally {
-      await driver.close();
-      await driver.destroy(s);
-    }
+    });
   }, 180_000);
 });

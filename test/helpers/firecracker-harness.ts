@@ -7,6 +7,8 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ImageArtifact, ImageConfig } from "../../contracts/image.ts";
+import type { RunningVm } from "../../fleet-agent/drivers/driver.ts";
+import type { FirecrackerDriverOptions } from "../../fleet-agent/drivers/firecracker/driver.ts";
 import type { FakeBehaviour, FakeGuestRecord, FakeRequestRecord } from "./firecracker-fake.ts";
 import type { FakeBinaryConfig } from "./firecracker-fake-bin.ts";
 import { firecrackerSpecPath } from "./firecracker-spec.ts";
@@ -155,4 +157,22 @@ function readJsonLines<T>(path: string): T[] {
 
 function sh(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The driver's options over the fake binary: tap slots under `root`, the fake host's kvm and cpuinfo, every guest image the fake's. */
+export function fakeDriverOptions(fake: FakeFirecrackerBinary, host: { root: string; cidr: string; kvm: string; cpuinfo: string }): FirecrackerDriverOptions {
+  return {
+    binary: fake.binary,
+    images: async () => ({ kernel: fake.kernel, initrd: fake.initrd }),
+    network: { slotsDir: join(host.root, "slots"), cidr: host.cidr, setupScript: fake.netScript },
+    hostCheck: { kvmPath: host.kvm, cpuinfoPath: host.cpuinfo, hostKernel: "6.1.0-test" },
+    bootTimeoutMs: 15_000,
+  };
+}
+
+/** A 200 JSON answer of the fake guest's workload (anything else fails the test). */
+export async function callGuest<T = Record<string, unknown>>(vm: RunningVm, path: string, method = "GET"): Promise<T> {
+  const res = await fetch(`http://${vm.endpoint.host}:${vm.endpoint.port}${path}`, { method, signal: AbortSignal.timeout(5000) });
+  if (res.status !== 200) throw new Error(`${method} ${path} answered ${res.status}`);
+  return (await res.json()) as T;
 }

@@ -11,7 +11,7 @@ import { FirecrackerDriver, type FirecrackerDriverOptions, vmPaths } from "../..
 import { FirecrackerHostError } from "../../fleet-agent/drivers/firecracker/host.ts";
 import { readManifest } from "../../fleet-agent/drivers/firecracker/snapshot.ts";
 import type { FakeRequestRecord } from "../helpers/firecracker-fake.ts";
-import { makeFakeFirecrackerBinary, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
+import { callGuest, fakeDriverOptions, makeFakeFirecrackerBinary, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
 import { firecrackerSpecMissing } from "../helpers/firecracker-spec.ts";
 
 // Without the spec these skip, saying why in one line (and fail under CI=true).
@@ -35,14 +35,7 @@ const CIDR = "127.77.0.0/16"; // loopback: the fake guest's workload listens on 
 const drivers: FirecrackerDriver[] = [];
 
 function makeDriver(extra: Partial<FirecrackerDriverOptions> = {}): FirecrackerDriver {
-  const d = new FirecrackerDriver({
-    binary: fake.binary,
-    images: async () => ({ kernel: fake.kernel, initrd: fake.initrd }),
-    network: { slotsDir: join(root, "slots"), cidr: CIDR, setupScript: fake.netScript },
-    hostCheck: { kvmPath: kvm, cpuinfoPath: cpuinfo, hostKernel: "6.1.0-test" },
-    bootTimeoutMs: 15_000,
-    ...extra,
-  });
+  const d = new FirecrackerDriver({ ...fakeDriverOptions(fake, { root, cidr: CIDR, kvm, cpuinfo }), ...extra });
   drivers.push(d);
   return d;
 }
@@ -51,11 +44,7 @@ function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
   return { vmId: `vm_${name}`, agentId: `agt_${name}`, image: "demo", vcpus: 2, memMiB: 256, allowEgress: false, stateDir: join(root, name), ...extra };
 }
 
-async function call(vm: RunningVm, path: string, method = "GET"): Promise<Record<string, unknown>> {
-  const res = await fetch(`http://${vm.endpoint.host}:${vm.endpoint.port}${path}`, { method, signal: AbortSignal.timeout(5000) });
-  expect(res.status).toBe(200);
-  return (await res.json()) as Record<string, unknown>;
-}
+const call = (vm: RunningVm, path: string, method = "GET") => callGuest(vm, path, method);
 
 /** Requests the Firecracker process `pid` received, in order. */
 function requestsOf(pid: number | undefined): FakeRequestRecord[] {

@@ -16,7 +16,7 @@ import { FirecrackerDriver, type FirecrackerDriverOptions, vmPaths } from "../..
 import { stageImageFiles } from "../../fleet-agent/drivers/firecracker/image-drives.ts";
 import { readManifest } from "../../fleet-agent/drivers/firecracker/snapshot.ts";
 import type { FakeRequestRecord } from "../helpers/firecracker-fake.ts";
-import { makeFakeFirecrackerBinary, makeFakeImage, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
+import { callGuest, fakeDriverOptions, makeFakeFirecrackerBinary, makeFakeImage, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
 import { firecrackerSpecMissing } from "../helpers/firecracker-spec.ts";
 
 const specMissing = firecrackerSpecMissing("test/unit/firecracker-image.test.ts");
@@ -43,15 +43,12 @@ afterAll(async () => {
 
 function makeDriver(extra: Partial<FirecrackerDriverOptions> = {}): FirecrackerDriver {
   const d = new FirecrackerDriver({
-    binary: fake.binary,
+    ...fakeDriverOptions(fake, { root, cidr: CIDR, kvm, cpuinfo }),
     images: async (name) => {
       // A built image's VM boots the demo's guest (kernel + initramfs whose init runs images).
       if (name !== "demo") throw new Error(`unknown guest image ${name}`);
       return { kernel: fake.kernel, initrd: fake.initrd };
     },
-    network: { slotsDir: join(root, "slots"), cidr: CIDR, setupScript: fake.netScript },
-    hostCheck: { kvmPath: kvm, cpuinfoPath: cpuinfo, hostKernel: "6.1.0-test" },
-    bootTimeoutMs: 15_000,
     ...extra,
   });
   drivers.push(d);
@@ -63,11 +60,7 @@ function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
   return { vmId: `vm_${name}`, agentId: `agt_${name}`, image: rootImage.digest, vcpus: 1, memMiB: 128, allowEgress: false, stateDir: join(root, name), rootImage, diskMiB: 16, ...extra };
 }
 
-async function call(vm: RunningVm, path: string, method = "GET"): Promise<unknown> {
-  const res = await fetch(`http://${vm.endpoint.host}:${vm.endpoint.port}${path}`, { method, signal: AbortSignal.timeout(5000) });
-  expect(res.status).toBe(200);
-  return res.json();
-}
+const call = (vm: RunningVm, path: string, method = "GET") => callGuest<unknown>(vm, path, method);
 
 const requestsOf = (pid: number | undefined): FakeRequestRecord[] => fake.requests().filter((r) => r.pid === pid);
 const configCalls = (pid: number | undefined) => requestsOf(pid).filter((r) => r.method !== "GET");
