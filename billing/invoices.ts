@@ -1,5 +1,5 @@
 // Monthly invoices per tenant in its time zone: lines per agent and resource from segments received before a cutoff.
-import { and, desc, eq } from "drizzle-orm";
+import { and, desc, eq, lt } from "drizzle-orm";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
@@ -192,9 +192,17 @@ export interface InvoiceSummary {
   currency: string;
 }
 
-/** The tenant's invoices (rows created so far), newest month first; drafts carry no total until read. */
-export async function listInvoices(db: Db, tenantId: string): Promise<InvoiceSummary[]> {
-  const rows = await db.select().from(invoices).where(eq(invoices.tenantId, tenantId)).orderBy(desc(invoices.month));
+/**
+ * The tenant's invoices (rows created so far), newest month first; drafts carry no total until read. A page: at most
+ * `limit` rows, continuing after month `afterMonth` (keyset on the unique (tenant, month) index).
+ */
+export async function listInvoices(db: Db, tenantId: string, opts: { limit: number; afterMonth?: string }): Promise<InvoiceSummary[]> {
+  const rows = await db
+    .select()
+    .from(invoices)
+    .where(and(eq(invoices.tenantId, tenantId), opts.afterMonth === undefined ? undefined : lt(invoices.month, opts.afterMonth)))
+    .orderBy(desc(invoices.month))
+    .limit(opts.limit);
   return rows.map((r) => ({ id: r.id, month: r.month, status: r.status, totalCents: r.status === "final" ? r.totalCents : null, currency: r.currency }));
 }
 

@@ -1,20 +1,36 @@
 // Billing's HTTP API: meter ingest for hosts (component token) and tenant-scoped usage, runs and invoices (JSON or CSV).
-import { Hono, type Context } from "hono";
-import { requireScope, type GatewayEnv } from "../contracts/caller.ts";
+import { createRoute } from "@hono/zod-openapi";
+import type { Context, MiddlewareHandler } from "hono";
+import { requireScope, scopeGate, type GatewayEnv, type GatewayVariables } from "../contracts/caller.ts";
+import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf, z } from "../lib/api.ts";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { verifyComponentToken } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Db } from "../schema/db.ts";
-import { toCsv } from "./csv.ts";
+import {
+  AgentIdParams,
+  FormatQuery,
+  Invoice,
+  InvoiceIdParams,
+  InvoicePage,
+  InvoicesQuery,
+  MeterBatch,
+  MeterIngestResult,
+  MonthParams,
+  RateCard,
+  RunPage,
+  RunsQuery,
+  Usage,
+  UsageQuery,
+} from "./api-schemas.ts";
 import { ingestSegments } from "./ingest.ts";
-import { defaultInvoiceGraceMs, finalizeInvoice, invoiceById, invoiceForMonth, listInvoices, type Invoice } from "./invoices.ts";
-import { formatCents } from "./money.ts";
+import { defaultInvoiceGraceMs, finalizeInvoice, invoiceById, invoiceForMonth, listInvoices } from "./invoices.ts";
 import { rateCardFor } from "./rates.ts";
-import { agentRuns, assertAgentOfTenant, type RunReport } from "./runs.ts";
-import { usageReport, type TimeGroup, type UsageReport } from "./usage.ts";
-import { assertZone, formatInZone, parseInstant } from "./zones.ts";
-import { wakeTimingKeys } from "../contracts/agent.ts";
+import { invoiceCsv, invoiceJson, invoiceListCsv, runJson, runsCsv, usageCsv, usageJson } from "./report-views.ts";
+import { agentRuns, assertAgentOfTenant, type RunPosition } from "./runs.ts";
+import { usageReport } from "./usage.ts";
+import { parseInstant } from "./zones.ts";
 
 export interface BillingRouteDeps {
   db: Db;
@@ -29,260 +45,212 @@ export interface BillingRouteDeps {
 /** Largest ingest body accepted (10,000 segments take about 3.5 MB). */
 export const maxIngestBytes = 16 * 1024 * 1024;
 
-function wantsCsv(c: Context<GatewayEnv>): boolean {
-  const format = c.req.query("format");
-  if (format !== undefined) {
-    if (format !== "csv" && format !== "json") throw new AppError("bad_request", "format must be csv or json");
-    return format === "csv";
-  }
-  return (c.req.header("accept") ?? "").includes("text/csv");
+/** The meter route's context: the host its component token names. */
+type MeterEnv = { Variables: GatewayVariables & { meterHostId: string } };
+
+const csvText = z.string().openapi({ description: "RFC 4180 CSV with a header row" });
+const nextCursorHeader = z.object({ "x-next-cursor": z.string().optional().openapi({ description: "The next page's cursor, when there is one" }) });
+
+/** A 200 answer that is JSON, or CSV with `format=csv` / `Accept: text/csv`. */
+function jsonOrCsv<T extends z.ZodType>(schema: T, description: string, opts: { paged?: boolean } = {}) {
+  return { description, ...(opts.paged ? { headers: nextCursorHeader } : {}), content: { "application/json": { schema }, "text/csv": { schema: csvText } } } as const;
 }
 
-function csvResponse(c: Context<GatewayEnv>, body: string, name: string): Response {
-  return c.body(body, 200, { "content-type": "text/csv; charset=utf-8", "content-disposition": `attachment; filename="${name}.csv"` });
+function wantsCsv(c: Context, format: "json" | "csv" | undefined): boolean {
+  return format !== undefined ? format === "csv" : (c.req.header("accept") ?? "").includes("text/csv");
+}
+
+function csvResponse(c: Context, body: string, name: string, nextCursor: string | null = null): Response {
+  return c.body(body, 200, {
+    "content-type": "text/csv; charset=utf-8",
+    "content-disposition": `attachment; filename="${name}.csv"`,
+    ...(nextCursor ? { "x-next-cursor": nextCursor } : {}),
+  });
 }
 
 /** A `tenantId` query parameter is allowed, but only naming the caller's own tenant. */
-function checkTenantParam(c: Context<GatewayEnv>, tenantId: string): void {
-  const asked = c.req.query("tenantId") ?? c.req.query("tenant");
+function checkTenantParam(query: { tenantId?: string | undefined; tenant?: string | undefined }, tenantId: string): void {
+  const asked = query.tenantId ?? query.tenant;
   if (asked !== undefined && asked !== tenantId) throw new AppError("not_found", "tenant not found");
 }
 
-function parseGroupBy(raw: string | undefined): { byAgent: boolean; time?: TimeGroup; names: string[] } {
-  const names = (raw ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
-  let byAgent = false;
-  let time: TimeGroup | undefined;
-  for (const n of names) {
-    if (n === "agent") byAgent = true;
-    else if (n === "hour" || n === "day") {
-      if (time && time !== n) throw new AppError("bad_request", "groupBy takes hour or day, not both");
-      time = n;
-    } else if (n !== "tenant") throw new AppError("bad_request", `groupBy must be a comma list of agent, hour, day (or tenant); got "${n}"`);
-  }
-  return { byAgent, ...(time ? { time } : {}), names };
+const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
+
+/** A runs cursor: `woke_at` to the microsecond as the page query wrote it, and the run id. */
+function runPosition(cursor: string): RunPosition {
+  const [wokeAt, runId] = decodeCursor(cursor, ["string", "string"]) as [string, string];
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(wokeAt) || !Number.isFinite(Date.parse(wokeAt)) || runId.length > 200) throw badCursor();
+  return { wokeAt, runId };
 }
 
-/** Formats instants in a zone, once per distinct instant (rows share their window boundaries; Intl is slow). */
-function zoneFormatter(zone: string): (t: number) => string {
-  const memo = new Map<number, string>();
-  return (t) => {
-    let s = memo.get(t);
-    if (s === undefined) memo.set(t, (s = formatInZone(zone, t)));
-    return s;
-  };
+/** An invoices cursor: the month of the last invoice shown. */
+function monthPosition(cursor: string): string {
+  const [month] = decodeCursor(cursor, ["string"]) as [string];
+  if (!/^\d{4}-\d{2}$/.test(month)) throw badCursor();
+  return month;
 }
 
-function usageJson(r: UsageReport, names: string[]) {
-  const z = r.query.zone;
-  const fmt = zoneFormatter(z);
-  return {
-    tenantId: r.query.tenantId,
-    from: formatInZone(z, r.query.from),
-    to: formatInZone(z, r.query.to),
-    timeZone: z,
-    groupBy: names,
-    ...(r.query.agentId !== undefined ? { agentId: r.query.agentId } : {}),
-    source: r.source,
-    rows: r.rows.map((row) =>
-      row.agentId === undefined
-        ? { start: fmt(row.start), end: fmt(row.end), activeMs: row.activeMs, vcpuMs: row.vcpuMs, mibMs: row.mibMs }
-        : { start: fmt(row.start), end: fmt(row.end), agentId: row.agentId, activeMs: row.activeMs, vcpuMs: row.vcpuMs, mibMs: row.mibMs },
-    ),
-    totals: r.totals,
-  };
-}
+const tags = ["billing"];
 
-function usageCsv(r: UsageReport): string {
-  const fmt = zoneFormatter(r.query.zone);
-  const byAgent = r.query.byAgent;
-  const header = ["window_start", "window_end", ...(byAgent ? ["agent_id"] : []), "active_ms", "vcpu_ms", "mib_ms"];
-  return toCsv(
-    header,
-    r.rows.map((row) => [fmt(row.start), fmt(row.end), ...(byAgent ? [row.agentId] : []), row.activeMs, row.vcpuMs, row.mibMs]),
-  );
-}
+const ingestRoute = createRoute({
+  method: "post",
+  path: "/v1/meter-segments",
+  operationId: "ingestMeterSegments",
+  summary: "Ship meter segments (a host, with its component token of audience billing); idempotent per segment id",
+  tags,
+  request: jsonRequest(MeterBatch),
+  responses: { 200: json(MeterIngestResult, "Each segment accepted, a duplicate, or rejected with its code"), ...errors(400, 413) },
+});
 
-function invoiceJson(inv: Invoice) {
-  const z = inv.timeZone;
-  return {
-    id: inv.id,
-    tenantId: inv.tenantId,
-    month: inv.month,
-    timeZone: z,
-    periodStart: formatInZone(z, inv.periodStart),
-    periodEnd: formatInZone(z, inv.periodEnd),
-    status: inv.status,
-    cutoffAt: new Date(inv.cutoffAt).toISOString(),
-    finalizableAt: new Date(inv.finalizableAt).toISOString(),
-    currency: inv.currency,
-    rates: inv.rates,
-    lines: inv.lines,
-    totalCents: inv.totalCents,
-    total: formatCents(inv.totalCents),
-  };
-}
+const usageRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/usage",
+  operationId: "getUsage",
+  summary: "Active time, vCPU-ms and MiB-ms of the tenant over [from, to), by agent and/or local hour or day in a zone",
+  tags,
+  request: { query: UsageQuery },
+  responses: { 200: jsonOrCsv(Usage, "The usage rows and their totals"), ...errors(400, 404) },
+});
 
-function invoiceCsv(inv: Invoice): string {
-  return toCsv(
-    ["invoice_id", "month", "status", "agent_id", "resource", "quantity", "unit", "unit_price_nanocents", "price_unit", "amount_cents"],
-    [
-      ...inv.lines.map((l) => [inv.id, inv.month, inv.status, l.agentId, l.resource, l.quantity, l.unit, l.unitPriceNanocents, l.priceUnit, l.amountCents]),
-      [inv.id, inv.month, inv.status, "", "total", "", "", "", "", inv.totalCents],
-    ],
-  );
-}
+const runsRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/agents/{id}/runs",
+  operationId: "listAgentRuns",
+  summary: "The agent's awake runs, newest first: what woke it, the wake's timings, what put it to sleep, metered time",
+  tags,
+  request: { params: AgentIdParams, query: RunsQuery },
+  responses: { 200: jsonOrCsv(RunPage, "A page of runs", { paged: true }), ...errors(400, 404) },
+});
 
-function runJson(r: RunReport) {
-  return {
-    runId: r.runId,
-    hostId: r.hostId,
-    vmId: r.vmId,
-    wokeAt: new Date(r.wokeAt).toISOString(),
-    wakeReason: r.wakeReason,
-    wakeMode: r.wakeMode,
-    timings: r.timings,
-    sleptAt: r.sleptAt === undefined ? null : new Date(r.sleptAt).toISOString(),
-    sleepReason: r.sleepReason ?? null,
-    awakeMs: r.sleptAt === undefined ? null : r.sleptAt - r.wokeAt,
-    activeMs: r.activeMs,
-    vcpuMs: r.vcpuMs,
-    mibMs: r.mibMs,
-    segments: r.segments,
-  };
-}
+const invoicesRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/invoices",
+  operationId: "listInvoices",
+  summary: "The tenant's invoices, newest month first; with `month`, that month's invoice",
+  tags,
+  request: { query: InvoicesQuery },
+  responses: { 200: jsonOrCsv(z.union([InvoicePage, Invoice]), "A page of invoices (an Invoice with `month`)", { paged: true }), ...errors(400, 404) },
+});
 
-/** CSV columns of a run's wake timings: every key of the contract, in its order. */
-const timingColumns = wakeTimingKeys;
+const invoiceRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/invoices/{id}",
+  operationId: "getInvoice",
+  summary: "One invoice with its lines: stored if final, computed now if a draft",
+  tags,
+  request: { params: InvoiceIdParams, query: FormatQuery },
+  responses: { 200: jsonOrCsv(Invoice, "The invoice"), ...errors(400, 404) },
+});
 
-export function createBillingRoutes(deps: BillingRouteDeps): Hono<GatewayEnv> {
-  const app = new Hono<GatewayEnv>();
+const finalizeRoute = createRoute({
+  method: "post",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/invoices/{month}/finalize",
+  operationId: "finalizeInvoice",
+  summary: "Freeze the month's invoice (agents:admin): from the month's end + grace; finalizing twice answers the same invoice",
+  tags,
+  request: { params: MonthParams },
+  responses: { 200: json(Invoice, "The final invoice"), ...errors(400, 409) },
+});
+
+const rateCardRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/rate-card",
+  operationId: "getRateCard",
+  summary: "The prices the tenant's invoices use",
+  tags,
+  responses: { 200: json(RateCard, "The tenant's rate card (or the default one)"), ...errors() },
+});
+
+export function createBillingRoutes(deps: BillingRouteDeps) {
+  const app = apiRouter<GatewayEnv>();
   const graceMs = deps.invoiceGraceMs ?? defaultInvoiceGraceMs;
 
-  app.post("/v1/meter-segments", async (c) => {
+  /** Before the body is read: only a host with a billing component token ships segments, and only its own. */
+  const hostToken: MiddlewareHandler<MeterEnv> = async (c, next) => {
     const auth = c.req.header("authorization");
     const token = auth?.startsWith("Bearer ") ? auth.slice(7).trim() : undefined;
-    const claims = await verifyComponentToken(deps.componentKey, token, "billing");
-    const declared = Number(c.req.header("content-length") ?? "0");
-    if (declared > maxIngestBytes) throw new AppError("payload_too_large", `meter batches may be at most ${maxIngestBytes} bytes`);
-    const text = await c.req.text();
-    if (text.length > maxIngestBytes) throw new AppError("payload_too_large", `meter batches may be at most ${maxIngestBytes} bytes`);
-    let body: unknown;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      throw new AppError("bad_request", "body must be JSON: {\"segments\": [...]}");
-    }
-    const segments = (body as { segments?: unknown } | null)?.segments;
-    if (!Array.isArray(segments)) throw new AppError("bad_request", "body must be JSON: {\"segments\": [...]}");
-    const result = await ingestSegments(deps.db, segments, deps.clock, { hostId: claims.sub, log: deps.log.child({ hostId: claims.sub, requestId: c.get("requestId") }) });
-    return c.json(result);
+    c.set("meterHostId", (await verifyComponentToken(deps.componentKey, token, "billing")).sub);
+    await next();
+  };
+
+  const ingestMiddleware: [typeof hostToken, MiddlewareHandler<MeterEnv>] = [hostToken, jsonBody(() => maxIngestBytes)];
+  app.openapi({ ...ingestRoute, middleware: ingestMiddleware }, async (c) => {
+    const hostId = c.get("meterHostId");
+    const { segments } = c.req.valid("json");
+    const result = await ingestSegments(deps.db, segments, deps.clock, { hostId, log: deps.log.child({ hostId, requestId: c.get("requestId") }) });
+    return c.json(result, 200);
   });
 
-  app.get("/v1/usage", async (c) => {
+  app.openapi(usageRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
-    checkTenantParam(c, caller.tenantId);
-    const zone = assertZone(c.req.query("tz") ?? "UTC");
-    const fromRaw = c.req.query("from");
-    const toRaw = c.req.query("to");
-    if (!fromRaw || !toRaw) throw new AppError("bad_request", "from and to are required (ISO 8601 instants or YYYY-MM-DD dates in tz)");
-    const from = parseInstant(fromRaw, zone, "from");
-    const to = parseInstant(toRaw, zone, "to");
-    const group = parseGroupBy(c.req.query("groupBy"));
-    const agentId = c.req.query("agentId");
-    if (agentId !== undefined) await assertAgentOfTenant(deps.db, caller.tenantId, agentId);
-    const csv = wantsCsv(c);
+    const q = c.req.valid("query");
+    checkTenantParam(q, caller.tenantId);
+    if (q.agentId !== undefined) await assertAgentOfTenant(deps.db, caller.tenantId, q.agentId);
     const report = await usageReport(deps.db, {
       tenantId: caller.tenantId,
-      from,
-      to,
-      zone,
-      byAgent: group.byAgent,
-      ...(group.time ? { time: group.time } : {}),
-      ...(agentId !== undefined ? { agentId } : {}),
+      from: parseInstant(q.from, q.tz, "from"),
+      to: parseInstant(q.to, q.tz, "to"),
+      zone: q.tz,
+      byAgent: q.groupBy.byAgent,
+      ...(q.groupBy.time ? { time: q.groupBy.time } : {}),
+      ...(q.agentId !== undefined ? { agentId: q.agentId } : {}),
     });
-    return csv ? csvResponse(c, usageCsv(report), "usage") : c.json(usageJson(report, group.names));
+    return wantsCsv(c, q.format) ? csvResponse(c, usageCsv(report), "usage") : c.json(usageJson(report, q.groupBy.names), 200);
   });
 
-  app.get("/v1/agents/:id/runs", async (c) => {
+  app.openapi(runsRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
-    const zone = "UTC";
-    const opt = (name: string) => {
-      const v = c.req.query(name);
-      return v === undefined ? undefined : parseInstant(v, zone, name);
-    };
-    const limitRaw = c.req.query("limit");
-    const limit = limitRaw === undefined ? 100 : Number(limitRaw);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new AppError("bad_request", "limit must be an integer from 1 to 1000");
-    const csv = wantsCsv(c);
-    const from = opt("from");
-    const to = opt("to");
-    const before = opt("before");
-    const runs = await agentRuns(deps.db, caller.tenantId, c.req.param("id"), {
-      limit,
-      ...(from !== undefined ? { from } : {}),
-      ...(to !== undefined ? { to } : {}),
-      ...(before !== undefined ? { before } : {}),
+    const { id } = c.req.valid("param");
+    const q = c.req.valid("query");
+    const until = q.until ?? q.to;
+    const rows = await agentRuns(deps.db, caller.tenantId, id, {
+      limit: q.limit + 1,
+      ...(q.from !== undefined ? { from: parseInstant(q.from, "UTC", "from") } : {}),
+      ...(until !== undefined ? { until: parseInstant(until, "UTC", "until") } : {}),
+      ...(q.cursor !== undefined ? { after: runPosition(q.cursor) } : {}),
     });
-    if (csv) {
-      return csvResponse(
-        c,
-        toCsv(
-          ["run_id", "woke_at", "wake_reason", "wake_mode", ...timingColumns.map((t) => t.replace(/[A-Z]/g, (m) => `_${m.toLowerCase()}`)), "slept_at", "sleep_reason", "active_ms", "vcpu_ms", "mib_ms", "segments"],
-          runs.map((r) => [
-            r.runId,
-            new Date(r.wokeAt).toISOString(),
-            r.wakeReason,
-            r.wakeMode,
-            ...timingColumns.map((t) => r.timings[t]),
-            r.sleptAt === undefined ? "" : new Date(r.sleptAt).toISOString(),
-            r.sleepReason ?? "",
-            r.activeMs,
-            r.vcpuMs,
-            r.mibMs,
-            r.segments,
-          ]),
-        ),
-        "runs",
-      );
-    }
-    const last = runs.at(-1);
-    return c.json({ agentId: c.req.param("id"), runs: runs.map(runJson), ...(last && runs.length === limit ? { next: new Date(last.wokeAt).toISOString() } : {}) });
+    const page = pageOf(rows, q.limit, (r) => [r.position.wokeAt, r.position.runId]);
+    if (wantsCsv(c, q.format)) return csvResponse(c, runsCsv(page.items), "runs", page.nextCursor);
+    return c.json({ agentId: id, runs: page.items.map(runJson), nextCursor: page.nextCursor }, 200);
   });
 
-  app.get("/v1/invoices", async (c) => {
+  app.openapi(invoicesRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
-    checkTenantParam(c, caller.tenantId);
-    const month = c.req.query("month");
-    const csv = wantsCsv(c);
-    if (month === undefined) {
-      const list = await listInvoices(deps.db, caller.tenantId);
-      return csv ? csvResponse(c, toCsv(["invoice_id", "month", "status", "total_cents", "currency"], list.map((i) => [i.id, i.month, i.status, i.totalCents, i.currency])), "invoices") : c.json({ invoices: list });
+    const q = c.req.valid("query");
+    checkTenantParam(q, caller.tenantId);
+    const csv = wantsCsv(c, q.format);
+    if (q.month !== undefined) {
+      const inv = await invoiceForMonth(deps.db, deps.clock, caller.tenantId, q.month, { graceMs });
+      return csv ? csvResponse(c, invoiceCsv(inv), `invoice-${inv.month}`) : c.json(invoiceJson(inv), 200);
     }
-    const inv = await invoiceForMonth(deps.db, deps.clock, caller.tenantId, month, { graceMs });
-    return csv ? csvResponse(c, invoiceCsv(inv), `invoice-${inv.month}`) : c.json(invoiceJson(inv));
+    const rows = await listInvoices(deps.db, caller.tenantId, { limit: q.limit + 1, ...(q.cursor !== undefined ? { afterMonth: monthPosition(q.cursor) } : {}) });
+    const page = pageOf(rows, q.limit, (i) => [i.month]);
+    return csv ? csvResponse(c, invoiceListCsv(page.items), "invoices", page.nextCursor) : c.json({ invoices: page.items, nextCursor: page.nextCursor }, 200);
   });
 
-  app.get("/v1/invoices/:id", async (c) => {
+  app.openapi(invoiceRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
-    const csv = wantsCsv(c);
-    const inv = await invoiceById(deps.db, deps.clock, caller.tenantId, c.req.param("id"), { graceMs });
-    return csv ? csvResponse(c, invoiceCsv(inv), `invoice-${inv.month}`) : c.json(invoiceJson(inv));
+    const inv = await invoiceById(deps.db, deps.clock, caller.tenantId, c.req.valid("param").id, { graceMs });
+    return wantsCsv(c, c.req.valid("query").format) ? csvResponse(c, invoiceCsv(inv), `invoice-${inv.month}`) : c.json(invoiceJson(inv), 200);
   });
 
-  app.post("/v1/invoices/:month/finalize", async (c) => {
+  app.openapi(finalizeRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const inv = await finalizeInvoice(deps.db, deps.clock, caller.tenantId, c.req.param("month"), { graceMs });
+    const inv = await finalizeInvoice(deps.db, deps.clock, caller.tenantId, c.req.valid("param").month, { graceMs });
     deps.log.info("invoice final", { tenantId: caller.tenantId, invoiceId: inv.id, month: inv.month, totalCents: inv.totalCents, requestId: c.get("requestId") });
-    return c.json(invoiceJson(inv));
+    return c.json(invoiceJson(inv), 200);
   });
 
-  app.get("/v1/rate-card", async (c) => {
+  app.openapi(rateCardRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
     const card = await rateCardFor(deps.db, caller.tenantId);
-    return c.json({ ...card, units: { vcpuSecondNanocents: "nano-cents per vCPU-second", gibSecondNanocents: "nano-cents per GiB-second", snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)" } });
+    return c.json({ ...card, units: { vcpuSecondNanocents: "nano-cents per vCPU-second", gibSecondNanocents: "nano-cents per GiB-second", snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)" } }, 200);
   });
 
   return app;

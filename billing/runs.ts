@@ -29,43 +29,74 @@ export async function assertAgentOfTenant(db: Db, tenantId: string, agentId: str
   if (rows.length === 0) throw new AppError("not_found", "agent not found");
 }
 
-export async function agentRuns(db: Db, tenantId: string, agentId: string, opts: { from?: number; to?: number; before?: number; limit?: number } = {}): Promise<RunReport[]> {
-  await assertAgentOfTenant(db, tenantId, agentId);
+/** Where a page of runs continues: after this run in the newest-first order. */
+export interface RunPosition {
+  /** `woke_at` to the microsecond, as `runKey` gave it (a millisecond would merge runs that woke in the same one). */
+  wokeAt: string;
+  runId: string;
+}
+
+export interface RunQuery {
+  /** Runs that woke at or after this instant (ms). */
+  from?: number;
+  /** Runs that woke before this instant (ms). */
+  until?: number;
+  after?: RunPosition;
+  /** Rows to return (a page asks for one more than it shows). */
+  limit?: number;
+}
+
+/** Runs fetched at most by one query. */
+const maxRunRows = 1001;
+
+/**
+ * The agent's runs, newest first, in one query: the agent row (another tenant's agent does not exist: `not_found`)
+ * joined to the page of its runs (keyset on `(woke_at, id)`, which the `(agent_id, woke_at)` index serves).
+ */
+export async function agentRuns(db: Db, tenantId: string, agentId: string, opts: RunQuery = {}): Promise<(RunReport & { position: RunPosition })[]> {
   const params: unknown[] = [agentId, tenantId];
   const where: string[] = [];
-  const add = (cond: string, value: unknown) => {
+  const param = (value: unknown) => {
     params.push(value);
-    where.push(cond.replace("?", `$${params.length}::text::timestamptz`));
+    return `$${params.length}`;
   };
-  if (opts.from !== undefined) add("r.woke_at >= ?", new Date(opts.from).toISOString());
-  if (opts.to !== undefined) add("r.woke_at < ?", new Date(opts.to).toISOString());
-  if (opts.before !== undefined) add("r.woke_at < ?", new Date(opts.before).toISOString());
-  params.push(Math.min(Math.max(opts.limit ?? 100, 1), 1000));
+  if (opts.from !== undefined) where.push(`r.woke_at >= ${param(new Date(opts.from).toISOString())}::text::timestamptz`);
+  if (opts.until !== undefined) where.push(`r.woke_at < ${param(new Date(opts.until).toISOString())}::text::timestamptz`);
+  if (opts.after) where.push(`(r.woke_at, r.id) < (${param(opts.after.wokeAt)}::text::timestamptz, ${param(opts.after.runId)}::text)`);
+  const limit = param(Math.min(Math.max(opts.limit ?? 100, 1), maxRunRows));
   const rows = await sqlRunner(db).query<Record<string, unknown>>(
-    `SELECT r.id, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms, r.wake_reason, r.wake_mode, r.timings,
-       (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
-       u.active_ms, u.vcpu_ms, u.mib_ms, u.segments
-     FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
-     WHERE r.agent_id = $1 AND r.tenant_id = $2${where.map((w) => ` AND ${w}`).join("")}
-     ORDER BY r.woke_at DESC, r.id DESC
-     LIMIT $${params.length}`,
+    `SELECT p.* FROM agents a LEFT JOIN LATERAL (
+       SELECT r.id, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms,
+         to_char(r.woke_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS woke_key, r.wake_reason, r.wake_mode, r.timings,
+         (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
+         u.active_ms, u.vcpu_ms, u.mib_ms, u.segments
+       FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
+       WHERE r.agent_id = a.id AND r.tenant_id = a.tenant_id${where.map((w) => ` AND ${w}`).join("")}
+       ORDER BY r.woke_at DESC, r.id DESC
+       LIMIT ${limit}
+     ) p ON true
+     WHERE a.id = $1 AND a.tenant_id = $2`,
     params,
   );
-  return rows.map((r) => ({
-    runId: String(r.id),
-    hostId: String(r.host_id),
-    vmId: String(r.vm_id),
-    wokeAt: toNumber(r.woke_ms),
-    wakeReason: String(r.wake_reason),
-    wakeMode: String(r.wake_mode),
-    timings: parseTimings(r.timings),
-    sleptAt: r.slept_ms === null || r.slept_ms === undefined ? undefined : toNumber(r.slept_ms),
-    sleepReason: r.sleep_reason === null || r.sleep_reason === undefined ? undefined : String(r.sleep_reason),
-    activeMs: toNumber(r.active_ms),
-    vcpuMs: toNumber(r.vcpu_ms),
-    mibMs: toNumber(r.mib_ms),
-    segments: toNumber(r.segments),
-  }));
+  if (rows.length === 0) throw new AppError("not_found", "agent not found");
+  return rows
+    .filter((r) => r.id !== null && r.id !== undefined)
+    .map((r) => ({
+      runId: String(r.id),
+      hostId: String(r.host_id),
+      vmId: String(r.vm_id),
+      wokeAt: toNumber(r.woke_ms),
+      wakeReason: String(r.wake_reason),
+      wakeMode: String(r.wake_mode),
+      timings: parseTimings(r.timings),
+      sleptAt: r.slept_ms === null || r.slept_ms === undefined ? undefined : toNumber(r.slept_ms),
+      sleepReason: r.sleep_reason === null || r.sleep_reason === undefined ? undefined : String(r.sleep_reason),
+      activeMs: toNumber(r.active_ms),
+      vcpuMs: toNumber(r.vcpu_ms),
+      mibMs: toNumber(r.mib_ms),
+      segments: toNumber(r.segments),
+      position: { wokeAt: String(r.woke_key), runId: String(r.id) },
+    }));
 }
 
 /** The run's timings as stored (jsonb), keeping the contract's keys with numeric values. */

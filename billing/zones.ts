@@ -233,16 +233,41 @@ export function formatInZone(zone: string, t: number): string {
   return `${pad(l.year, 4)}-${pad(l.month)}-${pad(l.day)}T${pad(l.hour)}:${pad(l.minute)}:${pad(l.second)}${ms}${sign}${pad(offH)}:${pad(offM)}`;
 }
 
+/** The years an API instant may be written in: zone arithmetic, Postgres timestamps and ISO output all hold there. */
+export const instantYears = { first: 1970, last: 9999 } as const;
+
+const instantPattern = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(\.\d{1,3})?)?(Z|[+-](\d{2}):(\d{2})))?$/;
+
+function daysInMonth(year: number, month: number): number {
+  return month === 2 ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31;
+}
+
+/** An API instant as written: a local date (its day starts in the caller's zone) or an absolute time (ms). */
+export type WrittenInstant = { date: { year: number; month: number; day: number } } | { at: number };
+
 /**
- * Parses an API instant: an ISO 8601 timestamp with `Z` or an offset, or a bare date `YYYY-MM-DD`
- * meaning the start of that local day in `zone`.
+ * Reads an API instant field by field, or says what is wrong with it: an ISO 8601 timestamp with `Z` or an offset, or a
+ * bare date `YYYY-MM-DD`; years 1970 to 9999, dates the calendar has, hours 00–23 (Date.parse would roll `02-30`
+ * into March and take `24:00`).
+ */
+export function readInstant(value: string): WrittenInstant | { problem: string } {
+  const m = instantPattern.exec(value);
+  const form = `an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD; got "${value.slice(0, 40)}"`;
+  if (!m) return { problem: `must be ${form}` };
+  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  if (year < instantYears.first || year > instantYears.last) return { problem: `must be in the years ${instantYears.first} to ${instantYears.last}; got "${value.slice(0, 40)}"` };
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) return { problem: `names a day the calendar does not have: "${value.slice(0, 40)}"` };
+  if (m[4] === undefined) return { date: { year, month, day } };
+  if (Number(m[4]) > 23 || Number(m[5]) > 59 || Number(m[6] ?? 0) > 59 || Number(m[9] ?? 0) > 23 || Number(m[10] ?? 0) > 59) return { problem: `has a time out of range: "${value.slice(0, 40)}"` };
+  return { at: Date.parse(value) };
+}
+
+/**
+ * Parses an API instant (see `readInstant`): a bare date `YYYY-MM-DD` means the start of that local day in `zone`.
+ * Throws `bad_request` naming `name` for anything else.
  */
 export function parseInstant(value: string, zone: string, name: string): number {
-  const date = /^(\d{4})-(\d{2})-(\d{2})$/.exec(value);
-  if (date) return startOfLocalDay(zone, Number(date[1]), Number(date[2]), Number(date[3]));
-  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})$/.test(value)) {
-    const t = Date.parse(value);
-    if (Number.isFinite(t)) return t;
-  }
-  throw new AppError("bad_request", `${name} must be an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD; got "${value}"`);
+  const read = readInstant(value);
+  if ("problem" in read) throw new AppError("bad_request", `${name} ${read.problem}`);
+  return "at" in read ? read.at : startOfLocalDay(zone, read.date.year, read.date.month, read.date.day);
 }

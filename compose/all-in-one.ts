@@ -19,6 +19,7 @@ import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 import { readArtifact } from "../images/build/store.ts";
+import { processMetrics, randomMetricsToken } from "./metrics.ts";
 
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
@@ -44,6 +45,8 @@ export interface System {
   app: Hono<GatewayEnv>;
   keys: DevKeys;
   demo: { tenantId: string; agentId: string; token: string };
+  /** The bearer token of `GET /metrics` (METRICS_TOKEN, or the one made at start); its one registry serves gateway and host. */
+  metricsToken: string | undefined;
   /**
    * Shutdown order: stop accepting connections → the webhook worker finishes its attempts (they are
    * stored, so what it leaves is retried at the next start) → the host runtime stops (drain in-flight
@@ -70,7 +73,9 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   await registerHost(db, { id: hostId, driver: driver.name, capacityMiB: 0 });
   // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
   const sink = billingSink(db, clock, log.child({ component: "billing" }));
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }) });
+  // One registry for the process: the host and the gateway count into it, the gateway's listener serves it.
+  const metrics = processMetrics(cfg.metricsToken);
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }), metrics: metrics.metrics });
 
   // The demo tenant and agent, created once and kept across restarts.
   const repo = createAgentRepo(db);
@@ -85,7 +90,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   try {
     // Images are built into this data directory, where this process's host reads them.
     const imageBuilder = createNodeImageBuilder({ dataDir, cacheDir: cfg.imageCacheDir, clock, log: log.child({ component: "images" }) });
-    gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder });
+    gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder, metrics });
   } catch (err) {
     await runtime.stop();
     if (!parts.database) await database.close();
@@ -109,6 +114,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     app: gateway.app,
     keys: gateway.keys,
     demo: { tenantId: demoTenantId, agentId: demoAgentId, token },
+    metricsToken: cfg.metricsToken,
     stop() {
       // The gateway's drain is this process's host: it drains in-flight calls, hibernates the VMs, stops its meter.
       stopped ??= (async () => {
@@ -124,8 +130,10 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
  * The all-in-one's configuration from the environment: the Node gateway's variables (compose/node-gateway.ts: PORT,
  * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, the Postgres client's timeouts
  * (DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, DB_IDLE_TIMEOUT_S, DB_RECONNECT_MAX_MS: schema/postgres.ts), and the
- * fleet-agent's (fleet-agent/config.ts). `images` are what the selected driver runs.
+ * fleet-agent's (fleet-agent/config.ts). `images` are what the selected driver runs. Without METRICS_TOKEN one is made
+ * for this start (printed by `npm start`): the all-in-one always serves `GET /metrics`.
  */
 export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
-  return { ...parseNodeGatewayConfig(env, images), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), fleet: parseFleetAgentConfig(env) };
+  const gateway = parseNodeGatewayConfig(env, images);
+  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), fleet: parseFleetAgentConfig(env) };
 }

@@ -20,6 +20,7 @@ import { registerHost, resolveHostId, startHeartbeat, startHostRuntime } from ".
 import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
 import { readArtifact } from "../images/build/store.ts";
+import { parseMetricsToken, processMetrics } from "./metrics.ts";
 
 export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
@@ -39,6 +40,8 @@ export interface FleetAgentDaemonConfig {
   heartbeatIntervalMs: number;
   /** Where meter segments are shipped (a gateway serving billing); unset: written to the shared database directly. */
   billingUrl: string | undefined;
+  /** Bearer token of the ingress's `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
+  metricsToken?: string | undefined;
 }
 
 /**
@@ -57,7 +60,7 @@ export interface FleetAgentDaemonConfig {
  * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
  * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
  * | LOG_LEVEL | info | debug, info, warn or error |
- * plus the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
+ * plus METRICS_TOKEN (compose/metrics.ts) and the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
  */
 export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
   const databaseUrl = optStr(env, "DATABASE_URL");
@@ -77,6 +80,7 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
     heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
     billingUrl: optStr(env, "BILLING_URL"),
+    metricsToken: parseMetricsToken(env),
   };
 }
 
@@ -111,9 +115,10 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const sink = cfg.billingUrl
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
     : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog });
+  const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
+  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog, metrics });
   const { host, fleet } = runtime;
-  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) } };
+  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) }, metrics: metricsEndpoint };
   const app = createIngress(ingressDeps);
   const upgrades = createIngressUpgrade(ingressDeps);
   const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname);

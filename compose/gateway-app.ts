@@ -4,6 +4,7 @@ import type { GatewayEnv } from "../contracts/caller.ts";
 import type { Fleet } from "../contracts/fleet.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/log.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
 import { databaseCheck } from "../schema/db-errors.ts";
 import type { Db } from "../schema/db.ts";
@@ -33,6 +34,8 @@ export interface GatewayAppDeps {
   imageBuilder?: ImageBuilder;
   /** Largest image upload (build context or archive), bytes. */
   maxImageUploadBytes?: number;
+  /** Where the proxy counts its calls (compose/metrics.ts); none: nowhere. */
+  metrics?: Metrics;
   /** A webhook delivery was stored: attempt it soon (Node kicks its delivery worker; a Worker runs one after the answer). */
   onWebhookQueued: () => void;
 }
@@ -54,10 +57,11 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const agents = createAgentRepo(db);
   const settings = createAgentSettingsStore(db);
   const gatewayLog = log.child({ component: "gateway" });
-  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
+  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig, metrics: deps.metrics });
   // One audit log for the admin API and the webhook module (its rows written in the transaction of their change).
   const audit = createDbAuditLog(db);
-  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: deps.webhooks };
+  // `db` too: the delivery worker counts its queue there when scraped.
+  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: deps.webhooks };
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
   const imageRepo = createImageRepo(db);
   const images = createImageRoutes({
@@ -80,6 +84,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },
+    ...(deps.metrics ? { metrics: deps.metrics } : {}),
   });
   return { app, proxy, agents, webhookDeps };
 }

@@ -15,11 +15,13 @@ import type { ProxyCore } from "../gateway/proxy-core.ts";
 import { defaultProxyConfig } from "../gateway/proxy-core.ts";
 import { createDeliveryWorker, webhookConfigFromEnv, type DeliveryWorker, type WebhookConfig } from "../gateway/webhooks/index.ts";
 import { createNodeProxy } from "../gateway/node/fast-path/handler.ts";
+import { dashboardRoutes } from "../gateway/node/dashboard.ts";
 import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
 import { ensureDevKeys, type DevKeys } from "./dev-keys.ts";
 import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
 import type { ImageBuilder } from "../images/builds.ts";
+import { parseMetricsToken, processMetrics, type ProcessMetrics } from "./metrics.ts";
 
 export interface NodeGatewayConfig {
   port: number;
@@ -35,6 +37,8 @@ export interface NodeGatewayConfig {
   imageCacheDir: string;
   /** Largest image upload, bytes (IMAGE_MAX_UPLOAD_BYTES). */
   maxImageUploadBytes: number;
+  /** Bearer token of `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
+  metricsToken: string | undefined;
 }
 
 /**
@@ -45,7 +49,7 @@ export interface NodeGatewayConfig {
  * | IMAGE_CACHE_DIR | $HOME/.cache/agentvm | where image builds keep the Debian bases and buildah's storage (reused across runs and data directories) |
  * | IMAGE_MAX_UPLOAD_BYTES | 4294967296 | largest build context or image archive `POST /v1/images` accepts, bytes |
  * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
- * plus the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
+ * plus METRICS_TOKEN (compose/metrics.ts), the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
  * `images` are the images agents may be created with (what the hosts' drivers run).
  */
 export function parseNodeGatewayConfig(env: Env, images: readonly string[]): NodeGatewayConfig {
@@ -62,6 +66,7 @@ export function parseNodeGatewayConfig(env: Env, images: readonly string[]): Nod
     componentKey: secret ? componentKey(secret) : crypto.getRandomValues(new Uint8Array(32)),
     imageCacheDir: resolve(str(env, "IMAGE_CACHE_DIR", join(str(env, "HOME", homedir()), ".cache", "agentvm"))),
     maxImageUploadBytes: int(env, "IMAGE_MAX_UPLOAD_BYTES", defaultMaxImageUploadBytes, { min: 1024 }),
+    metricsToken: parseMetricsToken(env),
   };
 }
 
@@ -91,6 +96,8 @@ export interface NodeGatewayParts {
   clock: Clock;
   /** Builds images where this gateway's hosts read them (the all-in-one); none: the image routes only list and delete. */
   imageBuilder?: ImageBuilder;
+  /** The process's metrics when a host in it counts into them too (the all-in-one); none: made from `metricsToken`. */
+  metrics?: ProcessMetrics;
 }
 
 /** User tokens are verified against JWKS_URL, JWKS_JSON, or else the dev key in the data directory (said once at start). */
@@ -104,6 +111,7 @@ async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, dataDir: 
 
 export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewayParts): Promise<NodeGateway> {
   const { db, fleet, log, clock } = parts;
+  const { metrics, endpoint: metricsEndpoint } = parts.metrics ?? processMetrics(cfg.metricsToken);
   const keys = await ensureDevKeys(cfg.dataDir);
   const auth = await authenticatorFor(cfg.auth, keys, cfg.dataDir, log);
   let worker: DeliveryWorker | undefined;
@@ -119,10 +127,12 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
     ...(parts.imageBuilder ? { imageBuilder: parts.imageBuilder } : {}),
     maxImageUploadBytes: cfg.maxImageUploadBytes,
     clientIp: nodeClientIp,
+    metrics,
     // A stored delivery kicks this process's worker, so it is attempted at once, not at the next poll.
     onWebhookQueued: () => worker?.kick(),
   });
-  worker = createDeliveryWorker(webhookDeps);
+  worker = createDeliveryWorker(webhookDeps, { metrics });
+  app.route("/", dashboardRoutes()); // the built dashboard at /dashboard/ (`/` redirects there); its API calls carry the token
   const proxyConfig = cfg.gateway.proxy ?? defaultProxyConfig;
   const nodeProxy = createNodeProxy({ core: proxy, fleet, auth, domain: cfg.gateway.domain, log: log.child({ component: "gateway" }) });
   let server: NodeServer;
@@ -133,6 +143,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
       ...(proxyConfig.fastPath ? { proxy: nodeProxy } : {}),
       maxHeaderBytes: proxyConfig.maxHeaderBytes,
       headersTimeoutMs: proxyConfig.clientHeadersTimeoutMs,
+      metrics: { endpoint: metricsEndpoint, domain: cfg.gateway.domain },
     });
   } catch (err) {
     nodeProxy.close();

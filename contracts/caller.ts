@@ -1,5 +1,5 @@
 // What authentication leaves on a request's context for the routes behind it.
-import type { Context } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { AppError } from "../lib/errors.ts";
 
 export type Scope = "agents:invoke" | "agents:admin" | "usage:read";
@@ -21,6 +21,14 @@ export interface GatewayVariables {
 export type GatewayEnv = { Variables: GatewayVariables };
 
 /** The verified caller of a route that needs `scope`; 401 without a token, 403 without the scope. */
+/** Route middleware: the caller must hold `scope`, checked before the body is read or validated (401/403 come first). */
+export function scopeGate(scope: Scope): MiddlewareHandler<GatewayEnv> {
+  return async (c, next) => {
+    requireScope(c, scope);
+    await next();
+  };
+}
+
 export function requireScope(c: Context<GatewayEnv>, scope: Scope): Caller {
   const caller = c.get("caller");
   if (!caller) throw new AppError("unauthorized", "missing or invalid bearer token");

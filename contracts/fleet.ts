@@ -32,6 +32,8 @@ export interface Fleet {
   wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
   hibernate(agentId: string): Promise<VmState>;
   status(agentId: string): Promise<VmStatus | undefined>;
+  /** The status of each of `agentIds` its host knows, in one read (a page of a list); agents no host has are absent. */
+  statuses(agentIds: readonly string[]): Promise<Map<string, VmStatus>>;
   addLease(agent: AgentSpec, ttlMs: number): Promise<Lease>;
   dropLease(agentId: string, leaseId: string): Promise<boolean>;
   remove(agentId: string): Promise<void>;

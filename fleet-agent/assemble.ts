@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import type { Db } from "../schema/db.ts";
 import type { FleetAgentConfig } from "./config.ts";
 import type { VmDriver } from "./drivers/driver.ts";
@@ -54,12 +55,14 @@ export async function startHostRuntime(opts: {
   images: ImageLocator;
   clock: Clock;
   log: Logger;
+  /** Where the host and its meter count (wakes, snapshots, VMs, the spool); none: nowhere. */
+  metrics?: Metrics;
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
   const startedAt = new Date(clock.now());
   const vmsDir = join(dataDir, "hosts", hostId, "vms");
   // Every active second is metered: segments are spooled on this host's disk, then shipped to billing.
-  const meter = Meter.open({ hostId, dataDir, sink: opts.sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: log.child({ component: "meter" }) });
+  const meter = Meter.open({ hostId, dataDir, sink: opts.sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: log.child({ component: "meter" }), metrics: opts.metrics });
   meter.start();
   // The event log outlives the database: writes it refuses as unavailable wait on disk and are replayed in order.
   const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
@@ -81,6 +84,7 @@ export async function startHostRuntime(opts: {
     clock,
     log,
     activity: meter,
+    ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and

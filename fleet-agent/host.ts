@@ -4,6 +4,7 @@ import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { isId, newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import { noopMetrics, seconds, type Metrics } from "../lib/metrics.ts";
 import type { RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
 import { snapshotFailureDetail } from "./drivers/common/snapshot-space.ts";
 import { rotatedLogPath } from "./drivers/common/vm-process.ts";
@@ -54,6 +55,8 @@ export interface HostDeps {
   fs?: HostFs;
   /** Where built images' files are on this host (agents whose `image` is a digest); none unless given. */
   images?: ImageLocator;
+  /** Wakes (by mode and reason, their phases), snapshots, and the awake and hibernated VMs; none: `noopMetrics`. */
+  metrics?: Metrics;
 }
 
 /** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
@@ -67,6 +70,9 @@ export class Host {
   private readonly reaper: IdleReaper;
   /** Keeps the awake agents' logs bounded (agent-logs.ts). */
   private readonly logRotator: LogRotator;
+  private readonly metrics: Metrics;
+  /** The VM gauges' registrations, undone when the host stops. */
+  private readonly unregisterGauges: (() => void)[];
   private stopping = false;
   /** Agents whose next restore brings back a snapshot older than their last awake state (crash recovery found them). */
   private readonly rollbacks = new Map<string, Rollback>();
@@ -96,6 +102,18 @@ export class Host {
       limits: deps.config.logs ?? defaultLogLimits,
       paths: () => [...this.vms.values()].filter((e) => e.running).map((e) => deps.driver.logPath(e.vmSpec)),
     });
+    // States, read when scraped: nothing to keep in step with the transitions.
+    this.metrics = deps.metrics ?? noopMetrics;
+    this.unregisterGauges = [
+      this.metrics.gauge("agentvm_vms_awake", () => this.countVms((s) => s === "running" || s === "snapshotting")),
+      this.metrics.gauge("agentvm_vms_hibernated", () => this.countVms((s) => s === "hibernated")),
+    ];
+  }
+
+  private countVms(inState: (state: VmState) => boolean): number {
+    let n = 0;
+    for (const e of this.vms.values()) if (inState(e.state)) n++;
+    return n;
   }
 
   get hostId(): string {
@@ -152,6 +170,7 @@ export class Host {
     }
     await this.deps.driver.close();
     await this.flush();
+    for (const unregister of this.unregisterGauges) unregister();
   }
 
   /** Waits until every event-log write issued so far is stored. */
@@ -230,6 +249,7 @@ export class Host {
       }
       if (entry.state !== "running" || !entry.running) continue; // hibernated again in between: go round
       const queuedMs = this.deps.clock.monotonic() - queuedAt;
+      this.metrics.observe("agentvm_wake_queue_seconds", { mode: info.wake }, seconds(queuedMs));
       return this.ticket(entry, { ...info, timings: { ...info.timings, queuedMs: round(queuedMs) } });
     }
   }
@@ -352,6 +372,7 @@ export class Host {
     if (wake.wake === "warm" || entry.firstByteRecorded || entry.runId !== wake.runId || entry.wakeStartedAt === undefined) return;
     entry.firstByteRecorded = true;
     const firstByteMs = round(this.deps.clock.monotonic() - entry.wakeStartedAt);
+    this.metrics.observe("agentvm_wake_first_byte_seconds", { mode: wake.wake }, seconds(firstByteMs));
     this.events.runTimings(wake.runId, { ...wake.timings, firstByteMs });
   }
 
@@ -405,7 +426,9 @@ export class Host {
       entry.lastActivityAt = clock.monotonic();
       entry.lastWakeAt = clock.now();
       entry.cpu.reset();
-      this.transition(entry, "running", reason, { ...info.timings, wakeMs: round(clock.monotonic() - startedAt) }, { wake: info.wake, ...detail });
+      const wakeMs = round(clock.monotonic() - startedAt);
+      this.transition(entry, "running", reason, { ...info.timings, wakeMs }, { wake: info.wake, ...detail });
+      this.countWake(info, reason, wakeMs);
       this.events.runStarted({
         id: runId,
         agentId: entry.spec.id,
@@ -428,9 +451,22 @@ export class Host {
       const detail = { error: message, ...(bootFailed ? { bootFailed: true, consoleTail: this.consoleTail(entry) } : {}) };
       if (entry.state !== "failed" && canTransition(entry.state, "failed")) this.transition(entry, "failed", reason, undefined, detail);
       entry.running = undefined;
+      this.metrics.inc("agentvm_wake_failures_total", { reason, code: bootFailed ? "boot_failed" : "wake_failed" });
       if (bootFailed) throw new AppError("boot_failed", `agent ${entry.spec.id} did not start: ${message}`, { retryAfterS: 5, cause: err });
       throw new AppError("wake_failed", `agent ${entry.spec.id} could not be started: ${message}`, { retryAfterS: 5, cause: err });
     }
+  }
+
+  /** One completed wake: its count by mode and reason, its whole duration and the parts it had. */
+  private countWake(info: Omit<WakeInfo, "runId">, reason: WakeReason, wakeMs: number): void {
+    const { metrics } = this;
+    const mode = info.wake;
+    const t = info.timings;
+    metrics.inc("agentvm_wakes_total", { mode, reason });
+    metrics.observe("agentvm_wake_seconds", { mode }, seconds(wakeMs));
+    if (t.restoreMs !== undefined) metrics.observe("agentvm_wake_restore_seconds", {}, seconds(t.restoreMs));
+    if (t.bootMs !== undefined) metrics.observe("agentvm_wake_boot_seconds", {}, seconds(t.bootMs));
+    if (t.clockFixMs !== undefined) metrics.observe("agentvm_wake_clock_fix_seconds", {}, seconds(t.clockFixMs));
   }
 
   /** A built image's files, looked up when the VM first needs them (and again while they are missing). */
@@ -477,6 +513,8 @@ export class Host {
           entry.hibernateRetryAt = undefined;
           entry.lastHibernateError = undefined;
           this.transition(entry, "hibernated", reason, { snapshotMs: round(result.snapshotMs), snapshotBytes: result.bytes });
+          this.metrics.inc("agentvm_snapshot_bytes_total", {}, result.bytes);
+          this.metrics.observe("agentvm_snapshot_seconds", { reason }, seconds(result.snapshotMs));
           this.endRun(entry, reason);
         } else {
           this.transition(entry, "running", "cancelled");
@@ -505,6 +543,7 @@ export class Host {
     const { clock } = this.deps;
     const detail = snapshotFailureDetail(err);
     const attempts = ++entry.hibernateFailures;
+    this.metrics.inc("agentvm_hibernate_failures_total", {});
     const retryInMs = hibernateRetryMs(attempts, this.deps.config.hibernateRetry ?? defaultHibernateRetry);
     entry.hibernateRetryAt = clock.monotonic() + retryInMs;
     const { error, code, neededBytes, freeBytes } = detail;

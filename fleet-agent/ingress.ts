@@ -5,6 +5,7 @@ import { Hono, type Context } from "hono";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import { metricsPath, metricsResponse, type MetricsEndpoint } from "../lib/metrics-endpoint.ts";
 import { readinessResponse, type ReadinessChecks } from "../lib/readiness.ts";
 import { upgradeRequestHeaders, withoutHopByHop } from "../lib/http-headers.ts";
 import { sendErrorOnSocket } from "../lib/node-respond.ts";
@@ -20,6 +21,8 @@ export interface IngressDeps {
   log: Logger;
   /** What `GET /readyz` checks (the database the event log and heartbeat need); none: it answers ready. */
   readiness?: ReadinessChecks;
+  /** `GET /metrics` (the operator's scrape, its own bearer token, no host token); none: it answers 404, metrics are off. */
+  metrics?: MetricsEndpoint;
 }
 
 type IngressEnv = { Variables: { requestId: string } };
@@ -46,6 +49,7 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
   // No token either, and nothing about agents: 200 {"ok":true,"database":"up"}, or 503 database_unavailable naming
   // {"database":"down"} while Postgres is away (awake and hibernated agents are still served; the event log spools).
   app.get("/readyz", (c) => readinessResponse(deps.readiness ?? {}, c.get("requestId")));
+  app.get(metricsPath, (c) => metricsResponse(deps.metrics, c.req.header("authorization")));
 
   /** The call this request's token allows, if it is the operation (and method) of this route; 401 otherwise. */
   async function authorize<Op extends HostOp>(c: Context<IngressEnv>, op: Op): Promise<Extract<HostCall, { op: Op }>> {

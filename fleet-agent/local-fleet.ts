@@ -6,7 +6,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { Pool, errors as undiciErrors } from "undici";
-import { rollbackHeader, type AgentSpec } from "../contracts/agent.ts";
+import { rollbackHeader, type AgentSpec, type VmStatus } from "../contracts/agent.ts";
 import type { Fleet, ForwardContext, SocketLimits } from "../contracts/fleet.ts";
 import { serverTiming } from "../contracts/fleet.ts";
 import { AppError } from "../lib/errors.ts";
@@ -150,6 +150,14 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     wake: (agent, reason) => host.wake(agent, reason),
     hibernate: (agentId) => host.hibernateNow(agentId),
     status: async (agentId) => host.status(agentId),
+    async statuses(agentIds) {
+      const out = new Map<string, VmStatus>();
+      for (const id of agentIds) {
+        const status = host.status(id);
+        if (status) out.set(id, status);
+      }
+      return out;
+    },
     addLease: (agent, ttlMs) => host.addLease(agent, ttlMs),
     dropLease: async (agentId, leaseId) => host.dropLease(agentId, leaseId),
     logs: async (agentId, opts) => host.logs(agentId, opts),

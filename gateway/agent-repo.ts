@@ -1,5 +1,5 @@
 // Agents and tenants as the gateway reads and writes them (drizzle; Postgres or PGlite).
-import { and, asc, desc, eq, isNull } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, isNull, lt, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
@@ -11,13 +11,44 @@ export type AgentRow = typeof agents.$inferSelect;
 export type NewAgent = Omit<typeof agents.$inferInsert, "createdAt" | "deletedAt" | "state" | "lastWakeAt">;
 export type VmEventRow = typeof vmEvents.$inferSelect;
 
+/** Where a page of agents starts: after this agent in the order (createdAt, id); `createdAtUs` is µs since the epoch, as stored. */
+export interface AgentPosition {
+  createdAtUs: number;
+  id: string;
+}
+
+/** A page of a tenant's live agents, oldest first: `limit` rows after `after`, filtered. */
+export interface AgentPageQuery {
+  limit: number;
+  after?: AgentPosition | undefined;
+  /** The state the database last recorded (`agents.state`). */
+  state?: string | undefined;
+  namePrefix?: string | undefined;
+  /** The agent's `image` (`demo`, `name:tag`), or its `imageDigest` when it starts with `sha256:`. */
+  image?: string | undefined;
+}
+
+/** A listed agent with its position in the order (the cursor after it). */
+export type PagedAgentRow = AgentRow & { createdAtUs: number };
+
+/** A page of an agent's event log, newest first: `limit` events older than `beforeId`, within [since, until). */
+export interface EventPageQuery {
+  limit: number;
+  beforeId?: number | undefined;
+  /** ISO-8601 instants (validated by the route), compared by Postgres in µs. */
+  since?: string | undefined;
+  until?: string | undefined;
+}
+
 export interface AgentRepo {
   /** A live (not deleted) agent by id, whatever its tenant: callers check the tenant. */
   get(id: string): Promise<AgentRow | undefined>;
-  list(tenantId: string): Promise<AgentRow[]>;
+  /** One query: the tenant's live agents in the order (createdAt, id), at most `limit` of them. */
+  page(tenantId: string, query: AgentPageQuery): Promise<PagedAgentRow[]>;
   create(agent: NewAgent): Promise<AgentRow>;
   markDeleted(id: string): Promise<void>;
-  events(agentId: string, limit: number): Promise<VmEventRow[]>;
+  /** One query: the agent's events, newest first, at most `limit` of them. */
+  events(agentId: string, query: EventPageQuery): Promise<VmEventRow[]>;
   ensureTenant(id: string, name: string): Promise<void>;
 }
 
@@ -27,8 +58,21 @@ export function createAgentRepo(db: Db): AgentRepo {
       const rows = await db.select().from(agents).where(and(eq(agents.id, id), isNull(agents.deletedAt))).limit(1);
       return rows[0];
     },
-    list(tenantId) {
-      return db.select().from(agents).where(and(eq(agents.tenantId, tenantId), isNull(agents.deletedAt))).orderBy(asc(agents.createdAt));
+    async page(tenantId, q) {
+      // Postgres keeps created_at in µs; a JS Date has ms: the position is read and compared in µs, or a page would
+      // repeat (or skip) agents created within the same millisecond.
+      const where: (SQL | undefined)[] = [eq(agents.tenantId, tenantId), isNull(agents.deletedAt)];
+      if (q.after) where.push(sql`(${agents.createdAt}, ${agents.id}) > (${microsIso(q.after.createdAtUs)}::timestamptz, ${q.after.id})`);
+      if (q.state !== undefined) where.push(eq(agents.state, q.state));
+      if (q.namePrefix !== undefined) where.push(sql`starts_with(${agents.name}, ${q.namePrefix})`);
+      if (q.image !== undefined) where.push(q.image.startsWith("sha256:") ? eq(agents.imageDigest, q.image) : eq(agents.image, q.image));
+      const rows = await db
+        .select({ ...getTableColumns(agents), createdAtUs: sql<string>`(extract(epoch from ${agents.createdAt}) * 1000000)::bigint::text` })
+        .from(agents)
+        .where(and(...where))
+        .orderBy(asc(agents.createdAt), asc(agents.id))
+        .limit(q.limit);
+      return rows.map((r) => ({ ...r, createdAtUs: Number(r.createdAtUs) }));
     },
     async create(agent) {
       const rows = await db.insert(agents).values(agent).returning();
@@ -37,8 +81,17 @@ export function createAgentRepo(db: Db): AgentRepo {
     async markDeleted(id) {
       await db.update(agents).set({ deletedAt: new Date(), state: "destroyed" }).where(eq(agents.id, id));
     },
-    events(agentId, limit) {
-      return db.select().from(vmEvents).where(eq(vmEvents.agentId, agentId)).orderBy(desc(vmEvents.id)).limit(limit);
+    events(agentId, q) {
+      const where: (SQL | undefined)[] = [eq(vmEvents.agentId, agentId)];
+      if (q.beforeId !== undefined) where.push(lt(vmEvents.id, q.beforeId));
+      if (q.since !== undefined) where.push(sql`${vmEvents.at} >= ${q.since}::timestamptz`);
+      if (q.until !== undefined) where.push(sql`${vmEvents.at} < ${q.until}::timestamptz`);
+      return db
+        .select()
+        .from(vmEvents)
+        .where(and(...where))
+        .orderBy(desc(vmEvents.id))
+        .limit(q.limit);
     },
     async ensureTenant(id, name) {
       await db.insert(tenants).values({ id, name }).onConflictDoNothing();
@@ -52,6 +105,12 @@ export async function ownAgent(agents: AgentRepo, caller: Caller, id: string): P
   const row = await agents.get(id);
   if (!row || row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
   return row;
+}
+
+/** µs since the epoch as an ISO-8601 instant with all six fraction digits (what Postgres compares exactly). */
+export function microsIso(us: number): string {
+  const ms = Math.floor(us / 1000);
+  return `${new Date(ms).toISOString().slice(0, 23)}${String(us - ms * 1000).padStart(3, "0")}Z`;
 }
 
 export function agentSpec(row: AgentRow): AgentSpec {

@@ -1,5 +1,8 @@
 // The gateway's Hono app, built only from injected dependencies: no runtime import here (Node and Workers adapt it).
-import { Hono, type Context } from "hono";
+import type { Context } from "hono";
+import type { OpenAPIHono } from "@hono/zod-openapi";
+import { createRoute } from "@hono/zod-openapi";
+import { apiRouter, asAppError, ErrorEnvelope, json, z } from "../lib/api.ts";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
@@ -16,8 +19,38 @@ import { logRoutes } from "./routes/logs.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
 
-export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
-  const app = new Hono<GatewayEnv>();
+/** What the OpenAPI document says of itself; its paths and schemas come from the routes. */
+export const apiDocumentHead = {
+  openapi: "3.1.0",
+  info: { title: "agentvm", version: "1", description: "Agents in microVMs that sleep between calls: the admin, billing, image and webhook API." },
+  security: [{ bearer: [] }],
+};
+
+const healthRoute = createRoute({
+  method: "get",
+  path: "/healthz",
+  operationId: "health",
+  summary: "Liveness: the process answers (wakes nothing, needs no database)",
+  tags: ["health"],
+  security: [],
+  responses: { 200: json(z.object({ ok: z.literal(true) }), "Alive") },
+});
+
+const readyRoute = createRoute({
+  method: "get",
+  path: "/readyz",
+  operationId: "ready",
+  summary: "Readiness: names each dependency up or down",
+  tags: ["health"],
+  security: [],
+  responses: {
+    200: json(z.object({ ok: z.literal(true) }).catchall(z.enum(["up", "down"])), "Ready"),
+    503: { description: "A dependency is down (Retry-After)", content: { "application/json": { schema: ErrorEnvelope } } },
+  },
+});
+
+export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
+  const app = apiRouter<GatewayEnv>();
   const { log } = deps;
   const proxy = deps.proxy ?? createProxyCore({ ...deps, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
   const proxyDeps = { core: proxy, clientIp: deps.clientIp };
@@ -25,7 +58,7 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   app.onError((thrown, c) => {
     const requestId = c.get("requestId") ?? newId("request");
     // A database outage is `503 database_unavailable` + Retry-After, whichever route met it (schema/db-errors.ts).
-    const err = asDatabaseError(thrown);
+    const err = asDatabaseError(asAppError(thrown));
     logFailure(log, err, { requestId, method: c.req.method, path: c.req.path });
     return toErrorResponse(err, requestId);
   });
@@ -54,10 +87,10 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   });
 
   // `GET /healthz` is the gateway's own and wakes nothing: a liveness check (the process answers), whatever Postgres does.
-  app.get("/healthz", (c) => c.json({ ok: true }));
+  app.openapi(healthRoute, (c) => c.json({ ok: true as const }, 200));
   // `GET /readyz` names what this gateway is missing: 200 {"ok":true,"database":"up"}, or 503 database_unavailable
   // with details {"database":"down"} and Retry-After. Agents whose host this gateway knows are still served meanwhile.
-  app.get("/readyz", (c) => readinessResponse(deps.readiness ?? {}, c.get("requestId")));
+  app.openapi(readyRoute, (c) => readinessResponse(deps.readiness ?? {}, c.get("requestId")) as never);
 
   app.use(async (c, next) => {
     // Webhook intake authenticates by signature (a sender's own Authorization header is not ours to judge);
@@ -69,6 +102,10 @@ export function createGateway(deps: GatewayDeps): Hono<GatewayEnv> {
   app.route("/", agentRoutes(deps, proxy));
   app.route("/", logRoutes(deps));
   for (const routes of deps.routes ?? []) app.route("/", routes);
+
+  // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).
+  app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer", bearerFormat: "JWT" });
+  app.doc31("/openapi.json", apiDocumentHead);
 
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {
     const token = bearerToken(c.req.header("authorization"));

@@ -3,6 +3,7 @@ import type { Context, Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import type { Fleet } from "../contracts/fleet.ts";
 import type { Logger } from "../lib/log.ts";
+import type { Metrics } from "../lib/metrics.ts";
 import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog } from "../schema/audit-log.ts";
 import type { AgentRepo } from "./agent-repo.ts";
@@ -45,4 +46,6 @@ export interface GatewayDeps {
   imageCatalog?: ImageCatalog;
   /** What `GET /readyz` checks (the database); none: it answers ready. */
   readiness?: ReadinessChecks;
+  /** Where the proxy counts its calls (by status class); none: nowhere (`noopMetrics`). */
+  metrics?: Metrics;
 }

@@ -1,5 +1,5 @@
 // Agent settings the proxy reads on every call (rules, per-agent limits), their store, and a short-lived cache of them.
-import { eq } from "drizzle-orm";
+import { eq, inArray } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { asDatabaseError, isDatabaseUnavailable } from "../schema/db-errors.ts";
 import { agents, type NonWakingRules } from "../schema/core.ts";
@@ -26,15 +26,24 @@ export interface AgentSettingsPatch {
 /** Reads and writes what PATCH /v1/agents/:id changes (the agents row and the agent_proxy_limits row). */
 export interface AgentSettingsStore {
   limits(agentId: string): Promise<AgentLimitOverrides>;
+  /** The overrides of each of `agentIds` in one read (a page of a list); an agent without any maps to `noOverrides`. */
+  limitsMany(agentIds: readonly string[]): Promise<Map<string, AgentLimitOverrides>>;
   update(agentId: string, patch: AgentSettingsPatch): Promise<void>;
 }
 
 export function createAgentSettingsStore(db: Db): AgentSettingsStore {
+  const overridesOf = (r: typeof agentProxyLimits.$inferSelect): AgentLimitOverrides => ({ responseTimeoutMs: r.responseTimeoutMs, proxyIdleTimeoutMs: r.proxyIdleTimeoutMs, maxBodyBytes: r.maxBodyBytes });
   return {
     async limits(agentId) {
       const rows = await db.select().from(agentProxyLimits).where(eq(agentProxyLimits.agentId, agentId)).limit(1);
-      const r = rows[0];
-      return r ? { responseTimeoutMs: r.responseTimeoutMs, proxyIdleTimeoutMs: r.proxyIdleTimeoutMs, maxBodyBytes: r.maxBodyBytes } : noOverrides;
+      return rows[0] ? overridesOf(rows[0]) : noOverrides;
+    },
+    async limitsMany(agentIds) {
+      const out = new Map<string, AgentLimitOverrides>(agentIds.map((id) => [id, noOverrides]));
+      if (agentIds.length === 0) return out;
+      const rows = await db.select().from(agentProxyLimits).where(inArray(agentProxyLimits.agentId, [...agentIds]));
+      for (const r of rows) out.set(r.agentId, overridesOf(r));
+      return out;
     },
     async update(agentId, patch) {
       const set: Partial<typeof agents.$inferInsert> = {};

@@ -2,6 +2,7 @@
 import { AppError } from "../lib/errors.ts";
 import { isId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
+import { noopMetrics, type Metrics } from "../lib/metrics.ts";
 import type { Fleet } from "../contracts/fleet.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
 import type { NonWakingRules } from "../schema/core.ts";
@@ -65,12 +66,15 @@ export interface ProxyCoreDeps {
   log: Logger;
   maxBodyBytes: number;
   proxy: ProxyConfig;
+  metrics?: Metrics | undefined;
 }
 
 export interface ProxyCore {
   readonly config: ProxyConfig;
   readonly fleet: Fleet;
   readonly log: Logger;
+  /** Where every entry counts the calls it proxied (`noopMetrics` unless given). */
+  readonly metrics: Metrics;
   /** The agent by id (cached): 400 for a malformed id, 404 when there is none. */
   resolve(agentId: string): Promise<ResolvedAgent>;
   /** The agent from memory without waiting (undefined: ask `resolve`). */
@@ -129,6 +133,7 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
     config: cfg,
     fleet: deps.fleet,
     log: deps.log,
+    metrics: deps.metrics ?? noopMetrics,
     limitsOf,
     async resolve(agentId) {
       if (!isId("agent", agentId)) throw new AppError("invalid_id", `"${agentId.slice(0, 64)}" is not an agent id`);

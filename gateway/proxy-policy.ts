@@ -2,7 +2,7 @@
 import { AppError } from "../lib/errors.ts";
 import type { NonWakingRules } from "../schema/core.ts";
 import type { Caller } from "../contracts/caller.ts";
-import type { Json } from "./validate.ts";
+import { z } from "../lib/api.ts";
 
 /** Where a request goes: an agent and the path (with query) inside it. */
 export interface AgentTarget {
@@ -139,26 +139,42 @@ export function nonWakingAnswer(match: NonWakingMatch, method: string, pathInsid
 
 const pathRe = /^\/[\x21-\x7e]{0,200}$/;
 const methodRe = /^[A-Z]{1,20}$/;
+const userAgentRe = /^[\x20-\x7e]{2,100}$/;
+/** Entries a list of the rules holds at most. */
+const maxRuleEntries = 100;
 
-/** Validates `nonWaking` in an API body: null resets to the defaults; lists are bounded. */
-export function parseNonWaking(body: Json, key: string): NonWakingRules | null | undefined {
-  const v = body[key];
-  if (v === undefined) return undefined;
-  if (v === null) return null;
-  if (typeof v !== "object" || Array.isArray(v)) throw new AppError("bad_request", `${key} must be an object {paths, methods, userAgents} or null`);
-  const o = v as Json;
-  const unknown = Object.keys(o).filter((k) => !["paths", "methods", "userAgents"].includes(k));
-  if (unknown.length > 0) throw new AppError("bad_request", `${key}: unknown field(s): ${unknown.join(", ")}`);
-  const list = (name: string, re: RegExp, hint: string): string[] => {
-    const items = o[name] ?? [];
-    if (!Array.isArray(items) || items.length > 100 || items.some((s) => typeof s !== "string" || !re.test(s))) {
-      throw new AppError("bad_request", `${key}.${name} must be a list of at most 100 ${hint}`);
-    }
-    return items as string[];
-  };
-  return {
-    paths: list("paths", pathRe, "paths starting with / (a trailing * matches a prefix)"),
-    methods: list("methods", methodRe, "upper-case HTTP methods"),
-    userAgents: list("userAgents", /^[\x20-\x7e]{2,100}$/, "user-agent substrings of 2–100 printable characters"),
-  };
+/** A list of the rules: at most 100 strings, each matching `re`; absent: empty. */
+function ruleList(re: RegExp, hint: string) {
+  const message = `must be a list of at most ${maxRuleEntries} ${hint}`;
+  return z
+    .array(z.string({ error: message }).regex(re, { error: message }), { error: message })
+    .max(maxRuleEntries, { error: message })
+    .default([])
+    .openapi({ description: `At most ${maxRuleEntries} ${hint}` });
 }
+
+/** An object schema's own failures in words: the unknown fields it refuses, else what it must be. */
+export function objectError(what: string) {
+  return (issue: { code?: string; keys?: string[] }) => (issue.code === "unrecognized_keys" ? `unknown field(s): ${(issue.keys ?? []).join(", ")}` : `must be ${what}`);
+}
+
+/**
+ * `nonWaking` in an API body (the routes make it nullable: null resets to the defaults): unknown fields refused,
+ * each list bounded; paths start with `/` (a trailing `*` matches a prefix), methods are upper case, user agents
+ * are substrings of 2–100 printable characters. A list left out is empty.
+ */
+export const NonWakingRulesInput = z
+  .strictObject(
+    {
+      paths: ruleList(pathRe, "paths starting with / (a trailing * matches a prefix)"),
+      methods: ruleList(methodRe, "upper-case HTTP methods"),
+      userAgents: ruleList(userAgentRe, "user-agent substrings of 2–100 printable characters"),
+    },
+    { error: objectError("an object {paths, methods, userAgents} or null") },
+  )
+  .openapi("NonWakingRulesInput", { description: "Traffic the gateway answers itself without waking the agent" });
+
+/** The rules as the API shows them. */
+export const NonWakingRulesSchema = z
+  .object({ paths: z.array(z.string()), methods: z.array(z.string()), userAgents: z.array(z.string()) })
+  .openapi("NonWakingRules", { description: "Paths match exactly or by prefix (trailing *), methods exactly, user agents by substring ignoring case" });

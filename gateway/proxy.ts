@@ -4,6 +4,7 @@
 // proxy-core.ts and proxy-policy.ts, so an answer does not depend on the entry that gave it.
 import type { Context } from "hono";
 import { AppError } from "../lib/errors.ts";
+import { proxiedCalls } from "../lib/metrics.ts";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import type { ProxyCore } from "./proxy-core.ts";
 import { upstreamRequestHeaders } from "../lib/http-headers.ts";
@@ -15,7 +16,20 @@ export interface ProxyRouteDeps {
   clientIp?: ((c: Context<GatewayEnv>) => string | undefined) | undefined;
 }
 
+/** Every call this entry answers is counted once, by the status it gets (a thrown error's, as the app renders it). */
 export async function proxyToAgent(deps: ProxyRouteDeps, c: Context<GatewayEnv>, agentId: string, pathInside: string): Promise<Response> {
+  const counted = proxiedCalls(deps.core.metrics);
+  try {
+    const res = await answerCall(deps, c, agentId, pathInside);
+    counted(res.status);
+    return res;
+  } catch (err) {
+    counted(err instanceof AppError ? err.status : 500);
+    throw err;
+  }
+}
+
+async function answerCall(deps: ProxyRouteDeps, c: Context<GatewayEnv>, agentId: string, pathInside: string): Promise<Response> {
   const { core } = deps;
   const agent = await core.resolve(agentId);
   const caller = c.get("caller");

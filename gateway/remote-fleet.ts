@@ -21,6 +21,9 @@ export interface RemoteFleetDeps {
   controlTimeoutMs?: number;
 }
 
+/** Status calls a page of a list has in flight at once over the host protocol. */
+const statusConcurrency = 16;
+
 export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
   const { placement, key, log } = deps;
   const hostFetch: HostFetch = deps.fetch ?? ((req) => fetch(req));
@@ -73,6 +76,18 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     }
   }
 
+  async function status(agentId: string): Promise<VmStatus | undefined> {
+    const host = await placement.currentHost(agentId);
+    if (!host) return undefined;
+    try {
+      return (await control<{ status: VmStatus | null }>(host, { op: "status", agentId }, controlTimeoutMs)).status ?? undefined;
+    } catch (err) {
+      // A listing must not fail because one host is down: the agent row's last known state stands in.
+      log.warn("agent status unavailable", { agentId, hostId: host.id, err: err instanceof Error ? err.message : String(err) });
+      return undefined;
+    }
+  }
+
   return {
     async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
       const host = await placement.hostFor(agent);
@@ -97,16 +112,20 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       if (!host) return "hibernated" satisfies VmState; // never ran anywhere: nothing awake
       return (await control<{ state: VmState }>(host, { op: "hibernate", agentId }, undefined)).state;
     },
-    async status(agentId) {
-      const host = await placement.currentHost(agentId);
-      if (!host) return undefined;
-      try {
-        return (await control<{ status: VmStatus | null }>(host, { op: "status", agentId }, controlTimeoutMs)).status ?? undefined;
-      } catch (err) {
-        // A listing must not fail because one host is down: the agent row's last known state stands in.
-        log.warn("agent status unavailable", { agentId, hostId: host.id, err: err instanceof Error ? err.message : String(err) });
-        return undefined;
-      }
+    status,
+    async statuses(agentIds) {
+      // The host protocol asks one agent at a time: a page's agents are asked a few at a time, not all at once.
+      const out = new Map<string, VmStatus>();
+      let next = 0;
+      const worker = async () => {
+        while (next < agentIds.length) {
+          const id = agentIds[next++]!;
+          const s = await status(id);
+          if (s) out.set(id, s);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(statusConcurrency, agentIds.length) }, worker));
+      return out;
     },
     async addLease(agent, ttlMs) {
       return control<Lease>(await placement.hostFor(agent), { op: "lease", agent, ttlMs }, undefined);

@@ -1,5 +1,5 @@
 // Image rows as the API reads and writes them (drizzle; Postgres or PGlite): one per tenant's name:tag.
-import { and, asc, count, eq, isNull } from "drizzle-orm";
+import { and, asc, count, eq, isNull, sql } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { images } from "../schema/images.ts";
@@ -9,7 +9,8 @@ export type ImageRow = typeof images.$inferSelect;
 export type NewImage = Omit<typeof images.$inferInsert, "createdAt">;
 
 export interface ImageRepo extends ImageCatalog {
-  list(tenantId: string): Promise<ImageRow[]>;
+  /** A page of the tenant's images by name then tag: at most `limit` rows after `after` (keyset on the unique (tenant, name, tag) index). */
+  list(tenantId: string, opts: { limit: number; after?: { name: string; tag: string } }): Promise<ImageRow[]>;
   get(id: string): Promise<ImageRow | undefined>;
   /** Registers `name:tag` for the tenant, moving the tag when it named another digest before; the row as stored. */
   put(image: NewImage): Promise<ImageRow>;
@@ -34,8 +35,14 @@ export function imageRecord(row: ImageRow): ImageRecord {
 
 export function createImageRepo(db: Db): ImageRepo {
   return {
-    list(tenantId) {
-      return db.select().from(images).where(eq(images.tenantId, tenantId)).orderBy(asc(images.name), asc(images.tag));
+    list(tenantId, opts) {
+      const after = opts.after ? sql`(${images.name}, ${images.tag}) > (${opts.after.name}, ${opts.after.tag})` : undefined;
+      return db
+        .select()
+        .from(images)
+        .where(and(eq(images.tenantId, tenantId), after))
+        .orderBy(asc(images.name), asc(images.tag))
+        .limit(opts.limit);
     },
     async get(id) {
       return (await db.select().from(images).where(eq(images.id, id)).limit(1))[0];

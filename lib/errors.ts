@@ -12,6 +12,8 @@ export const errorStatus = {
   conflict: 409,
   replay: 409,
   payload_too_large: 413,
+  /** A body route got a media type it does not take. */
+  unsupported_media_type: 415,
   headers_too_large: 431,
   unprocessable: 422,
   /** An image build or import failed on its input (a bad Containerfile, a RUN that failed): the message has the log's tail. */

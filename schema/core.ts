@@ -49,7 +49,11 @@ export const agents = pgTable(
     createdAt: tz("created_at").notNull().defaultNow(),
     deletedAt: tz("deleted_at"),
   },
-  (t) => [index("agents_tenant_idx").on(t.tenantId)],
+  (t) => [
+    index("agents_tenant_idx").on(t.tenantId),
+    // GET /v1/agents pages a tenant's live agents in this order (keyset over created_at, id).
+    index("agents_tenant_page_idx").on(t.tenantId, t.createdAt, t.id).where(sql`deleted_at is null`),
+  ],
 );
 
 export const hosts = pgTable("hosts", {

@@ -22,6 +22,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { int, optStr } from "../lib/env.ts";
+import { startSystem, type StartedSystem } from "./bench-start.ts";
 
 const env = process.env;
 const seconds = int(env, "BENCH_SECONDS", 10, { min: 1, max: 600 });
@@ -159,32 +160,10 @@ http {
   return child;
 }
 
-/** The gateway as `npm start` runs it, in its own process: answers its URL, the demo agent's path and a token. */
-async function startGateway(): Promise<{ child: ChildProcess; url: string; token: string }> {
-  const flags = profileDir ? ["--cpu-prof", `--cpu-prof-dir=${resolve(profileDir)}`] : [];
-  const child = spawn(process.execPath, [...flags, join(root, "scripts/start.ts")], {
-    env: { ...env, PORT: "0", DATA_DIR: join(work, "data"), DRIVER: "process", LOG_LEVEL: "warn", DATABASE_URL: "" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.push(child);
-  let out = "";
-  return new Promise((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`the gateway did not start: ${out}`)), 120_000);
-    const read = (c: Buffer) => {
-      out += c.toString();
-      const url = /gateway\s+(http:\/\/\S+)/.exec(out);
-      const token = /token\s+(\S+)/.exec(out);
-      if (url && token) {
-        clearTimeout(timer);
-        res({ child, url: url[1]!, token: token[1]! });
-      }
-    };
-    child.stdout!.on("data", read);
-    child.stderr!.on("data", (c: Buffer) => (out += c.toString()));
-    child.stdout!.on("data", (c: Buffer) => (gatewayOutput += c.toString()));
-    child.stderr!.on("data", (c: Buffer) => (gatewayOutput += c.toString()));
-    child.once("exit", (code) => rej(new Error(`the gateway exited (${code}): ${out}`)));
-  });
+/** The gateway as `npm start` runs it, in its own process. */
+async function startGateway(): Promise<StartedSystem> {
+  const nodeFlags = profileDir ? ["--cpu-prof", `--cpu-prof-dir=${resolve(profileDir)}`] : [];
+  return startSystem({ root, dataDir: join(work, "data"), env, nodeFlags, onSpawn: (child) => children.push(child), onOutput: (text) => (gatewayOutput += text) });
 }
 
 async function stopAll(): Promise<void> {

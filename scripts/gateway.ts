@@ -3,10 +3,12 @@ import { oneOf } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
 import { stopOnSignals } from "../lib/signals.ts";
 import { parseStandaloneGatewayConfig, startGateway } from "../compose/standalone-gateway.ts";
+import { ensureDashboard } from "./build-dashboard.ts";
 
 try {
   const env = process.env;
   const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
+  await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
   const gateway = await startGateway(parseStandaloneGatewayConfig(env), { log });
   console.log(`gateway listening at ${gateway.url} (hosts: fleet-agents registered in the database)`);
   stopOnSignals(() => gateway.stop(), log);

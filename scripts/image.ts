@@ -1,9 +1,7 @@
-// Image CLI over the API: `npm run image -- build <dir> --name n`, `import <archive> --name n`, `ls`, `rm <id>`, `log <buildId>`.
-import { spawn } from "node:child_process";
-import { createReadStream, existsSync, statSync } from "node:fs";
-import { Readable } from "node:stream";
+// Image CLI over the API: `npm run image -- build <dir> --name n`, `import <archive> --name n`, `ls`, `rm <id>`, `log <buildId>` (packing and build events shared with `agentvm images`).
+import { existsSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
-import type { ImageBuildEvent } from "../images/builds.ts";
+import { buildEventText, fileStream, mib, ndjson, tarDirectory, type BuildStreamEvent } from "../cli/image-upload.ts";
 
 const help = `usage: npm run image -- <command> [options]
 
@@ -56,67 +54,43 @@ async function failIfError(res: Response): Promise<void> {
   die(`${res.status} ${message}`, 1);
 }
 
-const mib = (bytes: number) => `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
-
 /** Streams the upload and prints the build's events as they come; exits non-zero on a failed build. */
-async function upload(body: Readable, kind: "containerfile" | "archive"): Promise<void> {
+async function upload(body: ReadableStream<Uint8Array>, kind: "containerfile" | "archive"): Promise<void> {
   if (!values.name) die("--name is required");
   const q = new URLSearchParams({ name: values.name, tag: values.tag, kind, ...(values.file ? { file: values.file } : {}) });
   const started = performance.now();
   const res = await fetch(`${base}/v1/images?${q}`, {
     method: "POST",
     headers: { ...headers, "content-type": "application/x-tar", accept: "application/x-ndjson" },
-    body: Readable.toWeb(body) as ReadableStream<Uint8Array>,
+    body,
     duplex: "half",
   } as RequestInit);
   await failIfError(res);
-  let buffer = "";
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buffer.indexOf("\n")) >= 0) {
-      const line = buffer.slice(0, nl);
-      buffer = buffer.slice(nl + 1);
-      if (line) show(JSON.parse(line) as Event, started);
-    }
-  }
+  for await (const { value } of ndjson<BuildStreamEvent>(res.body!)) show(value, started);
 }
 
-/** A line of the NDJSON answer: the build's events, framed by the build's id first and its image or error last. */
-type Event =
-  | ImageBuildEvent
-  | { type: "build"; build: { id: string } }
-  | { type: "image"; image: { id: string; name: string; tag: string; digest: string; sizeBytes: number } }
-  | { type: "error"; error: { code: string; message: string; requestId: string } };
-
-function show(e: Event, started: number): void {
+function show(e: BuildStreamEvent, started: number): void {
   switch (e.type) {
     case "build":
       return console.log(`build ${e.build.id}`);
-    case "step":
-      return console.log(`STEP ${e.step}/${e.total}: ${e.text}`);
-    case "log":
-      return console.log(`  ${e.line}`);
-    case "progress":
-      return console.log(`[${e.phase}]${e.text ? ` ${e.text}` : ""}${e.bytes !== undefined ? ` (${mib(e.bytes)})` : ""}`);
     case "image":
       return console.log(`image ${e.image.id} ${e.image.name}:${e.image.tag} ${e.image.digest} ${mib(e.image.sizeBytes)} in ${((performance.now() - started) / 1000).toFixed(1)} s`);
     case "error":
       return die(`${e.error.code}: ${e.error.message} (request ${e.error.requestId})`, 1);
+    default:
+      return console.log(buildEventText(e));
   }
 }
 
 switch (command) {
   case "build": {
     if (!arg || !existsSync(arg) || !statSync(arg).isDirectory()) die("build needs a directory (the build context)");
-    const tar = spawn("tar", ["-c", "-C", arg, "."], { stdio: ["ignore", "pipe", "inherit"] });
-    await upload(tar.stdout, "containerfile");
+    await upload(tarDirectory(arg), "containerfile");
     break;
   }
   case "import": {
     if (!arg || !existsSync(arg)) die("import needs an archive file");
-    await upload(createReadStream(arg), "archive");
+    await upload(fileStream(arg), "archive");
     break;
   }
   case "ls": {

@@ -1,5 +1,5 @@
 // `npm test` runs this first: provisions what the suite needs on this machine (Postgres server binaries, QEMU and
-// the guest image, the image tools), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
+// the guest image, the image tools, Chromium), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { findPgBin } from "./postgres-server.ts";
@@ -19,6 +19,12 @@ log(`postgres server binaries: ${pgBin}`);
 const { missing } = ensureImageTools({ log, install: (packages) => aptInstall(packages, log) });
 if (missing.length > 0 && ci) throw new Error(`image tools missing: ${missing.join(", ")}`);
 if (missing.length === 0) log("image tools: buildah, skopeo, umoci, debootstrap, e2fsprogs present");
+
+// The dashboard's end-to-end test drives Debian's Chromium headless through playwright-core (test/helpers/chromium.ts).
+const chromium = "/usr/bin/chromium";
+if (!existsSync(chromium) && process.getuid?.() === 0 && existsSync("/etc/debian_version")) aptInstall(["chromium"], log);
+if (!existsSync(chromium) && ci) throw new Error("no Chromium for the dashboard test: install Debian's chromium package (as root: apt-get install chromium)");
+log(existsSync(chromium) ? `chromium: ${chromium}` : "chromium: missing (the dashboard test says so and skips; as root: apt-get install chromium)");
 
 const kernel = customKernelFromEnv(process.env);
 await provisionVm({ ci, dataDir: resolve(process.env.DATA_DIR ?? ".data"), log, ...(kernel ? { kernel } : {}) });

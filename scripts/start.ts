@@ -6,12 +6,14 @@ import { stopOnSignals } from "../lib/signals.ts";
 import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
 import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
+import { ensureDashboard } from "./build-dashboard.ts";
 
 const env = process.env;
 const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
 const dataDir = resolve(str(env, "DATA_DIR", ".data"));
 const { driver, images, notice } = await selectDriver(parseFleetAgentConfig(env).driver, { dataDir, log, env });
 if (notice) console.log(notice);
+await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
 const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log });
 
 const agentUrl = `${system.url}/a/${system.demo.agentId}/`;
@@ -21,6 +23,7 @@ agentvm is running (driver: ${driver.name}${driver.isolated ? "" : ", NOT isolat
   gateway     ${system.url}
   demo agent  ${agentUrl}
   token       ${system.demo.token}
+  metrics     ${system.url}/metrics  (Authorization: Bearer ${system.metricsToken})
 
 Call the demo agent (the first call wakes it):
   curl -H "Authorization: Bearer ${system.demo.token}" ${agentUrl}counter -X POST

@@ -1,7 +1,9 @@
-// Operator CLI over the usage API: `npm run usage -- --from 2026-03-01 --to 2026-04-01 [--tz …] [--group-by agent,day] [--csv]`.
+// Operator CLI over the usage API: `npm run usage -- --from 2026-03-01 --to 2026-04-01 [--tz …] [--group-by agent,day] [--csv]` (tables drawn by cli/, as `agentvm usage` draws them).
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { renderInvoice, type InvoiceBody } from "../cli/invoices.ts";
+import { renderUsage, type UsageBody } from "../cli/usage.ts";
 
 const help = `usage: npm run usage -- --from <date|instant> --to <date|instant> [options]
 
@@ -14,51 +16,6 @@ const help = `usage: npm run usage -- --from <date|instant> --to <date|instant> 
   --csv | --json   raw CSV or JSON from the API instead of a table
   --url            billing/gateway base URL (default http://127.0.0.1:8080)
   --token          bearer token with usage:read (default: $AGENTVM_TOKEN)`;
-
-interface UsageBody {
-  timeZone: string;
-  source: string;
-  rows: { start: string; end: string; agentId?: string; activeMs: number; vcpuMs: number; mibMs: number }[];
-  totals: { activeMs: number; vcpuMs: number; mibMs: number };
-}
-
-interface InvoiceBody {
-  id: string;
-  month: string;
-  status: string;
-  cutoffAt: string;
-  currency: string;
-  total: string;
-  lines: { agentId: string; resource: string; quantity: string; unit: string; unitPriceNanocents: number; priceUnit: string; amountCents: number }[];
-}
-
-/** `12345` ms → `12.345` (exact: integer arithmetic). */
-export function msToSeconds(ms: number): string {
-  const sign = ms < 0 ? "-" : "";
-  const abs = Math.abs(ms);
-  return `${sign}${Math.floor(abs / 1000)}.${String(abs % 1000).padStart(3, "0")}`;
-}
-
-function table(header: string[], rows: string[][], rightAlign: Set<number>): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (r: string[]) => r.map((c, i) => (rightAlign.has(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join("  ").trimEnd();
-  return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n");
-}
-
-export function renderUsage(body: UsageBody): string {
-  const byAgent = body.rows.some((r) => r.agentId !== undefined);
-  const header = ["window start", ...(byAgent ? ["agent"] : []), "active s", "vCPU-s", "GiB-s"];
-  const gib = (mibMs: number) => (mibMs / 1_024_000).toFixed(3);
-  const rows = body.rows.map((r) => [r.start, ...(byAgent ? [r.agentId ?? ""] : []), msToSeconds(r.activeMs), msToSeconds(r.vcpuMs), gib(r.mibMs)]);
-  rows.push(["total", ...(byAgent ? [""] : []), msToSeconds(body.totals.activeMs), msToSeconds(body.totals.vcpuMs), gib(body.totals.mibMs)]);
-  const first = byAgent ? 2 : 1;
-  return `${table(header, rows, new Set([first, first + 1, first + 2]))}\n(time zone ${body.timeZone}, from ${body.source === "rollup" ? "15-minute rollups" : "raw segments"})`;
-}
-
-export function renderInvoice(inv: InvoiceBody): string {
-  const rows = inv.lines.map((l) => [l.agentId, l.resource, `${l.quantity} ${l.unit}`, `${l.unitPriceNanocents} n¢/${l.priceUnit}`, `${l.amountCents} ¢`]);
-  return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${table(["agent", "resource", "quantity", "unit price", "amount"], rows, new Set([2, 3, 4]))}\ntotal ${inv.total} ${inv.currency}`;
-}
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({

@@ -1,6 +1,7 @@
 // The host's meter: cuts every VM's active time into heartbeat segments (wall-anchored, monotonic-measured) and spools them.
 import type { Clock } from "../../lib/clock.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
+import { noopMetrics, seconds, type Metrics } from "../../lib/metrics.ts";
 import type { ActivityEnd, ActivityListener, ActivityStart } from "../activity.ts";
 import { segmentId, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../../contracts/meter.ts";
 import { Shipper, type SegmentSink, type ShipperOptions } from "./shipper.ts";
@@ -52,6 +53,8 @@ export class Meter implements ActivityListener {
   private readonly log: Logger;
   private readonly open = new Map<string, OpenRun>();
   private stopped = false;
+  /** Gauges read from this meter's spool: dropped when it closes. */
+  private readonly unregisterGauges: (() => void)[] = [];
 
   constructor(opts: MeterOptions) {
     this.hostId = opts.hostId;
@@ -67,12 +70,32 @@ export class Meter implements ActivityListener {
    * A meter with a file spool in `<dataDir>/hosts/<hostId>/meter/` and a shipper to `sink`; `start()` it.
    * Whatever a previous process left in the spool is shipped first.
    */
-  static open(opts: { hostId: string; dataDir: string; sink: SegmentSink; clock: Clock; heartbeatMs?: number; log?: Logger; shipper?: Partial<Omit<ShipperOptions, "spool" | "sink" | "clock">> }): Meter {
+  static open(opts: {
+    hostId: string;
+    dataDir: string;
+    sink: SegmentSink;
+    clock: Clock;
+    heartbeatMs?: number;
+    log?: Logger;
+    shipper?: Partial<Omit<ShipperOptions, "spool" | "sink" | "clock">>;
+    /** The spool's depth and shipping lag (read when scraped, until the meter stops) and failed shipments. */
+    metrics?: Metrics;
+  }): Meter {
     const log = opts.log ?? silentLogger;
+    const metrics = opts.metrics ?? noopMetrics;
     const spool = SegmentSpool.open(meterDir(opts.dataDir, opts.hostId), { log });
-    const shipper = new Shipper({ ...opts.shipper, spool, sink: opts.sink, clock: opts.clock, log });
+    const shipper = new Shipper({ ...opts.shipper, spool, sink: opts.sink, clock: opts.clock, log, metrics });
     spool.onSynced = () => shipper.notify();
-    return new Meter({ hostId: opts.hostId, clock: opts.clock, spool, shipping: shipper, log, ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}) });
+    const meter = new Meter({ hostId: opts.hostId, clock: opts.clock, spool, shipping: shipper, log, ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}) });
+    const lagMs = () => {
+      const oldest = spool.oldestPendingEndedAt();
+      return oldest === undefined ? 0 : Math.max(0, opts.clock.now() - oldest);
+    };
+    meter.unregisterGauges.push(
+      metrics.gauge("agentvm_meter_spool_segments", () => spool.pendingCount),
+      metrics.gauge("agentvm_meter_shipping_lag_seconds", () => seconds(lagMs())),
+    );
+    return meter;
   }
 
   start(): void {
@@ -92,6 +115,7 @@ export class Meter implements ActivityListener {
       this.shipping.stop();
     }
     await this.spool.close?.();
+    for (const unregister of this.unregisterGauges.splice(0)) unregister();
   }
 
   /** VMs with an open segment. */

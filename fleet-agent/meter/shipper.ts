@@ -1,6 +1,7 @@
 // Ships spooled segments to billing in batches, retrying with exponential backoff, and trims the spool only on acknowledgement.
 import type { Clock } from "../../lib/clock.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
+import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
 import type { IngestResult, MeterSegment, SegmentSink } from "../../contracts/meter.ts";
 
 /** Billing's answer to a batch: every id accepted, a duplicate (already counted) or rejected for good. */
@@ -29,6 +30,8 @@ export interface ShipperOptions {
   maxBackoffMs?: number;
   /** Jitter source in [0, 1); the delay is scaled by 0.5–1.0 so many hosts do not retry in lockstep. */
   random?: () => number;
+  /** Failed shipments are counted here; none: `noopMetrics`. */
+  metrics?: Metrics;
 }
 
 export interface ShipperStats {
@@ -41,7 +44,7 @@ export interface ShipperStats {
 }
 
 export class Shipper {
-  private readonly o: Required<Omit<ShipperOptions, "log">> & { log: Logger };
+  private readonly o: Required<Omit<ShipperOptions, "log" | "metrics">> & { log: Logger; metrics: Metrics };
   private timer: { cancel(): void } | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
   private running: Promise<boolean> | undefined;
@@ -57,6 +60,7 @@ export class Shipper {
       random: Math.random,
       ...opts,
       log: opts.log ?? silentLogger,
+      metrics: opts.metrics ?? noopMetrics,
     };
   }
 
@@ -139,6 +143,7 @@ export class Shipper {
 
   private failed(err: unknown, batchSize: number): void {
     this.stats.failures++;
+    this.o.metrics.inc("agentvm_meter_ship_failures_total", {});
     this.stats.consecutiveFailures++;
     this.stats.lastError = err instanceof Error ? err.message : String(err);
     const base = Math.min(this.o.maxBackoffMs, this.o.minBackoffMs * 2 ** (this.stats.consecutiveFailures - 1));

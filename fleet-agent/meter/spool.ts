@@ -226,6 +226,12 @@ export class SegmentSpool implements SegmentLog {
     return this.pending.size;
   }
 
+  /** The end of the oldest segment not yet acknowledged (ms since the epoch), undefined when none waits: how far shipping lags. */
+  oldestPendingEndedAt(): number | undefined {
+    for (const e of this.pending.values()) return Date.parse(e.segment.endedAt);
+    return undefined;
+  }
+
   /** Billing has these (counted, duplicate or refused for good): drop them, rewriting the file when it pays off. */
   async ack(ids: Iterable<string>): Promise<void> {
     for (const id of ids) if (this.pending.delete(id)) this.ackedInFile++;

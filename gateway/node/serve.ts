@@ -9,6 +9,8 @@ import { newId } from "../../lib/ids.ts";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { NodeProxy } from "./fast-path/handler.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
+import { metricsApp, metricsPath, type MetricsEndpoint } from "../../lib/metrics-endpoint.ts";
+import { agentTarget } from "../proxy-policy.ts";
 
 export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
 
@@ -38,11 +40,22 @@ export interface ServeNodeOptions {
   maxHeaderBytes?: number;
   /** How long a client may take to send a request head, ms. */
   headersTimeoutMs?: number;
+  /**
+   * `GET /metrics`, answered beside the app (not through its tenant auth or the proxy): the operator's scrape, off
+   * (404) without a token. `domain`: an agent's own `/metrics` on `{agentId}.{domain}` stays the agent's.
+   */
+  metrics?: { endpoint: MetricsEndpoint; domain: string | undefined };
 }
 
 export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promise<NodeServer> {
   const hono = getRequestListener(app.fetch);
   const proxy = opts.proxy;
+  const metrics = opts.metrics ? getRequestListener(metricsApp(opts.metrics.endpoint).fetch) : undefined;
+  const metricsDomain = opts.metrics?.domain?.toLowerCase();
+  const isMetrics = (req: IncomingMessage) => {
+    const url = req.url ?? "/";
+    return (url === metricsPath || url.startsWith(`${metricsPath}?`)) && !agentTarget(url, req.headers.host, metricsDomain);
+  };
   let refusing = false;
   let inFlight = 0;
   const onIdle: (() => void)[] = [];
@@ -62,6 +75,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     if (refused(req, res)) return;
     track(res);
     if (proxy?.handle(req, res, false)) return;
+    if (metrics && isMetrics(req)) return void metrics(req, res);
     void hono(req, res);
   };
   const server = createServer(
@@ -81,6 +95,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     track(res);
     if (proxy?.handle(req, res, true)) return;
     res.writeContinue();
+    if (metrics && isMetrics(req)) return void metrics(req, res);
     void hono(req, res);
   });
   server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {

@@ -1,44 +1,156 @@
-// Admin API under /v1/agents: create, list, get, update, delete, hibernate, wake, keep-awake leases, the event log.
-import { Hono, type Context } from "hono";
+// Admin API under /v1/agents: create, list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log.
+import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import type { Context, MiddlewareHandler } from "hono";
+import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
-import type { VmStatus } from "../../contracts/agent.ts";
-import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agent-repo.ts";
+import type { VmState, VmStatus } from "../../contracts/agent.ts";
+import { agentSpec, ownAgent as findOwnAgent, type AgentPosition, type AgentRow } from "../agent-repo.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
-import { jsonBody, optBool, optInt, optString, rejectUnknown, type Json } from "../validate.ts";
+import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
-import { noOverrides, type AgentLimitOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
-import { effectiveNonWaking, parseNonWaking } from "../proxy-policy.ts";
+import { noOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
+import { effectiveNonWaking } from "../proxy-policy.ts";
+import {
+  AddLeaseBody,
+  AgentDeletedSchema,
+  AgentEventListSchema,
+  AgentListQuery,
+  AgentListSchema,
+  AgentParams,
+  AgentSchema,
+  AgentStateSchema,
+  CreateAgentBody,
+  EventListQuery,
+  LeaseDroppedSchema,
+  LeaseParams,
+  LeaseSchema,
+  UpdateAgentBody,
+  WakeSchema,
+} from "./agent-schemas.ts";
 
-const createFields = ["name", "image", "vcpus", "memMiB", "diskMiB", "idleTimeoutMs", "streamIdleMs", "public", "allowEgress", "nonWaking", "limits"] as const;
-const patchFields = ["idleTimeoutMs", "streamIdleMs", "nonWaking", "limits"] as const;
-const limitFields = ["responseTimeoutMs", "proxyIdleTimeoutMs", "maxBodyBytes"] as const;
-const idleRange = { min: 100, max: 7 * 24 * 3600_000 };
-/** A built-in image (`demo`), `name[:tag]` of a built one (names as in images/routes.ts), or `sha256:<digest>`. */
-const imageRefPattern = /^(?:sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/-]{0,127}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)$/;
+const tags = ["agents"];
 
-/** `limits` in an API body: each field an integer in range, or null for the gateway's global value. */
-function parseLimits(body: Json): Partial<AgentLimitOverrides> | undefined {
-  const v = body.limits;
-  if (v === undefined) return undefined;
-  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new AppError("bad_request", `limits must be an object {${limitFields.join(", ")}}`);
-  const o = v as Json;
-  rejectUnknown(o, limitFields);
-  const out: Partial<AgentLimitOverrides> = {};
-  const field = (key: (typeof limitFields)[number], range: { min: number; max: number }) => {
-    if (o[key] === undefined) return;
-    out[key] = o[key] === null ? null : (optInt(o, key, range) ?? null);
-  };
-  field("responseTimeoutMs", { min: 100, max: 3600_000 });
-  field("proxyIdleTimeoutMs", { min: 100, max: 7 * 24 * 3600_000 });
-  field("maxBodyBytes", { min: 0, max: 2 ** 50 });
-  return out;
-}
+/** The caller must hold `agents:admin`: checked before the body is read or validated. */
+const admin = scopeGate("agents:admin");
 
-export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEnv> {
-  const r = new Hono<GatewayEnv>();
+const createAgentRoute = (body: MiddlewareHandler) =>
+  createRoute({
+    method: "post",
+    path: "/v1/agents",
+    operationId: "createAgent",
+    summary: "Create an agent (it sleeps until its first call)",
+    tags,
+    middleware: [admin, body],
+    request: jsonRequest(CreateAgentBody),
+    responses: { 201: json(AgentSchema, "The agent"), ...errors(400, 413) },
+  });
+
+const listAgentsRoute = createRoute({
+  method: "get",
+  path: "/v1/agents",
+  operationId: "listAgents",
+  summary: "List the tenant's agents, oldest first, a page at a time",
+  tags,
+  middleware: [admin],
+  request: { query: AgentListQuery },
+  responses: { 200: json(AgentListSchema, "A page of agents"), ...errors(400) },
+});
+
+const getAgentRoute = createRoute({
+  method: "get",
+  path: "/v1/agents/{id}",
+  operationId: "getAgent",
+  summary: "An agent, with its live state",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams },
+  responses: { 200: json(AgentSchema, "The agent"), ...errors(400, 404) },
+});
+
+const updateAgentRoute = (body: MiddlewareHandler) =>
+  createRoute({
+    method: "patch",
+    path: "/v1/agents/{id}",
+    operationId: "updateAgent",
+    summary: "Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global)",
+    tags,
+    middleware: [admin, body],
+    request: { params: AgentParams, ...jsonRequest(UpdateAgentBody) },
+    responses: { 200: json(AgentSchema, "The agent as changed"), ...errors(400, 404, 405, 413) },
+  });
+
+const deleteAgentRoute = createRoute({
+  method: "delete",
+  path: "/v1/agents/{id}",
+  operationId: "deleteAgent",
+  summary: "Delete an agent (its VM is removed from its host)",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams },
+  responses: { 200: json(AgentDeletedSchema, "Deleted"), ...errors(400, 404, 502, 504) },
+});
+
+const hibernateAgentRoute = createRoute({
+  method: "post",
+  path: "/v1/agents/{id}/hibernate",
+  operationId: "hibernateAgent",
+  summary: "Hibernate an agent now",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams },
+  responses: { 200: json(AgentStateSchema, "The state it is in"), ...errors(400, 404, 502, 504) },
+});
+
+const wakeAgentRoute = createRoute({
+  method: "post",
+  path: "/v1/agents/{id}/wake",
+  operationId: "wakeAgent",
+  summary: "Wake an agent now",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams },
+  responses: { 200: json(WakeSchema, "Awake: how it woke and what that cost"), ...errors(400, 404, 502, 504) },
+});
+
+const addLeaseRoute = (body: MiddlewareHandler) =>
+  createRoute({
+    method: "post",
+    path: "/v1/agents/{id}/leases",
+    operationId: "addAgentLease",
+    summary: "Keep an agent awake for a while (a lease), waking it",
+    tags,
+    middleware: [admin, body],
+    request: { params: AgentParams, ...jsonRequest(AddLeaseBody) },
+    responses: { 201: json(LeaseSchema, "The lease"), ...errors(400, 404, 413, 502, 504) },
+  });
+
+const dropLeaseRoute = createRoute({
+  method: "delete",
+  path: "/v1/agents/{id}/leases/{leaseId}",
+  operationId: "dropAgentLease",
+  summary: "End a lease before it expires",
+  tags,
+  middleware: [admin],
+  request: { params: LeaseParams },
+  responses: { 200: json(LeaseDroppedSchema, "Dropped"), ...errors(400, 404, 502, 504) },
+});
+
+const listEventsRoute = createRoute({
+  method: "get",
+  path: "/v1/agents/{id}/events",
+  operationId: "listAgentEvents",
+  summary: "An agent's VM event log (state transitions with reasons and timings), newest first, a page at a time",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams, query: EventListQuery },
+  responses: { 200: json(AgentEventListSchema, "A page of events"), ...errors(400, 404) },
+});
+
+export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<GatewayEnv> {
+  const r = apiRouter<GatewayEnv>();
   const { agents, fleet, config, settings } = deps;
+  const body = jsonBody(() => config.maxApiBodyBytes);
 
   /** The agent as the API shows it: with the non-waking rules and the limits in force. */
   async function view(row: AgentRow, status: VmStatus | undefined) {
@@ -46,25 +158,17 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     return agentJson(row, status, proxy.limitsOf(row, overrides));
   }
 
-  const ownAgent = (c: Context<GatewayEnv>, caller: Caller) => findOwnAgent(agents, caller, c.req.param("id") ?? "");
-
-  async function body(c: Context<GatewayEnv>) {
-    const declared = Number(c.req.header("content-length") ?? "0");
-    if (declared > config.maxApiBodyBytes) throw new AppError("payload_too_large", `body exceeds ${config.maxApiBodyBytes} bytes`);
-    return jsonBody(c.req.raw);
-  }
+  const ownAgent = (caller: Caller, id: string) => findOwnAgent(agents, caller, id);
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
     return deps.audit.record({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
   }
 
-  r.post("/v1/agents", async (c) => {
+  r.openapi(createAgentRoute(body), async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const b = await body(c);
-    rejectUnknown(b, createFields);
-    const image = optString(b, "image", imageRefPattern, "a built-in image, name[:tag] of a built image, or sha256:<digest>") ?? "demo";
-    const nonWaking = parseNonWaking(b, "nonWaking");
-    const limits = parseLimits(b);
+    const b = c.req.valid("json");
+    const image = b.image ?? "demo";
+    const limits = b.limits;
     if (limits && Object.keys(limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");
     // A built image is pinned by digest at creation: a later build under the same tag does not change a live agent.
     const built = config.images.includes(image) ? undefined : await deps.imageCatalog?.resolve(caller.tenantId, image);
@@ -75,17 +179,17 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     const row = await agents.create({
       id: newId("agent"),
       tenantId: caller.tenantId,
-      name: optString(b, "name", /^[\w .:-]{1,100}$/, "1–100 letters, digits, spaces or . _ : -") ?? "agent",
+      name: b.name ?? "agent",
       image: built ? `${built.name}:${built.tag}` : image,
       imageDigest: built?.digest ?? null,
-      vcpus: optInt(b, "vcpus", { min: 1, max: 16 }) ?? d.vcpus,
-      memMiB: optInt(b, "memMiB", { min: 64, max: 65_536 }) ?? d.memMiB,
-      diskMiB: optInt(b, "diskMiB", { min: 64, max: 1024 * 1024 }) ?? d.diskMiB ?? 1024,
-      idleTimeoutMs: optInt(b, "idleTimeoutMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.idleTimeoutMs,
-      streamIdleMs: optInt(b, "streamIdleMs", { min: 100, max: 7 * 24 * 3600_000 }) ?? d.streamIdleMs,
-      public: optBool(b, "public") ?? false,
-      allowEgress: optBool(b, "allowEgress") ?? false,
-      nonWaking: nonWaking ?? null,
+      vcpus: b.vcpus ?? d.vcpus,
+      memMiB: b.memMiB ?? d.memMiB,
+      diskMiB: b.diskMiB ?? d.diskMiB ?? 1024,
+      idleTimeoutMs: b.idleTimeoutMs ?? d.idleTimeoutMs,
+      streamIdleMs: b.streamIdleMs ?? d.streamIdleMs,
+      public: b.public ?? false,
+      allowEgress: b.allowEgress ?? false,
+      nonWaking: b.nonWaking ?? null,
     });
     if (limits && Object.keys(limits).length > 0) await settings!.update(row.id, { limits });
     proxy.invalidate(row.id);
@@ -93,96 +197,117 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): Hono<GatewayEn
     return c.json(await view(row, undefined), 201);
   });
 
-  r.get("/v1/agents", async (c) => {
+  // One query for the page, then one status read and one settings read for all of its agents.
+  r.openapi(listAgentsRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const rows = await agents.list(caller.tenantId);
-    const out = await Promise.all(rows.map(async (row) => view(row, await fleet.status(row.id))));
-    return c.json({ agents: out });
+    const q = c.req.valid("query");
+    const rows = await agents.page(caller.tenantId, {
+      limit: q.limit + 1,
+      after: q.cursor === undefined ? undefined : agentPosition(q.cursor),
+      state: q.state,
+      namePrefix: q.namePrefix,
+      image: q.image,
+    });
+    const page = pageOf(rows, q.limit, (last) => [last.createdAtUs, last.id]);
+    const ids = page.items.map((row) => row.id);
+    const [statuses, overrides] = await Promise.all([fleet.statuses(ids), settings?.limitsMany(ids)]);
+    const shown = page.items.map((row) => agentJson(row, statuses.get(row.id), proxy.limitsOf(row, overrides?.get(row.id) ?? noOverrides)));
+    return c.json({ agents: shown, nextCursor: page.nextCursor }, 200);
   });
 
-  r.get("/v1/agents/:id", async (c) => {
-    const row = await ownAgent(c, requireScope(c, "agents:admin"));
-    return c.json(await view(row, await fleet.status(row.id)));
+  r.openapi(getAgentRoute, async (c) => {
+    const row = await ownAgent(requireScope(c, "agents:admin"), c.req.valid("param").id);
+    return c.json(await view(row, await fleet.status(row.id)), 200);
   });
 
-  /** Changes what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global). */
-  r.patch("/v1/agents/:id", async (c) => {
+  r.openapi(updateAgentRoute(body), async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
+    const row = await ownAgent(caller, c.req.valid("param").id);
     if (!settings) throw new AppError("method_not_allowed", "this gateway cannot change agents");
-    const b = await body(c);
-    rejectUnknown(b, patchFields);
+    const b = c.req.valid("json");
     const patch: AgentSettingsPatch = {};
-    const idle = optInt(b, "idleTimeoutMs", idleRange);
-    if (idle !== undefined) patch.idleTimeoutMs = idle;
-    const streamIdle = optInt(b, "streamIdleMs", idleRange);
-    if (streamIdle !== undefined) patch.streamIdleMs = streamIdle;
-    const nonWaking = parseNonWaking(b, "nonWaking");
-    if (nonWaking !== undefined) patch.nonWaking = nonWaking;
-    const limits = parseLimits(b);
-    if (limits) patch.limits = limits;
+    if (b.idleTimeoutMs !== undefined) patch.idleTimeoutMs = b.idleTimeoutMs;
+    if (b.streamIdleMs !== undefined) patch.streamIdleMs = b.streamIdleMs;
+    if (b.nonWaking !== undefined) patch.nonWaking = b.nonWaking;
+    if (b.limits) patch.limits = b.limits;
     await settings.update(row.id, patch);
     proxy.invalidate(row.id);
     await audit(c, caller, "agent.update", row.id, { ...patch });
     const updated = (await agents.get(row.id)) ?? row;
-    return c.json(await view(updated, await fleet.status(row.id)));
+    return c.json(await view(updated, await fleet.status(row.id)), 200);
   });
 
-  r.delete("/v1/agents/:id", async (c) => {
+  r.openapi(deleteAgentRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
+    const row = await ownAgent(caller, c.req.valid("param").id);
     await fleet.remove(row.id);
     await agents.markDeleted(row.id);
     proxy.invalidate(row.id);
     await audit(c, caller, "agent.delete", row.id);
-    return c.json({ id: row.id, deleted: true });
+    return c.json({ id: row.id, deleted: true as const }, 200);
   });
 
-  r.post("/v1/agents/:id/hibernate", async (c) => {
+  r.openapi(hibernateAgentRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
+    const row = await ownAgent(caller, c.req.valid("param").id);
     const state = await fleet.hibernate(row.id);
     await audit(c, caller, "agent.hibernate", row.id, { state });
-    return c.json({ id: row.id, state });
+    return c.json({ id: row.id, state }, 200);
   });
 
-  r.post("/v1/agents/:id/wake", async (c) => {
+  r.openapi(wakeAgentRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
+    const row = await ownAgent(caller, c.req.valid("param").id);
     const info = await fleet.wake(agentSpec(row), "api");
     await audit(c, caller, "agent.wake", row.id, { wake: info.wake, runId: info.runId });
-    return c.json({ id: row.id, state: "running", ...info });
+    return c.json({ id: row.id, state: "running" as const, ...info }, 200);
   });
 
-  r.post("/v1/agents/:id/leases", async (c) => {
+  r.openapi(addLeaseRoute(body), async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
-    const b = await body(c);
-    rejectUnknown(b, ["ttlMs"]);
-    const ttlMs = optInt(b, "ttlMs", { min: 1000, max: 24 * 3600_000 });
-    if (ttlMs === undefined) throw new AppError("bad_request", "ttlMs is required (1000 to 86400000)");
+    const row = await ownAgent(caller, c.req.valid("param").id);
+    const { ttlMs } = c.req.valid("json");
     const lease = await fleet.addLease(agentSpec(row), ttlMs);
     await audit(c, caller, "agent.lease", row.id, { leaseId: lease.leaseId, ttlMs });
     return c.json({ leaseId: lease.leaseId, agentId: row.id, expiresAt: new Date(lease.expiresAt).toISOString() }, 201);
   });
 
-  r.delete("/v1/agents/:id/leases/:leaseId", async (c) => {
+  r.openapi(dropLeaseRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const row = await ownAgent(c, caller);
-    const leaseId = c.req.param("leaseId");
+    const { id, leaseId } = c.req.valid("param");
+    const row = await ownAgent(caller, id);
     if (!(await fleet.dropLease(row.id, leaseId))) throw new AppError("not_found", `lease ${leaseId.slice(0, 64)} not found`);
     await audit(c, caller, "agent.lease.drop", row.id, { leaseId });
-    return c.json({ leaseId, dropped: true });
+    return c.json({ leaseId, dropped: true as const }, 200);
   });
 
-  r.get("/v1/agents/:id/events", async (c) => {
-    const row = await ownAgent(c, requireScope(c, "agents:admin"));
-    const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 1000);
-    const events = await agents.events(row.id, limit);
-    return c.json({ events });
+  r.openapi(listEventsRoute, async (c) => {
+    const row = await ownAgent(requireScope(c, "agents:admin"), c.req.valid("param").id);
+    const q = c.req.valid("query");
+    const beforeId = q.cursor === undefined ? undefined : eventPosition(q.cursor);
+    const rows = await agents.events(row.id, { limit: q.limit + 1, beforeId, since: q.since, until: q.until });
+    const page = pageOf(rows, q.limit, (last) => [last.id]);
+    const events = page.items.map((e) => ({ ...e, at: e.at.toISOString() }));
+    return c.json({ events, nextCursor: page.nextCursor }, 200);
   });
 
   return r;
+}
+
+const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
+
+/** The position an agent list's cursor holds: [createdAt in µs since the epoch, agent id]. */
+function agentPosition(cursor: string): AgentPosition {
+  const [createdAtUs, id] = decodeCursor(cursor, ["number", "string"]) as [number, string];
+  if (!Number.isSafeInteger(createdAtUs) || createdAtUs < 0 || id.length > 100) throw badCursor();
+  return { createdAtUs, id };
+}
+
+/** The position an event list's cursor holds: the id of the last event shown. */
+function eventPosition(cursor: string): number {
+  const [id] = decodeCursor(cursor, ["number"]) as [number];
+  if (!Number.isSafeInteger(id) || id < 1) throw badCursor();
+  return id;
 }
 
 function agentJson(row: AgentRow, status: VmStatus | undefined, limits: EffectiveLimits) {
@@ -204,7 +329,7 @@ function agentJson(row: AgentRow, status: VmStatus | undefined, limits: Effectiv
     nonWakingDefault: row.nonWaking === null,
     limits,
     path: `/a/${row.id}/`,
-    state: status?.state ?? row.state,
+    state: status?.state ?? (row.state as VmState),
     lastWakeAt: status?.lastWakeAt !== undefined ? new Date(status.lastWakeAt).toISOString() : (row.lastWakeAt?.toISOString() ?? null),
     inFlight: status?.inFlight ?? 0,
     leases: status?.leases ?? 0,

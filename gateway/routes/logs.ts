@@ -1,10 +1,12 @@
 // `GET /v1/agents/{id}/logs`: an agent's log (console + workload output), its tail and with `follow` what it writes next, as text or Server-Sent Events; reading it never wakes the agent.
-import { Hono } from "hono";
+import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import { apiRouter, errors, z } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
-import type { Fleet, LogReadOptions } from "../../contracts/fleet.ts";
-import { requireScope, type GatewayEnv } from "../../contracts/caller.ts";
+import type { LogReadOptions } from "../../contracts/fleet.ts";
+import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
 import { ownAgent } from "../agent-repo.ts";
 import type { GatewayDeps } from "../deps.ts";
+import { AgentParams } from "./agent-schemas.ts";
 
 /** What `tail` is when the request does not say: the last 64 KiB. */
 export const defaultLogTailBytes = 64 << 10;
@@ -18,14 +20,54 @@ export interface LogRouteOptions {
   retryMs?: number;
 }
 
-export function logRoutes(deps: Pick<GatewayDeps, "agents" | "fleet">, opts: LogRouteOptions = {}): Hono<GatewayEnv> {
-  const r = new Hono<GatewayEnv>();
+const tailMessage = `must be a number of bytes from 0 to ${maxLogTailBytes}`;
+/** `tail`: a number of bytes from 0 to maxLogTailBytes, digits only; absent or empty: defaultLogTailBytes. */
+const TailParam = z
+  .string()
+  .regex(/^\d{0,10}$/, { error: tailMessage })
+  .refine((raw) => Number(raw) <= maxLogTailBytes, { error: tailMessage })
+  .optional()
+  .openapi({ description: `Bytes from the end of the log to start with (default ${defaultLogTailBytes}, at most ${maxLogTailBytes})`, example: "65536" });
+
+/** `follow`: true, false, 1 or 0; absent or empty: false. */
+const FollowParam = z
+  .enum(["true", "false", "1", "0", ""], { error: "must be true or false" })
+  .optional()
+  .openapi({ description: "Go on with what the agent writes next, until the client goes away (default false)" });
+
+const LogQuery = z.strictObject({ tail: TailParam, follow: FollowParam });
+
+const logsRoute = createRoute({
+  method: "get",
+  path: "/v1/agents/{id}/logs",
+  operationId: "getAgentLogs",
+  summary: "An agent's log (console + workload output): its tail, and with follow what it writes next; never wakes the agent",
+  description: "Plain text, or Server-Sent Events (one `data:` event per line, keep-alive comments while following) when `Accept: text/event-stream`.",
+  tags: ["agents"],
+  middleware: [scopeGate("agents:admin")],
+  request: { params: AgentParams, query: LogQuery },
+  responses: {
+    200: {
+      description: "The log",
+      content: {
+        "text/plain": { schema: z.string().openapi({ description: "The log's bytes as written" }) },
+        "text/event-stream": { schema: z.string().openapi({ description: "One `data: <line>` event per line; `: keepalive` comments while following" }) },
+      },
+    },
+    ...errors(400, 404),
+  },
+});
+
+export function logRoutes(deps: Pick<GatewayDeps, "agents" | "fleet">, opts: LogRouteOptions = {}): OpenAPIHono<GatewayEnv> {
+  const r = apiRouter<GatewayEnv>();
   const keepaliveMs = opts.keepaliveMs ?? 15_000;
   const retryMs = opts.retryMs ?? 1000;
 
-  r.get("/v1/agents/:id/logs", async (c) => {
-    const row = await ownAgent(deps.agents, requireScope(c, "agents:admin"), c.req.param("id") ?? "");
-    const read: LogReadOptions = { tailBytes: parseTail(c.req.query("tail")), follow: parseFollow(c.req.query("follow")), signal: c.req.raw.signal };
+  r.openapi(logsRoute, async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const q = c.req.valid("query");
+    const row = await ownAgent(deps.agents, caller, c.req.valid("param").id);
+    const read: LogReadOptions = { tailBytes: tailBytes(q.tail), follow: q.follow === "true" || q.follow === "1", signal: c.req.raw.signal };
     const sse = /\btext\/event-stream\b/i.test(c.req.header("accept") ?? "");
     const found = await deps.fleet.logs(row.id, read);
     // No host has the agent (it never ran): no log yet. A follow waits for its first run, as it would for its next output.
@@ -43,19 +85,21 @@ export function logRoutes(deps: Pick<GatewayDeps, "agents" | "fleet">, opts: Log
   return r;
 }
 
-/** `tail`: a number of bytes from 0 to maxLogTailBytes; absent: defaultLogTailBytes. */
-export function parseTail(raw: string | undefined): number {
-  if (raw === undefined || raw === "") return defaultLogTailBytes;
-  const n = /^\d{1,10}$/.test(raw) ? Number(raw) : NaN;
-  if (!(n <= maxLogTailBytes)) throw new AppError("bad_request", `tail must be a number of bytes from 0 to ${maxLogTailBytes}`);
-  return n;
+function tailBytes(raw: string | undefined): number {
+  return raw === undefined || raw === "" ? defaultLogTailBytes : Number(raw);
 }
 
-/** `follow`: true, false, 1 or 0; absent: false. */
+/** `tail` as the route reads it (the same schema); 400 for anything else. */
+export function parseTail(raw: string | undefined): number {
+  if (!TailParam.safeParse(raw).success) throw new AppError("bad_request", `tail ${tailMessage}`);
+  return tailBytes(raw);
+}
+
+/** `follow` as the route reads it (the same schema); 400 for anything else. */
 export function parseFollow(raw: string | undefined): boolean {
-  if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
-  if (raw === "true" || raw === "1") return true;
-  throw new AppError("bad_request", "follow must be true or false");
+  const parsed = FollowParam.safeParse(raw);
+  if (!parsed.success) throw new AppError("bad_request", "follow must be true or false");
+  return parsed.data === "true" || parsed.data === "1";
 }
 
 /**

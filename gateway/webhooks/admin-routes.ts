@@ -1,76 +1,151 @@
 // Admin API of webhooks (scope agents:admin, own tenant's live agents only): endpoints, secret rotation, deliveries, redelivery.
-import { Hono, type Context } from "hono";
-import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
+import { createRoute } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
+import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
-import type { WebhookScheme } from "../../schema/webhooks.ts";
+import {
+  AgentParams,
+  DeliveryPage,
+  DeliveryParams,
+  EndpointPage,
+  EndpointParams,
+  ListQuery,
+  maxAdminBodyBytes,
+  NewEndpoint,
+  Redelivery,
+  Rotation,
+  WebhookDeliveryDetail,
+  WebhookEndpoint,
+  WebhookEndpointWithSecret,
+} from "./api-schemas.ts";
 import { generateSecret } from "./signature.ts";
 import type { AuditBy, EndpointRow } from "./store.ts";
-import { deliveryView, endpointView } from "./views.ts";
+import { deliveryDetailView, deliveryView, endpointView } from "./views.ts";
 import type { ResolvedWebhookDeps } from "./types.ts";
 
-const namePattern = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
-const maxOverlapS = 30 * 86_400;
+const tags = ["webhooks"];
+const bounded = [scopeGate("agents:admin"), jsonBody(() => maxAdminBodyBytes)];
+const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
 
-async function jsonBody(c: Context<GatewayEnv>): Promise<Record<string, unknown>> {
-  let body: unknown;
-  try {
-    const text = await c.req.text();
-    body = text === "" ? {} : JSON.parse(text);
-  } catch {
-    throw new AppError("bad_request", "the request body must be JSON");
-  }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new AppError("bad_request", "the request body must be a JSON object");
-  return body as Record<string, unknown>;
-}
-
-/** An origin-relative path (and optional query) on the agent; never a URL that could leave it. */
-function parsePath(value: unknown): string {
-  if (typeof value !== "string" || !value.startsWith("/") || value.startsWith("//") || value.length > 2048 || /[\s\\#]/.test(value)) {
-    throw new AppError("bad_request", "path must be a path on the agent starting with a single / (no host, no fragment)");
-  }
-  const url = new URL(value, "http://agent.invalid");
-  if (url.host !== "agent.invalid") throw new AppError("bad_request", "path must stay on the agent");
-  return value;
-}
-
-/** A page cursor: `<ISO time>~<delivery id>` as answered in `nextBefore` (a bare ISO time also works). */
-function parseCursor(value: string): { receivedAt: Date; id: string } {
-  const [time = "", id = ""] = value.split("~");
+/** A deliveries cursor: the receive time (ms precision, as stored) and id of the last delivery shown. */
+function deliveryPosition(cursor: string): { receivedAt: Date; id: string } {
+  const [time, id] = decodeCursor(cursor, ["string", "string"]) as [string, string];
   const receivedAt = new Date(time);
-  if (Number.isNaN(receivedAt.getTime())) throw new AppError("bad_request", "before must be a nextBefore cursor or an ISO 8601 time");
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(time) || Number.isNaN(receivedAt.getTime())) throw badCursor();
   return { receivedAt, id };
 }
 
-function parseNewEndpoint(body: Record<string, unknown>): { name: string; scheme: WebhookScheme; path: string } {
-  const { name, scheme, path } = body;
-  if (typeof name !== "string" || !namePattern.test(name)) throw new AppError("bad_request", "name must be 1–63 letters, digits, '_', '-' or '.', starting with a letter or digit");
-  if (scheme !== "standard" && scheme !== "github") throw new AppError("bad_request", 'scheme must be "standard" or "github"');
-  return { name, scheme, path: parsePath(path ?? "/") };
-}
+const createEndpointRoute = createRoute({
+  method: "post",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks",
+  operationId: "createWebhookEndpoint",
+  summary: "Create a signed webhook endpoint of the agent; the answer is the only one that shows its secret",
+  tags,
+  request: { params: AgentParams, ...jsonRequest(NewEndpoint) },
+  responses: { 201: json(WebhookEndpointWithSecret, "The endpoint with its secret"), ...errors(400, 404, 409, 413) },
+});
 
-export function createAdminRoutes(deps: ResolvedWebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
-  const app = new Hono<GatewayEnv>();
+const listEndpointsRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks",
+  operationId: "listWebhookEndpoints",
+  summary: "The agent's webhook endpoints, by name (never their secrets)",
+  tags,
+  request: { params: AgentParams, query: ListQuery },
+  responses: { 200: json(EndpointPage, "A page of endpoints"), ...errors(400, 404) },
+});
+
+const getEndpointRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks/{name}",
+  operationId: "getWebhookEndpoint",
+  summary: "One webhook endpoint",
+  tags,
+  request: { params: EndpointParams },
+  responses: { 200: json(WebhookEndpoint, "The endpoint"), ...errors(404) },
+});
+
+const deleteEndpointRoute = createRoute({
+  method: "delete",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks/{name}",
+  operationId: "deleteWebhookEndpoint",
+  summary: "Stop accepting deliveries (those already accepted are still delivered)",
+  tags,
+  request: { params: EndpointParams },
+  responses: { 204: { description: "Deleted" }, ...errors(404) },
+});
+
+const rotateRoute = createRoute({
+  method: "post",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks/{name}/rotate",
+  operationId: "rotateWebhookSecret",
+  summary: "A new secret; the one it replaces keeps verifying for overlapS seconds",
+  tags,
+  request: { params: EndpointParams, ...jsonRequest(Rotation) },
+  responses: { 200: json(WebhookEndpointWithSecret, "The endpoint with its new secret"), ...errors(400, 404, 413) },
+});
+
+const listDeliveriesRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/agents/{id}/webhooks/{name}/deliveries",
+  operationId: "listWebhookDeliveries",
+  summary: "The endpoint's deliveries, newest first, each with its attempts (bodies: see getWebhookDelivery)",
+  tags,
+  request: { params: EndpointParams, query: ListQuery },
+  responses: { 200: json(DeliveryPage, "A page of deliveries"), ...errors(400, 404) },
+});
+
+const getDeliveryRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/webhook-deliveries/{id}",
+  operationId: "getWebhookDelivery",
+  summary: "One delivery with its attempts, headers and body",
+  tags,
+  request: { params: DeliveryParams },
+  responses: { 200: json(WebhookDeliveryDetail, "The delivery"), ...errors(404) },
+});
+
+const redeliverRoute = createRoute({
+  method: "post",
+  middleware: [scopeGate("agents:admin")],
+  path: "/v1/webhook-deliveries/{id}/redeliver",
+  operationId: "redeliverWebhook",
+  summary: "Queue the delivery again now with a fresh attempt budget (also after delivery); 409 while an attempt runs",
+  tags,
+  request: { params: DeliveryParams },
+  responses: { 202: json(Redelivery, "Queued"), ...errors(404, 409) },
+});
+
+export function createAdminRoutes(deps: ResolvedWebhookDeps, onQueued: () => void) {
+  const app = apiRouter<GatewayEnv>();
   const { store, clock, config } = deps;
   const auditBy = (c: Context<GatewayEnv>, caller: Caller, action: string): AuditBy => ({ actor: caller.subject, action, requestId: c.get("requestId") ?? null });
 
   /** The caller (agents:admin) and an agent of their tenant that is not deleted; 404 for anything else. */
-  async function callerAndAgent(c: Context<GatewayEnv>): Promise<{ caller: Caller; agentId: string }> {
+  async function callerAndAgent(c: Context<GatewayEnv>, agentId: string): Promise<{ caller: Caller; agentId: string }> {
     const caller = requireScope(c, "agents:admin");
-    const agentId = c.req.param("id") ?? "";
     if (!(await store.tenantOwnsLiveAgent(caller.tenantId, agentId))) throw new AppError("not_found", "no such agent");
     return { caller, agentId };
   }
 
-  async function endpointOf(c: Context<GatewayEnv>): Promise<{ caller: Caller; endpoint: EndpointRow }> {
-    const { caller, agentId } = await callerAndAgent(c);
-    const endpoint = await store.findEndpoint(agentId, c.req.param("name") ?? "");
+  async function endpointOf(c: Context<GatewayEnv>, params: { id: string; name: string }): Promise<{ caller: Caller; endpoint: EndpointRow }> {
+    const { caller, agentId } = await callerAndAgent(c, params.id);
+    const endpoint = await store.findEndpoint(agentId, params.name);
     if (!endpoint) throw new AppError("not_found", "no such webhook endpoint");
     return { caller, endpoint };
   }
 
-  app.post("/v1/agents/:id/webhooks", async (c) => {
-    const { caller, agentId } = await callerAndAgent(c);
-    const input = parseNewEndpoint(await jsonBody(c));
+  app.openapi({ ...createEndpointRoute, middleware: bounded }, async (c) => {
+    const { caller, agentId } = await callerAndAgent(c, c.req.valid("param").id);
+    const input = c.req.valid("json");
     const secret = generateSecret(input.scheme);
     const now = new Date(clock.now());
     const row = await store.createEndpoint({ tenantId: caller.tenantId, agentId, ...input, secret }, auditBy(c, caller, "webhook.endpoint.create"), now);
@@ -79,66 +154,59 @@ export function createAdminRoutes(deps: ResolvedWebhookDeps, onQueued: () => voi
     return c.json({ ...endpointView(row, now.getTime()), secret }, 201);
   });
 
-  app.get("/v1/agents/:id/webhooks", async (c) => {
-    const { agentId } = await callerAndAgent(c);
+  app.openapi(listEndpointsRoute, async (c) => {
+    const { agentId } = await callerAndAgent(c, c.req.valid("param").id);
+    const { limit, cursor } = c.req.valid("query");
+    const afterName = cursor === undefined ? undefined : (decodeCursor(cursor, ["string"])[0] as string);
+    const rows = await store.listEndpoints(agentId, { limit: limit + 1, ...(afterName !== undefined ? { afterName } : {}) });
+    const page = pageOf(rows, limit, (e) => [e.name]);
     const now = clock.now();
-    return c.json({ endpoints: (await store.listEndpoints(agentId)).map((e) => endpointView(e, now)) });
+    return c.json({ endpoints: page.items.map((e) => endpointView(e, now)), nextCursor: page.nextCursor }, 200);
   });
 
-  app.get("/v1/agents/:id/webhooks/:name", async (c) => {
-    const { endpoint } = await endpointOf(c);
-    return c.json(endpointView(endpoint, clock.now()));
+  app.openapi(getEndpointRoute, async (c) => {
+    const { endpoint } = await endpointOf(c, c.req.valid("param"));
+    return c.json(endpointView(endpoint, clock.now()), 200);
   });
 
-  app.delete("/v1/agents/:id/webhooks/:name", async (c) => {
-    const { caller, endpoint } = await endpointOf(c);
+  app.openapi(deleteEndpointRoute, async (c) => {
+    const { caller, endpoint } = await endpointOf(c, c.req.valid("param"));
     if (!(await store.deleteEndpoint(endpoint, auditBy(c, caller, "webhook.endpoint.delete"), new Date(clock.now())))) {
       throw new AppError("not_found", "no such webhook endpoint");
     }
     return c.body(null, 204);
   });
 
-  app.post("/v1/agents/:id/webhooks/:name/rotate", async (c) => {
-    const { caller, endpoint } = await endpointOf(c);
-    const body = await jsonBody(c);
-    const overlapS = body.overlapS ?? config.defaultRotationOverlapS;
-    if (typeof overlapS !== "number" || !Number.isInteger(overlapS) || overlapS < 0 || overlapS > maxOverlapS) {
-      throw new AppError("bad_request", `overlapS must be a whole number of seconds from 0 to ${maxOverlapS}`);
-    }
+  app.openapi({ ...rotateRoute, middleware: bounded }, async (c) => {
+    const { caller, endpoint } = await endpointOf(c, c.req.valid("param"));
+    const overlapS = c.req.valid("json").overlapS ?? config.defaultRotationOverlapS;
     const now = new Date(clock.now());
     const secret = generateSecret(endpoint.scheme);
     const row = await store.rotateSecret(endpoint, secret, new Date(now.getTime() + overlapS * 1000), auditBy(c, caller, "webhook.endpoint.rotate"), now);
     if (!row) throw new AppError("not_found", "no such webhook endpoint");
-    return c.json({ ...endpointView(row, now.getTime()), secret });
+    return c.json({ ...endpointView(row, now.getTime()), secret }, 200);
   });
 
-  app.get("/v1/agents/:id/webhooks/:name/deliveries", async (c) => {
-    const { endpoint } = await endpointOf(c);
-    const limitRaw = c.req.query("limit") ?? "50";
-    if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > 200) throw new AppError("bad_request", "limit must be 1–200");
-    const beforeRaw = c.req.query("before");
-    const before = beforeRaw === undefined ? undefined : parseCursor(beforeRaw);
-    const deliveries = await store.listDeliveries(endpoint.id, { limit: Number(limitRaw), ...(before ? { before } : {}) });
-    const attempts = await store.attemptsOf(deliveries.map((d) => d.id));
-    const last = deliveries.at(-1);
-    return c.json({
-      deliveries: deliveries.map((d) => deliveryView(d, attempts.get(d.id) ?? [], { withBody: false })),
-      /** Pass as `before` for the next (older) page; null on the last page. */
-      nextBefore: last && deliveries.length === Number(limitRaw) ? `${last.receivedAt.toISOString()}~${last.id}` : null,
-    });
+  app.openapi(listDeliveriesRoute, async (c) => {
+    const { endpoint } = await endpointOf(c, c.req.valid("param"));
+    const { limit, cursor } = c.req.valid("query");
+    const rows = await store.listDeliveries(endpoint.id, { limit: limit + 1, ...(cursor !== undefined ? { before: deliveryPosition(cursor) } : {}) });
+    const page = pageOf(rows, limit, (d) => [d.receivedAt.toISOString(), d.id]);
+    const attempts = await store.attemptsOf(page.items.map((d) => d.id));
+    return c.json({ deliveries: page.items.map((d) => deliveryView(d, attempts.get(d.id) ?? [])), nextCursor: page.nextCursor }, 200);
   });
 
-  app.get("/v1/webhook-deliveries/:id", async (c) => {
+  app.openapi(getDeliveryRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.param("id"));
+    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.valid("param").id);
     if (!delivery) throw new AppError("not_found", "no such webhook delivery");
     const attempts = await store.attemptsOf([delivery.id]);
-    return c.json({ ...deliveryView(delivery, attempts.get(delivery.id) ?? [], { withBody: true }), endpointName: delivery.endpointName });
+    return c.json(deliveryDetailView(delivery, attempts.get(delivery.id) ?? [], delivery.endpointName), 200);
   });
 
-  app.post("/v1/webhook-deliveries/:id/redeliver", async (c) => {
+  app.openapi(redeliverRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.param("id"));
+    const delivery = await store.findTenantDelivery(caller.tenantId, c.req.valid("param").id);
     if (!delivery) throw new AppError("not_found", "no such webhook delivery");
     const row = await store.redeliver(delivery, auditBy(c, caller, "webhook.delivery.redeliver"), new Date(clock.now()));
     if (!row) throw new AppError("conflict", "the delivery has an attempt in flight; try again when it has finished");

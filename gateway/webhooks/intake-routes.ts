@@ -1,10 +1,12 @@
 // `POST /hooks/:agentId/:endpointName`: verify the signature, refuse replays and floods, store durably, answer 202.
-import { Hono } from "hono";
+import { createRoute } from "@hono/zod-openapi";
 import type { GatewayEnv } from "../../contracts/caller.ts";
+import { apiRouter, errors, json, z } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
 import { databaseRetryAfterS, isDatabaseUnavailable } from "../../schema/db-errors.ts";
-import { readBodyLimited } from "./body.ts";
+import { IntakeAccepted, IntakeParams } from "./api-schemas.ts";
+import { readBodyLimited } from "../../lib/body.ts";
 import { headersToStore } from "./forward-headers.ts";
 import { activeSecrets, verifyWebhook } from "./signature.ts";
 import type { ResolvedWebhookDeps } from "./types.ts";
@@ -12,19 +14,37 @@ import type { ResolvedWebhookDeps } from "./types.ts";
 /** Sender delivery ids longer than this are refused rather than indexed. */
 const maxExternalIdLength = 256;
 
-export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => void): Hono<GatewayEnv> {
-  const app = new Hono<GatewayEnv>();
+const intakeRoute = createRoute({
+  method: "post",
+  path: "/hooks/{agentId}/{endpointName}",
+  operationId: "deliverWebhook",
+  summary: "A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent",
+  description:
+    "No bearer token: the signature is the credential (`webhook-id`, `webhook-timestamp`, `webhook-signature` for standard endpoints; `X-Hub-Signature-256` and `X-GitHub-Delivery` for github ones). The body is kept byte for byte, whatever its type.",
+  tags: ["webhooks"],
+  security: [],
+  request: {
+    params: IntakeParams,
+    body: { required: true, content: { "*/*": { schema: z.string().openapi({ format: "binary" }) } } },
+  },
+  responses: {
+    202: json(IntakeAccepted, "Stored; the agent is woken and the delivery attempted"),
+    ...errors(400, 404, 405, 409, 413, 429),
+  },
+});
+
+export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => void) {
+  const app = apiRouter<GatewayEnv>();
   const { store, clock, config } = deps;
 
-  app.post("/hooks/:agentId/:endpointName", async (c) => {
-    const agentId = c.req.param("agentId");
-    const name = c.req.param("endpointName");
+  app.openapi(intakeRoute, async (c) => {
+    const { agentId, endpointName: name } = c.req.valid("param");
     const notFound = new AppError("not_found", "no such webhook endpoint");
     if (!isId("agent", agentId)) throw notFound;
     const endpoint = await orUnstored(store.findIntakeEndpoint(agentId, name));
     if (!endpoint) throw notFound;
 
-    const body = await readBodyLimited(c.req.raw, config.maxBodyBytes);
+    const body = await readBodyLimited(c.req.raw, config.maxBodyBytes, "webhook body");
     const now = clock.now();
     const verified = await verifyWebhook({
       scheme: endpoint.scheme,

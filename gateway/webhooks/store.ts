@@ -1,5 +1,5 @@
 // Postgres adapter of the webhook module: endpoints, the durable inbox, claims with leases, attempts, audit rows.
-import { and, desc, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
+import { and, desc, eq, gt, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import { agents } from "../../schema/core.ts";
 import { createDbAuditLog, type AuditEntry, type DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/postgres.ts";
@@ -74,7 +74,8 @@ export interface WebhookStore {
   /** The live endpoint `name` of a live agent, or undefined (intake answers 404 either way). */
   findIntakeEndpoint(agentId: string, name: string): Promise<EndpointRow | undefined>;
   findEndpoint(agentId: string, name: string): Promise<EndpointRow | undefined>;
-  listEndpoints(agentId: string): Promise<EndpointRow[]>;
+  /** The agent's live endpoints by name: at most `limit` after `afterName` (keyset on the unique (agent, name) index). */
+  listEndpoints(agentId: string, opts: { limit: number; afterName?: string }): Promise<EndpointRow[]>;
   /** Creates the endpoint with its audit row; undefined when the agent already has a live endpoint of that name. */
   createEndpoint(input: NewEndpoint, by: AuditBy, now: Date): Promise<EndpointRow | undefined>;
   /** Stops the endpoint accepting deliveries (audited); false when it was already deleted. */
@@ -90,7 +91,7 @@ export interface WebhookStore {
    * given; only while the claim still holds the lease. False when the lease was lost and nothing was settled.
    */
   recordAttempt(claim: ClaimedDelivery, result: AttemptResult, settlement: Settlement, audit: AuditEntry | undefined): Promise<boolean>;
-  /** Newest first; `before` continues after the last row of the previous page (same-millisecond rows ordered by id). */
+  /** A page, newest first: `before` continues after the last row of the previous page (same-millisecond rows ordered by id). */
   listDeliveries(endpointId: string, opts: { limit: number; before?: { receivedAt: Date; id: string } }): Promise<DeliveryRow[]>;
   /** The attempts of each delivery, in order (an empty list for one without any). */
   attemptsOf(deliveryIds: string[]): Promise<Map<string, AttemptRow[]>>;
@@ -138,12 +139,13 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
       return rows[0];
     },
 
-    listEndpoints(agentId) {
+    listEndpoints(agentId, opts) {
       return db
         .select()
         .from(webhookEndpoints)
-        .where(and(eq(webhookEndpoints.agentId, agentId), isNull(webhookEndpoints.deletedAt)))
-        .orderBy(webhookEndpoints.name);
+        .where(and(eq(webhookEndpoints.agentId, agentId), isNull(webhookEndpoints.deletedAt), opts.afterName === undefined ? undefined : gt(webhookEndpoints.name, opts.afterName)))
+        .orderBy(webhookEndpoints.name)
+        .limit(opts.limit);
     },
 
     createEndpoint(input, by, now) {
@@ -385,5 +387,3 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
     },
   };
 }
-
-// For callers not yet moved to a WebhookStore; each opens a Postgres store for the one call.

@@ -1,4 +1,6 @@
 // The JSON the admin API answers with: endpoints (never their secrets), deliveries and their attempts.
+import type { z } from "../../lib/api.ts";
+import type { WebhookAttempt, WebhookDelivery, WebhookEndpoint } from "./api-schemas.ts";
 import { base64Encode } from "./bytes.ts";
 import type { AttemptRow, DeliveryRow, EndpointRow } from "./store.ts";
 
@@ -8,7 +10,7 @@ export function intakePath(agentId: string, name: string): string {
   return `/hooks/${agentId}/${name}`;
 }
 
-export function endpointView(e: EndpointRow, nowMs: number) {
+export function endpointView(e: EndpointRow, nowMs: number): z.infer<typeof WebhookEndpoint> {
   const overlapActive = e.previousSecretExpiresAt !== null && e.previousSecretExpiresAt.getTime() > nowMs;
   return {
     id: e.id,
@@ -24,7 +26,7 @@ export function endpointView(e: EndpointRow, nowMs: number) {
   };
 }
 
-export function attemptView(a: AttemptRow) {
+export function attemptView(a: AttemptRow): z.infer<typeof WebhookAttempt> {
   return {
     id: a.id,
     attempt: a.attempt,
@@ -38,7 +40,7 @@ export function attemptView(a: AttemptRow) {
   };
 }
 
-export function deliveryView(d: DeliveryRow, attempts: AttemptRow[], opts: { withBody: boolean }) {
+export function deliveryView(d: DeliveryRow, attempts: AttemptRow[]): z.infer<typeof WebhookDelivery> {
   return {
     id: d.id,
     endpointId: d.endpointId,
@@ -54,7 +56,11 @@ export function deliveryView(d: DeliveryRow, attempts: AttemptRow[], opts: { wit
     lastError: d.lastError,
     bodyBytes: d.bodyBytes,
     headers: d.headers,
-    ...(opts.withBody ? { bodyBase64: base64Encode(d.body) } : {}),
     attempts: attempts.map(attemptView),
   };
+}
+
+/** One delivery as `GET /v1/webhook-deliveries/{id}` shows it: with its body, base64. */
+export function deliveryDetailView(d: DeliveryRow, attempts: AttemptRow[], endpointName: string) {
+  return { ...deliveryView(d, attempts), bodyBase64: base64Encode(d.body), endpointName };
 }

@@ -1,5 +1,9 @@
 // Delivers stored webhooks: claims due deliveries under a lease, wakes and forwards through the gateway, retries with backoff, dead-letters.
+import { count, inArray } from "drizzle-orm";
 import { AppError } from "../../lib/errors.ts";
+import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
+import type { Db } from "../../schema/db.ts";
+import { webhookDeliveries } from "../../schema/webhooks.ts";
 import { parseRetryAfterMs, retryDelayMs } from "./backoff.ts";
 import { validateWebhookConfig } from "./config.ts";
 import { forwardRequestHeaders } from "./forward-headers.ts";
@@ -28,8 +32,14 @@ const drainLimitBytes = 64 * 1024;
 /** Requests to the agent name only a path: the host part is a placeholder the forwarder ignores. */
 const agentOrigin = "http://agent.invalid";
 
-export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: string } = {}): DeliveryWorker {
+/**
+ * `metrics`: every attempt is counted by its result (delivered, retry, dead), and while the worker runs, the queue's
+ * depth is read from `deps.db` (when given) at each scrape.
+ */
+export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: string; metrics?: Metrics } = {}): DeliveryWorker {
   const { store, clock, config, log } = withWebhookStore(deps);
+  const metrics = opts.metrics ?? noopMetrics;
+  let unregisterDepth: (() => void) | undefined;
   validateWebhookConfig(config);
   const random = deps.random ?? Math.random;
   const id = opts.workerId ?? `whw_${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`;
@@ -108,6 +118,7 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
             detail: { agentId: delivery.agentId, endpointId: endpoint.id, endpoint: endpoint.name, attempt: claim.attempt, statusCode, error },
           };
     const settled = await store.recordAttempt(claim, result, settlement, audit);
+    if (settled) metrics.inc("agentvm_webhook_attempts_total", { result: settlement.status === "pending" ? "retry" : settlement.status });
     const fields = { deliveryId: delivery.id, agentId: delivery.agentId, attempt: claim.attempt, statusCode, durationMs: result.durationMs, requestId: claim.attemptRequestId };
     if (!settled) log.warn("webhook attempt finished after its lease was taken over; outcome not recorded on the delivery", { ...fields, error });
     else if (settlement.status === "delivered") log.info("webhook delivered", fields);
@@ -164,10 +175,14 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
     start() {
       if (running) return;
       running = true;
+      const { db } = deps;
+      if (db) unregisterDepth = metrics.gauge("agentvm_webhook_queue_depth", () => queueDepth(db));
       schedule(0);
     },
     async stop() {
       running = false;
+      unregisterDepth?.();
+      unregisterDepth = undefined;
       timer?.cancel();
       timer = undefined;
       await Promise.allSettled([...inFlight]);
@@ -185,6 +200,12 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
       schedule(0);
     },
   };
+}
+
+/** Deliveries not settled yet: due, waiting for a retry, or in flight (the due index covers exactly these). */
+async function queueDepth(db: Db): Promise<number> {
+  const [row] = await db.select({ n: count() }).from(webhookDeliveries).where(inArray(webhookDeliveries.status, ["pending", "in_flight"]));
+  return row?.n ?? 0;
 }
 
 /** Rejects with the abort reason when `signal` fires first (a forwarder that ignores the request's signal still times out). */

@@ -364,6 +364,10 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
     const created = await fetch(`${gateway.url}/v1/agents`, { method: "POST", body: JSON.stringify({ image: "printer" }), headers: { "content-type": "application/json", authorization: `Bearer ${otherToken}` } });
     const theirs = ((await created.json()) as { id: string }).id;
     expect((await call(`/v1/agents/${theirs}/logs`)).status).toBe(404);
-    expect((await call(`/v1/agents/${theirs}/logs?tail=abc`)).status).toBe(404); // whose agent it is comes first
+    // A bad parameter is refused before the agent is looked up: the same 400 for theirs and for one that does not exist.
+    const bad = await call(`/v1/agents/${theirs}/logs?tail=abc`);
+    const none = await call(`/v1/agents/agt_doesnotexist00000/logs?tail=abc`);
+    expect([bad.status, none.status]).toEqual([400, 400]);
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toBe(((await none.json()) as { error: { message: string } }).error.message);
   });
 });

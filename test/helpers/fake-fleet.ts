@@ -1,8 +1,9 @@
 // A Fleet for tests of the gateway's own logic: every call answers "nothing happened" unless the test overrides it.
+import type { VmStatus } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 
 export function fakeFleet(overrides: Partial<Fleet> = {}): Fleet {
-  return {
+  const fleet: Fleet = {
     async forward(agent) {
       return new Response(`hello from ${agent.id}`, { headers: { "x-wake": "warm", connection: "close" } });
     },
@@ -14,6 +15,14 @@ export function fakeFleet(overrides: Partial<Fleet> = {}): Fleet {
     },
     async status() {
       return undefined;
+    },
+    async statuses(agentIds) {
+      const out = new Map<string, VmStatus>();
+      for (const id of agentIds) {
+        const status = await fleet.status(id);
+        if (status) out.set(id, status);
+      }
+      return out;
     },
     async addLease() {
       return { leaseId: "lse_1", expiresAt: 0 };
@@ -27,4 +36,5 @@ export function fakeFleet(overrides: Partial<Fleet> = {}): Fleet {
     },
     ...overrides,
   };
+  return fleet;
 }

@@ -3,6 +3,7 @@ import { Hono } from "hono";
 import { sql } from "drizzle-orm";
 import type { MeterSegment, SegmentEndReason, SegmentStartReason } from "../../contracts/meter.ts";
 import { allScopes, type GatewayEnv, type Scope } from "../../contracts/caller.ts";
+import { asAppError } from "../../lib/api.ts";
 import { toErrorResponse } from "../../lib/errors.ts";
 import type { Db } from "../../schema/db.ts";
 import { agents, tenants } from "../../schema/core.ts";
@@ -93,7 +94,7 @@ export function appWithCaller(routes: Hono<GatewayEnv>): Hono<GatewayEnv> {
     c.set("caller", tenant ? { tenantId: tenant, subject: "usr_test", scopes: new Set(scopes) } : undefined);
     await next();
   });
-  app.onError((e, c) => toErrorResponse(e, c.get("requestId") ?? "req_test"));
+  app.onError((e, c) => toErrorResponse(asAppError(e), c.get("requestId") ?? "req_test"));
   app.route("/", routes);
   return app;
 }

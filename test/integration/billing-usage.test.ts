@@ -147,6 +147,7 @@ describe("usage", () => {
       const s2 = segment({ hostId: "host_other", vmId: "vm_h", tenantId: "ten_o", agentId: "agt_o1", start: Date.UTC(2026, 5, 1), end: Date.UTC(2026, 5, 1, 0, 1) });
       const post = (auth: string | undefined, payload: string) => app().request("/v1/meter-segments", { method: "POST", headers: { "content-type": "application/json", ...(auth ? { authorization: auth } : {}) }, body: payload });
       expect((await post(undefined, body([s1]))).status).toBe(401);
+      expect((await post(undefined, "{nope")).status).toBe(401); // the token is checked before the body is read
       expect((await post(`Bearer ${await signComponentToken(key, { sub: "host_h", aud: "host:host_h" })}`, body([s1]))).status).toBe(401);
       expect((await post(`Bearer ${await signComponentToken(componentKey("another-secret-that-is-32-chars-long!!"), { sub: "host_h", aud: "billing" })}`, body([s1]))).status).toBe(401);
       const token = `Bearer ${await signComponentToken(key, { sub: "host_h", aud: "billing" })}`;

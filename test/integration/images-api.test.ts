@@ -189,6 +189,43 @@ describe("image API", () => {
     expect((await app.request(`/v1/images/${built.image.id}`, { headers: await auth() })).status).toBe(404);
   });
 
+  it("pages the list by name then tag with an opaque cursor: no duplicate, no gap; a bad cursor is 400", async () => {
+    const repo = createImageRepo(database.db);
+    const config = { entrypoint: [], cmd: ["x"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 };
+    const refs = ["alpha:1", "alpha:2", "alpha:10", "beta:latest", "beta/sub:latest", "gamma:a", "gamma:b"];
+    for (const ref of refs) {
+      const [name, tag] = ref.split(":") as [string, string];
+      await repo.put({ id: newId("image"), tenantId: "ten_b", name, tag, digest: `sha256:${"c".repeat(64)}`, sizeBytes: 1, config, source: "archive", buildId: newId("build") });
+    }
+    const seen: string[][] = [];
+    let cursor: string | null = null;
+    do {
+      const res: Response = await app.request(`/v1/images?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, { headers: await auth("ten_b") });
+      expect(res.status).toBe(200);
+      const page = (await res.json()) as { images: ImageJson[]; nextCursor: string | null };
+      seen.push(page.images.map((i) => `${i.name}:${i.tag}`));
+      cursor = page.nextCursor;
+    } while (cursor && seen.length < 10);
+    expect(seen.map((p) => p.length)).toEqual([3, 3, 1]);
+    expect(seen.flat()).toEqual(["alpha:1", "alpha:10", "alpha:2", "beta:latest", "beta/sub:latest", "gamma:a", "gamma:b"]);
+    for (const q of ["cursor=nope!", "cursor=WzFd", "limit=0", "limit=1001", "page=2"]) {
+      const res = await app.request(`/v1/images?${q}`, { headers: await auth("ten_b") });
+      expect(res.status, q).toBe(400);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe("bad_request");
+    }
+  });
+
+  it("is described in /openapi.json: the upload's binary body, JSON or NDJSON answers, the paged list", async () => {
+    const doc = (await (await app.request("/openapi.json")).json()) as { paths: Record<string, Record<string, { operationId: string; requestBody?: { content: Record<string, { schema: { format?: string } }> }; responses: Record<string, { content?: Record<string, unknown> }> }>> };
+    const upload = doc.paths["/v1/images"]!.post!;
+    expect(upload.operationId).toBe("createImage");
+    expect(upload.requestBody!.content["application/octet-stream"]!.schema.format).toBe("binary");
+    expect(Object.keys(upload.responses["200"]!.content!)).toEqual(["application/x-ndjson"]);
+    expect(upload.responses["413"]).toBeDefined();
+    expect(doc.paths["/v1/images"]!.get!.operationId).toBe("listImages");
+    expect(Object.keys(doc.paths["/v1/images/builds/{id}/log"]!.get!.responses["200"]!.content!)).toEqual(["text/plain"]);
+  });
+
   it("retagging moves the tag; the old digest's files stay while another tag names them", async () => {
     const one = (await (await upload("name=moving&tag=a", "context-five")).json()) as { image: ImageJson };
     const two = (await (await upload("name=moving&tag=b", "context-five")).json()) as { image: ImageJson };

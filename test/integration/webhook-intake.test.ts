@@ -13,6 +13,8 @@ import type { GatewayEnv } from "../../contracts/caller.ts";
 import { createWebhookRoutes } from "../../gateway/webhooks/routes.ts";
 import { defaultWebhookConfig, type WebhookDeps } from "../../gateway/webhooks/types.ts";
 import { signStandard } from "../../gateway/webhooks/signature.ts";
+import { maxAdminBodyBytes } from "../../gateway/webhooks/api-schemas.ts";
+import { encodeCursor } from "../../lib/api.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { caller, githubHeaders, seedAgent, seedEndpoint, standardHeaders, withTestAuth } from "../helpers/webhook-fixtures.ts";
 
@@ -120,6 +122,60 @@ describe("admin API", () => {
     const deleted = await seedAgent(database.db, { tenantId: agent.tenantId, deleted: true });
     expect((await createEndpoint({ name: "x", scheme: "standard", path: "/" }, deleted.agentId)).res.status).toBe(404);
     expect((await admin(`/v1/agents/agt_doesnotexist0000/webhooks`)).status).toBe(404);
+  });
+});
+
+describe("admin API lists and bodies", () => {
+  it("pages an agent's endpoints by name across pages with an opaque cursor; a bad cursor is 400", async () => {
+    const owner = await seedAgent(database.db, { tenantId: agent.tenantId });
+    const names = ["a1", "a2", "b", "c.x", "c_y", "d", "e"];
+    for (const name of [...names].reverse()) expect((await createEndpoint({ name, scheme: "standard" }, owner.agentId)).res.status).toBe(201);
+    const pages: string[][] = [];
+    let cursor: string | null = null;
+    do {
+      const res: Response = await admin(`/v1/agents/${owner.agentId}/webhooks?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      expect(res.status).toBe(200);
+      const page = (await res.json()) as { endpoints: { name: string; path: string }[]; nextCursor: string | null };
+      pages.push(page.endpoints.map((e) => e.name));
+      cursor = page.nextCursor;
+    } while (cursor && pages.length < 10);
+    expect(pages.map((p) => p.length)).toEqual([3, 3, 1]);
+    expect(pages.flat()).toEqual([...names].sort());
+    expect((await admin(`/v1/agents/${owner.agentId}/webhooks?cursor=${encodeURIComponent(encodeCursor([7]))}`)).status).toBe(400);
+    expect((await admin(`/v1/agents/${owner.agentId}/webhooks?limit=x`)).status).toBe(400);
+  });
+
+  it("validates admin bodies by schema: unknown fields, bad overlaps, and bodies over the limit", async () => {
+    const unknown = await createEndpoint({ name: "strict", scheme: "standard", path: "/", secret: "mine" });
+    expect(unknown.res.status).toBe(400);
+    expect((unknown.json.error as { message: string }).message).toContain("secret");
+    await createEndpoint({ name: "rot", scheme: "standard" });
+    for (const overlapS of [-1, 1.5, 31 * 86_400, "60"]) {
+      const res = await admin(`/v1/agents/${agent.agentId}/webhooks/rot/rotate`, { method: "POST", body: JSON.stringify({ overlapS }) });
+      expect(res.status, String(overlapS)).toBe(400);
+    }
+    // An empty body is {}: the default overlap.
+    expect((await admin(`/v1/agents/${agent.agentId}/webhooks/rot/rotate`, { method: "POST" })).status).toBe(200);
+    const declared = await admin(`/v1/agents/${agent.agentId}/webhooks`, { method: "POST", body: JSON.stringify({ name: "big", scheme: "standard", path: `/${"p".repeat(maxAdminBodyBytes)}` }) });
+    expect(declared.status).toBe(413);
+    expect(await declared.json()).toMatchObject({ error: { code: "payload_too_large" } });
+  });
+});
+
+describe("the OpenAPI document", () => {
+  it("describes intake as signed (no bearer) with a raw body, and the admin routes with their bodies and errors", () => {
+    const routes = createWebhookRoutes({ db: database.db, clock, log: silentLogger, forward: () => Promise.reject(new Error("unused")), config: defaultWebhookConfig });
+    const doc = routes.getOpenAPI31Document({ openapi: "3.1.0", info: { title: "t", version: "1" } });
+    const paths = doc.paths as Record<string, Record<string, { operationId: string; security?: unknown[]; requestBody?: { content: Record<string, { schema: Record<string, unknown> }> }; responses: Record<string, unknown> }>>;
+    const intake = paths["/hooks/{agentId}/{endpointName}"]!.post!;
+    expect(intake.security).toEqual([]);
+    expect(intake.requestBody!.content["*/*"]!.schema).toMatchObject({ type: "string", format: "binary" });
+    expect(Object.keys(intake.responses)).toEqual(expect.arrayContaining(["202", "401", "404", "409", "413", "429"]));
+    const create = paths["/v1/agents/{id}/webhooks"]!.post!;
+    expect(create.operationId).toBe("createWebhookEndpoint");
+    expect(create.requestBody!.content["application/json"]!.schema).toEqual({ $ref: "#/components/schemas/NewWebhookEndpoint" });
+    expect(create.responses["413"]).toBeDefined();
+    expect(paths["/v1/agents/{id}/webhooks/{name}/deliveries"]!.get!.operationId).toBe("listWebhookDeliveries");
   });
 });
 
@@ -320,12 +376,12 @@ describe("deliveries API", () => {
       const res = await app.request(`/hooks/${agent.agentId}/listed`, { method: "POST", headers: await standardHeaders(ep.secret, body, { timestampS: nowS() }), body });
       ids.push(((await res.json()) as { deliveryId: string }).deliveryId);
     }
-    const page1 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2`)).json()) as { deliveries: { id: string; attempts: unknown[] }[]; nextBefore: string };
+    const page1 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2`)).json()) as { deliveries: { id: string; attempts: unknown[] }[]; nextCursor: string };
     expect(page1.deliveries.map((d) => d.id)).toEqual([ids[2], ids[1]]);
     expect(page1.deliveries[0]!.attempts).toEqual([]);
-    const page2 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2&before=${encodeURIComponent(page1.nextBefore)}`)).json()) as { deliveries: { id: string }[]; nextBefore: null };
+    const page2 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2&cursor=${encodeURIComponent(page1.nextCursor)}`)).json()) as { deliveries: { id: string }[]; nextCursor: null };
     expect(page2.deliveries.map((d) => d.id)).toEqual([ids[0]]);
-    expect(page2.nextBefore).toBeNull();
+    expect(page2.nextCursor).toBeNull();
 
     // Deliveries received in the same millisecond are neither skipped nor repeated across pages.
     const sameMs: string[] = [];
@@ -338,13 +394,19 @@ describe("deliveries API", () => {
     const paged: string[] = [];
     let cursor: string | null = null;
     do {
-      const url: string = `/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=1${cursor ? `&before=${encodeURIComponent(cursor)}` : ""}`;
-      const page = (await (await admin(url)).json()) as { deliveries: { id: string }[]; nextBefore: string | null };
+      const url: string = `/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+      const page = (await (await admin(url)).json()) as { deliveries: { id: string }[]; nextCursor: string | null };
       paged.push(...page.deliveries.map((d) => d.id));
-      cursor = page.nextBefore;
+      cursor = page.nextCursor;
     } while (cursor);
     expect(paged.slice(0, 4).sort()).toEqual([...sameMs].sort());
     expect(paged.slice(4)).toEqual([ids[2], ids[1], ids[0]]);
+    for (const bad of ["nope!", encodeCursor(["2026-03-01T12:00:00Z", "dlv_x"]), encodeCursor(["yesterday", "dlv_x"]), encodeCursor([1, 2])]) {
+      const res = await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?cursor=${encodeURIComponent(bad)}`);
+      expect(res.status, bad).toBe(400);
+      expect(await res.json()).toMatchObject({ error: { code: "bad_request", message: expect.stringContaining("cursor") } });
+    }
+    for (const q of ["limit=0", "limit=1001", "before=2026-03-01T12:00:00Z"]) expect((await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?${q}`)).status, q).toBe(400);
 
     const one = await admin(`/v1/webhook-deliveries/${ids[0]}`);
     expect(one.status).toBe(200);
@@ -409,6 +471,30 @@ describe("through a real HTTP server", () => {
 
     const chunked = await rawPost({ ...headers, "transfer-encoding": "chunked" }, [big.subarray(0, 1000), big.subarray(1000, 2000), big.subarray(2000)]);
     expect(chunked.status).toBe(413);
+  });
+
+  it("bounds admin bodies at 64 KiB by counting a chunked body without a length (413, the envelope)", async () => {
+    const admins = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agents/${agent.agentId}/webhooks`;
+    const post = (chunks: string[]) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(admins, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "transfer-encoding": "chunked" } }, (res) => {
+          let body = "";
+          res.on("data", (d: Buffer) => (body += d.toString()));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        req.on("error", reject);
+        for (const c of chunks) req.write(c);
+        req.end();
+      });
+    const padding = "x".repeat(16 * 1024);
+    const over = await post(['{"name":"chunky","scheme":"standard","path":"/', padding, padding, padding, padding, '"}']);
+    expect(over.status).toBe(413);
+    expect(JSON.parse(over.body)).toMatchObject({ error: { code: "payload_too_large", requestId: expect.stringMatching(/^req_/) } });
+    // The same request under the limit is read whole (and refused for its 48 KiB path, not its size).
+    const under = await post(['{"name":"chunky","scheme":"standard","path":"/', padding, padding, padding, '"}']);
+    expect(under.status).toBe(400);
+    const fine = await post(['{"name":"chunky",', '"scheme":"standard","path":"/c"}']);
+    expect(fine.status).toBe(201);
   });
 
   it("answers 429 with Retry-After over HTTP too", async () => {

@@ -120,4 +120,98 @@ describe("gateway app", () => {
     expect((await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ vcpus: 0 }), headers: h })).status).toBe(400);
     expect((await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ name: "x".repeat(20_000) }), headers: { ...h, "content-length": "20012" } })).status).toBe(413);
   });
+
+  it("names what is wrong with a body: each field, unknown fields, the body itself", async () => {
+    const h = await auth();
+    const message = async (body: string) => {
+      const res = await app.request("/v1/agents", { method: "POST", body, headers: h });
+      expect(res.status, body.slice(0, 80)).toBe(400);
+      const json = (await res.json()) as { error: { code: string; message: string; requestId: string } };
+      expect(json.error.code).toBe("bad_request");
+      expect(json.error.requestId).toBe(res.headers.get("x-request-id"));
+      return json.error.message;
+    };
+    expect(await message(JSON.stringify({ colour: "red", size: 1 }))).toBe("unknown field(s): colour, size");
+    expect(await message(JSON.stringify({ memMiB: "lots" }))).toBe("memMiB: must be an integer from 64 to 65536");
+    expect(await message(JSON.stringify({ idleTimeoutMs: 99 }))).toBe("idleTimeoutMs: must be an integer from 100 to 604800000");
+    expect(await message(JSON.stringify({ public: "yes" }))).toBe("public: must be true or false");
+    expect(await message(JSON.stringify({ name: "a/b" }))).toMatch(/^name: must be 1–100 letters/);
+    expect(await message(JSON.stringify({ image: "UPPER" }))).toMatch(/^image: must be a built-in image/);
+    expect(await message(JSON.stringify({ limits: { maxBodyBytes: -1 } }))).toBe("limits.maxBodyBytes: must be an integer from 0 to 1125899906842624");
+    expect(await message(JSON.stringify({ limits: { other: 1 } }))).toBe("limits: unknown field(s): other");
+    expect(await message(JSON.stringify({ limits: null }))).toMatch(/^limits: must be an object/);
+    expect(await message(JSON.stringify({ nonWaking: { methods: ["get"] } }))).toMatch(/^nonWaking.methods.0: must be a list of at most 100 upper-case HTTP methods/);
+    expect(await message("[1]")).toBe("must be a JSON object");
+    expect(await message("{not json")).toMatch(/JSON/i);
+    // A body naming thousands of unknown fields is not echoed back whole.
+    expect((await message(JSON.stringify(Object.fromEntries(Array.from({ length: 900 }, (_, i) => [`f${i}`, 1]))))).length).toBeLessThan(400);
+  });
+
+  it("a chunked body over the limit (no declared length) is refused with 413 and the envelope", async () => {
+    const chunk = new TextEncoder().encode(`{"name":"${"x".repeat(4000)}`);
+    let sent = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent >= 10) return controller.close();
+        sent++;
+        controller.enqueue(chunk);
+      },
+    });
+    const res = await app.request("/v1/agents", { method: "POST", body, headers: await auth(), duplex: "half" } as RequestInit);
+    expect(res.status).toBe(413);
+    const json = (await res.json()) as { error: { code: string; message: string; requestId: string } };
+    expect(json.error).toMatchObject({ code: "payload_too_large", message: "body exceeds the 10000-byte limit" });
+    expect(json.error.requestId).toBe(res.headers.get("x-request-id"));
+    // It stopped reading at the limit: 3 of the 10 chunks are enough to pass it.
+    expect(sent).toBeLessThan(10);
+  });
+
+  it("the scope is checked before the body: no token is a 401 whatever the body", async () => {
+    const res = await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ colour: "red" }) });
+    expect(res.status).toBe(401);
+    const lease = await app.request("/v1/agents/agt_0000000000000000/leases", { method: "POST", body: "x".repeat(20_000), headers: await auth(await token("ten_a", ["agents:invoke"])) });
+    expect(lease.status).toBe(403);
+    expect((await app.request("/v1/agents?limit=0")).status).toBe(401);
+    expect((await app.request("/v1/agents/agt_0000000000000000/logs?tail=x")).status).toBe(401);
+  });
+
+  it("leases: ttlMs is required and bounded; a path that is no agent id is invalid_id", async () => {
+    const agent = await create();
+    const h = await auth();
+    const lease = async (body: string) => app.request(`/v1/agents/${agent.id}/leases`, { method: "POST", body, headers: h });
+    expect((await lease("")).status).toBe(400);
+    expect(((await (await lease("{}")).json()) as { error: { message: string } }).error.message).toBe("ttlMs: must be an integer from 1000 to 86400000");
+    expect((await lease(JSON.stringify({ ttlMs: 999 }))).status).toBe(400);
+    expect((await lease(JSON.stringify({ ttlMs: 1000 }))).status).toBe(201);
+    const bad = await app.request("/v1/agents/not-an-id", { headers: h });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe("invalid_id");
+  });
+
+  it("the OpenAPI document describes the agents API from the schemas that validate it", async () => {
+    const res = await app.request("/openapi.json");
+    expect(res.status).toBe(200);
+    const doc = (await res.json()) as {
+      openapi: string;
+      paths: Record<string, Record<string, { operationId: string; tags: string[]; summary: string; parameters?: { name: string; in: string; schema: Record<string, unknown> }[]; responses: Record<string, { content?: Record<string, unknown> }> }>>;
+      components: { schemas: Record<string, { properties?: Record<string, Record<string, unknown>>; additionalProperties?: unknown }> };
+    };
+    expect(doc.openapi).toBe("3.1.0");
+    const ops = Object.values(doc.paths).flatMap((p) => Object.values(p));
+    const agentOps = ops.filter((o) => o.tags?.includes("agents")).map((o) => o.operationId);
+    expect(agentOps.sort()).toEqual(["addAgentLease", "createAgent", "deleteAgent", "dropAgentLease", "getAgent", "getAgentLogs", "hibernateAgent", "listAgentEvents", "listAgents", "updateAgent", "wakeAgent"]);
+    for (const o of ops.filter((x) => x.tags?.includes("agents"))) expect(o.summary, o.operationId).toBeTruthy();
+    const list = doc.paths["/v1/agents"]!.get!;
+    const limit = list.parameters!.find((p) => p.name === "limit")!;
+    expect(limit).toMatchObject({ in: "query", schema: { default: 100, maximum: 1000, minimum: 1 } });
+    expect(list.parameters!.map((p) => p.name).sort()).toEqual(["cursor", "image", "limit", "namePrefix", "state"]);
+    expect(list.responses["400"]!.content!["application/json"]).toEqual({ schema: { $ref: "#/components/schemas/Error" } });
+    const events = doc.paths["/v1/agents/{id}/events"]!.get!;
+    expect(events.parameters!.map((p) => `${p.in}:${p.name}`).sort()).toEqual(["path:id", "query:cursor", "query:limit", "query:since", "query:until"]);
+    expect(Object.keys(doc.paths["/v1/agents/{id}/logs"]!.get!.responses["200"]!.content!).sort()).toEqual(["text/event-stream", "text/plain"]);
+    for (const name of ["Agent", "AgentList", "AgentEvent", "AgentEventList", "CreateAgent", "UpdateAgent", "Lease", "Wake", "NonWakingRules", "Error"]) expect(doc.components.schemas, name).toHaveProperty(name);
+    // Bodies refuse unknown fields, and the document says so.
+    expect(doc.components.schemas.CreateAgent!.additionalProperties).toBe(false);
+    expect(doc.components.schemas.CreateAgent!.properties!.memMiB).toMatchObject({ type: "integer", minimum: 64, maximum: 65536 });
+  });
 });

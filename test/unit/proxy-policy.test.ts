@@ -2,7 +2,8 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { AppError } from "../../lib/errors.ts";
-import { agentTarget, authorizeCall, defaultNonWakingRules, matchNonWaking, nonWakingAnswer, parseNonWaking } from "../../gateway/proxy-policy.ts";
+import { agentTarget, authorizeCall, defaultNonWakingRules, matchNonWaking, nonWakingAnswer, NonWakingRulesInput } from "../../gateway/proxy-policy.ts";
+import { issuesMessage, z } from "../../lib/api.ts";
 import { downstreamHeaderList, upstreamRequestHeadLines, upstreamRequestHeaders, withoutHopByHop } from "../../lib/http-headers.ts";
 import { TenantLimiter } from "../../gateway/proxy-limits.ts";
 import { createAgentCache, noOverrides } from "../../gateway/proxy-agents.ts";
@@ -76,13 +77,28 @@ describe("non-waking traffic", () => {
   });
 
   it("validates rules from the API and names the bad field", () => {
-    expect(parseNonWaking({}, "nonWaking")).toBeUndefined();
-    expect(parseNonWaking({ nonWaking: null }, "nonWaking")).toBeNull();
-    expect(parseNonWaking({ nonWaking: { paths: ["/x"] } }, "nonWaking")).toEqual({ paths: ["/x"], methods: [], userAgents: [] });
-    expect(() => parseNonWaking({ nonWaking: { paths: ["x"] } }, "nonWaking")).toThrow(/nonWaking.paths/);
-    expect(() => parseNonWaking({ nonWaking: { methods: ["get"] } }, "nonWaking")).toThrow(/nonWaking.methods/);
-    expect(() => parseNonWaking({ nonWaking: { other: [] } }, "nonWaking")).toThrow(/unknown field/);
-    expect(() => parseNonWaking({ nonWaking: [] }, "nonWaking")).toThrow(/must be an object/);
+    // As the routes use it: a body field that may be absent or null (null resets to the defaults).
+    const body = z.object({ nonWaking: NonWakingRulesInput.nullable().optional() });
+    const parse = (value: unknown) => {
+      const r = body.safeParse(value);
+      if (!r.success) throw new AppError("bad_request", issuesMessage(r.error.issues));
+      return r.data.nonWaking;
+    };
+    expect(parse({})).toBeUndefined();
+    expect(parse({ nonWaking: null })).toBeNull();
+    expect(parse({ nonWaking: { paths: ["/x"] } })).toEqual({ paths: ["/x"], methods: [], userAgents: [] });
+    expect(parse({ nonWaking: { paths: ["/api/*"], methods: ["OPTIONS"], userAgents: ["kube-probe"] } })).toEqual({ paths: ["/api/*"], methods: ["OPTIONS"], userAgents: ["kube-probe"] });
+    expect(() => parse({ nonWaking: { paths: ["x"] } })).toThrow(/nonWaking.paths/);
+    expect(() => parse({ nonWaking: { paths: [`/${"a".repeat(201)}`] } })).toThrow(/nonWaking.paths/);
+    expect(() => parse({ nonWaking: { paths: ["/a b"] } })).toThrow(/nonWaking.paths/);
+    expect(() => parse({ nonWaking: { paths: Array.from({ length: 101 }, (_, i) => `/${i}`) } })).toThrow(/nonWaking.paths: must be a list of at most 100/);
+    expect(() => parse({ nonWaking: { paths: "/x" } })).toThrow(/nonWaking.paths/);
+    expect(() => parse({ nonWaking: { methods: ["get"] } })).toThrow(/nonWaking.methods/);
+    expect(() => parse({ nonWaking: { userAgents: ["x"] } })).toThrow(/nonWaking.userAgents/);
+    expect(() => parse({ nonWaking: { userAgents: ["bot\n"] } })).toThrow(/nonWaking.userAgents/);
+    expect(() => parse({ nonWaking: { other: [] } })).toThrow(/nonWaking: unknown field\(s\): other/);
+    expect(() => parse({ nonWaking: [] })).toThrow(/nonWaking: must be an object/);
+    expect(() => parse({ nonWaking: "all" })).toThrow(/nonWaking: must be an object/);
   });
 });
 

@@ -12,6 +12,7 @@ import { bearerToken, type Authenticator } from "../../auth.ts";
 import type { Caller } from "../../../contracts/caller.ts";
 import { PerRunPools } from "../../../lib/per-run.ts";
 import { AppError, logFailure } from "../../../lib/errors.ts";
+import { proxiedCalls } from "../../../lib/metrics.ts";
 import { sendError, sendErrorOnSocket } from "../../../lib/node-respond.ts";
 import type { ProxyCore, ResolvedAgent } from "../../proxy-core.ts";
 import { upgradeRequestHeaders, upstreamRequestHeadLines, upstreamRequestHeaders } from "../../../lib/http-headers.ts";
@@ -22,6 +23,7 @@ import { HttpExchange, type ExchangeEnv } from "./exchange.ts";
 import { sendPlain } from "./respond.ts";
 import { UpstreamPool } from "./upstream-pool.ts";
 import { ActiveList } from "./active-list.ts";
+import { watchAnswerStatus } from "./upgrade-status.ts";
 
 const kLastCaller = Symbol("agentvm.lastCaller");
 type SocketWithCaller = Socket & { [kLastCaller]?: { header: string; caller: Caller; until: number } };
@@ -56,6 +58,11 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   const domain = deps.domain?.toLowerCase();
   const env: ExchangeEnv = { log, active: new ActiveList<HttpExchange>(), maxResponseHeadBytes: deps.maxResponseHeadBytes ?? 65_536 };
   const upstreamIdleMs = deps.upstreamIdleMs ?? 4_000;
+  // Every call this entry takes is counted once, when its response closes, by the status it was answered with.
+  const counted = proxiedCalls(core.metrics);
+  const countAnswer = function (this: ServerResponse): void {
+    counted(this.headersSent ? this.statusCode : undefined);
+  };
   const { fleet } = deps;
   const pools = new PerRunPools<UpstreamPool>(
     (ep) => new UpstreamPool(ep.host, ep.port, { connectTimeoutMs: core.config.connectTimeoutMs, idleTimeoutMs: upstreamIdleMs, maxIdle: 256 }),
@@ -213,6 +220,12 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     const requestId = newId("request");
     socket.on("error", () => socket.destroy());
     const target = agentTarget(req.url ?? "/", req.headers.host, domain);
+    // Counted once it is over, by what it was answered (101, a refusal, an error), like every call of this entry;
+    // only agent traffic is a proxied call (an upgrade of another path is refused, not counted).
+    if (target) {
+      const answered = watchAnswerStatus(socket);
+      socket.once("close", () => counted(answered()));
+    }
     let leave: (() => void) | undefined;
     try {
       if (!target) throw new AppError("not_found", `no WebSocket route for ${req.url ?? "/"}`);
@@ -240,6 +253,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     handle(req, res, expectContinue) {
       const target = agentTarget(req.url ?? "/", req.headers.host, domain);
       if (!target) return false;
+      res.on("close", countAnswer);
       run(req, res, target, expectContinue);
       return true;
     },

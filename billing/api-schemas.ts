@@ -1,0 +1,217 @@
+// The billing API's parameters and answers as zod schemas: what validates a request is what /openapi.json shows.
+import { wakeTimingKeys } from "../contracts/agent.ts";
+import { NextCursor, PageQuery, z } from "../lib/api.ts";
+import { AppError } from "../lib/errors.ts";
+import { resources } from "./money.ts";
+import { assertZone, instantYears, monthRange, readInstant } from "./zones.ts";
+
+/** A domain check that throws `AppError` (zones, months) as a zod issue, so its message reaches the 400 answer. */
+function issueOf(check: () => unknown, ctx: z.RefinementCtx): void {
+  try {
+    check();
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err;
+    ctx.addIssue({ code: "custom", message: err.message });
+  }
+}
+
+const required = (what: string) => (issue: { input: unknown }) => (issue.input === undefined ? `is required (${what})` : undefined);
+
+/**
+ * An instant of a query, checked as written (years 1970–9999, real dates); kept as the string, because a bare date
+ * means the start of that day in the request's zone, which the handler applies (`parseInstant`).
+ */
+function instantText(description: string, text: z.ZodString) {
+  return text
+    .superRefine((v, ctx) => {
+      const read = readInstant(v);
+      if ("problem" in read) ctx.addIssue({ code: "custom", message: read.problem });
+    })
+    .openapi({ description: `${description}: an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years ${instantYears.first}–${instantYears.last})`, example: "2026-03-01" });
+}
+const requiredInstant = (description: string) => instantText(description, z.string({ error: required("an ISO 8601 instant or a YYYY-MM-DD date") }));
+const optionalInstant = (description: string) => instantText(description, z.string()).optional();
+
+/** `tz`: an IANA zone this runtime knows. */
+const TimeZoneParam = z
+  .string()
+  .default("UTC")
+  .superRefine((v, ctx) => issueOf(() => assertZone(v), ctx))
+  .openapi({ description: "IANA time zone that local dates, hours and days are in (default UTC)", example: "Europe/Berlin" });
+
+/** `YYYY-MM`, a month the calendar has (years 1970–9999). */
+export const MonthParam = z
+  .string()
+  .superRefine((v, ctx) => issueOf(() => monthRange("UTC", v), ctx))
+  .openapi({ description: "Calendar month YYYY-MM in the tenant's time zone", example: "2026-03" });
+
+const FormatParam = z.enum(["json", "csv"]).optional().openapi({ description: "Answer as JSON or CSV; without it `Accept: text/csv` asks for CSV" });
+
+/** A `tenantId` (or `tenant`) query parameter may only name the caller's own tenant: another answers 404. */
+const tenantParams = {
+  tenantId: z.string().max(200).optional().openapi({ description: "Only the caller's own tenant (another answers 404)" }),
+  tenant: z.string().max(200).optional().openapi({ description: "Same as tenantId" }),
+};
+
+export type TimeGroupBy = { byAgent: boolean; time?: "hour" | "day"; names: string[] };
+
+/** `groupBy=agent,day`: a comma list of agent, hour, day (or tenant, the default grouping). */
+const GroupByParam = z
+  .string()
+  .max(200)
+  .optional()
+  .transform((raw, ctx): TimeGroupBy => {
+    const names = (raw ?? "")
+      .split(",")
+      .map((s) => s.trim())
+      .filter(Boolean);
+    let byAgent = false;
+    let time: "hour" | "day" | undefined;
+    for (const n of names) {
+      if (n === "agent") byAgent = true;
+      else if (n === "hour" || n === "day") {
+        if (time && time !== n) ctx.addIssue({ code: "custom", message: "takes hour or day, not both" });
+        time = n;
+      } else if (n !== "tenant") ctx.addIssue({ code: "custom", message: `must be a comma list of agent, hour, day (or tenant); got "${n.slice(0, 40)}"` });
+    }
+    return { byAgent, ...(time ? { time } : {}), names };
+  })
+  .openapi({ type: "string", description: "Comma list of agent, hour, day (or tenant): rows per agent and/or per local hour or day", example: "agent,day" });
+
+export const UsageQuery = z.strictObject({
+  from: requiredInstant("Start of the range (inclusive)"),
+  to: requiredInstant("End of the range (exclusive)"),
+  tz: TimeZoneParam,
+  groupBy: GroupByParam,
+  agentId: z.string().max(100).optional().openapi({ description: "Only this agent's usage" }),
+  format: FormatParam,
+  ...tenantParams,
+});
+
+export const RunsQuery = z.strictObject({
+  ...PageQuery.shape,
+  from: optionalInstant("Runs that woke at or after this instant (a bare date is a UTC day)"),
+  until: optionalInstant("Runs that woke before this instant (a bare date is a UTC day)"),
+  to: optionalInstant("Same as until"),
+  format: FormatParam,
+});
+
+export const InvoicesQuery = z.strictObject({
+  ...PageQuery.shape,
+  month: MonthParam.optional().openapi({ description: "Answer this month's invoice (created, as a draft, on first use) instead of the list" }),
+  format: FormatParam,
+  ...tenantParams,
+});
+
+export const FormatQuery = z.strictObject({ format: FormatParam });
+
+export const AgentIdParams = z.object({ id: z.string().max(100).openapi({ description: "Agent id", example: "agt_V1StGXR8Z5jdHi6B" }) });
+export const InvoiceIdParams = z.object({ id: z.string().max(100).openapi({ description: "Invoice id", example: "inv_V1StGXR8Z5jdHi6B" }) });
+export const MonthParams = z.object({ month: MonthParam });
+
+// ---- Answers ----
+
+/** A host's shipment: the segments are checked one by one (rejections are per segment), so the body schema is loose. */
+export const MeterBatch = z
+  .object({
+    segments: z.array(
+      z.unknown().openapi({ type: "object", description: "A meter segment (contracts/meter.ts): id, hostId, vmId, seq, tenantId, agentId, runId, startedAt, endedAt, vcpus, memMiB, startReason, endReason" }),
+    ),
+  })
+  .openapi("MeterBatch", { description: "At most 10,000 segments and 16 MiB; each is accepted, a duplicate, or rejected with its own code" });
+
+export const MeterIngestResult = z
+  .object({
+    accepted: z.array(z.string()),
+    duplicates: z.array(z.string()),
+    rejected: z.array(z.object({ id: z.string(), code: z.string(), message: z.string() })),
+  })
+  .openapi("MeterIngestResult");
+
+const Sums = { activeMs: z.number().int(), vcpuMs: z.number().int(), mibMs: z.number().int().openapi({ description: "MiB-milliseconds" }) };
+
+export const Usage = z
+  .object({
+    tenantId: z.string(),
+    from: z.string().openapi({ description: "ISO 8601 with the zone's offset" }),
+    to: z.string(),
+    timeZone: z.string(),
+    groupBy: z.array(z.string()),
+    agentId: z.string().optional(),
+    source: z.enum(["rollup", "raw"]).openapi({ description: "rollup: 15-minute buckets; raw: segments split by overlap (ranges not on quarter hours)" }),
+    rows: z.array(z.object({ start: z.string(), end: z.string(), agentId: z.string().optional(), ...Sums })),
+    totals: z.object(Sums),
+  })
+  .openapi("Usage");
+
+const timingShape = Object.fromEntries(wakeTimingKeys.map((k) => [k, z.number().optional()])) as { [K in (typeof wakeTimingKeys)[number]]: z.ZodOptional<z.ZodNumber> };
+export const WakeTimings = z.object(timingShape).openapi("WakeTimings", { description: "The wake's parts in ms, as the host recorded them" });
+
+export const Run = z
+  .object({
+    runId: z.string(),
+    hostId: z.string(),
+    vmId: z.string(),
+    wokeAt: z.string(),
+    wakeReason: z.string(),
+    wakeMode: z.string().openapi({ description: "restore | boot" }),
+    timings: WakeTimings,
+    sleptAt: z.string().nullable(),
+    sleepReason: z.string().nullable(),
+    awakeMs: z.number().int().nullable(),
+    ...Sums,
+    segments: z.number().int(),
+  })
+  .openapi("Run");
+
+export const RunPage = z.object({ agentId: z.string(), runs: z.array(Run), nextCursor: NextCursor }).openapi("RunPage");
+
+const Rates = z
+  .object({
+    currency: z.string(),
+    vcpuSecondNanocents: z.number().int(),
+    gibSecondNanocents: z.number().int(),
+    snapshotGibMonthNanocents: z.number().int(),
+  })
+  .openapi("Rates", { description: "Prices in nano-cents (10⁻⁹ cent) per priced unit" });
+
+export const Invoice = z
+  .object({
+    id: z.string(),
+    tenantId: z.string(),
+    month: z.string(),
+    timeZone: z.string(),
+    periodStart: z.string(),
+    periodEnd: z.string(),
+    status: z.enum(["draft", "final"]),
+    cutoffAt: z.string().openapi({ description: "Segments received before this instant are counted" }),
+    finalizableAt: z.string(),
+    currency: z.string(),
+    rates: Rates,
+    lines: z.array(
+      z.object({
+        agentId: z.string(),
+        resource: z.enum(resources as readonly [string, ...string[]]),
+        quantity: z.string().openapi({ description: "In `unit`, a decimal string (storage byte-ms exceed 2^53)" }),
+        unit: z.string(),
+        unitPriceNanocents: z.number().int(),
+        priceUnit: z.string(),
+        amountCents: z.number().int(),
+      }),
+    ),
+    totalCents: z.number().int(),
+    total: z.string().openapi({ example: "0.45" }),
+  })
+  .openapi("Invoice");
+
+export const InvoiceSummary = z
+  .object({ id: z.string(), month: z.string(), status: z.enum(["draft", "final"]), totalCents: z.number().int().nullable().openapi({ description: "null for a draft (read it for its total)" }), currency: z.string() })
+  .openapi("InvoiceSummary");
+
+export const InvoicePage = z.object({ invoices: z.array(InvoiceSummary), nextCursor: NextCursor }).openapi("InvoicePage");
+
+export const RateCard = Rates.extend({
+  id: z.string(),
+  tenantId: z.string().nullable().openapi({ description: "null for the default card" }),
+  units: z.object({ vcpuSecondNanocents: z.string(), gibSecondNanocents: z.string(), snapshotGibMonthNanocents: z.string() }),
+}).openapi("RateCard");

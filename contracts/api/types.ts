@@ -1,0 +1,2499 @@
+// The API's types, generated from contracts/api/openapi.json by `npm run openapi` (openapi-typescript): do not edit.
+
+export type paths = {
+  "/healthz": {
+    /** Liveness: the process answers (wakes nothing, needs no database) */
+    get: operations["health"];
+  };
+  "/readyz": {
+    /** Readiness: names each dependency up or down */
+    get: operations["ready"];
+  };
+  "/v1/agents": {
+    /** List the tenant's agents, oldest first, a page at a time */
+    get: operations["listAgents"];
+    /** Create an agent (it sleeps until its first call) */
+    post: operations["createAgent"];
+  };
+  "/v1/agents/{id}": {
+    /** An agent, with its live state */
+    get: operations["getAgent"];
+    /** Delete an agent (its VM is removed from its host) */
+    delete: operations["deleteAgent"];
+    /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global) */
+    patch: operations["updateAgent"];
+  };
+  "/v1/agents/{id}/hibernate": {
+    /** Hibernate an agent now */
+    post: operations["hibernateAgent"];
+  };
+  "/v1/agents/{id}/wake": {
+    /** Wake an agent now */
+    post: operations["wakeAgent"];
+  };
+  "/v1/agents/{id}/leases": {
+    /** Keep an agent awake for a while (a lease), waking it */
+    post: operations["addAgentLease"];
+  };
+  "/v1/agents/{id}/leases/{leaseId}": {
+    /** End a lease before it expires */
+    delete: operations["dropAgentLease"];
+  };
+  "/v1/agents/{id}/events": {
+    /** An agent's VM event log (state transitions with reasons and timings), newest first, a page at a time */
+    get: operations["listAgentEvents"];
+  };
+  "/v1/agents/{id}/logs": {
+    /**
+     * An agent's log (console + workload output): its tail, and with follow what it writes next; never wakes the agent
+     * @description Plain text, or Server-Sent Events (one `data:` event per line, keep-alive comments while following) when `Accept: text/event-stream`.
+     */
+    get: operations["getAgentLogs"];
+  };
+  "/hooks/{agentId}/{endpointName}": {
+    /**
+     * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
+     * @description No bearer token: the signature is the credential (`webhook-id`, `webhook-timestamp`, `webhook-signature` for standard endpoints; `X-Hub-Signature-256` and `X-GitHub-Delivery` for github ones). The body is kept byte for byte, whatever its type.
+     */
+    post: operations["deliverWebhook"];
+  };
+  "/v1/agents/{id}/webhooks": {
+    /** The agent's webhook endpoints, by name (never their secrets) */
+    get: operations["listWebhookEndpoints"];
+    /** Create a signed webhook endpoint of the agent; the answer is the only one that shows its secret */
+    post: operations["createWebhookEndpoint"];
+  };
+  "/v1/agents/{id}/webhooks/{name}": {
+    /** One webhook endpoint */
+    get: operations["getWebhookEndpoint"];
+    /** Stop accepting deliveries (those already accepted are still delivered) */
+    delete: operations["deleteWebhookEndpoint"];
+  };
+  "/v1/agents/{id}/webhooks/{name}/rotate": {
+    /** A new secret; the one it replaces keeps verifying for overlapS seconds */
+    post: operations["rotateWebhookSecret"];
+  };
+  "/v1/agents/{id}/webhooks/{name}/deliveries": {
+    /** The endpoint's deliveries, newest first, each with its attempts (bodies: see getWebhookDelivery) */
+    get: operations["listWebhookDeliveries"];
+  };
+  "/v1/webhook-deliveries/{id}": {
+    /** One delivery with its attempts, headers and body */
+    get: operations["getWebhookDelivery"];
+  };
+  "/v1/webhook-deliveries/{id}/redeliver": {
+    /** Queue the delivery again now with a fresh attempt budget (also after delivery); 409 while an attempt runs */
+    post: operations["redeliverWebhook"];
+  };
+  "/v1/meter-segments": {
+    /** Ship meter segments (a host, with its component token of audience billing); idempotent per segment id */
+    post: operations["ingestMeterSegments"];
+  };
+  "/v1/usage": {
+    /** Active time, vCPU-ms and MiB-ms of the tenant over [from, to), by agent and/or local hour or day in a zone */
+    get: operations["getUsage"];
+  };
+  "/v1/agents/{id}/runs": {
+    /** The agent's awake runs, newest first: what woke it, the wake's timings, what put it to sleep, metered time */
+    get: operations["listAgentRuns"];
+  };
+  "/v1/invoices": {
+    /** The tenant's invoices, newest month first; with `month`, that month's invoice */
+    get: operations["listInvoices"];
+  };
+  "/v1/invoices/{id}": {
+    /** One invoice with its lines: stored if final, computed now if a draft */
+    get: operations["getInvoice"];
+  };
+  "/v1/invoices/{month}/finalize": {
+    /** Freeze the month's invoice (agents:admin): from the month's end + grace; finalizing twice answers the same invoice */
+    post: operations["finalizeInvoice"];
+  };
+  "/v1/rate-card": {
+    /** The prices the tenant's invoices use */
+    get: operations["getRateCard"];
+  };
+  "/v1/images": {
+    /** The tenant's images, by name then tag */
+    get: operations["listImages"];
+    /**
+     * Build an image from a tar of a build context (Containerfile), or import an OCI / docker save archive
+     * @description Waits and answers 201 with the image, or 422 build_failed / 400 bad_archive with the reason. With `Accept: application/x-ndjson` it streams the build's events instead, one JSON object a line: first `{type:"build"}`, then step/log/progress events, last `{type:"image"}` or `{type:"error"}`.
+     */
+    post: operations["createImage"];
+  };
+  "/v1/images/builds/{id}": {
+    /** A build's status (builds are kept in this process's memory) */
+    get: operations["getImageBuild"];
+  };
+  "/v1/images/builds/{id}/log": {
+    /** A build's log as text; with follow=true it streams until the build ends */
+    get: operations["getImageBuildLog"];
+  };
+  "/v1/images/{id}": {
+    /** One image */
+    get: operations["getImage"];
+    /** Delete the tag; the files go when no tag names the digest (409 while a live agent runs the last one) */
+    delete: operations["deleteImage"];
+  };
+};
+
+export type webhooks = Record<string, never>;
+
+export type components = {
+  schemas: {
+    Error: {
+      error: {
+        /** @enum {string} */
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "internal" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "database_unavailable" | "gateway_timeout";
+        message: string;
+        /** @example req_V1StGXR8Z5jdHi6B */
+        requestId: string;
+        details?: unknown;
+      };
+    };
+    Agent: {
+      /** @example agt_0123456789abcdef */
+      id: string;
+      tenantId: string;
+      name: string;
+      image: string;
+      /** @description The built image `image` was pinned to at creation; null for a built-in image */
+      imageDigest: string | null;
+      vcpus: number;
+      memMiB: number;
+      diskMiB: number;
+      idleTimeoutMs: number;
+      streamIdleMs: number;
+      public: boolean;
+      allowEgress: boolean;
+      nonWaking: components["schemas"]["NonWakingRules"];
+      /** @description Whether `nonWaking` are the defaults */
+      nonWakingDefault: boolean;
+      limits: components["schemas"]["EffectiveLimits"];
+      /** @description Where the agent is called: `/a/{id}/` */
+      path: string;
+      state: components["schemas"]["VmState"];
+      /** Format: date-time */
+      lastWakeAt: string | null;
+      inFlight: number;
+      leases: number;
+      lastHibernateError: components["schemas"]["HibernateFailure"];
+      /** Format: date-time */
+      createdAt: string;
+    };
+    /** @description Paths match exactly or by prefix (trailing *), methods exactly, user agents by substring ignoring case */
+    NonWakingRules: {
+      paths: string[];
+      methods: string[];
+      userAgents: string[];
+    };
+    /** @description The proxy limits in force for the agent (its own, else the gateway's) */
+    EffectiveLimits: {
+      responseTimeoutMs: number;
+      proxyIdleTimeoutMs: number;
+      maxBodyBytes: number;
+    };
+    /**
+     * @description Its host's live state when the host knows the agent, else the one the database last recorded
+     * @enum {string}
+     */
+    VmState: "creating" | "booting" | "running" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
+    /** @description The last failed hibernate (a full disk, say) until one succeeds: the agent stays awake meanwhile */
+    HibernateFailure: {
+      /** @description Wall clock of the failure, ms since the epoch */
+      at: number;
+      message: string;
+      /** @description `ENOSPC` when the snapshot did not fit */
+      code?: string;
+      neededBytes?: number;
+      freeBytes?: number;
+      attempts: number;
+      /** @description Wall clock before which the idle reaper does not try again, ms since the epoch */
+      retryAt: number;
+    } | null;
+    CreateAgent: {
+      /** @description Default "agent" */
+      name?: string;
+      /** @description A built-in image (default `demo`), `name[:tag]` of a built image (pinned by digest at creation) or `sha256:<digest>` */
+      image?: string;
+      vcpus?: number;
+      memMiB?: number;
+      /** @description the agent's persistent disk, MiB */
+      diskMiB?: number;
+      /** @description ms without a call (or a stream moving bytes) before the agent hibernates */
+      idleTimeoutMs?: number;
+      /** @description an open stream keeps the agent awake only while it moved bytes within this window, ms */
+      streamIdleMs?: number;
+      /** @description Anyone may call it, without a token (default false) */
+      public?: boolean;
+      /** @description The agent may open connections out (default false) */
+      allowEgress?: boolean;
+      /** @description null or absent: the defaults */
+      nonWaking?: {
+        /**
+         * @description At most 100 paths starting with / (a trailing * matches a prefix)
+         * @default []
+         */
+        paths?: string[];
+        /**
+         * @description At most 100 upper-case HTTP methods
+         * @default []
+         */
+        methods?: string[];
+        /**
+         * @description At most 100 user-agent substrings of 2–100 printable characters
+         * @default []
+         */
+        userAgents?: string[];
+      } | null;
+      limits?: components["schemas"]["AgentLimitsInput"];
+    };
+    /** @description Per-agent proxy limits; null = the gateway's global value */
+    AgentLimitsInput: {
+      /** @description the agent must send its response headers within this, ms */
+      responseTimeoutMs?: number | null;
+      /** @description a call, stream or WebSocket moving no bytes for this long is ended, ms */
+      proxyIdleTimeoutMs?: number | null;
+      /** @description largest request body, bytes (never above the gateway's global limit) */
+      maxBodyBytes?: number | null;
+    };
+    AgentList: {
+      agents: components["schemas"]["Agent"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    UpdateAgent: {
+      /** @description ms without a call (or a stream moving bytes) before the agent hibernates */
+      idleTimeoutMs?: number;
+      /** @description an open stream keeps the agent awake only while it moved bytes within this window, ms */
+      streamIdleMs?: number;
+      /** @description null resets to the defaults */
+      nonWaking?: {
+        /**
+         * @description At most 100 paths starting with / (a trailing * matches a prefix)
+         * @default []
+         */
+        paths?: string[];
+        /**
+         * @description At most 100 upper-case HTTP methods
+         * @default []
+         */
+        methods?: string[];
+        /**
+         * @description At most 100 user-agent substrings of 2–100 printable characters
+         * @default []
+         */
+        userAgents?: string[];
+      } | null;
+      limits?: components["schemas"]["AgentLimitsInput"];
+    };
+    AgentDeleted: {
+      id: string;
+      /** @enum {boolean} */
+      deleted: true;
+    };
+    AgentState: {
+      id: string;
+      state: components["schemas"]["VmState"];
+    };
+    Wake: {
+      id: string;
+      /** @enum {string} */
+      state: "running";
+      /**
+       * @description warm = already running; restore = from its snapshot; boot = cold boot
+       * @enum {string}
+       */
+      wake: "warm" | "restore" | "boot";
+      runId: string;
+      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …) */
+      timings: {
+        [key: string]: number;
+      };
+    };
+    Lease: {
+      leaseId: string;
+      agentId: string;
+      /** Format: date-time */
+      expiresAt: string;
+    };
+    AddLease: {
+      /** @description how long the lease keeps the agent awake, ms */
+      ttlMs: number;
+    };
+    LeaseDropped: {
+      leaseId: string;
+      /** @enum {boolean} */
+      dropped: true;
+    };
+    AgentEventList: {
+      events: components["schemas"]["AgentEvent"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    AgentEvent: {
+      id: number;
+      /** Format: date-time */
+      at: string;
+      hostId: string;
+      agentId: string;
+      vmId: string;
+      runId: string | null;
+      fromState: string;
+      toState: string;
+      /** @description A wake or sleep reason, `cancelled` or `hibernate_failed` */
+      reason: string;
+      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …) */
+      timings: {
+        [key: string]: number;
+      } | null;
+      detail: {
+        [key: string]: unknown;
+      } | null;
+    };
+    WebhookAccepted: {
+      deliveryId: string;
+    };
+    WebhookEndpointWithSecret: components["schemas"]["WebhookEndpoint"] & {
+      /** @description Shown only in this answer */
+      secret: string;
+    };
+    WebhookEndpoint: {
+      id: string;
+      agentId: string;
+      name: string;
+      /** @enum {string} */
+      scheme: "standard" | "github";
+      path: string;
+      /** @description Where senders deliver: /hooks/{agentId}/{name} */
+      url: string;
+      createdAt: string | null;
+      rotatedAt: string | null;
+      /** @description Until when the secret before the last rotation still verifies; null when only the current one does */
+      previousSecretExpiresAt: string | null;
+    };
+    NewWebhookEndpoint: {
+      /**
+       * @description The URL segment: deliveries go to /hooks/{agentId}/{name}
+       * @example stripe
+       */
+      name: string;
+      /**
+       * @description standard: Standard Webhooks signatures; github: X-Hub-Signature-256
+       * @enum {string}
+       */
+      scheme: "standard" | "github";
+      /**
+       * @description Path (and query) on the agent that deliveries are POSTed to
+       * @default /
+       * @example /webhooks/stripe
+       */
+      path?: string;
+    };
+    WebhookEndpointPage: {
+      endpoints: components["schemas"]["WebhookEndpoint"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    WebhookRotation: {
+      /** @description Seconds the secret being replaced keeps verifying (default WEBHOOK_ROTATION_OVERLAP_S) */
+      overlapS?: number;
+    };
+    WebhookDeliveryPage: {
+      deliveries: components["schemas"]["WebhookDelivery"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    WebhookDelivery: {
+      id: string;
+      endpointId: string;
+      agentId: string;
+      /** @description The sender's delivery id (webhook-id or X-GitHub-Delivery) */
+      externalId: string;
+      /** @enum {string} */
+      status: "pending" | "in_flight" | "delivered" | "dead";
+      receivedAt: string | null;
+      requestId: string | null;
+      attemptCount: number;
+      nextAttemptAt: string | null;
+      deliveredAt: string | null;
+      deadAt: string | null;
+      lastError: string | null;
+      bodyBytes: number;
+      /** @description Request headers as received (lower-case names, in order), minus hop-by-hop and credential headers */
+      headers: [string, string][];
+      attempts: components["schemas"]["WebhookAttempt"][];
+    };
+    WebhookAttempt: {
+      id: string;
+      attempt: number;
+      /** @enum {string} */
+      outcome: "in_flight" | "ok" | "http_error" | "error" | "lease_expired";
+      statusCode: number | null;
+      error: string | null;
+      durationMs: number | null;
+      startedAt: string | null;
+      finishedAt: string | null;
+      requestId: string;
+    };
+    WebhookDeliveryDetail: components["schemas"]["WebhookDelivery"] & {
+      /** @description The body's bytes exactly as received */
+      bodyBase64: string;
+      endpointName: string;
+    };
+    WebhookRedelivery: {
+      deliveryId: string;
+      /** @enum {string} */
+      status: "pending" | "in_flight" | "delivered" | "dead";
+    };
+    MeterIngestResult: {
+      accepted: string[];
+      duplicates: string[];
+      rejected: {
+          id: string;
+          code: string;
+          message: string;
+        }[];
+    };
+    /** @description At most 10,000 segments and 16 MiB; each is accepted, a duplicate, or rejected with its own code */
+    MeterBatch: {
+      segments: Record<string, never>[];
+    };
+    Usage: {
+      tenantId: string;
+      /** @description ISO 8601 with the zone's offset */
+      from: string;
+      to: string;
+      timeZone: string;
+      groupBy: string[];
+      agentId?: string;
+      /**
+       * @description rollup: 15-minute buckets; raw: segments split by overlap (ranges not on quarter hours)
+       * @enum {string}
+       */
+      source: "rollup" | "raw";
+      rows: {
+          start: string;
+          end: string;
+          agentId?: string;
+          activeMs: number;
+          vcpuMs: number;
+          /** @description MiB-milliseconds */
+          mibMs: number;
+        }[];
+      totals: {
+        activeMs: number;
+        vcpuMs: number;
+        /** @description MiB-milliseconds */
+        mibMs: number;
+      };
+    };
+    RunPage: {
+      agentId: string;
+      runs: components["schemas"]["Run"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    Run: {
+      runId: string;
+      hostId: string;
+      vmId: string;
+      wokeAt: string;
+      wakeReason: string;
+      /** @description restore | boot */
+      wakeMode: string;
+      timings: components["schemas"]["WakeTimings"];
+      sleptAt: string | null;
+      sleepReason: string | null;
+      awakeMs: number | null;
+      activeMs: number;
+      vcpuMs: number;
+      /** @description MiB-milliseconds */
+      mibMs: number;
+      segments: number;
+    };
+    /** @description The wake's parts in ms, as the host recorded them */
+    WakeTimings: {
+      queuedMs?: number;
+      restoreMs?: number;
+      clockFixMs?: number;
+      firstByteMs?: number;
+      bootMs?: number;
+      skewBeforeMs?: number;
+      skewAfterMs?: number;
+      rollbackMs?: number;
+    };
+    InvoicePage: {
+      invoices: components["schemas"]["InvoiceSummary"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    InvoiceSummary: {
+      id: string;
+      month: string;
+      /** @enum {string} */
+      status: "draft" | "final";
+      /** @description null for a draft (read it for its total) */
+      totalCents: number | null;
+      currency: string;
+    };
+    Invoice: {
+      id: string;
+      tenantId: string;
+      month: string;
+      timeZone: string;
+      periodStart: string;
+      periodEnd: string;
+      /** @enum {string} */
+      status: "draft" | "final";
+      /** @description Segments received before this instant are counted */
+      cutoffAt: string;
+      finalizableAt: string;
+      currency: string;
+      rates: components["schemas"]["Rates"];
+      lines: ({
+          agentId: string;
+          /** @enum {string} */
+          resource: "vcpu" | "memory" | "snapshot_storage";
+          /** @description In `unit`, a decimal string (storage byte-ms exceed 2^53) */
+          quantity: string;
+          unit: string;
+          unitPriceNanocents: number;
+          priceUnit: string;
+          amountCents: number;
+        })[];
+      totalCents: number;
+      /** @example 0.45 */
+      total: string;
+    };
+    /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
+    Rates: {
+      currency: string;
+      vcpuSecondNanocents: number;
+      gibSecondNanocents: number;
+      snapshotGibMonthNanocents: number;
+    };
+    /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
+    RateCard: components["schemas"]["Rates"] & ({
+      id: string;
+      /** @description null for the default card */
+      tenantId: string | null;
+      units: {
+        vcpuSecondNanocents: string;
+        gibSecondNanocents: string;
+        snapshotGibMonthNanocents: string;
+      };
+    });
+    ImageBuilt: {
+      image: components["schemas"]["Image"];
+      build: components["schemas"]["ImageBuild"];
+    };
+    Image: {
+      id: string;
+      tenantId: string;
+      name: string;
+      tag: string;
+      /** @description sha256:<hex> of the root filesystem image */
+      digest: string;
+      sizeBytes: number;
+      config: components["schemas"]["ImageConfig"];
+      createdAt: string;
+    };
+    ImageConfig: {
+      entrypoint: string[];
+      cmd: string[];
+      /** @description KEY=value, in order */
+      env: string[];
+      workdir: string;
+      user: string;
+      uid: number;
+      gid: number;
+      /** @description TCP port the agent serves HTTP on inside the VM */
+      port: number;
+      /** @description Readiness is an answer on this path rather than an open port */
+      readyPath?: string;
+    };
+    ImageBuild: {
+      id: string;
+      /** @enum {string} */
+      kind: "containerfile" | "archive";
+      /** @enum {string} */
+      status: "running" | "succeeded" | "failed";
+      startedAt: string;
+      finishedAt: string | null;
+      digest: string | null;
+      error: {
+        code: string;
+        message: string;
+      } | null;
+      /** @description Early events no longer kept (the full log is in the image's build.log) */
+      droppedEvents: number;
+    };
+    ImagePage: {
+      images: components["schemas"]["Image"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    ImageDeleted: {
+      id: string;
+      /** @enum {boolean} */
+      deleted: true;
+      filesRemoved: boolean;
+    };
+  };
+  responses: never;
+  parameters: {
+  };
+  requestBodies: never;
+  headers: never;
+  pathItems: never;
+};
+
+export type $defs = Record<string, never>;
+
+export type external = Record<string, never>;
+
+export type operations = {
+
+  /** Liveness: the process answers (wakes nothing, needs no database) */
+  health: {
+    responses: {
+      /** @description Alive */
+      200: {
+        content: {
+          "application/json": {
+            /** @enum {boolean} */
+            ok: true;
+          };
+        };
+      };
+    };
+  };
+  /** Readiness: names each dependency up or down */
+  ready: {
+    responses: {
+      /** @description Ready */
+      200: {
+        content: {
+          "application/json": {
+            /** @enum {boolean} */
+            ok: true;
+            [key: string]: ("up" | "down") | true;
+          };
+        };
+      };
+      /** @description A dependency is down (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** List the tenant's agents, oldest first, a page at a time */
+  listAgents: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only agents in this state as the database last recorded it (each host writes it on a transition); the `state` an agent shows is its host's live one, which may be newer */
+        state?: components["schemas"]["VmState"];
+        /** @description Only agents whose name starts with this (case-sensitive) */
+        namePrefix?: string;
+        /** @description Only agents of this image: its `image` as shown (`demo`, `name:tag`), or its `imageDigest` (`sha256:…`) */
+        image?: string;
+      };
+    };
+    responses: {
+      /** @description A page of agents */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AgentList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Create an agent (it sleeps until its first call) */
+  createAgent: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["CreateAgent"];
+      };
+    };
+    responses: {
+      /** @description The agent */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Agent"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** An agent, with its live state */
+  getAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The agent */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Agent"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete an agent (its VM is removed from its host) */
+  deleteAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AgentDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global) */
+  updateAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["UpdateAgent"];
+      };
+    };
+    responses: {
+      /** @description The agent as changed */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Agent"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not allowed here */
+      405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Hibernate an agent now */
+  hibernateAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The state it is in */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AgentState"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Wake an agent now */
+  wakeAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Awake: how it woke and what that cost */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Wake"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Keep an agent awake for a while (a lease), waking it */
+  addAgentLease: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["AddLease"];
+      };
+    };
+    responses: {
+      /** @description The lease */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Lease"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** End a lease before it expires */
+  dropAgentLease: {
+    parameters: {
+      path: {
+        id: string;
+        leaseId: string;
+      };
+    };
+    responses: {
+      /** @description Dropped */
+      200: {
+        content: {
+          "application/json": components["schemas"]["LeaseDropped"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** An agent's VM event log (state transitions with reasons and timings), newest first, a page at a time */
+  listAgentEvents: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only events at or after this instant */
+        since?: string;
+        /** @description Only events before this instant */
+        until?: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of events */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AgentEventList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * An agent's log (console + workload output): its tail, and with follow what it writes next; never wakes the agent
+   * @description Plain text, or Server-Sent Events (one `data:` event per line, keep-alive comments while following) when `Accept: text/event-stream`.
+   */
+  getAgentLogs: {
+    parameters: {
+      query?: {
+        /** @description Bytes from the end of the log to start with (default 65536, at most 1073741824) */
+        tail?: string;
+        /** @description Go on with what the agent writes next, until the client goes away (default false) */
+        follow?: "0" | "1" | "true" | "false" | "";
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The log */
+      200: {
+        content: {
+          "text/plain": string;
+          "text/event-stream": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
+   * @description No bearer token: the signature is the credential (`webhook-id`, `webhook-timestamp`, `webhook-signature` for standard endpoints; `X-Hub-Signature-256` and `X-GitHub-Delivery` for github ones). The body is kept byte for byte, whatever its type.
+   */
+  deliverWebhook: {
+    parameters: {
+      path: {
+        agentId: string;
+        endpointName: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "*/*": string;
+      };
+    };
+    responses: {
+      /** @description Stored; the agent is woken and the delivery attempted */
+      202: {
+        content: {
+          "application/json": components["schemas"]["WebhookAccepted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not allowed here */
+      405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Too many requests (Retry-After) */
+      429: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The agent's webhook endpoints, by name (never their secrets) */
+  listWebhookEndpoints: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+      path: {
+        /** @description Agent id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of endpoints */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WebhookEndpointPage"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Create a signed webhook endpoint of the agent; the answer is the only one that shows its secret */
+  createWebhookEndpoint: {
+    parameters: {
+      path: {
+        /** @description Agent id */
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewWebhookEndpoint"];
+      };
+    };
+    responses: {
+      /** @description The endpoint with its secret */
+      201: {
+        content: {
+          "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One webhook endpoint */
+  getWebhookEndpoint: {
+    parameters: {
+      path: {
+        /** @description Agent id */
+        id: string;
+        /** @description Endpoint name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description The endpoint */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WebhookEndpoint"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Stop accepting deliveries (those already accepted are still delivered) */
+  deleteWebhookEndpoint: {
+    parameters: {
+      path: {
+        /** @description Agent id */
+        id: string;
+        /** @description Endpoint name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      204: {
+        content: never;
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** A new secret; the one it replaces keeps verifying for overlapS seconds */
+  rotateWebhookSecret: {
+    parameters: {
+      path: {
+        /** @description Agent id */
+        id: string;
+        /** @description Endpoint name */
+        name: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["WebhookRotation"];
+      };
+    };
+    responses: {
+      /** @description The endpoint with its new secret */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The endpoint's deliveries, newest first, each with its attempts (bodies: see getWebhookDelivery) */
+  listWebhookDeliveries: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+      path: {
+        /** @description Agent id */
+        id: string;
+        /** @description Endpoint name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description A page of deliveries */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WebhookDeliveryPage"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One delivery with its attempts, headers and body */
+  getWebhookDelivery: {
+    parameters: {
+      path: {
+        /** @description Delivery id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The delivery */
+      200: {
+        content: {
+          "application/json": components["schemas"]["WebhookDeliveryDetail"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Queue the delivery again now with a fresh attempt budget (also after delivery); 409 while an attempt runs */
+  redeliverWebhook: {
+    parameters: {
+      path: {
+        /** @description Delivery id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Queued */
+      202: {
+        content: {
+          "application/json": components["schemas"]["WebhookRedelivery"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Ship meter segments (a host, with its component token of audience billing); idempotent per segment id */
+  ingestMeterSegments: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["MeterBatch"];
+      };
+    };
+    responses: {
+      /** @description Each segment accepted, a duplicate, or rejected with its code */
+      200: {
+        content: {
+          "application/json": components["schemas"]["MeterIngestResult"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Active time, vCPU-ms and MiB-ms of the tenant over [from, to), by agent and/or local hour or day in a zone */
+  getUsage: {
+    parameters: {
+      query: {
+        /** @description Start of the range (inclusive): an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years 1970–9999) */
+        from: string;
+        /** @description End of the range (exclusive): an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years 1970–9999) */
+        to: string;
+        /** @description IANA time zone that local dates, hours and days are in (default UTC) */
+        tz?: string;
+        /** @description Comma list of agent, hour, day (or tenant): rows per agent and/or per local hour or day */
+        groupBy?: string;
+        /** @description Only this agent's usage */
+        agentId?: string;
+        /** @description Answer as JSON or CSV; without it `Accept: text/csv` asks for CSV */
+        format?: "json" | "csv";
+        /** @description Only the caller's own tenant (another answers 404) */
+        tenantId?: string;
+        /** @description Same as tenantId */
+        tenant?: string;
+      };
+    };
+    responses: {
+      /** @description The usage rows and their totals */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Usage"];
+          "text/csv": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The agent's awake runs, newest first: what woke it, the wake's timings, what put it to sleep, metered time */
+  listAgentRuns: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Runs that woke at or after this instant (a bare date is a UTC day): an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years 1970–9999) */
+        from?: string;
+        /** @description Runs that woke before this instant (a bare date is a UTC day): an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years 1970–9999) */
+        until?: string;
+        /** @description Same as until: an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years 1970–9999) */
+        to?: string;
+        /** @description Answer as JSON or CSV; without it `Accept: text/csv` asks for CSV */
+        format?: "json" | "csv";
+      };
+      path: {
+        /** @description Agent id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of runs */
+      200: {
+        headers: {
+          /** @description The next page's cursor, when there is one */
+          "x-next-cursor"?: string;
+        };
+        content: {
+          "application/json": components["schemas"]["RunPage"];
+          "text/csv": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The tenant's invoices, newest month first; with `month`, that month's invoice */
+  listInvoices: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Answer this month's invoice (created, as a draft, on first use) instead of the list */
+        month?: string;
+        /** @description Answer as JSON or CSV; without it `Accept: text/csv` asks for CSV */
+        format?: "json" | "csv";
+        /** @description Only the caller's own tenant (another answers 404) */
+        tenantId?: string;
+        /** @description Same as tenantId */
+        tenant?: string;
+      };
+    };
+    responses: {
+      /** @description A page of invoices (an Invoice with `month`) */
+      200: {
+        headers: {
+          /** @description The next page's cursor, when there is one */
+          "x-next-cursor"?: string;
+        };
+        content: {
+          "application/json": components["schemas"]["InvoicePage"] | components["schemas"]["Invoice"];
+          "text/csv": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One invoice with its lines: stored if final, computed now if a draft */
+  getInvoice: {
+    parameters: {
+      query?: {
+        /** @description Answer as JSON or CSV; without it `Accept: text/csv` asks for CSV */
+        format?: "json" | "csv";
+      };
+      path: {
+        /** @description Invoice id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The invoice */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Invoice"];
+          "text/csv": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Freeze the month's invoice (agents:admin): from the month's end + grace; finalizing twice answers the same invoice */
+  finalizeInvoice: {
+    parameters: {
+      path: {
+        /** @description Calendar month YYYY-MM in the tenant's time zone */
+        month: string;
+      };
+    };
+    responses: {
+      /** @description The final invoice */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Invoice"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The prices the tenant's invoices use */
+  getRateCard: {
+    responses: {
+      /** @description The tenant's rate card (or the default one) */
+      200: {
+        content: {
+          "application/json": components["schemas"]["RateCard"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The tenant's images, by name then tag */
+  listImages: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of images */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ImagePage"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Build an image from a tar of a build context (Containerfile), or import an OCI / docker save archive
+   * @description Waits and answers 201 with the image, or 422 build_failed / 400 bad_archive with the reason. With `Accept: application/x-ndjson` it streams the build's events instead, one JSON object a line: first `{type:"build"}`, then step/log/progress events, last `{type:"image"}` or `{type:"error"}`.
+   */
+  createImage: {
+    parameters: {
+      query: {
+        /** @description Image name (lowercase, `/` allowed) */
+        name: string;
+        /** @description Tag (default latest); an existing name:tag moves to the new digest */
+        tag?: string;
+        /** @description containerfile: the body is a tar of the build context; archive: an OCI archive or a `docker save` tarball */
+        kind?: "containerfile" | "archive";
+        /** @description The Containerfile's path inside the context (default Containerfile, else Dockerfile) */
+        file?: string;
+      };
+    };
+    /** @description The build context as a tar, or the image archive */
+    requestBody: {
+      content: {
+        "application/x-tar": string;
+        "application/octet-stream": string;
+      };
+    };
+    responses: {
+      /** @description The build's events as NDJSON (with Accept: application/x-ndjson) */
+      200: {
+        headers: {
+          "x-build-id": string;
+        };
+        content: {
+          "application/x-ndjson": string;
+        };
+      };
+      /** @description Built and registered */
+      201: {
+        headers: {
+          "x-build-id": string;
+        };
+        content: {
+          "application/json": components["schemas"]["ImageBuilt"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not allowed here */
+      405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unprocessable */
+      422: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** A build's status (builds are kept in this process's memory) */
+  getImageBuild: {
+    parameters: {
+      path: {
+        /** @description Build id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The build */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ImageBuild"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not allowed here */
+      405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** A build's log as text; with follow=true it streams until the build ends */
+  getImageBuildLog: {
+    parameters: {
+      query?: {
+        /** @description true: stream the log until the build ends */
+        follow?: "true" | "false";
+      };
+      path: {
+        /** @description Build id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The log, a line per event */
+      200: {
+        content: {
+          "text/plain": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not allowed here */
+      405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One image */
+  getImage: {
+    parameters: {
+      path: {
+        /** @description Image id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The image */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Image"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete the tag; the files go when no tag names the digest (409 while a live agent runs the last one) */
+  deleteImage: {
+    parameters: {
+      path: {
+        /** @description Image id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ImageDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+};

@@ -1,0 +1,1 @@
+CREATE INDEX "agents_tenant_page_idx" ON "agents" USING btree ("tenant_id","created_at","id") WHERE deleted_at is null;
