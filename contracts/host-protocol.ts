@@ -20,6 +20,8 @@ export type HostCall =
   | { op: "wake"; agent: AgentSpec; reason: WakeReason }
   | { op: "hibernate"; agentId: string }
   | { op: "status"; agentId: string }
+  /** The live status of several agents in one call (a page of a list); at most `maxStatusesPerCall` ids. */
+  | { op: "statuses"; agentIds: string[] }
   | { op: "lease"; agent: AgentSpec; ttlMs: number }
   | { op: "drop-lease"; agentId: string; leaseId: string }
   | { op: "remove"; agentId: string }
@@ -28,6 +30,9 @@ export type HostCall =
 
 export type HostOp = HostCall["op"];
 
+/** Agent ids one `statuses` call carries: the ids ride in the token, which rides in a header (Node takes 16 KiB of them). */
+export const maxStatusesPerCall = 100;
+
 /** Where each operation is served on the ingress. */
 export const hostOpPaths: Record<HostOp, string> = {
   forward: "/v1/forward",
@@ -35,16 +40,17 @@ export const hostOpPaths: Record<HostOp, string> = {
   wake: "/v1/wake",
   hibernate: "/v1/hibernate",
   status: "/v1/status",
+  statuses: "/v1/statuses",
   lease: "/v1/lease",
   "drop-lease": "/v1/drop-lease",
   remove: "/v1/remove",
   logs: "/v1/logs",
 };
 
-/** The HTTP method of a call: forward keeps the caller's, status, logs and websocket (an upgrade) are GETs, the rest act. */
+/** The HTTP method of a call: forward keeps the caller's, status(es), logs and websocket (an upgrade) are GETs, the rest act. */
 export function hostCallMethod(call: HostCall): string {
   if (call.op === "forward") return call.method;
-  return call.op === "status" || call.op === "websocket" || call.op === "logs" ? "GET" : "POST";
+  return call.op === "status" || call.op === "statuses" || call.op === "websocket" || call.op === "logs" ? "GET" : "POST";
 }
 
 const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
@@ -80,6 +86,8 @@ function isHostCall(v: unknown): v is HostCall {
       return str("agentId") && str("leaseId");
     case "logs":
       return str("agentId") && Number.isInteger(c.tailBytes) && (c.tailBytes as number) >= 0 && typeof c.follow === "boolean";
+    case "statuses":
+      return Array.isArray(c.agentIds) && c.agentIds.length > 0 && c.agentIds.length <= maxStatusesPerCall && c.agentIds.every((id) => typeof id === "string" && id !== "");
     case "hibernate":
     case "status":
     case "remove":

@@ -91,6 +91,11 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     return c.json({ status: (await fleet.status(call.agentId)) ?? null });
   });
 
+  app.get(hostOpPaths.statuses, async (c) => {
+    const call = await authorize(c, "statuses");
+    return c.json({ statuses: Object.fromEntries(await fleet.statuses(call.agentIds)) });
+  });
+
   app.post(hostOpPaths.lease, async (c) => {
     const call = await authorize(c, "lease");
     return c.json(await fleet.addLease(call.agent, call.ttlMs));

@@ -19,6 +19,8 @@ export interface Placement {
   hostFor(agent: AgentSpec): Promise<PlacedHost>;
   /** The host the agent is on, without placing it; undefined when it never had one. */
   currentHost(agentId: string): Promise<PlacedHost | undefined>;
+  /** `currentHost` of several agents in one look-up (a page of a list): agents without a host are left out. */
+  currentHosts(agentIds: readonly string[]): Promise<Map<string, PlacedHost>>;
   /** Drops what is cached about the agent (its host did not answer). */
   forget(agentId: string): void;
 }
@@ -131,6 +133,36 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     },
     async currentHost(agentId) {
       return cached(agentId) ?? orKept(agentId, async () => (await current(agentId)).host);
+    },
+    async currentHosts(agentIds) {
+      const out = new Map<string, PlacedHost>();
+      const asked: string[] = [];
+      for (const id of agentIds) {
+        const hit = cached(id);
+        if (hit) out.set(id, hit);
+        else asked.push(id);
+      }
+      if (asked.length === 0) return out;
+      try {
+        const rows = await queryRows<{ id: string; host_id: string; url: string; live: boolean | null }>(
+          db,
+          sql`select a.id, a.host_id, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
+              from agents a join hosts h on h.id = a.host_id
+              where a.id in (${sql.join(asked.map((id) => sql`${id}`), sql`, `)}) and a.deleted_at is null and h.url is not null`,
+        );
+        outage = false;
+        for (const r of rows) out.set(r.id, remember(r.id, { id: r.host_id, url: r.url, live: r.live === true }));
+      } catch (err) {
+        // As for one agent: while the database is away, the hosts this process last knew stand in (a listing shows the rest as recorded).
+        if (!isDatabaseUnavailable(err)) throw err;
+        if (!outage) opts.onOutage?.(err);
+        outage = true;
+        for (const id of asked) {
+          const kept = cache.get(id);
+          if (kept) out.set(id, kept.host);
+        }
+      }
+      return out;
     },
     forget(agentId) {
       cache.delete(agentId);

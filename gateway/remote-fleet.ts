@@ -2,7 +2,7 @@
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Fleet, ForwardContext } from "../contracts/fleet.ts";
-import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
+import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, maxStatusesPerCall, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo } from "../contracts/agent.ts";
 import type { PlacedHost, Placement } from "./placement.ts";
 
@@ -21,8 +21,8 @@ export interface RemoteFleetDeps {
   controlTimeoutMs?: number;
 }
 
-/** Status calls a page of a list has in flight at once over the host protocol. */
-const statusConcurrency = 16;
+/** `statuses` calls a page of a list has in flight at once (one per host and batch of ids). */
+const statusConcurrency = 8;
 
 export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
   const { placement, key, log } = deps;
@@ -40,16 +40,16 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       reqInit.duplex = "half";
     }
     if (init.signal) reqInit.signal = init.signal;
-    const agentId = "agent" in call ? call.agent.id : call.agentId;
+    const agentIds = "agent" in call ? [call.agent.id] : "agentIds" in call ? call.agentIds : [call.agentId];
     let res: Response;
     try {
       res = await hostFetch(new Request(withSlash(host.url) + hostOpPaths[call.op].slice(1), reqInit));
     } catch (err) {
       if (init.signal?.aborted) throw err; // the client went away: nothing to report
       if (err instanceof AppError) throw err;
-      placement.forget(agentId);
+      for (const id of agentIds) placement.forget(id);
       const message = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
-      log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId, err: message });
+      log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId: agentIds[0], agents: agentIds.length, err: message });
       throw new AppError("bad_gateway", `host ${host.id} unreachable: ${message}`, { cause: err });
     }
     if (res.headers.has(hostErrorHeader)) {
@@ -57,7 +57,7 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       if (error.code === "bad_gateway" && res.status === 401) {
         // Tokens name the host they are for: the process at this URL is not the agent's host (any more), or does not
         // share our secret. Either way the placement kept for the agent is not to be trusted: ask the database next time.
-        placement.forget(agentId);
+        for (const id of agentIds) placement.forget(id);
         log.error("host refused the gateway's component token", { hostId: host.id, err: error.message });
       }
       throw error;
@@ -114,17 +114,30 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     },
     status,
     async statuses(agentIds) {
-      // The host protocol asks one agent at a time: a page's agents are asked a few at a time, not all at once.
+      // One look-up of the agents' hosts, then one call per host and batch of ids, a few at a time.
+      const hosts = await placement.currentHosts(agentIds);
+      const byHost = new Map<string, { host: PlacedHost; ids: string[] }>();
+      for (const [id, host] of hosts) {
+        const group = byHost.get(host.id) ?? { host, ids: [] };
+        group.ids.push(id);
+        byHost.set(host.id, group);
+      }
+      const calls = [...byHost.values()].flatMap(({ host, ids }) => chunks(ids, maxStatusesPerCall).map((batch) => ({ host, batch })));
       const out = new Map<string, VmStatus>();
       let next = 0;
       const worker = async () => {
-        while (next < agentIds.length) {
-          const id = agentIds[next++]!;
-          const s = await status(id);
-          if (s) out.set(id, s);
+        while (next < calls.length) {
+          const { host, batch } = calls[next++]!;
+          try {
+            const { statuses } = await control<{ statuses: Record<string, VmStatus> }>(host, { op: "statuses", agentIds: batch }, controlTimeoutMs);
+            for (const id of batch) if (statuses[id]) out.set(id, statuses[id]);
+          } catch (err) {
+            // A listing must not fail because one host is down: those agents' rows' last known state stands in.
+            log.warn("agent statuses unavailable", { hostId: host.id, agents: batch.length, err: err instanceof Error ? err.message : String(err) });
+          }
         }
       };
-      await Promise.all(Array.from({ length: Math.min(statusConcurrency, agentIds.length) }, worker));
+      await Promise.all(Array.from({ length: Math.min(statusConcurrency, calls.length) }, worker));
       return out;
     },
     async addLease(agent, ttlMs) {
@@ -160,4 +173,10 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
 
 function withSlash(url: string): string {
   return url.endsWith("/") ? url : `${url}/`;
+}
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
 }

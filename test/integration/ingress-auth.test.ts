@@ -4,7 +4,7 @@ import { SignJWT } from "jose";
 import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
-import { hostErrorHeader, hostTokenHeader, signHostCall, type HostCall } from "../../contracts/host-protocol.ts";
+import { hostErrorHeader, hostTokenHeader, maxStatusesPerCall, signHostCall, type HostCall } from "../../contracts/host-protocol.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { inspectImage, startHostInProcess, testComponentSecret, type InProcessHost } from "../helpers/worker-stack.ts";
 
@@ -62,6 +62,7 @@ describe("a host refuses calls that bypass the gateway", () => {
     const agent = spec();
     await expectRefused(await send("/v1/forward"), /missing component token/);
     await expectRefused(await send("/v1/status"), /missing component token/);
+    await expectRefused(await send("/v1/statuses"), /missing component token/);
     await expectRefused(await send("/v1/wake", { method: "POST" }), /missing component token/);
     expect(host.host.status(agent.id)).toBeUndefined();
   });
@@ -91,6 +92,11 @@ describe("a host refuses calls that bypass the gateway", () => {
     const statusToken = await signHostCall(key, host.hostId, { op: "status", agentId: agent.id });
     await expectRefused(await send("/v1/forward", { token: statusToken }), /is for status, not forward/);
     await expectRefused(await send("/v1/wake", { method: "POST", token: statusToken }), /is for status, not wake/);
+    await expectRefused(await send("/v1/statuses", { token: statusToken }), /is for status, not statuses/);
+    // A batch the gateway would never sign: no ids, or more than one call may carry.
+    for (const agentIds of [[], Array.from({ length: maxStatusesPerCall + 1 }, (_, i) => `agt_${String(i).padStart(16, "0")}`)]) {
+      await expectRefused(await send("/v1/statuses", { token: await handToken({ op: "statuses", agentIds } as HostCall) }), /no valid call/);
+    }
     const getToken = await signHostCall(key, host.hostId, forwardCall(agent, "/hello", "GET"));
     await expectRefused(await send("/v1/forward", { method: "DELETE", token: getToken }), /is for GET, not DELETE/);
     // A claim the gateway would never sign (a spec without its fields) is refused too.

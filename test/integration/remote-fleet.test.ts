@@ -132,6 +132,25 @@ describe("remote fleet specifics", () => {
     await expect(fleet.remove(a.id)).resolves.toBeUndefined();
   });
 
+  it("statuses: a page's agents in one call per host, each as status answers it; an unreachable host costs only its own", async () => {
+    const fleet = fleetWith(nodeFetch);
+    const awake = await agent("inspect");
+    await fleet.wake(awake, "api");
+    const asleep = await agent("inspect");
+    await fleet.wake(asleep, "api");
+    expect(await fleet.hibernate(asleep.id)).toBe("hibernated");
+    const never = await agent("inspect");
+    await database.db.insert(hosts).values({ id: "host_down", url: "http://127.0.0.1:9", driver: "process", capacityMiB: 1024 }).onConflictDoNothing();
+    const lost = await agent("inspect");
+    await database.db.execute(sql`update agents set host_id = 'host_down', state = 'hibernated' where id = ${lost.id}`);
+    const statuses = await fleet.statuses([awake.id, asleep.id, never.id, lost.id]);
+    expect([...statuses.keys()].sort()).toEqual([awake.id, asleep.id].sort());
+    expect(statuses.get(awake.id)).toEqual(await fleet.status(awake.id));
+    expect(statuses.get(asleep.id)?.state).toBe("hibernated");
+    await fleet.remove(awake.id);
+    await fleet.remove(asleep.id);
+  });
+
   it("an agent that never ran anywhere: status unknown, hibernate is a no-op, no lease to drop", async () => {
     const a = await agent("inspect");
     const fleet = fleetWith(fetchFetch);

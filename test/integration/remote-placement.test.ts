@@ -136,6 +136,24 @@ describe("createDbPlacement", () => {
     await expect(placement().hostFor(agent)).rejects.toMatchObject({ code: "not_found" });
   });
 
+  it("currentHosts: a page's agents in one query, the host-less and deleted ones left out, live as the heartbeat says", async () => {
+    await addHost("host_fresh");
+    await addHost("host_old", { ageS: 3600 });
+    await addHost("host_nourl", { url: null });
+    const onFresh = await addAgent({ hostId: "host_fresh", state: "running" });
+    const onOld = await addAgent({ hostId: "host_old", state: "hibernated" });
+    const noUrl = await addAgent({ hostId: "host_nourl", state: "hibernated" });
+    const never = await addAgent();
+    const gone = await addAgent({ hostId: "host_fresh", state: "hibernated" });
+    await db().update(agents).set({ deletedAt: new Date() }).where(eq(agents.id, gone.id));
+    const found = await placement().currentHosts([onFresh.id, onOld.id, noUrl.id, never.id, gone.id, "agt_notanagent0000"]);
+    expect(Object.fromEntries(found)).toEqual({
+      [onFresh.id]: { id: "host_fresh", url: "http://host_fresh.invalid:8090", live: true },
+      [onOld.id]: { id: "host_old", url: "http://host_old.invalid:8090", live: false },
+    });
+    expect((await placement().currentHosts([])).size).toBe(0);
+  });
+
   it("caches an answer for its TTL; forget() drops it", async () => {
     await addHost("host_one");
     await addHost("host_two");
