@@ -71,8 +71,15 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     req.resume();
     return true;
   };
+  /** Two `Host` headers name two targets (Node keeps the first): refused, so no layer routes by one and checks the other. */
+  const ambiguous = (req: IncomingMessage, res: ServerResponse): boolean => {
+    if (hostHeaders(req) <= 1) return false;
+    void sendError(res, new AppError("bad_request", "more than one Host header"), newId("request"), { closeConnection: true });
+    req.resume();
+    return true;
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    if (refused(req, res)) return;
+    if (refused(req, res) || ambiguous(req, res)) return;
     track(res);
     if (proxy?.handle(req, res, false)) return;
     if (metrics && isMetrics(req)) return void metrics(req, res);
@@ -91,7 +98,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   );
   // `Expect: 100-continue`: agent traffic gets its 100 once the agent is awake and reachable; the rest at once.
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
-    if (refused(req, res)) return;
+    if (refused(req, res) || ambiguous(req, res)) return;
     track(res);
     if (proxy?.handle(req, res, true)) return;
     res.writeContinue();
@@ -100,6 +107,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   });
   server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {
     if (refusing) return void sendErrorOnSocket(socket, shuttingDown(), newId("request"));
+    if (hostHeaders(req) > 1) return void sendErrorOnSocket(socket, new AppError("bad_request", "more than one Host header"), newId("request"));
     track(socket);
     if (proxy) return proxy.upgrade(req, socket, head);
     void sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
@@ -136,4 +144,11 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
       });
     });
   });
+}
+
+/** How many `Host` headers the request carried (its raw headers: the parsed ones keep only the first). */
+function hostHeaders(req: IncomingMessage): number {
+  let n = 0;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.toLowerCase() === "host") n++;
+  return n;
 }

@@ -183,6 +183,30 @@ describe("proxy behaviour", () => {
     expect(seen.headers["x-keep"]).toBe("1");
   });
 
+  it("two Host headers are refused with 400 before any routing, on the API and on agent traffic; the server goes on", async () => {
+    const agent = await sys.createAgent({ image: "inspect", public: true });
+    const { connect } = await import("node:net");
+    const { port, hostname } = new URL(sys.url);
+    const raw = (head: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(port), hostname, () => socket.write(head));
+        let text = "";
+        socket.on("data", (c: Buffer) => (text += c.toString()));
+        socket.on("end", () => resolve(text));
+        socket.on("error", reject);
+      });
+    for (const path of ["/healthz", `/a/${agent.id}/`]) {
+      const answer = await raw(`GET ${path} HTTP/1.1\r\nHost: ${hostname}\r\nHost: ${agent.id}.elsewhere.test\r\nConnection: close\r\n\r\n`);
+      expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 400 Bad Request");
+      const body = JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4)) as { error: { code: string; message: string; requestId: string } };
+      expect(body.error).toMatchObject({ code: "bad_request", message: "more than one Host header" });
+      expect(body.error.requestId).toMatch(/^req_/);
+    }
+    const upgrade = await raw(`GET /a/${agent.id}/ws HTTP/1.1\r\nHost: a\r\nHost: b\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+    expect(upgrade.split("\r\n")[0]).toBe("HTTP/1.1 400 Bad Request");
+    expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
+  });
+
   it("a client that goes away aborts the upstream request and releases the agent", async () => {
     const agent = await sys.createAgent({ image: "inspect" });
     await sys.call(`/a/${agent.id}/`);
