@@ -166,6 +166,28 @@ describe("gateway app", () => {
     expect(sent).toBeLessThan(10);
   });
 
+  it("a body that breaks off (the client went away) is a 400 rejection, not a 500", async () => {
+    let pulls = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulls++ === 0) return controller.enqueue(new TextEncoder().encode('{"name":"half'));
+        controller.error(new TypeError("terminated"));
+      },
+    });
+    const res = await app.request("/v1/agents", { method: "POST", body, headers: await auth(), duplex: "half" } as RequestInit);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/cut off/);
+  });
+
+  it("a body naming hundreds of unknown fields gets a short answer", async () => {
+    const fields = Object.fromEntries(Array.from({ length: 900 }, (_, i) => [`f${i}`, 1]));
+    const res = await app.request("/v1/agents", { method: "POST", body: JSON.stringify(fields), headers: await auth() });
+    expect(res.status).toBe(400);
+    const text = await res.text();
+    expect(text.length).toBeLessThan(1000);
+    expect((JSON.parse(text) as { error: { message: string } }).error.message).toMatch(/f0/);
+  });
+
   it("the scope is checked before the body: no token is a 401 whatever the body", async () => {
     const res = await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ colour: "red" }) });
     expect(res.status).toBe(401);
