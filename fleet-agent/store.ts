@@ -98,13 +98,16 @@ export function createDbHostStore(db: Db): HostStore {
   const audit = createDbAuditLog(db);
   return {
     async transition(r) {
-      await db.insert(vmEvents).values(r);
-      const patch: Partial<typeof agents.$inferInsert> = { state: r.toState, hostId: r.hostId };
-      if (r.toState === "running") patch.lastWakeAt = r.at;
-      await db.update(agents).set(patch).where(eq(agents.id, r.agentId));
-      const action = auditedStates[r.toState];
-      if (action) {
-        await audit.record({
+      // One transaction: a host killed between the event and the row would leave the event log saying a state the row
+      // never got, and the restart's recovery (which reads the row) would not close it.
+      await db.transaction(async (tx) => {
+        await tx.insert(vmEvents).values(r);
+        const patch: Partial<typeof agents.$inferInsert> = { state: r.toState, hostId: r.hostId };
+        if (r.toState === "running") patch.lastWakeAt = r.at;
+        await tx.update(agents).set(patch).where(eq(agents.id, r.agentId));
+        const action = auditedStates[r.toState];
+        if (!action) return;
+        await audit.within(tx).record({
           at: r.at,
           tenantId: r.tenantId,
           actor: r.hostId,
@@ -112,7 +115,7 @@ export function createDbHostStore(db: Db): HostStore {
           target: r.agentId,
           detail: { from: r.fromState, reason: r.reason, runId: r.runId, ...(r.timings ? { timings: r.timings } : {}), ...(r.detail ?? {}) },
         });
-      }
+      });
     },
     async runStarted(r) {
       await db.insert(runs).values(r);
