@@ -2,7 +2,7 @@
 import { createRoute } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
 import { requireScope, scopeGate, type GatewayEnv, type GatewayVariables } from "../contracts/caller.ts";
-import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf, z } from "../lib/api.ts";
+import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf, z } from "../lib/api.ts";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { verifyComponentToken } from "../lib/host-token.ts";
@@ -74,7 +74,6 @@ function checkTenantParam(query: { tenantId?: string | undefined; tenant?: strin
   if (asked !== undefined && asked !== tenantId) throw new AppError("not_found", "tenant not found");
 }
 
-const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
 
 /** A runs cursor: `woke_at` to the microsecond as the page query wrote it, and the run id. */
 function runPosition(cursor: string): RunPosition {

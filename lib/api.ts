@@ -146,9 +146,12 @@ export function encodeCursor(position: readonly (string | number)[]): string {
   return btoa(bin).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }
 
+/** A cursor this API did not give (or one of another list): 400. */
+export const badCursor = (): AppError => new AppError("bad_request", "cursor is not one this list gave");
+
 /** The position a cursor of ours holds, checked against the shape the list expects; 400 for anything else. */
 export function decodeCursor(cursor: string, shape: readonly ("string" | "number")[]): (string | number)[] {
-  const bad = () => new AppError("bad_request", "cursor is not one this list gave");
+  const bad = badCursor;
   let value: unknown;
   try {
     const bin = atob(cursor.replaceAll("-", "+").replaceAll("_", "/"));

@@ -1,7 +1,7 @@
 // Admin API under /v1/agents: create, list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log.
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
-import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
+import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import type { VmState, VmStatus } from "../../contracts/agent.ts";
@@ -294,7 +294,6 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<Ga
   return r;
 }
 
-const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
 
 /** The position an agent list's cursor holds: [createdAt in µs since the epoch, agent id]. */
 function agentPosition(cursor: string): AgentPosition {

@@ -2,7 +2,7 @@
 import { createRoute } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
-import { apiRouter, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
+import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import {
   AgentParams,
@@ -26,7 +26,6 @@ import type { ResolvedWebhookDeps } from "./types.ts";
 
 const tags = ["webhooks"];
 const bounded = [scopeGate("agents:admin"), jsonBody(() => maxAdminBodyBytes)];
-const badCursor = () => new AppError("bad_request", "cursor is not one this list gave");
 
 /** A deliveries cursor: the receive time (ms precision, as stored) and id of the last delivery shown. */
 function deliveryPosition(cursor: string): { receivedAt: Date; id: string } {
