@@ -175,6 +175,14 @@ const Rates = z
   })
   .openapi("Rates", { description: "Prices in nano-cents (10⁻⁹ cent) per priced unit" });
 
+const InvoiceRateCard = Rates.extend({
+  id: z.string(),
+  tenantId: z.string().nullable().openapi({ description: "null for the default card" }),
+  effectiveFrom: z.string().openapi({ description: "The instant the version applies from (UTC)" }),
+  from: z.string().openapi({ description: "The part of the period it priced: from (in the invoice's zone)…" }),
+  to: z.string().openapi({ description: "…to, exclusive" }),
+}).openapi("InvoiceRateCard");
+
 export const Invoice = z
   .object({
     id: z.string(),
@@ -187,7 +195,8 @@ export const Invoice = z
     cutoffAt: z.string().openapi({ description: "Segments received before this instant are counted" }),
     finalizableAt: z.string(),
     currency: z.string(),
-    rates: Rates,
+    rates: Rates.openapi({ description: "The card in effect at the period's start" }),
+    rateCards: z.array(InvoiceRateCard).openapi({ description: "Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned)" }),
     lines: z.array(
       z.object({
         agentId: z.string(),
@@ -197,6 +206,7 @@ export const Invoice = z
         unitPriceNanocents: z.number().int(),
         priceUnit: z.string(),
         amountCents: z.number().int(),
+        rateCardId: z.string().nullable().openapi({ description: "The card version that priced the line (one of `rateCards`; null on lines finalized before versions)" }),
       }),
     ),
     totalCents: z.number().int(),
@@ -215,3 +225,68 @@ export const RateCard = Rates.extend({
   tenantId: z.string().nullable().openapi({ description: "null for the default card" }),
   units: z.object({ vcpuSecondNanocents: z.string(), gibSecondNanocents: z.string(), snapshotGibMonthNanocents: z.string() }),
 }).openapi("RateCard");
+
+// ---- Rate-card versions ----
+
+const nanocents = (what: string) =>
+  z
+    .number()
+    .int()
+    .min(0)
+    .max(Number.MAX_SAFE_INTEGER)
+    .openapi({ description: `Nano-cents (10⁻⁹ cent) per ${what}, a non-negative integer` });
+
+/** `effectiveFrom` of a new version: an absolute instant on a UTC quarter hour (the handler checks the alignment, with its own message). */
+const EffectiveFromParam = z
+  .string()
+  .superRefine((v, ctx) => {
+    const read = readInstant(v);
+    if ("problem" in read) ctx.addIssue({ code: "custom", message: read.problem });
+    else if (!("at" in read)) ctx.addIssue({ code: "custom", message: "must be an instant with a time and Z or an offset (a bare date would need a zone)" });
+  })
+  .openapi({ description: "ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now", example: "2026-11-01T00:00:00Z" });
+
+export const NewRateCardVersion = z
+  .strictObject({
+    currency: z.string().default("USD").openapi({ description: "ISO 4217 code, 3 upper-case letters (default USD)", example: "USD" }),
+    vcpuSecondNanocents: nanocents("vCPU-second"),
+    gibSecondNanocents: nanocents("GiB-second"),
+    snapshotGibMonthNanocents: nanocents("GiB-month (730 h) of snapshot"),
+    effectiveFrom: EffectiveFromParam.optional(),
+  })
+  .openapi("NewRateCardVersion", { description: "A new version of a card: it applies from `effectiveFrom` until the card's next version" });
+
+export const RateCardsQuery = z.strictObject({ ...PageQuery.shape });
+
+/** Largest body a rate-card version takes. */
+export const maxRateCardBodyBytes = 16 * 1024;
+
+export const TenantIdParams = z.object({ id: z.string().min(1).max(100).openapi({ description: "Tenant id", example: "ten_V1StGXR8Z5jdHi6B" }) });
+
+export const RateCardVersion = Rates.extend({
+  id: z.string(),
+  tenantId: z.string().nullable().openapi({ description: "null for the default card" }),
+  effectiveFrom: z.string().openapi({ description: "The instant it applies from (UTC)" }),
+  createdAt: z.string(),
+  createdBy: z.string().nullable().openapi({ description: "The subject of the token that wrote it (null for the seeded default)" }),
+}).openapi("RateCardVersion");
+
+export const RateCardVersionPage = z
+  .object({
+    tenantId: z.string().nullable().openapi({ description: "null: the default card" }),
+    current: RateCardVersion.openapi({ description: "The version pricing the card's tenant now (a tenant without one of its own: the default card's)" }),
+    versions: z.array(RateCardVersion).openapi({ description: "This card's versions, newest first (scheduled ones included)" }),
+    nextCursor: NextCursor,
+  })
+  .openapi("RateCardVersionPage");
+
+export const TenantRateCards = z
+  .object({
+    tenantId: z.string(),
+    current: RateCardVersion,
+    versions: z
+      .array(RateCardVersion.extend({ until: z.string().nullable().openapi({ description: "When the next version takes over (null: none scheduled)" }) }))
+      .openapi({ description: "Every version that priced, prices or will price the tenant (its own, and the default card's before its first), newest first" }),
+    nextCursor: NextCursor,
+  })
+  .openapi("TenantRateCards");

@@ -1,14 +1,15 @@
-// Monthly invoices per tenant in its time zone: lines per agent and resource from segments received before a cutoff.
-import { and, desc, eq, lt } from "drizzle-orm";
+// Monthly invoices per tenant in its time zone: lines per agent, resource and rate-card version from segments received before a cutoff.
+import { and, desc, eq, lt, sql } from "drizzle-orm";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
+import type { DbAuditLog } from "../schema/audit-log.ts";
 import type { Db } from "../schema/db.ts";
 import { invoiceLines, invoices, type InvoiceStatus } from "../schema/billing.ts";
 import { tenants } from "../schema/core.ts";
 import { alignedToBuckets } from "./buckets.ts";
 import { lineAmountCents, priceOf, resourceUnits, resources, type Rates, type Resource } from "./money.ts";
-import { rateCardFor } from "./rates.ts";
+import { rateCardLockKey, rateCardTimeline, ratesOf, type RateCardPiece } from "./rates.ts";
 import { snapshotStorage } from "./storage.ts";
 import { rawUsage, rollupUsage, type UsageSums } from "./usage.ts";
 import { assertZone, monthRange } from "./zones.ts";
@@ -25,6 +26,17 @@ export interface InvoiceLine {
   unitPriceNanocents: number;
   priceUnit: string;
   amountCents: number;
+  /** The rate-card version that priced it (null on lines finalized before cards were versioned). */
+  rateCardId: string | null;
+}
+
+/** A card version an invoice used, and the part `[from, to)` of the period it priced. */
+export interface InvoiceRateCard extends Rates {
+  id: string;
+  tenantId: string | null;
+  effectiveFrom: number;
+  from: number;
+  to: number;
 }
 
 export interface Invoice {
@@ -40,7 +52,10 @@ export interface Invoice {
   /** A final invoice needs the month to end plus this grace (ms) for late segments. */
   finalizableAt: number;
   currency: string;
+  /** The card in effect at the period's start (what a single-card invoice was priced with). */
   rates: Rates;
+  /** Every card version that priced a part of the period, in order (empty on invoices finalized before versions). */
+  rateCards: InvoiceRateCard[];
   lines: InvoiceLine[];
   totalCents: number;
 }
@@ -49,23 +64,30 @@ export interface InvoiceOptions {
   graceMs?: number;
 }
 
+/** Who finalizes: the `invoice.finalize` audit row is written in the transaction that freezes the invoice (once). */
+export interface FinalizeAudit {
+  log: DbAuditLog;
+  actor: string;
+  requestId: string | null;
+}
+
 /**
- * Active usage per agent in `[start, end)` from segments received before `cutoff`: rollups minus late arrivals.
- * `nowMs`, when given and before the cutoff, says nothing can have been received at or after it yet (a draft).
+ * Active usage per agent in each window of `boundaries` (ascending), from segments received before `cutoff`: rollups
+ * minus late arrivals. `nowMs`, when given and before the cutoff, says nothing can have been received at or after it
+ * yet (a draft). Answers one map per window.
  */
-export async function agentUsageBefore(db: Db, tenantId: string, start: number, end: number, cutoff: number, nowMs?: number): Promise<Map<string, UsageSums>> {
-  const boundaries = [start, end];
+export async function agentUsageByWindow(db: Db, tenantId: string, boundaries: readonly number[], cutoff: number, nowMs?: number): Promise<Map<string, UsageSums>[]> {
   const q = { tenantId, byAgent: true };
-  const out = new Map<string, UsageSums>();
+  const out = Array.from({ length: boundaries.length - 1 }, () => new Map<string, UsageSums>());
   if (!alignedToBuckets(boundaries)) {
-    for (const w of await rawUsage(db, q, boundaries, { before: cutoff })) out.set(w.agentId as string, w);
+    for (const w of await rawUsage(db, q, boundaries, { before: cutoff })) out[w.window]?.set(w.agentId as string, w);
     return out;
   }
-  for (const w of await rollupUsage(db, q, boundaries)) out.set(w.agentId as string, { activeMs: w.activeMs, vcpuMs: w.vcpuMs, mibMs: w.mibMs });
+  for (const w of await rollupUsage(db, q, boundaries)) out[w.window]?.set(w.agentId as string, { activeMs: w.activeMs, vcpuMs: w.vcpuMs, mibMs: w.mibMs });
   if (nowMs !== undefined && nowMs < cutoff) return out;
   // rollups hold everything received so far; segments received at or after the cutoff are taken back out
   for (const late of await rawUsage(db, q, boundaries, { from: cutoff })) {
-    const sums = out.get(late.agentId as string);
+    const sums = out[late.window]?.get(late.agentId as string);
     if (!sums) continue;
     sums.activeMs -= late.activeMs;
     sums.vcpuMs -= late.vcpuMs;
@@ -74,35 +96,65 @@ export async function agentUsageBefore(db: Db, tenantId: string, start: number, 
   return out;
 }
 
-/** The lines of a tenant's invoice for `[start, end)`, counting segments received (and events logged) before `cutoff`. */
-export async function computeLines(db: Db, tenantId: string, start: number, end: number, cutoff: number, rates: Rates, nowMs?: number): Promise<InvoiceLine[]> {
+/** Active usage per agent in `[start, end)` from segments received before `cutoff` (see `agentUsageByWindow`). */
+export async function agentUsageBefore(db: Db, tenantId: string, start: number, end: number, cutoff: number, nowMs?: number): Promise<Map<string, UsageSums>> {
+  return (await agentUsageByWindow(db, tenantId, [start, end], cutoff, nowMs))[0] ?? new Map();
+}
+
+/**
+ * The lines of a tenant's invoice for `[start, end)`, counting segments received (and events logged) before `cutoff`:
+ * each piece of the period is priced with the card version of that piece (`pieces`, from `rateCardTimeline`), one line
+ * per agent × resource × version, each rounded once, half up. Lines are ordered by agent, then piece, then resource.
+ */
+export async function computeLines(db: Db, tenantId: string, start: number, end: number, cutoff: number, pieces: readonly RateCardPiece[], nowMs?: number): Promise<InvoiceLine[]> {
   const until = Math.min(end, cutoff);
-  const active = await agentUsageBefore(db, tenantId, start, end, cutoff, nowMs);
-  const storage = until > start ? await snapshotStorage(db, tenantId, start, until) : new Map<string, bigint>();
-  const agentIds = [...new Set([...active.keys(), ...storage.keys()])].sort();
+  const boundaries = [start, ...pieces.slice(1).map((p) => p.from), end];
+  const active = await agentUsageByWindow(db, tenantId, boundaries, cutoff, nowMs);
+  const storage: Map<string, bigint>[] = [];
+  for (const p of pieces) {
+    const to = Math.min(p.to, until);
+    storage.push(to > p.from ? await snapshotStorage(db, tenantId, p.from, to) : new Map<string, bigint>());
+  }
+  const agentIds = [...new Set([...active.flatMap((m) => [...m.keys()]), ...storage.flatMap((m) => [...m.keys()])])].sort();
   const lines: InvoiceLine[] = [];
   for (const agentId of agentIds) {
-    const quantities: Record<Resource, bigint> = {
-      vcpu: BigInt(active.get(agentId)?.vcpuMs ?? 0),
-      memory: BigInt(active.get(agentId)?.mibMs ?? 0),
-      snapshot_storage: storage.get(agentId) ?? 0n,
-    };
-    for (const resource of resources) {
-      const quantity = quantities[resource];
-      if (quantity <= 0n) continue;
-      const price = priceOf(rates, resource);
-      lines.push({
-        agentId,
-        resource,
-        quantity: quantity.toString(),
-        unit: resourceUnits[resource].unit,
-        unitPriceNanocents: price,
-        priceUnit: resourceUnits[resource].priceUnit,
-        amountCents: Number(lineAmountCents(resource, quantity, price)),
-      });
-    }
+    pieces.forEach((piece, i) => {
+      const quantities: Record<Resource, bigint> = {
+        vcpu: BigInt(active[i]?.get(agentId)?.vcpuMs ?? 0),
+        memory: BigInt(active[i]?.get(agentId)?.mibMs ?? 0),
+        snapshot_storage: storage[i]?.get(agentId) ?? 0n,
+      };
+      for (const resource of resources) {
+        const quantity = quantities[resource];
+        if (quantity <= 0n) continue;
+        const price = priceOf(piece.card, resource);
+        lines.push({
+          agentId,
+          resource,
+          quantity: quantity.toString(),
+          unit: resourceUnits[resource].unit,
+          unitPriceNanocents: price,
+          priceUnit: resourceUnits[resource].priceUnit,
+          amountCents: Number(lineAmountCents(resource, quantity, price)),
+          rateCardId: piece.card.id,
+        });
+      }
+    });
   }
   return lines;
+}
+
+/** The cards of an invoice as it shows them (and a final one stores them). */
+function invoiceCards(pieces: readonly RateCardPiece[]): InvoiceRateCard[] {
+  return pieces.map((p) => ({ id: p.card.id, tenantId: p.card.tenantId, effectiveFrom: p.card.effectiveFrom, from: p.from, to: p.to, ...ratesOf(p.card) }));
+}
+
+/** The period's pieces, refused (409) when its cards would mix currencies (versions are checked on creation; older rows may not be). */
+async function pricedPieces(db: Db, tenantId: string, start: number, end: number): Promise<RateCardPiece[]> {
+  const pieces = await rateCardTimeline(db, tenantId, start, end);
+  const currencies = [...new Set(pieces.map((p) => p.card.currency))];
+  if (currencies.length > 1) throw new AppError("conflict", `the rate cards of this period are in ${currencies.join(" and ")}: an invoice has one currency (add a version in the first currency from the period's start)`);
+  return pieces;
 }
 
 async function tenantZone(db: Db, tenantId: string): Promise<string> {
@@ -143,13 +195,15 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
   };
   if (row.status === "final") {
     const stored = await db.select().from(invoiceLines).where(eq(invoiceLines.invoiceId, row.id)).orderBy(invoiceLines.lineNo);
-    const rates = row.rates as unknown as Rates;
+    const frozen = row.rates as unknown as Rates & { rateCards?: InvoiceRateCard[] };
+    const { rateCards: storedCards = [], ...rates } = frozen;
     return {
       ...base,
       status: "final",
       cutoffAt: (row.cutoffAt as Date).getTime(),
       currency: row.currency,
-      rates,
+      rates: ratesOf(rates),
+      rateCards: storedCards,
       lines: stored.map((l) => ({
         agentId: l.agentId,
         resource: l.resource as Resource,
@@ -158,6 +212,7 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
         unitPriceNanocents: l.unitPriceNanocents,
         priceUnit: resourceUnits[l.resource as Resource].priceUnit,
         amountCents: l.amountCents,
+        rateCardId: l.rateCardId,
       })),
       totalCents: row.totalCents ?? 0,
     };
@@ -165,10 +220,10 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
   // a draft counts what has arrived so far, this millisecond included (never beyond the end of the grace period)
   const now = clock.now();
   const cutoff = Math.min(now + 1, end + graceMs);
-  const card = await rateCardFor(db, row.tenantId);
-  const rates: Rates = { currency: card.currency, vcpuSecondNanocents: card.vcpuSecondNanocents, gibSecondNanocents: card.gibSecondNanocents, snapshotGibMonthNanocents: card.snapshotGibMonthNanocents };
-  const lines = await computeLines(db, row.tenantId, start, end, cutoff, rates, now);
-  return { ...base, status: "draft", cutoffAt: cutoff, currency: rates.currency, rates, lines, totalCents: lines.reduce((t, l) => t + l.amountCents, 0) };
+  const pieces = await pricedPieces(db, row.tenantId, start, end);
+  const rates = ratesOf((pieces[0] as RateCardPiece).card);
+  const lines = await computeLines(db, row.tenantId, start, end, cutoff, pieces, now);
+  return { ...base, status: "draft", cutoffAt: cutoff, currency: rates.currency, rates, rateCards: invoiceCards(pieces), lines, totalCents: lines.reduce((t, l) => t + l.amountCents, 0) };
 }
 
 /** The tenant's invoice for `month` (`YYYY-MM` in its time zone): stored if final, computed now if draft. */
@@ -206,49 +261,67 @@ export async function listInvoices(db: Db, tenantId: string, opts: { limit: numb
   return rows.map((r) => ({ id: r.id, month: r.month, status: r.status, totalCents: r.status === "final" ? r.totalCents : null, currency: r.currency }));
 }
 
+/** Same pieces: same versions over the same parts of the period. */
+function samePieces(a: readonly RateCardPiece[], b: readonly RateCardPiece[]): boolean {
+  return a.length === b.length && a.every((p, i) => p.card.id === b[i]?.card.id && p.from === b[i]?.from && p.to === b[i]?.to);
+}
+
 /**
- * Freezes the invoice: lines computed with cutoff = month end + grace, stored with the prices used.
- * Refused (409) before the grace period is over; finalizing twice returns the same invoice.
+ * Freezes the invoice: lines computed with cutoff = month end + grace, each with the card version that priced it, stored
+ * with the cards used. Refused (409) before the grace period is over; finalizing twice returns the same invoice. Holds
+ * the rate-card lock while it writes, and prices again if a version was added meanwhile.
  */
-export async function finalizeInvoice(db: Db, clock: Clock, tenantId: string, month: string, opts: InvoiceOptions = {}): Promise<Invoice> {
+export async function finalizeInvoice(db: Db, clock: Clock, tenantId: string, month: string, opts: InvoiceOptions & { audit?: FinalizeAudit } = {}): Promise<Invoice> {
   const graceMs = opts.graceMs ?? defaultInvoiceGraceMs;
   const row = await invoiceRow(db, tenantId, month, clock);
+  const start = row.periodStart.getTime();
   const end = row.periodEnd.getTime();
   const cutoff = end + graceMs;
   if (row.status !== "final") {
     if (clock.now() < cutoff) throw new AppError("conflict", `invoice ${month} can be finalized from ${new Date(cutoff).toISOString()} (month end + ${graceMs / 3_600_000} h grace for late meter segments)`);
-    const card = await rateCardFor(db, tenantId);
-    const rates: Rates = { currency: card.currency, vcpuSecondNanocents: card.vcpuSecondNanocents, gibSecondNanocents: card.gibSecondNanocents, snapshotGibMonthNanocents: card.snapshotGibMonthNanocents };
-    const lines = await computeLines(db, tenantId, row.periodStart.getTime(), end, cutoff, rates);
-    await db.transaction(async (tx) => {
-      const [locked] = await tx.select().from(invoices).where(eq(invoices.id, row.id)).for("update");
-      if (!locked || locked.status === "final") return; // someone else finalized it meanwhile
-      if (lines.length > 0) {
-        await tx.insert(invoiceLines).values(
-          lines.map((l, i) => ({
-            invoiceId: row.id,
-            lineNo: i + 1,
-            agentId: l.agentId,
-            resource: l.resource,
-            quantity: l.quantity,
-            unit: l.unit,
-            unitPriceNanocents: l.unitPriceNanocents,
-            amountCents: l.amountCents,
-          })),
-        );
-      }
-      await tx
-        .update(invoices)
-        .set({
-          status: "final",
-          cutoffAt: new Date(cutoff),
-          currency: rates.currency,
-          totalCents: lines.reduce((t, l) => t + l.amountCents, 0),
-          rates: { ...rates },
-          finalizedAt: new Date(clock.now()),
-        })
-        .where(eq(invoices.id, row.id));
-    });
+    for (let attempt = 0; ; attempt++) {
+      const pieces = await pricedPieces(db, tenantId, start, end);
+      const lines = await computeLines(db, tenantId, start, end, cutoff, pieces);
+      const rates = ratesOf((pieces[0] as RateCardPiece).card);
+      const written = await db.transaction(async (tx) => {
+        await tx.execute(sql`select pg_advisory_xact_lock(${rateCardLockKey})`);
+        const [locked] = await tx.select().from(invoices).where(eq(invoices.id, row.id)).for("update");
+        if (!locked || locked.status === "final") return true; // someone else finalized it meanwhile
+        // a version added between pricing and this lock: price again (never freeze prices the cards no longer say)
+        if (!samePieces(pieces, await rateCardTimeline(tx as unknown as Db, tenantId, start, end))) return false;
+        if (lines.length > 0) {
+          await tx.insert(invoiceLines).values(
+            lines.map((l, i) => ({
+              invoiceId: row.id,
+              lineNo: i + 1,
+              agentId: l.agentId,
+              resource: l.resource,
+              quantity: l.quantity,
+              unit: l.unit,
+              unitPriceNanocents: l.unitPriceNanocents,
+              amountCents: l.amountCents,
+              rateCardId: l.rateCardId,
+            })),
+          );
+        }
+        await tx
+          .update(invoices)
+          .set({
+            status: "final",
+            cutoffAt: new Date(cutoff),
+            currency: rates.currency,
+            totalCents: lines.reduce((t, l) => t + l.amountCents, 0),
+            rates: { ...rates, rateCards: invoiceCards(pieces) },
+            finalizedAt: new Date(clock.now()),
+          })
+          .where(eq(invoices.id, row.id));
+        const a = opts.audit;
+        if (a) await a.log.within(tx).record({ tenantId, actor: a.actor, action: "invoice.finalize", target: row.id, requestId: a.requestId, detail: { month, currency: rates.currency, totalCents: lines.reduce((t, l) => t + l.amountCents, 0), lines: lines.length } });
+        return true;
+      });
+      if (written) break;
+      if (attempt >= 3) throw new AppError("conflict", "rate cards kept changing while the invoice was being finalized; try again");
+    }
   }
   return invoiceById(db, clock, tenantId, row.id, { graceMs });
 }

@@ -1,10 +1,11 @@
 // Usage, runs and invoices as the API answers them: JSON in the schemas of billing/api-schemas.ts, or CSV.
 import { wakeTimingKeys } from "../contracts/agent.ts";
 import type { z } from "../lib/api.ts";
-import type { Invoice as InvoiceSchema, Run as RunSchema, Usage as UsageSchema } from "./api-schemas.ts";
+import type { Invoice as InvoiceSchema, RateCardVersion as RateCardVersionSchema, Run as RunSchema, Usage as UsageSchema } from "./api-schemas.ts";
 import { toCsv } from "./csv.ts";
 import type { Invoice } from "./invoices.ts";
 import { formatCents } from "./money.ts";
+import { ratesOf, type RateCard } from "./rates.ts";
 import type { RunReport } from "./runs.ts";
 import type { UsageReport } from "./usage.ts";
 import { formatInZone } from "./zones.ts";
@@ -63,6 +64,7 @@ export function invoiceJson(inv: Invoice): z.infer<typeof InvoiceSchema> {
     finalizableAt: new Date(inv.finalizableAt).toISOString(),
     currency: inv.currency,
     rates: inv.rates,
+    rateCards: inv.rateCards.map((c) => ({ id: c.id, tenantId: c.tenantId, effectiveFrom: new Date(c.effectiveFrom).toISOString(), from: formatInZone(zone, c.from), to: formatInZone(zone, c.to), ...ratesOf(c) })),
     lines: inv.lines,
     totalCents: inv.totalCents,
     total: formatCents(inv.totalCents),
@@ -71,10 +73,10 @@ export function invoiceJson(inv: Invoice): z.infer<typeof InvoiceSchema> {
 
 export function invoiceCsv(inv: Invoice): string {
   return toCsv(
-    ["invoice_id", "month", "status", "agent_id", "resource", "quantity", "unit", "unit_price_nanocents", "price_unit", "amount_cents"],
+    ["invoice_id", "month", "status", "agent_id", "resource", "quantity", "unit", "unit_price_nanocents", "price_unit", "amount_cents", "rate_card_id"],
     [
-      ...inv.lines.map((l) => [inv.id, inv.month, inv.status, l.agentId, l.resource, l.quantity, l.unit, l.unitPriceNanocents, l.priceUnit, l.amountCents]),
-      [inv.id, inv.month, inv.status, "", "total", "", "", "", "", inv.totalCents],
+      ...inv.lines.map((l) => [inv.id, inv.month, inv.status, l.agentId, l.resource, l.quantity, l.unit, l.unitPriceNanocents, l.priceUnit, l.amountCents, l.rateCardId ?? ""]),
+      [inv.id, inv.month, inv.status, "", "total", "", "", "", "", inv.totalCents, ""],
     ],
   );
 }
@@ -122,4 +124,15 @@ export function runsCsv(runs: RunReport[]): string {
 
 export function invoiceListCsv(list: { id: string; month: string; status: string; totalCents: number | null; currency: string }[]): string {
   return toCsv(["invoice_id", "month", "status", "total_cents", "currency"], list.map((i) => [i.id, i.month, i.status, i.totalCents, i.currency]));
+}
+
+export function rateCardVersionJson(c: RateCard): z.infer<typeof RateCardVersionSchema> {
+  return {
+    id: c.id,
+    tenantId: c.tenantId,
+    ...ratesOf(c),
+    effectiveFrom: new Date(c.effectiveFrom).toISOString(),
+    createdAt: new Date(c.createdAt).toISOString(),
+    createdBy: c.createdBy,
+  };
 }

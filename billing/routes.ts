@@ -1,5 +1,6 @@
-// Billing's HTTP API: meter ingest for hosts (component token) and tenant-scoped usage, runs and invoices (JSON or CSV).
+// Billing's HTTP API: meter ingest for hosts (component token), tenant-scoped usage, runs and invoices (JSON or CSV), and rate-card versions (operator).
 import { createRoute } from "@hono/zod-openapi";
+import { eq } from "drizzle-orm";
 import type { Context, MiddlewareHandler } from "hono";
 import { requireScope, scopeGate, type GatewayEnv, type GatewayVariables } from "../contracts/caller.ts";
 import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf, z } from "../lib/api.ts";
@@ -7,7 +8,9 @@ import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { verifyComponentToken } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
+import { createDbAuditLog, type DbAuditLog } from "../schema/audit-log.ts";
 import type { Db } from "../schema/db.ts";
+import { tenants } from "../schema/core.ts";
 import {
   AgentIdParams,
   FormatQuery,
@@ -17,8 +20,15 @@ import {
   InvoicesQuery,
   MeterBatch,
   MeterIngestResult,
+  maxRateCardBodyBytes,
   MonthParams,
+  NewRateCardVersion,
   RateCard,
+  RateCardsQuery,
+  RateCardVersion,
+  RateCardVersionPage,
+  TenantIdParams,
+  TenantRateCards,
   RunPage,
   RunsQuery,
   Usage,
@@ -26,8 +36,8 @@ import {
 } from "./api-schemas.ts";
 import { ingestSegments } from "./ingest.ts";
 import { defaultInvoiceGraceMs, finalizeInvoice, invoiceById, invoiceForMonth, listInvoices } from "./invoices.ts";
-import { rateCardFor } from "./rates.ts";
-import { invoiceCsv, invoiceJson, invoiceListCsv, runJson, runsCsv, usageCsv, usageJson } from "./report-views.ts";
+import { addRateCardVersion, defaultRateCardAt, latestRateInstant, listRateCardVersions, nextQuarterHour, rateCardAt, tenantRateCardTimeline } from "./rates.ts";
+import { invoiceCsv, invoiceJson, invoiceListCsv, rateCardVersionJson, runJson, runsCsv, usageCsv, usageJson } from "./report-views.ts";
 import { agentRuns, assertAgentOfTenant, type RunPosition } from "./runs.ts";
 import { usageReport } from "./usage.ts";
 import { parseInstant } from "./zones.ts";
@@ -40,6 +50,8 @@ export interface BillingRouteDeps {
   componentKey: Uint8Array;
   /** Grace after a month's end before its invoice can be final. Default 48 h. */
   invoiceGraceMs?: number;
+  /** Where rate-card versions are recorded (`rate_card.create`); default the Postgres audit log over `db`. */
+  audit?: DbAuditLog;
 }
 
 /** Largest ingest body accepted (10,000 segments take about 3.5 MB). */
@@ -80,6 +92,13 @@ function runPosition(cursor: string): RunPosition {
   const [wokeAt, runId] = decodeCursor(cursor, ["string", "string"]) as [string, string];
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(wokeAt) || !Number.isFinite(Date.parse(wokeAt)) || runId.length > 200) throw badCursor();
   return { wokeAt, runId };
+}
+
+/** A rate-card versions cursor: the `effectiveFrom` (epoch ms) of the last version shown (unique per card). */
+function versionPosition(cursor: string): number {
+  const [at] = decodeCursor(cursor, ["number"]) as [number];
+  if (!Number.isSafeInteger(at)) throw badCursor();
+  return at;
 }
 
 /** An invoices cursor: the month of the last invoice shown. */
@@ -161,9 +180,70 @@ const rateCardRoute = createRoute({
   middleware: [scopeGate("usage:read")],
   path: "/v1/rate-card",
   operationId: "getRateCard",
-  summary: "The prices the tenant's invoices use",
+  summary: "The prices in effect now for the tenant (its card version, or the default card's); see /v1/rate-cards for every version",
   tags,
   responses: { 200: json(RateCard, "The tenant's rate card (or the default one)"), ...errors() },
+});
+
+const operatorBody = [scopeGate("operator"), jsonBody(() => maxRateCardBodyBytes)];
+const rateTags = ["rate cards"];
+
+const addTenantVersionRoute = createRoute({
+  method: "post",
+  middleware: operatorBody,
+  path: "/v1/tenants/{id}/rate-cards",
+  operationId: "addTenantRateCardVersion",
+  summary: "Add a version of the tenant's card (operator): it prices the tenant's usage from `effectiveFrom` until its next version",
+  tags: rateTags,
+  request: { params: TenantIdParams, ...jsonRequest(NewRateCardVersion) },
+  responses: {
+    201: json(RateCardVersion, "The version written"),
+    ...errors(400, 404, 409, 413),
+  },
+});
+
+const listTenantVersionsRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("operator")],
+  path: "/v1/tenants/{id}/rate-cards",
+  operationId: "listTenantRateCardVersions",
+  summary: "The tenant's own card versions, newest first, and the version pricing it now (operator)",
+  tags: rateTags,
+  request: { params: TenantIdParams, query: RateCardsQuery },
+  responses: { 200: json(RateCardVersionPage, "A page of versions"), ...errors(400, 404) },
+});
+
+const addDefaultVersionRoute = createRoute({
+  method: "post",
+  middleware: operatorBody,
+  path: "/v1/rate-cards/default",
+  operationId: "addDefaultRateCardVersion",
+  summary: "Add a version of the default card (operator): it prices every tenant without a version of its own at that time",
+  tags: rateTags,
+  request: jsonRequest(NewRateCardVersion),
+  responses: { 201: json(RateCardVersion, "The version written"), ...errors(400, 409, 413) },
+});
+
+const listDefaultVersionsRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("operator")],
+  path: "/v1/rate-cards/default",
+  operationId: "listDefaultRateCardVersions",
+  summary: "The default card's versions, newest first, and the one in effect now (operator)",
+  tags: rateTags,
+  request: { query: RateCardsQuery },
+  responses: { 200: json(RateCardVersionPage, "A page of versions"), ...errors(400) },
+});
+
+const tenantRateCardsRoute = createRoute({
+  method: "get",
+  middleware: [scopeGate("usage:read")],
+  path: "/v1/rate-cards",
+  operationId: "listRateCards",
+  summary: "The card version pricing the caller's tenant now, and every version that priced or will price it (past and scheduled)",
+  tags: rateTags,
+  request: { query: RateCardsQuery },
+  responses: { 200: json(TenantRateCards, "The current version and a page of versions"), ...errors(400) },
 });
 
 export function createBillingRoutes(deps: BillingRouteDeps) {
@@ -241,15 +321,81 @@ export function createBillingRoutes(deps: BillingRouteDeps) {
 
   app.openapi(finalizeRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
-    const inv = await finalizeInvoice(deps.db, deps.clock, caller.tenantId, c.req.valid("param").month, { graceMs });
+    const finalizeAudit = { log: audit, actor: caller.subject, requestId: c.get("requestId") ?? null };
+    const inv = await finalizeInvoice(deps.db, deps.clock, caller.tenantId, c.req.valid("param").month, { graceMs, audit: finalizeAudit });
     deps.log.info("invoice final", { tenantId: caller.tenantId, invoiceId: inv.id, month: inv.month, totalCents: inv.totalCents, requestId: c.get("requestId") });
     return c.json(invoiceJson(inv), 200);
   });
 
+  const audit = deps.audit ?? createDbAuditLog(deps.db);
+
+  const assertTenant = async (id: string) => {
+    const [row] = await deps.db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, id));
+    if (!row) throw new AppError("not_found", "tenant not found");
+  };
+
+  /** Writes a version from a request body; without `effectiveFrom` it starts at the next quarter hour. */
+  const addVersion = async (c: Context<GatewayEnv>, tenantId: string | null, body: z.infer<typeof NewRateCardVersion>) => {
+    const caller = requireScope(c, "operator");
+    const effectiveFrom = body.effectiveFrom !== undefined ? parseInstant(body.effectiveFrom, "UTC", "effectiveFrom") : nextQuarterHour(deps.clock.now());
+    const { effectiveFrom: _, ...rates } = body;
+    const card = await addRateCardVersion(deps.db, tenantId, rates, effectiveFrom, caller.subject, { audit, requestId: c.get("requestId") ?? null });
+    deps.log.info("rate card version", { tenantId, rateCardId: card.id, effectiveFrom: new Date(card.effectiveFrom).toISOString(), by: caller.subject, requestId: c.get("requestId") });
+    return rateCardVersionJson(card);
+  };
+
+  app.openapi(addTenantVersionRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    return c.json(await addVersion(c, id, c.req.valid("json")), 201);
+  });
+
+  app.openapi(addDefaultVersionRoute, async (c) => c.json(await addVersion(c, null, c.req.valid("json")), 201));
+
+  const versionPage = async (tenantId: string | null, q: z.infer<typeof RateCardsQuery>) => {
+    const rows = await listRateCardVersions(deps.db, tenantId, { limit: q.limit + 1, ...(q.cursor !== undefined ? { before: versionPosition(q.cursor) } : {}) });
+    const page = pageOf(rows, q.limit, (v) => [v.effectiveFrom]);
+    const now = deps.clock.now();
+    const current = tenantId === null ? await defaultRateCardAt(deps.db, now) : await rateCardAt(deps.db, tenantId, now);
+    return { tenantId, current: rateCardVersionJson(current), versions: page.items.map(rateCardVersionJson), nextCursor: page.nextCursor };
+  };
+
+  app.openapi(listTenantVersionsRoute, async (c) => {
+    requireScope(c, "operator");
+    const { id } = c.req.valid("param");
+    await assertTenant(id);
+    return c.json(await versionPage(id, c.req.valid("query")), 200);
+  });
+
+  app.openapi(listDefaultVersionsRoute, async (c) => {
+    requireScope(c, "operator");
+    return c.json(await versionPage(null, c.req.valid("query")), 200);
+  });
+
+  app.openapi(tenantRateCardsRoute, async (c) => {
+    const caller = requireScope(c, "usage:read");
+    const q = c.req.valid("query");
+    const before = q.cursor !== undefined ? versionPosition(q.cursor) : undefined;
+    const pieces = (await tenantRateCardTimeline(deps.db, caller.tenantId)).filter((p) => before === undefined || p.from < before);
+    const page = pageOf(pieces, q.limit, (p) => [p.from]);
+    const now = deps.clock.now();
+    const current = await rateCardAt(deps.db, caller.tenantId, now);
+    // the last piece runs to the end of what instants can say: no next version is scheduled
+    const openEnded = (p: { to: number }) => p.to > latestRateInstant;
+    return c.json(
+      {
+        tenantId: caller.tenantId,
+        current: rateCardVersionJson(current),
+        versions: page.items.map((p) => ({ ...rateCardVersionJson(p.card), until: openEnded(p) ? null : new Date(p.to).toISOString() })),
+        nextCursor: page.nextCursor,
+      },
+      200,
+    );
+  });
+
   app.openapi(rateCardRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
-    const card = await rateCardFor(deps.db, caller.tenantId);
-    return c.json({ ...card, units: { vcpuSecondNanocents: "nano-cents per vCPU-second", gibSecondNanocents: "nano-cents per GiB-second", snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)" } }, 200);
+    const card = await rateCardAt(deps.db, caller.tenantId, deps.clock.now());
+    return c.json({ id: card.id, tenantId: card.tenantId, currency: card.currency, vcpuSecondNanocents: card.vcpuSecondNanocents, gibSecondNanocents: card.gibSecondNanocents, snapshotGibMonthNanocents: card.snapshotGibMonthNanocents, units: { vcpuSecondNanocents: "nano-cents per vCPU-second", gibSecondNanocents: "nano-cents per GiB-second", snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)" } }, 200);
   });
 
   return app;

@@ -7,16 +7,18 @@ import { CliError, exitCodes } from "./exit.ts";
 import { integer } from "./options.ts";
 import { renderTable, terminalWidth, type Column } from "./table.ts";
 
-export type InvoiceBody = Pick<components["schemas"]["Invoice"], "id" | "month" | "status" | "cutoffAt" | "currency" | "total" | "lines">;
+export type InvoiceBody = Pick<components["schemas"]["Invoice"], "id" | "month" | "status" | "cutoffAt" | "currency" | "total" | "lines"> &
+  Partial<Pick<components["schemas"]["Invoice"], "rateCards">>;
 type InvoiceSummary = components["schemas"]["InvoiceSummary"];
 
 const monthPattern = /^\d{4}-\d{2}$/;
 
-/** An invoice: its head line, a table of its lines, its total. */
+/** An invoice: its head line, a table of its lines (each with the rate-card version that priced it), the cards, its total. */
 export function renderInvoice(inv: InvoiceBody, width?: number): string {
-  const columns: Column[] = [{ header: "agent" }, { header: "resource" }, { header: "quantity", align: "right" }, { header: "unit price", align: "right" }, { header: "amount", align: "right" }];
-  const rows = inv.lines.map((l) => [l.agentId, l.resource, `${l.quantity} ${l.unit}`, `${l.unitPriceNanocents} n¢/${l.priceUnit}`, `${l.amountCents} ¢`]);
-  return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${renderTable(columns, rows, { width, rule: true })}\ntotal ${inv.total} ${inv.currency}`;
+  const columns: Column[] = [{ header: "agent" }, { header: "resource" }, { header: "quantity", align: "right" }, { header: "unit price", align: "right" }, { header: "amount", align: "right" }, { header: "card" }];
+  const rows = inv.lines.map((l) => [l.agentId, l.resource, `${l.quantity} ${l.unit}`, `${l.unitPriceNanocents} n¢/${l.priceUnit}`, `${l.amountCents} ¢`, l.rateCardId ?? "-"]);
+  const cards = (inv.rateCards ?? []).map((c) => `card ${c.id}${c.tenantId === null ? " (default)" : ""} priced ${c.from} to ${c.to}`);
+  return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${renderTable(columns, rows, { width, rule: true })}\n${cards.map((c) => `${c}\n`).join("")}total ${inv.total} ${inv.currency}`;
 }
 
 export function invoicesCommand(program: Command): void {

@@ -8,6 +8,7 @@ import { imagesCommand } from "./images.ts";
 import { invoicesCommand } from "./invoices.ts";
 import { loginCommand } from "./login.ts";
 import { eventsCommand, logsCommand } from "./logs.ts";
+import { ratesCommand } from "./rates.ts";
 import { tenantsCommand } from "./tenants.ts";
 import { tokenCommand } from "./token.ts";
 import { usageCommand } from "./usage.ts";
@@ -40,6 +41,7 @@ export function buildProgram(): Command {
   imagesCommand(program);
   usageCommand(program);
   invoicesCommand(program);
+  ratesCommand(program);
   tenantsCommand(program);
   tokenCommand(program);
   return program;

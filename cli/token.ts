@@ -7,10 +7,18 @@ import { devKeyPath, ensureDevKeys, mintToken } from "../compose/dev-keys.ts";
 import { parseDuration } from "./duration.ts";
 import { usageError } from "./exit.ts";
 
+/** What a tenant's token may carry: every scope but `operator`, which only an operator token has. */
+export const tenantScopes: readonly Scope[] = allScopes.filter((s) => s !== "operator");
+
+/** The tenant claim of an operator token when none is given (operator routes do not check it; compose/all-in-one.ts mints the same). */
+export const defaultOperatorTenant = "ten_operator";
+
 export interface DevTokenRequest {
   tenant: string | undefined;
   /** Comma list of scopes. */
   scopes: string;
+  /** An operator token: scope `operator` only, tenant claim `defaultOperatorTenant` unless `tenant` says. */
+  operator?: boolean;
   /** Lifetime: a duration (`1h`) or seconds (`3600`). */
   ttl: string;
   subject: string;
@@ -26,8 +34,9 @@ export function devTokenDefaults(env: NodeJS.ProcessEnv) {
 
 /** A token of the dev key under `dataDir` (created there when missing, said on `notice`); bad input is a usage error. */
 export async function mintDevToken(req: DevTokenRequest, notice: (message: string) => void): Promise<string> {
-  if (!req.tenant) throw usageError("--tenant is required (the demo tenant is ten_demo)");
-  const scopes = req.scopes.split(",").map((s) => s.trim()).filter(Boolean);
+  const tenant = req.tenant ?? (req.operator ? defaultOperatorTenant : undefined);
+  if (!tenant) throw usageError("--tenant is required (the demo tenant is ten_demo), or --operator for an operator token");
+  const scopes = req.operator ? ["operator"] : req.scopes.split(",").map((s) => s.trim()).filter(Boolean);
   const unknown = scopes.filter((s) => !(allScopes as readonly string[]).includes(s));
   if (unknown.length) throw usageError(`unknown scope(s) ${unknown.join(", ")}; known: ${allScopes.join(", ")}`);
   const ttlMs = parseDuration(req.ttl, "--ttl");
@@ -36,7 +45,7 @@ export async function mintDevToken(req: DevTokenRequest, notice: (message: strin
   const dataDir = resolve(req.dataDir);
   if (!existsSync(devKeyPath(dataDir))) notice(`no dev key in ${dataDir} yet; creating one (start the system with the same DATA_DIR)`);
   const keys = await ensureDevKeys(dataDir);
-  return mintToken(keys.privateJwk, { tenant: req.tenant, scopes: scopes as Scope[], ttlS, subject: req.subject, issuer: req.issuer, audience: req.audience });
+  return mintToken(keys.privateJwk, { tenant, scopes: scopes as Scope[], ttlS, subject: req.subject, issuer: req.issuer, audience: req.audience });
 }
 
 export function tokenCommand(program: Command): void {
@@ -44,15 +53,16 @@ export function tokenCommand(program: Command): void {
   program
     .command("token")
     .description("mint a token with the dev signing key of a local data directory (what npm start accepts without a JWKS)")
-    .requiredOption("--tenant <id>", "the tenant the token speaks for (npm start's demo tenant is ten_demo)")
-    .option("--scopes <list>", `comma list of ${allScopes.join(", ")}`, allScopes.join(","))
+    .option("--tenant <id>", "the tenant the token speaks for (npm start's demo tenant is ten_demo); required unless --operator")
+    .option("--scopes <list>", `comma list of ${allScopes.join(", ")}`, tenantScopes.join(","))
+    .option("--operator", `an operator token: scope operator only (tenants, rate cards), tenant claim ${defaultOperatorTenant} unless --tenant`)
     .option("--ttl <duration>", "lifetime (3600, 30m, 12h)", "1h")
     .option("--sub <subject>", "the token's subject", "cli")
     .option("--data-dir <dir>", "the data directory holding the dev key ($DATA_DIR)", d.dataDir)
     .option("--issuer <iss>", "issuer ($JWT_ISSUER)", d.issuer)
     .option("--audience <aud>", "audience ($JWT_AUDIENCE)", d.audience)
-    .action(async (o: { tenant: string; scopes: string; ttl: string; sub: string; dataDir: string; issuer: string; audience: string }, cmd: Command) => {
-      const token = await mintDevToken({ tenant: o.tenant, scopes: o.scopes, ttl: o.ttl, subject: o.sub, dataDir: o.dataDir, issuer: o.issuer, audience: o.audience }, (m) => console.error(`token: ${m}`));
+    .action(async (o: { tenant?: string; scopes: string; operator?: boolean; ttl: string; sub: string; dataDir: string; issuer: string; audience: string }, cmd: Command) => {
+      const token = await mintDevToken({ tenant: o.tenant, scopes: o.scopes, operator: o.operator === true, ttl: o.ttl, subject: o.sub, dataDir: o.dataDir, issuer: o.issuer, audience: o.audience }, (m) => console.error(`token: ${m}`));
       if (cmd.optsWithGlobals<{ json?: boolean }>().json) console.log(JSON.stringify({ token }));
       else console.log(token);
     });

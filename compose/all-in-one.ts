@@ -7,7 +7,7 @@ import type { GatewayEnv } from "../contracts/caller.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { optStr, type Env } from "../lib/env.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
@@ -26,6 +26,8 @@ export interface AllInOneConfig extends NodeGatewayConfig {
   databaseUrl: string | undefined;
   /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts: DB_*). */
   dbTimeouts: DbTimeouts;
+  /** DATABASE_APP_ROLE: the role queries run as ('' = the URL's user; absent: agentvm_app; schema/postgres.ts). */
+  dbAppRole?: string;
   fleet: FleetAgentConfig;
 }
 
@@ -45,6 +47,8 @@ export interface System {
   app: Hono<GatewayEnv>;
   keys: DevKeys;
   demo: { tenantId: string; agentId: string; token: string };
+  /** A token with only the `operator` scope (tenants, rate cards), for the tenant claim `operatorTenantClaim` (which need not exist). */
+  operatorToken: string;
   /** The bearer token of `GET /metrics` (METRICS_TOKEN, or the one made at start); its one registry serves gateway and host. */
   metricsToken: string | undefined;
   /**
@@ -58,6 +62,8 @@ export interface System {
 
 export const demoTenantId = "ten_demo";
 export const demoAgentId = "agt_demo";
+/** The tenant claim of the operator token `npm start` mints: operator routes do not check it, tenant routes refuse it (it does not exist). */
+export const operatorTenantClaim = "ten_operator";
 
 export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): Promise<System> {
   const { driver, log } = parts;
@@ -66,7 +72,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   mkdirSync(dataDir, { recursive: true });
 
   const database =
-    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl, timeouts: cfg.dbTimeouts } : { pgliteDir: join(dataDir, "db") }));
+    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) } : { pgliteDir: join(dataDir, "db") }));
   const { db } = database;
 
   const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
@@ -104,6 +110,15 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     issuer: cfg.auth.issuer,
     audience: cfg.auth.audience,
   });
+  // The operator's token is another token: the demo tenant's never carries `operator`.
+  const operatorToken = await mintToken(gateway.keys.privateJwk, {
+    tenant: operatorTenantClaim,
+    scopes: ["operator"],
+    subject: "operator",
+    ttlS: 30 * 24 * 3600,
+    issuer: cfg.auth.issuer,
+    audience: cfg.auth.audience,
+  });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -114,6 +129,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     app: gateway.app,
     keys: gateway.keys,
     demo: { tenantId: demoTenantId, agentId: demoAgentId, token },
+    operatorToken,
     metricsToken: cfg.metricsToken,
     stop() {
       // The gateway's drain is this process's host: it drains in-flight calls, hibernates the VMs, stops its meter.
@@ -129,11 +145,12 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
 /**
  * The all-in-one's configuration from the environment: the Node gateway's variables (compose/node-gateway.ts: PORT,
  * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, the Postgres client's timeouts
- * (DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, DB_IDLE_TIMEOUT_S, DB_RECONNECT_MAX_MS: schema/postgres.ts), and the
+ * (DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, DB_IDLE_TIMEOUT_S, DB_RECONNECT_MAX_MS: schema/postgres.ts), the role
+ * its queries run as on Postgres (DATABASE_APP_ROLE, default agentvm_app; unused on PGlite: schema/postgres.ts), and the
  * fleet-agent's (fleet-agent/config.ts). `images` are what the selected driver runs. Without METRICS_TOKEN one is made
  * for this start (printed by `npm start`): the all-in-one always serves `GET /metrics`.
  */
 export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
   const gateway = parseNodeGatewayConfig(env, images);
-  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), fleet: parseFleetAgentConfig(env) };
+  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), dbAppRole: parseDatabaseAppRole(env), fleet: parseFleetAgentConfig(env) };
 }

@@ -10,7 +10,7 @@ import { AppError } from "../lib/errors.ts";
 import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { databaseCheck } from "../schema/db-errors.ts";
 import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
@@ -21,6 +21,13 @@ import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
 import { readArtifact } from "../images/build/store.ts";
 import { parseMetricsToken, processMetrics } from "./metrics.ts";
+import { clientHeadersTimeoutMs } from "../gateway/config.ts";
+import { createConnPolicy, defaultClientLimits, type BodyRule, type ConnPolicyConfig } from "../lib/node-conn-policy.ts";
+import { parseClientLimits } from "./client-limits.ts";
+import { hostOpPaths } from "../contracts/host-protocol.ts";
+import { newId } from "../lib/ids.ts";
+import { errorResponseText } from "../lib/node-respond.ts";
+import type { Duplex } from "node:stream";
 
 export interface FleetAgentDaemonConfig {
   fleet: FleetAgentConfig;
@@ -28,6 +35,8 @@ export interface FleetAgentDaemonConfig {
   databaseUrl: string;
   /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts). */
   dbTimeouts: DbTimeouts;
+  /** DATABASE_APP_ROLE: the role queries run as ('' = the URL's user; absent: agentvm_app; schema/postgres.ts). */
+  dbAppRole?: string;
   /** Where the ingress listens. */
   port: number;
   hostname: string;
@@ -42,7 +51,14 @@ export interface FleetAgentDaemonConfig {
   billingUrl: string | undefined;
   /** Bearer token of the ingress's `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
   metricsToken?: string | undefined;
+  /**
+   * The ingress's head deadline and body floor (the gateway's CLIENT_HEADERS_TIMEOUT_MS, CLIENT_BODY_*), and the
+   * total deadline of a host-op body; no connection bounds (its callers are gateways, few addresses, many streams).
+   */
+  ingressLimits?: IngressLimits;
 }
+
+export type IngressLimits = Pick<ConnPolicyConfig, "headTimeoutMs" | "bodyMinBytes" | "bodyWindowMs"> & { bodyTimeoutMs: number };
 
 /**
  * | variable | default | meaning |
@@ -51,6 +67,7 @@ export interface FleetAgentDaemonConfig {
  * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
  * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
  * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms (the event-log spool replays within ~2 s of its return) |
+ * | DATABASE_APP_ROLE | agentvm_app | the role every pooled connection runs as (no UPDATE/DELETE on audit_log); migrations run as the URL's user; empty: the URL's user for everything |
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
  * | DATA_DIR | .data | VM state (snapshots), the persistent host id |
  * | INGRESS_PORT | 8090 | port of the host ingress |
@@ -60,7 +77,7 @@ export interface FleetAgentDaemonConfig {
  * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
  * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
  * | LOG_LEVEL | info | debug, info, warn or error |
- * plus METRICS_TOKEN (compose/metrics.ts) and the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
+ * plus METRICS_TOKEN (compose/metrics.ts), CLIENT_HEADERS_TIMEOUT_MS, CLIENT_BODY_MIN_BYTES, CLIENT_BODY_WINDOW_MS and CLIENT_BODY_TIMEOUT_MS for the ingress (as on the gateway: gateway/config.ts, compose/node-gateway.ts), and the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
  */
 export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
   const databaseUrl = optStr(env, "DATABASE_URL");
@@ -73,6 +90,7 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     dataDir: resolve(str(env, "DATA_DIR", ".data")),
     databaseUrl,
     dbTimeouts: parseDbTimeouts(env),
+    dbAppRole: parseDatabaseAppRole(env),
     port: int(env, "INGRESS_PORT", 8090, { min: 0, max: 65535 }),
     hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
     publicUrl: optStr(env, "PUBLIC_URL"),
@@ -81,8 +99,11 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
     billingUrl: optStr(env, "BILLING_URL"),
     metricsToken: parseMetricsToken(env),
+    ingressLimits: ingressLimitsOf({ ...parseClientLimits(env), headTimeoutMs: clientHeadersTimeoutMs(env) }),
   };
 }
+
+const ingressLimitsOf = (l: IngressLimits): IngressLimits => ({ headTimeoutMs: l.headTimeoutMs, bodyMinBytes: l.bodyMinBytes, bodyWindowMs: l.bodyWindowMs, bodyTimeoutMs: l.bodyTimeoutMs });
 
 export interface FleetAgentParts {
   log: Logger;
@@ -107,7 +128,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
   mkdirSync(cfg.dataDir, { recursive: true });
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts }));
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
   const { driver } = parts;
   const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
   const hostLog = log.child({ component: "fleet-agent", hostId });
@@ -121,7 +142,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) }, metrics: metricsEndpoint };
   const app = createIngress(ingressDeps);
   const upgrades = createIngressUpgrade(ingressDeps);
-  const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname);
+  const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname, cfg.ingressLimits ?? ingressLimitsOf(defaultClientLimits), hostLog.child({ component: "ingress" }));
   const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
 
   // Registered only once the ingress answers, so placement never picks a host that cannot be reached yet.
@@ -159,14 +180,35 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   };
 }
 
-function listen(fetch: (req: Request) => Response | Promise<Response>, upgrades: IngressUpgrade, port: number, hostname: string): Promise<{ server: Server; port: number }> {
+function listen(fetch: (req: Request) => Response | Promise<Response>, upgrades: IngressUpgrade, port: number, hostname: string, limits: IngressLimits, log: Logger): Promise<{ server: Server; port: number }> {
   return new Promise((resolvePromise, reject) => {
     const server = serve({ fetch, port, hostname }, (info: AddressInfo) => resolvePromise({ server, port: info.port })) as Server;
     server.once("error", reject);
+    // The head deadline and the body floor of the gateway's clients (lib/node-conn-policy.ts). Forwarded agent
+    // traffic is left to the gateway in front (it holds the client to the floor; what it relays may come in bursts).
+    const policy = createConnPolicy({ ...limits, maxConnectionsPerIp: 0, maxConnections: 0 }, log);
+    policy.attach(server);
+    const hostOpRule: BodyRule = { totalMs: limits.bodyTimeoutMs };
+    server.prependListener("request", (req, res) => {
+      const path = (req.url ?? "/").split("?")[0];
+      if (path !== hostOpPaths.forward) policy.watchBody(req, res, hostOpRule);
+    });
+    // What Node's parser refuses, in the envelope (Node's own answers are plain text).
+    server.on("clientError", (err: Error & { code?: string }, socket: Duplex) => {
+      if (err.code === "ECONNRESET" || !socket.writable) return void socket.destroy();
+      const requestId = newId("request");
+      if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") log.info("request head too slow: connection closed", { requestId, limitMs: limits.headTimeoutMs });
+      const appErr =
+        err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+          ? new AppError("request_timeout", `the request head did not arrive within ${limits.headTimeoutMs} ms`)
+          : err.code === "HPE_HEADER_OVERFLOW"
+            ? new AppError("headers_too_large", "request headers too large")
+            : new AppError("bad_request", `malformed request (${err.code ?? "parse error"})`);
+      socket.end(errorResponseText(appErr, requestId));
+    });
     // WebSockets from gateways without a direct path to the VMs (`/v1/websocket`).
     server.on("upgrade", (req, socket, head: Buffer) => upgrades.handle(req, socket, head));
     // No total request timeout: long streams are bounded by idle rules, not by the server.
     server.requestTimeout = 0;
-    server.headersTimeout = 30_000;
   });
 }

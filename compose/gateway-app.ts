@@ -5,7 +5,7 @@ import type { Fleet } from "../contracts/fleet.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Metrics } from "../lib/metrics.ts";
-import { createDbAuditLog } from "../schema/audit-log.ts";
+import { createDbAuditLog, createDbAuditReader } from "../schema/audit-log.ts";
 import { databaseCheck } from "../schema/db-errors.ts";
 import type { Db } from "../schema/db.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
@@ -14,7 +14,10 @@ import { createAgentRepo, type AgentRepo } from "../gateway/agent-repo.ts";
 import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy-core.ts";
-import { createDbWebhookStore, createWebhookRoutes, fleetForward, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
+import { createDbWebhookStore, createWebhookRoutes, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
+import { createTenantGate, defaultTenantGateConfig, tenantGatedForward, type TenantGate } from "../gateway/tenants/gate.ts";
+import { createTenantRoutes } from "../gateway/tenants/routes.ts";
+import { createTenantStore } from "../gateway/tenants/store.ts";
 import { createImageRepo } from "../images/repo.ts";
 import { createImageRoutes } from "../images/routes.ts";
 import type { ImageBuilder } from "../images/builds.ts";
@@ -45,6 +48,8 @@ export interface GatewayApp {
   /** The proxy's shared state (agent cache, tenant limiter), for a Node fast path beside the app. */
   proxy: ProxyCore;
   agents: AgentRepo;
+  /** Tenant statuses this gateway checks (cached; changes through it apply here at once). */
+  tenants: TenantGate;
   /** What a delivery worker of this gateway is built from. */
   webhookDeps: WebhookDeps;
 }
@@ -57,11 +62,13 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const agents = createAgentRepo(db);
   const settings = createAgentSettingsStore(db);
   const gatewayLog = log.child({ component: "gateway" });
-  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig, metrics: deps.metrics });
   // One audit log for the admin API and the webhook module (its rows written in the transaction of their change).
   const audit = createDbAuditLog(db);
+  const tenantStore = createTenantStore(db);
+  const tenants = createTenantGate({ store: tenantStore, audit, log: gatewayLog, config: deps.config.tenants ?? defaultTenantGateConfig });
+  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig, metrics: deps.metrics, tenants });
   // `db` too: the delivery worker counts its queue there when scraped.
-  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet), config: deps.webhooks };
+  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: tenantGatedForward(agents, tenants, fleet), config: deps.webhooks };
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
   const imageRepo = createImageRepo(db);
   const images = createImageRoutes({
@@ -71,21 +78,24 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     log: log.child({ component: "images" }),
     maxUploadBytes: deps.maxImageUploadBytes ?? defaultMaxImageUploadBytes,
   });
+  const tenantRoutes = createTenantRoutes({ store: tenantStore, gate: tenants, agents, fleet, audit, log: gatewayLog, invalidateAgent: (id) => proxy.invalidate(id), maxBodyBytes: deps.config.maxApiBodyBytes });
   const app = createGateway({
     agents,
     fleet,
     audit,
+    auditReader: createDbAuditReader(db),
     auth: deps.auth,
     log: gatewayLog,
     config: deps.config,
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
-    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images],
+    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes],
     imageCatalog: imageRepo,
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },
+    tenants,
     ...(deps.metrics ? { metrics: deps.metrics } : {}),
   });
-  return { app, proxy, agents, webhookDeps };
+  return { app, proxy, agents, tenants, webhookDeps };
 }
 

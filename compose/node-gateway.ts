@@ -18,6 +18,8 @@ import { createNodeProxy } from "../gateway/node/fast-path/handler.ts";
 import { dashboardRoutes } from "../gateway/node/dashboard.ts";
 import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
+import type { ClientLimits } from "../lib/node-conn-policy.ts";
+import { parseClientLimits } from "./client-limits.ts";
 import { ensureDevKeys, type DevKeys } from "./dev-keys.ts";
 import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
 import type { ImageBuilder } from "../images/builds.ts";
@@ -39,6 +41,8 @@ export interface NodeGatewayConfig {
   maxImageUploadBytes: number;
   /** Bearer token of `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
   metricsToken: string | undefined;
+  /** Connection bounds and body deadlines (`parseClientLimits`); the head deadline is CLIENT_HEADERS_TIMEOUT_MS. */
+  clients: Omit<ClientLimits, "headTimeoutMs">;
 }
 
 /**
@@ -49,7 +53,7 @@ export interface NodeGatewayConfig {
  * | IMAGE_CACHE_DIR | $HOME/.cache/agentvm | where image builds keep the Debian bases and buildah's storage (reused across runs and data directories) |
  * | IMAGE_MAX_UPLOAD_BYTES | 4294967296 | largest build context or image archive `POST /v1/images` accepts, bytes |
  * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
- * plus METRICS_TOKEN (compose/metrics.ts), the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
+ * plus METRICS_TOKEN (compose/metrics.ts), the client limits (`parseClientLimits`), the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
  * `images` are the images agents may be created with (what the hosts' drivers run).
  */
 export function parseNodeGatewayConfig(env: Env, images: readonly string[]): NodeGatewayConfig {
@@ -67,6 +71,7 @@ export function parseNodeGatewayConfig(env: Env, images: readonly string[]): Nod
     imageCacheDir: resolve(str(env, "IMAGE_CACHE_DIR", join(str(env, "HOME", homedir()), ".cache", "agentvm"))),
     maxImageUploadBytes: int(env, "IMAGE_MAX_UPLOAD_BYTES", defaultMaxImageUploadBytes, { min: 1024 }),
     metricsToken: parseMetricsToken(env),
+    clients: parseClientLimits(env),
   };
 }
 
@@ -142,7 +147,9 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
       hostname: cfg.hostname,
       ...(proxyConfig.fastPath ? { proxy: nodeProxy } : {}),
       maxHeaderBytes: proxyConfig.maxHeaderBytes,
-      headersTimeoutMs: proxyConfig.clientHeadersTimeoutMs,
+      clients: { ...cfg.clients, headTimeoutMs: proxyConfig.clientHeadersTimeoutMs },
+      domain: cfg.gateway.domain,
+      log: log.child({ component: "gateway" }),
       metrics: { endpoint: metricsEndpoint, domain: cfg.gateway.domain },
     });
   } catch (err) {

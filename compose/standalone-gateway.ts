@@ -6,7 +6,7 @@ import { AppError } from "../lib/errors.ts";
 import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
@@ -15,6 +15,8 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   databaseUrl: string;
   /** Connect, statement and idle timeouts of the Postgres client (schema/postgres.ts). */
   dbTimeouts: DbTimeouts;
+  /** DATABASE_APP_ROLE: the role queries run as ('' = the URL's user; absent: agentvm_app; schema/postgres.ts). */
+  dbAppRole?: string;
   placement: { liveWindowMs: number; cacheTtlMs: number };
   hosts: { connectTimeoutMs: number; headersTimeoutMs: number };
   /** How long shutdown lets calls in flight finish. */
@@ -28,6 +30,7 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
  * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
  * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
  * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms |
+ * | DATABASE_APP_ROLE | agentvm_app | the role every pooled connection runs as (no UPDATE/DELETE on audit_log); migrations run as the URL's user; empty: the URL's user for everything |
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | signs every call to a host (the hosts have the same secret) |
  * | PORT | 8080 | port of the gateway |
  * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
@@ -52,6 +55,7 @@ export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig 
     ...parseNodeGatewayConfig(env, images),
     databaseUrl,
     dbTimeouts: parseDbTimeouts(env),
+    dbAppRole: parseDatabaseAppRole(env),
     placement: { liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }), cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }) },
     hosts: {
       connectTimeoutMs: int(env, "HOST_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
@@ -72,7 +76,7 @@ export interface StandaloneGateway {
 export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: Logger; clock?: Clock; database?: Database }): Promise<StandaloneGateway> {
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts }));
+  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
   const { db } = database;
   const placement = createDbPlacement(db, { ...cfg.placement, clock });
   // Calls and WebSockets go to the agent's host, which wakes the agent and relays the frames; this gateway joins bytes.

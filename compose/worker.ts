@@ -8,6 +8,7 @@ import { openPostgresDb, type Db } from "../schema/postgres.ts";
 import { createJwtAuthenticator } from "../gateway/auth.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
 import { createRemoteFleet } from "../gateway/remote-fleet.ts";
+import { defaultTenantGateConfig } from "../gateway/tenants/gate.ts";
 import { createDeliveryWorker, type WebhookDeps } from "../gateway/webhooks/index.ts";
 import { assembleGatewayApp, type GatewayApp } from "./gateway-app.ts";
 import { parseWorkerEnv, type ParsedWorkerEnv, type WorkerBindings, type WorkerConfig } from "./worker-env.ts";
@@ -67,7 +68,12 @@ function isolateFor(env: WorkerBindings): Isolate {
       log,
       clock: systemClock,
       // Nothing of an agent row is kept across requests here (the proxy's agent cache would refresh with another request's client).
-      config: { ...config.gateway, ...(config.gateway.proxy ? { proxy: { ...config.gateway.proxy, agentCacheTtlMs: 0 } } : {}) },
+      // Tenant statuses are kept (TENANT_CACHE_TTL_MS) but a stale one is re-read within the request that needs it.
+      config: {
+        ...config.gateway,
+        ...(config.gateway.proxy ? { proxy: { ...config.gateway.proxy, agentCacheTtlMs: 0 } } : {}),
+        tenants: { ...(config.gateway.tenants ?? defaultTenantGateConfig), serveStale: false },
+      },
       webhooks: config.webhooks,
       componentKey: config.componentKey,
       clientIp: (c) => c.req.header("cf-connecting-ip"),

@@ -2,8 +2,12 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { AppError } from "../lib/errors.ts";
 
-export type Scope = "agents:invoke" | "agents:admin" | "usage:read";
-export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "usage:read"];
+/**
+ * `operator` is the platform operator's: it drives tenants and rate cards (`/v1/tenants…`), whatever tenant its token
+ * names, and is never needed (nor enough) for a tenant's own routes.
+ */
+export type Scope = "agents:invoke" | "agents:admin" | "usage:read" | "operator";
+export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "usage:read", "operator"];
 
 export interface Caller {
   tenantId: string;

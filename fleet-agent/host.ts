@@ -218,9 +218,10 @@ export class Host {
 
   /**
    * Holds the agent's VM awake for one request, waking it first if needed. Concurrent callers share one
-   * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After.
+   * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After. `requestId`: the
+   * call that asked (the wake it starts records it, in the event log's detail and the audit log).
    */
-  async acquire(spec: AgentSpec, reason: WakeReason): Promise<Ticket> {
+  async acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
     if (this.stopping) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
     const entry = this.entry(spec);
     const queuedAt = this.deps.clock.monotonic();
@@ -241,7 +242,7 @@ export class Host {
       let info: WakeInfo;
       try {
         const ms = this.deps.config.wakeDeadlineMs;
-        info = await withDeadline(this.deps.clock, ms, this.wakeOnce(entry, reason), () => {
+        info = await withDeadline(this.deps.clock, ms, this.wakeOnce(entry, reason, requestId), () => {
           throw new AppError("wake_failed", `agent ${spec.id} did not wake within ${ms} ms`, { retryAfterS: 5 });
         });
       } finally {
@@ -376,14 +377,14 @@ export class Host {
     this.events.runTimings(wake.runId, { ...wake.timings, firstByteMs });
   }
 
-  private wakeOnce(entry: VmEntry, reason: WakeReason): Promise<WakeInfo> {
-    entry.wake ??= this.doWake(entry, reason).finally(() => {
+  private wakeOnce(entry: VmEntry, reason: WakeReason, requestId: string | undefined): Promise<WakeInfo> {
+    entry.wake ??= this.doWake(entry, reason, requestId).finally(() => {
       entry.wake = undefined;
     });
     return entry.wake;
   }
 
-  private async doWake(entry: VmEntry, reason: WakeReason): Promise<WakeInfo> {
+  private async doWake(entry: VmEntry, reason: WakeReason, requestId: string | undefined): Promise<WakeInfo> {
     const { driver, clock } = this.deps;
     const startedAt = clock.monotonic();
     try {
@@ -427,7 +428,7 @@ export class Host {
       entry.lastWakeAt = clock.now();
       entry.cpu.reset();
       const wakeMs = round(clock.monotonic() - startedAt);
-      this.transition(entry, "running", reason, { ...info.timings, wakeMs }, { wake: info.wake, ...detail });
+      this.transition(entry, "running", reason, { ...info.timings, wakeMs }, { wake: info.wake, ...detail, ...(requestId ? { requestId } : {}) });
       this.countWake(info, reason, wakeMs);
       this.events.runStarted({
         id: runId,

@@ -162,7 +162,7 @@ export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
       logFailure(log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "" }, "ingress upgrade");
       if (socket.destroyed) return;
       // Marked as the host's own answer, like every error of the ingress.
-      await sendErrorOnSocket(socket, err, requestId, [[hostErrorHeader, err instanceof AppError ? err.code : "internal"]]);
+      sendErrorOnSocket(socket, err, requestId, [[hostErrorHeader, err instanceof AppError ? err.code : "internal"]]);
     }
   }
 

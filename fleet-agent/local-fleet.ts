@@ -72,7 +72,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
 
   // On every proxied call: plain promise chaining, without an async frame and its extra turns of the microtask queue.
   function withHold<T>(agent: AgentSpec, ctx: ForwardContext, use: (hold: Hold) => Promise<T>): Promise<T> {
-    return host.acquire(agent, ctx.reason).then((ticket) => {
+    return host.acquire(agent, ctx.reason, ctx.requestId).then((ticket) => {
       let used: Promise<T>;
       try {
         used = use(ticket);
@@ -95,7 +95,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
 
   return {
     async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
-      const ticket = await host.acquire(agent, ctx.reason);
+      const ticket = await host.acquire(agent, ctx.reason, ctx.requestId);
       try {
         const url = new URL(req.url);
         const upstream = await pools.get(agent.id, ticket.wake.runId, ticket.endpoint).request({

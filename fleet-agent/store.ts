@@ -113,6 +113,8 @@ export function createDbHostStore(db: Db): HostStore {
           actor: r.hostId,
           action,
           target: r.agentId,
+          // A wake a call caused carries the call's request id (host.acquire puts it in the detail).
+          requestId: typeof r.detail?.requestId === "string" ? r.detail.requestId : null,
           detail: { from: r.fromState, reason: r.reason, runId: r.runId, ...(r.timings ? { timings: r.timings } : {}), ...(r.detail ?? {}) },
         });
       });

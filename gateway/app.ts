@@ -2,7 +2,7 @@
 import type { Context } from "hono";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { createRoute } from "@hono/zod-openapi";
-import { apiRouter, asAppError, ErrorEnvelope, json, z } from "../lib/api.ts";
+import { apiRouter, asAppError, ErrorEnvelope, json, refuseNul, z } from "../lib/api.ts";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
@@ -16,6 +16,8 @@ import { createProxyCore, defaultProxyConfig } from "./proxy-core.ts";
 import type { GatewayDeps } from "./deps.ts";
 import { agentRoutes } from "./routes/agents.ts";
 import { logRoutes } from "./routes/logs.ts";
+import { auditRoutes } from "./routes/audit.ts";
+import { hookAgentId, skipsTenantCheck } from "./tenants/gate.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
 
@@ -62,7 +64,8 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
     logFailure(log, err, { requestId, method: c.req.method, path: c.req.path });
     return toErrorResponse(err, requestId);
   });
-  app.notFound((c) => toErrorResponse(new AppError("not_found", `no route for ${c.req.method} ${c.req.path}`), c.get("requestId") ?? newId("request")));
+  // The path is shortened: a 15 KB path must not come back as a 15 KB error.
+  app.notFound((c) => toErrorResponse(new AppError("not_found", `no route for ${c.req.method.slice(0, 20)} ${c.req.path.length > 200 ? `${c.req.path.slice(0, 200)}…` : c.req.path}`), c.get("requestId") ?? newId("request")));
 
   app.use(async (c, next) => {
     const requestId = newId("request");
@@ -85,6 +88,8 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
     await authenticate(c);
     return proxyToAgent(proxyDeps, c, target.agentId, target.pathInside);
   });
+  // A NUL in a path or query is 400 before any route or lookup sees it (an agent's own paths above are its business).
+  app.use(refuseNul);
 
   // `GET /healthz` is the gateway's own and wakes nothing: a liveness check (the process answers), whatever Postgres does.
   app.openapi(healthRoute, (c) => c.json({ ok: true as const }, 200));
@@ -96,20 +101,48 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
     // Webhook intake authenticates by signature (a sender's own Authorization header is not ours to judge);
     // meter shipments carry a host's component token, which the billing route verifies itself.
     if (!c.req.path.startsWith("/hooks/") && c.req.path !== "/v1/meter-segments") await authenticate(c);
+    else await refuseHookOfClosedTenant(c.req.path);
     return next();
   });
 
   app.route("/", agentRoutes(deps, proxy));
   app.route("/", logRoutes(deps));
+  app.route("/", auditRoutes(deps));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).
   app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer", bearerFormat: "JWT" });
   app.doc31("/openapi.json", apiDocumentHead);
 
+  /**
+   * A verified token's tenant must exist and be active on every route, but for an operator token on the operator's
+   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`: its tenant claim need not exist): 403 tenant_not_found /
+   * tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one is created).
+   */
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {
     const token = bearerToken(c.req.header("authorization"));
-    if (token) c.set("caller", await deps.auth.verify(token));
+    if (!token) return;
+    const caller = await deps.auth.verify(token);
+    c.set("caller", caller);
+    if (deps.tenants && !skipsTenantCheck(caller, c.req.path)) await deps.tenants.admit(caller, c.get("requestId"));
+  }
+
+  /**
+   * Webhook intake of a suspended or deleted tenant's agent is refused (403 tenant_*), not stored: holding deliveries
+   * for a tenant that may never come back would keep its senders' data and our disk. An id that names no agent is left
+   * to the intake route (its 404 says nothing of tenants).
+   */
+  async function refuseHookOfClosedTenant(path: string): Promise<void> {
+    const agentId = hookAgentId(path);
+    if (!deps.tenants || agentId === undefined) return;
+    let agent;
+    try {
+      agent = await proxy.resolve(agentId);
+    } catch (err) {
+      if (err instanceof AppError && (err.code === "not_found" || err.code === "invalid_id")) return;
+      throw err;
+    }
+    deps.tenants.assertActive(agent.row.tenantId);
   }
 
   return app;

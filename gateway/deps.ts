@@ -5,12 +5,13 @@ import type { Fleet } from "../contracts/fleet.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import type { ReadinessChecks } from "../lib/readiness.ts";
-import type { AuditLog } from "../schema/audit-log.ts";
+import type { AuditLog, AuditReader } from "../schema/audit-log.ts";
 import type { AgentRepo } from "./agent-repo.ts";
 import type { Authenticator } from "./auth.ts";
 import type { ProxyConfig, ProxyCore } from "./proxy-core.ts";
 import type { AgentSettingsStore } from "./proxy-agents.ts";
 import type { ImageCatalog } from "../contracts/image.ts";
+import type { TenantGate, TenantGateConfig } from "./tenants/gate.ts";
 
 export interface GatewayConfig {
   /** When set, `{agentId}.{domain}` hosts route to the agent like `/a/{agentId}/…`. */
@@ -24,6 +25,8 @@ export interface GatewayConfig {
   agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number; diskMiB?: number };
   /** Proxy timeouts and limits (gateway/proxy-core.ts); defaults when absent. */
   proxy?: ProxyConfig;
+  /** How tenant statuses are cached and whether unknown tenants are created on first use (gateway/tenants/gate.ts); defaults when absent. */
+  tenants?: TenantGateConfig;
 }
 
 export interface GatewayDeps {
@@ -31,6 +34,8 @@ export interface GatewayDeps {
   fleet: Fleet;
   /** Where admin actions are recorded (the append-only audit log). */
   audit: AuditLog;
+  /** The read side of the audit log (`GET /v1/audit`, `/v1/audit/verify`); none: those routes answer 503. */
+  auditReader?: AuditReader;
   auth: Authenticator;
   log: Logger;
   config: GatewayConfig;
@@ -48,4 +53,10 @@ export interface GatewayDeps {
   readiness?: ReadinessChecks;
   /** Where the proxy counts its calls (by status class); none: nowhere (`noopMetrics`). */
   metrics?: Metrics;
+  /**
+   * Tenant statuses: every verified token's tenant (outside the operator routes) and every called agent's tenant must
+   * be active (403 tenant_not_found / tenant_suspended / tenant_deleted). Every program passes one (compose/gateway-app.ts);
+   * none: tenants are not checked (unit tests of other parts).
+   */
+  tenants?: TenantGate;
 }

@@ -10,6 +10,7 @@ import { agentSpec, type AgentRepo, type AgentRow } from "./agent-repo.ts";
 import type { Caller } from "../contracts/caller.ts";
 import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./proxy-agents.ts";
 import { TenantLimiter } from "./proxy-limits.ts";
+import type { TenantGate } from "./tenants/gate.ts";
 import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./proxy-policy.ts";
 
 /** The proxy's global settings (environment variables in gateway/config.ts and fleet-agent/config.ts). */
@@ -38,7 +39,7 @@ export const defaultProxyConfig: ProxyConfig = {
   responseTimeoutMs: 300_000,
   connectTimeoutMs: 5_000,
   maxHeaderBytes: 16_384,
-  clientHeadersTimeoutMs: 30_000,
+  clientHeadersTimeoutMs: 10_000,
   agentCacheTtlMs: 2_000,
   fastPath: true,
 };
@@ -67,6 +68,8 @@ export interface ProxyCoreDeps {
   maxBodyBytes: number;
   proxy: ProxyConfig;
   metrics?: Metrics | undefined;
+  /** Tenant statuses (cached): a suspended, deleted or unknown tenant's calls are refused; none: not checked. */
+  tenants?: TenantGate | undefined;
 }
 
 export interface ProxyCore {
@@ -75,11 +78,15 @@ export interface ProxyCore {
   readonly log: Logger;
   /** Where every entry counts the calls it proxied (`noopMetrics` unless given). */
   readonly metrics: Metrics;
-  /** The agent by id (cached): 400 for a malformed id, 404 when there is none. */
+  /** The agent by id (cached), with its tenant's status loaded (cached): 400 for a malformed id, 404 when there is none. */
   resolve(agentId: string): Promise<ResolvedAgent>;
-  /** The agent from memory without waiting (undefined: ask `resolve`). */
+  /** The agent from memory without waiting, its tenant's status in memory too (undefined: ask `resolve`). */
   peek(agentId: string): ResolvedAgent | undefined;
-  /** 401/403/404 unless `caller` may call the agent. */
+  /** The caller's tenant status is in memory (a warm call decides synchronously); else `admitCaller` first. */
+  callerReady(caller: Caller): boolean;
+  /** The caller's tenant must be active (403 tenant_*; provisioned on first use when configured). */
+  admitCaller(caller: Caller, requestId: string): Promise<void>;
+  /** 401/403/404 unless `caller` may call the agent; then 403 tenant_* unless the agent's tenant (and the caller's) is active. */
   authorize(agent: ResolvedAgent, caller: Caller | undefined): void;
   /** The gateway's own answer when the request is non-waking traffic for this agent. */
   nonWaking(agent: ResolvedAgent, method: string, pathInside: string, userAgent: string | undefined, requestId: string): Promise<PlainAnswer | undefined>;
@@ -103,6 +110,7 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
   });
   const limiter = new TenantLimiter(cfg.tenantMaxConcurrent);
   const resolved = new WeakMap<AgentRow, ResolvedAgent>();
+  const tenants = deps.tenants;
 
   function limitsOf(row: AgentRow, o: AgentLimitOverrides): EffectiveLimits {
     return {
@@ -139,14 +147,26 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
       if (!isId("agent", agentId)) throw new AppError("invalid_id", `"${agentId.slice(0, 64)}" is not an agent id`);
       const loaded = await cache.get(agentId);
       if (!loaded) throw new AppError("not_found", `agent ${agentId} not found`);
+      await tenants?.load(loaded.row.tenantId);
       return resolvedOf(loaded);
     },
     peek(agentId) {
       const loaded = cache.peek(agentId);
-      return loaded ? resolvedOf(loaded) : undefined;
+      if (!loaded || (tenants && !tenants.ready(loaded.row.tenantId))) return undefined;
+      return resolvedOf(loaded);
+    },
+    callerReady(caller) {
+      return !tenants || tenants.ready(caller.tenantId);
+    },
+    async admitCaller(caller, requestId) {
+      await tenants?.admit(caller, requestId);
     },
     authorize(agent, caller) {
+      // Who may call first: another tenant's private agent stays a 404, whatever its tenant's status.
       authorizeCall(agent.row, caller);
+      if (!tenants) return;
+      tenants.assertActive(agent.row.tenantId);
+      if (caller && caller.tenantId !== agent.row.tenantId) tenants.assertActive(caller.tenantId);
     },
     async nonWaking(agent, method, pathInside, userAgent, requestId) {
       const match = agent.matchNonWaking(method, pathInside, userAgent);

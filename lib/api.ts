@@ -83,11 +83,14 @@ export function jsonRequest<T extends z.ZodType>(schema: T) {
 /**
  * JSON bodies of the API, whatever `Content-Type` says (curl's `-d` sends a form type): reads at most `maxBytes` —
  * counted as they arrive, declared or not — then hands the validators the text as `application/json`; an empty body
- * is `{}`. Not for uploads (images) or signed intake (webhooks), which read their bodies themselves.
+ * is `{}`; a body with a NUL character (raw or `\u0000`) is `400`. Not for uploads (images) or signed intake
+ * (webhooks), which read their bodies themselves.
  */
 export function jsonBody(maxBytes: () => number): MiddlewareHandler {
   return async (c, next) => {
     const text = utf8(await readBodyLimited(c.req.raw, maxBytes()));
+    // No field takes a NUL (no text Postgres stores can hold one): refused here rather than by the database, as a 500.
+    if (nulInJson.test(text)) throw new AppError("bad_request", "the body holds a NUL character (\\u0000)");
     const headers = new Headers(c.req.raw.headers);
     headers.set("content-type", "application/json");
     headers.delete("content-length");
@@ -100,6 +103,22 @@ export function jsonBody(maxBytes: () => number): MiddlewareHandler {
     await next();
   };
 }
+
+/** A NUL character in JSON text, raw or escaped (`\u0000` after an even number of backslashes). */
+const nulInJson = /\u0000|(?:^|[^\\])(?:\\\\)*\\u0000/i;
+
+/** NUL in a path or query, raw or percent-encoded. */
+const nulInUrl = /%00|\u0000/;
+
+/**
+ * Every API request: a NUL character in the path or the query is `400 bad_request`. No text Postgres stores can hold
+ * one (the query fails with SQLSTATE 22021, a 500), so it is refused before any route or lookup sees it.
+ */
+export const refuseNul: MiddlewareHandler = async (c, next) => {
+  const url = c.req.url;
+  if (nulInUrl.test(url.slice(url.indexOf("/", url.indexOf("//") + 2)))) throw new AppError("bad_request", "the path or query holds a NUL character (%00)");
+  await next();
+};
 
 function utf8(bytes: Uint8Array): string {
   try {
@@ -122,6 +141,14 @@ export function asAppError(thrown: unknown): unknown {
 /** Every list: `limit` items a page by default, at most `maxPageLimit`. */
 export const defaultPageLimit = 100;
 export const maxPageLimit = 1000;
+
+/** An optional query instant: ISO 8601 with a zone (`Z` or an offset), years 1970 to 9999 (what Postgres holds). */
+export const instantQuery = (description: string) =>
+  z.iso
+    .datetime({ offset: true, error: "must be an ISO-8601 instant with a zone, e.g. 2026-01-31T12:00:00Z" })
+    .refine((s) => Number(s.slice(0, 4)) >= 1970, { error: "must be in the years 1970 to 9999" })
+    .optional()
+    .openapi({ description, example: "2026-01-31T12:00:00Z" });
 
 /** `?cursor=…&limit=…` of every paged list; extend it with the list's own filters. */
 export const PageQuery = z.object({

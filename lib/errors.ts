@@ -7,8 +7,16 @@ export const errorStatus = {
   unauthorized: 401,
   invalid_signature: 401,
   forbidden: 403,
+  /** A token names a tenant that was never created (and first-use provisioning is off). */
+  tenant_not_found: 403,
+  /** The token's tenant, or the called agent's, is suspended by an operator: nothing answers until it is resumed. */
+  tenant_suspended: 403,
+  /** The tenant was deleted: its agents are gone, its usage is kept for invoicing. */
+  tenant_deleted: 403,
   not_found: 404,
   method_not_allowed: 405,
+  /** A request's head or body did not arrive within its deadline (or its body stalled below the progress floor). */
+  request_timeout: 408,
   conflict: 409,
   replay: 409,
   payload_too_large: 413,
@@ -21,6 +29,8 @@ export const errorStatus = {
   /** An uploaded image archive is not an OCI archive or a `docker save` tarball, or is corrupt. */
   bad_archive: 400,
   rate_limited: 429,
+  /** This client address holds as many connections as it may; `Retry-After`. */
+  too_many_connections: 429,
   internal: 500,
   bad_gateway: 502,
   wake_failed: 503,
@@ -28,6 +38,8 @@ export const errorStatus = {
   boot_failed: 503,
   queue_full: 503,
   shutting_down: 503,
+  /** The server holds as many connections as it takes in total; `Retry-After`. */
+  server_busy: 503,
   /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */
   database_unavailable: 503,
   gateway_timeout: 504,
@@ -58,14 +70,29 @@ export interface ErrorBody {
   error: { code: ErrorCode; message: string; requestId: string; details?: unknown };
 }
 
-/** Renders any thrown value as the one error envelope; unknown errors never leak their message. */
-export function toErrorResponse(err: unknown, requestId: string): Response {
+export interface RenderedError {
+  status: number;
+  headers: [string, string][];
+  body: string;
+}
+
+/** Any thrown value as the one error envelope's parts, synchronously; unknown errors never leak their message. */
+export function renderError(err: unknown, requestId: string): RenderedError {
   const appErr = err instanceof AppError ? err : new AppError("internal", "internal error");
   const body: ErrorBody = { error: { code: appErr.code, message: appErr.message, requestId } };
   if (appErr.details !== undefined) body.error.details = appErr.details;
-  const headers = new Headers({ "content-type": "application/json; charset=utf-8", "x-request-id": requestId });
-  if (appErr.retryAfterS !== undefined) headers.set("retry-after", String(Math.max(1, Math.ceil(appErr.retryAfterS))));
-  return new Response(JSON.stringify(body), { status: appErr.status, headers });
+  const headers: [string, string][] = [
+    ["content-type", "application/json; charset=utf-8"],
+    ["x-request-id", requestId],
+  ];
+  if (appErr.retryAfterS !== undefined) headers.push(["retry-after", String(Math.max(1, Math.ceil(appErr.retryAfterS)))]);
+  return { status: appErr.status, headers, body: JSON.stringify(body) };
+}
+
+/** The envelope as a web `Response` (what the Hono app answers with). */
+export function toErrorResponse(err: unknown, requestId: string): Response {
+  const e = renderError(err, requestId);
+  return new Response(e.body, { status: e.status, headers: e.headers });
 }
 
 /** Logs a failed call the same way everywhere: 5xx as errors (with the stack of an unexpected error), the rest as rejections. */

@@ -78,8 +78,9 @@ export const meterConflicts = pgTable(
 );
 
 /**
- * Prices in nano-cents (1e-9 of a cent) per unit. `tenant_id` null is the default card (id `rc_default`),
- * seeded at first use; a tenant row overrides it.
+ * Prices in nano-cents (1e-9 of a cent) per unit, one row per version: a version applies from `effective_from` until
+ * the next version of the same card. `tenant_id` null is the default card (first version `rc_default`, seeded at first
+ * use, effective from 1970); a tenant's versions override it from their instant on. Rows are never updated.
  */
 export const rateCards = pgTable(
   "rate_cards",
@@ -90,9 +91,14 @@ export const rateCards = pgTable(
     vcpuSecondNanocents: count("vcpu_second_nanocents").notNull(),
     gibSecondNanocents: count("gib_second_nanocents").notNull(),
     snapshotGibMonthNanocents: count("snapshot_gib_month_nanocents").notNull(),
+    /** When this version was written. */
     updatedAt: tz("updated_at").notNull().defaultNow(),
+    /** The instant this version applies from. */
+    effectiveFrom: tz("effective_from").notNull().default(sql`'1970-01-01T00:00:00Z'`),
+    /** Who wrote it (a caller's subject), null for the seeded default. */
+    createdBy: text("created_by"),
   },
-  (t) => [uniqueIndex("rate_cards_tenant_idx").on(t.tenantId)],
+  (t) => [uniqueIndex("rate_cards_version_idx").on(sql`coalesce(${t.tenantId}, '')`, t.effectiveFrom)],
 );
 
 export type InvoiceStatus = "draft" | "final";
@@ -136,6 +142,8 @@ export const invoiceLines = pgTable(
     unit: text("unit").notNull(),
     unitPriceNanocents: count("unit_price_nanocents").notNull(),
     amountCents: count("amount_cents").notNull(),
+    /** The rate-card version that priced this line (null on lines finalized before cards were versioned). */
+    rateCardId: text("rate_card_id"),
   },
   (t) => [primaryKey({ columns: [t.invoiceId, t.lineNo] })],
 );

@@ -1,6 +1,6 @@
 // Core tables: tenants, agents, hosts, the append-only VM event log and awake runs, the audit log.
 import { sql } from "drizzle-orm";
-import { bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp } from "drizzle-orm/pg-core";
+import { bigint, bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
 import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
 
 const tz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
@@ -11,7 +11,15 @@ export const tenants = pgTable("tenants", {
   /** IANA zone the tenant's invoices and default reports use. */
   timeZone: text("time_zone").notNull().default("UTC"),
   createdAt: tz("created_at").notNull().defaultNow(),
+  /** active | suspended (its agents refuse calls and are hibernated) | deleted (agents destroyed, usage kept). */
+  status: text("status").$type<TenantStatus>().notNull().default("active"),
+  /** Why an operator suspended or deleted it, as they said. */
+  statusReason: text("status_reason"),
+  suspendedAt: tz("suspended_at"),
+  deletedAt: tz("deleted_at"),
 });
+
+export type TenantStatus = "active" | "suspended" | "deleted";
 
 /** Rules for traffic the gateway answers itself without waking the agent (probes, uptime bots). */
 export interface NonWakingRules {
@@ -118,6 +126,18 @@ export const auditLog = pgTable(
     target: text("target").notNull(),
     requestId: text("request_id"),
     detail: jsonb("detail").$type<Record<string, unknown>>(),
+    /** Position in its tenant's hash chain (1, 2, …), set by the insert trigger under the chain head's row lock. */
+    seq: bigint("seq", { mode: "number" }),
+    /** The hash of the previous row of the chain (empty for the first), and this row's hash over it and its fields. */
+    prevHash: text("prev_hash"),
+    hash: text("hash"),
   },
-  (t) => [index("audit_tenant_idx").on(t.tenantId, t.id)],
+  (t) => [index("audit_tenant_idx").on(t.tenantId, t.id), uniqueIndex("audit_chain_idx").on(sql`coalesce(${t.tenantId}, '')`, t.seq)],
 );
+
+/** The last row of each tenant's audit chain ('' = rows without a tenant): the trigger locks and advances it. */
+export const auditChainHeads = pgTable("audit_chain_heads", {
+  chain: text("chain").primaryKey(),
+  seq: bigint("seq", { mode: "number" }).notNull(),
+  hash: text("hash").notNull(),
+});

@@ -4,6 +4,7 @@ import { drizzle } from "drizzle-orm/postgres-js";
 import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core";
 import postgres from "postgres";
 import { int, type Env } from "../lib/env.ts";
+import { AppError } from "../lib/errors.ts";
 import * as schema from "./index.ts";
 import { gatedClient } from "./db-gate.ts";
 import { registerBuiltinArrayTypes, type PostgresTypeOptions } from "./postgres-guard.ts";
@@ -42,6 +43,20 @@ export function parseDbTimeouts(env: Env): DbTimeouts {
   };
 }
 
+/** The role the application's queries run as on Postgres (migration 0004 creates it: no UPDATE/DELETE on audit_log). */
+export const defaultDatabaseAppRole = "agentvm_app";
+
+/**
+ * | variable | default | meaning |
+ * | DATABASE_APP_ROLE | agentvm_app | on Postgres, every pooled connection runs as this role (startup parameter `role`, as `SET ROLE`); migrations run as the URL's user; empty: the URL's user for everything |
+ */
+export function parseDatabaseAppRole(env: Env): string {
+  const raw = env.DATABASE_APP_ROLE;
+  const role = raw === undefined ? defaultDatabaseAppRole : raw.trim();
+  if (role !== "" && !/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new AppError("bad_request", "configuration: DATABASE_APP_ROLE must be a role name (lower case letters, digits, _) or empty");
+  return role;
+}
+
 export interface PostgresOptions {
   /** Connections the pool may open. */
   max?: number;
@@ -56,6 +71,8 @@ export interface PostgresOptions {
    * and queries fail at once while the database is known to be down (schema/db-gate.ts).
    */
   timeouts?: DbTimeouts;
+  /** Every connection runs as this role (startup parameter `role`: `SET ROLE` before the first query); unset: the URL's user. */
+  role?: string;
 }
 
 export interface PostgresDb {
@@ -76,9 +93,9 @@ export function openPostgresDb(url: string, opts: PostgresOptions = {}): Postgre
           idle_timeout: t.idleTimeoutS,
           // Attempts after failures wait 25 ms, 50 ms, … up to reconnectMaxMs (jittered): a returning server is used at once.
           backoff: (retries: number) => (Math.min(t.reconnectMaxMs, 25 * 2 ** retries) * (0.5 + Math.random() / 2)) / 1000,
-          connection: { statement_timeout: t.statementTimeoutMs },
         }
       : {}),
+    connection: { ...(t ? { statement_timeout: t.statementTimeoutMs } : {}), ...(opts.role ? { role: opts.role } : {}) },
   });
   registerBuiltinArrayTypes(client.options as unknown as PostgresTypeOptions);
   const db = drizzle(t ? gatedClient(client, t.connectTimeoutS * 1000) : client, { schema });

@@ -44,7 +44,16 @@ function runAs(): { uid: number; gid: number; user: string } | undefined {
   throw new Error("running as root and neither a postgres nor a nobody user exists to run the server");
 }
 
-export async function startPostgres(): Promise<PgServer> {
+export interface PgServerOptions {
+  /**
+   * Keep Postgres's durable defaults (`fsync`, `synchronous_commit`, `full_page_writes` on), for benchmarks whose
+   * figures must hold on a real server. Default false: tests run with all three off, which is faster and loses
+   * nothing a throwaway server needs.
+   */
+  durable?: boolean;
+}
+
+export async function startPostgres(opts: PgServerOptions = {}): Promise<PgServer> {
   const bin = findPgBin();
   if (!bin) throw new Error("no Postgres server binaries (initdb) found: run `node scripts/provision.ts` as root, or apt-get install postgresql");
   const dir = mkdtempSync(join(tmpdir(), "agentvm-pg-"));
@@ -52,11 +61,12 @@ export async function startPostgres(): Promise<PgServer> {
   const port = await freePort();
   const as = runAs();
   if (as) chownSync(dir, as.uid, as.gid);
-  const opts = as ? { uid: as.uid, gid: as.gid } : {};
-  execFileSync(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], { ...opts, stdio: "pipe" });
+  const runOpts = as ? { uid: as.uid, gid: as.gid } : {};
+  execFileSync(join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"], { ...runOpts, stdio: "pipe" });
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  const args = ["-D", data, "-p", String(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300"];
-  let child = await run(join(bin, "postgres"), args, opts);
+  const fast = opts.durable ? [] : ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"];
+  const args = ["-D", data, "-p", String(port), "-k", dir, "-c", "listen_addresses=127.0.0.1", ...fast, "-c", "max_connections=300"];
+  let child = await run(join(bin, "postgres"), args, runOpts);
   const halt = async () => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill("SIGINT");
@@ -68,7 +78,7 @@ export async function startPostgres(): Promise<PgServer> {
     halt,
     async restart() {
       await halt();
-      child = await run(join(bin, "postgres"), args, opts);
+      child = await run(join(bin, "postgres"), args, runOpts);
     },
     async stop() {
       await halt();

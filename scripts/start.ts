@@ -23,12 +23,15 @@ agentvm is running (driver: ${driver.name}${driver.isolated ? "" : ", NOT isolat
   gateway     ${system.url}
   demo agent  ${agentUrl}
   token       ${system.demo.token}
+  operator    ${system.operatorToken}
+              (scope operator only: agentvm tenants ls|create|suspend|resume|rm, /v1/tenants)
   metrics     ${system.url}/metrics  (Authorization: Bearer ${system.metricsToken})
 
 Call the demo agent (the first call wakes it):
   curl -H "Authorization: Bearer ${system.demo.token}" ${agentUrl}counter -X POST
 
 Mint other tokens with: npm run token -- --tenant ${system.demo.tenantId} --scopes agents:invoke,agents:admin,usage:read
+  (an operator token: npm run token -- --operator; other tenants: agentvm tenants create --id ten_x --name X, then --tenant ten_x)
 Stop with Ctrl-C.
 `);
 

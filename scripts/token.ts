@@ -1,4 +1,4 @@
-// `npm run token -- --tenant ten_… [--scopes a,b] [--ttl 3600] [--sub name]`: mints a bearer token with the dev key (cli/token.ts does it).
+// `npm run token -- --tenant ten_… [--scopes a,b] [--ttl 3600] [--sub name]` (or `--operator`): mints a bearer token with the dev key (cli/token.ts does it).
 import { parseArgs } from "node:util";
 import { CliError } from "../cli/exit.ts";
 import { devTokenDefaults, mintDevToken } from "../cli/token.ts";
@@ -8,6 +8,7 @@ const { values } = parseArgs({
   options: {
     tenant: { type: "string" },
     scopes: { type: "string", default: "agents:invoke" },
+    operator: { type: "boolean", default: false },
     ttl: { type: "string", default: "3600" },
     sub: { type: "string", default: "cli" },
     "data-dir": { type: "string", default: d.dataDir },
@@ -17,7 +18,7 @@ const { values } = parseArgs({
 });
 
 try {
-  const request = { tenant: values.tenant, scopes: values.scopes, ttl: values.ttl, subject: values.sub, dataDir: values["data-dir"], issuer: values.issuer, audience: values.audience };
+  const request = { tenant: values.tenant, scopes: values.scopes, operator: values.operator, ttl: values.ttl, subject: values.sub, dataDir: values["data-dir"], issuer: values.issuer, audience: values.audience };
   console.log(await mintDevToken(request, (message) => console.error(`token: ${message}`)));
 } catch (err) {
   if (!(err instanceof CliError)) throw err;

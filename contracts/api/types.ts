@@ -50,6 +50,17 @@ export type paths = {
      */
     get: operations["getAgentLogs"];
   };
+  "/v1/audit": {
+    /**
+     * The caller's tenant's audit log, newest first, a page at a time
+     * @description Admin actions, wakes, hibernations and webhook deliveries, each with who, what, when and the request id; every entry carries its hash chain links (`seq`, `hash`, `prevHash`).
+     */
+    get: operations["listAudit"];
+  };
+  "/v1/audit/verify": {
+    /** Recompute the audit hash chains and name the first broken row of each (operator) */
+    get: operations["verifyAudit"];
+  };
   "/hooks/{agentId}/{endpointName}": {
     /**
      * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
@@ -109,8 +120,24 @@ export type paths = {
     /** Freeze the month's invoice (agents:admin): from the month's end + grace; finalizing twice answers the same invoice */
     post: operations["finalizeInvoice"];
   };
+  "/v1/tenants/{id}/rate-cards": {
+    /** The tenant's own card versions, newest first, and the version pricing it now (operator) */
+    get: operations["listTenantRateCardVersions"];
+    /** Add a version of the tenant's card (operator): it prices the tenant's usage from `effectiveFrom` until its next version */
+    post: operations["addTenantRateCardVersion"];
+  };
+  "/v1/rate-cards/default": {
+    /** The default card's versions, newest first, and the one in effect now (operator) */
+    get: operations["listDefaultRateCardVersions"];
+    /** Add a version of the default card (operator): it prices every tenant without a version of its own at that time */
+    post: operations["addDefaultRateCardVersion"];
+  };
+  "/v1/rate-cards": {
+    /** The card version pricing the caller's tenant now, and every version that priced or will price it (past and scheduled) */
+    get: operations["listRateCards"];
+  };
   "/v1/rate-card": {
-    /** The prices the tenant's invoices use */
+    /** The prices in effect now for the tenant (its card version, or the default card's); see /v1/rate-cards for every version */
     get: operations["getRateCard"];
   };
   "/v1/images": {
@@ -136,6 +163,26 @@ export type paths = {
     /** Delete the tag; the files go when no tag names the digest (409 while a live agent runs the last one) */
     delete: operations["deleteImage"];
   };
+  "/v1/tenants": {
+    /** List tenants, oldest first, a page at a time (operator) */
+    get: operations["listTenants"];
+    /** Create a tenant (operator) */
+    post: operations["createTenant"];
+  };
+  "/v1/tenants/{id}": {
+    /** A tenant (operator) */
+    get: operations["getTenant"];
+    /** Delete a tenant: its agents are destroyed, the row is kept as deleted with its usage and invoices (operator; idempotent) */
+    delete: operations["deleteTenant"];
+  };
+  "/v1/tenants/{id}/suspend": {
+    /** Suspend a tenant: its tokens and agents get 403 tenant_suspended, its awake agents are hibernated, nothing is deleted (operator; idempotent) */
+    post: operations["suspendTenant"];
+  };
+  "/v1/tenants/{id}/resume": {
+    /** Resume a suspended tenant (operator; idempotent) */
+    post: operations["resumeTenant"];
+  };
 };
 
 export type webhooks = Record<string, never>;
@@ -145,7 +192,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "internal" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -352,6 +399,56 @@ export type components = {
         [key: string]: unknown;
       } | null;
     };
+    AuditList: {
+      entries: components["schemas"]["AuditEntry"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    AuditEntry: {
+      /** @description The row's number in the whole log (all tenants) */
+      id: number;
+      /** @description Its place in the tenant's hash chain: 1, 2, … without gaps */
+      seq: number;
+      /** Format: date-time */
+      at: string;
+      /**
+       * @description Who: a token's subject, a host id (`host_…`), `webhook-worker:<id>`, …
+       * @example user_42
+       */
+      actor: string;
+      /** @example agent.create */
+      action: string;
+      /** @example agt_0123456789abcdef */
+      target: string;
+      /** @description The API request that did it, where there was one */
+      requestId: string | null;
+      detail: {
+        [key: string]: unknown;
+      } | null;
+      /** @description hex SHA-256 over prevHash and this entry's fields (README: audit log) */
+      hash: string;
+      /** @description The previous entry's hash; empty for the first */
+      prevHash: string;
+    };
+    AuditVerification: {
+      /** @description True when every chain verified */
+      ok: boolean;
+      chains: ({
+          /** @description A tenant id; empty: the rows without a tenant */
+          chain: string;
+          ok: boolean;
+          /** @description Rows verified (before the broken one) */
+          rows: number;
+          /** @description The first broken row */
+          broken?: {
+            /** @enum {string} */
+            problem: "unchained_row" | "seq_gap" | "prev_hash_mismatch" | "hash_mismatch" | "head_mismatch";
+            seq: number | null;
+            id: number | null;
+            message: string;
+          };
+        })[];
+    };
     WebhookAccepted: {
       deliveryId: string;
     };
@@ -552,6 +649,8 @@ export type components = {
       finalizableAt: string;
       currency: string;
       rates: components["schemas"]["Rates"];
+      /** @description Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned) */
+      rateCards: components["schemas"]["InvoiceRateCard"][];
       lines: ({
           agentId: string;
           /** @enum {string} */
@@ -562,17 +661,82 @@ export type components = {
           unitPriceNanocents: number;
           priceUnit: string;
           amountCents: number;
+          /** @description The card version that priced the line (one of `rateCards`; null on lines finalized before versions) */
+          rateCardId: string | null;
         })[];
       totalCents: number;
       /** @example 0.45 */
       total: string;
     };
-    /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
+    /** @description The card in effect at the period's start */
     Rates: {
       currency: string;
       vcpuSecondNanocents: number;
       gibSecondNanocents: number;
       snapshotGibMonthNanocents: number;
+    };
+    /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
+    InvoiceRateCard: components["schemas"]["Rates"] & ({
+      id: string;
+      /** @description null for the default card */
+      tenantId: string | null;
+      /** @description The instant the version applies from (UTC) */
+      effectiveFrom: string;
+      /** @description The part of the period it priced: from (in the invoice's zone)… */
+      from: string;
+      /** @description …to, exclusive */
+      to: string;
+    });
+    /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
+    RateCardVersion: components["schemas"]["Rates"] & ({
+      id: string;
+      /** @description null for the default card */
+      tenantId: string | null;
+      /** @description The instant it applies from (UTC) */
+      effectiveFrom: string;
+      createdAt: string;
+      /** @description The subject of the token that wrote it (null for the seeded default) */
+      createdBy: string | null;
+    });
+    /** @description A new version of a card: it applies from `effectiveFrom` until the card's next version */
+    NewRateCardVersion: {
+      /**
+       * @description ISO 4217 code, 3 upper-case letters (default USD)
+       * @default USD
+       * @example USD
+       */
+      currency?: string;
+      /** @description Nano-cents (10⁻⁹ cent) per vCPU-second, a non-negative integer */
+      vcpuSecondNanocents: number;
+      /** @description Nano-cents (10⁻⁹ cent) per GiB-second, a non-negative integer */
+      gibSecondNanocents: number;
+      /** @description Nano-cents (10⁻⁹ cent) per GiB-month (730 h) of snapshot, a non-negative integer */
+      snapshotGibMonthNanocents: number;
+      /**
+       * @description ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now
+       * @example 2026-11-01T00:00:00Z
+       */
+      effectiveFrom?: string;
+    };
+    RateCardVersionPage: {
+      /** @description null: the default card */
+      tenantId: string | null;
+      current: components["schemas"]["RateCardVersion"];
+      /** @description This card's versions, newest first (scheduled ones included) */
+      versions: components["schemas"]["RateCardVersion"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    TenantRateCards: {
+      tenantId: string;
+      current: components["schemas"]["RateCardVersion"];
+      /** @description Every version that priced, prices or will price the tenant (its own, and the default card's before its first), newest first */
+      versions: (components["schemas"]["RateCardVersion"] & ({
+          /** @description When the next version takes over (null: none scheduled) */
+          until: string | null;
+        }))[];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
     };
     /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
     RateCard: components["schemas"]["Rates"] & ({
@@ -640,6 +804,50 @@ export type components = {
       /** @enum {boolean} */
       deleted: true;
       filesRemoved: boolean;
+    };
+    Tenant: {
+      id: string;
+      name: string;
+      timeZone: string;
+      status: components["schemas"]["TenantStatus"];
+      /** @description What the operator said when suspending or deleting it */
+      statusReason: string | null;
+      createdAt: string;
+      suspendedAt: string | null;
+      deletedAt: string | null;
+    };
+    /** @enum {string} */
+    TenantStatus: "active" | "suspended" | "deleted";
+    NewTenant: {
+      /** @description Default: a new `ten_…` id. Give one to match your identity provider's tenant claim */
+      id?: string;
+      name: string;
+      /** @description Invoices and default reports use it (default UTC) */
+      timeZone?: string;
+    };
+    TenantList: {
+      tenants: components["schemas"]["Tenant"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    TenantSuspended: {
+      tenant: components["schemas"]["Tenant"];
+      /** @description Agents that were awake and are now hibernated */
+      hibernated: string[];
+      /** @description Agents whose hibernation failed (they refuse calls all the same); suspend again to retry */
+      failed: {
+          agentId: string;
+          error: string;
+        }[];
+    };
+    TenantStatusChange: {
+      /** @description Shown to the tenant's callers in the 403 */
+      reason?: string;
+    };
+    TenantDeleted: {
+      tenant: components["schemas"]["Tenant"];
+      /** @description Agents destroyed by this call */
+      destroyed: string[];
     };
   };
   responses: never;
@@ -991,6 +1199,12 @@ export type operations = {
           "application/json": components["schemas"]["Error"];
         };
       };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
       /** @description Bad gateway */
       502: {
         content: {
@@ -1297,6 +1511,101 @@ export type operations = {
       };
       /** @description Not found (another tenant's resources do not exist for the caller) */
       404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * The caller's tenant's audit log, newest first, a page at a time
+   * @description Admin actions, wakes, hibernations and webhook deliveries, each with who, what, when and the request id; every entry carries its hash chain links (`seq`, `hash`, `prevHash`).
+   */
+  listAudit: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only entries of this action (exact) */
+        action?: string;
+        /** @description Only entries about this target (an agent, endpoint, delivery or image id; exact) */
+        target?: string;
+        /** @description Only entries at or after this instant */
+        since?: string;
+        /** @description Only entries before this instant */
+        until?: string;
+      };
+    };
+    responses: {
+      /** @description A page of entries */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AuditList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Recompute the audit hash chains and name the first broken row of each (operator) */
+  verifyAudit: {
+    parameters: {
+      query?: {
+        /** @description Verify this tenant's chain only (an empty value: the rows without a tenant); absent: every chain */
+        tenant?: string;
+      };
+    };
+    responses: {
+      /** @description The verdict of each chain */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AuditVerification"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
         content: {
           "application/json": components["schemas"]["Error"];
         };
@@ -2127,7 +2436,262 @@ export type operations = {
       };
     };
   };
-  /** The prices the tenant's invoices use */
+  /** The tenant's own card versions, newest first, and the version pricing it now (operator) */
+  listTenantRateCardVersions: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+      path: {
+        /** @description Tenant id */
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of versions */
+      200: {
+        content: {
+          "application/json": components["schemas"]["RateCardVersionPage"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Add a version of the tenant's card (operator): it prices the tenant's usage from `effectiveFrom` until its next version */
+  addTenantRateCardVersion: {
+    parameters: {
+      path: {
+        /** @description Tenant id */
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewRateCardVersion"];
+      };
+    };
+    responses: {
+      /** @description The version written */
+      201: {
+        content: {
+          "application/json": components["schemas"]["RateCardVersion"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The default card's versions, newest first, and the one in effect now (operator) */
+  listDefaultRateCardVersions: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of versions */
+      200: {
+        content: {
+          "application/json": components["schemas"]["RateCardVersionPage"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Add a version of the default card (operator): it prices every tenant without a version of its own at that time */
+  addDefaultRateCardVersion: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewRateCardVersion"];
+      };
+    };
+    responses: {
+      /** @description The version written */
+      201: {
+        content: {
+          "application/json": components["schemas"]["RateCardVersion"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The card version pricing the caller's tenant now, and every version that priced or will price it (past and scheduled) */
+  listRateCards: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description The current version and a page of versions */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TenantRateCards"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The prices in effect now for the tenant (its card version, or the default card's); see /v1/rate-cards for every version */
   getRateCard: {
     responses: {
       /** @description The tenant's rate card (or the default one) */
@@ -2456,6 +3020,322 @@ export type operations = {
       200: {
         content: {
           "application/json": components["schemas"]["ImageDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** List tenants, oldest first, a page at a time (operator) */
+  listTenants: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only tenants in this status */
+        status?: components["schemas"]["TenantStatus"];
+      };
+    };
+    responses: {
+      /** @description A page of tenants */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TenantList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Create a tenant (operator) */
+  createTenant: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewTenant"];
+      };
+    };
+    responses: {
+      /** @description The tenant */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Tenant"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** A tenant (operator) */
+  getTenant: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The tenant */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Tenant"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete a tenant: its agents are destroyed, the row is kept as deleted with its usage and invoices (operator; idempotent) */
+  deleteTenant: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TenantDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Suspend a tenant: its tokens and agents get 403 tenant_suspended, its awake agents are hibernated, nothing is deleted (operator; idempotent) */
+  suspendTenant: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["TenantStatusChange"];
+      };
+    };
+    responses: {
+      /** @description Suspended */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TenantSuspended"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Resume a suspended tenant (operator; idempotent) */
+  resumeTenant: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Active */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Tenant"];
         };
       };
       /** @description Bad request: a field, a parameter or the body is invalid */

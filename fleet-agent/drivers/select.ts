@@ -8,6 +8,8 @@ import type { DriverName, VmDriver } from "./driver.ts";
 import { createFirecrackerDriver } from "./firecracker/config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
 import { QemuDriver } from "./qemu/driver.ts";
+import { parseEgressConfig } from "../egress/config.ts";
+import { EgressProxy } from "../egress/proxy.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
 export type DriverChoice = "auto" | DriverName;
@@ -26,6 +28,7 @@ export interface SelectedDriver {
  * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
  * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
+ * | EGRESS_* | see fleet-agent/egress/config.ts | what the egress proxy of qemu VMs with `allowEgress` lets through |
  * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
  */
 export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; env: Env }): Promise<SelectedDriver> {
@@ -59,6 +62,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
         prestart: bool(env, "QEMU_PRESTART", false),
         memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
+        egress: new EgressProxy(parseEgressConfig(env), { log }),
       });
       return { driver, images: ["demo"], notice: undefined };
     } catch (err) {

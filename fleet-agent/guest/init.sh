@@ -39,8 +39,14 @@ ip link set lo up
 addr=10.0.2.15
 mask=255.255.255.0
 gw=10.0.2.2
+# agentvm.egress_proxy=<url>: the agent may reach out, only through the host's egress proxy (QEMU's guestfwd; see
+# fleet-agent/egress/). Every other outbound packet is dropped by QEMU (restrict=on).
+egress_proxy=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
+    agentvm.egress_proxy=*)
+      egress_proxy="${arg#agentvm.egress_proxy=}"
+      ;;
     ip=*::*:*)
       spec="${arg#ip=}"
       addr="${spec%%:*}"
@@ -59,6 +65,11 @@ if [ -e /sys/class/net/eth0 ]; then
   echo "nameserver 10.0.2.3" > /etc/resolv.conf
 else
   echo "init: no eth0" >&2
+fi
+# The demo's processes learn the proxy the usual way (a built image's entrypoint gets the same from its launch spec).
+if [ -n "$egress_proxy" ]; then
+  export HTTP_PROXY="$egress_proxy" HTTPS_PROXY="$egress_proxy" http_proxy="$egress_proxy" https_proxy="$egress_proxy"
+  export NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
 fi
 
 # udev would name virtio-serial ports as /dev/virtio-ports/<name>; there is no udev here.

@@ -157,7 +157,7 @@ export class WebSocketRelay {
     const { req, requestId, agentId, socket } = this.i;
     logFailure(this.env.log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "", agentId });
     this.finishHandshake();
-    void sendErrorOnSocket(socket, err, requestId);
+    sendErrorOnSocket(socket, err, requestId);
     this.end("handshake failed", false);
   }
 

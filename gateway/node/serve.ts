@@ -9,6 +9,8 @@ import { newId } from "../../lib/ids.ts";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { NodeProxy } from "./fast-path/handler.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
+import { createConnPolicy, defaultClientLimits, headCheckIntervalMs, type BodyRule, type ClientLimits } from "../../lib/node-conn-policy.ts";
+import { silentLogger, type Logger } from "../../lib/log.ts";
 import { metricsApp, metricsPath, type MetricsEndpoint } from "../../lib/metrics-endpoint.ts";
 import { agentTarget } from "../proxy-policy.ts";
 
@@ -38,8 +40,12 @@ export interface ServeNodeOptions {
   proxy?: NodeProxy;
   /** Largest request head a client may send, bytes; beyond it the answer is 431. */
   maxHeaderBytes?: number;
-  /** How long a client may take to send a request head, ms. */
-  headersTimeoutMs?: number;
+  /** Connection bounds, head and body deadlines; unset fields take `defaultClientLimits`. */
+  clients?: Partial<ClientLimits>;
+  /** `{agentId}.{domain}` hosts are agent traffic (their bodies are held to the agent rule without the fast path too). */
+  domain?: string | undefined;
+  /** Where refused connections and cut bodies are told (`info` lines). */
+  log?: Logger;
   /**
    * `GET /metrics`, answered beside the app (not through its tenant auth or the proxy): the operator's scrape, off
    * (404) without a token. `domain`: an agent's own `/metrics` on `{agentId}.{domain}` stays the agent's.
@@ -56,6 +62,24 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     const url = req.url ?? "/";
     return (url === metricsPath || url.startsWith(`${metricsPath}?`)) && !agentTarget(url, req.headers.host, metricsDomain);
   };
+  const clients = { ...defaultClientLimits, ...opts.clients };
+  const log = opts.log ?? silentLogger;
+  const policy = createConnPolicy(clients, log);
+  const domain = opts.domain?.toLowerCase();
+  // Agent traffic: the floor while the body is uploaded, no total deadline (a stream may be long); once the agent
+  // answers, the exchange is a stream bounded by the proxy's idle timeout.
+  const agentRule: BodyRule = { floorUntilAnswered: true };
+  const apiRule: BodyRule = { totalMs: clients.bodyTimeoutMs };
+  const webhookRule: BodyRule = { totalMs: clients.webhookBodyTimeoutMs };
+  // Image uploads are up to IMAGE_MAX_UPLOAD_BYTES (GiBs): the floor only.
+  const uploadRule: BodyRule = {};
+  const ruleFor = (req: IncomingMessage): BodyRule => {
+    const url = req.url ?? "/";
+    if (agentTarget(url, req.headers.host, domain)) return agentRule; // (without the fast path: through the Hono app)
+    if (url.startsWith("/hooks/")) return webhookRule;
+    if (req.method === "POST" && (url === "/v1/images" || url.startsWith("/v1/images?"))) return uploadRule;
+    return apiRule;
+  };
   let refusing = false;
   let inFlight = 0;
   const onIdle: (() => void)[] = [];
@@ -67,61 +91,76 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   };
   const refused = (req: IncomingMessage, res: ServerResponse): boolean => {
     if (!refusing) return false;
-    void sendError(res, shuttingDown(), newId("request"), { closeConnection: true });
+    sendError(res, shuttingDown(), newId("request"), { closeConnection: true });
     req.resume();
     return true;
   };
   /** Two `Host` headers name two targets (Node keeps the first): refused, so no layer routes by one and checks the other. */
   const ambiguous = (req: IncomingMessage, res: ServerResponse): boolean => {
     if (hostHeaders(req) <= 1) return false;
-    void sendError(res, new AppError("bad_request", "more than one Host header"), newId("request"), { closeConnection: true });
+    sendError(res, new AppError("bad_request", "more than one Host header"), newId("request"), { closeConnection: true });
+    req.resume();
+    return true;
+  };
+  /** `*` (asterisk form) or any target that is neither a path nor an absolute URL names nothing we serve. */
+  const unroutable = (req: IncomingMessage, res: ServerResponse): boolean => {
+    const url = req.url ?? "";
+    if (url.startsWith("/") || /^https?:\/\//i.test(url)) return false;
+    sendError(res, new AppError("bad_request", "the request target must be a path"), newId("request"), { closeConnection: true });
     req.resume();
     return true;
   };
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    if (refused(req, res) || ambiguous(req, res)) return;
+    if (refused(req, res) || ambiguous(req, res) || unroutable(req, res)) return;
     track(res);
-    if (proxy?.handle(req, res, false)) return;
+    if (proxy?.handle(req, res, false)) return policy.watchBody(req, res, agentRule);
+    policy.watchBody(req, res, ruleFor(req));
     if (metrics && isMetrics(req)) return void metrics(req, res);
     void hono(req, res);
   };
   const server = createServer(
     {
       maxHeaderSize: opts.maxHeaderBytes ?? 16_384,
-      // No total request timeout: long streams are bounded by idle rules, not by the server.
+      // No total request timeout: long streams are bounded by idle rules, bodies by the policy's progress floor.
       requestTimeout: 0,
-      headersTimeout: opts.headersTimeoutMs ?? 30_000,
+      headersTimeout: clients.headTimeoutMs,
+      connectionsCheckingInterval: headCheckIntervalMs(clients.headTimeoutMs),
       keepAliveTimeout: 5_000,
       noDelay: true,
     },
     onRequest,
   );
+  policy.attach(server);
   // `Expect: 100-continue`: agent traffic gets its 100 once the agent is awake and reachable; the rest at once.
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
-    if (refused(req, res) || ambiguous(req, res)) return;
+    if (refused(req, res) || ambiguous(req, res) || unroutable(req, res)) return;
     track(res);
-    if (proxy?.handle(req, res, true)) return;
+    if (proxy?.handle(req, res, true)) return policy.watchBody(req, res, agentRule);
+    policy.watchBody(req, res, ruleFor(req));
     res.writeContinue();
     if (metrics && isMetrics(req)) return void metrics(req, res);
     void hono(req, res);
   });
   server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {
-    if (refusing) return void sendErrorOnSocket(socket, shuttingDown(), newId("request"));
-    if (hostHeaders(req) > 1) return void sendErrorOnSocket(socket, new AppError("bad_request", "more than one Host header"), newId("request"));
+    if (refusing) return sendErrorOnSocket(socket, shuttingDown(), newId("request"));
+    if (hostHeaders(req) > 1) return sendErrorOnSocket(socket, new AppError("bad_request", "more than one Host header"), newId("request"));
     track(socket);
     if (proxy) return proxy.upgrade(req, socket, head);
-    void sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
+    sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
   });
   // Requests Node's parser refuses never reach a handler: answer them with the same envelope.
   server.on("clientError", (err: Error & { code?: string }, socket: Socket) => {
     if (err.code === "ECONNRESET" || !socket.writable) return void socket.destroy();
+    const requestId = newId("request");
+    if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+      log.info("request head too slow: connection closed", { requestId, clientIp: socket.remoteAddress, limitMs: clients.headTimeoutMs });
+      return sendErrorOnSocket(socket, new AppError("request_timeout", `the request head did not arrive within ${clients.headTimeoutMs} ms`), requestId);
+    }
     const appErr =
       err.code === "HPE_HEADER_OVERFLOW"
         ? new AppError("headers_too_large", `request headers exceed ${opts.maxHeaderBytes ?? 16_384} bytes`)
-        : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
-          ? new AppError("bad_request", "request head not received in time")
-          : new AppError("bad_request", `malformed request (${err.code ?? "parse error"})`);
-    void sendErrorOnSocket(socket, appErr, newId("request"));
+        : new AppError("bad_request", `malformed request (${err.code ?? "parse error"})`);
+    sendErrorOnSocket(socket, appErr, requestId);
   });
   return new Promise((resolve, reject) => {
     server.once("error", reject);

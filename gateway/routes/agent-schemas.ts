@@ -1,5 +1,5 @@
 // The agents API's schemas: the bodies and queries the routes validate and the answers they give, as the OpenAPI document names them.
-import { NextCursor, PageQuery, z } from "../../lib/api.ts";
+import { instantQuery, NextCursor, PageQuery, z } from "../../lib/api.ts";
 import type { VmState } from "../../contracts/agent.ts";
 import { NonWakingRulesInput, NonWakingRulesSchema, objectError } from "../proxy-policy.ts";
 
@@ -95,18 +95,10 @@ export const AgentListQuery = z.strictObject({
     .openapi({ description: "Only agents of this image: its `image` as shown (`demo`, `name:tag`), or its `imageDigest` (`sha256:…`)" }),
 });
 
-/** An ISO-8601 instant with a zone (`Z` or an offset), years 1970 to 9999. */
-const instant = (description: string) =>
-  z.iso
-    .datetime({ offset: true, error: "must be an ISO-8601 instant with a zone, e.g. 2026-01-31T12:00:00Z" })
-    .refine((s) => Number(s.slice(0, 4)) >= 1970, { error: "must be in the years 1970 to 9999" })
-    .optional()
-    .openapi({ description, example: "2026-01-31T12:00:00Z" });
-
 export const EventListQuery = z.strictObject({
   ...PageQuery.shape,
-  since: instant("Only events at or after this instant"),
-  until: instant("Only events before this instant"),
+  since: instantQuery("Only events at or after this instant"),
+  until: instantQuery("Only events before this instant"),
 });
 
 const isoInstant = () => z.iso.datetime();

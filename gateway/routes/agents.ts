@@ -99,7 +99,8 @@ const hibernateAgentRoute = createRoute({
   tags,
   middleware: [admin],
   request: { params: AgentParams },
-  responses: { 200: json(AgentStateSchema, "The state it is in"), ...errors(400, 404, 502, 504) },
+  // 409: requests are in flight (the agent stays awake for them).
+  responses: { 200: json(AgentStateSchema, "The state it is in"), ...errors(400, 404, 409, 502, 504) },
 });
 
 const wakeAgentRoute = createRoute({

@@ -277,6 +277,7 @@ describe("bad input", () => {
       .sign(await importPrivate());
     await expectError(await sys.call(`/a/${agent.id}/`, { token: wrongAud }), 401, "unauthorized");
     await expectError(await sys.call(`/a/${agent.id}/`, { token: "not.a.jwt" }), 401, "unauthorized");
+    await sys.ensureTenant("ten_other");
     const otherTenant = await sys.token({ tenant: "ten_other" });
     await expectError(await sys.call(`/a/${agent.id}/`, { token: otherTenant }), 404, "not_found");
     await expectError(await sys.call(`/v1/agents/${agent.id}`, { token: otherTenant }), 404, "not_found");

@@ -10,10 +10,12 @@ import { parseAllInOneConfig, startAllInOne, type System } from "../../compose/a
 import { mintToken } from "../../compose/dev-keys.ts";
 import { freshDatabase } from "./db.ts";
 import { and, eq } from "drizzle-orm";
-import { vmEvents } from "../../schema/core.ts";
+import { tenants, vmEvents } from "../../schema/core.ts";
 
 export interface TestSystem extends System {
   dataDir: string;
+  /** Inserts an active tenant (the gateway refuses tokens of tenants that do not exist: 403 tenant_not_found). */
+  ensureTenant(id: string): Promise<void>;
   /** A token for `tenant` (default: the demo tenant) with `scopes` (default: all). */
   token(opts?: { tenant?: string; scopes?: Scope[]; ttlS?: number }): Promise<string>;
   /** Creates an agent through the admin API and answers its JSON. */
@@ -61,6 +63,9 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
     dataDir,
     token,
     call,
+    async ensureTenant(id: string) {
+      await base.database.db.insert(tenants).values({ id, name: id }).onConflictDoNothing();
+    },
     async createAgent(body: Record<string, unknown> = {}, tok?: string) {
       const res = await call("/v1/agents", { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" }, token: tok ?? base.demo.token });
       if (res.status !== 201) throw new Error(`create agent: ${res.status} ${await res.text()}`);

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ingestSegments } from "../../billing/ingest.ts";
 import { agentUsageBefore, finalizeInvoice, invoiceForMonth } from "../../billing/invoices.ts";
-import { setTenantRates } from "../../billing/rates.ts";
+import { addRateCardVersion } from "../../billing/rates.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { rawUsage } from "../../billing/usage.ts";
 import { monthRange } from "../../billing/zones.ts";
@@ -64,7 +64,7 @@ describe("invoices", () => {
     const draft = await invoiceForMonth(database.db, clock, "ten_i", "2026-10");
     expect(draft.status).toBe("draft");
     expect(draft.cutoffAt).toBe(Math.min(clock.now() + 1, oct.end + 48 * hour));
-    await setTenantRates(database.db, "ten_i", { currency: "USD", vcpuSecondNanocents: 2_000_000, gibSecondNanocents: 200_000, snapshotGibMonthNanocents: 0 });
+    await addRateCardVersion(database.db, "ten_i", { currency: "USD", vcpuSecondNanocents: 2_000_000, gibSecondNanocents: 200_000, snapshotGibMonthNanocents: 0 }, oct.start, "usr_test");
     const final = await finalizeInvoice(database.db, clock, "ten_i", "2026-10");
     expect(final.status).toBe("final");
     expect(final.cutoffAt).toBe(oct.end + 48 * hour);
@@ -77,8 +77,10 @@ describe("invoices", () => {
       ["agt_i2", "memory", String(512 * 3600_000), 0],
     ]);
     expect(final.totalCents).toBe(45);
-    // new prices and new late segments no longer change it
-    await setTenantRates(database.db, "ten_i", { currency: "USD", vcpuSecondNanocents: 9_000_000, gibSecondNanocents: 0, snapshotGibMonthNanocents: 0 });
+    // new prices (refused inside the final month, accepted from its end) and new late segments no longer change it
+    const dearer = { currency: "USD", vcpuSecondNanocents: 9_000_000, gibSecondNanocents: 0, snapshotGibMonthNanocents: 0 };
+    await expect(addRateCardVersion(database.db, "ten_i", dearer, oct.start + 3 * hour, "usr_test")).rejects.toMatchObject({ code: "conflict" });
+    await addRateCardVersion(database.db, "ten_i", dearer, oct.end, "usr_test");
     await ingestSegments(database.db, runSegments({ hostId: "host_3", vmId: "vm_3", tenantId: "ten_i", agentId: "agt_i2", runId: "run_5", start: oct.start + 5 * hour, durationMs: hour }), clock);
     const again = await finalizeInvoice(database.db, clock, "ten_i", "2026-10");
     expect(again).toEqual(final);
@@ -98,7 +100,7 @@ describe("invoices", () => {
     const inv = await finalizeInvoice(database.db, clock, "ten_j", "2026-11");
     // 2 GiB × 73 h + 1 GiB × (720 − 74) h = 792 GiB-hours = 792/730 GiB-months × 10 ¢ = 10.849… ¢ → 11 ¢
     expect(inv.lines).toEqual([
-      { agentId: "agt_j1", resource: "snapshot_storage", quantity: (BigInt(2 * gib) * BigInt(73 * hour) + BigInt(gib) * BigInt(646 * hour)).toString(), unit: "byte-ms", unitPriceNanocents: 10_000_000_000, priceUnit: "GiB-month", amountCents: 11 },
+      { agentId: "agt_j1", resource: "snapshot_storage", quantity: (BigInt(2 * gib) * BigInt(73 * hour) + BigInt(gib) * BigInt(646 * hour)).toString(), unit: "byte-ms", unitPriceNanocents: 10_000_000_000, priceUnit: "GiB-month", amountCents: 11, rateCardId: "rc_default" },
     ]);
   });
 
@@ -111,7 +113,7 @@ describe("invoices", () => {
     expect(body).toMatchObject({ status: "final", totalCents: 45, total: "0.45", periodStart: "2026-10-01T00:00:00+02:00" });
     expect((await app.request(`/v1/invoices/${body.id}`, as("ten_j"))).status).toBe(404);
     const csv = await (await app.request(`/v1/invoices/${body.id}?format=csv`, as("ten_i"))).text();
-    expect(csv.split("\r\n")[0]).toBe("invoice_id,month,status,agent_id,resource,quantity,unit,unit_price_nanocents,price_unit,amount_cents");
+    expect(csv.split("\r\n")[0]).toBe("invoice_id,month,status,agent_id,resource,quantity,unit,unit_price_nanocents,price_unit,amount_cents,rate_card_id");
     expect(csv).toContain(`${body.id},2026-10,final,agt_i1,vcpu,18000000,vCPU-ms,2000000,vCPU-second,36`);
     expect(csv).toContain(`${body.id},2026-10,final,,total,,,,,45`);
     const list = (await (await app.request("/v1/invoices", as("ten_i"))).json()) as { invoices: { month: string; status: string }[] };

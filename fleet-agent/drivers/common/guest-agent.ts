@@ -7,6 +7,12 @@
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
 //                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
+//                  "<id> PROBE <ipv4> <port> <ms>"                 "<id> OK connected <hex>|-"   (a TCP connect from inside the VM;
+//                                                                  "<id> OK refused|timeout|unreachable|reset|error <why>"
+//                                                                   connected: it sent "agentvm-probe\n" and read up to a newline)
+//                  "<id> PROBEVIA <ipv4> <port> <host:port> <ms>"  "<id> OK status <code> <hex>|-" (an HTTP CONNECT through the proxy
+//                                                                  "<id> OK proxy-<outcome>"      at ipv4:port; after a 200 the same
+//                                                                   exchange as PROBE through the tunnel)
 //   any failure                                                    "<id> ERR <message>"
 // The workload takes a lease by writing a file into /run/leases/ whose content is its expiry in
 // unix seconds; it drops it by deleting the file.
@@ -15,6 +21,26 @@ import type { Duplex } from "node:stream";
 export interface GuestTime {
   /** Guest wall clock in nanoseconds since the epoch. */
   ns: bigint;
+}
+
+/** How a TCP connection attempt from inside the VM ended. */
+export type ProbeOutcome = "connected" | "refused" | "timeout" | "unreachable" | "reset" | "error";
+
+export interface ProbeResult {
+  outcome: ProbeOutcome;
+  /** Connected: what the far end answered to the probe's `agentvm-probe\n` (up to its first newline, ≤ 96 bytes). */
+  received: Buffer;
+  /** `error`: the guest's strerror. */
+  detail?: string;
+}
+
+export interface ProxyProbeResult {
+  /** Reaching the proxy itself: `connected` when it answered an HTTP status, `silent` when it closed without one. */
+  proxy: ProbeOutcome | "silent";
+  /** The proxy's answer to the CONNECT. */
+  status?: number;
+  /** After a 200: what the destination answered through the tunnel. */
+  received: Buffer;
 }
 
 export class GuestAgentError extends Error {
@@ -69,6 +95,24 @@ export class GuestAgentClient {
     if (answer !== "synced") throw new GuestAgentError(`unexpected sync answer: ${answer}`);
   }
 
+  /**
+   * From inside the VM, a TCP connect to `ip:port` (IPv4), as a workload's would go: for tests of what the guest can
+   * reach. The guest agent answers nothing else meanwhile (at most 10 s in the guest).
+   */
+  async probe(ip: string, port: number, timeoutMs = 2000): Promise<ProbeResult> {
+    return parseProbe(await this.call(`PROBE ${ip} ${port} ${timeoutMs}`, timeoutMs + 5000));
+  }
+
+  /** From inside the VM, `CONNECT target` (host:port) through the HTTP proxy at `proxyIp:proxyPort`, then the probe's exchange. */
+  async probeVia(proxyIp: string, proxyPort: number, target: string, timeoutMs = 5000): Promise<ProxyProbeResult> {
+    const answer = await this.call(`PROBEVIA ${proxyIp} ${proxyPort} ${target} ${timeoutMs}`, timeoutMs + 5000);
+    const status = /^status (\d{3}) (\S+)$/.exec(answer);
+    if (status) return { proxy: "connected", status: Number(status[1]), received: hexOrNothing(status[2]!) };
+    const failed = /^proxy-(\w+)/.exec(answer);
+    if (failed) return { proxy: failed[1] as ProxyProbeResult["proxy"], received: Buffer.alloc(0) };
+    throw new GuestAgentError(`unexpected probe answer: ${answer}`);
+  }
+
   close(): void {
     this.stream.destroy();
   }
@@ -112,6 +156,18 @@ export class GuestAgentClient {
     }
     this.pending.clear();
   }
+}
+
+function hexOrNothing(text: string): Buffer {
+  return text === "-" ? Buffer.alloc(0) : Buffer.from(text, "hex");
+}
+
+function parseProbe(answer: string): ProbeResult {
+  const connected = /^connected (\S+)$/.exec(answer);
+  if (connected) return { outcome: "connected", received: hexOrNothing(connected[1]!) };
+  const m = /^(refused|timeout|unreachable|reset|error)(?: (.*))?$/.exec(answer);
+  if (!m) throw new GuestAgentError(`unexpected probe answer: ${answer}`);
+  return { outcome: m[1] as ProbeOutcome, received: Buffer.alloc(0), ...(m[2] ? { detail: m[2] } : {}) };
 }
 
 export function formatNs(ns: bigint): string {

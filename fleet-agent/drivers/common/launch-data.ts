@@ -10,6 +10,7 @@ import { mkdtemp, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { guestLeaseDir, type ImageConfig } from "../../../contracts/image.ts";
 import { encodeLaunchSpec } from "../../guest/launch-spec.ts";
+import { egressProxyEnv } from "../../egress/guest-address.ts";
 import { mke2fsBinary, runTool } from "./agent-disk.ts";
 
 export const LAUNCH_DRIVE_FILE = "launch.ext4";
@@ -28,11 +29,16 @@ export interface LaunchIdentity {
   port: number;
   /** The lease directory as the agent sees it: `guestLeaseDir` unless the driver puts it elsewhere. */
   leaseDir?: string;
+  /** An agent with egress: the URL of the host's egress proxy as the guest reaches it (egress/guest-address.ts). */
+  egressProxy?: string;
 }
 
-/** `PORT`, `AGENT_ID`, `LEASE_DIR`: what the host adds after the image's own environment (these win over it). */
+/**
+ * `PORT`, `AGENT_ID`, `LEASE_DIR`, and with egress `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy`,
+ * `NO_PROXY`, `no_proxy`: what the host adds after the image's own environment (these win over it).
+ */
 export function launchEnv(id: LaunchIdentity): string[] {
-  return [`PORT=${id.port}`, `AGENT_ID=${id.agentId}`, `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`];
+  return [`PORT=${id.port}`, `AGENT_ID=${id.agentId}`, `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`, ...(id.egressProxy ? egressProxyEnv(id.egressProxy) : [])];
 }
 
 /**

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { AGENT_DISK_LABEL, agentDiskPath } from "../common/agent-disk.ts";
 import { LAUNCH_DRIVE_FILE, LAUNCH_DRIVE_LABEL } from "../common/launch-data.ts";
 import { MANIFEST_FILE, processFiles, socketDir } from "../common/state-dir.ts";
+import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, egressProxyUrl } from "../../egress/guest-address.ts";
 import type { VmSpec } from "../driver.ts";
 
 export const RAM_FILE = "ram";
@@ -22,6 +23,8 @@ export interface VmPaths {
   socketDir: string;
   qmp: string;
   agent: string;
+  /** The host's egress proxy for this VM (fleet-agent/egress/), a unix socket the guestfwd relay connects to. */
+  egress: string;
   pid: string;
   console: string;
   qemuLog: string;
@@ -44,6 +47,7 @@ export function vmPaths(stateDir: string): VmPaths {
     socketDir: sockets,
     qmp: join(sockets, "qmp.sock"),
     agent: join(sockets, "agent.sock"),
+    egress: join(sockets, "proxy.sock"), // no longer than agent.sock: the socket directory stays where it was
     pid: pidFile,
     console: join(stateDir, "console.log"),
     qemuLog: log,
@@ -80,6 +84,16 @@ export interface QemuLaunch {
   incoming: boolean;
   /** Absent: `stream`. */
   memory?: MemoryMode;
+  /**
+   * The relay QEMU runs per guest connection to the egress proxy (fleet-agent/egress/relay.c). Only with it does an
+   * agent with `allowEgress` get a way out; without it (or without `allowEgress`) the guest reaches nothing.
+   */
+  egressRelay?: string | undefined;
+}
+
+/** Whether this VM gets the guestfwd to the host's egress proxy. */
+export function hasEgress(l: Pick<QemuLaunch, "spec" | "egressRelay">): boolean {
+  return l.spec.allowEgress && l.egressRelay !== undefined;
 }
 
 /**
@@ -91,18 +105,34 @@ export const MACHINE = "microvm,x-option-roms=off,pit=off,pic=off";
 /** TCG's translated-code cache (QEMU's default is 1 GiB, most of it resident after a while); a small guest needs far less. */
 export const TCG_TB_MIB = 64;
 
-export function kernelCmdline(accel: Accel, tscKhz: number | undefined): string {
+/** `egress`: the guest's init exports the proxy (`HTTP_PROXY`, `HTTPS_PROXY`, …) to the demo's processes (guest/init.sh). */
+export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress = false): string {
   // init_on_free zeroes freed pages, so the snapshot skips them (≈ 95 MB → ≈ 60 MB of state here).
   const parts = ["console=ttyS0", "panic=-1", "quiet", "init_on_free=1"];
   if (accel === "tcg" && tscKhz) parts.push(`tsc_early_khz=${tscKhz}`);
+  if (egress) parts.push(`agentvm.egress_proxy=${egressProxyUrl}`);
   return parts.join(" ");
+}
+
+/**
+ * QEMU user networking, always `restrict=on`: the guest reaches no address outside the VM — not the host's loopback
+ * through 10.0.2.2, not the host's other addresses, not the outside — except through what is forwarded. An agent
+ * with egress gets one forward: a guest connection to 10.0.2.100:3128 runs the relay (`cmd:`, one process per
+ * connection; a `chardev` guestfwd would carry a single stream, shared by every connection), which hands it to the
+ * host's egress proxy on the VM's unix socket; the proxy decides where it may go (fleet-agent/egress/policy.ts).
+ */
+export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "egressRelay">): string {
+  const port = l.spec.rootImage ? l.spec.rootImage.config.port : DEMO_PORT;
+  const parts = ["user", "id=net0", "restrict=on", `hostfwd=tcp:127.0.0.1:${l.hostPort}-:${port}`];
+  if (hasEgress(l)) parts.push(`guestfwd=tcp:${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}-cmd:${opt(`${shellQuote(l.egressRelay!)} ${shellQuote(l.paths.egress)}`)}`);
+  return parts.join(",");
 }
 
 /**
  * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
-export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory">): string[] {
+export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "egressRelay">): string[] {
   const image = l.spec.rootImage;
   const file = l.memory === "file";
   return [
@@ -116,7 +146,7 @@ export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "ho
     "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
     "-chardev", `file,id=console,path=${opt(l.paths.console)},append=on`,
     "-serial", "chardev:console",
-    "-netdev", `user,id=net0,restrict=${l.spec.allowEgress ? "off" : "on"},hostfwd=tcp:127.0.0.1:${l.hostPort}-:${image ? image.config.port : DEMO_PORT}`,
+    "-netdev", netdevArg(l),
     "-device", "virtio-net-device,netdev=net0",
     "-device", "virtio-serial-device",
     "-chardev", `socket,id=agent,path=${opt(l.paths.agent)},server=on,wait=off`,
@@ -155,7 +185,7 @@ export function qemuArgs(l: QemuLaunch): string[] {
     ...machineArgs(l),
     "-kernel", l.kernel,
     "-initrd", l.initrd,
-    "-append", kernelCmdline(l.accel, l.tscKhz),
+    "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l)),
     "-chardev", `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
     "-mon", "chardev=qmp,mode=control",
     "-pidfile", l.paths.pid,

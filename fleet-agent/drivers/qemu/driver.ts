@@ -4,6 +4,8 @@
 // drives; its snapshot records the disk's fingerprint and is restored only over that same disk.
 // With `memory: "file"` guest RAM is `<stateDir>/ram` (ram-file.ts): a snapshot is the device state only, bound to
 // that RAM file's generation, and a wake consumes it (a crash while awake boots cold).
+// Networking is QEMU's user network with `restrict=on` for every VM; one with `allowEgress` reaches out only through
+// the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
 import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
@@ -26,7 +28,11 @@ import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type 
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
+import { defaultEgressConfig } from "../../egress/config.ts";
+import { EgressProxy } from "../../egress/proxy.ts";
+import { ensureEgressRelay } from "../../egress/relay.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
+import { egressProxyUrl } from "../../egress/guest-address.ts";
 import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, syncRamFile } from "./ram-file.ts";
 import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
@@ -71,6 +77,14 @@ export interface QemuDriverOptions {
    * hibernation writes the device state and syncs the file, and a wake consumes the snapshot (ram-file.ts).
    */
   memory?: MemoryMode;
+  /**
+   * The egress proxy agents with `allowEgress` reach out through (default: one with the default rules). The driver
+   * listens for a VM on its socket before its QEMU starts and stops when the VM stops, hibernates or is destroyed;
+   * the driver closes it with itself.
+   */
+  egress?: EgressProxy;
+  /** The guestfwd relay binary (default: relay.c built with gcc on first use); false: no VM gets egress. */
+  egressRelay?: string | false;
   /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */
   beforeCont?: (pid: number | undefined) => Promise<void>;
 }
@@ -104,6 +118,9 @@ export class QemuDriver implements VmDriver {
   private readonly opts: QemuDriverOptions;
   private readonly tscKhz: number | undefined;
   private readonly preload: string | undefined;
+  private readonly egress: EgressProxy;
+  /** The guestfwd relay; undefined: VMs with `allowEgress` get no way out (logged once). */
+  private readonly egressRelay: string | undefined;
   private readonly hostCpu = hostCpuModel();
   private readonly running = new Map<string, QemuVm>();
   /** Pre-started QEMUs in `-incoming defer`, by vmId. */
@@ -126,6 +143,12 @@ export class QemuDriver implements VmDriver {
       if ("path" in built) this.preload = built.path;
       else this.log.warn("QEMU runs without the listen-backlog shim: bursts of connections to a VM will stall", { why: built.error });
     } else if (shim) this.preload = shim;
+    this.egress = opts.egress ?? new EgressProxy(defaultEgressConfig, { log: this.log });
+    if (opts.egressRelay === undefined) {
+      const relay = ensureEgressRelay();
+      if ("path" in relay) this.egressRelay = relay.path;
+      else this.log.warn("no egress relay: agents that allow egress get none", { why: relay.error });
+    } else if (opts.egressRelay) this.egressRelay = opts.egressRelay;
     this.log.info("qemu driver ready", { accel: this.accel, why: this.accelReason, qemu: this.qemuVersion, memory: this.memory, tscKhz: this.tscKhz, preload: this.preload });
   }
 
@@ -215,6 +238,7 @@ export class QemuDriver implements VmDriver {
       throw failure;
     }
     await this.quit(vp);
+    await this.egress.release(spec.vmId);
     await removeUnreferencedSnapshots(spec.stateDir, manifest.file);
     const snapshotMs = performance.now() - started;
     this.log.info("hibernated", { vmId: spec.vmId, bytes: manifest.bytes, snapshotMs: Math.round(snapshotMs), ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}) });
@@ -238,12 +262,14 @@ export class QemuDriver implements VmDriver {
     const vp = this.running.get(vm.spec.vmId);
     if (vp) await this.quitRunning(vp);
     await this.discardWaiting(vm.spec.vmId);
+    await this.egress.release(vm.spec.vmId);
   }
 
   async destroy(spec: VmSpec): Promise<void> {
     const vp = this.running.get(spec.vmId);
     if (vp) await this.quit(vp);
     await this.discardWaiting(spec.vmId);
+    await this.egress.release(spec.vmId);
     await this.reap(spec);
     const paths = vmPaths(spec.stateDir);
     if (paths.socketDir !== spec.stateDir) await rm(paths.socketDir, { recursive: true, force: true });
@@ -272,6 +298,7 @@ export class QemuDriver implements VmDriver {
   async close(): Promise<void> {
     await Promise.all([...this.waiting.keys()].map((id) => this.discardWaiting(id)));
     await Promise.all([...this.running.values()].map((vp) => this.quitRunning(vp)));
+    await this.egress.close();
   }
 
   /** The guest console (QEMU appends it): the kernel's few lines, the init's, and a built image's workload's stdout and stderr. */
@@ -413,7 +440,7 @@ export class QemuDriver implements VmDriver {
       hostCpu: this.hostCpu,
       memMiB: spec.memMiB,
       vcpus: spec.vcpus,
-      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0, memory: this.memory }),
+      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0, memory: this.memory, egressRelay: this.egressRelay }),
     });
     if (bad) throw new RestoreFailed(bad);
     const file = join(spec.stateDir, manifest.file);
@@ -485,7 +512,11 @@ export class QemuDriver implements VmDriver {
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
     // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
-    if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port });
+    const egress = spec.allowEgress && this.egressRelay !== undefined;
+    if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
+    if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port, ...(egress ? { egressProxy: egressProxyUrl } : {}) });
+    // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once).
+    if (egress) await this.egress.listen(spec.vmId, paths.egress);
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
     if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
     let hostPort = await this.hostPort(paths);
@@ -513,7 +544,7 @@ export class QemuDriver implements VmDriver {
   private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean): QemuVm {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
-    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory };
+    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory, egressRelay: this.egressRelay };
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.

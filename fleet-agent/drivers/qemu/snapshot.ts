@@ -37,9 +37,12 @@ export interface SnapshotManifest extends RestoreTarget {
   ram?: RamFingerprint;
 }
 
-/** Host-side network settings (forwarded port, egress) do not change the virtual hardware. */
-function hardware(args: readonly string[]): string[] {
-  return args.map((a) => a.replace(/,restrict=(on|off)/, "").replace(/,hostfwd=tcp:[^,]*/g, ""));
+/**
+ * Host-side network settings (forwarded port, egress: `restrict`, the guestfwd to the egress proxy and its relay's
+ * paths) do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
+ */
+export function hardware(args: readonly string[]): string[] {
+  return args.map((a) => a.replace(/,restrict=(on|off)/, "").replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "").replace(/,guestfwd=(?:[^,]|,,)*/g, ""));
 }
 
 /** Why this snapshot cannot be restored into `target`, or undefined when it can. */

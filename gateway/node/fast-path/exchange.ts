@@ -332,7 +332,7 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     const { res, req, requestId, agentId } = this.i;
     logFailure(this.env.log, err, { requestId, method: req.method ?? "", path: req.url ?? "", agentId });
     this.finish(false);
-    void sendError(res, err, requestId, { closeConnection: closeClient || (this.bodyFraming !== "none" && !req.complete) });
+    sendError(res, err, requestId, { closeConnection: closeClient || (this.bodyFraming !== "none" && !req.complete) });
   }
 
   /** The one way out: stop pumping, give back or close the agent's connection, end the hold and the tenant slot (`done`). */

@@ -98,7 +98,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   function failed(req: IncomingMessage, res: ServerResponse, target: AgentTarget, requestId: string, err: unknown): void {
     logFailure(log, err, { requestId, method: req.method ?? "", path: req.url ?? "", agentId: target.agentId });
     const hasBody = req.headers["content-length"] !== undefined || req.headers["transfer-encoding"] !== undefined;
-    void sendError(res, err, requestId, { closeConnection: hasBody && !req.complete });
+    sendError(res, err, requestId, { closeConnection: hasBody && !req.complete });
   }
 
   /** A call to an agent: synchronous up to the wake when the caller's token and the agent are in memory. */
@@ -111,7 +111,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     const last = socket[kLastCaller];
     if (header !== undefined && last !== undefined && last.header === header && last.until > Date.now()) {
       const agent = core.peek(target.agentId);
-      if (agent) return admit(req, res, target, requestId, last.caller, agent, expectContinue);
+      if (agent && core.callerReady(last.caller)) return admit(req, res, target, requestId, last.caller, agent, expectContinue);
     }
     let token: string | undefined;
     try {
@@ -123,10 +123,12 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     const caller = known?.caller;
     if (known && header !== undefined) socket[kLastCaller] = { header, caller: known.caller, until: known.until };
     const agent = core.peek(target.agentId);
-    if (agent && (token === undefined || caller)) return admit(req, res, target, requestId, caller, agent, expectContinue);
+    if (agent && (token === undefined || (caller && core.callerReady(caller)))) return admit(req, res, target, requestId, caller, agent, expectContinue);
     void (async () => {
       try {
         const c = token === undefined ? undefined : (caller ?? (await verify(token)));
+        // The token's tenant must be active (as on every route); its status is then in memory for `authorize`.
+        if (c) await core.admitCaller(c, requestId);
         const a = agent ?? (await core.resolve(target.agentId));
         admit(req, res, target, requestId, c, a, expectContinue);
       } catch (err) {
@@ -228,10 +230,11 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     }
     let leave: (() => void) | undefined;
     try {
-      if (!target) throw new AppError("not_found", `no WebSocket route for ${req.url ?? "/"}`);
+      if (!target) throw new AppError("not_found", `no WebSocket route for ${(req.url ?? "/").slice(0, 200)}`);
       if ((req.headers.upgrade ?? "").toLowerCase() !== "websocket") throw new AppError("bad_request", "only WebSocket upgrades are relayed");
       const token = bearerToken(req.headers.authorization);
       const caller = token === undefined ? undefined : (cachedCaller(token) ?? (await verify(token)));
+      if (caller) await core.admitCaller(caller, requestId);
       const agent = await core.resolve(target.agentId);
       core.authorize(agent, caller);
       if (!fleet.upgrade) throw new AppError("bad_gateway", "this gateway's fleet cannot relay WebSockets");
@@ -245,7 +248,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       leave?.();
       if (socket.destroyed) return; // the client went away during the handshake: nobody to answer
       logFailure(log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "", ...(target ? { agentId: target.agentId } : {}) });
-      await sendErrorOnSocket(socket, err, requestId);
+      sendErrorOnSocket(socket, err, requestId);
     }
   }
 

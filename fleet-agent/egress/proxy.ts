@@ -1,0 +1,236 @@
+// The host's egress proxy for VMs that may reach out: one HTTP proxy listener per VM on a unix socket (QEMU's
+// guestfwd relay connects to it, drivers/qemu/args.ts), answering `CONNECT host:port` (a tunnel, for TLS and any TCP)
+// and absolute-form plain HTTP (`GET http://host/path`). It resolves the destination itself, asks policy.ts about
+// every address, and connects only to an address it checked (a name resolved again later could point elsewhere: DNS
+// rebinding); a destination with no allowed address is refused with 403 and the error envelope.
+import { lookup } from "node:dns/promises";
+import { rmSync } from "node:fs";
+import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { connect, isIP, type Socket } from "node:net";
+import { networkInterfaces } from "node:os";
+import type { Duplex } from "node:stream";
+import { AppError } from "../../lib/errors.ts";
+import { newId } from "../../lib/ids.ts";
+import { silentLogger, type Logger } from "../../lib/log.ts";
+import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
+import type { EgressConfig } from "./config.ts";
+import { decide } from "./policy.ts";
+
+export interface ResolvedAddress {
+  address: string;
+  family: number;
+}
+
+export interface EgressProxyDeps {
+  log?: Logger;
+  /** Name → addresses (default: the system resolver, every address). */
+  resolve?: (host: string) => Promise<ResolvedAddress[]>;
+  /** The host's own addresses, asked at every decision (default: every interface's). */
+  hostAddresses?: () => string[];
+}
+
+/** Where a connection of a VM may go: the checked address to connect to, or why not. */
+type Destination = { ok: true; address: string; port: number; host: string } | { ok: false; error: AppError };
+
+/** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy: never forwarded. */
+const HOP_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
+
+interface VmListener {
+  server: Server;
+  path: string;
+  /** The VM's connections to the proxy (each one relayed guest connection); what each carries ends with it. */
+  open: Set<Duplex>;
+}
+
+export class EgressProxy {
+  private readonly config: EgressConfig;
+  private readonly log: Logger;
+  private readonly resolve: (host: string) => Promise<ResolvedAddress[]>;
+  private readonly hostAddresses: () => string[];
+  private readonly listeners = new Map<string, VmListener>();
+
+  constructor(config: EgressConfig, deps: EgressProxyDeps = {}) {
+    this.config = config;
+    this.log = (deps.log ?? silentLogger).child({ component: "egress" });
+    this.resolve = deps.resolve ?? ((host) => lookup(host, { all: true, verbatim: true }));
+    this.hostAddresses = deps.hostAddresses ?? interfaceAddresses;
+  }
+
+  /** Listens for `vmId` on the unix socket `path` (a stale file there is replaced); a second call for the VM keeps the first listener. */
+  async listen(vmId: string, path: string): Promise<void> {
+    if (this.listeners.has(vmId)) return;
+    rmSync(path, { force: true });
+    const entry: VmListener = { server: createServer(), path, open: new Set() };
+    const { server } = entry;
+    server.on("connection", (socket: Socket) => {
+      if (entry.open.size >= this.config.maxConnectionsPerVm) {
+        this.log.warn("egress connection refused: too many open", { vmId, open: entry.open.size });
+        sendErrorOnSocket(socket, new AppError("too_many_connections", `this agent holds ${entry.open.size} egress connections, the most it may`, { retryAfterS: 1 }), newId("request"));
+        return;
+      }
+      this.track(entry, socket);
+      socket.setTimeout(this.config.idleTimeoutMs, () => socket.destroy());
+    });
+    server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.tunnel(vmId, req, socket, head));
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.forward(vmId, req, res));
+    server.on("clientError", (_err, socket: Duplex) => socket.destroy());
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(path, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    this.listeners.set(vmId, entry);
+  }
+
+  /** Stops listening for `vmId` and cuts its open connections (its VM stopped, hibernated or was destroyed). */
+  async release(vmId: string): Promise<void> {
+    const entry = this.listeners.get(vmId);
+    if (!entry) return;
+    this.listeners.delete(vmId);
+    for (const s of entry.open) s.destroy();
+    await new Promise<void>((resolve) => entry.server.close(() => resolve()));
+    rmSync(entry.path, { force: true });
+  }
+
+  /** Open connections (from the VM, through its relay) of `vmId`. */
+  openConnections(vmId: string): number {
+    return this.listeners.get(vmId)?.open.size ?? 0;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.listeners.keys()].map((id) => this.release(id)));
+  }
+
+  /** Where `host:port` may be reached: the first resolved address policy.ts allows, or the refusal. */
+  async destination(host: string, port: number): Promise<Destination> {
+    const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
+    if (!bare || !Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, error: new AppError("bad_request", "the target must be host:port with a port 1..65535") };
+    let addresses: ResolvedAddress[];
+    if (isIP(bare)) addresses = [{ address: bare, family: isIP(bare) }];
+    else {
+      try {
+        addresses = await withTimeout(this.resolve(bare), this.config.connectTimeoutMs, `resolving ${bare}`);
+      } catch (err) {
+        return { ok: false, error: new AppError("bad_gateway", `cannot resolve ${bare}: ${(err as Error).message}`.slice(0, 300)) };
+      }
+    }
+    const own = this.hostAddresses();
+    const refusals: string[] = [];
+    for (const a of addresses) {
+      const d = decide(a.address, port, this.config.rules, own);
+      if (d.allowed) return { ok: true, address: a.address, port, host: bare };
+      refusals.push(d.why);
+    }
+    return { ok: false, error: new AppError("forbidden", `egress to ${bare}:${port} refused: ${refusals.join("; ").slice(0, 300) || "no address"}`) };
+  }
+
+  private track(entry: VmListener, s: Duplex): void {
+    entry.open.add(s);
+    s.once("close", () => entry.open.delete(s));
+  }
+
+  /** CONNECT host:port → a TCP tunnel to the checked address. */
+  private async tunnel(vmId: string, req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    const requestId = newId("request");
+    const target = parseAuthority(req.url ?? "");
+    const dest = target ? await this.destination(target.host, target.port) : { ok: false as const, error: new AppError("bad_request", "CONNECT needs host:port") };
+    if (!dest.ok) {
+      this.log.info("egress refused", { vmId, target: req.url?.slice(0, 200), status: dest.error.status, why: dest.error.message });
+      sendErrorOnSocket(client, dest.error, requestId);
+      return;
+    }
+    const upstream = connect({ host: dest.address, port: dest.port });
+    let connected = false;
+    const timer = setTimeout(() => upstream.destroy(new AppError("gateway_timeout", `connecting to ${dest.host}:${dest.port} took over ${this.config.connectTimeoutMs} ms`)), this.config.connectTimeoutMs);
+    upstream.once("connect", () => {
+      connected = true;
+      clearTimeout(timer);
+      this.log.debug("egress tunnel", { vmId, host: dest.host, address: dest.address, port: dest.port });
+      upstream.setTimeout(this.config.idleTimeoutMs, () => upstream.destroy());
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      if (head.length) upstream.write(head);
+      upstream.pipe(client);
+      client.pipe(upstream);
+    });
+    upstream.once("error", (err) => {
+      clearTimeout(timer);
+      if (!connected) {
+        const e = err instanceof AppError ? err : new AppError("bad_gateway", `cannot connect to ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+        this.log.info("egress connect failed", { vmId, host: dest.host, address: dest.address, port: dest.port, why: e.message });
+        sendErrorOnSocket(client, e, requestId);
+      } else client.destroy();
+    });
+    client.once("error", () => upstream.destroy());
+    client.once("close", () => upstream.destroy());
+    upstream.once("close", () => client.destroy());
+  }
+
+  /** An absolute-form plain HTTP request → the same request, in origin form, to the checked address. */
+  private async forward(vmId: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const requestId = newId("request");
+    let url: URL | undefined;
+    try {
+      url = new URL(req.url ?? "");
+    } catch {
+      url = undefined;
+    }
+    if (!url || url.protocol !== "http:") {
+      sendError(res, new AppError("bad_request", "this is an egress proxy: send `CONNECT host:port`, or a plain HTTP request in absolute form (http://host/path)"), requestId, { closeConnection: true });
+      return;
+    }
+    const dest = await this.destination(url.hostname, url.port ? Number(url.port) : 80);
+    if (!dest.ok) {
+      this.log.info("egress refused", { vmId, target: `${url.host}`.slice(0, 200), status: dest.error.status, why: dest.error.message });
+      sendError(res, dest.error, requestId, { closeConnection: true });
+      return;
+    }
+    const headers: Record<string, string | string[]> = {};
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_HEADERS.has(k)) headers[k] = v;
+    headers.host = url.host;
+    const upstream = httpRequest({ host: dest.address, port: dest.port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, agent: false, timeout: this.config.connectTimeoutMs });
+    res.once("close", () => upstream.destroy()); // the guest went away (or the answer is complete): nothing more to carry
+    upstream.once("timeout", () => upstream.destroy(new AppError("gateway_timeout", `${dest.host}:${dest.port} did not answer within ${this.config.connectTimeoutMs} ms`)));
+    upstream.once("response", (up) => {
+      upstream.setTimeout(this.config.idleTimeoutMs);
+      const out: string[] = [];
+      for (let i = 0; i < up.rawHeaders.length; i += 2) if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
+      res.writeHead(up.statusCode ?? 502, out);
+      up.pipe(res);
+    });
+    upstream.once("error", (err) => {
+      const e = err instanceof AppError ? err : new AppError("bad_gateway", `cannot reach ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+      sendError(res, e, requestId, { closeConnection: true });
+    });
+    req.pipe(upstream);
+  }
+}
+
+/** `host:port` or `[v6]:port` → its parts; undefined when it is not that. */
+export function parseAuthority(text: string): { host: string; port: number } | undefined {
+  const m = /^(\[[0-9a-fA-F:.%\w]+\]|[^:[\]\s]+):(\d{1,5})$/.exec(text);
+  if (!m) return undefined;
+  return { host: m[1]!, port: Number(m[2]) };
+}
+
+/** Every address of every interface of this host (loopback included). */
+export function interfaceAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address));
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} took over ${ms} ms`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}

@@ -1,0 +1,66 @@
+// The qemu driver's network arguments: restrict=on for every VM, the guestfwd to the egress proxy only with egress
+// (and a relay), snapshots comparing the hardware without the host-side network settings, and the proxy's address
+// reaching the guest (kernel command line for the demo, the launch spec for a built image).
+import { describe, expect, it } from "vitest";
+import { launchEnv } from "../../fleet-agent/drivers/common/launch-data.ts";
+import type { VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import { kernelCmdline, machineArgs, netdevArg, qemuArgs, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
+import { hardware } from "../../fleet-agent/drivers/qemu/snapshot.ts";
+
+const spec = (allowEgress: boolean): VmSpec => ({ vmId: "vm_a", agentId: "agt_a", image: "demo", vcpus: 1, memMiB: 256, allowEgress, stateDir: "/var/lib/agentvm/vms/agt_a" });
+const paths = vmPaths("/var/lib/agentvm/vms/agt_a");
+const relay = "/tmp/agentvm-qemu-0/egress-relay-abc";
+
+describe("netdev", () => {
+  it("is restrict=on without egress, and with egress but no relay", () => {
+    expect(netdevArg({ spec: spec(false), paths, hostPort: 4000, egressRelay: relay })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
+    expect(netdevArg({ spec: spec(true), paths, hostPort: 4000, egressRelay: undefined })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
+  });
+
+  it("with egress stays restrict=on and adds one guestfwd running the relay per connection to the VM's proxy socket", () => {
+    expect(netdevArg({ spec: spec(true), paths, hostPort: 4000, egressRelay: relay })).toBe(
+      `user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080,guestfwd=tcp:10.0.2.100:3128-cmd:'${relay}' '/var/lib/agentvm/vms/agt_a/proxy.sock'`,
+    );
+    // A comma in a path is doubled inside QEMU's option list.
+    const odd = vmPaths("/srv/a,b");
+    expect(netdevArg({ spec: { ...spec(true), stateDir: "/srv/a,b" }, paths: odd, hostPort: 1, egressRelay: relay })).toContain("'/srv/a,,b/proxy.sock'");
+  });
+
+  it("a snapshot's hardware does not depend on egress, the relay or the forwarded port", () => {
+    const on = machineArgs({ spec: spec(true), paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
+    const off = machineArgs({ spec: spec(false), paths, accel: "tcg", hostPort: 4001 });
+    const older = off.map((a) => a.replace("restrict=on", "restrict=off")); // what the driver recorded before for an agent with egress
+    expect(on.join(" ")).not.toBe(off.join(" "));
+    expect(hardware(on)).toEqual(hardware(off));
+    expect(hardware(older)).toEqual(hardware(off));
+    expect(hardware(on).join(" ")).toContain("user,id=net0 ");
+    // Real hardware still counts.
+    const bigger = machineArgs({ spec: { ...spec(true), memMiB: 512 }, paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
+    expect(hardware(bigger)).not.toEqual(hardware(on));
+  });
+});
+
+describe("how the guest learns the proxy", () => {
+  it("the demo guest: on the kernel command line, only with egress", () => {
+    expect(kernelCmdline("kvm", undefined, true)).toContain("agentvm.egress_proxy=http://10.0.2.100:3128");
+    expect(kernelCmdline("kvm", undefined, false)).not.toContain("egress");
+    const launch = { spec: spec(true), paths, accel: "tcg" as const, hostPort: 1, kernel: "k", initrd: "i", tscKhz: undefined, incoming: false };
+    expect(qemuArgs({ ...launch, egressRelay: relay }).join(" ")).toContain("agentvm.egress_proxy=");
+    expect(qemuArgs(launch).join(" ")).not.toContain("agentvm.egress_proxy=");
+  });
+
+  it("a built image's entrypoint: HTTP_PROXY and friends in its environment, only with egress", () => {
+    expect(launchEnv({ agentId: "agt_a", port: 8080, egressProxy: "http://10.0.2.100:3128" })).toEqual([
+      "PORT=8080",
+      "AGENT_ID=agt_a",
+      "LEASE_DIR=/run/agentvm/leases",
+      "HTTP_PROXY=http://10.0.2.100:3128",
+      "HTTPS_PROXY=http://10.0.2.100:3128",
+      "http_proxy=http://10.0.2.100:3128",
+      "https_proxy=http://10.0.2.100:3128",
+      "NO_PROXY=localhost,127.0.0.1",
+      "no_proxy=localhost,127.0.0.1",
+    ]);
+    expect(launchEnv({ agentId: "agt_a", port: 8080 }).some((e) => /proxy/i.test(e))).toBe(false);
+  });
+});
