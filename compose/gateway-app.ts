@@ -14,8 +14,8 @@ import { createAgentRepo, type AgentRepo } from "../gateway/agent-repo.ts";
 import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy-core.ts";
-import { createDbWebhookStore, createWebhookRoutes, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
-import { createTenantGate, defaultTenantGateConfig, tenantGatedForward, type TenantGate } from "../gateway/tenants/gate.ts";
+import { createDbWebhookStore, createWebhookRoutes, fleetForward, type WebhookConfig, type WebhookDeps } from "../gateway/webhooks/index.ts";
+import { createTenantGate, defaultTenantGateConfig, type TenantGate } from "../gateway/tenants/gate.ts";
 import { createTenantRoutes } from "../gateway/tenants/routes.ts";
 import { createTenantStore } from "../gateway/tenants/store.ts";
 import { createImageRepo } from "../images/repo.ts";
@@ -68,7 +68,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const tenants = createTenantGate({ store: tenantStore, audit, log: gatewayLog, config: deps.config.tenants ?? defaultTenantGateConfig });
   const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig, metrics: deps.metrics, tenants });
   // `db` too: the delivery worker counts its queue there when scraped.
-  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: tenantGatedForward(agents, tenants, fleet), config: deps.webhooks };
+  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet, tenants), config: deps.webhooks };
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
   const imageRepo = createImageRepo(db);
   const images = createImageRoutes({

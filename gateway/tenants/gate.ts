@@ -2,9 +2,7 @@
 import { AppError } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/log.ts";
 import type { Caller } from "../../contracts/caller.ts";
-import type { Fleet, ForwardContext } from "../../contracts/fleet.ts";
 import type { AuditLog } from "../../schema/audit-log.ts";
-import { agentSpec, type AgentRepo } from "../agent-repo.ts";
 import { createTenantStatusCache, type TenantStanding } from "./status-cache.ts";
 import type { TenantRow, TenantStore } from "./store.ts";
 
@@ -118,21 +116,6 @@ export function createTenantGate(deps: TenantGateDeps): TenantGate {
     changed(row) {
       cache.set(row.id, standingOf(row));
     },
-  };
-}
-
-/**
- * The `forward` the webhook delivery worker calls: like `fleetForward`, but a suspended or deleted tenant's agent is
- * not woken; the attempt fails with the tenant's refusal and is retried with backoff (dead-lettered after the
- * endpoint's attempts, replayable once the tenant is resumed).
- */
-export function tenantGatedForward(agents: Pick<AgentRepo, "get">, gate: TenantGate, fleet: Pick<Fleet, "forward">) {
-  return async (agentId: string, req: Request, ctx: ForwardContext): Promise<Response> => {
-    const row = await agents.get(agentId);
-    if (!row) throw new AppError("not_found", `agent ${agentId} not found`);
-    await gate.load(row.tenantId);
-    gate.assertActive(row.tenantId);
-    return fleet.forward(agentSpec(row), req, { requestId: ctx.requestId, reason: ctx.reason, signal: req.signal });
   };
 }
 
