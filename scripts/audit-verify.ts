@@ -1,11 +1,11 @@
 // `npm run audit:verify -- [--tenant T | --all]`: recomputes audit hash chains straight from the database and names the first broken row (exit 1).
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import type { Env } from "../lib/env.ts";
 import type { AuditChainVerdict } from "../schema/audit-verify.ts";
 import { verifyAllAuditChains, verifyAuditChain } from "../schema/audit-verify.ts";
 import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type DatabaseTarget } from "../schema/db.ts";
+import { runIfMain } from "../lib/node-main.ts";
 
 const help = `usage: npm run audit:verify -- (--tenant <id> | --all) [--json]
 
@@ -61,12 +61,4 @@ export async function main(argv: string[], env: Env = process.env): Promise<numb
   }
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
-  main(process.argv.slice(2)).then(
-    (code) => (process.exitCode = code),
-    (err: unknown) => {
-      console.error(err instanceof Error ? err.message : String(err));
-      process.exitCode = 1;
-    },
-  );
-}
+runIfMain(import.meta.url, main);

@@ -1,9 +1,8 @@
 // Operator CLI over the usage API: `npm run usage -- --from 2026-03-01 --to 2026-04-01 [--tz …] [--group-by agent,day] [--csv]` (tables drawn by cli/, as `agentvm usage` draws them).
-import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { renderInvoice, type InvoiceBody } from "../cli/invoices.ts";
 import { renderUsage, type UsageBody } from "../cli/usage.ts";
+import { runIfMain } from "../lib/node-main.ts";
 
 const help = `usage: npm run usage -- --from <date|instant> --to <date|instant> [options]
 
@@ -83,12 +82,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
-  main(process.argv.slice(2)).then(
-    (code) => (process.exitCode = code),
-    (err: unknown) => {
-      console.error(err instanceof Error ? err.message : String(err));
-      process.exitCode = 1;
-    },
-  );
-}
+runIfMain(import.meta.url, main);
