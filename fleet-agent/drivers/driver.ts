@@ -39,6 +39,8 @@ export interface RunningVm {
 export interface BootResult {
   vm: RunningVm;
   bootMs: number;
+  /** Started as a clone of this template (qemu/templates.ts) rather than booted cold. */
+  template?: string;
 }
 
 export interface SnapshotResult {
@@ -72,6 +74,18 @@ export interface WakeResult {
   fallbackReason?: string;
 }
 
+/** An immutable copy of a VM's memory and disk: a checkpoint (a template is one). */
+export interface CheckpointInfo {
+  /** Bytes its files hold (their sizes; with reflinks most of them are shared with the VM's own files). */
+  bytes: number;
+  /** How long the guest was paused for it, ms (0 when it was taken from a hibernated VM's snapshot). */
+  pausedMs: number;
+  /** The whole time it took, ms. */
+  ms: number;
+  /** How its files were made: `reflink` (copy-on-write, blocks shared) or `copy` (every byte written again). */
+  copy: "reflink" | "copy";
+}
+
 export interface VmExit {
   code: number | null;
   signal: string | null;
@@ -93,6 +107,22 @@ export interface VmDriver {
   hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult>;
   /** Restore from the last complete snapshot and fix the guest clock; falls back to a cold boot. */
   wake(spec: VmSpec): Promise<WakeResult>;
+  /**
+   * Keeps an immutable copy of the VM's memory and disk in `dir` (created here; it must not exist). A running VM
+   * (`vm` given) is paused while its state is written and runs on after it, its clock fixed; a hibernated one (`vm`
+   * undefined) is copied from its snapshot. Rejects with AppError `conflict` when there is no state to copy (it never
+   * ran, or a crash consumed its snapshot). Absent: the driver cannot (the process driver: no memory to keep).
+   */
+  checkpoint?(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo>;
+  /**
+   * Makes `spec.stateDir`, whose VM must not be running, a hibernated VM whose snapshot is the checkpoint in `dir`
+   * (an earlier snapshot and disk there are replaced; the checkpoint is left as it is). The next `wake` restores it
+   * and gives the guest a fresh identity (agent id, hostname, entropy, the clone marker) before it returns. Restoring
+   * an agent to its own checkpoint and forking a new agent from one are both this.
+   */
+  restoreCheckpoint?(spec: VmSpec, dir: string): Promise<void>;
+  /** Checkpoint names the workload asked for from inside since the last call (each once); absent: it cannot ask. */
+  guestCheckpointRequests?(vm: RunningVm): Promise<string[]>;
   /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
   stop(vm: RunningVm): Promise<void>;
   /** Remove everything the VM left on disk. */

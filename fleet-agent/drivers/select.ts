@@ -8,6 +8,7 @@ import type { DriverName, VmDriver } from "./driver.ts";
 import { createFirecrackerDriver } from "./firecracker/config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
 import { QemuDriver } from "./qemu/driver.ts";
+import { reflinkSupported } from "./common/cow-copy.ts";
 import { parseEgressConfig } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
 
@@ -27,6 +28,7 @@ export interface SelectedDriver {
  * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
  * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
  * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
+ * | QEMU_TEMPLATES | false | new agents start as clones of a warm template of their image (`<DATA_DIR>/templates`), built on the first cold boot of each |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
  * | EGRESS_* | see fleet-agent/egress/config.ts | what the egress proxy of qemu VMs with `allowEgress` lets through |
  * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
@@ -63,7 +65,11 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         prestart: bool(env, "QEMU_PRESTART", false),
         memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
         egress: new EgressProxy(parseEgressConfig(env), { log }),
+        ...(bool(env, "QEMU_TEMPLATES", false) ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
+      // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
+      const reflink = await reflinkSupported(dataDir).catch(() => false);
+      log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", { dataDir, reflink });
       return { driver, images: ["demo"], notice: undefined };
     } catch (err) {
       if (choice === "qemu") throw err;

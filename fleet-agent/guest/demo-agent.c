@@ -7,7 +7,11 @@
  *   POST /work?seconds=S[&lease=1] → 202 {"started":true}; burns CPU for S s (holding a lease file when asked)
  *   POST /echo           → 200 with the request body (Content-Length or chunked) and its content-type
  *   GET /status/CODE     → that status, body {"status":CODE}  GET /slow?ms=N → waits, 200 {"slept":N}
- *   anything else        → 404 {"error":"not found","path":…}   (same contract as fleet-agent/workloads/demo.ts)
+ *   GET /identity        → the identity the host gave this VM (/run/agentvm/identity, text), 404 before any
+ *   GET /random          → 32 hex characters from getrandom(16 bytes)
+ *   POST /checkpoint?name=N → 202 {"requested":N}: asks the host for a checkpoint (/run/agentvm/checkpoint-requests/N)
+ *   anything else        → 404 {"error":"not found","path":…}   (same contract as fleet-agent/workloads/demo.ts,
+ *                          which has no identity, /random or checkpoint routes)
  * Keep-alive, one thread per connection. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -31,6 +36,8 @@
 #define BODY_MAX (16 * 1024 * 1024)
 #define IDLE_TIMEOUT_S 120
 #define LEASE_DIR "/run/leases"
+#define IDENTITY_PATH "/run/agentvm/identity"
+#define CHECKPOINT_DIR "/run/agentvm/checkpoint-requests"
 
 static long counter = 0;
 static long job_seq = 0;
@@ -281,6 +288,58 @@ static long query_long(const char *query, const char *name, long fallback) {
   return fallback;
 }
 
+/* The value of query parameter `name` copied into out; 0 when absent or too long. */
+static int query_text(const char *query, const char *name, char *out, size_t cap) {
+  size_t len = strlen(name);
+  const char *p = query;
+  while (p && *p) {
+    if (strncmp(p, name, len) == 0 && p[len] == '=') {
+      const char *v = p + len + 1;
+      size_t n = strcspn(v, "&");
+      if (n >= cap) return 0;
+      memcpy(out, v, n);
+      out[n] = '\0';
+      return 1;
+    }
+    p = strchr(p, '&');
+    if (p) p++;
+  }
+  return 0;
+}
+
+static int serve_identity(struct conn *c, struct request *r) {
+  char content[1024];
+  int fd = open(IDENTITY_PATH, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return respond_json(c, r, 404, "{\"error\":\"no identity yet\"}");
+  ssize_t n = read(fd, content, sizeof content);
+  close(fd);
+  if (n < 0) return respond_json(c, r, 500, "{\"error\":\"cannot read the identity\"}");
+  return respond(c, r, 200, "text/plain", content, (size_t)n);
+}
+
+static int serve_random(struct conn *c, struct request *r) {
+  unsigned char bytes[16];
+  if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes) return respond_json(c, r, 500, "{\"error\":\"getrandom failed\"}");
+  char hex[33];
+  for (size_t i = 0; i < sizeof bytes; i++) snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  return respond(c, r, 200, "text/plain", hex, 32);
+}
+
+/* A checkpoint request is an empty file named after it; the guest agent hands it to the host on its next poll. */
+static int request_checkpoint(struct conn *c, struct request *r) {
+  char name[65];
+  int ok = query_text(r->query, "name", name, sizeof name) && name[0] && name[0] != '.';
+  for (const char *p = name; ok && *p; p++)
+    ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-';
+  if (!ok) return respond_json(c, r, 400, "{\"error\":\"name must match [A-Za-z0-9._-]{1,64}, not starting with a dot\"}");
+  char path[sizeof CHECKPOINT_DIR + 72];
+  snprintf(path, sizeof path, "%s/%s", CHECKPOINT_DIR, name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return respond_json(c, r, 500, "{\"error\":\"cannot make the request: %s\"}", strerror(errno));
+  close(fd);
+  return respond_json(c, r, 202, "{\"requested\":\"%s\"}", name);
+}
+
 struct job {
   long seconds;
   int lease;
@@ -339,6 +398,9 @@ static int route(struct conn *c, struct request *r) {
   if (strcmp(p, "/counter") == 0 && post) return respond_json(c, r, 200, "{\"count\":%ld}", __atomic_add_fetch(&counter, 1, __ATOMIC_SEQ_CST));
   if (strcmp(p, "/clock") == 0 && get) return respond_json(c, r, 200, "{\"nowMs\":%lld}", (long long)now_ms());
   if (strcmp(p, "/sse") == 0 && get) return serve_sse(c, r);
+  if (strcmp(p, "/identity") == 0 && get) return serve_identity(c, r);
+  if (strcmp(p, "/random") == 0 && get) return serve_random(c, r);
+  if (strcmp(p, "/checkpoint") == 0 && post) return request_checkpoint(c, r);
   if (strcmp(p, "/work") == 0 && post) {
     struct job *job = malloc(sizeof *job);
     if (!job) return respond_json(c, r, 500, "{\"error\":\"out of memory\"}");

@@ -13,6 +13,9 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/leases
 chmod 1777 /run/leases
+# /run/agentvm is what the workload shares with the guest agent (identity, checkpoint-requests/): a built image's
+# workload sees the same directory at the same path (bound into its root below). init's own files are in /run/init.
+mkdir -p /run/agentvm
 
 # Modules in dependency order (computed from the modules' own "depends=" at image build time).
 while read -r module; do
@@ -138,9 +141,9 @@ start_image() {
   drive agentvm-launch launch_dev || { image_failed "no drive labelled agentvm-launch"; return; }
   drive agentvm-image image_dev || { image_failed "no drive labelled agentvm-image"; return; }
   drive agentvm-disk disk_dev || { image_failed "no drive labelled agentvm-disk"; return; }
-  mkdir -p /mnt/launch /mnt/image /mnt/disk /mnt/root /run/agentvm/etc
+  mkdir -p /mnt/launch /mnt/image /mnt/disk /mnt/root /run/init/etc
   mount -t ext4 -o ro "$launch_dev" /mnt/launch || { image_failed "cannot mount the launch drive $launch_dev"; return; }
-  cp /mnt/launch/launch.spec /run/agentvm/launch.spec || { image_failed "the launch drive has no launch.spec"; return; }
+  cp /mnt/launch/launch.spec /run/init/launch.spec || { image_failed "the launch drive has no launch.spec"; return; }
   name=agent
   [ -r /mnt/launch/hostname ] && read -r name < /mnt/launch/hostname
   umount /mnt/launch
@@ -155,18 +158,23 @@ start_image() {
   mount -t sysfs sysfs $r/sys
   mount -o rbind /dev $r/dev # devtmpfs with /dev/pts and /dev/shm
   mount -t tmpfs -o mode=1777 tmpfs $r/tmp
+  # The shared directory as a whole (a file the guest agent replaces by rename shows through a directory bind only),
+  # the lease directory on top of it: the workload sees /run/agentvm/{identity,checkpoint-requests,leases}.
+  mkdir -p /run/agentvm/leases
+  mount -o bind /run/agentvm $r/run/agentvm || { image_failed "cannot bind /run/agentvm"; return; }
   mount -o bind /run/leases $r/run/agentvm/leases || { image_failed "cannot bind the lease directory"; return; }
   hostname "$name"
-  echo "$name" > /run/agentvm/etc/hostname
-  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n' "$addr" "$name" > /run/agentvm/etc/hosts
-  : > /run/agentvm/etc/resolv.conf
-  [ -r /etc/resolv.conf ] && while IFS= read -r line; do echo "$line"; done < /etc/resolv.conf > /run/agentvm/etc/resolv.conf
+  echo "$name" > /run/init/etc/hostname
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n' "$addr" "$name" > /run/init/etc/hosts
+  : > /run/init/etc/resolv.conf
+  [ -r /etc/resolv.conf ] && while IFS= read -r line; do echo "$line"; done < /etc/resolv.conf > /run/init/etc/resolv.conf
+  # Bound as files: the guest agent's IDENTITY rewrites hostname and hosts in place (fleet-agent/guest/guest-agent.c).
   for f in hostname hosts resolv.conf; do
-    bind_file /run/agentvm/etc/$f /etc/$f || echo "init: cannot put /etc/$f in place" >&2
+    bind_file /run/init/etc/$f /etc/$f || echo "init: cannot put /etc/$f in place" >&2
   done
 
   # The entrypoint, inside the root, as the image's user; its output is the console (the host's log of the agent).
-  /sbin/launch /mnt/root /run/agentvm/launch.spec < /dev/null > /dev/console 2>&1 &
+  /sbin/launch /mnt/root /run/init/launch.spec < /dev/null > /dev/console 2>&1 &
   pid=$!
   echo "agentvm: entrypoint started"
   wait $pid

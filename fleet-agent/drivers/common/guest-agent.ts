@@ -7,6 +7,15 @@
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
 //                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
+//                  "<id> IDENTITY <agentId> <hostname> <hex64> <clonedFrom>"
+//                                                                  "<id> OK identity <n> credited|uncredited reseeded|noreseed"
+//                                                                   (a clone's fresh identity: the 32 bytes mixed into the RNG,
+//                                                                   credited by RNDADDENTROPY or only written, the CRNG reseeded;
+//                                                                   sethostname; /run/agentvm/identity rewritten; n = identities
+//                                                                   applied since boot. Checked in the guest: agt_[A-Za-z0-9_-]+,
+//                                                                   RFC 1123 ≤ 63, exactly 64 hex, [A-Za-z0-9_-]+)
+//                  "<id> CHECKPOINTS"                              "<id> OK[ <name>…]"           (checkpoint requests the workload
+//                                                                   made, each removed as it is named: answered once)
 //                  "<id> PROBE <ipv4> <port> <ms>"                 "<id> OK connected <hex>|-"   (a TCP connect from inside the VM;
 //                                                                  "<id> OK refused|timeout|unreachable|reset|error <why>"
 //                                                                   connected: it sent "agentvm-probe\n" and read up to a newline)
@@ -16,7 +25,13 @@
 //   any failure                                                    "<id> ERR <message>"
 // The workload takes a lease by writing a file into /run/leases/ whose content is its expiry in
 // unix seconds; it drops it by deleting the file.
+// A workload learns it was cloned from /run/agentvm/identity (there is no VMGenID on microvm): "agentId=…\nhostname=…
+// \nclonedFrom=…\ngeneration=<n>\n", replaced by rename; a changed agentId or generation means a new identity. It asks for
+// a checkpoint by creating /run/agentvm/checkpoint-requests/<name> ([A-Za-z0-9._-]{1,64}, not starting with a dot).
+// A built image's workload sees both at the same paths (init binds /run/agentvm into its root; leases there are at
+// /run/agentvm/leases/).
 import type { Duplex } from "node:stream";
+import { AppError } from "../../../lib/errors.ts";
 
 export interface GuestTime {
   /** Guest wall clock in nanoseconds since the epoch. */
@@ -41,6 +56,34 @@ export interface ProxyProbeResult {
   status?: number;
   /** After a 200: what the destination answered through the tunnel. */
   received: Buffer;
+}
+
+/** A clone's fresh identity, pushed before its first request. */
+export interface GuestIdentity {
+  agentId: string;
+  hostname: string;
+  /** 32 bytes for the guest's RNG (e.g. crypto.randomBytes(32)). */
+  entropy: Uint8Array;
+  /** What the VM was cloned from: a template's or checkpoint's id (the guest takes [A-Za-z0-9_-]+). */
+  clonedFrom: string;
+}
+
+export interface IdentityApplied {
+  /** Identities applied since the guest booted (a clone carries its source's count on). */
+  generation: number;
+  /** The RNDADDENTROPY ioctl took the bytes (256 bits credited); false: they were only written (mixed, not credited). */
+  credited: boolean;
+  /** The guest's CRNG was reseeded at once, so its getrandom() output already depends on the bytes. */
+  reseeded: boolean;
+}
+
+/**
+ * One protocol token: the line protocol splits on spaces and ends at a newline, so a value with whitespace or a control
+ * character would change the request. Anything else goes to the guest, which is the one that validates the values.
+ */
+export function protocolToken(name: string, value: string): string {
+  if (value.length === 0 || /[\s\x00-\x1f\x7f]/.test(value)) throw new AppError("bad_request", `guest agent: ${name} must be one non-empty token without spaces or control characters`);
+  return value;
 }
 
 export class GuestAgentError extends Error {
@@ -93,6 +136,32 @@ export class GuestAgentClient {
   async sync(timeoutMs = 10_000): Promise<void> {
     const answer = await this.call("SYNC", timeoutMs);
     if (answer !== "synced") throw new GuestAgentError(`unexpected sync answer: ${answer}`);
+  }
+
+  /**
+   * Gives the VM a fresh identity (a clone's, before its first request): entropy mixed into its RNG, its hostname,
+   * and /run/agentvm/identity for the workload. Rejects with the guest's ERR when it refuses a value.
+   */
+  async identity(i: GuestIdentity, timeoutMs = 2000): Promise<IdentityApplied> {
+    const tokens = [
+      protocolToken("agentId", i.agentId),
+      protocolToken("hostname", i.hostname),
+      Buffer.from(i.entropy.buffer, i.entropy.byteOffset, i.entropy.byteLength).toString("hex") || "-",
+      protocolToken("clonedFrom", i.clonedFrom),
+    ];
+    const answer = await this.call(`IDENTITY ${tokens.join(" ")}`, timeoutMs);
+    const m = /^identity (\d+) (credited|uncredited)(?: (reseeded|noreseed))?$/.exec(answer);
+    if (!m) throw new GuestAgentError(`unexpected identity answer: ${answer}`);
+    return { generation: Number(m[1]), credited: m[2] === "credited", reseeded: m[3] === "reseeded" };
+  }
+
+  /**
+   * The checkpoints the workload asked for since the last poll (files in /run/agentvm/checkpoint-requests/): the guest
+   * removes each one it names, so each request comes back once.
+   */
+  async checkpointRequests(timeoutMs = 2000): Promise<string[]> {
+    const answer = await this.call("CHECKPOINTS", timeoutMs);
+    return answer === "" ? [] : answer.split(" ").filter(Boolean);
   }
 
   /**

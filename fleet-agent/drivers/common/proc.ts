@@ -108,3 +108,17 @@ export async function killLeftover(pidFile: string, marker?: string): Promise<nu
   rmSync(pidFile, { force: true });
   return killed;
 }
+
+/**
+ * A process's memory from /proc/<pid>/smaps_rollup, KiB: `rss` counts every resident page, `pss` divides each shared
+ * page by the processes that map it (what many clones of one template really cost: their sum). Undefined when gone.
+ */
+export function readMemoryKiB(pid: number): { rss: number; pss: number } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN);
+    return { rss: field("Rss"), pss: field("Pss") };
+  } catch {
+    return undefined;
+  }
+}

@@ -85,6 +85,12 @@ export interface QemuLaunch {
   /** Absent: `stream`. */
   memory?: MemoryMode;
   /**
+   * `memory: "file"`: a template's RAM file mapped privately (`share=off`: the guest's writes go to copy-on-write
+   * pages of its own, the file and the page cache every clone of it shares stay as they are). Absent: the VM's own
+   * `<stateDir>/ram`, shared.
+   */
+  templateRam?: string | undefined;
+  /**
    * The relay QEMU runs per guest connection to the egress proxy (fleet-agent/egress/relay.c). Only with it does an
    * agent with `allowEgress` get a way out; without it (or without `allowEgress`) the guest reaches nothing.
    */
@@ -132,13 +138,13 @@ export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "e
  * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
-export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "egressRelay">): string[] {
+export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "egressRelay" | "templateRam">): string[] {
   const image = l.spec.rootImage;
   const file = l.memory === "file";
   return [
     "-M", file ? `${MACHINE},memory-backend=mem` : MACHINE,
     // share=on: QEMU writes guest RAM straight into the file (page cache), so a hibernation only has to make it durable.
-    ...(file ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.paths.ram)},share=on`] : []),
+    ...(file ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.templateRam ?? l.paths.ram)},share=${l.templateRam ? "off" : "on"}`] : []),
     "-accel", l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
     ...(l.accel === "kvm" ? ["-cpu", "host"] : []),
     "-m", String(l.spec.memMiB),

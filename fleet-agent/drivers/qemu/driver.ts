@@ -8,9 +8,9 @@
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
-import { readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AppError } from "../../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
@@ -23,7 +23,9 @@ import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../c
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
-import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, CheckpointInfo, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import { cowCopy, type CopyKind } from "../common/cow-copy.ts";
+import { CHECKPOINT_VERSION, checkpointFiles, checkpointMismatch, portableHardware, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type MemoryMode, type VmPaths } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
@@ -32,8 +34,9 @@ import { defaultEgressConfig } from "../../egress/config.ts";
 import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
+import { QemuTemplates } from "./templates.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
-import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, syncRamFile } from "./ram-file.ts";
+import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
 import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
@@ -85,6 +88,12 @@ export interface QemuDriverOptions {
   egress?: EgressProxy;
   /** The guestfwd relay binary (default: relay.c built with gcc on first use); false: no VM gets egress. */
   egressRelay?: string | false;
+  /**
+   * Templates (templates.ts): new VMs start as clones of a warm checkpoint of their kind, kept under `root`, instead
+   * of booting cold. With file-backed memory a clone maps the template's RAM file privately (pages shared with every
+   * other clone until written); with streamed memory it gets a copy of the template's state.
+   */
+  templates?: { root: string };
   /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */
   beforeCont?: (pid: number | undefined) => Promise<void>;
 }
@@ -99,6 +108,8 @@ interface QemuVm {
   qmp: QmpClient | undefined;
   agent: GuestAgentClient | undefined;
   agentOpen: boolean;
+  /** A template's clone: its RAM is the template's file mapped privately, so its snapshots carry the RAM (ram-file.ts). */
+  templateRam: string | undefined;
 }
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
@@ -126,6 +137,8 @@ export class QemuDriver implements VmDriver {
   /** Pre-started QEMUs in `-incoming defer`, by vmId. */
   private readonly waiting = new Map<string, QemuVm>();
   private readonly processes = new VmProcesses();
+  /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
+  readonly templates: QemuTemplates | undefined;
 
   constructor(opts: QemuDriverOptions) {
     this.opts = opts;
@@ -149,11 +162,39 @@ export class QemuDriver implements VmDriver {
       if ("path" in relay) this.egressRelay = relay.path;
       else this.log.warn("no egress relay: agents that allow egress get none", { why: relay.error });
     } else if (opts.egressRelay) this.egressRelay = opts.egressRelay;
+    if (opts.templates) {
+      this.templates = new QemuTemplates({
+        root: opts.templates.root,
+        log: this.log.child({ part: "templates" }),
+        boot: async (spec) => (await this.bootInternal(spec, performance.now())).vm,
+        checkpoint: (spec, vm, dir) => this.checkpoint(spec, vm, dir),
+        destroy: (spec) => this.destroy(spec),
+        environment: async (spec) => {
+          const image = await this.imageFor(spec);
+          const [k, i] = await Promise.all([stat(image.kernel), stat(image.initrd)]);
+          return JSON.stringify([this.qemuVersion, this.accel, this.hostCpu, this.memory, image.kernel, k.size, k.mtimeMs, image.initrd, i.size, i.mtimeMs]);
+        },
+      });
+    }
     this.log.info("qemu driver ready", { accel: this.accel, why: this.accelReason, qemu: this.qemuVersion, memory: this.memory, tscKhz: this.tscKhz, preload: this.preload });
   }
 
+  /** A clone of the template of its kind when one is ready (its wake gives it its identity), else a cold boot. */
   async boot(spec: VmSpec): Promise<BootResult> {
     const started = performance.now();
+    const template = await this.templates?.take(spec).catch((err: unknown) => void this.log.warn("no template", { vmId: spec.vmId, err }));
+    if (template) {
+      try {
+        await this.materialize(spec, template.dir, { shareRam: this.memory === "file" });
+        const woke = await this.wake(spec);
+        const bootMs = performance.now() - started;
+        this.log.info("cloned from a template", { vmId: spec.vmId, template: template.key, mode: woke.mode, fallbackReason: woke.fallbackReason, bootMs: Math.round(bootMs) });
+        return { vm: woke.vm, bootMs, ...(woke.mode === "restore" ? { template: template.key } : {}) };
+      } catch (err) {
+        this.log.warn("clone from a template failed; booting cold", { vmId: spec.vmId, template: template.key, err });
+        await this.reap(spec);
+      }
+    }
     const { vm } = await this.bootInternal(spec, started);
     return { vm, bootMs: performance.now() - started };
   }
@@ -181,24 +222,19 @@ export class QemuDriver implements VmDriver {
     await qmp.execute("stop");
     // File-backed RAM: the stopped guest dirties nothing more, so its pages are synced while the device state is written.
     const ramSyncStart = performance.now();
-    const ramSynced = this.memory === "file" ? syncRamFile(paths).then(() => performance.now() - ramSyncStart) : undefined;
+    const ownRam = this.memory === "file" && !vp.templateRam;
+    const ramSynced = ownRam ? syncRamFile(paths).then(() => performance.now() - ramSyncStart) : undefined;
     ramSynced?.catch(() => undefined); // awaited below; a failure there fails the snapshot
     try {
-      // The marker is written only after cat has flushed and closed the file: QEMU may report
-      // "completed" while cat is still writing.
-      await qmp.execute("migrate", { uri: `exec:cat > ${shellQuote(attempt.data)} && : > ${shellQuote(attempt.done)}` });
-      const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
-      if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
-      await this.waitForFile(attempt.done, 10_000, signal);
-      signal?.throwIfAborted();
+      await this.migrateToFile(vp, attempt, signal);
       const [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
       signal?.throwIfAborted();
       // The migration's end flushed the drives and stopped QEMU writing them: the disk is now what this memory pairs with.
       const disk = spec.rootImage ? await diskFingerprint(paths.disk) : undefined;
       // The RAM file as this device state pairs with it: durable, and fingerprinted after the sync.
       ramSyncMs = await ramSynced;
-      const ram = this.memory === "file" ? await ramFingerprint(paths) : undefined;
-      if (this.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
+      const ram = ownRam ? await ramFingerprint(paths) : undefined;
+      if (ownRam && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
       const file = `snapshot-${createdAt.getTime()}.bin`;
       dataPath = join(spec.stateDir, file);
@@ -229,7 +265,7 @@ export class QemuDriver implements VmDriver {
       // Measured before the partial file is removed: how far the write got, and what QEMU and its writer said.
       const failure = aborted ? undefined : await this.snapshotError(vp, err as Error, { neededBytes, freeBefore, data: attempt.data, outputMark });
       if (dataPath) await rm(dataPath, { force: true }); // renamed but never named by the manifest
-      await this.resumeAfterFailedSnapshot(vp, aborted);
+      await this.resumeAfterSnapshot(vp, aborted);
       if (!failure) {
         this.log.info("hibernate cancelled; VM resumed", { vmId: spec.vmId });
         return notDone();
@@ -274,6 +310,168 @@ export class QemuDriver implements VmDriver {
     const paths = vmPaths(spec.stateDir);
     if (paths.socketDir !== spec.stateDir) await rm(paths.socketDir, { recursive: true, force: true });
     await rm(spec.stateDir, { recursive: true, force: true });
+  }
+
+  /**
+   * An immutable copy of the VM (checkpoint.ts): a running one is stopped while its state is written and its RAM file
+   * and disk are copied (reflinks where the filesystem has them: then the pause is the migration's few ms), then runs
+   * on with its clock fixed; a hibernated one is copied from its snapshot, which must still pair with its files.
+   */
+  async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+    const started = performance.now();
+    if (existsSync(dir)) throw new Error(`checkpoint directory ${dir} exists`);
+    const tmp = `${dir}.tmp-${randomBytes(4).toString("hex")}`;
+    const out = checkpointFiles(tmp);
+    await mkdir(tmp, { recursive: true });
+    try {
+      const paths = vmPaths(spec.stateDir);
+      const copies: CopyKind[] = [];
+      let pausedMs = 0;
+      let machine: string[];
+      let ramInState = false;
+      let sha: { sha256: string; bytes: number };
+      if (vm) {
+        const vp = this.mustBeRunning(vm);
+        if (spec.rootImage) await this.syncGuest(vp);
+        const pausedAt = performance.now();
+        await vp.qmp!.execute("stop");
+        try {
+          await this.migrateToFile(vp, { data: out.state, done: `${out.state}.done` });
+          if (this.memory === "file" && !vp.templateRam) {
+            await syncRamFile(paths);
+            copies.push(await cowCopy(paths.ram, out.ram));
+          } else if (this.memory === "file") ramInState = true;
+          // The migration's end flushed the drives: the disk is what this state pairs with until the guest runs.
+          if (spec.rootImage) copies.push(await cowCopy(paths.disk, out.disk));
+        } finally {
+          // `cont` after a completed migration takes the drives back; a failure here ends the VM as a crash.
+          await this.resumeAfterSnapshot(vp, false);
+          pausedMs = performance.now() - pausedAt;
+        }
+        await rm(`${out.state}.done`, { force: true });
+        sha = await sha256File(out.state);
+        await fsyncPath(out.state);
+        machine = vp.machineArgs;
+      } else {
+        if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: checkpoint it with its RunningVm`);
+        const { manifest, problem } = await readManifest(paths.manifest);
+        const why = manifest ? await this.snapshotStale(spec, paths, manifest) : (problem ?? "it has no snapshot");
+        if (why || !manifest) throw new AppError("conflict", `agent ${spec.agentId} has no state to checkpoint: ${why}`);
+        copies.push(await cowCopy(join(spec.stateDir, manifest.file), out.state));
+        // A clone not yet run holds its RAM in the template's file: the checkpoint gets a copy of its own.
+        if (this.memory === "file" && (manifest.ram || manifest.templateRam)) copies.push(await cowCopy(manifest.templateRam?.path ?? paths.ram, out.ram));
+        else if (this.memory === "file") ramInState = true;
+        if (spec.rootImage) copies.push(await cowCopy(paths.disk, out.disk));
+        sha = { sha256: manifest.sha256, bytes: manifest.bytes };
+        machine = manifest.machineArgs;
+      }
+      const files = [out.state, ...(this.memory === "file" && !ramInState ? [out.ram] : []), ...(spec.rootImage ? [out.disk] : [])];
+      const totalBytes = (await Promise.all(files.map((f) => stat(f).then((st) => st.size)))).reduce((a, b) => a + b, 0);
+      const copy: CopyKind = copies.includes("copy") ? "copy" : "reflink";
+      const manifest: CheckpointManifest = {
+        version: CHECKPOINT_VERSION,
+        memory: this.memory,
+        image: spec.image,
+        sha256: sha.sha256,
+        bytes: sha.bytes,
+        totalBytes,
+        qemuVersion: this.qemuVersion,
+        accel: this.accel,
+        hostCpu: this.hostCpu,
+        memMiB: spec.memMiB,
+        vcpus: spec.vcpus,
+        hardware: portableHardware(machine, paths, spec.stateDir),
+        disk: spec.rootImage !== undefined,
+        ramInState,
+        copy,
+        createdAt: new Date().toISOString(),
+        sourceVmId: spec.vmId,
+        sourceAgentId: spec.agentId,
+      };
+      await commitManifest(out.manifest, manifest);
+      await rename(tmp, dir);
+      await fsyncPath(dirname(dir));
+      const ms = performance.now() - started;
+      this.log.info("checkpoint taken", { vmId: spec.vmId, dir, bytes: totalBytes, copy, pausedMs: Math.round(pausedMs * 10) / 10, ms: Math.round(ms) });
+      return { bytes: totalBytes, pausedMs, ms, copy };
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /**
+   * Makes the stateDir a hibernated VM whose snapshot is the checkpoint: its state, RAM file and disk copied in (each
+   * under a temporary name, then renamed), new generations for the RAM file and the disk, and a manifest that binds
+   * them and says `clonedFrom`, so the wake gives the guest a fresh identity. The old snapshot is gone first: a crash
+   * part way leaves no snapshot (a cold boot) rather than one over the wrong files.
+   */
+  restoreCheckpoint(spec: VmSpec, dir: string): Promise<void> {
+    return this.materialize(spec, dir, { shareRam: false });
+  }
+
+  /**
+   * restoreCheckpoint's work. `shareRam` (a template's clone): the RAM file is not copied; the snapshot names the
+   * checkpoint's, which the wake maps privately (ram-file.ts `ramPlan`).
+   */
+  private async materialize(spec: VmSpec, dir: string, opts: { shareRam: boolean }): Promise<void> {
+    if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: stop it before restoring a checkpoint into it`);
+    await this.discardWaiting(spec.vmId);
+    const { manifest: c, problem } = await readCheckpoint(dir);
+    if (!c) throw new AppError("conflict", `checkpoint ${basename(dir)} cannot be used: ${problem ?? "no manifest"}`);
+    mkdirSync(spec.stateDir, { recursive: true });
+    const paths = vmPaths(spec.stateDir);
+    const args = machineArgs({ spec, paths, accel: this.accel, hostPort: 0, memory: this.memory, egressRelay: this.egressRelay });
+    const target = { qemuVersion: this.qemuVersion, accel: this.accel, hostCpu: this.hostCpu, memMiB: spec.memMiB, vcpus: spec.vcpus, machineArgs: args, image: spec.image, memory: this.memory };
+    const bad = checkpointMismatch(c, target, portableHardware(args, paths, spec.stateDir));
+    if (bad) throw new AppError("conflict", `checkpoint ${basename(dir)} does not fit agent ${spec.agentId}: ${bad}`);
+    const from = checkpointFiles(dir);
+    await rm(paths.manifest, { force: true });
+    await fsyncPath(spec.stateDir);
+    const file = `snapshot-${Date.now()}.bin`;
+    const stateTmp = snapshotAttempt(spec.stateDir, `restore-${randomBytes(4).toString("hex")}`).data;
+    await cowCopy(from.state, stateTmp);
+    await rename(stateTmp, join(spec.stateDir, file));
+    const shared = opts.shareRam && c.memory === "file" && !c.ramInState ? await ramFingerprint({ ram: from.ram, ramGeneration: `${from.ram}.gen` }) : undefined;
+    if (c.memory === "file" && !c.ramInState && !shared) {
+      const tmp = `${paths.ram}.tmp-${randomBytes(4).toString("hex")}`;
+      await cowCopy(from.ram, tmp);
+      await rename(tmp, paths.ram);
+      await beginRamGeneration(paths);
+    }
+    if (c.disk) {
+      const tmp = `${paths.disk}.tmp-${randomBytes(4).toString("hex")}`;
+      await cowCopy(from.disk, tmp);
+      await rename(tmp, paths.disk);
+      await beginDiskGeneration(paths.disk);
+    }
+    const disk = c.disk ? await diskFingerprint(paths.disk) : undefined;
+    const ram = c.memory === "file" && !c.ramInState && !shared ? await ramFingerprint(paths) : undefined;
+    const manifest: SnapshotManifest = {
+      version: MANIFEST_VERSION,
+      file,
+      sha256: c.sha256,
+      bytes: c.bytes,
+      qemuVersion: c.qemuVersion,
+      accel: c.accel,
+      hostCpu: c.hostCpu,
+      machineArgs: args,
+      memMiB: c.memMiB,
+      vcpus: c.vcpus,
+      createdAt: new Date().toISOString(),
+      snapshotMs: 0,
+      ...(disk ? { disk } : {}),
+      ...(ram ? { ram } : {}),
+      ...(shared ? { templateRam: { path: from.ram, ...shared } } : {}),
+      clonedFrom: basename(dir),
+    };
+    await commitManifest(paths.manifest, manifest);
+    await removeUnreferencedSnapshots(spec.stateDir, file);
+    this.log.info("checkpoint restored into a VM", { vmId: spec.vmId, checkpoint: basename(dir) });
+  }
+
+  async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
+    return this.mustBeRunning(vm).agent!.checkpointRequests();
   }
 
   async cpuSeconds(vm: RunningVm): Promise<number> {
@@ -445,27 +643,21 @@ export class QemuDriver implements VmDriver {
     if (bad) throw new RestoreFailed(bad);
     const file = join(spec.stateDir, manifest.file);
     if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
-    // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
-    if (spec.rootImage) {
-      const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
-      const changed = diskChange(manifest.disk, now);
-      if (changed) throw new RestoreFailed(changed);
-    }
-    // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why).
-    if (this.memory === "file") {
-      const changed = ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB);
-      if (changed) throw new RestoreFailed(changed);
-    }
+    const stale = await this.snapshotStale(spec, paths, manifest);
+    if (stale) throw new RestoreFailed(stale);
+    const plan = ramPlan(this.memory, manifest);
+    if (plan.fresh) await freshRamFile(paths, spec.memMiB); // the streamed RAM is loaded into a new file of its own
     const verify = sha256File(file).then(
       (r) => (r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`),
       (err: Error) => `snapshot unreadable: ${err.message}`,
     );
     undo(() => verify);
-    let vp = this.takeWaiting(spec);
+    // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
+    let vp = plan.prestartable ? this.takeWaiting(spec) : (await this.discardWaiting(spec.vmId), undefined);
     if (!vp) {
       const image = await this.imageFor(spec);
       try {
-        vp = await this.launch(spec, image, true);
+        vp = await this.launch(spec, image, true, { templateRam: plan.templateRam, ignoreShared: plan.loadIgnoringShared });
       } catch (err) {
         throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
       }
@@ -484,7 +676,9 @@ export class QemuDriver implements VmDriver {
       // From here the guest writes to its disk again: no snapshot taken before pairs with it any more.
       if (spec.rootImage) await beginDiskGeneration(paths.disk);
       // The same for the RAM file: once the guest runs, it writes into the file, and this snapshot is consumed.
-      if (this.memory === "file") await beginRamGeneration(paths);
+      if (this.memory === "file" && !plan.templateRam) await beginRamGeneration(paths);
+      // How the next snapshot treats RAM: skipped when it is the VM's own shared file, streamed when it is private.
+      if (this.memory === "file" && plan.afterLoadIgnoreShared !== plan.loadIgnoringShared) await vp.qmp!.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: plan.afterLoadIgnoreShared }] });
       await this.opts.beforeCont?.(vp.proc.pid);
       await vp.qmp!.execute("cont");
     } catch (err) {
@@ -495,10 +689,36 @@ export class QemuDriver implements VmDriver {
       throw new RestoreFailed(withTail(err as Error, await vp.proc.finalOutput(), "qemu").message, { cause: err });
     }
     this.running.set(spec.vmId, vp);
+    const clonedFrom = manifest.clonedFrom;
     return {
       vm: this.runningVm(vp),
-      guestAgent: () => this.waitAgent(launched, Math.min(deadline, performance.now() + 10_000), "guest agent did not answer after the restore"),
+      guestAgent: async () => {
+        const agent = await this.waitAgent(launched, Math.min(deadline, performance.now() + 10_000), "guest agent did not answer after the restore");
+        // A copy of another moment's memory: its RNG state, hostname and id are the checkpoint's until told otherwise.
+        if (clonedFrom) await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+        return agent;
+      },
+      ...(clonedFrom ? { detail: { clonedFrom } } : {}),
     };
+  }
+
+  /** Why the snapshot no longer pairs with the VM's disk or RAM file (something ran on them since); undefined when it does. */
+  private async snapshotStale(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest): Promise<string | undefined> {
+    // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
+    if (spec.rootImage) {
+      const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
+      const changed = diskChange(manifest.disk, now);
+      if (changed) return changed;
+    }
+    if (this.memory !== "file") return undefined;
+    // A template's clone: the template's RAM file must be the one it was made from (templates are never rewritten).
+    if (manifest.templateRam) {
+      const { path, ...recorded } = manifest.templateRam;
+      return ramChange(recorded, await ramFingerprint({ ram: path, ramGeneration: `${path}.gen` }), spec.memMiB);
+    }
+    if (!manifest.ram) return undefined; // RAM streamed into the data file (a clone's snapshot): nothing else to pair with
+    // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why).
+    return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB);
   }
 
   private runningVm(vp: QemuVm): RunningVm {
@@ -506,7 +726,11 @@ export class QemuDriver implements VmDriver {
   }
 
   /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
-  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean): Promise<QemuVm> {
+  /**
+   * `ram`: a template's RAM file to map privately instead of the VM's own, and whether migrations skip shared RAM
+   * (default: with file-backed memory, yes).
+   */
+  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, ram: { templateRam?: string | undefined; ignoreShared?: boolean } = {}): Promise<QemuVm> {
     mkdirSync(spec.stateDir, { recursive: true });
     const paths = vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
@@ -521,12 +745,12 @@ export class QemuDriver implements VmDriver {
     if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
-      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming);
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, ram.templateRam);
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
         await vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH });
         // Both sides: the shared RAM file is not migrated, only the device state (set before `migrate` and `migrate-incoming`).
-        if (this.memory === "file") await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
+        if (this.memory === "file" && (ram.ignoreShared ?? true)) await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
         return vp;
       } catch (err) {
         await vp.proc.kill();
@@ -541,15 +765,15 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean): QemuVm {
+  private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean, templateRam: string | undefined): QemuVm {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
-    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory, egressRelay: this.egressRelay };
+    const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory, egressRelay: this.egressRelay, templateRam };
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
     const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env });
-    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false };
+    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
     return vp;
@@ -632,6 +856,19 @@ export class QemuDriver implements VmDriver {
     );
   }
 
+  /**
+   * Writes the stopped VM's state (device state; with streamed memory all guest RAM too) into `to.data`. The marker
+   * `to.done` is written only after cat has flushed and closed the file: QEMU may report "completed" while cat is
+   * still writing.
+   */
+  private async migrateToFile(vp: QemuVm, to: { data: string; done: string }, signal?: AbortSignal): Promise<void> {
+    await vp.qmp!.execute("migrate", { uri: `exec:cat > ${shellQuote(to.data)} && : > ${shellQuote(to.done)}` });
+    const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+    if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+    await this.waitForFile(to.done, 10_000, signal);
+    signal?.throwIfAborted();
+  }
+
   /** Polls query-migrate until the migration leaves its active states; cancels it when `signal` aborts. */
   private async waitMigration(vp: QemuVm, opts: { signal?: AbortSignal | undefined; timeoutMs: number }): Promise<MigrationInfo> {
     const qmp = vp.qmp!;
@@ -690,11 +927,12 @@ export class QemuDriver implements VmDriver {
   }
 
   /**
-   * After a cancelled or failed snapshot: end any migration, run the guest again, fix its clock, drop partial files.
+   * After a cancelled or failed snapshot, or a checkpoint: end any migration, run the guest again, fix its clock, drop
+   * partial snapshot files.
    * A VM that cannot be run again is killed as a crash (its exit is reported), never left paused for the host to
    * believe it is running.
    */
-  private async resumeAfterFailedSnapshot(vp: QemuVm, aborted: boolean): Promise<void> {
+  private async resumeAfterSnapshot(vp: QemuVm, aborted: boolean): Promise<void> {
     const qmp = vp.qmp!;
     try {
       const info = await qmp.execute("query-migrate");
@@ -715,6 +953,11 @@ export class QemuDriver implements VmDriver {
     if (!vp.proc.exit) await fixGuestClock(vp.agent!).catch((err: unknown) => this.log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }));
     await removePartialSnapshots(vp.spec.stateDir);
   }
+}
+
+/** A guest's hostname: its agent id as a DNS label (RFC 1123 has no `_`). */
+export function guestHostname(agentId: string): string {
+  return agentId.replace(/_/g, "-").toLowerCase().slice(0, 63);
 }
 
 /** The driver for this host, with the accelerator chosen by `detectAccel` unless configured. */

@@ -35,18 +35,32 @@ export interface SnapshotManifest extends RestoreTarget {
   disk?: DiskFingerprint;
   /** `memory: "file"`: the data file is device state only; it is valid only over this RAM file (ram-file.ts). */
   ram?: RamFingerprint;
+  /** Made from this checkpoint (restore or fork, qemu/checkpoint.ts): the wake gives the guest a fresh identity. */
+  clonedFrom?: string;
+  /**
+   * A template's clone not yet run (templates.ts): guest RAM is the template's RAM file, mapped privately; the data
+   * file is device state only. Its fingerprint must still be the template's (templates never change).
+   */
+  templateRam?: { path: string } & RamFingerprint;
 }
 
 /**
  * Host-side network settings (forwarded port, egress: `restrict`, the guestfwd to the egress proxy and its relay's
- * paths) do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
+ * paths) and the RAM file's path and mapping do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
  */
 export function hardware(args: readonly string[]): string[] {
-  return args.map((a) => a.replace(/,restrict=(on|off)/, "").replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "").replace(/,guestfwd=(?:[^,]|,,)*/g, ""));
+  return args.map((a) =>
+    a
+      .replace(/,restrict=(on|off)/, "")
+      .replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "")
+      .replace(/,guestfwd=(?:[^,]|,,)*/g, "")
+      // Which file backs guest RAM, and how it is mapped, is not hardware: the manifest binds the RAM file (ram-file.ts).
+      .replace(/,mem-path=(?:[^,]|,,)*,share=(on|off)/, ""),
+  );
 }
 
 /** Why this snapshot cannot be restored into `target`, or undefined when it can. */
-export function incompatibility(m: SnapshotManifest, target: RestoreTarget): string | undefined {
+export function incompatibility(m: Pick<SnapshotManifest, "version" | keyof RestoreTarget>, target: RestoreTarget): string | undefined {
   if (m.version !== MANIFEST_VERSION) return `snapshot manifest version ${m.version}, driver writes ${MANIFEST_VERSION}`;
   if (m.qemuVersion !== target.qemuVersion) return `snapshot taken by "${m.qemuVersion}", this host runs "${target.qemuVersion}"`;
   if (m.accel !== target.accel) return `snapshot taken under ${m.accel}, this host uses ${target.accel}`;
@@ -71,7 +85,7 @@ function isPartial(name: string): boolean {
 
 /** What an interrupted disk creation or launch drive write left (common/agent-disk.ts, common/launch-data.ts). */
 export function removePartialDrives(stateDir: string): Promise<string[]> {
-  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$|^ram\.gen\.tmp$/.test(name));
+  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$|^ram\.gen\.tmp$|^ram\.tmp-/.test(name));
 }
 
 /** Removes snapshot data files the manifest does not name (older snapshots, partial files). */
