@@ -1,4 +1,4 @@
-// Snapshot storage while hibernated: byte-milliseconds from the VM event log (`snapshot_bytes` or `snapshotBytes` in a hibernation's timings).
+// Snapshot storage: byte-milliseconds of hibernated snapshots (from the VM event log: `snapshot_bytes` or `snapshotBytes` in a hibernation's timings) plus those of checkpoints (their own bytes, from creation to deletion).
 import type { Db } from "../schema/db.ts";
 import { sqlRunner, toNumber } from "./sql-runner.ts";
 
@@ -27,8 +27,39 @@ export function hibernatedByteMs(events: readonly StateEvent[], from: number, to
   return total;
 }
 
-/** Per agent of `tenantId`: byte-ms of snapshot storage while hibernated within `[from, to)`. */
+/**
+ * Per agent of `tenantId`: byte-ms of snapshot storage within `[from, to)`: its snapshot while hibernated, plus each of
+ * its checkpoints' bytes from `created_at` to `deleted_at` (or `to`). One figure (the `snapshot_storage` resource), so a
+ * rate card prices a checkpoint's byte like a snapshot's; the agent it was taken of carries it.
+ */
 export async function snapshotStorage(db: Db, tenantId: string, from: number, to: number): Promise<Map<string, bigint>> {
+  const out = await hibernatedStorage(db, tenantId, from, to);
+  for (const [agent, byteMs] of await checkpointStorage(db, tenantId, from, to)) out.set(agent, (out.get(agent) ?? 0n) + byteMs);
+  return out;
+}
+
+/** Per agent of `tenantId`: byte-ms its checkpoints held within `[from, to)`, deleted ones up to their deletion. */
+export async function checkpointStorage(db: Db, tenantId: string, from: number, to: number): Promise<Map<string, bigint>> {
+  // The overlap of [created_at, deleted_at or ∞) with [from, to), in ms, times the bytes: summed in Postgres as numeric (no 2^53 limit).
+  const rows = await sqlRunner(db).query<{ agent_id: string; byte_ms: unknown }>(
+    `SELECT agent_id, sum(bytes::numeric * (
+         extract(epoch FROM least(coalesce(deleted_at, $3::text::timestamptz), $3::text::timestamptz)) * 1000
+       - extract(epoch FROM greatest(created_at, $2::text::timestamptz)) * 1000))::numeric(40, 0)::text AS byte_ms
+     FROM checkpoints
+     WHERE tenant_id = $1 AND created_at < $3::text::timestamptz AND (deleted_at IS NULL OR deleted_at > $2::text::timestamptz)
+     GROUP BY agent_id`,
+    [tenantId, new Date(from).toISOString(), new Date(to).toISOString()],
+  );
+  const out = new Map<string, bigint>();
+  for (const r of rows) {
+    const v = BigInt(String(r.byte_ms));
+    if (v > 0n) out.set(r.agent_id, v);
+  }
+  return out;
+}
+
+/** Per agent of `tenantId`: byte-ms of snapshot storage while hibernated within `[from, to)`. */
+async function hibernatedStorage(db: Db, tenantId: string, from: number, to: number): Promise<Map<string, bigint>> {
   const rows = await sqlRunner(db).query<{ agent_id: string; at_ms: unknown; to_state: string; bytes: unknown }>(
     `WITH mine AS (SELECT id FROM agents WHERE tenant_id = $1),
      before AS (

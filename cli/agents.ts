@@ -1,4 +1,4 @@
-// `agentvm agents ls|create|show|rm|wake|hibernate|lease`: the agents API, with progress while a wake waits.
+// `agentvm agents ls|create|show|rm|wake|hibernate|lease`: the agents API (create also forks from a checkpoint), with progress while a wake waits.
 import { Command, Option } from "commander";
 import type { components } from "../contracts/api/types.ts";
 import { ok, type Api } from "./client.ts";
@@ -83,6 +83,7 @@ function showAgent(ctx: Context, a: Agent): void {
     ["created", shortTime(a.createdAt)],
     ["limits", `response ${formatDuration(a.limits.responseTimeoutMs)}, idle ${formatDuration(a.limits.proxyIdleTimeoutMs)}, body ${a.limits.maxBodyBytes} bytes`],
   ];
+  if (a.forkedFrom) rows.push(["forked from", a.forkedFrom]);
   if (a.lastHibernateError) rows.push(["hibernate failed", `${a.lastHibernateError.message} (${a.lastHibernateError.attempts} attempts)`]);
   ctx.print(rows.map(([k, v]) => `${k.padEnd(16)} ${v}`).join("\n"));
 }
@@ -122,9 +123,10 @@ export function agentsCommand(program: Command): void {
     .option("--idle-timeout <duration>", "idle time before it hibernates (30s, 5m, 1h)", duration)
     .option("--public", "anyone may call it, without a token")
     .option("--egress", "it may open connections out")
+    .option("--from-checkpoint <ckp>", "fork it from a checkpoint (ckp_…): its image, vcpus, memory and disk are the checkpoint's")
     .option("--wait", "wake it now and wait until it runs (progress on stderr)")
     .option("--timeout <duration>", "with --wait: give up after this long (exit 5)", duration, duration(defaultWakeTimeout))
-    .action(async (o: { name?: string; image?: string; vcpus?: number; mem?: number; disk?: number; idleTimeout?: number; public?: boolean; egress?: boolean; wait?: boolean; timeout: number }, cmd: Command) => {
+    .action(async (o: { name?: string; image?: string; vcpus?: number; mem?: number; disk?: number; idleTimeout?: number; public?: boolean; egress?: boolean; fromCheckpoint?: string; wait?: boolean; timeout: number }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const api = ctx.api();
       const body: components["schemas"]["CreateAgent"] = {
@@ -136,6 +138,7 @@ export function agentsCommand(program: Command): void {
         ...(o.idleTimeout !== undefined ? { idleTimeoutMs: o.idleTimeout } : {}),
         ...(o.public ? { public: true } : {}),
         ...(o.egress ? { allowEgress: true } : {}),
+        ...(o.fromCheckpoint !== undefined ? { fromCheckpoint: o.fromCheckpoint } : {}),
       };
       let agent = ok(await api.POST("/v1/agents", { body }));
       if (o.wait) {

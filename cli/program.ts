@@ -2,6 +2,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, Option } from "commander";
 import { agentsCommand } from "./agents.ts";
+import { checkpointsCommand } from "./checkpoints.ts";
 import { defaultPageSize, defaultUrl } from "./config.ts";
 import { CliError, exitCodeHelp, exitCodes } from "./exit.ts";
 import { imagesCommand } from "./images.ts";
@@ -36,6 +37,7 @@ export function buildProgram(): Command {
     .addHelpText("after", `\n${configHelp}\n\n${exitCodeHelp}`);
   loginCommand(program);
   agentsCommand(program);
+  checkpointsCommand(program);
   logsCommand(program);
   eventsCommand(program);
   imagesCommand(program);

@@ -11,6 +11,7 @@ import type { Db } from "../schema/db.ts";
 import { createBillingRoutes } from "../billing/routes.ts";
 import { createGateway, type GatewayConfig, type GatewayDeps } from "../gateway/app.ts";
 import { createAgentRepo, type AgentRepo } from "../gateway/agent-repo.ts";
+import { createCheckpointRepo } from "../gateway/routes/checkpoint-repo.ts";
 import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy-agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy-core.ts";
@@ -90,6 +91,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
     routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes],
     imageCatalog: imageRepo,
+    checkpoints: createCheckpointRepo(db),
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },

@@ -39,6 +39,43 @@ export interface Fleet {
   remove(agentId: string): Promise<void>;
   /** The agent's log (console + workload output): the last `tailBytes`, then, with `follow`, new output as it comes until `signal` aborts. Undefined when the host has no such agent. */
   logs(agentId: string, opts: LogReadOptions): Promise<ReadableStream<Uint8Array> | undefined>;
+  /**
+   * Optional (absent: 501 checkpoints_unsupported): keeps an immutable copy of the agent's memory and disk on its host,
+   * recorded in the checkpoints table; waits for a wake or snapshot under way. 409 conflict on a name the agent already
+   * uses, or when the agent never ran (nothing to copy); 501 when the host's driver cannot.
+   */
+  checkpoint?(agent: AgentSpec, opts: CheckpointRequest): Promise<CheckpointView>;
+  /** Optional: rolls the agent back to one of its checkpoints; an awake agent is stopped first. Answers the state it is left in (`hibernated`). */
+  restoreCheckpoint?(agent: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState>;
+  /** Optional: makes a new agent (never run, placed on the checkpoint's host) a hibernated copy of the checkpoint; its first wake restores it. */
+  fork?(agent: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState>;
+  /** Optional: removes a checkpoint's files and marks its row deleted. */
+  deleteCheckpoint?(agentId: string, checkpointId: string): Promise<void>;
+}
+
+/** What a checkpoint may be named: 1–100 of letters, digits, `. _ : -`, never starting like an id (`ckp_…`), so a name never reads as one. */
+export const checkpointNamePattern = /^(?!ckp_)[A-Za-z0-9][\w.:-]{0,99}$/;
+
+/** What a checkpoint is asked with. */
+export interface CheckpointRequest {
+  /** Unique among the agent's live checkpoints; none: unnamed. */
+  name?: string;
+  /** The API call that asked (recorded on the row). */
+  requestId?: string;
+}
+
+/** A checkpoint as its host recorded it (a row of the checkpoints table). */
+export interface CheckpointView {
+  id: string;
+  tenantId: string;
+  agentId: string;
+  hostId: string;
+  name: string | null;
+  origin: "api" | "guest";
+  bytes: number;
+  pausedMs: number;
+  /** ISO 8601. */
+  createdAt: string;
 }
 
 /** How much of an agent's log to read, and whether to go on with what it writes next. Reading a log never wakes the agent. */

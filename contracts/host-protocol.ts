@@ -26,7 +26,12 @@ export type HostCall =
   | { op: "drop-lease"; agentId: string; leaseId: string }
   | { op: "remove"; agentId: string }
   /** The agent's log: the last `tailBytes`, then (with `follow`) what it writes next; streamed, wakes nothing. */
-  | { op: "logs"; agentId: string; tailBytes: number; follow: boolean };
+  | { op: "logs"; agentId: string; tailBytes: number; follow: boolean }
+  /** Checkpoints (the agent's host keeps their files): take one, roll the agent back to one, fork a new agent from one, delete one. */
+  | { op: "checkpoint"; agent: AgentSpec; name?: string; requestId?: string }
+  | { op: "restore-checkpoint"; agent: AgentSpec; checkpointId: string; requestId?: string }
+  | { op: "fork"; agent: AgentSpec; checkpointId: string; requestId?: string }
+  | { op: "delete-checkpoint"; agentId: string; checkpointId: string };
 
 export type HostOp = HostCall["op"];
 
@@ -45,6 +50,10 @@ export const hostOpPaths: Record<HostOp, string> = {
   "drop-lease": "/v1/drop-lease",
   remove: "/v1/remove",
   logs: "/v1/logs",
+  checkpoint: "/v1/checkpoint",
+  "restore-checkpoint": "/v1/restore-checkpoint",
+  fork: "/v1/fork",
+  "delete-checkpoint": "/v1/delete-checkpoint",
 };
 
 /** The HTTP method of a call: forward keeps the caller's, status(es), logs and websocket (an upgrade) are GETs, the rest act. */
@@ -70,6 +79,7 @@ function isHostCall(v: unknown): v is HostCall {
   if (typeof v !== "object" || v === null) return false;
   const c = v as Record<string, unknown>;
   const str = (k: string) => typeof c[k] === "string" && c[k] !== "";
+  const optStr = (k: string) => c[k] === undefined || str(k);
   switch (c.op) {
     case "forward":
       return isAgentSpec(c.agent) && isReason(c.reason) && str("method") && typeof c.path === "string" && c.path.startsWith("/") && str("requestId");
@@ -88,6 +98,13 @@ function isHostCall(v: unknown): v is HostCall {
       return str("agentId") && Number.isInteger(c.tailBytes) && (c.tailBytes as number) >= 0 && typeof c.follow === "boolean";
     case "statuses":
       return Array.isArray(c.agentIds) && c.agentIds.length > 0 && c.agentIds.length <= maxStatusesPerCall && c.agentIds.every((id) => typeof id === "string" && id !== "");
+    case "checkpoint":
+      return isAgentSpec(c.agent) && optStr("name") && optStr("requestId");
+    case "restore-checkpoint":
+    case "fork":
+      return isAgentSpec(c.agent) && str("checkpointId") && optStr("requestId");
+    case "delete-checkpoint":
+      return str("agentId") && str("checkpointId");
     case "hibernate":
     case "status":
     case "remove":

@@ -17,6 +17,7 @@ import { Meter } from "./meter/index.ts";
 import { createDbHostStore } from "./store.ts";
 import { createSpooledHostStore, eventSpoolDir } from "./store-spool.ts";
 import { startCrashRecovery } from "./recovery.ts";
+import { createDbCheckpointStore } from "./checkpoints.ts";
 import type { ImageLocator } from "../contracts/image.ts";
 
 export interface HostRuntime {
@@ -84,6 +85,7 @@ export async function startHostRuntime(opts: {
     clock,
     log,
     activity: meter,
+    checkpoints: createDbCheckpointStore(opts.db),
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);

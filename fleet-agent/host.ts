@@ -1,5 +1,6 @@
 // The host core: owns this host's VMs, wakes them single-flight, and orchestrates their hibernation and removal.
-import { join } from "node:path";
+import { mkdirSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { isId, newId } from "../lib/ids.ts";
@@ -21,8 +22,9 @@ import { liveLeases } from "./leases.ts";
 import { newVmEntry, type VmEntry } from "./vm-entry.ts";
 import { isImageDigest, type ImageLocator } from "../contracts/image.ts";
 import { canTransition, IllegalTransition } from "./vm-state.ts";
-import type { LogReadOptions } from "../contracts/fleet.ts";
+import { checkpointNamePattern, type LogReadOptions } from "../contracts/fleet.ts";
 import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./agent-logs.ts";
+import { checkpointDir, KeyedQueue, type CheckpointRecord, type CheckpointStore } from "./checkpoints.ts";
 
 export interface HostConfig {
   hostId: string;
@@ -42,6 +44,8 @@ export interface HostConfig {
   hibernateRetry?: HibernateRetry;
   /** When agents' logs are rotated (default 4 MiB, looked at every 2 s). */
   logs?: LogLimits;
+  /** Where checkpoints' files go (`<dir>/<ckp_id>`); default `checkpoints` beside `vmsDir`. */
+  checkpointsDir?: string;
 }
 
 export interface HostDeps {
@@ -57,6 +61,8 @@ export interface HostDeps {
   images?: ImageLocator;
   /** Wakes (by mode and reason, their phases), snapshots, and the awake and hibernated VMs; none: `noopMetrics`. */
   metrics?: Metrics;
+  /** Where checkpoints are recorded (fleet-agent/checkpoints.ts); none: this host takes none (501 checkpoints_unsupported). */
+  checkpoints?: CheckpointStore;
 }
 
 /** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
@@ -78,6 +84,11 @@ export class Host {
   private readonly rollbacks = new Map<string, Rollback>();
   /** Set while stop() waits for in-flight requests: called when the last ticket is released. */
   private drained: (() => void) | undefined;
+  /**
+   * Checkpoint work under way, by agent id (take, restore, fork) and by checkpoint id (restore, fork, delete): a wake or
+   * a snapshot of that agent waits for it, and it waits for them (a driver's copy never races its own snapshot).
+   */
+  private readonly checkpointWork = new KeyedQueue();
 
   constructor(deps: HostDeps) {
     this.deps = deps;
@@ -85,7 +96,14 @@ export class Host {
     this.events = new EventLog(deps.store, deps.log);
     this.reaper = new IdleReaper({
       clock: deps.clock,
-      driver: deps.driver,
+      // Where the reaper asks an awake VM for its guest leases, the host also takes the checkpoints it asked for.
+      driver: {
+        guestLeases: async (vm) => {
+          await this.takeGuestCheckpoints(vm);
+          return deps.driver.guestLeases(vm);
+        },
+        cpuSeconds: (vm) => deps.driver.cpuSeconds(vm),
+      },
       log: deps.log,
       intervalMs: deps.config.reaperIntervalMs,
       cpuBusyThreshold: deps.config.cpuBusyThreshold,
@@ -164,6 +182,7 @@ export class Host {
     await this.drain();
     for (const entry of this.vms.values()) {
       for (const t of [...entry.tickets]) t.hibernating();
+      await this.checkpointWork.busy(entry.spec.id);
       await entry.wake?.catch(() => undefined);
       await entry.hibernation?.promise;
       if (entry.state === "running") await this.hibernate(entry, "shutdown");
@@ -235,6 +254,11 @@ export class Host {
         continue;
       }
       if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
+      const checkpointing = this.checkpointWork.busy(spec.id);
+      if (checkpointing) {
+        await checkpointing; // a restore or a fork decides what the wake brings back
+        continue;
+      }
       if (entry.waiting >= this.deps.config.wakeQueueLimit) {
         throw new AppError("queue_full", `too many requests waiting for agent ${spec.id} to wake`, { retryAfterS: 2 });
       }
@@ -266,6 +290,7 @@ export class Host {
   async hibernateNow(agentId: string): Promise<VmState> {
     const entry = this.vms.get(agentId);
     if (!entry) return "hibernated";
+    await this.checkpointWork.busy(agentId);
     await entry.wake?.catch(() => undefined);
     if (entry.hibernation) await entry.hibernation.promise;
     if (entry.state !== "running") return entry.state;
@@ -297,8 +322,9 @@ export class Host {
   /** Stops the agent's VM and removes everything it left on disk. */
   async remove(agentId: string): Promise<void> {
     const entry = this.vms.get(agentId);
-    if (!entry) return;
+    if (!entry) return this.removeCheckpointsOf(agentId);
     for (const t of [...entry.tickets]) t.hibernating();
+    await this.checkpointWork.busy(agentId);
     await entry.wake?.catch(() => undefined);
     await entry.hibernation?.promise;
     if (entry.running) {
@@ -309,6 +335,181 @@ export class Host {
     this.transition(entry, "destroyed", "delete");
     entry.running = undefined;
     this.vms.delete(agentId);
+    await this.removeCheckpointsOf(agentId);
+  }
+
+  /**
+   * Keeps a checkpoint of the agent (DESIGN: checkpoints): after any wake or snapshot under way, the driver copies the
+   * running VM (paused meanwhile) or the hibernated one's snapshot into `<checkpointsDir>/<ckp_id>`, and the row is
+   * recorded. 409 on a name the agent already uses or when it never ran; 501 when the driver or this host cannot.
+   */
+  async checkpoint(spec: AgentSpec, opts: { name?: string; origin: CheckpointRecord["origin"]; requestId?: string }): Promise<CheckpointRecord> {
+    const { driver } = this.deps;
+    if (!driver.checkpoint) throw unsupported(driver.name, "checkpoint");
+    const store = this.checkpointStore("checkpoint");
+    const name = opts.name ?? null;
+    if (name !== null && !checkpointNamePattern.test(name)) throw new AppError("bad_request", `name: "${name.slice(0, 100)}" is no checkpoint name`);
+    if (name !== null && (await store.nameTaken(spec.id, name))) throw new AppError("conflict", `agent ${spec.id} already has a checkpoint named "${name}"`);
+    const entry = this.entry(spec);
+    return this.checkpointWork.run(spec.id, async () => {
+      await this.settle(entry);
+      if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
+      if (entry.state === "creating") throw new AppError("conflict", `agent ${spec.id} has never run: there is no state to checkpoint`);
+      const vm = entry.state === "running" ? entry.running : undefined;
+      const id = newId("checkpoint");
+      const dir = checkpointDir(this.checkpointsDir, id);
+      mkdirSync(this.checkpointsDir, { recursive: true });
+      this.attachImage(entry); // a built image's files: the disk the checkpoint copies is an overlay on them
+      let info;
+      try {
+        info = await driver.checkpoint!(entry.vmSpec, vm, dir);
+      } catch (err) {
+        rmSync(dir, { recursive: true, force: true }); // a half-written checkpoint is no checkpoint
+        throw err;
+      }
+      const record: CheckpointRecord = {
+        id,
+        tenantId: spec.tenantId,
+        agentId: spec.id,
+        hostId: this.hostId,
+        name,
+        origin: opts.origin,
+        bytes: info.bytes,
+        pausedMs: Math.round(info.pausedMs),
+        createdAt: new Date(this.deps.clock.now()),
+        requestId: opts.requestId ?? null,
+      };
+      try {
+        await store.insert(record);
+      } catch (err) {
+        rmSync(dir, { recursive: true, force: true }); // no row, no files: a refused name leaves nothing behind
+        throw err;
+      }
+      this.deps.log.info("checkpoint taken", { agentId: spec.id, checkpointId: id, origin: opts.origin, bytes: info.bytes, pausedMs: info.pausedMs, ms: info.ms, copy: info.copy });
+      return record;
+    });
+  }
+
+  /**
+   * Rolls the agent back to one of its checkpoints: an awake agent is stopped first (its run and meter end as a stop's
+   * do, reason `api`), then the driver replaces its snapshot and disk with the checkpoint's (the snapshot it had is
+   * gone), and it is `hibernated`: the next call wakes it from the checkpoint, with a fresh identity.
+   */
+  async restoreCheckpoint(spec: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState> {
+    const record = await this.checkpointOf(checkpointId, "restore");
+    if (record.agentId !== spec.id) throw new AppError("not_found", `checkpoint ${checkpointId} is not agent ${spec.id}'s`);
+    const entry = this.entry(spec);
+    return this.checkpointWork.run(spec.id, () =>
+      this.checkpointWork.run(checkpointId, async () => {
+        await this.settle(entry);
+        if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
+        if (entry.running) await this.stopForRestore(entry, checkpointId);
+        this.attachImage(entry);
+        await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.checkpointsDir, checkpointId));
+        entry.hibernateFailures = 0;
+        entry.lastHibernateError = undefined;
+        this.transition(entry, "hibernated", "api", { snapshotBytes: record.bytes }, { restoredFrom: checkpointId, ...(requestId ? { requestId } : {}) });
+        return entry.state;
+      }),
+    );
+  }
+
+  /**
+   * A new agent (never run) from a checkpoint: its state directory is made a hibernated VM whose snapshot is the
+   * checkpoint's, before its first wake (no `creating` → boot); that wake restores it with a fresh identity.
+   */
+  async fork(spec: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState> {
+    const record = await this.checkpointOf(checkpointId, "fork");
+    if (record.tenantId !== spec.tenantId) throw new AppError("not_found", `checkpoint ${checkpointId} not found`);
+    const entry = this.entry(spec);
+    return this.checkpointWork.run(spec.id, () =>
+      this.checkpointWork.run(checkpointId, async () => {
+        if (entry.state !== "creating") throw new AppError("conflict", `agent ${spec.id} already has a state of its own: only a new agent is forked`);
+        this.attachImage(entry);
+        await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.checkpointsDir, checkpointId));
+        this.transition(entry, "hibernated", "api", { snapshotBytes: record.bytes }, { forkedFrom: checkpointId, fromAgent: record.agentId, ...(requestId ? { requestId } : {}) });
+        return entry.state;
+      }),
+    );
+  }
+
+  /** Removes a checkpoint's files and marks its row deleted (after any restore or fork reading it). Forks made of it keep their own files. */
+  async deleteCheckpoint(agentId: string, checkpointId: string): Promise<void> {
+    const store = this.checkpointStore("delete");
+    const dir = checkpointDir(this.checkpointsDir, checkpointId);
+    const record = await store.get(checkpointId);
+    if (!record || record.agentId !== agentId) throw new AppError("not_found", `checkpoint ${checkpointId} not found`);
+    await this.checkpointWork.run(checkpointId, async () => {
+      await store.markDeleted(checkpointId, new Date(this.deps.clock.now()));
+      rmSync(dir, { recursive: true, force: true });
+    });
+  }
+
+  /** Where the reaper polls an awake VM's guest leases: a checkpoint for each name its workload asked for since the last poll (origin `guest`). */
+  private async takeGuestCheckpoints(vm: RunningVm): Promise<void> {
+    const { driver } = this.deps;
+    if (!driver.guestCheckpointRequests || !driver.checkpoint || !this.deps.checkpoints) return;
+    const names = await driver.guestCheckpointRequests(vm).catch((err) => {
+      this.deps.log.warn("reading the guest's checkpoint requests failed", { agentId: vm.spec.agentId, err });
+      return [] as string[];
+    });
+    const entry = this.vms.get(vm.spec.agentId);
+    if (!entry) return;
+    for (const asked of names) {
+      const name = asked.trim() === "" ? undefined : asked.trim();
+      try {
+        await this.checkpoint(entry.spec, { origin: "guest", ...(name !== undefined ? { name } : {}) });
+      } catch (err) {
+        // The workload is not told (it asked through a file): the host's log says why, and the next request is taken.
+        this.deps.log.warn("a checkpoint the guest asked for was not taken", { agentId: entry.spec.id, name, err: err instanceof Error ? err.message : String(err) });
+      }
+    }
+  }
+
+  /** Waits until no wake or snapshot of the agent is under way (checkpoint work holds the agent's queue: none starts meanwhile). */
+  private async settle(entry: VmEntry): Promise<void> {
+    while (entry.wake || entry.hibernation) {
+      await entry.wake?.catch(() => undefined);
+      await entry.hibernation?.promise;
+    }
+  }
+
+  /** A restore stops the VM as a stop does: tickets told, meter and run ended (reason `api`), the event log says why. */
+  private async stopForRestore(entry: VmEntry, checkpointId: string): Promise<void> {
+    const vm = entry.running!;
+    for (const t of [...entry.tickets]) t.hibernating();
+    const wasRunning = entry.state === "running";
+    entry.running = undefined; // before the stop: its exit is ours, not a crash
+    if (wasRunning) this.endActivity(entry, "api");
+    await this.deps.driver.stop(vm).catch((err) => this.deps.log.warn("stop failed", { agentId: entry.spec.id, err }));
+    if (canTransition(entry.state, "stopped")) this.transition(entry, "stopped", "api", undefined, { restoring: checkpointId });
+    this.endRun(entry, "api");
+  }
+
+  /** Deleting an agent deletes its checkpoints on this host (rows marked, files removed); forks of them are agents of their own and stay. */
+  private async removeCheckpointsOf(agentId: string): Promise<void> {
+    const store = this.deps.checkpoints;
+    if (!store) return;
+    const ids = await store.deleteOfAgent(agentId, this.hostId, new Date(this.deps.clock.now()));
+    for (const id of ids) await this.checkpointWork.run(id, async () => rmSync(checkpointDir(this.checkpointsDir, id), { recursive: true, force: true }));
+  }
+
+  private async checkpointOf(checkpointId: string, op: "restore" | "fork"): Promise<CheckpointRecord> {
+    if (!this.deps.driver.restoreCheckpoint) throw unsupported(this.deps.driver.name, op);
+    const store = this.checkpointStore(op);
+    checkpointDir(this.checkpointsDir, checkpointId); // 400 for what is no checkpoint id
+    const record = await store.get(checkpointId);
+    if (!record || record.hostId !== this.hostId) throw new AppError("not_found", `checkpoint ${checkpointId} is not on host ${this.hostId}`);
+    return record;
+  }
+
+  private checkpointStore(op: string): CheckpointStore {
+    if (!this.deps.checkpoints) throw new AppError("checkpoints_unsupported", `host ${this.hostId} keeps no checkpoint records: ${op} is not possible here`);
+    return this.deps.checkpoints;
+  }
+
+  private get checkpointsDir(): string {
+    return this.deps.config.checkpointsDir ?? join(dirname(this.deps.config.vmsDir), "checkpoints");
   }
 
   /** One pass of the idle reaper (exposed for tests that drive time by hand). */
@@ -499,6 +700,8 @@ export class Host {
 
   private hibernate(entry: VmEntry, reason: SleepReason): Promise<void> {
     if (entry.hibernation) return entry.hibernation.promise;
+    // The idle reaper's next pass tries again; the other callers waited for the checkpoint work before they came here.
+    if (this.checkpointWork.has(entry.spec.id)) return Promise.resolve();
     const vm = entry.running;
     if (entry.state !== "running" || !vm) return Promise.resolve();
     const abort = new AbortController();
@@ -610,6 +813,11 @@ export class Host {
     };
     this.events.transition(record);
   }
+}
+
+/** The driver lacks a checkpoint method: a capability this host has not, whatever the agent's state. */
+function unsupported(driver: string, op: string): AppError {
+  return new AppError("checkpoints_unsupported", `the ${driver} driver keeps no checkpoints (${op}): it has no memory state to copy`);
 }
 
 /** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */

@@ -114,6 +114,28 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     return new Response(body, { headers: { "content-type": "application/octet-stream", "cache-control": "no-store" } });
   });
 
+  // Checkpoints: the local fleet's, which answers 501 checkpoints_unsupported when this host's driver keeps none.
+  app.post(hostOpPaths.checkpoint, async (c) => {
+    const call = await authorize(c, "checkpoint");
+    return c.json(await checkpointOps(fleet).checkpoint!(call.agent, { ...(call.name !== undefined ? { name: call.name } : {}), ...(call.requestId ? { requestId: call.requestId } : {}) }));
+  });
+
+  app.post(hostOpPaths["restore-checkpoint"], async (c) => {
+    const call = await authorize(c, "restore-checkpoint");
+    return c.json({ state: await checkpointOps(fleet).restoreCheckpoint!(call.agent, call.checkpointId, call.requestId) });
+  });
+
+  app.post(hostOpPaths.fork, async (c) => {
+    const call = await authorize(c, "fork");
+    return c.json({ state: await checkpointOps(fleet).fork!(call.agent, call.checkpointId, call.requestId) });
+  });
+
+  app.post(hostOpPaths["delete-checkpoint"], async (c) => {
+    const call = await authorize(c, "delete-checkpoint");
+    await checkpointOps(fleet).deleteCheckpoint!(call.agentId, call.checkpointId);
+    return c.json({ deleted: true });
+  });
+
   app.post(hostOpPaths.remove, async (c) => {
     const call = await authorize(c, "remove");
     await fleet.remove(call.agentId);
@@ -172,6 +194,13 @@ export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
     },
     active: () => fleet.websockets(),
   };
+}
+
+/** The local fleet's checkpoint operations (it has all of them; the port makes them optional for other fleets). */
+function checkpointOps(fleet: LocalFleet): Required<Pick<LocalFleet, "checkpoint" | "restoreCheckpoint" | "fork" | "deleteCheckpoint">> {
+  const { checkpoint, restoreCheckpoint, fork, deleteCheckpoint } = fleet;
+  if (!checkpoint || !restoreCheckpoint || !fork || !deleteCheckpoint) throw new AppError("checkpoints_unsupported", "this host's fleet keeps no checkpoints");
+  return { checkpoint, restoreCheckpoint, fork, deleteCheckpoint };
 }
 
 /** The one error envelope, marked as the host's own answer (not the agent's). */

@@ -13,6 +13,7 @@ import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
 import { PerRunPools } from "../lib/per-run.ts";
 import type { Host } from "./host.ts";
+import { checkpointView } from "./checkpoints.ts";
 import { WebSocketRelay } from "./relay/websocket-relay.ts";
 import type { Ticket } from "./tickets.ts";
 
@@ -161,6 +162,10 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     addLease: (agent, ttlMs) => host.addLease(agent, ttlMs),
     dropLease: async (agentId, leaseId) => host.dropLease(agentId, leaseId),
     logs: async (agentId, opts) => host.logs(agentId, opts),
+    checkpoint: async (agent, opts) => checkpointView(await host.checkpoint(agent, { ...opts, origin: "api" })),
+    restoreCheckpoint: (agent, checkpointId, requestId) => host.restoreCheckpoint(agent, checkpointId, requestId),
+    fork: (agent, checkpointId, requestId) => host.fork(agent, checkpointId, requestId),
+    deleteCheckpoint: (agentId, checkpointId) => host.deleteCheckpoint(agentId, checkpointId),
     async remove(agentId) {
       await host.remove(agentId);
       pools.drop(agentId);

@@ -6,6 +6,7 @@ import type { Logger } from "../lib/log.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog, AuditReader } from "../schema/audit-log.ts";
+import type { CheckpointRepo } from "./routes/checkpoint-repo.ts";
 import type { AgentRepo } from "./agent-repo.ts";
 import type { Authenticator } from "./auth.ts";
 import type { ProxyConfig, ProxyCore } from "./proxy-core.ts";
@@ -59,4 +60,6 @@ export interface GatewayDeps {
    * none: tenants are not checked (unit tests of other parts).
    */
   tenants?: TenantGate;
+  /** Checkpoints' rows (hosts write them; the checkpoint routes and forks read them); none: those answer 501 checkpoints_unsupported. */
+  checkpoints?: CheckpointRepo;
 }

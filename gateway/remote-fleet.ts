@@ -1,7 +1,7 @@
 // The Fleet over HTTP (fetch: Node and Workers): each call goes to the agent's host with a fresh gateway-signed token.
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
-import type { Fleet, ForwardContext } from "../contracts/fleet.ts";
+import type { CheckpointView, Fleet, ForwardContext } from "../contracts/fleet.ts";
 import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, maxStatusesPerCall, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo } from "../contracts/agent.ts";
 import type { PlacedHost, Placement } from "./placement.ts";
@@ -159,6 +159,27 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       }
       await control<{ removed: boolean }>(host, { op: "remove", agentId }, controlTimeoutMs);
       placement.forget(agentId);
+    },
+    // Checkpoints are the agent's host's: its files are there (a fork's row names that host before its first call).
+    async checkpoint(agent, opts) {
+      const host = await placement.currentHost(agent.id);
+      if (!host) throw new AppError("conflict", `agent ${agent.id} has never run: there is no state to checkpoint`);
+      return control<CheckpointView>(host, { op: "checkpoint", agent, ...opts }, undefined);
+    },
+    async restoreCheckpoint(agent, checkpointId, requestId) {
+      const host = await placement.currentHost(agent.id);
+      if (!host) throw new AppError("not_found", `agent ${agent.id} has no host to restore on`);
+      return (await control<{ state: VmState }>(host, { op: "restore-checkpoint", agent, checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+    },
+    async fork(agent, checkpointId, requestId) {
+      const host = await placement.currentHost(agent.id);
+      if (!host) throw new AppError("wake_failed", `the host of checkpoint ${checkpointId} has no ingress URL`, { retryAfterS: 10 });
+      return (await control<{ state: VmState }>(host, { op: "fork", agent, checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+    },
+    async deleteCheckpoint(agentId, checkpointId) {
+      const host = await placement.currentHost(agentId);
+      if (!host) throw new AppError("not_found", `checkpoint ${checkpointId} not found`);
+      await control<{ deleted: boolean }>(host, { op: "delete-checkpoint", agentId, checkpointId }, controlTimeoutMs);
     },
     async logs(agentId, opts) {
       // Wherever the agent was placed, awake or not: reading its log wakes nothing. Never placed: it has no log yet.

@@ -32,6 +32,12 @@ export const errorStatus = {
   /** This client address holds as many connections as it may; `Retry-After`. */
   too_many_connections: 429,
   internal: 500,
+  /**
+   * Checkpoints cannot be kept here: the host's driver has no memory to copy (the process driver), or this gateway
+   * keeps no checkpoint records. 501, not 409: nothing the caller changes about the agent makes it work, and a retry
+   * never does; it is this deployment that lacks the capability.
+   */
+  checkpoints_unsupported: 501,
   bad_gateway: 502,
   wake_failed: 503,
   /** The agent's image did not come up: its entrypoint exited, or it never answered on its port within the boot timeout. */

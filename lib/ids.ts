@@ -20,6 +20,7 @@ export const idPrefixes = {
   lease: "lse",
   image: "img",
   build: "bld",
+  checkpoint: "ckp",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;

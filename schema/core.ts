@@ -1,4 +1,4 @@
-// Core tables: tenants, agents, hosts, the append-only VM event log and awake runs, the audit log.
+// Core tables: tenants, agents, hosts, checkpoints, the append-only VM event log and awake runs, the audit log.
 import { sql } from "drizzle-orm";
 import { bigint, bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
 import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
@@ -54,6 +54,8 @@ export const agents = pgTable(
     /** Last state the owning host reported; the host itself is the authority. */
     state: text("state").notNull().default("creating"),
     lastWakeAt: tz("last_wake_at"),
+    /** The checkpoint this agent was forked from (`POST /v1/agents {fromCheckpoint}`); null for one created fresh. */
+    forkedFrom: text("forked_from"),
     createdAt: tz("created_at").notNull().defaultNow(),
     deletedAt: tz("deleted_at"),
   },
@@ -141,3 +143,44 @@ export const auditChainHeads = pgTable("audit_chain_heads", {
   seq: bigint("seq", { mode: "number" }).notNull(),
   hash: text("hash").notNull(),
 });
+
+/** Who asked for a checkpoint: the API, or the workload from inside its VM (through the guest agent). */
+export type CheckpointOrigin = "api" | "guest";
+
+/**
+ * Immutable generations of an agent's memory and disk, kept as files under `<data dir>/hosts/<host>/checkpoints/<id>` on
+ * the host that took them. A deleted one keeps its row (`deleted_at`): storage is billed from `created_at` to then.
+ */
+export const checkpoints = pgTable(
+  "checkpoints",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    /** The agent it was taken of (a fork is another agent, with `agents.forked_from` naming this row). */
+    agentId: text("agent_id")
+      .notNull()
+      .references(() => agents.id),
+    /** Where its files are: restores and forks of it run there. */
+    hostId: text("host_id").notNull(),
+    /** Unique per agent among live checkpoints; null for an unnamed one. */
+    name: text("name"),
+    origin: text("origin").$type<CheckpointOrigin>().notNull(),
+    /** What its files hold (their sizes; reflinked blocks shared with the agent's own files count here too). */
+    bytes: bigint("bytes", { mode: "number" }).notNull(),
+    /** How long the guest was paused for it (0 when taken from a hibernated agent's snapshot). */
+    pausedMs: integer("paused_ms").notNull(),
+    createdAt: tz("created_at").notNull().defaultNow(),
+    deletedAt: tz("deleted_at"),
+    /** The API call that asked for it; null for a guest's request. */
+    requestId: text("request_id"),
+  },
+  (t) => [
+    uniqueIndex("checkpoints_agent_name_idx").on(t.agentId, t.name).where(sql`deleted_at is null and name is not null`),
+    // GET /v1/agents/{id}/checkpoints pages an agent's live checkpoints in this order (keyset over created_at, id).
+    index("checkpoints_agent_page_idx").on(t.agentId, t.createdAt, t.id).where(sql`deleted_at is null`),
+    // Billing reads a tenant's checkpoints over a period, deleted ones included.
+    index("checkpoints_tenant_idx").on(t.tenantId, t.createdAt),
+  ],
+);

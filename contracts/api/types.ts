@@ -43,6 +43,22 @@ export type paths = {
     /** An agent's VM event log (state transitions with reasons and timings), newest first, a page at a time */
     get: operations["listAgentEvents"];
   };
+  "/v1/agents/{id}/checkpoints": {
+    /** The agent's checkpoints, oldest first, a page at a time */
+    get: operations["listCheckpoints"];
+    /** Keep a checkpoint of the agent: an immutable copy of its memory and disk (an awake agent pauses for it) */
+    post: operations["createCheckpoint"];
+  };
+  "/v1/agents/{id}/checkpoints/{checkpointId}": {
+    /** One of the agent's checkpoints */
+    get: operations["getCheckpoint"];
+    /** Delete a checkpoint (its files are removed; agents forked from it keep theirs) */
+    delete: operations["deleteCheckpoint"];
+  };
+  "/v1/agents/{id}/restore": {
+    /** Roll the agent back to one of its checkpoints: stopped if awake, then hibernated on the checkpoint (its snapshot replaced); the next call wakes it */
+    post: operations["restoreAgent"];
+  };
   "/v1/agents/{id}/logs": {
     /**
      * An agent's log (console + workload output): its tail, and with follow what it writes next; never wakes the agent
@@ -192,7 +208,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -226,6 +242,8 @@ export type components = {
       inFlight: number;
       leases: number;
       lastHibernateError: components["schemas"]["HibernateFailure"];
+      /** @description The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh */
+      forkedFrom: string | null;
       /** Format: date-time */
       createdAt: string;
     };
@@ -295,6 +313,11 @@ export type components = {
         userAgents?: string[];
       } | null;
       limits?: components["schemas"]["AgentLimitsInput"];
+      /**
+       * @description Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity
+       * @example ckp_0123456789abcdef
+       */
+      fromCheckpoint?: string;
     };
     /** @description Per-agent proxy limits; null = the gateway's global value */
     AgentLimitsInput: {
@@ -398,6 +421,47 @@ export type components = {
       detail: {
         [key: string]: unknown;
       } | null;
+    };
+    Checkpoint: {
+      /** @example ckp_0123456789abcdef */
+      id: string;
+      agentId: string;
+      name: string | null;
+      /**
+       * @description api = `POST …/checkpoints`; guest = the workload asked from inside its VM
+       * @enum {string}
+       */
+      origin: "api" | "guest";
+      /** @description What its files hold; billed as snapshot storage from its creation to its deletion */
+      bytes: number;
+      /** @description How long the agent was paused for it (0: taken from its snapshot while hibernated) */
+      pausedMs: number;
+      /** Format: date-time */
+      createdAt: string;
+    };
+    CreateCheckpoint: {
+      /**
+       * @description Unique among the agent's live checkpoints
+       * @example clean
+       */
+      name?: string;
+    };
+    CheckpointList: {
+      checkpoints: components["schemas"]["Checkpoint"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    CheckpointDeleted: {
+      id: string;
+      /** @enum {boolean} */
+      deleted: true;
+    };
+    RestoreAgent: {
+      /**
+       * @description A checkpoint id (`ckp_…`), or the name of one of this agent's
+       * @example clean
+       */
+      checkpoint: string;
     };
     AuditList: {
       entries: components["schemas"]["AuditEntry"][];
@@ -956,7 +1020,7 @@ export type operations = {
       };
     };
     responses: {
-      /** @description The agent */
+      /** @description The agent (with `fromCheckpoint`: hibernated on the checkpoint, `forkedFrom` set) */
       201: {
         content: {
           "application/json": components["schemas"]["Agent"];
@@ -980,14 +1044,38 @@ export type operations = {
           "application/json": components["schemas"]["Error"];
         };
       };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
       /** @description Body too large */
       413: {
         content: {
           "application/json": components["schemas"]["Error"];
         };
       };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
       /** @description Unavailable (Retry-After) */
       503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
         content: {
           "application/json": components["schemas"]["Error"];
         };
@@ -1461,6 +1549,326 @@ export type operations = {
       };
       /** @description Unavailable (Retry-After) */
       503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The agent's checkpoints, oldest first, a page at a time */
+  listCheckpoints: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of checkpoints */
+      200: {
+        content: {
+          "application/json": components["schemas"]["CheckpointList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Keep a checkpoint of the agent: an immutable copy of its memory and disk (an awake agent pauses for it) */
+  createCheckpoint: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["CreateCheckpoint"];
+      };
+    };
+    responses: {
+      /** @description The checkpoint */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Checkpoint"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One of the agent's checkpoints */
+  getCheckpoint: {
+    parameters: {
+      path: {
+        id: string;
+        checkpointId: string;
+      };
+    };
+    responses: {
+      /** @description The checkpoint */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Checkpoint"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete a checkpoint (its files are removed; agents forked from it keep theirs) */
+  deleteCheckpoint: {
+    parameters: {
+      path: {
+        id: string;
+        checkpointId: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      200: {
+        content: {
+          "application/json": components["schemas"]["CheckpointDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Roll the agent back to one of its checkpoints: stopped if awake, then hibernated on the checkpoint (its snapshot replaced); the next call wakes it */
+  restoreAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["RestoreAgent"];
+      };
+    };
+    responses: {
+      /** @description The agent, hibernated on the checkpoint */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Agent"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
         content: {
           "application/json": components["schemas"]["Error"];
         };

@@ -61,6 +61,16 @@ export const CreateAgentBody = z
       allowEgress: bool().optional().openapi({ description: "The agent may open connections out (default false)" }),
       nonWaking: NonWakingRulesInput.nullable().optional().openapi({ description: "null or absent: the defaults" }),
       limits: AgentLimitsInput.optional(),
+      fromCheckpoint: z
+        .string({ error: "must be a checkpoint id (ckp_…)" })
+        .min(1)
+        .max(200)
+        .optional()
+        .openapi({
+          description:
+            "Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity",
+          example: "ckp_0123456789abcdef",
+        }),
     },
     { error: bodyError },
   )
@@ -142,6 +152,7 @@ export const AgentSchema = z
     inFlight: z.number().int(),
     leases: z.number().int(),
     lastHibernateError: HibernateFailureSchema.nullable().openapi({ description: "The last failed hibernate (a full disk, say) until one succeeds: the agent stays awake meanwhile" }),
+    forkedFrom: z.string().nullable().openapi({ description: "The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh" }),
     createdAt: isoInstant(),
   })
   .openapi("Agent");

@@ -1,6 +1,7 @@
-// Admin API under /v1/agents: create, list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log.
+// Admin API under /v1/agents: create (or fork from a checkpoint), list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log; checkpoints beside them.
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
+import type { z } from "@hono/zod-openapi";
 import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
@@ -11,6 +12,8 @@ import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../con
 import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
 import { noOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
 import { effectiveNonWaking } from "../proxy-policy.ts";
+import { checkpointRoutes, op, repo, type CheckpointGatewayDeps } from "./checkpoints.ts";
+import { ownCheckpoint } from "./checkpoint-repo.ts";
 import {
   AddLeaseBody,
   AgentDeletedSchema,
@@ -43,7 +46,8 @@ const createAgentRoute = (body: MiddlewareHandler) =>
     tags,
     middleware: [admin, body],
     request: jsonRequest(CreateAgentBody),
-    responses: { 201: json(AgentSchema, "The agent"), ...errors(400, 413) },
+    // 404: `fromCheckpoint` names no checkpoint of the caller's; 501: this deployment keeps no checkpoints.
+    responses: { 201: json(AgentSchema, "The agent (with `fromCheckpoint`: hibernated on the checkpoint, `forkedFrom` set)"), ...errors(400, 404, 413, 501, 502, 504) },
   });
 
 const listAgentsRoute = createRoute({
@@ -148,7 +152,7 @@ const listEventsRoute = createRoute({
   responses: { 200: json(AgentEventListSchema, "A page of events"), ...errors(400, 404) },
 });
 
-export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<GatewayEnv> {
+export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: ProxyCore): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
   const { agents, fleet, config, settings } = deps;
   const body = jsonBody(() => config.maxApiBodyBytes);
@@ -168,6 +172,7 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<Ga
   r.openapi(createAgentRoute(body), async (c) => {
     const caller = requireScope(c, "agents:admin");
     const b = c.req.valid("json");
+    if (b.fromCheckpoint !== undefined) return c.json(await fork(c, caller, b, b.fromCheckpoint), 201);
     const image = b.image ?? "demo";
     const limits = b.limits;
     if (limits && Object.keys(limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");
@@ -197,6 +202,49 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<Ga
     await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB });
     return c.json(await view(row, undefined), 201);
   });
+
+  /**
+   * A new agent from a checkpoint: the checkpoint's agent's shape (image, vcpus, memory, disk: the snapshot is of them),
+   * its settings unless the body gives its own, on the checkpoint's host (`host_id` set now, so placement keeps it
+   * there), made a hibernated copy of the checkpoint before it answers. A failed fork leaves no agent behind.
+   */
+  async function fork(c: Context<GatewayEnv>, caller: Caller, b: CreateAgentInput, fromCheckpoint: string) {
+    for (const field of ["image", "vcpus", "memMiB", "diskMiB"] as const) {
+      if (b[field] !== undefined) throw new AppError("bad_request", `${field}: a fork's is its checkpoint's (leave it out with fromCheckpoint)`);
+    }
+    const forkOp = op(fleet, "fork");
+    const ckp = await ownCheckpoint(repo(deps), caller, fromCheckpoint, "fromCheckpoint");
+    const source = await agents.get(ckp.agentId);
+    if (!source) throw new AppError("not_found", `checkpoint ${ckp.id} not found`);
+    if (b.limits && Object.keys(b.limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");
+    const row = await agents.create({
+      id: newId("agent"),
+      tenantId: caller.tenantId,
+      name: b.name ?? source.name,
+      image: source.image,
+      imageDigest: source.imageDigest,
+      vcpus: source.vcpus,
+      memMiB: source.memMiB,
+      diskMiB: source.diskMiB,
+      idleTimeoutMs: b.idleTimeoutMs ?? source.idleTimeoutMs,
+      streamIdleMs: b.streamIdleMs ?? source.streamIdleMs,
+      public: b.public ?? source.public,
+      allowEgress: b.allowEgress ?? source.allowEgress,
+      nonWaking: b.nonWaking === undefined ? source.nonWaking : b.nonWaking,
+      hostId: ckp.hostId,
+      forkedFrom: ckp.id,
+    });
+    try {
+      await forkOp(agentSpec(row), ckp.id, c.get("requestId"));
+    } catch (err) {
+      await agents.markDeleted(row.id);
+      throw err;
+    }
+    if (b.limits && Object.keys(b.limits).length > 0) await settings!.update(row.id, { limits: b.limits });
+    proxy.invalidate(row.id);
+    await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB, forkedFrom: ckp.id, fromAgent: ckp.agentId });
+    return view(row, await fleet.status(row.id));
+  }
 
   // One query for the page, then one status read and one settings read for all of its agents.
   r.openapi(listAgentsRoute, async (c) => {
@@ -292,9 +340,11 @@ export function agentRoutes(deps: GatewayDeps, proxy: ProxyCore): OpenAPIHono<Ga
     return c.json({ events, nextCursor: page.nextCursor }, 200);
   });
 
+  r.route("/", checkpointRoutes(deps, view));
   return r;
 }
 
+type CreateAgentInput = z.infer<typeof CreateAgentBody>;
 
 /** The position an agent list's cursor holds: [createdAt in µs since the epoch, agent id]. */
 function agentPosition(cursor: string): AgentPosition {
@@ -335,6 +385,8 @@ function agentJson(row: AgentRow, status: VmStatus | undefined, limits: Effectiv
     leases: status?.leases ?? 0,
     /** The last failed hibernate (full disk, say) until one succeeds: the agent stays awake meanwhile. */
     lastHibernateError: status?.lastHibernateError ?? null,
+    /** The checkpoint it was forked from; null for an agent created fresh. */
+    forkedFrom: row.forkedFrom,
     createdAt: row.createdAt.toISOString(),
   };
 }

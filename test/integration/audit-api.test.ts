@@ -22,6 +22,7 @@ import { queryRows } from "../../schema/db.ts";
 import { main as auditVerifyMain } from "../../scripts/audit-verify.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
+import { checkpointView, createDbCheckpointStore, type CheckpointRecord } from "../../fleet-agent/checkpoints.ts";
 import { testComponentSecret } from "../helpers/worker-stack.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -54,7 +55,17 @@ beforeAll(async () => {
   privateJwk = { ...(await exportJWK(privateKey)), kid: "k1" };
   ({ app } = assembleGatewayApp({
     db: database.db,
-    fleet: fakeFleet({ addLease: async () => ({ leaseId: "lse_cov", expiresAt: Date.now() + 60_000 }), dropLease: async () => true }),
+    fleet: fakeFleet({
+      addLease: async () => ({ leaseId: "lse_cov", expiresAt: Date.now() + 60_000 }),
+      dropLease: async () => true,
+      async checkpoint(agent, opts) {
+        const r: CheckpointRecord = { id: newId("checkpoint"), tenantId: agent.tenantId, agentId: agent.id, hostId: "host_cov", name: opts.name ?? null, origin: "api", bytes: 1, pausedMs: 0, createdAt: new Date(), requestId: opts.requestId ?? null };
+        await createDbCheckpointStore(database.db).insert(r);
+        return checkpointView(r);
+      },
+      restoreCheckpoint: async () => "hibernated",
+      deleteCheckpoint: async (_a, id) => void (await createDbCheckpointStore(database.db).markDeleted(id, new Date())),
+    }),
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
     clock: systemClock,
@@ -228,6 +239,9 @@ const auditedAs: Record<string, string> = {
   addTenantRateCardVersion: "rate_card.create",
   addDefaultRateCardVersion: "rate_card.create",
   createImage: "image.create",
+  createCheckpoint: "checkpoint.create",
+  restoreAgent: "agent.restore",
+  deleteCheckpoint: "checkpoint.delete",
   deleteImage: "image.delete",
   createTenant: "tenant.create",
   suspendTenant: "tenant.suspend",
@@ -285,6 +299,12 @@ describe("audit coverage of the API", () => {
     await expectAudited("redeliverWebhook", await call("POST", `/v1/webhook-deliveries/${deliveryId}/redeliver`, c), "user_cov", deliveryId);
     await expectAudited("rotateWebhookSecret", await call("POST", `/v1/agents/${agentId}/webhooks/gh/rotate`, c, {}), "user_cov", ep.id);
     await expectAudited("deleteWebhookEndpoint", await call("DELETE", `/v1/agents/${agentId}/webhooks/gh`, c), "user_cov", ep.id);
+
+    const checkpoint = await call("POST", `/v1/agents/${agentId}/checkpoints`, c, { name: "cov" });
+    const checkpointId = ((await checkpoint.clone().json()) as { id: string }).id;
+    await expectAudited("createCheckpoint", checkpoint, "user_cov", agentId);
+    await expectAudited("restoreAgent", await call("POST", `/v1/agents/${agentId}/restore`, c, { checkpoint: "cov" }), "user_cov", agentId);
+    await expectAudited("deleteCheckpoint", await call("DELETE", `/v1/agents/${agentId}/checkpoints/${checkpointId}`, c), "user_cov", agentId);
 
     const image = await app.request("/v1/images?name=cov&tag=v1", { method: "POST", body: "context", headers: { authorization: `Bearer ${c}`, "content-type": "application/x-tar" } });
     const imageId = ((await image.clone().json()) as { image: { id: string } }).image.id;

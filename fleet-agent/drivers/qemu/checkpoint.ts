@@ -35,8 +35,6 @@ export interface CheckpointManifest {
   /** The machine arguments with the VM's own paths replaced (`portableHardware`): equal for any VM of the same hardware. */
   hardware: string[];
   disk: boolean;
-  /** `memory: "file"` without a `ram` file: guest RAM is in `state.bin` (taken of a template's clone, whose RAM is private). */
-  ramInState: boolean;
   copy: CopyKind;
   createdAt: string;
   sourceVmId: string;

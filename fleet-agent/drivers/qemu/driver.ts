@@ -6,10 +6,10 @@
 // that RAM file's generation, and a wake consumes it (a crash while awake boots cold).
 // Networking is QEMU's user network with `restrict=on` for every VM; one with `allowEgress` reaches out only through
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { closeSync, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, rmSync, statSync } from "node:fs";
 import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
-import { connect } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { basename, dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AppError } from "../../../lib/errors.ts";
@@ -35,6 +35,7 @@ import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
 import { QemuTemplates } from "./templates.ts";
+import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
 import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
 import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
@@ -110,6 +111,11 @@ interface QemuVm {
   agentOpen: boolean;
   /** A template's clone: its RAM is the template's file mapped privately, so its snapshots carry the RAM (ram-file.ts). */
   templateRam: string | undefined;
+  /**
+   * The template's RAM file held open while this QEMU runs: its first hibernation copies it and compares pages with
+   * it, and the template may have been deleted (or rebuilt) since the clone started.
+   */
+  templateFd: number | undefined;
 }
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
@@ -219,6 +225,9 @@ export class QemuDriver implements VmDriver {
     let manifest: SnapshotManifest;
     let ramSyncMs: number | undefined;
     let dataPath: string | undefined;
+    // A template's clone gets a RAM file of its own: a copy of the template's (made before the pause: it never
+    // changes), into which the migration's pages that differ from it are written (ram-stream.ts).
+    const cloneRam = vp.templateRam ? await this.copyTemplateRam(vp) : undefined;
     await qmp.execute("stop");
     // File-backed RAM: the stopped guest dirties nothing more, so its pages are synced while the device state is written.
     const ramSyncStart = performance.now();
@@ -226,15 +235,23 @@ export class QemuDriver implements VmDriver {
     const ramSynced = ownRam ? syncRamFile(paths).then(() => performance.now() - ramSyncStart) : undefined;
     ramSynced?.catch(() => undefined); // awaited below; a failure there fails the snapshot
     try {
-      await this.migrateToFile(vp, attempt, signal);
-      const [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
+      let sha256: string;
+      let bytes: number;
+      if (cloneRam) {
+        ({ sha256, bytes } = await this.migrateSplitting(vp, attempt.data, cloneRam.file, signal));
+        await rename(cloneRam.file, paths.ram);
+        await beginRamGeneration(paths);
+      } else {
+        await this.migrateToFile(vp, attempt, signal);
+        [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
+      }
       signal?.throwIfAborted();
       // The migration's end flushed the drives and stopped QEMU writing them: the disk is now what this memory pairs with.
       const disk = spec.rootImage ? await diskFingerprint(paths.disk) : undefined;
       // The RAM file as this device state pairs with it: durable, and fingerprinted after the sync.
       ramSyncMs = await ramSynced;
-      const ram = ownRam ? await ramFingerprint(paths) : undefined;
-      if (ownRam && !ram) throw new Error("RAM file vanished during the snapshot");
+      const ram = this.memory === "file" ? await ramFingerprint(paths) : undefined;
+      if (this.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
       const file = `snapshot-${createdAt.getTime()}.bin`;
       dataPath = join(spec.stateDir, file);
@@ -261,6 +278,7 @@ export class QemuDriver implements VmDriver {
       await commitManifest(paths.manifest, manifest);
     } catch (err) {
       await ramSynced?.catch(() => undefined);
+      if (cloneRam) await rm(cloneRam.file, { force: true });
       const aborted = signal?.aborted === true;
       // Measured before the partial file is removed: how far the write got, and what QEMU and its writer said.
       const failure = aborted ? undefined : await this.snapshotError(vp, err as Error, { neededBytes, freeBefore, data: attempt.data, outputMark });
@@ -328,19 +346,21 @@ export class QemuDriver implements VmDriver {
       const copies: CopyKind[] = [];
       let pausedMs = 0;
       let machine: string[];
-      let ramInState = false;
       let sha: { sha256: string; bytes: number };
       if (vm) {
         const vp = this.mustBeRunning(vm);
         if (spec.rootImage) await this.syncGuest(vp);
+        const cloneRam = vp.templateRam ? await this.copyTemplateRam(vp, out.ram) : undefined;
+        if (cloneRam) copies.push(cloneRam.copy);
         const pausedAt = performance.now();
         await vp.qmp!.execute("stop");
         try {
-          await this.migrateToFile(vp, { data: out.state, done: `${out.state}.done` });
+          if (cloneRam) await this.migrateSplitting(vp, out.state, out.ram);
+          else await this.migrateToFile(vp, { data: out.state, done: `${out.state}.done` });
           if (this.memory === "file" && !vp.templateRam) {
             await syncRamFile(paths);
             copies.push(await cowCopy(paths.ram, out.ram));
-          } else if (this.memory === "file") ramInState = true;
+          }
           // The migration's end flushed the drives: the disk is what this state pairs with until the guest runs.
           if (spec.rootImage) copies.push(await cowCopy(paths.disk, out.disk));
         } finally {
@@ -359,13 +379,12 @@ export class QemuDriver implements VmDriver {
         if (why || !manifest) throw new AppError("conflict", `agent ${spec.agentId} has no state to checkpoint: ${why}`);
         copies.push(await cowCopy(join(spec.stateDir, manifest.file), out.state));
         // A clone not yet run holds its RAM in the template's file: the checkpoint gets a copy of its own.
-        if (this.memory === "file" && (manifest.ram || manifest.templateRam)) copies.push(await cowCopy(manifest.templateRam?.path ?? paths.ram, out.ram));
-        else if (this.memory === "file") ramInState = true;
+        if (this.memory === "file") copies.push(await cowCopy(manifest.templateRam?.path ?? paths.ram, out.ram));
         if (spec.rootImage) copies.push(await cowCopy(paths.disk, out.disk));
         sha = { sha256: manifest.sha256, bytes: manifest.bytes };
         machine = manifest.machineArgs;
       }
-      const files = [out.state, ...(this.memory === "file" && !ramInState ? [out.ram] : []), ...(spec.rootImage ? [out.disk] : [])];
+      const files = [out.state, ...(this.memory === "file" ? [out.ram] : []), ...(spec.rootImage ? [out.disk] : [])];
       const totalBytes = (await Promise.all(files.map((f) => stat(f).then((st) => st.size)))).reduce((a, b) => a + b, 0);
       const copy: CopyKind = copies.includes("copy") ? "copy" : "reflink";
       const manifest: CheckpointManifest = {
@@ -382,7 +401,6 @@ export class QemuDriver implements VmDriver {
         vcpus: spec.vcpus,
         hardware: portableHardware(machine, paths, spec.stateDir),
         disk: spec.rootImage !== undefined,
-        ramInState,
         copy,
         createdAt: new Date().toISOString(),
         sourceVmId: spec.vmId,
@@ -432,8 +450,8 @@ export class QemuDriver implements VmDriver {
     const stateTmp = snapshotAttempt(spec.stateDir, `restore-${randomBytes(4).toString("hex")}`).data;
     await cowCopy(from.state, stateTmp);
     await rename(stateTmp, join(spec.stateDir, file));
-    const shared = opts.shareRam && c.memory === "file" && !c.ramInState ? await ramFingerprint({ ram: from.ram, ramGeneration: `${from.ram}.gen` }) : undefined;
-    if (c.memory === "file" && !c.ramInState && !shared) {
+    const shared = opts.shareRam && c.memory === "file" ? await ramFingerprint({ ram: from.ram, ramGeneration: `${from.ram}.gen` }) : undefined;
+    if (c.memory === "file" && !shared) {
       const tmp = `${paths.ram}.tmp-${randomBytes(4).toString("hex")}`;
       await cowCopy(from.ram, tmp);
       await rename(tmp, paths.ram);
@@ -446,7 +464,7 @@ export class QemuDriver implements VmDriver {
       await beginDiskGeneration(paths.disk);
     }
     const disk = c.disk ? await diskFingerprint(paths.disk) : undefined;
-    const ram = c.memory === "file" && !c.ramInState && !shared ? await ramFingerprint(paths) : undefined;
+    const ram = c.memory === "file" && !shared ? await ramFingerprint(paths) : undefined;
     const manifest: SnapshotManifest = {
       version: MANIFEST_VERSION,
       file,
@@ -646,7 +664,6 @@ export class QemuDriver implements VmDriver {
     const stale = await this.snapshotStale(spec, paths, manifest);
     if (stale) throw new RestoreFailed(stale);
     const plan = ramPlan(this.memory, manifest);
-    if (plan.fresh) await freshRamFile(paths, spec.memMiB); // the streamed RAM is loaded into a new file of its own
     const verify = sha256File(file).then(
       (r) => (r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`),
       (err: Error) => `snapshot unreadable: ${err.message}`,
@@ -657,7 +674,7 @@ export class QemuDriver implements VmDriver {
     if (!vp) {
       const image = await this.imageFor(spec);
       try {
-        vp = await this.launch(spec, image, true, { templateRam: plan.templateRam, ignoreShared: plan.loadIgnoringShared });
+        vp = await this.launch(spec, image, true, plan.templateRam);
       } catch (err) {
         throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
       }
@@ -677,8 +694,6 @@ export class QemuDriver implements VmDriver {
       if (spec.rootImage) await beginDiskGeneration(paths.disk);
       // The same for the RAM file: once the guest runs, it writes into the file, and this snapshot is consumed.
       if (this.memory === "file" && !plan.templateRam) await beginRamGeneration(paths);
-      // How the next snapshot treats RAM: skipped when it is the VM's own shared file, streamed when it is private.
-      if (this.memory === "file" && plan.afterLoadIgnoreShared !== plan.loadIgnoringShared) await vp.qmp!.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: plan.afterLoadIgnoreShared }] });
       await this.opts.beforeCont?.(vp.proc.pid);
       await vp.qmp!.execute("cont");
     } catch (err) {
@@ -726,11 +741,8 @@ export class QemuDriver implements VmDriver {
   }
 
   /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
-  /**
-   * `ram`: a template's RAM file to map privately instead of the VM's own, and whether migrations skip shared RAM
-   * (default: with file-backed memory, yes).
-   */
-  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, ram: { templateRam?: string | undefined; ignoreShared?: boolean } = {}): Promise<QemuVm> {
+  /** `templateRam`: a template's RAM file to map privately instead of the VM's own (ram-file.ts `ramPlan`). */
+  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, templateRam?: string): Promise<QemuVm> {
     mkdirSync(spec.stateDir, { recursive: true });
     const paths = vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
@@ -745,12 +757,12 @@ export class QemuDriver implements VmDriver {
     if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
-      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, ram.templateRam);
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam);
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
         await vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH });
         // Both sides: the shared RAM file is not migrated, only the device state (set before `migrate` and `migrate-incoming`).
-        if (this.memory === "file" && (ram.ignoreShared ?? true)) await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
+        if (this.memory === "file") await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
         return vp;
       } catch (err) {
         await vp.proc.kill();
@@ -769,17 +781,20 @@ export class QemuDriver implements VmDriver {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
     const launch = { spec, paths, accel: this.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.tscKhz, incoming, memory: this.memory, egressRelay: this.egressRelay, templateRam };
+    const templateFd = templateRam ? openSync(templateRam, "r") : undefined;
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
     const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env });
-    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam };
+    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam, templateFd };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
     return vp;
   }
 
   private onProcessEnd(vp: QemuVm, exit: VmExit): void {
+    if (vp.templateFd !== undefined) closeSync(vp.templateFd);
+    vp.templateFd = undefined;
     vp.qmp?.close();
     vp.agent?.close();
     const id = vp.spec.vmId;
@@ -867,6 +882,85 @@ export class QemuDriver implements VmDriver {
     if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
     await this.waitForFile(to.done, 10_000, signal);
     signal?.throwIfAborted();
+  }
+
+  /** A copy of the template's RAM file the VM maps (a reflink where the filesystem can), at `to` or a temporary beside the VM's. */
+  private async copyTemplateRam(vp: QemuVm, to?: string): Promise<{ file: string; copy: CopyKind }> {
+    const file = to ?? `${vp.paths.ram}.tmp-${randomBytes(4).toString("hex")}`;
+    return { file, copy: await cowCopy(`/proc/${process.pid}/fd/${vp.templateFd!}`, file) };
+  }
+
+  /**
+   * Migrates the stopped VM over a unix socket into `dataPath` and `ramFile` (ram-stream.ts): device state to the
+   * first, the guest RAM's pages that differ from the template's into the second (a copy of it). Both are synced.
+   */
+  private async migrateSplitting(vp: QemuVm, dataPath: string, ramFile: string, signal?: AbortSignal): Promise<{ sha256: string; bytes: number; pages: number }> {
+    const sock = join(vp.paths.socketDir, "mig.sock"); // no longer than agent.sock: it fits where that one does
+    rmSync(sock, { force: true });
+    const hash = createHash("sha256");
+    let bytes = 0;
+    const out = createWriteStream(dataPath, { flags: "wx" });
+    const baseFd = vp.templateFd!;
+    const ramFd = openSync(ramFile, "r+");
+    const writer = new RamFileWriter(baseFd, ramFd);
+    let conn: Socket | undefined;
+    const server = createServer();
+    try {
+      const received = new Promise<void>((resolve, reject) => {
+        const splitter = new RamStreamSplitter(
+          (chunk) => {
+            hash.update(chunk);
+            bytes += chunk.length;
+            if (!out.write(chunk)) {
+              conn?.pause();
+              out.once("drain", () => conn?.resume());
+            }
+          },
+          writer,
+          { ramBlock: "mem", ignoreShared: true },
+        );
+        server.once("connection", (c) => {
+          conn = c;
+          server.close();
+          c.on("data", (chunk: Buffer) => {
+            try {
+              splitter.push(chunk);
+            } catch (err) {
+              c.destroy();
+              reject(err as Error);
+            }
+          });
+          c.once("end", () => {
+            try {
+              splitter.end();
+              out.end();
+            } catch (err) {
+              reject(err as Error);
+            }
+          });
+          c.once("error", reject);
+        });
+        out.once("finish", resolve);
+        out.once("error", reject);
+      });
+      received.catch(() => undefined);
+      await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock, resolve));
+      await vp.qmp!.execute("migrate", { uri: `unix:${sock}` });
+      const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+      if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+      await Promise.race([received, sleep(10_000).then(() => Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")))]);
+      signal?.throwIfAborted();
+      fsyncSync(ramFd);
+      await fsyncPath(dataPath);
+      this.log.debug("clone's RAM split from its migration", { vmId: vp.spec.vmId, stateBytes: bytes, pagesWritten: writer.written });
+      return { sha256: hash.digest("hex"), bytes, pages: writer.written };
+    } finally {
+      conn?.destroy();
+      server.close();
+      out.destroy();
+      closeSync(ramFd);
+      rmSync(sock, { force: true });
+    }
   }
 
   /** Polls query-migrate until the migration leaves its active states; cancels it when `signal` aborts. */

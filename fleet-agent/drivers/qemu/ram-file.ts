@@ -72,26 +72,14 @@ export function syncRamFile(paths: Pick<VmPaths, "ram">): Promise<void> {
 }
 
 /**
- * How a restore maps guest RAM and treats it in migrations (`x-ignore-shared`), from what the snapshot holds:
- * - the VM's own RAM file (`ram` recorded): shared; the load skips it, and so will the next snapshot;
- * - a template's clone not yet run (`templateRam`): the template's file mapped privately; the load skips it (the
- *   template's device state carries no RAM), the next snapshot streams it (private pages are not in any file);
- * - neither (a clone's snapshot, RAM streamed into it): a new RAM file of the VM's own, loaded from the stream; from
- *   then on an ordinary file-backed VM.
- * A pre-started QEMU is launched for the first case only.
+ * How a restore maps guest RAM (file-backed memory; migrations always skip shared RAM, `x-ignore-shared`):
+ * - the VM's own RAM file (`ram` recorded): shared;
+ * - a template's clone not yet hibernated (`templateRam`): the template's file mapped privately. Its device state
+ *   carries no RAM, so the template's pages are what the guest sees; its hibernation streams the private RAM, which
+ *   ram-stream.ts splits into a RAM file of its own (a copy of the template's with the changed pages written).
+ * A pre-started QEMU maps the VM's own file: only the first case can use it.
  */
-export interface RamPlan {
-  templateRam?: string;
-  /** Start from a new sparse RAM file (and generation) before the load. */
-  fresh: boolean;
-  loadIgnoringShared: boolean;
-  afterLoadIgnoreShared: boolean;
-  prestartable: boolean;
-}
-
-export function ramPlan(memory: "stream" | "file", manifest: { ram?: RamFingerprint | undefined; templateRam?: { path: string } | undefined }): RamPlan {
-  if (memory !== "file") return { fresh: false, loadIgnoringShared: false, afterLoadIgnoreShared: false, prestartable: true };
-  if (manifest.templateRam) return { templateRam: manifest.templateRam.path, fresh: false, loadIgnoringShared: true, afterLoadIgnoreShared: false, prestartable: false };
-  if (manifest.ram) return { fresh: false, loadIgnoringShared: true, afterLoadIgnoreShared: true, prestartable: true };
-  return { fresh: true, loadIgnoringShared: false, afterLoadIgnoreShared: true, prestartable: false };
+export function ramPlan(memory: "stream" | "file", manifest: { templateRam?: { path: string } | undefined }): { templateRam?: string; prestartable: boolean } {
+  if (memory === "file" && manifest.templateRam) return { templateRam: manifest.templateRam.path, prestartable: false };
+  return { prestartable: true };
 }

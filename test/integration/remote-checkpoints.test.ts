@@ -1,0 +1,94 @@
+// Checkpoints through the remote fleet and a real host ingress (signed host calls): take, fork on the checkpoint's host, restore, delete.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eq } from "drizzle-orm";
+import { systemClock } from "../../lib/clock.ts";
+import { AppError } from "../../lib/errors.ts";
+import { componentKey } from "../../lib/host-token.ts";
+import { newId } from "../../lib/ids.ts";
+import { silentLogger } from "../../lib/log.ts";
+import { defaultDbTimeouts } from "../../schema/db.ts";
+import { agents, checkpoints, tenants } from "../../schema/core.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
+import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
+import { createDbPlacement } from "../../gateway/placement.ts";
+import { createRemoteFleet } from "../../gateway/remote-fleet.ts";
+import { freshDatabase } from "../helpers/db.ts";
+import { testComponentSecret } from "../helpers/worker-stack.ts";
+import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
+
+let database: Awaited<ReturnType<typeof freshDatabase>>;
+let daemon: FleetAgentDaemon;
+let dataDir: string;
+
+beforeAll(async () => {
+  database = await freshDatabase();
+  await database.db.insert(tenants).values({ id: "ten_r", name: "r" });
+  dataDir = mkdtempSync(join(tmpdir(), "agentvm-ckp-host-"));
+  daemon = await startFleetAgent(
+    {
+      fleet: parseFleetAgentConfig({ REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000" }),
+      dataDir,
+      databaseUrl: database.url,
+      port: 0,
+      hostname: "127.0.0.1",
+      publicUrl: undefined,
+      componentSecret: testComponentSecret,
+      capacityMiB: 8192,
+      heartbeatIntervalMs: 500,
+      billingUrl: undefined,
+      dbTimeouts: defaultDbTimeouts,
+    },
+    { log: silentLogger, driver: new FakeCheckpointDriver(), database },
+  );
+});
+afterAll(async () => {
+  await daemon?.stop();
+  await database?.close();
+  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+});
+
+const fleet = () =>
+  createRemoteFleet({ placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }), key: componentKey(testComponentSecret), log: silentLogger });
+
+async function agent(hostId?: string): Promise<AgentSpec> {
+  const id = newId("agent");
+  await database.db.insert(agents).values({ id, tenantId: "ten_r", name: "a", image: "demo", ...(hostId ? { hostId } : {}) });
+  return { id, tenantId: "ten_r", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false };
+}
+
+describe("checkpoints over the host protocol", () => {
+  it("takes one on the agent's host, forks a new agent there, restores, deletes; errors keep their codes across the hop", async () => {
+    const f = fleet();
+    const a = await agent();
+    await f.wake(a, "api");
+    const ckp = await f.checkpoint!(a, { name: "base", requestId: "req_remote0001" });
+    expect(ckp).toMatchObject({ agentId: a.id, name: "base", origin: "api", hostId: daemon.hostId });
+    const [row] = await database.db.select().from(checkpoints).where(eq(checkpoints.id, ckp.id));
+    expect(row).toMatchObject({ requestId: "req_remote0001", hostId: daemon.hostId });
+    const dup = await f.checkpoint!(a, { name: "base" }).catch((e: unknown) => e);
+    expect(dup).toBeInstanceOf(AppError);
+    expect((dup as AppError).code).toBe("conflict");
+
+    // A fork's row names the checkpoint's host before its first call: the fork is made there, hibernated.
+    const fork = await agent(ckp.hostId);
+    expect(await f.fork!(fork, ckp.id)).toBe("hibernated");
+    const vms = join(dataDir, "hosts", daemon.hostId, "vms");
+    expect(readFileSync(join(vms, fork.id, restoredFromFile), "utf8")).toBe(ckp.id);
+    expect((await f.status(fork.id))?.state).toBe("hibernated");
+
+    expect(await f.restoreCheckpoint!(a, ckp.id)).toBe("hibernated");
+    expect((await f.status(a.id))?.state).toBe("hibernated");
+    // Another agent's checkpoint is refused by the host too.
+    const stranger = await f.restoreCheckpoint!(fork, ckp.id).catch((e: unknown) => e);
+    expect((stranger as AppError).code).toBe("not_found");
+
+    await f.deleteCheckpoint!(a.id, ckp.id);
+    expect(existsSync(join(dataDir, "hosts", daemon.hostId, "checkpoints", ckp.id))).toBe(false);
+    const [gone] = await database.db.select().from(checkpoints).where(eq(checkpoints.id, ckp.id));
+    expect(gone?.deletedAt).toBeInstanceOf(Date);
+  });
+});
