@@ -10,6 +10,7 @@ import { invoicesCommand } from "./invoices.ts";
 import { loginCommand } from "./login.ts";
 import { eventsCommand, logsCommand } from "./logs.ts";
 import { ratesCommand } from "./rates.ts";
+import { templatesCommand } from "./templates.ts";
 import { tenantsCommand } from "./tenants.ts";
 import { tokenCommand } from "./token.ts";
 import { usageCommand } from "./usage.ts";
@@ -45,6 +46,7 @@ export function buildProgram(): Command {
   invoicesCommand(program);
   ratesCommand(program);
   tenantsCommand(program);
+  templatesCommand(program);
   tokenCommand(program);
   return program;
 }

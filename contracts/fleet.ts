@@ -51,6 +51,34 @@ export interface Fleet {
   fork?(agent: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState>;
   /** Optional: removes a checkpoint's files and marks its row deleted. */
   deleteCheckpoint?(agentId: string, checkpointId: string): Promise<void>;
+  /**
+   * Optional (absent: the API lists none): the warm templates new agents are cloned from, on every live host (one
+   * list per host, merged); a host that does not answer is left out (and logged), never a failure of the whole list.
+   */
+  templates?(): Promise<TemplateView[]>;
+}
+
+/** A template's state: being booted and checkpointed, ready to clone, or its last build failed (tried again later). */
+export type TemplateState = "building" | "ready" | "failed";
+
+/** A warm template of one kind of VM (image, memory, vCPUs, egress) on one host, as the operator sees it: never the host's paths. */
+export interface TemplateView {
+  hostId: string;
+  /** What the template is of, hashed (image, resources, egress, hypervisor and guest versions): a change makes a new key. */
+  key: string;
+  image: string;
+  memMiB: number;
+  vcpus: number;
+  allowEgress: boolean;
+  state: TemplateState;
+  /** ISO 8601 (ready). */
+  createdAt?: string;
+  /** Bytes its files hold (ready). */
+  bytes?: number;
+  /** The template VM's cold boot, ms (ready). */
+  bootMs?: number;
+  /** Why its last build failed (failed). */
+  error?: string;
 }
 
 /** What a checkpoint may be named: 1–100 of letters, digits, `. _ : -`, never starting like an id (`ckp_…`), so a name never reads as one. */

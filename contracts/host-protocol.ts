@@ -31,7 +31,9 @@ export type HostCall =
   | { op: "checkpoint"; agent: AgentSpec; name?: string; requestId?: string }
   | { op: "restore-checkpoint"; agent: AgentSpec; checkpointId: string; requestId?: string }
   | { op: "fork"; agent: AgentSpec; checkpointId: string; requestId?: string }
-  | { op: "delete-checkpoint"; agentId: string; checkpointId: string };
+  | { op: "delete-checkpoint"; agentId: string; checkpointId: string }
+  /** The host's warm templates (no agent: the token allows only this read). */
+  | { op: "templates" };
 
 export type HostOp = HostCall["op"];
 
@@ -54,12 +56,13 @@ export const hostOpPaths: Record<HostOp, string> = {
   "restore-checkpoint": "/v1/restore-checkpoint",
   fork: "/v1/fork",
   "delete-checkpoint": "/v1/delete-checkpoint",
+  templates: "/v1/templates",
 };
 
-/** The HTTP method of a call: forward keeps the caller's, status(es), logs and websocket (an upgrade) are GETs, the rest act. */
+/** The HTTP method of a call: forward keeps the caller's, status(es), logs, templates and websocket (an upgrade) are GETs, the rest act. */
 export function hostCallMethod(call: HostCall): string {
   if (call.op === "forward") return call.method;
-  return call.op === "status" || call.op === "statuses" || call.op === "websocket" || call.op === "logs" ? "GET" : "POST";
+  return call.op === "status" || call.op === "statuses" || call.op === "websocket" || call.op === "logs" || call.op === "templates" ? "GET" : "POST";
 }
 
 const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
@@ -105,6 +108,8 @@ function isHostCall(v: unknown): v is HostCall {
       return isAgentSpec(c.agent) && str("checkpointId") && optStr("requestId");
     case "delete-checkpoint":
       return str("agentId") && str("checkpointId");
+    case "templates":
+      return true;
     case "hibernate":
     case "status":
     case "remove":

@@ -1,12 +1,12 @@
 // The host core: owns this host's VMs, wakes them single-flight, and orchestrates their hibernation and removal.
-import { mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { isId, newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { noopMetrics, seconds, type Metrics } from "../lib/metrics.ts";
-import type { RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
+import type { DriverTemplate, RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
 import { snapshotFailureDetail } from "./drivers/common/snapshot-space.ts";
 import { rotatedLogPath } from "./drivers/common/vm-process.ts";
 import type { HostStore } from "./store.ts";
@@ -22,7 +22,7 @@ import { liveLeases } from "./leases.ts";
 import { newVmEntry, type VmEntry } from "./vm-entry.ts";
 import { isImageDigest, type ImageLocator } from "../contracts/image.ts";
 import { canTransition, IllegalTransition } from "./vm-state.ts";
-import { checkpointNamePattern, type LogReadOptions } from "../contracts/fleet.ts";
+import { checkpointNamePattern, type LogReadOptions, type TemplateView } from "../contracts/fleet.ts";
 import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./agent-logs.ts";
 import { checkpointDir, KeyedQueue, type CheckpointRecord, type CheckpointStore } from "./checkpoints.ts";
 
@@ -147,6 +147,10 @@ export class Host {
     const { vmsDir } = this.deps.config;
     for (const agentId of this.fs.vmDirs(vmsDir)) {
       await this.deps.driver.reap(this.bareSpec(agentId)).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
+    }
+    // A checkpoint is written under `<id>.tmp-…` and renamed into place: what a crash left half-written is no checkpoint.
+    for (const name of existsSync(this.checkpointsDir) ? readdirSync(this.checkpointsDir) : []) {
+      if (name.includes(".tmp-")) rmSync(join(this.checkpointsDir, name), { recursive: true, force: true });
     }
     this.reaper.start();
     this.logRotator.start();
@@ -336,6 +340,12 @@ export class Host {
     entry.running = undefined;
     this.vms.delete(agentId);
     await this.removeCheckpointsOf(agentId);
+  }
+
+  /** The driver's warm templates as the API shows them (this host's id added, their paths left out); none when it keeps none. */
+  async templates(): Promise<TemplateView[]> {
+    const listed = (await this.deps.driver.listTemplates?.()) ?? [];
+    return listed.map((t) => templateView(t, this.hostId));
   }
 
   /**
@@ -601,6 +611,8 @@ export class Host {
         const booted = await driver.boot(entry.vmSpec);
         entry.running = booted.vm;
         info = { wake: "boot", timings: { bootMs: round(booted.bootMs) } };
+        // A clone of a warm template: the run's event says which one, so a slow or odd first run can be traced to it.
+        if (booted.template) detail = { template: booted.template };
       } else {
         this.transition(entry, "restoring", reason);
         const woke = await driver.wake(entry.vmSpec);
@@ -818,6 +830,16 @@ export class Host {
 /** The driver lacks a checkpoint method: a capability this host has not, whatever the agent's state. */
 function unsupported(driver: string, op: string): AppError {
   return new AppError("checkpoints_unsupported", `the ${driver} driver keeps no checkpoints (${op}): it has no memory state to copy`);
+}
+
+/** Only the fields of the view: a driver's own record (qemu's has the checkpoint directory) stays on the host. */
+function templateView(t: DriverTemplate, hostId: string): TemplateView {
+  const view: TemplateView = { hostId, key: t.key, image: t.image, memMiB: t.memMiB, vcpus: t.vcpus, allowEgress: t.allowEgress, state: t.state };
+  if (t.createdAt !== undefined) view.createdAt = t.createdAt;
+  if (t.bytes !== undefined) view.bytes = t.bytes;
+  if (t.bootMs !== undefined) view.bootMs = t.bootMs;
+  if (t.error !== undefined) view.error = t.error;
+  return view;
 }
 
 /** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */

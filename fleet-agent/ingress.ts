@@ -136,6 +136,12 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     return c.json({ deleted: true });
   });
 
+  // This host's warm templates (none when its driver keeps none): a read that wakes nothing.
+  app.get(hostOpPaths.templates, async (c) => {
+    await authorize(c, "templates");
+    return c.json({ templates: (await fleet.templates?.()) ?? [] });
+  });
+
   app.post(hostOpPaths.remove, async (c) => {
     const call = await authorize(c, "remove");
     await fleet.remove(call.agentId);

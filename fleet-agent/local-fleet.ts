@@ -166,6 +166,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     restoreCheckpoint: (agent, checkpointId, requestId) => host.restoreCheckpoint(agent, checkpointId, requestId),
     fork: (agent, checkpointId, requestId) => host.fork(agent, checkpointId, requestId),
     deleteCheckpoint: (agentId, checkpointId) => host.deleteCheckpoint(agentId, checkpointId),
+    templates: () => host.templates(),
     async remove(agentId) {
       await host.remove(agentId);
       pools.drop(agentId);

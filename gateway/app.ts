@@ -17,6 +17,7 @@ import type { GatewayDeps } from "./deps.ts";
 import { agentRoutes } from "./routes/agents.ts";
 import { logRoutes } from "./routes/logs.ts";
 import { auditRoutes } from "./routes/audit.ts";
+import { templateRoutes } from "./routes/templates.ts";
 import { hookAgentId, skipsTenantCheck } from "./tenants/gate.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
@@ -108,6 +109,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.route("/", agentRoutes(deps, proxy));
   app.route("/", logRoutes(deps));
   app.route("/", auditRoutes(deps));
+  app.route("/", templateRoutes(deps));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).
@@ -116,7 +118,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
 
   /**
    * A verified token's tenant must exist and be active on every route, but for an operator token on the operator's
-   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`: its tenant claim need not exist): 403 tenant_not_found /
+   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`: its tenant claim need not exist): 403 tenant_not_found /
    * tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one is created).
    */
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {

@@ -23,6 +23,8 @@ export interface Placement {
   currentHosts(agentIds: readonly string[]): Promise<Map<string, PlacedHost>>;
   /** Drops what is cached about the agent (its host did not answer). */
   forget(agentId: string): void;
+  /** The live hosts with an ingress URL, by id: what `GET /v1/templates` asks, one call each. */
+  liveHosts?(): Promise<PlacedHost[]>;
 }
 
 export interface PlacementOptions {
@@ -126,6 +128,9 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
   }
 
   return {
+    async liveHosts() {
+      return (await candidates()).map((h) => ({ id: h.id, url: h.url, live: true })).sort((a, b) => a.id.localeCompare(b.id));
+    },
     async hostFor(agent) {
       const hit = cached(agent.id);
       if (hit) return hit;

@@ -1,7 +1,7 @@
 // The Fleet over HTTP (fetch: Node and Workers): each call goes to the agent's host with a fresh gateway-signed token.
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
-import type { CheckpointView, Fleet, ForwardContext } from "../contracts/fleet.ts";
+import type { CheckpointView, Fleet, ForwardContext, TemplateView } from "../contracts/fleet.ts";
 import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, maxStatusesPerCall, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo } from "../contracts/agent.ts";
 import type { PlacedHost, Placement } from "./placement.ts";
@@ -9,8 +9,14 @@ import type { PlacedHost, Placement } from "./placement.ts";
 /** How a gateway reaches hosts: `fetch` on Workers; on Node an undici client that leaves bodies encoded (remote-fleet-node.ts). */
 export type HostFetch = (req: Request) => Promise<Response>;
 
+/** A placement that can also name the live hosts (with an ingress URL): `templates` asks each of them. */
+export interface HostListing {
+  liveHosts?(): Promise<PlacedHost[]>;
+}
+
 export interface RemoteFleetDeps {
-  placement: Placement;
+  /** Without `liveHosts`, the fleet has no `templates` (the API lists none). */
+  placement: Placement & HostListing;
   /** `componentKey(COMPONENT_SECRET)`, shared with the hosts. */
   key: Uint8Array;
   log: Logger;
@@ -40,7 +46,7 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       reqInit.duplex = "half";
     }
     if (init.signal) reqInit.signal = init.signal;
-    const agentIds = "agent" in call ? [call.agent.id] : "agentIds" in call ? call.agentIds : [call.agentId];
+    const agentIds = "agent" in call ? [call.agent.id] : "agentIds" in call ? call.agentIds : "agentId" in call ? [call.agentId] : [];
     let res: Response;
     try {
       res = await hostFetch(new Request(withSlash(host.url) + hostOpPaths[call.op].slice(1), reqInit));
@@ -88,7 +94,25 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     }
   }
 
+  /** Every live host's templates, one call each at once, merged by host then key; a host that fails is left out and logged. */
+  async function templates(listHosts: () => Promise<PlacedHost[]>): Promise<TemplateView[]> {
+    const hosts = await listHosts();
+    const lists = await Promise.all(
+      hosts.map(async (host) => {
+        try {
+          return (await control<{ templates: TemplateView[] }>(host, { op: "templates" }, controlTimeoutMs)).templates;
+        } catch (err) {
+          log.warn("host templates unavailable", { hostId: host.id, url: host.url, err: err instanceof Error ? err.message : String(err) });
+          return [];
+        }
+      }),
+    );
+    return lists.flat().sort((a, b) => a.hostId.localeCompare(b.hostId) || a.key.localeCompare(b.key));
+  }
+  const liveHosts = placement.liveHosts?.bind(placement);
+
   return {
+    ...(liveHosts ? { templates: () => templates(liveHosts) } : {}),
     async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
       const host = await placement.hostFor(agent);
       const url = new URL(req.url);

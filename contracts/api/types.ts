@@ -77,6 +77,10 @@ export type paths = {
     /** Recompute the audit hash chains and name the first broken row of each (operator) */
     get: operations["verifyAudit"];
   };
+  "/v1/templates": {
+    /** The warm templates new agents are cloned from, on every live host: ready, building, or failed (operator) */
+    get: operations["listTemplates"];
+  };
   "/hooks/{agentId}/{endpointName}": {
     /**
      * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
@@ -512,6 +516,39 @@ export type components = {
             message: string;
           };
         })[];
+    };
+    TemplateList: {
+      templates: components["schemas"]["Template"][];
+    };
+    Template: {
+      /** @description The host that keeps it: a clone is made on the host of its template */
+      hostId: string;
+      /**
+       * @description What it is a template of, hashed (image, memory, vCPUs, egress, hypervisor and guest versions): a change makes a new key, and a new template
+       * @example 3f2a9c01d4e5b6a7
+       */
+      key: string;
+      /** @description The agent image (`demo` or a digest) */
+      image: string;
+      memMiB: number;
+      vcpus: number;
+      allowEgress: boolean;
+      /**
+       * @description building: its VM is booting or being checkpointed; ready: new agents of its kind are cloned from it; failed: its last build failed (tried again later)
+       * @enum {string}
+       */
+      state: "building" | "ready" | "failed";
+      /**
+       * Format: date-time
+       * @description When it became ready
+       */
+      createdAt?: string;
+      /** @description Bytes its files hold (ready) */
+      bytes?: number;
+      /** @description Its VM's cold boot, ms (ready): what a clone saves */
+      bootMs?: number;
+      /** @description Why its last build failed (failed) */
+      error?: string;
     };
     WebhookAccepted: {
       deliveryId: string;
@@ -2004,6 +2041,35 @@ export type operations = {
       400: {
         content: {
           "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The warm templates new agents are cloned from, on every live host: ready, building, or failed (operator) */
+  listTemplates: {
+    responses: {
+      /** @description Every live host's templates, by host then key */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TemplateList"];
         };
       };
       /** @description No valid token */

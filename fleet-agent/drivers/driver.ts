@@ -1,5 +1,6 @@
 // The one interface every hypervisor driver implements (process, qemu, firecracker).
 import type { ImageArtifact } from "../../contracts/image.ts";
+import type { TemplateView } from "../../contracts/fleet.ts";
 
 export type DriverName = "process" | "qemu" | "firecracker";
 
@@ -86,6 +87,9 @@ export interface CheckpointInfo {
   copy: "reflink" | "copy";
 }
 
+/** A warm template a driver keeps (qemu/templates.ts): the API's view without the host, which the host adds. */
+export type DriverTemplate = Omit<TemplateView, "hostId">;
+
 export interface VmExit {
   code: number | null;
   signal: string | null;
@@ -123,6 +127,8 @@ export interface VmDriver {
   restoreCheckpoint?(spec: VmSpec, dir: string): Promise<void>;
   /** Checkpoint names the workload asked for from inside since the last call (each once); absent: it cannot ask. */
   guestCheckpointRequests?(vm: RunningVm): Promise<string[]>;
+  /** The warm templates new VMs are cloned from (ready, building, recently failed); absent: the driver keeps none. */
+  listTemplates?(): Promise<DriverTemplate[]>;
   /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
   stop(vm: RunningVm): Promise<void>;
   /** Remove everything the VM left on disk. */

@@ -23,7 +23,7 @@ import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../c
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
-import type { BootResult, CheckpointInfo, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
 import { cowCopy, type CopyKind } from "../common/cow-copy.ts";
 import { CHECKPOINT_VERSION, checkpointFiles, checkpointMismatch, portableHardware, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { machineArgs, opt, qemuArgs, shellQuote, snapshotAttempt, vmPaths, type Accel, type MemoryMode, type VmPaths } from "./args.ts";
@@ -490,6 +490,11 @@ export class QemuDriver implements VmDriver {
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
     return this.mustBeRunning(vm).agent!.checkpointRequests();
+  }
+
+  /** The templates of QemuDriverOptions.templates (none when they are off); the host drops their paths before the API sees them. */
+  async listTemplates(): Promise<DriverTemplate[]> {
+    return (await this.templates?.list()) ?? [];
   }
 
   async cpuSeconds(vm: RunningVm): Promise<number> {
