@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { silentLogger, createLogger } from "../../lib/log.ts";
 import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process/driver.ts";
+import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
 import { defaultDbTimeouts, type Database } from "../../schema/db.ts";
 
@@ -34,8 +35,8 @@ export interface InProcessHost extends FleetAgentDaemon {
   dataDir: string;
 }
 
-/** A fleet-agent (process driver) in this process, serving its ingress on a loopback port, over `database`. */
-export async function startHostInProcess(database: Database & { url: string }, opts: { images?: ProcessImages; env?: Record<string, string>; debug?: boolean } = {}): Promise<InProcessHost> {
+/** A fleet-agent (process driver, or `driver`) in this process, serving its ingress on a loopback port, over `database`. */
+export async function startHostInProcess(database: Database & { url: string }, opts: { images?: ProcessImages; env?: Record<string, string>; debug?: boolean; driver?: VmDriver } = {}): Promise<InProcessHost> {
   const dataDir = mkdtempSync(join(tmpdir(), "agentvm-host-"));
   const env = { REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000", ...opts.env };
   const daemon = await startFleetAgent(
@@ -52,7 +53,7 @@ export async function startHostInProcess(database: Database & { url: string }, o
       billingUrl: undefined,
       dbTimeouts: defaultDbTimeouts,
     },
-    { log: opts.debug ? createLogger({ level: "debug" }) : silentLogger, driver: new ProcessDriver({ images: opts.images }), database },
+    { log: opts.debug ? createLogger({ level: "debug" }) : silentLogger, driver: opts.driver ?? new ProcessDriver({ images: opts.images }), database },
   );
   const stop = daemon.stop;
   return Object.assign(daemon, {

@@ -1,6 +1,5 @@
 // Checkpoints through the remote fleet and a real host ingress (signed host calls): take, fork on the checkpoint's host, restore, delete.
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eq } from "drizzle-orm";
@@ -9,46 +8,27 @@ import { AppError } from "../../lib/errors.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
 import { silentLogger } from "../../lib/log.ts";
-import { defaultDbTimeouts } from "../../schema/db.ts";
 import { agents, checkpoints, tenants } from "../../schema/core.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
-import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
-import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
 import { createRemoteFleet } from "../../gateway/remote-fleet.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { testComponentSecret } from "../helpers/worker-stack.ts";
+import { startHostInProcess, testComponentSecret, type InProcessHost } from "../helpers/worker-stack.ts";
 import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
-let daemon: FleetAgentDaemon;
+let daemon: InProcessHost;
 let dataDir: string;
 
 beforeAll(async () => {
   database = await freshDatabase();
   await database.db.insert(tenants).values({ id: "ten_r", name: "r" });
-  dataDir = mkdtempSync(join(tmpdir(), "agentvm-ckp-host-"));
-  daemon = await startFleetAgent(
-    {
-      fleet: parseFleetAgentConfig({ REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000" }),
-      dataDir,
-      databaseUrl: database.url,
-      port: 0,
-      hostname: "127.0.0.1",
-      publicUrl: undefined,
-      componentSecret: testComponentSecret,
-      capacityMiB: 8192,
-      heartbeatIntervalMs: 500,
-      billingUrl: undefined,
-      dbTimeouts: defaultDbTimeouts,
-    },
-    { log: silentLogger, driver: new FakeCheckpointDriver(), database },
-  );
+  daemon = await startHostInProcess(database, { driver: new FakeCheckpointDriver() });
+  dataDir = daemon.dataDir;
 });
 afterAll(async () => {
   await daemon?.stop();
   await database?.close();
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
 const fleet = () =>

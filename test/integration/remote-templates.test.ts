@@ -1,49 +1,25 @@
 // Templates through the remote fleet and real host ingresses (signed host calls): every live host asked once, the lists merged, a host that fails left out and logged.
 import { createServer } from "node:net";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { systemClock } from "../../lib/clock.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { createLogger, silentLogger, type Logger } from "../../lib/log.ts";
-import { defaultDbTimeouts } from "../../schema/db.ts";
 import { hosts } from "../../schema/core.ts";
 import { hostOpPaths, hostTokenHeader, signHostCall } from "../../contracts/host-protocol.ts";
-import { parseFleetAgentConfig } from "../../fleet-agent/config.ts";
-import { startFleetAgent, type FleetAgentDaemon } from "../../compose/fleet-agent.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
 import { createRemoteFleet } from "../../gateway/remote-fleet.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { testComponentSecret } from "../helpers/worker-stack.ts";
+import { startHostInProcess, testComponentSecret, type InProcessHost } from "../helpers/worker-stack.ts";
 import { FakeTemplateDriver, failedTemplate, readyTemplate } from "../helpers/fake-template-driver.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
-const daemons: FleetAgentDaemon[] = [];
+const daemons: InProcessHost[] = [];
 const drivers: FakeTemplateDriver[] = [];
-const dataDirs: string[] = [];
 
-async function startHost(): Promise<FleetAgentDaemon> {
-  const dataDir = mkdtempSync(join(tmpdir(), "agentvm-tpl-host-"));
-  dataDirs.push(dataDir);
+async function startHost(): Promise<InProcessHost> {
   const driver = new FakeTemplateDriver();
   drivers.push(driver);
-  const daemon = await startFleetAgent(
-    {
-      fleet: parseFleetAgentConfig({ REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000" }),
-      dataDir,
-      databaseUrl: database.url,
-      port: 0,
-      hostname: "127.0.0.1",
-      publicUrl: undefined,
-      componentSecret: testComponentSecret,
-      capacityMiB: 8192,
-      heartbeatIntervalMs: 500,
-      billingUrl: undefined,
-      dbTimeouts: defaultDbTimeouts,
-    },
-    { log: silentLogger, driver, database },
-  );
+  const daemon = await startHostInProcess(database, { driver });
   daemons.push(daemon);
   return daemon;
 }
@@ -57,8 +33,8 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-let a: FleetAgentDaemon;
-let b: FleetAgentDaemon;
+let a: InProcessHost;
+let b: InProcessHost;
 
 beforeAll(async () => {
   database = await freshDatabase();
@@ -72,7 +48,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const d of daemons) await d.stop();
   await database?.close();
-  for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
 });
 
 function fleet(log: Logger = silentLogger, withListing = true) {
