@@ -41,12 +41,14 @@ function isDebian(): boolean {
 
 /** Installs Debian packages (apt-get update and retry once when the first try fails); true when it worked. */
 export function aptInstall(packages: string[], log: (line: string) => void): boolean {
-  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" }, encoding: "utf8" });
+  // dpkg runs tools from sbin (ldconfig, start-stop-daemon): a restricted PATH (CI's) may not have it.
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", PATH: `${process.env.PATH ?? "/usr/bin:/bin"}:/usr/local/sbin:/usr/sbin:/sbin` };
+  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { stdio: ["ignore", "ignore", "pipe"], env, encoding: "utf8" });
   log(`setup-vm: apt-get install -y ${packages.join(" ")}`);
   let r = install();
   if (r.status !== 0) {
     log("setup-vm: install failed; running apt-get update and retrying");
-    spawnSync("apt-get", ["update"], { stdio: "ignore" });
+    spawnSync("apt-get", ["update"], { stdio: "ignore", env });
     r = install();
   }
   if (r.status !== 0) log(`setup-vm: apt-get install failed: ${(r.stderr ?? "").trim().split("\n").pop()}`);

@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../../../lib/log.ts";
+import { runTool } from "../common/agent-disk.ts";
 import { commitManifest, readManifest } from "../common/snapshot-files.ts";
 import type { CheckpointInfo, RunningVm, VmSpec } from "../driver.ts";
 
@@ -144,6 +145,11 @@ export class QemuTemplates {
     const dir = join(home, `tpl_${key}-${Date.now()}`);
     try {
       const taken = await this.deps.checkpoint(spec, vm, dir);
+      // The guest zeroes freed memory (init_on_free=1), so most of a fresh RAM file is zero pages written out: holes
+      // instead keep the template (and every reflinked copy of it) to what the guest really holds. Before any clone
+      // maps it; a filesystem that cannot punch holes keeps the file as it is.
+      const ram = join(dir, "ram");
+      if (existsSync(ram)) await runTool("fallocate", ["--dig-holes", ram]).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
       const record: TemplateRecord = { key, image: like.image, memMiB: like.memMiB, vcpus: like.vcpus, allowEgress: like.allowEgress, dir, createdAt: new Date().toISOString(), bytes: taken.bytes, bootMs };
       await commitManifest(join(home, "template.json"), record);
       this.deps.log.info("template ready", { key, image: like.image, bootMs, bytes: taken.bytes, copy: taken.copy, pausedMs: Math.round(taken.pausedMs) });
