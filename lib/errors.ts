@@ -101,11 +101,14 @@ export function toErrorResponse(err: unknown, requestId: string): Response {
   return new Response(e.body, { status: e.status, headers: e.headers });
 }
 
-/** Logs a failed call the same way everywhere: 5xx as errors (with the stack of an unexpected error), the rest as rejections. */
+/**
+ * Logs a failed call the same way everywhere: 5xx as errors (with the stack of an unexpected error), the rest as
+ * rejections. 501 is a rejection too: the deployment lacks the capability (a driver without checkpoints), no bug.
+ */
 export function logFailure(log: Logger, err: unknown, fields: { requestId: string; method: string; path: string; agentId?: string }, what = "request"): void {
   const status = err instanceof AppError ? err.status : 500;
   const cause = err instanceof AppError && err.cause !== undefined ? { cause: err.cause instanceof Error ? err.cause.message : String(err.cause) } : {};
   const entry = { ...fields, status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err), ...cause };
-  if (status >= 500) log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
+  if (status >= 500 && status !== 501) log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
   else log.info(`${what} rejected`, entry);
 }

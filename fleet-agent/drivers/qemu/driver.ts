@@ -4,6 +4,9 @@
 // drives; its snapshot records the disk's fingerprint and is restored only over that same disk.
 // With `memory: "file"` guest RAM is `<stateDir>/ram` (ram-file.ts): a snapshot is the device state only, bound to
 // that RAM file's generation, and a wake consumes it (a crash while awake boots cold).
+// Checkpoints (checkpoint.ts) are immutable copies of a VM's state, RAM file and disk; restore and fork both make a
+// stateDir's snapshot of one, and the wake then pushes a fresh identity. Templates (templates.ts) are checkpoints of a
+// freshly booted VM per kind, which `boot` clones.
 // Networking is QEMU's user network with `restrict=on` for every VM; one with `allowEgress` reaches out only through
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
 import { createHash, randomBytes } from "node:crypto";
@@ -109,7 +112,7 @@ interface QemuVm {
   qmp: QmpClient | undefined;
   agent: GuestAgentClient | undefined;
   agentOpen: boolean;
-  /** A template's clone: its RAM is the template's file mapped privately, so its snapshots carry the RAM (ram-file.ts). */
+  /** A template's clone: its RAM is the template's file mapped privately; its first snapshot splits it out (ram-stream.ts). */
   templateRam: string | undefined;
   /**
    * The template's RAM file held open while this QEMU runs: its first hibernation copies it and compares pages with
