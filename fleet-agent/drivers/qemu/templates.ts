@@ -9,23 +9,13 @@ import { join } from "node:path";
 import type { Logger } from "../../../lib/log.ts";
 import { runTool } from "../common/agent-disk.ts";
 import { commitManifest, readManifest } from "../common/snapshot-files.ts";
-import type { CheckpointInfo, RunningVm, VmSpec } from "../driver.ts";
+import type { CheckpointInfo, DriverTemplate, RunningVm, VmSpec } from "../driver.ts";
 
-export interface TemplateInfo {
-  key: string;
-  image: string;
-  memMiB: number;
-  vcpus: number;
-  allowEgress: boolean;
-  state: "building" | "ready" | "failed";
-  /** The checkpoint directory clones are made from (ready). */
+/** A template as the driver lists it: the API's view (contracts/fleet.ts) without the host, with its directory. */
+export type TemplateInfo = DriverTemplate & {
+  /** The checkpoint directory clones are made from (ready); never leaves the host. */
   dir?: string;
-  createdAt?: string;
-  bytes?: number;
-  /** The template VM's cold boot, ms. */
-  bootMs?: number;
-  error?: string;
-}
+};
 
 /** `<root>/<key>/template.json`: the ready template of a key (replaced by rename when rebuilt). */
 interface TemplateRecord {
