@@ -5,6 +5,7 @@ import { agentsCommand } from "./agents.ts";
 import { checkpointsCommand } from "./checkpoints.ts";
 import { defaultPageSize, defaultUrl } from "./config.ts";
 import { CliError, exitCodeHelp, exitCodes } from "./exit.ts";
+import { hostsCommand } from "./hosts.ts";
 import { imagesCommand } from "./images.ts";
 import { invoicesCommand } from "./invoices.ts";
 import { loginCommand } from "./login.ts";
@@ -47,6 +48,7 @@ export function buildProgram(): Command {
   ratesCommand(program);
   tenantsCommand(program);
   templatesCommand(program);
+  hostsCommand(program);
   tokenCommand(program);
   return program;
 }

@@ -15,6 +15,7 @@ import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/con
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
@@ -76,12 +77,30 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const { db } = database;
 
   const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
-  await registerHost(db, { id: hostId, driver: driver.name, capacityMiB: 0 });
+  // The host's lock and secret (fleet-agent/host-identity.ts), as for the daemon: one process per data directory, and
+  // a hosts row in a shared Postgres that another data directory registered is refused. No heartbeat: capacity 0.
+  let identity: HostIdentity | undefined;
+  try {
+    identity = openHostIdentity(dataDir, hostId);
+    await registerHost(db, { id: hostId, driver: driver.name, capacityMiB: 0, secretHash: identity.secretHash }, { dataDir, clock });
+  } catch (err) {
+    identity?.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
   // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
   const sink = billingSink(db, clock, log.child({ component: "billing" }));
   // One registry for the process: the host and the gateway count into it, the gateway's listener serves it.
   const metrics = processMetrics(cfg.metricsToken);
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }), metrics: metrics.metrics });
+  let runtime;
+  try {
+    runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }), metrics: metrics.metrics });
+  } catch (err) {
+    identity.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  const hostIdentity = identity;
 
   // The demo tenant and agent, created once and kept across restarts.
   const repo = createAgentRepo(db);
@@ -99,6 +118,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder, metrics });
   } catch (err) {
     await runtime.stop();
+    hostIdentity.release();
     if (!parts.database) await database.close();
     throw err;
   }
@@ -135,6 +155,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       // The gateway's drain is this process's host: it drains in-flight calls, hibernates the VMs, stops its meter.
       stopped ??= (async () => {
         await gateway.stop({ drain: () => runtime.stop() });
+        hostIdentity.release();
         if (!parts.database) await database.close();
       })();
       return stopped;

@@ -16,7 +16,8 @@ import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/con
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
-import { registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { claimHost, registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
 import { readArtifact } from "../images/build/store.ts";
@@ -47,6 +48,8 @@ export interface FleetAgentDaemonConfig {
   /** Memory this host offers to awake agents, MiB (placement's room). */
   capacityMiB: number;
   heartbeatIntervalMs: number;
+  /** MAX_CLOCK_SKEW_MS: past this difference between the host's clock and the database's, every heartbeat logs an error (placement skips the host); default 2000. */
+  maxClockSkewMs?: number;
   /** Where meter segments are shipped (a gateway serving billing); unset: written to the shared database directly. */
   billingUrl: string | undefined;
   /** Bearer token of the ingress's `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
@@ -69,12 +72,13 @@ export type IngressLimits = Pick<ConnPolicyConfig, "headTimeoutMs" | "bodyMinByt
  * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms (the event-log spool replays within ~2 s of its return) |
  * | DATABASE_APP_ROLE | agentvm_app | the role every pooled connection runs as (no UPDATE/DELETE on audit_log); migrations run as the URL's user; empty: the URL's user for everything |
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
- * | DATA_DIR | .data | VM state (snapshots), the persistent host id |
+ * | DATA_DIR | .data | VM state (snapshots), the persistent host id, the host's secret (`hosts/<id>/host-secret`, made at the first start: the hosts row is this directory's only) and its lock (`hosts/<id>/host.lock`: one process per directory) |
  * | INGRESS_PORT | 8090 | port of the host ingress |
  * | BIND_ADDRESS | 127.0.0.1 | address the ingress listens on |
  * | PUBLIC_URL | http://<BIND_ADDRESS>:<port> | the ingress URL gateways reach this host at |
  * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
- * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed |
+ * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed (with the host's clock skew and load) |
+ * | MAX_CLOCK_SKEW_MS | 2000 | largest difference between this host's clock and the database's, ms; past it each heartbeat logs an error, and gateways (their own MAX_CLOCK_SKEW_MS) place no new agents here |
  * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
  * | LOG_LEVEL | info | debug, info, warn or error |
  * plus METRICS_TOKEN (compose/metrics.ts), CLIENT_HEADERS_TIMEOUT_MS, CLIENT_BODY_MIN_BYTES, CLIENT_BODY_WINDOW_MS and CLIENT_BODY_TIMEOUT_MS for the ingress (as on the gateway: gateway/config.ts, compose/node-gateway.ts), and the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
@@ -97,11 +101,15 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
     componentSecret,
     capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
     heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
+    maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", defaultMaxClockSkewMs, { min: 0 }),
     billingUrl: optStr(env, "BILLING_URL"),
     metricsToken: parseMetricsToken(env),
     ingressLimits: ingressLimitsOf({ ...parseClientLimits(env), headTimeoutMs: clientHeadersTimeoutMs(env) }),
   };
 }
+
+/** How far a host's clock may be from the database's, ms (MAX_CLOCK_SKEW_MS; the gateways' placement has the same default). */
+export const defaultMaxClockSkewMs = 2000;
 
 const ingressLimitsOf = (l: IngressLimits): IngressLimits => ({ headTimeoutMs: l.headTimeoutMs, bodyMinBytes: l.bodyMinBytes, bodyWindowMs: l.bodyWindowMs, bodyTimeoutMs: l.bodyTimeoutMs });
 
@@ -132,23 +140,68 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { driver } = parts;
   const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
   const hostLog = log.child({ component: "fleet-agent", hostId });
+  // Before anything runs, meters or ships: this process must be the only one on the data directory (its lock), and
+  // the data directory the one the hosts row was registered by (its secret). Either refusal ends the start here.
+  let identity: HostIdentity | undefined;
+  try {
+    identity = openHostIdentity(cfg.dataDir, hostId);
+    await claimHost(database.db, { id: hostId, driver: driver.name, capacityMiB: cfg.capacityMiB, secretHash: identity.secretHash }, { dataDir: cfg.dataDir });
+  } catch (err) {
+    identity?.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  const { secretHash } = identity;
   if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
   const sink = cfg.billingUrl
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
     : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
   const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
-  const runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog, metrics });
+  let runtime;
+  try {
+    runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog, metrics });
+  } catch (err) {
+    identity.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
   const { host, fleet } = runtime;
   const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) }, metrics: metricsEndpoint };
   const app = createIngress(ingressDeps);
   const upgrades = createIngressUpgrade(ingressDeps);
-  const { server, port } = await listen(app.fetch, upgrades, cfg.port, cfg.hostname, cfg.ingressLimits ?? ingressLimitsOf(defaultClientLimits), hostLog.child({ component: "ingress" }));
+  let listening;
+  try {
+    listening = await listen(app.fetch, upgrades, cfg.port, cfg.hostname, cfg.ingressLimits ?? ingressLimitsOf(defaultClientLimits), hostLog.child({ component: "ingress" }));
+  } catch (err) {
+    await runtime.stop();
+    identity.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  const { server, port } = listening;
   const url = cfg.publicUrl ?? `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${port}`;
 
   // Registered only once the ingress answers, so placement never picks a host that cannot be reached yet.
   const { db } = database;
-  await registerHost(db, { id: hostId, url, driver: driver.name, capacityMiB: cfg.capacityMiB });
-  const heartbeat = startHeartbeat(db, hostId, cfg.heartbeatIntervalMs, hostLog);
+  try {
+    await registerHost(db, { id: hostId, url, driver: driver.name, capacityMiB: cfg.capacityMiB, secretHash }, { dataDir: cfg.dataDir, clock });
+  } catch (err) {
+    // Taken between the claim and now: this process never served, so it stops as it would.
+    await runtime.stop();
+    await new Promise<void>((done) => server.close(() => done()));
+    identity.release();
+    if (!parts.database) await database.close();
+    throw err;
+  }
+  const heartbeat = startHeartbeat(db, hostId, cfg.heartbeatIntervalMs, hostLog, {
+    secretHash,
+    clock,
+    maxSkewMs: cfg.maxClockSkewMs ?? defaultMaxClockSkewMs,
+    report: () => host.load(),
+    // After each beat: drain if an operator asked, and stop what the database gave to another host (fencing).
+    afterBeat: () => host.afterHeartbeat(),
+    onLost: () => hostLog.error(`host ${hostId}: this process no longer owns its row; gateways do not reach it any more. Stop it (its agents belong to the other process now)`),
+  });
   hostLog.info("fleet-agent ready", { url, driver: driver.name, capacityMiB: cfg.capacityMiB });
 
   let stopped: Promise<void> | undefined;
@@ -173,6 +226,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
         const closing = new Promise<void>((done) => server.close(() => done()));
         server.closeAllConnections();
         await closing;
+        identity.release();
         if (!parts.database) await database.close();
       })();
       return stopped;

@@ -19,6 +19,8 @@ import { createDbWebhookStore, createWebhookRoutes, fleetForward, type WebhookCo
 import { createTenantGate, defaultTenantGateConfig, type TenantGate } from "../gateway/tenants/gate.ts";
 import { createTenantRoutes } from "../gateway/tenants/routes.ts";
 import { createTenantStore } from "../gateway/tenants/store.ts";
+import { createHostRepo } from "../gateway/hosts/repo.ts";
+import { defaultHostHealth, hostRoutes } from "../gateway/hosts/routes.ts";
 import { createImageRepo } from "../images/repo.ts";
 import { createImageRoutes } from "../images/routes.ts";
 import type { ImageBuilder } from "../images/builds.ts";
@@ -42,6 +44,8 @@ export interface GatewayAppDeps {
   metrics?: Metrics;
   /** A webhook delivery was stored: attempt it soon (Node kicks its delivery worker; a Worker runs one after the answer). */
   onWebhookQueued: () => void;
+  /** What `GET /v1/hosts` judges a host's health by (HOST_LIVE_WINDOW_MS and the allowed clock skew, ms); none: `defaultHostHealth`. */
+  hostHealth?: { liveWindowMs: number; maxClockSkewMs: number };
 }
 
 export interface GatewayApp {
@@ -80,6 +84,8 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     maxUploadBytes: deps.maxImageUploadBytes ?? defaultMaxImageUploadBytes,
   });
   const tenantRoutes = createTenantRoutes({ store: tenantStore, gate: tenants, agents, fleet, audit, log: gatewayLog, invalidateAgent: (id) => proxy.invalidate(id), maxBodyBytes: deps.config.maxApiBodyBytes });
+  const health = deps.hostHealth ?? defaultHostHealth;
+  const hosts = hostRoutes({ hosts: createHostRepo(db, { liveWindowMs: health.liveWindowMs }), audit, clock, maxClockSkewMs: health.maxClockSkewMs });
   const app = createGateway({
     agents,
     fleet,
@@ -89,7 +95,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     log: gatewayLog,
     config: deps.config,
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
-    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes],
+    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes, hosts],
     imageCatalog: imageRepo,
     checkpoints: createCheckpointRepo(db),
     settings,

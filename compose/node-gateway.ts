@@ -1,9 +1,12 @@
 // The one Node gateway: the shared app, the fast path beside it, the webhook worker, on one node:http server; `npm start` and `npm run gateway` both run it.
+import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import type { JSONWebKeySet, JWK } from "jose";
 import type { Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import type { Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
 import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
@@ -20,7 +23,7 @@ import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
 import type { ClientLimits } from "../lib/node-conn-policy.ts";
 import { parseClientLimits } from "./client-limits.ts";
-import { ensureDevKeys, type DevKeys } from "./dev-keys.ts";
+import { devKeyPath, ensureSigningKey, type DevKeys } from "./dev-keys.ts";
 import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
 import type { ImageBuilder } from "../images/builds.ts";
 import { parseMetricsToken, processMetrics, type ProcessMetrics } from "./metrics.ts";
@@ -28,8 +31,16 @@ import { parseMetricsToken, processMetrics, type ProcessMetrics } from "./metric
 export interface NodeGatewayConfig {
   port: number;
   hostname: string;
-  /** Holds the dev signing key when neither JWKS_URL nor JWKS_JSON is set. */
+  /** The data directory (the signing key's default place, `<dataDir>/keys/dev-signing-key.json`). */
   dataDir: string;
+  /**
+   * SIGNING_KEY_FILE: the private key user tokens are verified with when no JWKS is configured (made there at the
+   * first start), which `npm run token` / `agentvm token` mint with. Gateways that share it accept the same tokens.
+   * Unset: `<dataDir>/keys/dev-signing-key.json`.
+   */
+  signingKeyFile?: string;
+  /** JWKS_FILE: a JWKS document (public keys only) user tokens are verified with, read at start; after JWKS_URL and JWKS_JSON. */
+  jwksFile?: string;
   gateway: GatewayConfig;
   auth: GatewayAuthConfig;
   webhooks: WebhookConfig;
@@ -49,7 +60,9 @@ export interface NodeGatewayConfig {
  * | variable | default | meaning |
  * | PORT | 8080 | port of the gateway |
  * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
- * | DATA_DIR | .data | data directory (the dev signing key lives in `<DATA_DIR>/keys`) |
+ * | DATA_DIR | .data | data directory (the dev signing key's default place, `<DATA_DIR>/keys`) |
+ * | SIGNING_KEY_FILE | <DATA_DIR>/keys/dev-signing-key.json | the private ES256 key (a JWK) user tokens are verified with when no JWKS_URL, JWKS_JSON or JWKS_FILE is set; made there at the first start (mode 0600; gateways starting at once agree on one). Point every gateway and `npm run token` at one file (a shared volume) and they accept the same tokens |
+ * | JWKS_FILE | (unset) | a JWKS document ({"keys":[…]}, public keys) to verify user tokens with, read at start: for gateways that only verify (after JWKS_URL and JWKS_JSON) |
  * | IMAGE_CACHE_DIR | $HOME/.cache/agentvm | where image builds keep the Debian bases and buildah's storage (reused across runs and data directories) |
  * | IMAGE_MAX_UPLOAD_BYTES | 4294967296 | largest build context or image archive `POST /v1/images` accepts, bytes |
  * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
@@ -59,10 +72,14 @@ export interface NodeGatewayConfig {
 export function parseNodeGatewayConfig(env: Env, images: readonly string[]): NodeGatewayConfig {
   const { gateway, auth } = parseGatewayConfig(env, images);
   const secret = optStr(env, "COMPONENT_SECRET");
+  const dataDir = resolve(str(env, "DATA_DIR", ".data"));
+  const jwksFile = optStr(env, "JWKS_FILE");
   return {
     port: int(env, "PORT", 8080, { min: 0, max: 65535 }),
     hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
-    dataDir: resolve(str(env, "DATA_DIR", ".data")),
+    dataDir,
+    signingKeyFile: resolve(optStr(env, "SIGNING_KEY_FILE") ?? devKeyPath(dataDir)),
+    ...(jwksFile ? { jwksFile: resolve(jwksFile) } : {}),
     gateway,
     auth,
     webhooks: webhookConfigFromEnv(env),
@@ -81,7 +98,7 @@ export interface NodeGateway {
   app: Hono<GatewayEnv>;
   proxy: ProxyCore;
   server: NodeServer;
-  /** The dev key pair under the data directory (tokens of it are accepted when no JWKS is configured). */
+  /** The signing key pair (SIGNING_KEY_FILE; tokens of it are accepted when no JWKS is configured). */
   keys: DevKeys;
   /**
    * Shutdown order: new calls are answered `503 shutting_down` + `Retry-After` on a listener that stays open → the
@@ -103,24 +120,49 @@ export interface NodeGatewayParts {
   imageBuilder?: ImageBuilder;
   /** The process's metrics when a host in it counts into them too (the all-in-one); none: made from `metricsToken`. */
   metrics?: ProcessMetrics;
+  /** What `GET /v1/hosts` calls healthy (the placement's live window and clock bound); none: their defaults. */
+  hostHealth?: { liveWindowMs: number; maxClockSkewMs: number };
 }
 
-/** User tokens are verified against JWKS_URL, JWKS_JSON, or else the dev key in the data directory (said once at start). */
-async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, dataDir: string, log: Logger): Promise<Authenticator> {
+/** User tokens are verified against JWKS_URL, JWKS_JSON, JWKS_FILE, or else the signing key's public half (said once at start). */
+async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, files: { signingKeyFile: string; jwksFile: string | undefined }, log: Logger): Promise<Authenticator> {
   const verify = { issuer: cfg.issuer, audience: cfg.audience, algorithms: cfg.algorithms };
   if (cfg.jwksUrl) return createJwtAuthenticator({ keys: { jwksUrl: cfg.jwksUrl }, ...verify });
   if (cfg.jwksJson) return createJwtAuthenticator({ keys: { jwks: JSON.parse(cfg.jwksJson) }, ...verify });
-  log.info(`no JWKS_URL or JWKS_JSON: accepting tokens of the dev key in ${join(dataDir, "keys")} (mint with npm run token)`);
+  if (files.jwksFile) {
+    const jwks = readJwksFile(files.jwksFile);
+    log.info(`accepting tokens of the ${jwks.keys.length} key(s) in JWKS_FILE ${files.jwksFile}`);
+    return createJwtAuthenticator({ keys: { jwks }, ...verify });
+  }
+  log.info(`no JWKS_URL, JWKS_JSON or JWKS_FILE: accepting tokens of the signing key ${files.signingKeyFile} (kid ${keys.privateJwk.kid}; mint with npm run token, SIGNING_KEY_FILE=${files.signingKeyFile})`);
   return createJwtAuthenticator({ keys: { jwks: keys.jwks }, ...verify });
+}
+
+/** A JWKS document from a file: public keys only (a private key there is a mistake that would spread it). */
+export function readJwksFile(path: string): JSONWebKeySet {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw new AppError("bad_request", `configuration: JWKS_FILE ${path} cannot be read as JSON (${err instanceof Error ? err.message : String(err)})`);
+  }
+  const keys = (doc as { keys?: unknown } | null)?.keys;
+  if (!Array.isArray(keys) || keys.length === 0 || !keys.every((k) => typeof k === "object" && k !== null && typeof (k as JWK).kty === "string")) {
+    throw new AppError("bad_request", `configuration: JWKS_FILE ${path} must be a JWKS document: {"keys":[…]} with at least one key`);
+  }
+  if (keys.some((k) => (k as JWK).d !== undefined)) throw new AppError("bad_request", `configuration: JWKS_FILE ${path} holds a private key; it takes public keys only`);
+  return { keys: keys as JWK[] };
 }
 
 export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewayParts): Promise<NodeGateway> {
   const { db, fleet, log, clock } = parts;
   const { metrics, endpoint: metricsEndpoint } = parts.metrics ?? processMetrics(cfg.metricsToken);
-  const keys = await ensureDevKeys(cfg.dataDir);
-  const auth = await authenticatorFor(cfg.auth, keys, cfg.dataDir, log);
+  const signingKeyFile = cfg.signingKeyFile ?? devKeyPath(cfg.dataDir);
+  const keys = await ensureSigningKey(signingKeyFile);
+  const auth = await authenticatorFor(cfg.auth, keys, { signingKeyFile, jwksFile: cfg.jwksFile }, log);
   let worker: DeliveryWorker | undefined;
   const { app, proxy, webhookDeps } = assembleGatewayApp({
+    ...(parts.hostHealth ? { hostHealth: parts.hostHealth } : {}),
     db,
     fleet,
     auth,

@@ -8,6 +8,7 @@ import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
 import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
+import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 
@@ -17,7 +18,8 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   dbTimeouts: DbTimeouts;
   /** DATABASE_APP_ROLE: the role queries run as ('' = the URL's user; absent: agentvm_app; schema/postgres.ts). */
   dbAppRole?: string;
-  placement: { liveWindowMs: number; cacheTtlMs: number };
+  /** maxClockSkewMs: a host whose last heartbeat reported a clock further than this from the database's gets no new agents (MAX_CLOCK_SKEW_MS). */
+  placement: { liveWindowMs: number; cacheTtlMs: number; maxClockSkewMs: number };
   hosts: { connectTimeoutMs: number; headersTimeoutMs: number };
   /** How long shutdown lets calls in flight finish. */
   drainTimeoutMs: number;
@@ -34,9 +36,12 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
  * | COMPONENT_SECRET | (required, ≥ 32 chars) | signs every call to a host (the hosts have the same secret) |
  * | PORT | 8080 | port of the gateway |
  * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
- * | DATA_DIR | .data | where the dev signing key lives when neither JWKS_URL nor JWKS_JSON is set |
+ * | DATA_DIR | .data | the signing key's default place (`<DATA_DIR>/keys/dev-signing-key.json`) |
+ * | SIGNING_KEY_FILE | <DATA_DIR>/keys/dev-signing-key.json | the private key user tokens are verified with when no JWKS_URL, JWKS_JSON or JWKS_FILE is set (made at the first start; gateways starting at once agree on one): give every gateway and `npm run token` the same file and a token minted once is accepted by all |
+ * | JWKS_FILE | (unset) | a JWKS document (public keys) user tokens are verified with, read at start: for gateways that only verify |
  * | AGENT_IMAGES | demo | images agents may be created with (what the hosts' drivers run), comma-separated |
  * | HOST_LIVE_WINDOW_MS | 30000 | a host without a heartbeat for this long gets no new agents |
+ * | MAX_CLOCK_SKEW_MS | 2000 | a host whose clock (reported with each heartbeat) is further than this from the database's gets no new agents, ms; hosts log it on every heartbeat |
  * | PLACEMENT_CACHE_MS | 2000 | how long an agent → host answer is reused (while Postgres is down: the last one, however old) |
  * | HOST_CONNECT_TIMEOUT_MS | 5000 | connecting to a host's ingress |
  * | HOST_HEADERS_TIMEOUT_MS | 400000 | from a call sent to the host's answer (longer than the host's own wake and agent limits) |
@@ -56,7 +61,11 @@ export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig 
     databaseUrl,
     dbTimeouts: parseDbTimeouts(env),
     dbAppRole: parseDatabaseAppRole(env),
-    placement: { liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }), cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }) },
+    placement: {
+      liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }),
+      cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }),
+      maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", 2000, { min: 0 }),
+    },
     hosts: {
       connectTimeoutMs: int(env, "HOST_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
       headersTimeoutMs: int(env, "HOST_HEADERS_TIMEOUT_MS", 400_000, { min: 1000 }),
@@ -78,12 +87,19 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   const clock = parts.clock ?? systemClock;
   const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
   const { db } = database;
-  const placement = createDbPlacement(db, { ...cfg.placement, clock });
+  const moves = log.child({ component: "placement" });
+  const placement = createDbPlacement(db, {
+    ...cfg.placement,
+    clock,
+    // A host counts for new agents only while this gateway reaches its ingress (its /healthz answers with its id).
+    probe: createFetchProbe({ timeoutMs: Math.min(cfg.hosts.connectTimeoutMs, 2000) }),
+    onMove: (m) => moves.warn(m.reason === "drain" ? "agent moved off a draining host" : "agent moved off a host whose lease ended", { ...m }),
+  });
   // Calls and WebSockets go to the agent's host, which wakes the agent and relays the frames; this gateway joins bytes.
   const fleet = createNodeRemoteFleet({ placement, key: cfg.componentKey, log: log.child({ component: "remote-fleet" }), ...cfg.hosts });
   let gateway;
   try {
-    gateway = await startNodeGateway(cfg, { db, fleet, log, clock });
+    gateway = await startNodeGateway(cfg, { db, fleet, log, clock, hostHealth: { liveWindowMs: cfg.placement.liveWindowMs, maxClockSkewMs: cfg.placement.maxClockSkewMs } });
   } catch (err) {
     await fleet.close();
     if (!parts.database) await database.close();

@@ -30,7 +30,7 @@ export interface WorkerConfig {
   auth: Omit<GatewayAuthConfig, "jwksUrl" | "jwksJson">;
   keys: { jwksUrl: string } | { jwks: JSONWebKeySet };
   webhooks: WebhookConfig;
-  placement: { liveWindowMs: number; cacheTtlMs: number };
+  placement: { liveWindowMs: number; cacheTtlMs: number; maxClockSkewMs: number };
   /** Connections one request's client may open through Hyperdrive. */
   dbMaxConnections: number;
   /** Wall time a cron run spends delivering webhooks before it leaves the rest to the next run. */
@@ -47,7 +47,8 @@ export type ParsedWorkerEnv = { ok: true; config: WorkerConfig } | { ok: false; 
  * | JWKS_URL or JWKS_JSON | var or secret (one required) | keys of the user-token issuer |
  * | GATEWAY_DOMAIN | var (optional) | agents are also served at `{agentId}.{GATEWAY_DOMAIN}` |
  * | AGENT_IMAGES | var, default demo | images agents may be created with (what the hosts run), comma-separated |
- * | HOST_LIVE_WINDOW_MS | var, default 30000 | a host without a heartbeat for this long gets no new agents |
+ * | HOST_LIVE_WINDOW_MS | var, default 30000 | a host without a heartbeat for this long gets no new agents, and its agents move to other hosts at their next call (its lease) |
+ * | MAX_CLOCK_SKEW_MS | var, default 2000 | a host whose clock differs from the database's by more than this (ms) gets no new agents |
  * | PLACEMENT_CACHE_MS | var, default 2000 | how long an isolate reuses an agent → host answer |
  * | DB_MAX_CONNECTIONS | var, default 5 | connections per request through Hyperdrive |
  * | WEBHOOK_CRON_BUDGET_MS | var, default 25000 | time one cron run spends delivering webhooks |
@@ -94,6 +95,7 @@ export function parseWorkerEnv(bindings: WorkerBindings): ParsedWorkerEnv {
   const numbers = attempt(() => ({
     liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }),
     cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }),
+    maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", 2000, { min: 0 }),
     dbMaxConnections: int(env, "DB_MAX_CONNECTIONS", 5, { min: 1, max: 100 }),
     cronBudgetMs: int(env, "WEBHOOK_CRON_BUDGET_MS", 25_000, { min: 1000 }),
     logLevel: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info"),
@@ -110,7 +112,7 @@ export function parseWorkerEnv(bindings: WorkerBindings): ParsedWorkerEnv {
       auth,
       keys,
       webhooks,
-      placement: { liveWindowMs: numbers.liveWindowMs, cacheTtlMs: numbers.cacheTtlMs },
+      placement: { liveWindowMs: numbers.liveWindowMs, cacheTtlMs: numbers.cacheTtlMs, maxClockSkewMs: numbers.maxClockSkewMs },
       dbMaxConnections: numbers.dbMaxConnections,
       cronBudgetMs: numbers.cronBudgetMs,
       logLevel: numbers.logLevel,

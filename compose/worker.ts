@@ -7,6 +7,7 @@ import { createLogger, type Logger } from "../lib/log.ts";
 import { openPostgresDb, type Db } from "../schema/postgres.ts";
 import { createJwtAuthenticator } from "../gateway/auth.ts";
 import { createDbPlacement } from "../gateway/placement.ts";
+import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createRemoteFleet } from "../gateway/remote-fleet.ts";
 import { defaultTenantGateConfig } from "../gateway/tenants/gate.ts";
 import { createDeliveryWorker, type WebhookDeps } from "../gateway/webhooks/index.ts";
@@ -58,12 +59,13 @@ function isolateFor(env: WorkerBindings): Isolate {
   if (parsed.ok) {
     const { config } = parsed;
     const log = createLogger({ level: config.logLevel, base: { component: "gateway-worker" } });
-    const placement = createDbPlacement(requestDb, { ...config.placement, clock: systemClock });
+    const placement = createDbPlacement(requestDb, { ...config.placement, clock: systemClock, probe: createFetchProbe() });
     const fleet = createRemoteFleet({ placement, key: config.componentKey, log: log.child({ component: "remote-fleet" }) });
     iso.log = log;
     iso.gateway = assembleGatewayApp({
       db: requestDb,
       fleet,
+      hostHealth: { liveWindowMs: config.placement.liveWindowMs, maxClockSkewMs: config.placement.maxClockSkewMs },
       auth: createJwtAuthenticator({ keys: config.keys, ...config.auth }),
       log,
       clock: systemClock,

@@ -6,7 +6,7 @@ export type VmState = "creating" | "booting" | "running" | "snapshotting" | "hib
 export type WakeReason = "request" | "webhook" | "api" | "boot";
 export const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
 /** Why a VM stopped being active. */
-export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete";
+export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete" | "moved" | "drain";
 /**
  * Why the VM event log recorded a transition: a wake or sleep reason, `cancelled` (a request arrived during the
  * snapshot), or `hibernate_failed` (the snapshot could not be written: the VM went back to running, its previous
@@ -27,6 +27,12 @@ export interface AgentSpec {
   idleTimeoutMs: number;
   streamIdleMs: number;
   allowEgress: boolean;
+  /**
+   * The lease generation the gateway placed the agent under (`agents.generation`; 0 or absent: never moved). A host
+   * refuses a call of an older generation than its own (the caller's placement is stale) and discards its copy of the
+   * agent on a newer one (the agent moved away and back: the store's snapshot is newer than this host's).
+   */
+  generation?: number;
 }
 
 /**

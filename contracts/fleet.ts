@@ -30,6 +30,8 @@ export interface Fleet {
    */
   upgradeFetch?(agent: AgentSpec, req: Request, ctx: ForwardContext & SocketLimits): Promise<Response>;
   wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
+  /** Optional: chooses the agent's host now (at creation), so agents spread by free capacity before their first call; absent: the first call places it. */
+  place?(agent: AgentSpec): Promise<void>;
   hibernate(agentId: string): Promise<VmState>;
   status(agentId: string): Promise<VmStatus | undefined>;
   /** The status of each of `agentIds` its host knows, in one read (a page of a list); agents no host has are absent. */

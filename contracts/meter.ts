@@ -7,7 +7,9 @@ export type SegmentStartReason = WakeReason | "heartbeat";
 export type SegmentEndReason = SleepReason | "heartbeat";
 
 export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "boot", "heartbeat"];
-export const segmentEndReasons: readonly SegmentEndReason[] = ["idle", "api", "crash", "heartbeat", "shutdown", "delete"];
+/** Every end reason, checked both ways: a sleep reason added to contracts/agent.ts and not here fails to compile. */
+const endReasonSet = { idle: 1, api: 1, crash: 1, heartbeat: 1, shutdown: 1, delete: 1, moved: 1, drain: 1 } satisfies Record<SegmentEndReason, 1>;
+export const segmentEndReasons: readonly SegmentEndReason[] = Object.keys(endReasonSet) as SegmentEndReason[];
 
 export interface MeterSegment {
   /** `hostId:vmId:seq`, deterministic: the same segment always has the same id, so billing can count it once. */

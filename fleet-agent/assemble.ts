@@ -1,16 +1,16 @@
 // Builds one host's runtime (host core, its meter, the in-process fleet) and its row in the hosts table, the same way for the daemon and the all-in-one.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Clock } from "../lib/clock.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Metrics } from "../lib/metrics.ts";
-import type { Db } from "../schema/db.ts";
+import { queryRows, type Db } from "../schema/db.ts";
 import type { FleetAgentConfig } from "./config.ts";
 import type { VmDriver } from "./drivers/driver.ts";
-import { eq, sql } from "drizzle-orm";
+import { sql } from "drizzle-orm";
 import type { SegmentSink } from "../contracts/meter.ts";
-import { hosts } from "../schema/core.ts";
 import { Host, vmIdFor } from "./host.ts";
 import { createLocalFleet, type LocalFleet } from "./local-fleet.ts";
 import { Meter } from "./meter/index.ts";
@@ -18,7 +18,11 @@ import { createDbHostStore } from "./store.ts";
 import { createSpooledHostStore, eventSpoolDir } from "./store-spool.ts";
 import { startCrashRecovery } from "./recovery.ts";
 import { createDbCheckpointStore } from "./checkpoints.ts";
+import { createSnapshotShipper } from "./artifacts/shipper.ts";
+import { createDirArtifactStore } from "./artifacts/dir-store.ts";
+import { createDbCommitStore } from "./artifacts/commits.ts";
 import type { ImageLocator } from "../contracts/image.ts";
+import { checkHostId, hostSecretPath } from "./host-identity.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -34,13 +38,15 @@ export interface HostRuntime {
   stop(): Promise<void>;
 }
 
-/** The host id configured, or the one this data directory got the first time (kept in `<dataDir>/host-id`). */
+/** The host id configured, or the one this data directory got the first time (kept in `<dataDir>/host-id`, written whole by rename). */
 export function resolveHostId(configured: string | undefined, dataDir: string): string {
-  if (configured) return configured;
+  if (configured) return checkHostId(configured);
   const path = join(dataDir, "host-id");
-  if (existsSync(path)) return readFileSync(path, "utf8").trim();
+  if (existsSync(path)) return checkHostId(readFileSync(path, "utf8").trim());
   const id = newId("host");
-  writeFileSync(path, id + "\n");
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, id + "\n");
+  renameSync(tmp, path);
   return id;
 }
 
@@ -67,6 +73,21 @@ export async function startHostRuntime(opts: {
   meter.start();
   // The event log outlives the database: writes it refuses as unavailable wait on disk and are replayed in order.
   const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
+  // Commits go through the host's per-agent queue (`exclusive`), so a wake never reads files a commit is copying.
+  let hostRef: Host | undefined;
+  const shipper = cfg.artifacts.storeDir
+    ? createSnapshotShipper({
+        store: createDirArtifactStore({ root: cfg.artifacts.storeDir, cacheDir: cfg.artifacts.cacheDir ?? join(dataDir, "artifact-cache"), log: log.child({ component: "artifacts" }) }),
+        commits: createDbCommitStore(opts.db),
+        driver: opts.driver,
+        stagingDir: join(dataDir, "hosts", hostId, "artifact-staging"),
+        hostId,
+        log: log.child({ component: "shipper" }),
+        clock,
+        exclusive: (agentId, work) => hostRef!.exclusive(agentId, work),
+      })
+    : undefined;
+  if (shipper) log.info("snapshots are committed to the shared artifact store", { dir: cfg.artifacts.storeDir });
   const host = new Host({
     config: {
       hostId,
@@ -86,8 +107,10 @@ export async function startHostRuntime(opts: {
     log,
     activity: meter,
     checkpoints: createDbCheckpointStore(opts.db),
+    ...(shipper ? { shipper } : {}),
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
+  hostRef = host;
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the
@@ -129,31 +152,170 @@ export interface HostRow {
   capacityMiB: number;
   /** The ingress URL gateways reach this host at; unset for a host only its own process calls (the all-in-one). */
   url?: string;
+  /** sha256 (hex) of the host's secret (host-identity.ts): the row is this host's only while `hosts.secret_hash` matches it. */
+  secretHash: string;
 }
 
-/** Inserts or refreshes this host's row (a restart keeps its id): heartbeat and start time now. */
-export async function registerHost(db: Db, row: HostRow): Promise<void> {
-  const set = { driver: row.driver, capacityMiB: row.capacityMiB, lastHeartbeatAt: sql`now()`, startedAt: sql`now()`, ...(row.url !== undefined ? { url: row.url } : {}) };
-  await db
-    .insert(hosts)
-    .values({ id: row.id, driver: row.driver, capacityMiB: row.capacityMiB, ...(row.url !== undefined ? { url: row.url } : {}) })
-    .onConflictDoUpdate({ target: hosts.id, set });
+/** The refusal of a start whose host id is registered with another secret: what happened, and the ways out. */
+function identityTaken(hostId: string, dataDir: string): AppError {
+  return new AppError(
+    "conflict",
+    `host ${hostId} is registered by another data directory (its secret differs from the one in ${hostSecretPath(dataDir, hostId)}). ` +
+      `If that host is gone for good, delete its row: \`delete from hosts where id='${hostId}'\`, or start this one with another HOST_ID`,
+  );
 }
 
-/** Refreshes the host row's heartbeat every `intervalMs`; `stop()` waits for a beat in flight. */
-export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: Logger): { stop(): Promise<void> } {
-  let beating: Promise<unknown> = Promise.resolve();
-  const timer = setInterval(() => {
-    beating = db
-      .update(hosts)
-      .set({ lastHeartbeatAt: sql`now()` })
-      .where(eq(hosts.id, hostId))
-      .catch((err: unknown) => log.warn("heartbeat failed", { err: err instanceof Error ? err.message : String(err) }));
-  }, intervalMs);
+/**
+ * The host's clock minus the database's, ms, computed in SQL from the host's time at send (`hostNowMs`); clamped to
+ * the column (an int holds ±24 days).
+ */
+const skewSql = (hostNowMs: number) => sql`greatest(-2147483648, least(2147483647, round(${hostNowMs}::float8 - extract(epoch from now())::float8 * 1000)))::int`;
+
+/**
+ * Claims the host id before the host does anything: inserts the row (no URL yet: placement skips it) or takes one
+ * whose `secret_hash` is this host's or unset (a row of an older version). Another secret: refused (`conflict`),
+ * nothing written. One statement, so two processes starting at once cannot both win.
+ */
+export async function claimHost(db: Db, row: Omit<HostRow, "url">, opts: { dataDir: string }): Promise<void> {
+  const claimed = await queryRows<{ id: string }>(
+    db,
+    sql`insert into hosts (id, driver, capacity_mib, secret_hash) values (${row.id}, ${row.driver}, ${row.capacityMiB}, ${row.secretHash})
+        on conflict (id) do update set secret_hash = excluded.secret_hash
+        where hosts.secret_hash is null or hosts.secret_hash = excluded.secret_hash
+        returning id`,
+  );
+  if (claimed.length === 0) throw identityTaken(row.id, opts.dataDir);
+}
+
+/**
+ * Inserts or refreshes this host's row (a restart keeps its id): heartbeat and start time now, the clock skew from
+ * `clock` (the host's own). The row must be free or this host's (`claimHost`'s rule, in the same statement):
+ * otherwise refused with `conflict` and left as it was. Answers the skew recorded.
+ */
+export async function registerHost(db: Db, row: HostRow, opts: { dataDir: string; clock?: Clock }): Promise<{ clockSkewMs: number }> {
+  const skew = skewSql((opts.clock ?? systemClock).now());
+  const url = row.url ?? null;
+  const rows = await queryRows<{ clock_skew_ms: number }>(
+    db,
+    sql`insert into hosts (id, driver, capacity_mib, url, secret_hash, clock_skew_ms)
+        values (${row.id}, ${row.driver}, ${row.capacityMiB}, ${url}, ${row.secretHash}, ${skew})
+        on conflict (id) do update set driver = excluded.driver, capacity_mib = excluded.capacity_mib,
+          url = ${row.url !== undefined ? sql`excluded.url` : sql`hosts.url`},
+          last_heartbeat_at = now(), started_at = now(), secret_hash = excluded.secret_hash, clock_skew_ms = excluded.clock_skew_ms
+        where hosts.secret_hash is null or hosts.secret_hash = excluded.secret_hash
+        returning clock_skew_ms`,
+  );
+  if (rows.length === 0) throw identityTaken(row.id, opts.dataDir);
+  return { clockSkewMs: Number(rows[0]!.clock_skew_ms) };
+}
+
+export interface HeartbeatOptions {
+  /** The host's secret hash: a beat refreshes the row only while it is this host's. */
+  secretHash: string;
+  /** The host's own clock: its time at each beat is what the skew is measured from. */
+  clock: Clock;
+  /** Past this |skew| (ms) every beat logs an error: placement sends such a host no new agents (MAX_CLOCK_SKEW_MS). */
+  maxSkewMs: number;
+  /** The memory and number of this host's awake agents, written with each beat (what placement weighs). */
+  report?(): { usedMiB: number; awakeAgents: number };
+  /** Awaited after each beat that refreshed the row (fencing checks); what it throws is logged. */
+  afterBeat?(): Promise<void>;
+  /** Told once when a beat found the row taken by another secret; the heartbeat has stopped by then. */
+  onLost?(): void;
+}
+
+export interface Heartbeat {
+  /** Beats now (after the one in flight, if any); the timer keeps its cadence. */
+  beat(): Promise<void>;
+  /** Stops the timer and waits for a beat in flight. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Refreshes the host row every `intervalMs`, once at start too: the heartbeat, the host's clock skew and its load.
+ * The skew is the host's time at send plus half the previous beat's round trip (the moment the database most likely
+ * read `now()`), minus the database's `now()`: within a few ms on a LAN. A beat that matches no row (another process
+ * took the host id) logs an error, stops the heartbeat and calls `onLost`.
+ */
+export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: Logger, opts: HeartbeatOptions): Heartbeat {
+  const { clock } = opts;
+  let halfRttMs = 0;
+  let skewed = false;
+  let stopped = false;
+  let inFlight: Promise<void> | undefined;
+  let timer: { cancel(): void } | undefined;
+
+  async function once(): Promise<void> {
+    if (stopped) return;
+    let load: { usedMiB: number; awakeAgents: number } | undefined;
+    try {
+      load = opts.report?.();
+    } catch (err) {
+      log.warn("heartbeat: the host's load could not be read (sent without it)", { err: err instanceof Error ? err.message : String(err) });
+    }
+    const loadSet = load ? sql`, used_mib = ${Math.round(load.usedMiB)}, awake_agents = ${Math.round(load.awakeAgents)}` : sql``;
+    const sentAt = clock.monotonic();
+    let rows: { clock_skew_ms: number }[];
+    try {
+      rows = await queryRows<{ clock_skew_ms: number }>(
+        db,
+        sql`update hosts set last_heartbeat_at = now(), clock_skew_ms = ${skewSql(clock.now() + halfRttMs)}${loadSet}
+            where id = ${hostId} and secret_hash = ${opts.secretHash}
+            returning clock_skew_ms`,
+      );
+    } catch (err) {
+      log.warn("heartbeat failed", { err: err instanceof Error ? err.message : String(err) });
+      return;
+    }
+    halfRttMs = Math.max(0, (clock.monotonic() - sentAt) / 2);
+    if (rows.length === 0) {
+      stopped = true;
+      timer?.cancel();
+      log.error(`another process took host ${hostId}'s row (its secret differs from this host's): this host stops heartbeating and gets no new agents; stop it, or restart it with another HOST_ID`, { hostId });
+      opts.onLost?.();
+      return;
+    }
+    const skewMs = Number(rows[0]!.clock_skew_ms);
+    if (Math.abs(skewMs) > opts.maxSkewMs) {
+      skewed = true;
+      log.error(`this host's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the database's (allowed ${opts.maxSkewMs} ms): it takes no new agents until fixed`, { clockSkewMs: skewMs, maxClockSkewMs: opts.maxSkewMs });
+    } else if (skewed) {
+      skewed = false;
+      log.info(`this host's clock is back within ${opts.maxSkewMs} ms of the database's`, { clockSkewMs: skewMs });
+    }
+    try {
+      await opts.afterBeat?.();
+    } catch (err) {
+      log.error("heartbeat: afterBeat failed", { err: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  function beat(): Promise<void> {
+    const next = (inFlight ?? Promise.resolve()).then(once).catch((err: unknown) => log.error("heartbeat: a beat failed unexpectedly", { err: err instanceof Error ? err.message : String(err) }));
+    const mine = next.finally(() => {
+      if (inFlight === mine) inFlight = undefined;
+    });
+    inFlight = mine;
+    return mine;
+  }
+
+  // A fixed cadence; a beat still in flight (a slow database) is not doubled.
+  function arm(): void {
+    if (stopped) return;
+    timer = clock.setTimeout(() => {
+      if (!inFlight) void beat();
+      arm();
+    }, intervalMs);
+  }
+
+  void beat();
+  arm();
   return {
+    beat,
     async stop() {
-      clearInterval(timer);
-      await beating;
+      stopped = true;
+      timer?.cancel();
+      await inFlight;
     },
   };
 }

@@ -20,6 +20,8 @@ export interface FleetAgentConfig {
   /** When agents' logs (console + workload output) are rotated. */
   logs: LogLimits;
   upstream: LocalFleetOptions;
+  /** The artifact store shared by hosts (a directory every host mounts); no `storeDir`: snapshots stay on their host. */
+  artifacts: { storeDir: string | undefined; cacheDir: string | undefined };
 }
 
 /**
@@ -38,6 +40,8 @@ export interface FleetAgentConfig {
  * | LOG_ROTATE_INTERVAL_MS | 2000 | how often the host looks at its awake agents' logs (and at one on every read), ms; a log passes its limit by at most what the agent writes meanwhile |
  * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms (the gateway's fast path reads it too) |
  * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after; the gateway's fast path reads it too) |
+ * | ARTIFACT_STORE_DIR | (unset: snapshots stay on their host) | a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit |
+ * | ARTIFACT_CACHE_DIR | `<DATA_DIR>/artifact-cache` | this host's verified copies of blobs it read from the store |
  */
 export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
   return {
@@ -61,5 +65,6 @@ export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
       connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
       headersTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),
     },
+    artifacts: { storeDir: optStr(env, "ARTIFACT_STORE_DIR"), cacheDir: optStr(env, "ARTIFACT_CACHE_DIR") },
   };
 }

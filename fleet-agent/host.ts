@@ -1,5 +1,5 @@
 // The host core: owns this host's VMs, wakes them single-flight, and orchestrates their hibernation and removal.
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
@@ -25,6 +25,7 @@ import { canTransition, IllegalTransition } from "./vm-state.ts";
 import { checkpointNamePattern, type LogReadOptions, type TemplateView } from "../contracts/fleet.ts";
 import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./agent-logs.ts";
 import { checkpointDir, KeyedQueue, type CheckpointRecord, type CheckpointStore } from "./checkpoints.ts";
+import type { SnapshotShipper } from "./artifacts/shipper.ts";
 
 export interface HostConfig {
   hostId: string;
@@ -63,6 +64,11 @@ export interface HostDeps {
   metrics?: Metrics;
   /** Where checkpoints are recorded (fleet-agent/checkpoints.ts); none: this host takes none (501 checkpoints_unsupported). */
   checkpoints?: CheckpointStore;
+  /**
+   * The shared artifact store (fleet-agent/artifacts/): each hibernation is committed to it in the background, and an
+   * agent that moved here from another host starts from its last commit. None: snapshots stay on this host.
+   */
+  shipper?: SnapshotShipper;
 }
 
 /** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
@@ -89,6 +95,10 @@ export class Host {
    * a snapshot of that agent waits for it, and it waits for them (a driver's copy never races its own snapshot).
    */
   private readonly checkpointWork = new KeyedQueue();
+  /** An operator drains this host (`POST /v1/hosts/{id}/drain`): its VMs sleep as soon as no request is open, and gateways move them. */
+  private draining = false;
+  /** Whether `fence` has looked at the state directories on disk yet (once: later passes look at the VMs in memory). */
+  private fencedDisk = false;
 
   constructor(deps: HostDeps) {
     this.deps = deps;
@@ -108,10 +118,11 @@ export class Host {
       intervalMs: deps.config.reaperIntervalMs,
       cpuBusyThreshold: deps.config.cpuBusyThreshold,
       vms: () => this.vms.values(),
-      hibernate: (entry) => {
+      hibernate: (entry, reason) => {
         for (const t of [...entry.tickets]) t.hibernating();
-        void this.hibernate(entry, "idle");
+        void this.hibernate(entry, reason);
       },
+      draining: () => this.draining,
     });
     // Only awake agents write to their logs: theirs are the ones to look at.
     this.logRotator = new LogRotator({
@@ -175,8 +186,9 @@ export class Host {
 
   /**
    * Shutdown order: stop accepting new requests → stop the reaper → wait for in-flight requests to drain
-   * (bounded) → hibernate every running VM (its snapshot is its state after a restart) → let the driver
-   * release whatever it still holds (frozen processes, pre-started VMs) → flush the event log.
+   * (bounded) → hibernate every running VM (its snapshot is its state after a restart) → wait for their commits to
+   * the shared store → let the driver release whatever it still holds (frozen processes, pre-started VMs) → flush the
+   * event log.
    */
   async stop(): Promise<void> {
     if (this.stopping) return;
@@ -191,6 +203,7 @@ export class Host {
       await entry.hibernation?.promise;
       if (entry.state === "running") await this.hibernate(entry, "shutdown");
     }
+    await this.deps.shipper?.flush(); // the last hibernations' commits read the driver's files
     await this.deps.driver.close();
     await this.flush();
     for (const unregister of this.unregisterGauges) unregister();
@@ -246,7 +259,7 @@ export class Host {
    */
   async acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
     if (this.stopping) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
-    const entry = this.entry(spec);
+    const entry = await this.leased(spec);
     const queuedAt = this.deps.clock.monotonic();
     for (;;) {
       if (entry.state === "running" && entry.running && !entry.hibernation) {
@@ -360,7 +373,7 @@ export class Host {
     const name = opts.name ?? null;
     if (name !== null && !checkpointNamePattern.test(name)) throw new AppError("bad_request", `name: "${name.slice(0, 100)}" is no checkpoint name`);
     if (name !== null && (await store.nameTaken(spec.id, name))) throw new AppError("conflict", `agent ${spec.id} already has a checkpoint named "${name}"`);
-    const entry = this.entry(spec);
+    const entry = await this.leased(spec);
     return this.checkpointWork.run(spec.id, async () => {
       await this.settle(entry);
       if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
@@ -408,7 +421,7 @@ export class Host {
   async restoreCheckpoint(spec: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState> {
     const record = await this.checkpointOf(checkpointId, "restore");
     if (record.agentId !== spec.id) throw new AppError("not_found", `checkpoint ${checkpointId} is not agent ${spec.id}'s`);
-    const entry = this.entry(spec);
+    const entry = await this.leased(spec);
     return this.checkpointWork.run(spec.id, () =>
       this.checkpointWork.run(checkpointId, async () => {
         await this.settle(entry);
@@ -431,7 +444,7 @@ export class Host {
   async fork(spec: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState> {
     const record = await this.checkpointOf(checkpointId, "fork");
     if (record.tenantId !== spec.tenantId) throw new AppError("not_found", `checkpoint ${checkpointId} not found`);
-    const entry = this.entry(spec);
+    const entry = await this.leased(spec);
     return this.checkpointWork.run(spec.id, () =>
       this.checkpointWork.run(checkpointId, async () => {
         if (entry.state !== "creating") throw new AppError("conflict", `agent ${spec.id} already has a state of its own: only a new agent is forked`);
@@ -539,6 +552,173 @@ export class Host {
     return withDeadline(this.deps.clock, ms, drained, () => undefined).finally(() => (this.drained = undefined));
   }
 
+  /**
+   * An agent that moved here (a lease generation above 0, nothing of it on this host) starts from its last commit in
+   * the shared store: the committed files become its snapshot, as a checkpoint restore does, and the wake restores it.
+   * Without a commit (or a store) it boots. A commit that cannot be read (a blob missing or corrupt) fails the wake:
+   * booting instead would silently start the agent without its files.
+   */
+  private async fromStore(entry: VmEntry, reason: WakeReason): Promise<Record<string, unknown> | undefined> {
+    const { shipper, driver } = this.deps;
+    if (!shipper || !driver.restoreCheckpoint) return undefined;
+    // A `.tmp-` parent (what a crash leaves is swept at start); the checkpoint's own name is what the guest is told it
+    // came from (`clonedFrom` in /run/agentvm/identity): `moved-g<generation>`.
+    const parent = join(this.checkpointsDir, `store.tmp-${newId("request").slice(4)}`);
+    const dir = join(parent, `moved-g${entry.generation}`);
+    mkdirSync(parent, { recursive: true });
+    const started = this.deps.clock.monotonic();
+    try {
+      const row = await shipper.materialize(entry.spec.id, dir);
+      if (!row) return undefined;
+      await driver.restoreCheckpoint(entry.vmSpec, dir);
+      const ms = round(this.deps.clock.monotonic() - started);
+      this.transition(entry, "hibernated", reason, { snapshotBytes: row.bytes }, { fromStore: { hostId: row.hostId, generation: row.generation, snapshotAt: row.snapshotAt.toISOString(), fetchMs: ms } });
+      this.deps.log.info("restoring from the shared store", { agentId: entry.spec.id, fromHost: row.hostId, bytes: row.bytes, fetchMs: ms });
+      return { fromStore: row.hostId };
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  }
+
+  /** Runs `work` apart from the agent's wakes, snapshots and checkpoints (the shipper's checkpoint step). */
+  exclusive<T>(agentId: string, work: () => Promise<T>): Promise<T> {
+    return this.checkpointWork.run(agentId, work);
+  }
+
+  /**
+   * The agent's entry under the lease generation the call carries (fencing). An older generation than this host's is a
+   * caller with a stale placement: refused (503, the gateway asks the database again). A newer one means the agent was
+   * moved to another host and back since this host last ran it: its copy here is stale, so it is stopped and its files
+   * removed, and the agent starts here from what the store has (or boots). The generation is kept beside the VMs'
+   * directories (`<vmsDir>/../leases/<agentId>`), so a restart knows it.
+   */
+  private async leased(spec: AgentSpec): Promise<VmEntry> {
+    const generation = spec.generation ?? 0;
+    const known = this.vms.get(spec.id);
+    const held = known?.generation ?? this.diskGeneration(spec.id);
+    if (generation < held) {
+      throw new AppError("host_unavailable", `agent ${spec.id} runs on this host under lease generation ${held}, the call carries ${generation}: the caller's placement is stale`, { retryAfterS: 1 });
+    }
+    if (generation > held) {
+      if (known) await this.evict(known, `a call of lease generation ${generation} (this host had ${held})`);
+      else if (this.fs.hasStateDir(join(this.deps.config.vmsDir, spec.id))) await this.discardStateDir(spec.id, `its files here are of lease generation ${held}, the call carries ${generation}`);
+      this.writeDiskGeneration(spec.id, generation);
+    }
+    return this.entry(spec);
+  }
+
+  /**
+   * Stops this host's copy of every agent the database says it no longer owns (another host, or a newer lease
+   * generation): a host that was cut off or dead while its agents moved must not run, meter or snapshot them again.
+   * The first pass also looks at the state directories on disk (what a dead process left). Called after each heartbeat;
+   * answers how many copies it stopped.
+   */
+  async fence(): Promise<number> {
+    const { vmsDir } = this.deps.config;
+    const ids = new Set(this.vms.keys());
+    if (!this.fencedDisk) for (const id of this.fs.vmDirs(vmsDir)) if (isId("agent", id)) ids.add(id);
+    if (ids.size === 0) return 0;
+    const owners = await this.deps.store.owners([...ids]);
+    this.fencedDisk = true;
+    let stopped = 0;
+    for (const id of ids) {
+      const owner = owners.get(id);
+      if (!owner || owner.deleted || owner.hostId === null) continue;
+      const entry = this.vms.get(id);
+      const held = entry?.generation ?? this.diskGeneration(id);
+      if (owner.hostId === this.hostId && owner.generation <= held) continue;
+      const why = owner.hostId === this.hostId ? `lease generation ${owner.generation} is newer than this host's ${held}` : `it is on host ${owner.hostId} now (lease generation ${owner.generation})`;
+      if (entry) await this.evict(entry, why);
+      else await this.discardStateDir(id, why);
+      stopped++;
+    }
+    return stopped;
+  }
+
+  /** After each heartbeat: drain as the host's row says, then `fence`. */
+  async afterHeartbeat(): Promise<void> {
+    this.setDraining(await this.deps.store.draining(this.hostId));
+    await this.fence();
+  }
+
+  /**
+   * Drain on or off, as the host's row says at each heartbeat. While draining, each reaper pass hibernates every
+   * running VM with no request open (leases and idle timeouts aside); gateways place none of its agents here again
+   * once they sleep, and no new agents (gateway/placement.ts).
+   */
+  setDraining(on: boolean): void {
+    if (on === this.draining) return;
+    this.draining = on;
+    this.deps.log.warn(on ? "draining: agents hibernate as soon as no request is open, and wake on other hosts" : "drain ended: this host takes agents again");
+  }
+
+  /** Memory of the VMs awake here (booting, running, restoring, snapshotting) and how many they are: what the heartbeat reports. */
+  load(): { usedMiB: number; awakeAgents: number } {
+    let usedMiB = 0;
+    let awakeAgents = 0;
+    for (const e of this.vms.values()) {
+      if (e.state !== "booting" && e.state !== "running" && e.state !== "restoring" && e.state !== "snapshotting") continue;
+      usedMiB += e.vmSpec.memMiB;
+      awakeAgents++;
+    }
+    return { usedMiB, awakeAgents };
+  }
+
+  /**
+   * Stops an agent's VM here without a snapshot (its state here is not the agent's any more) and forgets it: open
+   * requests end (WebSockets with 1001), the meter closes its segment (reason `moved`), the run ends, its files go. No
+   * transition reaches the agent's row: it is another host's (the event log is fenced by generation anyway).
+   */
+  private async evict(entry: VmEntry, why: string): Promise<void> {
+    const agentId = entry.spec.id;
+    for (const t of [...entry.tickets]) t.hibernating();
+    await this.checkpointWork.busy(agentId);
+    await entry.wake?.catch(() => undefined);
+    await entry.hibernation?.promise.catch(() => undefined);
+    if (entry.running) {
+      if (entry.state === "running") {
+        this.endActivity(entry, "moved");
+        this.endRun(entry, "moved");
+      }
+      await this.deps.driver.stop(entry.running).catch((err) => this.deps.log.warn("stop failed", { agentId, err }));
+    }
+    entry.running = undefined;
+    entry.state = "destroyed";
+    this.vms.delete(agentId);
+    await this.discardStateDir(agentId, why);
+  }
+
+  /** Removes an agent's state here (its leftover processes first): the agent's current state is on another host or in the store. */
+  private async discardStateDir(agentId: string, why: string): Promise<void> {
+    const spec = this.bareSpec(agentId);
+    await this.deps.driver.reap(spec).catch((err) => this.deps.log.warn("reaping a moved agent's VM failed", { agentId, err }));
+    await this.deps.driver.destroy(spec).catch((err) => this.deps.log.warn("removing a moved agent's files failed", { agentId, err }));
+    rmSync(spec.stateDir, { recursive: true, force: true });
+    rmSync(this.generationPath(agentId), { force: true });
+    this.deps.log.warn("stopped this host's copy of an agent it no longer owns", { agentId, why });
+  }
+
+  private generationPath(agentId: string): string {
+    return join(dirname(this.deps.config.vmsDir), "leases", agentId);
+  }
+
+  /** The lease generation this host last ran the agent under (0 when it never was moved here). */
+  private diskGeneration(agentId: string): number {
+    try {
+      const n = Number(readFileSync(this.generationPath(agentId), "utf8").trim());
+      return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+    } catch {
+      return 0;
+    }
+  }
+
+  private writeDiskGeneration(agentId: string, generation: number): void {
+    const path = this.generationPath(agentId);
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(`${path}.tmp`, `${generation}\n`);
+    renameSync(`${path}.tmp`, path);
+  }
+
   private entry(spec: AgentSpec): VmEntry {
     let e = this.vms.get(spec.id);
     if (e) {
@@ -606,6 +786,7 @@ export class Host {
       }
       let info: Omit<WakeInfo, "runId">;
       let detail: Record<string, unknown> | undefined;
+      if (entry.state === "creating" && entry.generation > 0) detail = await this.fromStore(entry, reason);
       if (entry.state === "creating") {
         this.transition(entry, "booting", reason === "request" || reason === "webhook" || reason === "api" ? reason : "boot");
         const booted = await driver.boot(entry.vmSpec);
@@ -624,7 +805,7 @@ export class Host {
           woke.mode === "boot"
             ? { wake: "boot", timings: { bootMs: round(t.bootMs ?? t.restoreMs), ...clockFix } }
             : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix } };
-        if (woke.fallbackReason) detail = { fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
+        if (woke.fallbackReason) detail = { ...detail, fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
       }
       const runId = newId("run");
       const rollback = this.takeRollback(entry.spec.id, info.wake);
@@ -731,7 +912,10 @@ export class Host {
           this.transition(entry, "hibernated", reason, { snapshotMs: round(result.snapshotMs), snapshotBytes: result.bytes });
           this.metrics.inc("agentvm_snapshot_bytes_total", {}, result.bytes);
           this.metrics.observe("agentvm_snapshot_seconds", { reason }, seconds(result.snapshotMs));
-          this.endRun(entry, reason);
+          const sleptAt = this.endRun(entry, reason);
+          // In the background: the snapshot here is enough to wake here. The commit's time is the run's end, which
+          // placement compares to tell whether the store has the agent's last state (gateway/placement.ts `carryable`).
+          if (sleptAt) void this.deps.shipper?.commit({ spec: entry.spec, vmSpec: entry.vmSpec, generation: entry.generation, snapshotAt: sleptAt }).catch(() => undefined);
         } else {
           this.transition(entry, "running", "cancelled");
           entry.lastActivityAt = this.deps.clock.monotonic();
@@ -799,11 +983,14 @@ export class Host {
     this.deps.activity.inactive({ at: this.deps.clock.now(), mono: this.deps.clock.monotonic(), vmId: entry.vmSpec.vmId, reason });
   }
 
-  private endRun(entry: VmEntry, reason: SleepReason): void {
+  /** Ends the VM's run now; answers when (undefined: it had none). */
+  private endRun(entry: VmEntry, reason: SleepReason): Date | undefined {
     const runId = entry.runId;
-    if (!runId) return;
+    if (!runId) return undefined;
     entry.runId = undefined;
-    this.events.runEnded(runId, new Date(this.deps.clock.now()), reason);
+    const at = new Date(this.deps.clock.now());
+    this.events.runEnded(runId, at, reason);
+    return at;
   }
 
   private transition(entry: VmEntry, to: VmState, reason: TransitionReason, timings?: TransitionTimings, detail?: Record<string, unknown>): void {
@@ -822,6 +1009,7 @@ export class Host {
       reason,
       timings: timings ?? null,
       detail: detail ?? null,
+      generation: entry.generation,
     };
     this.events.transition(record);
   }

@@ -15,8 +15,10 @@ export interface ReaperDeps {
   cpuBusyThreshold: number;
   /** The host's VMs at the start of a pass. */
   vms(): Iterable<VmEntry>;
-  /** Puts an idle VM to sleep (reason `idle`); a pass does not wait for the snapshot. */
-  hibernate(entry: VmEntry): void;
+  /** Puts an idle VM to sleep (reason `idle`, or `drain` while draining); a pass does not wait for the snapshot. */
+  hibernate(entry: VmEntry, reason: "idle" | "drain"): void;
+  /** Whether the host is draining: then every running VM with no request open sleeps at once (leases and timeouts aside). */
+  draining?(): boolean;
 }
 
 export class IdleReaper {
@@ -55,6 +57,10 @@ export class IdleReaper {
     for (const entry of [...this.deps.vms()]) {
       const vm = entry.running;
       if (!vm || !settledRunning(entry)) continue;
+      if (this.deps.draining?.() && entry.tickets.length === 0) {
+        this.deps.hibernate(entry, "drain"); // its next call wakes it on another host
+        continue;
+      }
       const guestLeases = await driver.guestLeases(vm).catch(() => 0);
       const cpuSeconds = await driver.cpuSeconds(vm).catch(() => undefined);
       // While the driver answered, the VM may have crashed, been woken again or begun to hibernate.
@@ -74,7 +80,7 @@ export class IdleReaper {
       });
       if (verdict.hibernate) {
         // After a failed hibernate the VM stays awake until its backoff has passed, however idle it is.
-        if (entry.hibernateRetryAt === undefined || now >= entry.hibernateRetryAt) this.deps.hibernate(entry);
+        if (entry.hibernateRetryAt === undefined || now >= entry.hibernateRetryAt) this.deps.hibernate(entry, "idle");
       } else if (verdict.busy) entry.lastActivityAt = now; // the idle timeout counts from the end of the work
     }
   }

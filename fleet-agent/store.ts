@@ -1,7 +1,7 @@
 // Where a host records what happened to its VMs: the event log, awake runs, agents' last known state.
-import { and, desc, eq, inArray, isNull, lt } from "drizzle-orm";
+import { and, desc, eq, inArray, isNull, lt, or } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
-import { agents, runs, vmEvents } from "../schema/core.ts";
+import { agents, hosts, runs, vmEvents } from "../schema/core.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
 import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
 
@@ -17,6 +17,8 @@ export interface TransitionRecord {
   reason: string;
   timings: TransitionTimings | null;
   detail: Record<string, unknown> | null;
+  /** The lease generation the host ran the agent under: the agent's row takes the state only while it still says this host and generation. */
+  generation?: number;
 }
 
 export interface RunStart {
@@ -76,7 +78,18 @@ export interface CrashRecord {
   setAgentState: boolean;
 }
 
+/** Who owns an agent now, as the database says (fencing: a host stops its copy of an agent it no longer owns). */
+export interface AgentOwner {
+  hostId: string | null;
+  generation: number;
+  deleted: boolean;
+}
+
 export interface HostStore extends HostRecoveryStore {
+  /** The owners of these agents; agents without a row are left out. */
+  owners(agentIds: readonly string[]): Promise<Map<string, AgentOwner>>;
+  /** Whether an operator drains this host (its row's `draining_at`). */
+  draining(hostId: string): Promise<boolean>;
   transition(r: TransitionRecord): Promise<void>;
   runStarted(r: RunStart): Promise<void>;
   runTimings(runId: string, timings: WakeTimings): Promise<void>;
@@ -104,7 +117,12 @@ export function createDbHostStore(db: Db): HostStore {
         await tx.insert(vmEvents).values(r);
         const patch: Partial<typeof agents.$inferInsert> = { state: r.toState, hostId: r.hostId };
         if (r.toState === "running") patch.lastWakeAt = r.at;
-        await tx.update(agents).set(patch).where(eq(agents.id, r.agentId));
+        // Fenced: a host whose lease on the agent ended (it moved to another host, a newer generation) changes nothing of
+        // its row, even when this write was spooled through an outage and replayed later. The event log keeps it all.
+        await tx
+          .update(agents)
+          .set(patch)
+          .where(and(eq(agents.id, r.agentId), or(isNull(agents.hostId), eq(agents.hostId, r.hostId)), eq(agents.generation, r.generation ?? 0)));
         const action = auditedStates[r.toState];
         if (!action) return;
         await audit.within(tx).record({
@@ -124,6 +142,20 @@ export function createDbHostStore(db: Db): HostStore {
     },
     async runTimings(runId, timings) {
       await db.update(runs).set({ timings }).where(eq(runs.id, runId));
+    },
+    async owners(agentIds) {
+      const out = new Map<string, AgentOwner>();
+      if (agentIds.length === 0) return out;
+      const rows = await db
+        .select({ id: agents.id, hostId: agents.hostId, generation: agents.generation, deletedAt: agents.deletedAt })
+        .from(agents)
+        .where(inArray(agents.id, [...agentIds]));
+      for (const r of rows) out.set(r.id, { hostId: r.hostId, generation: r.generation, deleted: r.deletedAt !== null });
+      return out;
+    },
+    async draining(hostId) {
+      const [row] = await db.select({ drainingAt: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId));
+      return row?.drainingAt != null;
     },
     async runEnded(runId, sleptAt, reason) {
       await db.update(runs).set({ sleptAt, sleepReason: reason }).where(eq(runs.id, runId));
@@ -170,6 +202,10 @@ export interface MemoryHostStore extends HostStore {
   /** Agents' rows as transitions left them (tests may seed them). */
   agentRows: Map<string, AgentStateRow>;
   crashes: CrashRecord[];
+  /** Who owns an agent, when a test moves it to another host or generation. */
+  owned: Map<string, AgentOwner>;
+  /** What `draining` answers (a test drains the host by setting it). */
+  drainingNow: { value: boolean };
 }
 
 /** Keeps everything in arrays: for unit tests of the host's logic. */
@@ -178,12 +214,16 @@ export function createMemoryHostStore(): MemoryHostStore {
   const runMap = new Map<string, RunStart & { sleptAt?: Date; sleepReason?: string }>();
   const agentRows = new Map<string, AgentStateRow>();
   const crashes: CrashRecord[] = [];
+  const owners = new Map<string, AgentOwner>();
+  const drainingNow = { value: false };
   const runRow = (r: RunStart & { sleptAt?: Date; sleepReason?: string }): RunRow => ({ ...r, sleptAt: r.sleptAt ?? null, sleepReason: r.sleepReason ?? null });
   return {
     transitions,
     runs: runMap,
     agentRows,
     crashes,
+    owned: owners,
+    drainingNow,
     async transition(r) {
       transitions.push(r);
       agentRows.set(r.agentId, { id: r.agentId, tenantId: r.tenantId, state: r.toState, hostId: r.hostId });
@@ -194,6 +234,18 @@ export function createMemoryHostStore(): MemoryHostStore {
     async runTimings(runId, timings) {
       const run = runMap.get(runId);
       if (run) run.timings = timings;
+    },
+    async owners(agentIds) {
+      // Tests set `owners` to say who owns an agent now; otherwise the rows transitions left, generation 0.
+      const out = new Map<string, AgentOwner>();
+      for (const id of agentIds) {
+        const o = owners.get(id) ?? (agentRows.has(id) ? { hostId: agentRows.get(id)!.hostId, generation: 0, deleted: false } : undefined);
+        if (o) out.set(id, o);
+      }
+      return out;
+    },
+    async draining() {
+      return drainingNow.value;
     },
     async runEnded(runId, sleptAt, reason) {
       const run = runMap.get(runId);

@@ -7,6 +7,8 @@ import type { TicketImpl } from "./tickets.ts";
 
 export interface VmEntry {
   spec: AgentSpec;
+  /** The lease generation this host runs the agent under (`AgentSpec.generation`, 0 when never moved). */
+  generation: number;
   vmSpec: VmSpec;
   state: VmState;
   running: RunningVm | undefined;
@@ -41,6 +43,7 @@ export interface VmEntry {
 export function newVmEntry(spec: AgentSpec, vmSpec: VmSpec, state: VmState, now: number): VmEntry {
   return {
     spec,
+    generation: spec.generation ?? 0,
     vmSpec,
     state,
     running: undefined,

@@ -118,7 +118,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
 
   /**
    * A verified token's tenant must exist and be active on every route, but for an operator token on the operator's
-   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`: its tenant claim need not exist): 403 tenant_not_found /
+   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`, `/v1/hosts…`: its tenant claim need not exist): 403 tenant_not_found /
    * tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one is created).
    */
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {

@@ -1,4 +1,5 @@
-// Which host runs an agent: the one in `agents.host_id`, else the live host with room and the freshest heartbeat (recorded atomically).
+// Which host runs an agent: the one in `agents.host_id` while its lease holds (heartbeat within the live window), else a
+// healthy host with the most free memory, recorded atomically with a new lease generation (a dead host's agents move).
 import { sql } from "drizzle-orm";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
@@ -12,6 +13,8 @@ export interface PlacedHost {
   url: string;
   /** Heartbeat within the live window (a host that is not live is still tried for the agents it holds). */
   live: boolean;
+  /** The agent's lease generation on this host (`agents.generation`): calls carry it so a stale host refuses them. */
+  generation: number;
 }
 
 export interface Placement {
@@ -25,7 +28,12 @@ export interface Placement {
   forget(agentId: string): void;
   /** The live hosts with an ingress URL, by id: what `GET /v1/templates` asks, one call each. */
   liveHosts?(): Promise<PlacedHost[]>;
+  /** A call to the host failed to connect: no new agents go there until a probe reaches it again. */
+  unreachable?(hostId: string): void;
 }
+
+/** Asks whether the gateway can reach a host's ingress now (its `/healthz` answers with its id); cached by the placement. */
+export type HostProbe = (host: { id: string; url: string }) => Promise<boolean>;
 
 export interface PlacementOptions {
   /** A host whose last heartbeat is older than this is not live: no new agents go there. */
@@ -35,23 +43,50 @@ export interface PlacementOptions {
   clock: Clock;
   /** Told once per outage that kept answers are being used (the database is unavailable). */
   onOutage?: (err: unknown) => void;
+  /** A host whose clock differs from the database's by more than this (it reports its own at each heartbeat) takes no new agents, ms. Default 2000. */
+  maxClockSkewMs?: number;
+  /** Memory kept free on every host (not offered to agents), MiB. Default 0. */
+  reserveMiB?: number;
+  /** Reachability of a candidate host, asked before placing on it (answers kept `probeTtlMs`); none: every live host counts as reachable. */
+  probe?: HostProbe;
+  probeTtlMs?: number;
+  /** Told of each agent moved off a host whose lease ended (failover) or that is draining. */
+  onMove?: (move: AgentMove) => void;
 }
 
-/** A host as placement weighs it: live ones with an ingress URL, and the memory of their awake agents. */
+/** One agent moved to another host: its lease generation rose from `generation - 1`. */
+export interface AgentMove {
+  agentId: string;
+  fromHostId: string;
+  toHostId: string;
+  generation: number;
+  /** `host_lost`: the old host's lease ended; `drain`: an operator drains it. */
+  reason: "host_lost" | "drain";
+}
+
+/** A host as placement weighs it: a healthy one (live, clock within bounds, not draining) with an ingress URL. */
 export interface HostLoad {
   id: string;
   url: string;
   capacityMiB: number;
-  /** Memory of this host's agents that are awake (or waking, or being snapshotted) now; hibernated ones cost disk only. */
+  /** Memory of the host's awake agents as it reported at its last heartbeat; hibernated ones cost disk only. */
   usedMiB: number;
-  lastHeartbeatAt: Date;
+  /** Memory of agents placed on it that have not run yet (they wake there at their first call). */
+  pendingMiB: number;
+  /** Its agents (not deleted), whatever their state. */
+  agents: number;
 }
 
-/** The host a new agent goes to: enough free memory for it, then the freshest heartbeat, then the most room. */
-export function chooseHost(hosts: readonly HostLoad[], memMiB: number): HostLoad | undefined {
+/**
+ * The host a new agent goes to: one whose reported free memory (capacity − reserve − used) fits it; among them the
+ * most free once agents placed but not yet run are counted too (so a burst of creates spreads before any heartbeat
+ * reports them), then the fewest agents, then the id.
+ */
+export function chooseHost(hosts: readonly HostLoad[], memMiB: number, reserveMiB = 0): HostLoad | undefined {
+  const free = (h: HostLoad) => h.capacityMiB - reserveMiB - h.usedMiB;
   return hosts
-    .filter((h) => h.capacityMiB - h.usedMiB >= memMiB)
-    .sort((a, b) => b.lastHeartbeatAt.getTime() - a.lastHeartbeatAt.getTime() || b.capacityMiB - b.usedMiB - (a.capacityMiB - a.usedMiB) || a.id.localeCompare(b.id))[0];
+    .filter((h) => free(h) >= memMiB)
+    .sort((a, b) => free(b) - b.pendingMiB - (free(a) - a.pendingMiB) || a.agents - b.agents || a.id.localeCompare(b.id))[0];
 }
 
 /** A cache shared by the placements of one process (a Worker builds a placement per request over its own db client). */
@@ -63,29 +98,69 @@ const maxCachedPlacements = 100_000;
 export function createDbPlacement(db: Db, opts: PlacementOptions, cache: PlacementCache = new Map()): Placement {
   const liveWindow = sql`make_interval(secs => ${opts.liveWindowMs / 1000})`;
 
-  async function current(agentId: string): Promise<{ found: boolean; state: string; host: PlacedHost | undefined; hostId: string | null }> {
-    const rows = await queryRows<{ host_id: string | null; state: string; url: string | null; live: boolean | null }>(
+  const maxSkew = opts.maxClockSkewMs ?? 2000;
+  const probeTtlMs = opts.probeTtlMs ?? 5000;
+  /** This process's last probe of each host: a host it could not reach takes no new agents until a probe succeeds. */
+  const reach = new Map<string, { ok: boolean; at: number }>();
+
+  async function reachable(h: { id: string; url: string }): Promise<boolean> {
+    const kept = reach.get(h.id);
+    if (kept && opts.clock.monotonic() - kept.at < probeTtlMs) return kept.ok;
+    if (!opts.probe) return kept?.ok ?? true;
+    const ok = await opts.probe(h).catch(() => false);
+    reach.set(h.id, { ok, at: opts.clock.monotonic() });
+    return ok;
+  }
+
+  /** The agent's row and its host's as placement weighs them (one query). */
+  async function current(agentId: string): Promise<{
+    found: boolean;
+    state: string;
+    host: PlacedHost | undefined;
+    hostId: string | null;
+    generation: number;
+    /** Its host is live, its clock within bounds, not draining, and reachable from here: it may take the agent's first run. */
+    healthy: boolean;
+    draining: boolean;
+    /** Another host can take the agent with its state: the process driver keeps none, or its last hibernation is committed to the shared store. */
+    carryable: boolean;
+  }> {
+    const rows = await queryRows<{ host_id: string | null; state: string; generation: number; url: string | null; live: boolean | null; skew: number | null; draining: boolean | null; carryable: boolean | null }>(
       db,
-      sql`select a.host_id, a.state, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
+      sql`select a.host_id, a.state, a.generation, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live,
+                 h.clock_skew_ms as skew, h.draining_at is not null as draining,
+                 (h.driver = 'process' or exists (
+                   select 1 from agent_commits c
+                   where c.agent_id = a.id and c.generation = a.generation
+                     and c.snapshot_at >= coalesce((select max(r.slept_at) from runs r where r.agent_id = a.id and r.host_id = a.host_id), '-infinity'::timestamptz)
+                 )) as carryable
           from agents a left join hosts h on h.id = a.host_id
           where a.id = ${agentId} and a.deleted_at is null`,
     );
     const row = rows[0];
-    if (!row) return { found: false, state: "", host: undefined, hostId: null };
-    const host = row.host_id && row.url ? { id: row.host_id, url: row.url, live: row.live === true } : undefined;
-    return { found: true, state: row.state, host, hostId: row.host_id };
+    if (!row) return { found: false, state: "", host: undefined, hostId: null, generation: 0, healthy: false, draining: false, carryable: false };
+    const generation = Number(row.generation);
+    const host = row.host_id && row.url ? { id: row.host_id, url: row.url, live: row.live === true, generation } : undefined;
+    const draining = row.draining === true;
+    const healthy = host !== undefined && host.live && Math.abs(Number(row.skew ?? 0)) <= maxSkew && !draining && (await reachable(host));
+    return { found: true, state: row.state, host, hostId: row.host_id, generation, healthy, draining, carryable: row.carryable === true };
   }
 
+  /** Hosts that may take new agents: live, an ingress URL, the clock within bounds, not draining, reachable from here. */
   async function candidates(): Promise<HostLoad[]> {
-    const rows = await queryRows<{ id: string; url: string; capacity_mib: number; used_mib: string | number; last_heartbeat_at: Date | string }>(
+    const rows = await queryRows<{ id: string; url: string; capacity_mib: number; used_mib: number; pending_mib: string | number; agents: string | number }>(
       db,
-      sql`select h.id, h.url, h.capacity_mib, h.last_heartbeat_at,
-                 coalesce(sum(a.mem_mib) filter (where a.deleted_at is null and a.state in ('booting', 'running', 'restoring', 'snapshotting')), 0) as used_mib
+      sql`select h.id, h.url, h.capacity_mib, h.used_mib,
+                 coalesce(sum(a.mem_mib) filter (where a.deleted_at is null and a.state = 'creating'), 0) as pending_mib,
+                 count(a.id) filter (where a.deleted_at is null) as agents
           from hosts h left join agents a on a.host_id = h.id
           where h.url is not null and h.last_heartbeat_at > now() - ${liveWindow}
+            and abs(h.clock_skew_ms) <= ${maxSkew} and h.draining_at is null
           group by h.id`,
     );
-    return rows.map((r) => ({ id: r.id, url: r.url, capacityMiB: r.capacity_mib, usedMiB: Number(r.used_mib), lastHeartbeatAt: new Date(r.last_heartbeat_at) }));
+    const loads = rows.map((r) => ({ id: r.id, url: r.url, capacityMiB: r.capacity_mib, usedMiB: Number(r.used_mib), pendingMiB: Number(r.pending_mib), agents: Number(r.agents) }));
+    const ok = await Promise.all(loads.map((h) => reachable(h)));
+    return loads.filter((_, i) => ok[i]);
   }
 
   function remember(agentId: string, host: PlacedHost): PlacedHost {
@@ -129,7 +204,10 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
 
   return {
     async liveHosts() {
-      return (await candidates()).map((h) => ({ id: h.id, url: h.url, live: true })).sort((a, b) => a.id.localeCompare(b.id));
+      return (await candidates()).map((h) => ({ id: h.id, url: h.url, live: true, generation: 0 })).sort((a, b) => a.id.localeCompare(b.id));
+    },
+    unreachable(hostId) {
+      reach.set(hostId, { ok: false, at: opts.clock.monotonic() });
     },
     async hostFor(agent) {
       const hit = cached(agent.id);
@@ -149,14 +227,14 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
       }
       if (asked.length === 0) return out;
       try {
-        const rows = await queryRows<{ id: string; host_id: string; url: string; live: boolean | null }>(
+        const rows = await queryRows<{ id: string; host_id: string; url: string; live: boolean | null; generation: number }>(
           db,
-          sql`select a.id, a.host_id, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
+          sql`select a.id, a.host_id, a.generation, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
               from agents a join hosts h on h.id = a.host_id
               where a.id in (${sql.join(asked.map((id) => sql`${id}`), sql`, `)}) and a.deleted_at is null and h.url is not null`,
         );
         outage = false;
-        for (const r of rows) out.set(r.id, remember(r.id, { id: r.host_id, url: r.url, live: r.live === true }));
+        for (const r of rows) out.set(r.id, remember(r.id, { id: r.host_id, url: r.url, live: r.live === true, generation: Number(r.generation) }));
       } catch (err) {
         // As for one agent: while the database is away, the hosts this process last knew stand in (a listing shows the rest as recorded).
         if (!isDatabaseUnavailable(err)) throw err;
@@ -174,25 +252,70 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     },
   };
 
+  /**
+   * An agent stays on its host while that host's lease holds (its heartbeat is within the live window), unless the host
+   * drains and the agent sleeps with its state carryable: then it moves. One that never ran also leaves a host that is
+   * unhealthy now (skewed clock, draining, unreachable from here): it has nothing there. One whose host's lease ended
+   * moves when its state is carryable (the process driver, or its last hibernation committed to the shared store);
+   * otherwise it waits for that host (503). A moved agent gets a new lease generation; the old host, if it comes back,
+   * sees it and stops its copy (fleet-agent/host.ts `fence`). Its open runs there end at that host's last heartbeat:
+   * what it did after that is not billed (at most one heartbeat of metering is lost).
+   */
   async function place(agent: AgentSpec): Promise<PlacedHost> {
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = await current(agent.id);
       if (!now.found) throw new AppError("not_found", `agent ${agent.id} not found`);
-      // An agent that has run keeps its host: its snapshot is on that host's disk. Only one that never ran moves.
-      const movable = now.state === "creating";
-      if (now.host && (now.host.live || !movable)) return remember(agent.id, now.host);
-      if (now.hostId && !movable) throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
-      const choice = chooseHost(await candidates(), agent.memMiB);
-      if (!choice) throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
-      // Compare-and-set: when gateways race, one placement wins and the others read it on the next round.
-      const updated = await queryRows<{ id: string }>(
-        db,
-        sql`update agents set host_id = ${choice.id}
-            where id = ${agent.id} and host_id is not distinct from ${now.hostId}
-            returning id`,
-      );
-      if (updated.length === 1) return remember(agent.id, { id: choice.id, url: choice.url, live: true });
+      const fresh = now.state === "creating";
+      let reason: AgentMove["reason"] | undefined;
+      if (now.host) {
+        const asleep = now.state === "hibernated" || now.state === "stopped";
+        if (fresh ? now.healthy : now.host.live && !(now.draining && asleep && now.carryable)) return remember(agent.id, now.host);
+        if (!fresh && !now.host.live && !now.carryable) {
+          throw new AppError("host_unavailable", `agent ${agent.id}'s host ${now.host.id} is not live, and its last snapshot is on that host only (no commit in the shared store): it answers again when the host is back`, { retryAfterS: 10 });
+        }
+        if (!fresh) reason = now.host.live ? "drain" : "host_lost";
+      } else if (now.hostId && !fresh) {
+        throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
+      }
+      const choice = chooseHost((await candidates()).filter((h) => h.id !== now.hostId), agent.memMiB, opts.reserveMiB);
+      if (!choice) {
+        if (reason === "drain") return remember(agent.id, now.host!); // nowhere to go: it stays on the draining host for now
+        if (reason) throw new AppError("host_unavailable", `agent ${agent.id}'s host ${now.host!.id} is not live, and no other host has ${agent.memMiB} MiB free for it`, { retryAfterS: 5 });
+        throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
+      }
+      const moved = await moveAgent(agent.id, now.hostId, now.generation, choice.id, reason === "host_lost");
+      if (moved !== undefined) {
+        if (reason) opts.onMove?.({ agentId: agent.id, fromHostId: now.hostId!, toHostId: choice.id, generation: moved, reason });
+        return remember(agent.id, { id: choice.id, url: choice.url, live: true, generation: moved });
+      }
     }
     throw new AppError("conflict", `agent ${agent.id} is being placed concurrently; retry`, { retryAfterS: 1 });
+  }
+
+  /**
+   * Compare-and-set of the agent's host and generation (gateways racing: one wins, the others read it on the next round).
+   * An agent taken from a host whose lease ended (`lost`) gets state `stopped` (that VM is gone for this fleet) and its
+   * open runs there end at the old host's last heartbeat, in the same transaction. Answers the new generation, or
+   * undefined when it lost the race.
+   */
+  async function moveAgent(agentId: string, fromHostId: string | null, generation: number, toHostId: string, lost: boolean): Promise<number | undefined> {
+    return db.transaction(async (tx) => {
+      const updated = await queryRows<{ generation: number }>(
+        tx as unknown as Db,
+        sql`update agents set host_id = ${toHostId}, generation = generation + 1${lost ? sql`, state = 'stopped'` : sql``}
+            where id = ${agentId} and host_id is not distinct from ${fromHostId} and generation = ${generation}
+            returning generation`,
+      );
+      if (updated.length !== 1) return undefined;
+      if (fromHostId && lost) {
+        await queryRows(
+          tx as unknown as Db,
+          sql`update runs set slept_at = greatest(runs.woke_at, h.last_heartbeat_at), sleep_reason = 'host_lost'
+              from hosts h
+              where h.id = runs.host_id and runs.agent_id = ${agentId} and runs.host_id = ${fromHostId} and runs.slept_at is null`,
+        );
+      }
+      return Number(updated[0]!.generation);
+    });
   }
 }

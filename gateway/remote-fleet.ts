@@ -54,12 +54,15 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       if (init.signal?.aborted) throw err; // the client went away: nothing to report
       if (err instanceof AppError) throw err;
       for (const id of agentIds) placement.forget(id);
+      placement.unreachable?.(host.id);
       const message = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
       log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId: agentIds[0], agents: agentIds.length, err: message });
-      throw new AppError("bad_gateway", `host ${host.id} unreachable: ${message}`, { cause: err });
+      // 503 + Retry-After, not 502: once the host's lease ends the next call is placed on another host.
+      throw new AppError("host_unavailable", `host ${host.id} unreachable: ${message}`, { retryAfterS: 2, cause: err });
     }
     if (res.headers.has(hostErrorHeader)) {
       const error = await hostErrorFrom(res, host.id);
+      if (error.code === "host_unavailable") for (const id of agentIds) placement.forget(id); // a stale lease generation: ask the database next time
       if (error.code === "bad_gateway" && res.status === 401) {
         // Tokens name the host they are for: the process at this URL is not the agent's host (any more), or does not
         // share our secret. Either way the placement kept for the agent is not to be trusted: ask the database next time.
@@ -113,23 +116,29 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
 
   return {
     ...(liveHosts ? { templates: () => templates(liveHosts) } : {}),
-    async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
-      const host = await placement.hostFor(agent);
+    async forward(spec: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
+      const host = await placement.hostFor(spec);
+      const agent = leased(spec, host);
       const url = new URL(req.url);
       const call: HostCall = { op: "forward", agent, reason: ctx.reason, method: req.method, path: url.pathname + url.search, requestId: ctx.requestId };
       const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
       return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     },
-    async upgradeFetch(agent, req, ctx) {
-      const host = await placement.hostFor(agent);
+    async upgradeFetch(spec, req, ctx) {
+      const host = await placement.hostFor(spec);
+      const agent = leased(spec, host);
       const url = new URL(req.url);
       const call: HostCall = { op: "websocket", agent, reason: ctx.reason, path: url.pathname + url.search, requestId: ctx.requestId, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs };
       const headers = new Headers(req.headers);
       headers.set("upgrade", "websocket"); // the runtime's fetch makes the WebSocket handshake with the host
       return send(host, call, { headers, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     },
-    async wake(agent, reason) {
-      return control<WakeInfo>(await placement.hostFor(agent), { op: "wake", agent, reason }, undefined);
+    async wake(spec, reason) {
+      const host = await placement.hostFor(spec);
+      return control<WakeInfo>(host, { op: "wake", agent: leased(spec, host), reason }, undefined);
+    },
+    async place(spec) {
+      await placement.hostFor(spec);
     },
     async hibernate(agentId) {
       const host = await placement.currentHost(agentId);
@@ -164,8 +173,9 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       await Promise.all(Array.from({ length: Math.min(statusConcurrency, calls.length) }, worker));
       return out;
     },
-    async addLease(agent, ttlMs) {
-      return control<Lease>(await placement.hostFor(agent), { op: "lease", agent, ttlMs }, undefined);
+    async addLease(spec, ttlMs) {
+      const host = await placement.hostFor(spec);
+      return control<Lease>(host, { op: "lease", agent: leased(spec, host), ttlMs }, undefined);
     },
     async dropLease(agentId, leaseId) {
       const host = await placement.currentHost(agentId);
@@ -188,17 +198,17 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     async checkpoint(agent, opts) {
       const host = await placement.currentHost(agent.id);
       if (!host) throw new AppError("conflict", `agent ${agent.id} has never run: there is no state to checkpoint`);
-      return control<CheckpointView>(host, { op: "checkpoint", agent, ...opts }, undefined);
+      return control<CheckpointView>(host, { op: "checkpoint", agent: leased(agent, host), ...opts }, undefined);
     },
     async restoreCheckpoint(agent, checkpointId, requestId) {
       const host = await placement.currentHost(agent.id);
       if (!host) throw new AppError("not_found", `agent ${agent.id} has no host to restore on`);
-      return (await control<{ state: VmState }>(host, { op: "restore-checkpoint", agent, checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+      return (await control<{ state: VmState }>(host, { op: "restore-checkpoint", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
     },
     async fork(agent, checkpointId, requestId) {
       const host = await placement.currentHost(agent.id);
       if (!host) throw new AppError("wake_failed", `the host of checkpoint ${checkpointId} has no ingress URL`, { retryAfterS: 10 });
-      return (await control<{ state: VmState }>(host, { op: "fork", agent, checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+      return (await control<{ state: VmState }>(host, { op: "fork", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
     },
     async deleteCheckpoint(agentId, checkpointId) {
       const host = await placement.currentHost(agentId);
@@ -214,6 +224,11 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       return res.body;
     },
   };
+}
+
+/** The spec a host is handed: with the lease generation the agent holds on that host. */
+export function leased(spec: AgentSpec, host: PlacedHost): AgentSpec {
+  return host.generation ? { ...spec, generation: host.generation } : spec;
 }
 
 function withSlash(url: string): string {

@@ -39,6 +39,11 @@ export const errorStatus = {
    */
   checkpoints_unsupported: 501,
   bad_gateway: 502,
+  /**
+   * The agent's host cannot be reached now, or its lease ended and the agent is moving to another host (or the call
+   * reached a host whose copy of the agent is of an older lease generation): retry after `Retry-After`.
+   */
+  host_unavailable: 503,
   wake_failed: 503,
   /** The agent's image did not come up: its entrypoint exited, or it never answered on its port within the boot timeout. */
   boot_failed: 503,

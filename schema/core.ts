@@ -51,6 +51,11 @@ export const agents = pgTable(
     allowEgress: boolean("allow_egress").notNull().default(false),
     nonWaking: jsonb("non_waking").$type<NonWakingRules>(),
     hostId: text("host_id"),
+    /**
+     * The lease generation of `host_id`'s ownership: raised by one each time the agent moves to another host (failover,
+     * drain). A host runs the agent only under the generation it was handed; one that sees a newer one stops its copy.
+     */
+    generation: integer("generation").notNull().default(0),
     /** Last state the owning host reported; the host itself is the authority. */
     state: text("state").notNull().default("creating"),
     lastWakeAt: tz("last_wake_at"),
@@ -63,6 +68,8 @@ export const agents = pgTable(
     index("agents_tenant_idx").on(t.tenantId),
     // GET /v1/agents pages a tenant's live agents in this order (keyset over created_at, id).
     index("agents_tenant_page_idx").on(t.tenantId, t.createdAt, t.id).where(sql`deleted_at is null`),
+    // Placement weighs each host by its agents; the hosts API counts them.
+    index("agents_host_idx").on(t.hostId).where(sql`deleted_at is null`),
   ],
 );
 
@@ -74,6 +81,34 @@ export const hosts = pgTable("hosts", {
   capacityMiB: integer("capacity_mib").notNull(),
   lastHeartbeatAt: tz("last_heartbeat_at").notNull().defaultNow(),
   startedAt: tz("started_at").notNull().defaultNow(),
+  /** sha256 (hex) of the secret the host made at its first start and keeps in its data directory: a second process with the same id and another secret is refused. */
+  secretHash: text("secret_hash"),
+  /** The host's own clock at its last heartbeat minus the database's (ms): a host beyond the allowed skew gets no new agents. */
+  clockSkewMs: integer("clock_skew_ms").notNull().default(0),
+  /** Memory of the host's awake agents at its last heartbeat, MiB, and how many they were (what placement weighs). */
+  usedMiB: integer("used_mib").notNull().default(0),
+  awakeAgents: integer("awake_agents").notNull().default(0),
+  /** When an operator asked to drain the host: it takes no new agents, and its agents move to other hosts. */
+  drainingAt: tz("draining_at"),
+});
+
+/**
+ * The last snapshot of each agent committed to the shared artifact store: the blobs (content-addressed) a host needs to
+ * restore the agent anywhere. Written after a hibernation's files are in the store; read by the host an agent moves to.
+ */
+export const agentCommits = pgTable("agent_commits", {
+  agentId: text("agent_id")
+    .primaryKey()
+    .references(() => agents.id),
+  /** The host that took it, and the lease generation it ran under. */
+  hostId: text("host_id").notNull(),
+  generation: integer("generation").notNull(),
+  /** The files of the snapshot, by name: their blob digests (`sha256:…`) and sizes. */
+  files: jsonb("files").$type<Record<string, { digest: string; bytes: number }>>().notNull(),
+  bytes: bigint("bytes", { mode: "number" }).notNull(),
+  /** When the snapshot was taken (the VM's hibernation), and when its blobs were all in the store. */
+  snapshotAt: tz("snapshot_at").notNull(),
+  committedAt: tz("committed_at").notNull().defaultNow(),
 });
 
 /** Append-only: one row per VM state transition, with its reason and timings. */

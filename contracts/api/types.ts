@@ -203,6 +203,22 @@ export type paths = {
     /** Resume a suspended tenant (operator; idempotent) */
     post: operations["resumeTenant"];
   };
+  "/v1/hosts": {
+    /** List hosts by id, a page at a time, each with its health, load and agents (operator) */
+    get: operations["listHosts"];
+  };
+  "/v1/hosts/{id}": {
+    /** A host with its health, load and agents (operator) */
+    get: operations["getHost"];
+  };
+  "/v1/hosts/{id}/drain": {
+    /** Drain a host: it takes no new agents, and its agents hibernate and wake on other hosts; answered once marked, the moves follow (operator; idempotent) */
+    post: operations["drainHost"];
+  };
+  "/v1/hosts/{id}/undrain": {
+    /** Stop draining a host: it takes new agents again (agents that moved away stay where they are; operator; idempotent) */
+    post: operations["undrainHost"];
+  };
 };
 
 export type webhooks = Record<string, never>;
@@ -212,7 +228,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "bad_gateway" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -949,6 +965,44 @@ export type components = {
       tenant: components["schemas"]["Tenant"];
       /** @description Agents destroyed by this call */
       destroyed: string[];
+    };
+    HostList: {
+      hosts: components["schemas"]["Host"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    Host: {
+      id: string;
+      /** @description Base URL of the host's ingress; null when it serves only the gateway in its own process */
+      url: string | null;
+      /** @example qemu */
+      driver: string;
+      /** @description Live, its clock within the allowed skew, and not draining: it takes new agents */
+      healthy: boolean;
+      /**
+       * @description Why it is not healthy, e.g. `no heartbeat for 42 s`, `clock 612 s ahead`, `draining`; null when healthy
+       * @example no heartbeat for 42 s
+       */
+      why: string | null;
+      /** @description Its last heartbeat is within the live window (HOST_LIVE_WINDOW_MS) */
+      live: boolean;
+      lastHeartbeatAt: string;
+      /** @description How long ago its last heartbeat was, by the database's clock, ms */
+      heartbeatAgeMs: number;
+      startedAt: string;
+      /** @description Its clock minus the database's at its last heartbeat, ms (positive: ahead) */
+      clockSkewMs: number;
+      /** @description Memory it offers awake agents, MiB */
+      capacityMiB: number;
+      /** @description Memory of its awake agents at its last heartbeat, MiB */
+      usedMiB: number;
+      /** @description Its awake agents at its last heartbeat */
+      awakeAgents: number;
+      /** @description Agents placed on it that are not deleted, awake or not */
+      agents: number;
+      /** @description An operator drained it: it takes no new agents and its agents move to other hosts */
+      draining: boolean;
+      drainingAt: string | null;
     };
   };
   responses: never;
@@ -3838,6 +3892,187 @@ export type operations = {
       };
       /** @description Conflict */
       409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** List hosts by id, a page at a time, each with its health, load and agents (operator) */
+  listHosts: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of hosts */
+      200: {
+        content: {
+          "application/json": components["schemas"]["HostList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** A host with its health, load and agents (operator) */
+  getHost: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The host */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Host"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Drain a host: it takes no new agents, and its agents hibernate and wake on other hosts; answered once marked, the moves follow (operator; idempotent) */
+  drainHost: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Marked draining */
+      202: {
+        content: {
+          "application/json": components["schemas"]["Host"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Stop draining a host: it takes new agents again (agents that moved away stay where they are; operator; idempotent) */
+  undrainHost: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description No longer draining */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Host"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
         content: {
           "application/json": components["schemas"]["Error"];
         };

@@ -11,7 +11,7 @@ import type { NodeFleet, UpgradeContext } from "./fleet.ts";
 import { hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall } from "../../contracts/host-protocol.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Placement } from "../placement.ts";
-import { createRemoteFleet, type HostFetch } from "../remote-fleet.ts";
+import { createRemoteFleet, leased, type HostFetch } from "../remote-fleet.ts";
 
 export interface NodeHostFetchOptions {
   /** Time to connect to a host's ingress. */
@@ -115,8 +115,9 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
   const { placement, key, log } = deps;
   const open = new Set<{ client: Duplex; host: Socket }>();
 
-  async function upgrade(agent: AgentSpec, req: IncomingMessage, client: Duplex, head: Buffer, ctx: UpgradeContext): Promise<void> {
-    const host = await placement.hostFor(agent);
+  async function upgrade(spec: AgentSpec, req: IncomingMessage, client: Duplex, head: Buffer, ctx: UpgradeContext): Promise<void> {
+    const host = await placement.hostFor(spec);
+    const agent = leased(spec, host);
     const call = { op: "websocket" as const, agent, reason: ctx.reason, path: ctx.pathInside, requestId: ctx.requestId, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs };
     const token = await signHostCall(key, host.id, call, deps.tokenTtlS ?? 30);
     const url = new URL(hostOpPaths.websocket.slice(1), host.url.endsWith("/") ? host.url : `${host.url}/`);
@@ -142,7 +143,8 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
       const unreachable = (why: string) => {
         placement.forget(agent.id);
         log.warn("host unreachable", { hostId: host.id, url: host.url, op: "websocket", agentId: agent.id, err: why });
-        fail(new AppError("bad_gateway", `host ${host.id} unreachable: ${why}`));
+        placement.unreachable?.(host.id);
+        fail(new AppError("host_unavailable", `host ${host.id} unreachable: ${why}`, { retryAfterS: 2 }));
       };
       const connectTimer = setTimeout(() => unreachable(`no connection within ${deps.connectTimeoutMs} ms`), deps.connectTimeoutMs);
       const headersTimer = setTimeout(() => fail(new AppError("gateway_timeout", `host ${host.id} did not answer the WebSocket upgrade within ${deps.headersTimeoutMs} ms`)), deps.headersTimeoutMs);

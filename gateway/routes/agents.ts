@@ -200,7 +200,9 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
     if (limits && Object.keys(limits).length > 0) await settings!.update(row.id, { limits });
     proxy.invalidate(row.id);
     await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB });
-    return c.json(await view(row, undefined), 201);
+    // Placed now, by free capacity, so a burst of creates spreads over the hosts; when no host can take it yet, its first call places it.
+    await fleet.place?.(agentSpec(row)).catch((err: unknown) => deps.log.warn("agent not placed at creation; its first call places it", { agentId: row.id, err: err instanceof Error ? err.message : String(err) }));
+    return c.json(await view((await agents.get(row.id)) ?? row, undefined), 201);
   });
 
   /**

@@ -60,12 +60,12 @@ export function tenantRefusal(tenantId: string, standing: TenantStanding): AppEr
 export const standingOf = (row: TenantRow | undefined): TenantStanding => (row ? { status: row.status, reason: row.statusReason } : { status: "missing", reason: null });
 
 /**
- * An operator token on the operator's routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`): its tenant claim is not checked
+ * An operator token on the operator's routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`, `/v1/hosts…`): its tenant claim is not checked
  * there (an operator's need not exist). Any other token, or any other route, is checked.
  */
 export function skipsTenantCheck(caller: Caller, path: string): boolean {
   if (!caller.scopes.has("operator")) return false;
-  return path === "/v1/tenants" || path.startsWith("/v1/tenants/") || path === "/v1/rate-cards" || path.startsWith("/v1/rate-cards/") || path === "/v1/audit/verify" || path === "/v1/templates";
+  return path === "/v1/tenants" || path.startsWith("/v1/tenants/") || path === "/v1/rate-cards" || path.startsWith("/v1/rate-cards/") || path === "/v1/audit/verify" || path === "/v1/templates" || path === "/v1/hosts" || path.startsWith("/v1/hosts/");
 }
 
 export function createTenantGate(deps: TenantGateDeps): TenantGate {

@@ -363,7 +363,7 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
   });
 
   it("the host ingress answers 204 for an agent it does not have, and a 404 for another tenant's agent at the gateway", async () => {
-    const here = { id: host.hostId, url: host.url, live: true };
+    const here = { id: host.hostId, url: host.url, live: true, generation: 0 };
     const placement: Placement = { hostFor: async () => here, currentHost: async () => here, currentHosts: async (ids) => new Map(ids.map((id) => [id, here])), forget: () => undefined };
     const fleet = createRemoteFleet({ placement, key: componentKey(testComponentSecret), log: silentLogger });
     expect(await fleet.logs("agt_notonthishost99", { tailBytes: 10, follow: true })).toBeUndefined();

@@ -247,6 +247,8 @@ const auditedAs: Record<string, string> = {
   suspendTenant: "tenant.suspend",
   resumeTenant: "tenant.resume",
   deleteTenant: "tenant.delete",
+  drainHost: "host.drain",
+  undrainHost: "host.undrain",
 };
 
 function mutatingOperations(): string[] {
@@ -319,6 +321,9 @@ describe("audit coverage of the API", () => {
     await expectAudited("suspendTenant", await call("POST", "/v1/tenants/ten_cov/suspend", op, { reason: "coverage" }), "op_1", "ten_cov");
     await expectAudited("resumeTenant", await call("POST", "/v1/tenants/ten_cov/resume", op, {}), "op_1", "ten_cov");
     await expectAudited("deleteTenant", await call("DELETE", "/v1/tenants/ten_cov", op), "op_1", "ten_cov");
+    await database.db.execute(sql`insert into hosts (id, driver, capacity_mib) values ('host_cov', 'process', 1024)`);
+    await expectAudited("drainHost", await call("POST", "/v1/hosts/host_cov/drain", op), "op_1", "host_cov");
+    await expectAudited("undrainHost", await call("POST", "/v1/hosts/host_cov/undrain", op), "op_1", "host_cov");
 
     expect([...seen.keys()].sort()).toEqual(Object.keys(auditedAs).sort());
     for (const [operation, want] of seen) {

@@ -120,14 +120,14 @@ describe("remote fleet specifics", () => {
     expect(gunzipSync(raw).toString()).toBe("hello ".repeat(1000));
   });
 
-  it("an unreachable host: forward fails 502, status degrades to unknown, remove of a non-live host is skipped", async () => {
+  it("an unreachable host: forward fails 503 host_unavailable with Retry-After, status degrades to unknown, remove of a non-live host is skipped", async () => {
     await database.db.insert(hosts).values({ id: "host_gone", url: "http://127.0.0.1:9", driver: "process", capacityMiB: 1024 });
     const a = await agent("inspect");
     await database.db.execute(sql`update agents set host_id = 'host_gone', state = 'hibernated' where id = ${a.id}`);
     const fleet = fleetWith(nodeFetch);
-    await expect(fleet.forward(a, new Request("http://agent/"), ctx())).rejects.toMatchObject({ code: "bad_gateway", message: expect.stringMatching(/host host_gone unreachable/) });
+    await expect(fleet.forward(a, new Request("http://agent/"), ctx())).rejects.toMatchObject({ code: "host_unavailable", status: 503, retryAfterS: 2, message: expect.stringMatching(/host host_gone unreachable/) });
     expect(await fleet.status(a.id)).toBeUndefined();
-    await expect(fleet.hibernate(a.id)).rejects.toMatchObject({ code: "bad_gateway" });
+    await expect(fleet.hibernate(a.id)).rejects.toMatchObject({ code: "host_unavailable" });
     await database.db.execute(sql`update hosts set last_heartbeat_at = now() - interval '1 hour' where id = 'host_gone'`);
     await expect(fleet.remove(a.id)).resolves.toBeUndefined();
   });

@@ -4,9 +4,9 @@ import { eq, sql } from "drizzle-orm";
 import { ManualClock, systemClock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
-import { agents, hosts, tenants } from "../../schema/core.ts";
+import { agentCommits, agents, hosts, runs, tenants } from "../../schema/core.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
-import { chooseHost, createDbPlacement, type HostLoad } from "../../gateway/placement.ts";
+import { chooseHost, createDbPlacement, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -19,16 +19,26 @@ afterAll(async () => {
   await database?.close();
 });
 beforeEach(async () => {
+  await database.db.delete(agentCommits);
   await database.db.execute(sql`update agents set host_id = null, deleted_at = now()`);
   await database.db.delete(hosts);
 });
 
 const db = () => database.db;
 
-async function addHost(id: string, opts: { ageS?: number; capacityMiB?: number; url?: string | null } = {}): Promise<void> {
+async function addHost(id: string, opts: { ageS?: number; capacityMiB?: number; usedMiB?: number; url?: string | null; clockSkewMs?: number; draining?: boolean; driver?: string } = {}): Promise<void> {
   await db()
     .insert(hosts)
-    .values({ id, url: opts.url === undefined ? `http://${id}.invalid:8090` : opts.url, driver: "process", capacityMiB: opts.capacityMiB ?? 4096, lastHeartbeatAt: sql`now() - make_interval(secs => ${opts.ageS ?? 0})` });
+    .values({
+      id,
+      url: opts.url === undefined ? `http://${id}.invalid:8090` : opts.url,
+      driver: opts.driver ?? "process",
+      capacityMiB: opts.capacityMiB ?? 4096,
+      usedMiB: opts.usedMiB ?? 0,
+      clockSkewMs: opts.clockSkewMs ?? 0,
+      drainingAt: opts.draining ? new Date() : null,
+      lastHeartbeatAt: sql`now() - make_interval(secs => ${opts.ageS ?? 0})`,
+    });
 }
 
 async function addAgent(opts: { memMiB?: number; hostId?: string; state?: string } = {}): Promise<AgentSpec> {
@@ -46,18 +56,24 @@ async function hostOf(agentId: string): Promise<string | null> {
 const placement = (cacheTtlMs = 0) => createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs, clock: systemClock });
 
 describe("chooseHost", () => {
-  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
-  const h = (id: string, capacityMiB: number, usedMiB: number, beatS: number): HostLoad => ({ id, url: "http://x", capacityMiB, usedMiB, lastHeartbeatAt: at(beatS) });
+  const h = (id: string, capacityMiB: number, usedMiB: number, pendingMiB = 0, agents = 0): HostLoad => ({ id, url: "http://x", capacityMiB, usedMiB, pendingMiB, agents });
 
-  it("takes the freshest heartbeat among hosts with room", () => {
-    expect(chooseHost([h("a", 1024, 0, 1), h("b", 1024, 0, 3), h("c", 1024, 900, 5)], 256)?.id).toBe("b");
+  it("takes the host with the most free memory, counting agents placed there that have not run yet", () => {
+    expect(chooseHost([h("a", 1024, 512), h("b", 1024, 0), h("c", 1024, 256)], 256)?.id).toBe("b");
+    expect(chooseHost([h("a", 1024, 0, 512), h("b", 1024, 256, 0)], 256)?.id).toBe("b");
   });
-  it("counts exactly: free memory equal to the need is room", () => {
-    expect(chooseHost([h("a", 1024, 768, 1)], 256)?.id).toBe("a");
-    expect(chooseHost([h("a", 1024, 769, 1)], 256)).toBeUndefined();
+  it("counts room exactly from what the host reported, less the reserve", () => {
+    expect(chooseHost([h("a", 1024, 768)], 256)?.id).toBe("a");
+    expect(chooseHost([h("a", 1024, 769)], 256)).toBeUndefined();
+    expect(chooseHost([h("a", 1024, 512)], 256, 256)?.id).toBe("a");
+    expect(chooseHost([h("a", 1024, 513)], 256, 256)).toBeUndefined();
   });
-  it("breaks heartbeat ties by the most room", () => {
-    expect(chooseHost([h("a", 1024, 512, 2), h("b", 2048, 0, 2)], 256)?.id).toBe("b");
+  it("agents placed but not run steer the choice, never refuse it (they hold no memory yet)", () => {
+    expect(chooseHost([h("a", 1024, 0, 10_000)], 256)?.id).toBe("a");
+  });
+  it("breaks ties by the fewest agents, then the id", () => {
+    expect(chooseHost([h("a", 1024, 0, 0, 5), h("b", 1024, 0, 0, 2)], 256)?.id).toBe("b");
+    expect(chooseHost([h("b", 1024, 0), h("a", 1024, 0)], 256)?.id).toBe("a");
   });
   it("has nothing to choose from an empty list", () => {
     expect(chooseHost([], 1)).toBeUndefined();
@@ -76,38 +92,97 @@ describe("createDbPlacement", () => {
     expect(await hostOf(agent.id)).toBeNull();
   });
 
-  it("places a new agent on the live host with the freshest heartbeat and records it; then it stays there", async () => {
-    await addHost("host_a", { ageS: 5 });
-    await addHost("host_b", { ageS: 0 });
+  it("places a new agent on the host with the most room and records it with lease generation 1; then it stays there", async () => {
+    await addHost("host_a", { usedMiB: 1024 });
+    await addHost("host_b");
     await addHost("host_old", { ageS: 3600 });
     const agent = await addAgent();
-    expect(await placement().hostFor(agent)).toEqual({ id: "host_b", url: "http://host_b.invalid:8090", live: true });
+    expect(await placement().hostFor(agent)).toEqual({ id: "host_b", url: "http://host_b.invalid:8090", live: true, generation: 1 });
     expect(await hostOf(agent.id)).toBe("host_b");
-    // host_a beats now, fresher than host_b: the agent does not move.
-    await db().update(hosts).set({ lastHeartbeatAt: sql`now() + interval '1 second'` }).where(eq(hosts.id, "host_a"));
+    // host_a has more room now: the agent does not move.
+    await db().update(hosts).set({ usedMiB: 0, capacityMiB: 8192 }).where(eq(hosts.id, "host_a"));
     await db().update(agents).set({ state: "hibernated" }).where(eq(agents.id, agent.id));
     expect((await placement().hostFor(agent)).id).toBe("host_b");
     expect((await placement().currentHost(agent.id))?.id).toBe("host_b");
   });
 
-  it("room counts the memory of awake agents only (hibernated ones cost disk)", async () => {
-    await addHost("host_full", { ageS: 0, capacityMiB: 1024 });
-    await addHost("host_spare", { ageS: 10, capacityMiB: 1024 });
-    await addAgent({ memMiB: 900, hostId: "host_full", state: "running" });
-    await addAgent({ memMiB: 900, hostId: "host_spare", state: "hibernated" });
-    const agent = await addAgent({ memMiB: 256 });
-    expect((await placement().hostFor(agent)).id).toBe("host_spare");
+  it("30 agents created one after another over 3 equal hosts land 10, 10, 10", async () => {
+    for (const id of ["host_x1", "host_x2", "host_x3"]) await addHost(id);
+    const p = placement();
+    for (let i = 0; i < 30; i++) await p.hostFor(await addAgent());
+    const rows = await db().execute(sql`select host_id, count(*)::int as n from agents where deleted_at is null group by host_id order by host_id`);
+    expect([...(rows as unknown as { host_id: string; n: number }[])].map((r) => [r.host_id, r.n])).toEqual([["host_x1", 10], ["host_x2", 10], ["host_x3", 10]]);
   });
 
-  it("an agent whose host stopped heartbeating: moved when it never ran, kept (its snapshot is there) otherwise", async () => {
+  it("hosts that are unhealthy take no new agents: a skewed clock, draining, unreachable from here", async () => {
+    await addHost("host_skewed", { clockSkewMs: 600_000 });
+    await addHost("host_draining", { draining: true });
+    await addHost("host_dark");
+    await addHost("host_good", { usedMiB: 3000 });
+    const probed: string[] = [];
+    const p = createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock, maxClockSkewMs: 2000, probe: async (h) => (probed.push(h.id), h.id !== "host_dark") });
+    for (let i = 0; i < 3; i++) expect((await p.hostFor(await addAgent())).id).toBe("host_good");
+    expect(probed).toContain("host_dark");
+    expect(probed).not.toContain("host_skewed");
+    // A host a call could not reach counts as unreachable until a probe reaches it again.
+    p.unreachable!("host_good");
+    await expect(p.hostFor(await addAgent())).rejects.toMatchObject({ code: "wake_failed" });
+  });
+
+  it("an agent whose host's lease ended moves to a live host with a new generation; its open run there ends at that host's last heartbeat", async () => {
     await addHost("host_dead", { ageS: 3600 });
     await addHost("host_alive", { ageS: 0 });
     const fresh = await addAgent({ hostId: "host_dead", state: "creating" });
     expect((await placement().hostFor(fresh)).id).toBe("host_alive");
     expect(await hostOf(fresh.id)).toBe("host_alive");
-    const slept = await addAgent({ hostId: "host_dead", state: "hibernated" });
-    expect(await placement().hostFor(slept)).toEqual({ id: "host_dead", url: "http://host_dead.invalid:8090", live: false });
-    expect(await hostOf(slept.id)).toBe("host_dead");
+    const slept = await addAgent({ hostId: "host_dead", state: "running" });
+    await db().insert(runs).values({ id: "run_open00000001", agentId: slept.id, tenantId: "ten_p", hostId: "host_dead", vmId: "vm_x", wokeAt: sql`now() - interval '2 hours'`, wakeReason: "request", wakeMode: "boot" });
+    const moves: AgentMove[] = [];
+    const p = createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock, onMove: (m) => void moves.push(m) });
+    expect(await p.hostFor(slept)).toEqual({ id: "host_alive", url: "http://host_alive.invalid:8090", live: true, generation: 1 });
+    const [row] = await db().select().from(agents).where(eq(agents.id, slept.id));
+    expect(row).toMatchObject({ hostId: "host_alive", generation: 1, state: "stopped" });
+    expect(moves).toEqual([{ agentId: slept.id, fromHostId: "host_dead", toHostId: "host_alive", generation: 1, reason: "host_lost" }]);
+    const [run] = await db().select().from(runs).where(eq(runs.id, "run_open00000001"));
+    const [dead] = await db().select().from(hosts).where(eq(hosts.id, "host_dead"));
+    expect(run).toMatchObject({ sleepReason: "host_lost", sleptAt: dead!.lastHeartbeatAt });
+  });
+
+  it("with no other host to take it, an agent of a dead host gets 503 host_unavailable with Retry-After, and stays", async () => {
+    await addHost("host_gone", { ageS: 3600 });
+    const slept = await addAgent({ hostId: "host_gone", state: "hibernated" });
+    await expect(placement().hostFor(slept)).rejects.toMatchObject({ code: "host_unavailable", status: 503, retryAfterS: 5 });
+    expect(await hostOf(slept.id)).toBe("host_gone");
+  });
+
+  it("a QEMU agent of a dead host moves only with its last hibernation committed to the shared store; otherwise it waits for its host", async () => {
+    await addHost("host_qdead", { ageS: 3600, driver: "qemu" });
+    await addHost("host_qlive", { driver: "qemu" });
+    const waiting = await addAgent({ hostId: "host_qdead", state: "hibernated" });
+    await db().insert(runs).values({ id: "run_slept0000001", agentId: waiting.id, tenantId: "ten_p", hostId: "host_qdead", vmId: "vm_w", wokeAt: sql`now() - interval '1 hour'`, sleptAt: sql`now() - interval '50 minutes'`, wakeReason: "request", wakeMode: "boot" });
+    await expect(placement().hostFor(waiting)).rejects.toMatchObject({ code: "host_unavailable", status: 503 });
+    expect(await hostOf(waiting.id)).toBe("host_qdead");
+    // A commit older than its last hibernation is not its state either.
+    const files = { "state.bin": { digest: "sha256:00", bytes: 1 } };
+    await db().insert(agentCommits).values({ agentId: waiting.id, hostId: "host_qdead", generation: 0, files, bytes: 1, snapshotAt: sql`now() - interval '55 minutes'` });
+    await expect(placement().hostFor(waiting)).rejects.toMatchObject({ code: "host_unavailable" });
+    await db().update(agentCommits).set({ snapshotAt: sql`now() - interval '50 minutes'` }).where(eq(agentCommits.agentId, waiting.id));
+    expect(await placement().hostFor(waiting)).toMatchObject({ id: "host_qlive", generation: 1 });
+  });
+
+  it("a draining host keeps its awake agents and gives up its sleeping ones (with their state carryable); no new agents go there", async () => {
+    await addHost("host_drain", { draining: true });
+    await addHost("host_other", { usedMiB: 1000 });
+    const awake = await addAgent({ hostId: "host_drain", state: "running" });
+    const asleep = await addAgent({ hostId: "host_drain", state: "hibernated" });
+    const moves: AgentMove[] = [];
+    const p = createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock, onMove: (m) => void moves.push(m) });
+    expect((await p.hostFor(awake)).id).toBe("host_drain");
+    expect(await p.hostFor(asleep)).toMatchObject({ id: "host_other", generation: 1 });
+    expect(moves).toEqual([{ agentId: asleep.id, fromHostId: "host_drain", toHostId: "host_other", generation: 1, reason: "drain" }]);
+    const [row] = await db().select().from(agents).where(eq(agents.id, asleep.id));
+    expect(row?.state).toBe("hibernated");
+    expect((await p.hostFor(await addAgent())).id).toBe("host_other");
   });
 
   it("gateways racing to place the same agents agree on one host each", async () => {
@@ -148,8 +223,8 @@ describe("createDbPlacement", () => {
     await db().update(agents).set({ deletedAt: new Date() }).where(eq(agents.id, gone.id));
     const found = await placement().currentHosts([onFresh.id, onOld.id, noUrl.id, never.id, gone.id, "agt_notanagent0000"]);
     expect(Object.fromEntries(found)).toEqual({
-      [onFresh.id]: { id: "host_fresh", url: "http://host_fresh.invalid:8090", live: true },
-      [onOld.id]: { id: "host_old", url: "http://host_old.invalid:8090", live: false },
+      [onFresh.id]: { id: "host_fresh", url: "http://host_fresh.invalid:8090", live: true, generation: 0 },
+      [onOld.id]: { id: "host_old", url: "http://host_old.invalid:8090", live: false, generation: 0 },
     });
     expect((await placement().currentHosts([])).size).toBe(0);
   });

@@ -173,14 +173,15 @@ describe("gateway process → fleet-agent process", () => {
     expect((await call(`/a/${id}/`, { token: other })).status).toBe(404);
   });
 
-  it("SIGTERM: the fleet-agent drains and hibernates its agents, exits 0; then calls answer 502", async () => {
+  it("SIGTERM: the fleet-agent drains and hibernates its agents, exits 0; then calls answer 503 with Retry-After (never a bare 502)", async () => {
     const id = await createAgent();
     expect((await call(`/a/${id}/`)).status).toBe(200);
     expect(await hostProc.stop()).toBe(0);
     const rows = await database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, id), eq(vmEvents.toState, "hibernated")));
     expect(rows.map((r) => r.reason)).toEqual(["shutdown"]);
     const res = await call(`/a/${id}/`);
-    expect(res.status).toBe(502);
-    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "bad_gateway", message: expect.stringMatching(/unreachable/) });
+    expect(res.status).toBe(503);
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "host_unavailable", message: expect.stringMatching(/unreachable/) });
   });
 });

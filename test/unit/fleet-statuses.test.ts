@@ -11,7 +11,7 @@ describe("remote fleet statuses", () => {
   it("looks the hosts up once, asks each host in batches of ids, and survives a host that is down", async () => {
     const key = new Uint8Array(32).fill(7);
     const ids = Array.from({ length: 250 }, (_, i) => `agt_${String(i).padStart(16, "0")}`);
-    const hosts: PlacedHost[] = ["a", "b", "c"].map((h) => ({ id: `host_${h}`, url: `http://${h}.hosts.test/`, live: true }));
+    const hosts: PlacedHost[] = ["a", "b", "c"].map((h) => ({ id: `host_${h}`, url: `http://${h}.hosts.test/`, live: true, generation: 0 }));
     // Every fifth agent never ran anywhere; the others are spread over three hosts, and host_b does not answer.
     const hostOf = (i: number) => (i % 5 === 0 ? undefined : hosts[i % 3]!);
     let lookups = 0;
@@ -63,7 +63,7 @@ describe("remote fleet statuses", () => {
   it("splits a host's agents into batches of at most maxStatusesPerCall ids", async () => {
     const key = new Uint8Array(32).fill(9);
     const ids = Array.from({ length: maxStatusesPerCall * 2 + 5 }, (_, i) => `agt_${String(i).padStart(16, "0")}`);
-    const host: PlacedHost = { id: "host_one", url: "http://one.hosts.test/", live: true };
+    const host: PlacedHost = { id: "host_one", url: "http://one.hosts.test/", live: true, generation: 0 };
     const sizes: number[] = [];
     const fleet = createRemoteFleet({
       placement: { hostFor: () => Promise.reject(new Error("not used")), currentHost: () => Promise.reject(new Error("not used")), currentHosts: async (asked) => new Map(asked.map((id) => [id, host])), forget: () => undefined },

@@ -32,6 +32,8 @@ function recordingStore(opts: { hold?: string; fail?: string } = {}) {
     },
     leftovers: async () => ({ openRuns: [], awakeAgents: [], lastRuns: [] }),
     recordCrash: async () => undefined,
+    owners: async () => new Map(),
+    draining: async () => false,
   };
   return { store, landed, release };
 }

@@ -1,0 +1,155 @@
+// Fencing on the host: a call of an older lease generation is refused, a newer one discards the stale copy, and `fence`
+// stops the agents the database gives to another host (no snapshot, no transition on their rows, the meter closed).
+import { afterEach, describe, expect, it } from "vitest";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ManualClock } from "../../lib/clock.ts";
+import { AppError } from "../../lib/errors.ts";
+import { silentLogger } from "../../lib/log.ts";
+import { Host } from "../../fleet-agent/host.ts";
+import { createMemoryHostStore } from "../../fleet-agent/store.ts";
+import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../../fleet-agent/drivers/driver.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import type { ActivityEnd } from "../../fleet-agent/activity.ts";
+
+class CountingDriver implements VmDriver {
+  readonly name = "process" as const;
+  readonly isolated = false;
+  boots = 0;
+  wakes = 0;
+  hibernates = 0;
+  stops = 0;
+  reaped: string[] = [];
+  destroyed: string[] = [];
+  logPath(spec: VmSpec): string {
+    return join(spec.stateDir, "workload.log");
+  }
+  async boot(spec: VmSpec): Promise<BootResult> {
+    this.boots++;
+    mkdirSync(spec.stateDir, { recursive: true });
+    return { vm: { spec, endpoint: { host: "127.0.0.1", port: 1 }, pid: 1 }, bootMs: 1 };
+  }
+  async hibernate(): Promise<SnapshotResult> {
+    this.hibernates++;
+    return { completed: true, snapshotMs: 1, bytes: 1 };
+  }
+  async wake(spec: VmSpec): Promise<WakeResult> {
+    this.wakes++;
+    return { vm: { spec, endpoint: { host: "127.0.0.1", port: 1 }, pid: 1 }, mode: "restore", timings: { restoreMs: 1, clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 } };
+  }
+  async stop(_vm: RunningVm) {
+    this.stops++;
+  }
+  async destroy(spec: VmSpec) {
+    this.destroyed.push(spec.agentId);
+  }
+  async cpuSeconds() {
+    return 0;
+  }
+  async guestLeases() {
+    return 0;
+  }
+  onExit() {}
+  async reap(spec: VmSpec) {
+    this.reaped.push(spec.agentId);
+  }
+  async close() {}
+}
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function setup() {
+  const root = mkdtempSync(join(tmpdir(), "agentvm-fence-"));
+  dirs.push(root);
+  const vmsDir = join(root, "vms");
+  const clock = new ManualClock();
+  const driver = new CountingDriver();
+  const store = createMemoryHostStore();
+  const ends: ActivityEnd[] = [];
+  const host = new Host({
+    config: { hostId: "host_old", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+    driver,
+    store,
+    clock,
+    log: silentLogger,
+    activity: { active() {}, inactive: (e) => void ends.push(e) },
+  });
+  return { vmsDir, driver, store, host, ends };
+}
+
+const spec = (generation?: number): AgentSpec => ({ id: "agt_fence0001", tenantId: "ten_a", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 2000, allowEgress: false, ...(generation === undefined ? {} : { generation }) });
+
+describe("host fencing by lease generation", () => {
+  it("refuses a call of an older generation than the one it runs the agent under (503, retry)", async () => {
+    const { host } = setup();
+    (await host.acquire(spec(3), "request")).release();
+    const err = await host.acquire(spec(2), "request").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AppError);
+    expect(err).toMatchObject({ code: "host_unavailable", status: 503, retryAfterS: 1 });
+    expect((err as Error).message).toMatch(/generation 3.*carries 2/);
+  });
+
+  it("a newer generation stops the stale copy without a snapshot and starts afresh; the generation survives a restart", async () => {
+    const { host, driver, vmsDir, ends } = setup();
+    (await host.acquire(spec(1), "request")).release();
+    expect(driver.boots).toBe(1);
+    const moved = await host.acquire(spec(2), "request");
+    moved.release();
+    expect(driver.stops).toBe(1);
+    expect(driver.hibernates).toBe(0); // never a snapshot of a copy that is not the agent's any more
+    expect(ends.map((e) => e.reason)).toEqual(["moved"]);
+    expect(driver.boots).toBe(2);
+    expect(moved.wake.wake).toBe("boot");
+    expect(existsSync(join(vmsDir, "..", "leases", "agt_fence0001"))).toBe(true);
+
+    // A second host process on the same directory knows generation 2: a call of 1 is stale.
+    const again = new Host({
+      config: { hostId: "host_old", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+      driver: new CountingDriver(),
+      store: createMemoryHostStore(),
+      clock: new ManualClock(),
+      log: silentLogger,
+      activity: { active() {}, inactive() {} },
+    });
+    await expect(again.acquire(spec(1), "request")).rejects.toMatchObject({ code: "host_unavailable" });
+  });
+
+  it("fence stops the agents the database gives to another host or a newer generation, and leaves its own alone", async () => {
+    const { host, driver, store, vmsDir, ends } = setup();
+    const mine: AgentSpec = { ...spec(1), id: "agt_fence0002" };
+    (await host.acquire(spec(1), "request")).release();
+    (await host.acquire(mine, "request")).release();
+    await host.flush();
+    const before = store.transitions.length;
+    store.owned.set("agt_fence0001", { hostId: "host_new", generation: 2, deleted: false });
+    store.owned.set("agt_fence0002", { hostId: "host_old", generation: 1, deleted: false });
+    expect(await host.fence()).toBe(1);
+    expect(host.status("agt_fence0001")).toBeUndefined();
+    expect(host.status("agt_fence0002")?.state).toBe("running");
+    expect(driver.stops).toBe(1);
+    expect(driver.hibernates).toBe(0);
+    expect(ends.map((e) => e.reason)).toEqual(["moved"]);
+    expect(existsSync(join(vmsDir, "agt_fence0001"))).toBe(false);
+    await host.flush();
+    expect(store.transitions.length).toBe(before); // no state of ours reaches a row that is another host's
+    expect(store.runs.get([...store.runs.values()].find((r) => r.agentId === "agt_fence0001")!.id)?.sleepReason).toBe("moved");
+  });
+
+  it("the first fence after a start removes the state directories of agents that moved while the host was down", async () => {
+    const { host, driver, store, vmsDir } = setup();
+    for (const id of ["agt_movedaway1", "agt_stayshere1"]) {
+      mkdirSync(join(vmsDir, id), { recursive: true });
+      writeFileSync(join(vmsDir, id, "snapshot.json"), "{}");
+    }
+    store.owned.set("agt_movedaway1", { hostId: "host_new", generation: 1, deleted: false });
+    store.owned.set("agt_stayshere1", { hostId: "host_old", generation: 0, deleted: false });
+    expect(await host.fence()).toBe(1);
+    expect(driver.reaped).toContain("agt_movedaway1");
+    expect(existsSync(join(vmsDir, "agt_movedaway1"))).toBe(false);
+    expect(existsSync(join(vmsDir, "agt_stayshere1", "snapshot.json"))).toBe(true);
+  });
+});
