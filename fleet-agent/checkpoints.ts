@@ -1,6 +1,6 @@
 // A host's checkpoints: where their files are, their rows (the checkpoints table, with the audit log), and the per-key queue that keeps checkpoint work apart from wakes and snapshots.
 import { join } from "node:path";
-import { and, eq, isNull } from "drizzle-orm";
+import { and, eq, inArray, isNull } from "drizzle-orm";
 import { AppError } from "../lib/errors.ts";
 import { isId } from "../lib/ids.ts";
 import type { Db } from "../schema/db.ts";
@@ -24,6 +24,8 @@ export interface CheckpointStore {
   markDeleted(id: string, at: Date): Promise<boolean>;
   /** Marks every live checkpoint of the agent on `hostId` deleted; answers their ids (their files are the host's to remove). */
   deleteOfAgent(agentId: string, hostId: string, at: Date): Promise<string[]>;
+  /** Which of these ids are live checkpoints (a row, not deleted). */
+  liveOf(ids: readonly string[]): Promise<Set<string>>;
 }
 
 /** A checkpoint's files: `<checkpointsDir>/<id>` (the id is checked: it names a directory). */
@@ -85,6 +87,14 @@ export function createDbCheckpointStore(db: Db): CheckpointStore {
         .where(and(eq(checkpoints.agentId, agentId), eq(checkpoints.hostId, hostId), isNull(checkpoints.deletedAt)))
         .returning({ id: checkpoints.id });
       return rows.map((r) => r.id);
+    },
+    async liveOf(ids) {
+      if (ids.length === 0) return new Set();
+      const rows = await db
+        .select({ id: checkpoints.id })
+        .from(checkpoints)
+        .where(and(inArray(checkpoints.id, [...ids]), isNull(checkpoints.deletedAt)));
+      return new Set(rows.map((r) => r.id));
     },
   };
 }

@@ -160,11 +160,35 @@ export class Host {
       await this.deps.driver.reap(this.bareSpec(agentId)).catch((err) => this.deps.log.warn("reaping a leftover VM failed", { agentId, err }));
     }
     // A checkpoint is written under `<id>.tmp-…` and renamed into place: what a crash left half-written is no checkpoint.
+    const kept: string[] = [];
     for (const name of existsSync(this.checkpointsDir) ? readdirSync(this.checkpointsDir) : []) {
       if (name.includes(".tmp-")) rmSync(join(this.checkpointsDir, name), { recursive: true, force: true });
+      else if (isId("checkpoint", name)) kept.push(name);
     }
+    await this.sweepCheckpoints(kept);
     this.reaper.start();
     this.logRotator.start();
+  }
+
+  /**
+   * Removes checkpoint directories without a live row: a crash between a checkpoint's rename and its row, or an agent
+   * (with its checkpoints' rows) deleted while this host was not live. Skipped, and said, when the rows cannot be read.
+   */
+  private async sweepCheckpoints(ids: string[]): Promise<void> {
+    const store = this.deps.checkpoints;
+    if (!store || ids.length === 0) return;
+    let live: Set<string>;
+    try {
+      live = await store.liveOf(ids);
+    } catch (err) {
+      this.deps.log.warn("checkpoint directories not swept: their rows cannot be read now", { err: err instanceof Error ? err.message : String(err) });
+      return;
+    }
+    for (const id of ids) {
+      if (live.has(id)) continue;
+      rmSync(checkpointDir(this.checkpointsDir, id), { recursive: true, force: true });
+      this.deps.log.info("removed a checkpoint directory without a live row", { checkpointId: id });
+    }
   }
 
   /** The spec of an agent known only by its directory: enough for what a driver finds by it (leftover processes, the log). */

@@ -1,7 +1,7 @@
 // Agents and tenants as the gateway reads and writes them (drizzle; Postgres or PGlite).
 import { and, asc, desc, eq, getTableColumns, isNull, lt, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
-import { agents, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
+import { agents, checkpoints, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
 import type { Caller } from "../contracts/caller.ts";
 import { AppError } from "../lib/errors.ts";
@@ -79,7 +79,13 @@ export function createAgentRepo(db: Db): AgentRepo {
       return rows[0]!;
     },
     async markDeleted(id) {
-      await db.update(agents).set({ deletedAt: new Date(), state: "destroyed" }).where(eq(agents.id, id));
+      // Its checkpoints go with it, also when its host is not live to delete them (that host removes their files at
+      // its next start: fleet-agent/host.ts sweeps checkpoint directories without a live row). Storage billing ends now.
+      await db.transaction(async (tx) => {
+        const at = new Date();
+        await tx.update(agents).set({ deletedAt: at, state: "destroyed" }).where(eq(agents.id, id));
+        await tx.update(checkpoints).set({ deletedAt: at }).where(and(eq(checkpoints.agentId, id), isNull(checkpoints.deletedAt)));
+      });
     },
     events(agentId, q) {
       const where: (SQL | undefined)[] = [eq(vmEvents.agentId, agentId)];

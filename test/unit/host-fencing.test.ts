@@ -153,3 +153,37 @@ describe("host fencing by lease generation", () => {
     expect(existsSync(join(vmsDir, "agt_stayshere1", "snapshot.json"))).toBe(true);
   });
 });
+
+describe("host start: checkpoint directories without a live row", () => {
+  it("are removed (a crash between a checkpoint's rename and its row, an agent deleted while its host was down); live ones stay", async () => {
+    const root = mkdtempSync(join(tmpdir(), "agentvm-ckpsweep-"));
+    dirs.push(root);
+    const vmsDir = join(root, "vms");
+    const checkpointsDir = join(root, "checkpoints");
+    for (const id of ["ckp_live00000001", "ckp_orphan000001", "ckp_deleted00001"]) mkdirSync(join(checkpointsDir, id), { recursive: true });
+    mkdirSync(join(checkpointsDir, "ckp_half00000001.tmp-abc"), { recursive: true });
+    const asked: string[][] = [];
+    const store = {
+      insert: async () => undefined,
+      get: async () => undefined,
+      nameTaken: async () => false,
+      markDeleted: async () => false,
+      deleteOfAgent: async () => [],
+      liveOf: async (ids: readonly string[]) => (asked.push([...ids].sort()), new Set(ids.filter((id) => id === "ckp_live00000001"))),
+    };
+    const host = new Host({
+      config: { hostId: "host_s", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+      driver: new CountingDriver(),
+      store: createMemoryHostStore(),
+      clock: new ManualClock(),
+      log: silentLogger,
+      activity: { active() {}, inactive() {} },
+      checkpoints: store,
+    });
+    await host.start();
+    await host.stop();
+    expect(asked).toEqual([["ckp_deleted00001", "ckp_live00000001", "ckp_orphan000001"]]);
+    expect(existsSync(join(checkpointsDir, "ckp_live00000001"))).toBe(true);
+    for (const gone of ["ckp_orphan000001", "ckp_deleted00001", "ckp_half00000001.tmp-abc"]) expect(existsSync(join(checkpointsDir, gone))).toBe(false);
+  });
+});
