@@ -28,8 +28,8 @@ export interface Placement {
   forget(agentId: string): void;
   /** The live hosts with an ingress URL, by id: what `GET /v1/templates` asks, one call each. */
   liveHosts?(): Promise<PlacedHost[]>;
-  /** A call to the host failed to connect: no new agents go there until a probe reaches it again. */
-  unreachable?(hostId: string): void;
+  /** A call to the host at this URL failed to connect: no new agents go there until a probe reaches it again (or it registers another URL). */
+  unreachable?(host: { id: string; url: string }): void;
 }
 
 /** Asks whether the gateway can reach a host's ingress now (its `/healthz` answers with its id); cached by the placement. */
@@ -100,15 +100,19 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
 
   const maxSkew = opts.maxClockSkewMs ?? 2000;
   const probeTtlMs = opts.probeTtlMs ?? 5000;
-  /** This process's last probe of each host: a host it could not reach takes no new agents until a probe succeeds. */
-  const reach = new Map<string, { ok: boolean; at: number }>();
+  /**
+   * This process's last probe of each host: a host it could not reach takes no new agents until a probe succeeds. An
+   * answer is about one URL: a host that restarted at another one is asked again at once.
+   */
+  const reach = new Map<string, { ok: boolean; at: number; url: string }>();
 
   async function reachable(h: { id: string; url: string }): Promise<boolean> {
     const kept = reach.get(h.id);
-    if (kept && opts.clock.monotonic() - kept.at < probeTtlMs) return kept.ok;
-    if (!opts.probe) return kept?.ok ?? true;
+    const same = kept !== undefined && kept.url === h.url;
+    if (kept && same && opts.clock.monotonic() - kept.at < probeTtlMs) return kept.ok;
+    if (!opts.probe) return same ? kept.ok : true;
     const ok = await opts.probe(h).catch(() => false);
-    reach.set(h.id, { ok, at: opts.clock.monotonic() });
+    reach.set(h.id, { ok, at: opts.clock.monotonic(), url: h.url });
     return ok;
   }
 
@@ -206,8 +210,8 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     async liveHosts() {
       return (await candidates()).map((h) => ({ id: h.id, url: h.url, live: true, generation: 0 })).sort((a, b) => a.id.localeCompare(b.id));
     },
-    unreachable(hostId) {
-      reach.set(hostId, { ok: false, at: opts.clock.monotonic() });
+    unreachable(host) {
+      reach.set(host.id, { ok: false, at: opts.clock.monotonic(), url: host.url });
     },
     async hostFor(agent) {
       const hit = cached(agent.id);

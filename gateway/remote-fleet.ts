@@ -54,7 +54,7 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       if (init.signal?.aborted) throw err; // the client went away: nothing to report
       if (err instanceof AppError) throw err;
       for (const id of agentIds) placement.forget(id);
-      placement.unreachable?.(host.id);
+      placement.unreachable?.(host);
       const message = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
       log.warn("host unreachable", { hostId: host.id, url: host.url, op: call.op, agentId: agentIds[0], agents: agentIds.length, err: message });
       // 503 + Retry-After, not 502: once the host's lease ends the next call is placed on another host.

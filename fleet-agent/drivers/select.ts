@@ -9,6 +9,7 @@ import { createFirecrackerDriver } from "./firecracker/config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
 import { QemuDriver } from "./qemu/driver.ts";
 import { reflinkSupported } from "./common/cow-copy.ts";
+import { smallCowExtents } from "./common/cow-extent.ts";
 import { parseEgressConfig } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
 
@@ -70,6 +71,10 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
       const reflink = await reflinkSupported(dataDir).catch(() => false);
       log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", { dataDir, reflink });
+      if (reflink) {
+        const cow = await smallCowExtents(dataDir);
+        log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
+      }
       return { driver, images: ["demo"], notice: undefined };
     } catch (err) {
       if (choice === "qemu") throw err;

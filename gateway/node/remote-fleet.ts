@@ -143,7 +143,7 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
       const unreachable = (why: string) => {
         placement.forget(agent.id);
         log.warn("host unreachable", { hostId: host.id, url: host.url, op: "websocket", agentId: agent.id, err: why });
-        placement.unreachable?.(host.id);
+        placement.unreachable?.(host);
         fail(new AppError("host_unavailable", `host ${host.id} unreachable: ${why}`, { retryAfterS: 2 }));
       };
       const connectTimer = setTimeout(() => unreachable(`no connection within ${deps.connectTimeoutMs} ms`), deps.connectTimeoutMs);

@@ -125,8 +125,11 @@ describe("createDbPlacement", () => {
     expect(probed).toContain("host_dark");
     expect(probed).not.toContain("host_skewed");
     // A host a call could not reach counts as unreachable until a probe reaches it again.
-    p.unreachable!("host_good");
+    p.unreachable!({ id: "host_good", url: "http://host_good.invalid:8090" });
     await expect(p.hostFor(await addAgent())).rejects.toMatchObject({ code: "wake_failed" });
+    // Back at another URL (a restart): asked again at once, not after the kept answer's time.
+    await db().update(hosts).set({ url: "http://host_good.invalid:8091" }).where(eq(hosts.id, "host_good"));
+    expect((await p.hostFor(await addAgent())).id).toBe("host_good");
   });
 
   it("an agent whose host's lease ended moves to a live host with a new generation; its open run there ends at that host's last heartbeat", async () => {
