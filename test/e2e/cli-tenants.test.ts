@@ -1,35 +1,19 @@
 // `agentvm tenants …` and `agentvm token --operator` against a real system (process driver, real Postgres, real sockets), run as a child process.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { cliJson, runAgentvm, type CliRun } from "../helpers/cli.ts";
 
-const bin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
 
-interface Run {
-  code: number;
-  out: string;
-  err: string;
-}
 
 let sys: TestSystem;
 let home: string;
 
-/** `node bin/agentvm.js …` with the system's URL and the operator token `npm start` prints unless `token` says. */
-function agentvm(args: string[], token?: string): Promise<Run> {
-  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: token ?? sys.operatorToken };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
-  });
-}
-
-const json = <T>(r: Run): T => {
-  expect(r.code, r.err).toBe(0);
-  return JSON.parse(r.out) as T;
-};
+/** `agentvm …` with the system's URL and the operator token `npm start` prints unless `token` says. */
+const agentvm = (args: string[], token?: string): Promise<CliRun> => runAgentvm(args, { url: sys.url, token: token ?? sys.operatorToken, home });
+const json = cliJson;
 
 beforeAll(async () => {
   sys = await startSystem();

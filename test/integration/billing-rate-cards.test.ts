@@ -1,10 +1,8 @@
 // Rate-card versions on real Postgres through the gateway app with real tokens: set by operators only, applied from their instant, frozen in final invoices.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { serve, type ServerType } from "@hono/node-server";
 import { exportJWK, generateKeyPair, type JWK } from "jose";
 import { and, eq } from "drizzle-orm";
@@ -28,6 +26,7 @@ import { freePort } from "../../scripts/postgres-server.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
 import { runSegments, seedTenant } from "./billing-fixtures.ts";
+import { runAgentvm } from "../helpers/cli.ts";
 
 const hour = 3_600_000;
 const nov15 = Date.UTC(2026, 10, 15);
@@ -284,7 +283,6 @@ describe("rate-card versions", () => {
   }, 120_000); // PGlite's migrations alone take seconds (tens under load)
 
   describe("agentvm rates and invoices show", () => {
-    const bin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
     let server: ServerType;
     let home: string;
     let url: string;
@@ -298,10 +296,7 @@ describe("rate-card versions", () => {
       server?.close();
       rmSync(home, { recursive: true, force: true });
     });
-    async function agentvm(who: typeof operator, args: string[]): Promise<{ code: number; out: string; err: string }> {
-      const env = { PATH: process.env.PATH ?? "", HOME: home, AGENTVM_URL: url, AGENTVM_TOKEN: await mintToken(privateJwk, who) };
-      return new Promise((resolve) => execFile(process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })));
-    }
+    const agentvm = async (who: typeof operator, args: string[]) => runAgentvm(args, { url, token: await mintToken(privateJwk, who), home });
 
     it("sets a version as an operator, refuses a tenant token, and shows versions and the card of each invoice line", async () => {
       const set = await agentvm(operator, ["rates", "set", "--tenant", "ten_t", "--vcpu-second", "4000000", "--gib-second", "0", "--snapshot-gib-month", "0", "--from", "2027-03-01T00:00:00Z"]);

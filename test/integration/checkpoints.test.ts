@@ -1,9 +1,7 @@
 // Checkpoints through the real system (Postgres, HTTP, the host) over a driver that copies directories: take, list, restore, fork, delete, guest requests, billing.
-import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { and, eq, isNull } from "drizzle-orm";
 import { agents, auditLog, checkpoints, runs, vmEvents } from "../../schema/core.ts";
@@ -11,6 +9,7 @@ import { checkpointStorage, snapshotStorage } from "../../billing/storage.ts";
 import { newId } from "../../lib/ids.ts";
 import { FakeCheckpointDriver, checkpointRequestsFile, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { runAgentvm } from "../helpers/cli.ts";
 
 let sys: TestSystem;
 let driver: FakeCheckpointDriver;
@@ -262,17 +261,13 @@ describe("checkpoints", () => {
 });
 
 describe("agentvm checkpoints, restore, agents create --from-checkpoint", () => {
-  const bin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
   let home: string;
   beforeAll(() => {
     home = mkdtempSync(join(tmpdir(), "agentvm-cli-ckp-home-"));
   });
   afterAll(() => rmSync(home, { recursive: true, force: true }));
 
-  function agentvm(args: string[]): Promise<{ code: number; out: string; err: string }> {
-    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: sys.demo.token };
-    return new Promise((resolve) => execFile(process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })));
-  }
+  const agentvm = (args: string[]) => runAgentvm(args, { url: sys.url, token: sys.demo.token, home });
 
   it("create → ls → restore by name → fork → rm, and a duplicate name exits 1 with the envelope's message", async () => {
     const agentId = await awakeAgent();

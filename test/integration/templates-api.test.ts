@@ -1,35 +1,22 @@
 // Templates through the real system (Postgres, HTTP, the host) over a driver that lists templates: GET /v1/templates for the operator only, the CLI, and a clone's wake recorded in its running event.
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { and, eq } from "drizzle-orm";
 import { vmEvents } from "../../schema/core.ts";
 import { mintToken } from "../../compose/dev-keys.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { runAgentvm, type CliRun } from "../helpers/cli.ts";
 import { FakeTemplateDriver, failedTemplate, readyTemplate } from "../helpers/fake-template-driver.ts";
 
-const bin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
 
 let sys: TestSystem;
 let driver: FakeTemplateDriver;
 let home: string;
 
-interface Run {
-  code: number;
-  out: string;
-  err: string;
-}
-
-/** `node bin/agentvm.js …` against the system, with the operator token unless `token` says. */
-function agentvm(args: string[], token?: string): Promise<Run> {
-  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: token ?? sys.operatorToken };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
-  });
-}
+/** `agentvm …` against the system, with the operator token unless `token` says. */
+const agentvm = (args: string[], token?: string): Promise<CliRun> => runAgentvm(args, { url: sys.url, token: token ?? sys.operatorToken, home });
 
 beforeAll(async () => {
   driver = new FakeTemplateDriver();

@@ -62,22 +62,27 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
+/** A host over `vmsDir` with a counting driver (or the given parts). */
+function hostOn(vmsDir: string, parts: Partial<ConstructorParameters<typeof Host>[0]> = {}): Host {
+  return new Host({
+    config: { hostId: "host_old", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+    driver: new CountingDriver(),
+    store: createMemoryHostStore(),
+    clock: new ManualClock(),
+    log: silentLogger,
+    activity: { active() {}, inactive() {} },
+    ...parts,
+  });
+}
+
 function setup() {
   const root = mkdtempSync(join(tmpdir(), "agentvm-fence-"));
   dirs.push(root);
   const vmsDir = join(root, "vms");
-  const clock = new ManualClock();
   const driver = new CountingDriver();
   const store = createMemoryHostStore();
   const ends: ActivityEnd[] = [];
-  const host = new Host({
-    config: { hostId: "host_old", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
-    driver,
-    store,
-    clock,
-    log: silentLogger,
-    activity: { active() {}, inactive: (e) => void ends.push(e) },
-  });
+  const host = hostOn(vmsDir, { driver, store, activity: { active() {}, inactive: (e) => void ends.push(e) } });
   return { vmsDir, driver, store, host, ends };
 }
 
@@ -107,14 +112,7 @@ describe("host fencing by lease generation", () => {
     expect(existsSync(join(vmsDir, "..", "leases", "agt_fence0001"))).toBe(true);
 
     // A second host process on the same directory knows generation 2: a call of 1 is stale.
-    const again = new Host({
-      config: { hostId: "host_old", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
-      driver: new CountingDriver(),
-      store: createMemoryHostStore(),
-      clock: new ManualClock(),
-      log: silentLogger,
-      activity: { active() {}, inactive() {} },
-    });
+    const again = hostOn(vmsDir);
     await expect(again.acquire(spec(1), "request")).rejects.toMatchObject({ code: "host_unavailable" });
   });
 
@@ -171,15 +169,7 @@ describe("host start: checkpoint directories without a live row", () => {
       deleteOfAgent: async () => [],
       liveOf: async (ids: readonly string[]) => (asked.push([...ids].sort()), new Set(ids.filter((id) => id === "ckp_live00000001"))),
     };
-    const host = new Host({
-      config: { hostId: "host_s", vmsDir, wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
-      driver: new CountingDriver(),
-      store: createMemoryHostStore(),
-      clock: new ManualClock(),
-      log: silentLogger,
-      activity: { active() {}, inactive() {} },
-      checkpoints: store,
-    });
+    const host = hostOn(vmsDir, { checkpoints: store });
     await host.start();
     await host.stop();
     expect(asked).toEqual([["ckp_deleted00001", "ckp_live00000001", "ckp_orphan000001"]]);

@@ -1,0 +1,26 @@
+// The `agentvm` command line run as a child process (`node bin/agentvm.js …`), as its tests drive it.
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { expect } from "vitest";
+
+export const agentvmBin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
+
+export interface CliRun {
+  code: number;
+  out: string;
+  err: string;
+}
+
+/** Runs `agentvm args` against `url` with `token`, its config under `home`; the exit code, stdout and stderr. */
+export function runAgentvm(args: readonly string[], opts: { url: string; token: string; home: string }): Promise<CliRun> {
+  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: opts.home, AGENTVM_URL: opts.url, AGENTVM_TOKEN: opts.token };
+  return new Promise((resolve) => {
+    execFile(process.execPath, [agentvmBin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
+  });
+}
+
+/** The JSON a successful `--json` run printed (the test fails with its stderr otherwise). */
+export function cliJson<T>(r: CliRun): T {
+  expect(r.code, r.err).toBe(0);
+  return JSON.parse(r.out) as T;
+}
