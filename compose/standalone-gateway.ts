@@ -7,7 +7,7 @@ import { int, optStr, str, type Env } from "../lib/env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
 import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
-import { createDbPlacement } from "../gateway/placement.ts";
+import { createDbPlacement, expireHostLeases } from "../gateway/placement.ts";
 import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
 import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
@@ -105,6 +105,15 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
     if (!parts.database) await database.close();
     throw err;
   }
+  // Rows of hosts whose lease ended: their awake agents are stopped and their open runs end at the last heartbeat, a few
+  // times per live window (every gateway may do it; it is idempotent). A failed pass is logged and tried at the next.
+  const leaseLog = log.child({ component: "leases" });
+  const leases = setInterval(() => {
+    expireHostLeases(db, cfg.placement.liveWindowMs)
+      .then((r) => (r.agents > 0 || r.runs > 0 ? leaseLog.warn("a host's lease ended: its awake agents' rows stopped, its open runs ended at its last heartbeat", r) : undefined))
+      .catch((err: unknown) => leaseLog.warn("lease expiry pass failed", { err: err instanceof Error ? err.message : String(err) }));
+  }, Math.max(1000, Math.floor(cfg.placement.liveWindowMs / 3)));
+  leases.unref();
   let stopped: Promise<void> | undefined;
   return {
     url: gateway.url,
@@ -113,6 +122,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
     database,
     stop() {
       stopped ??= (async () => {
+        clearInterval(leases);
         // Streams may run for hours: they get DRAIN_TIMEOUT_MS, then their connections are cut.
         const grace = () => new Promise<void>((done) => setTimeout(done, cfg.drainTimeoutMs).unref());
         await gateway.stop({ drain: (callsDone) => Promise.race([callsDone, grace()]), afterCut: () => fleet.close() });

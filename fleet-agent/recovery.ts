@@ -105,7 +105,8 @@ export async function recoverCrashes(deps: RecoveryDeps): Promise<Recovered> {
     if (deps.known(run.agentId)) continue;
     const sleptAt = closed.get(run.id) ?? run.sleptAt;
     const reason = closed.has(run.id) ? "crash" : run.sleepReason;
-    if (reason !== "crash" || !sleptAt) continue;
+    // `host_lost`: a gateway ended the run when this host's lease ran out (gateway/placement.ts); a crash all the same.
+    if ((reason !== "crash" && reason !== "host_lost") || !sleptAt) continue;
     const snapAt = snapshotAt(join(deps.vmsDir, run.agentId));
     if (snapAt === undefined) continue; // no snapshot: the next wake boots, and says so
     const lastAwakeAt = sleptAt.getTime();

@@ -5,7 +5,7 @@ import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import type { AgentSpec } from "../contracts/agent.ts";
 import { queryRows, type Db } from "../schema/postgres.ts";
-import { asDatabaseError, isDatabaseUnavailable } from "../schema/db-errors.ts";
+import { asDatabaseError, isDatabaseUnavailable, isTransactionConflict } from "../schema/db-errors.ts";
 
 export interface PlacedHost {
   id: string;
@@ -303,6 +303,14 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
    * undefined when it lost the race.
    */
   async function moveAgent(agentId: string, fromHostId: string | null, generation: number, toHostId: string, lost: boolean): Promise<number | undefined> {
+    // Aborted against another transaction (a lease expiry pass, a racing gateway): as if it lost the race; the caller reads again.
+    return moveOnce(agentId, fromHostId, generation, toHostId, lost).catch((err: unknown) => {
+      if (isTransactionConflict(err)) return undefined;
+      throw err;
+    });
+  }
+
+  function moveOnce(agentId: string, fromHostId: string | null, generation: number, toHostId: string, lost: boolean): Promise<number | undefined> {
     return db.transaction(async (tx) => {
       const updated = await queryRows<{ generation: number }>(
         tx as unknown as Db,
@@ -322,4 +330,39 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
       return Number(updated[0]!.generation);
     });
   }
+}
+
+/**
+ * Corrects the rows of hosts whose lease ended (no heartbeat within `liveWindowMs`): their agents' rows that still say
+ * an awake state become `stopped`, and their open runs end at the host's last heartbeat (reason `host_lost`), so
+ * listings and usage stop counting a dead host's agents as awake before anyone calls them. The agents stay on that host
+ * until a call moves them (placement) or it comes back. Idempotent: every gateway may run it. Answers what it changed.
+ */
+/** The advisory lock key of lease expiry passes (any constant no other part of the system takes). */
+const leaseExpiryLock = 0x6c656173; // "leas"
+
+export async function expireHostLeases(db: Db, liveWindowMs: number): Promise<{ agents: number; runs: number }> {
+  const window = sql`make_interval(secs => ${liveWindowMs / 1000})`;
+  // Agents' rows first, then runs: the order a move locks them in (moveAgent). One pass at a time across gateways (a
+  // transaction-scoped advisory lock): a pass that finds another under way skips.
+  return db.transaction(async (tx) => {
+    const [lock] = await queryRows<{ ok: boolean }>(tx as unknown as Db, sql`select pg_try_advisory_xact_lock(${leaseExpiryLock}::bigint) as ok`);
+    if (!lock?.ok) return { agents: 0, runs: 0 };
+    const stopped = await queryRows<{ id: string }>(
+      tx as unknown as Db,
+      sql`update agents set state = 'stopped'
+          from hosts h
+          where h.id = agents.host_id and agents.deleted_at is null and h.last_heartbeat_at < now() - ${window}
+            and agents.state in ('booting', 'running', 'restoring', 'snapshotting')
+          returning agents.id`,
+    );
+    const closed = await queryRows<{ id: string }>(
+      tx as unknown as Db,
+      sql`update runs set slept_at = greatest(runs.woke_at, h.last_heartbeat_at), sleep_reason = 'host_lost'
+          from hosts h
+          where h.id = runs.host_id and runs.slept_at is null and h.last_heartbeat_at < now() - ${window}
+          returning runs.id`,
+    );
+    return { agents: stopped.length, runs: closed.length };
+  });
 }

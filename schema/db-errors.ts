@@ -85,6 +85,15 @@ export function isUniqueViolation(err: unknown): boolean {
   return false;
 }
 
+/** A transaction Postgres chose to abort against another (deadlock 40P01, serialization 40001): retrying it is the answer. */
+export function isTransactionConflict(err: unknown): boolean {
+  for (const e of causes(err)) {
+    const state = serverCode(e);
+    if (state === "40P01" || state === "40001") return true;
+  }
+  return false;
+}
+
 /** The caller's answer to a database outage: 503, `Retry-After`, and no detail of the database (the cause is logged). */
 export function databaseUnavailable(cause?: unknown): AppError {
   return new AppError("database_unavailable", "the database is unavailable; retry shortly", { retryAfterS: databaseRetryAfterS, cause });

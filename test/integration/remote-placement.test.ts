@@ -6,7 +6,7 @@ import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import { agentCommits, agents, hosts, runs, tenants } from "../../schema/core.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
-import { chooseHost, createDbPlacement, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
+import { chooseHost, createDbPlacement, expireHostLeases, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -186,6 +186,30 @@ describe("createDbPlacement", () => {
     const [row] = await db().select().from(agents).where(eq(agents.id, asleep.id));
     expect(row?.state).toBe("hibernated");
     expect((await p.hostFor(await addAgent())).id).toBe("host_other");
+  });
+
+  it("a host whose lease ended gets its awake agents' rows stopped and its open runs ended at its last heartbeat, before anyone calls them", async () => {
+    await addHost("host_lapsed", { ageS: 3600 });
+    await addHost("host_beating");
+    const lapsed = await addAgent({ hostId: "host_lapsed", state: "running" });
+    const asleep = await addAgent({ hostId: "host_lapsed", state: "hibernated" });
+    const fine = await addAgent({ hostId: "host_beating", state: "running" });
+    for (const [id, agent, host] of [["run_lapsed000001", lapsed, "host_lapsed"], ["run_fine00000001", fine, "host_beating"]] as const) {
+      await db().insert(runs).values({ id, agentId: agent.id, tenantId: "ten_p", hostId: host, vmId: "vm_e", wokeAt: sql`now() - interval '2 hours'`, wakeReason: "request", wakeMode: "boot" });
+    }
+    expect(await expireHostLeases(db(), 30_000)).toEqual({ agents: 1, runs: 1 });
+    const states = await db().select({ id: agents.id, state: agents.state, hostId: agents.hostId }).from(agents).where(sql`${agents.id} in (${lapsed.id}, ${asleep.id}, ${fine.id})`);
+    expect(Object.fromEntries(states.map((r) => [r.id, [r.state, r.hostId]]))).toEqual({
+      [lapsed.id]: ["stopped", "host_lapsed"],
+      [asleep.id]: ["hibernated", "host_lapsed"],
+      [fine.id]: ["running", "host_beating"],
+    });
+    const [run] = await db().select().from(runs).where(eq(runs.id, "run_lapsed000001"));
+    const [host] = await db().select().from(hosts).where(eq(hosts.id, "host_lapsed"));
+    expect(run).toMatchObject({ sleepReason: "host_lost", sleptAt: host!.lastHeartbeatAt });
+    const [other] = await db().select().from(runs).where(eq(runs.id, "run_fine00000001"));
+    expect(other!.sleptAt).toBeNull();
+    expect(await expireHostLeases(db(), 30_000)).toEqual({ agents: 0, runs: 0 });
   });
 
   it("gateways racing to place the same agents agree on one host each", async () => {
