@@ -211,6 +211,7 @@ export const Invoice = z
     ),
     totalCents: z.number().int(),
     total: z.string().openapi({ example: "0.45" }),
+    metering: z.string().openapi({ description: "How compute was metered, and what a host lost before it shipped its meter segments costs (at most its open segment per agent, not charged)" }),
   })
   .openapi("Invoice");
 

@@ -58,7 +58,17 @@ export interface Invoice {
   rateCards: InvoiceRateCard[];
   lines: InvoiceLine[];
   totalCents: number;
+  /** How compute was metered, and what a lost host's metering costs the invoice (`meteringNote`). */
+  metering: string;
 }
+
+/**
+ * Said on every invoice: compute lines count the meter segments hosts shipped. A host lost before shipping them loses
+ * what it had not shipped, at most its open segment per agent (one meter heartbeat, `METER_HEARTBEAT_MS`, 10 s by
+ * default) plus what its spool held; that time is not charged. Its runs end at its last heartbeat.
+ */
+export const meteringNote =
+  "Compute is billed from the meter segments each host ships (one segment at most every meter heartbeat, METER_HEARTBEAT_MS). A host that is lost before it ships loses at most its open segment per agent, which is not charged; an agent that moves to another host is metered there from its wake.";
 
 export interface InvoiceOptions {
   graceMs?: number;
@@ -192,6 +202,7 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
     periodStart: start,
     periodEnd: end,
     finalizableAt: end + graceMs,
+    metering: meteringNote,
   };
   if (row.status === "final") {
     const stored = await db.select().from(invoiceLines).where(eq(invoiceLines.invoiceId, row.id)).orderBy(invoiceLines.lineNo);

@@ -37,9 +37,9 @@ import {
 import { ingestSegments } from "./ingest.ts";
 import { defaultInvoiceGraceMs, finalizeInvoice, invoiceById, invoiceForMonth, listInvoices } from "./invoices.ts";
 import { addRateCardVersion, defaultRateCardAt, latestRateInstant, listRateCardVersions, nextQuarterHour, rateCardAt, tenantRateCardTimeline } from "./rates.ts";
-import { invoiceCsv, invoiceJson, invoiceListCsv, rateCardVersionJson, runJson, runsCsv, usageCsv, usageJson } from "./report-views.ts";
+import { invoiceCsv, invoiceJson, invoiceListCsv, rateCardVersionJson, runJson, runsCsv, usageCsv, usageJsonBytes } from "./report-views.ts";
 import { agentRuns, assertAgentOfTenant, type RunPosition } from "./runs.ts";
-import { usageReport } from "./usage.ts";
+import { usageTable } from "./usage.ts";
 import { parseInstant } from "./zones.ts";
 
 export interface BillingRouteDeps {
@@ -271,7 +271,7 @@ export function createBillingRoutes(deps: BillingRouteDeps) {
     const q = c.req.valid("query");
     checkTenantParam(q, caller.tenantId);
     if (q.agentId !== undefined) await assertAgentOfTenant(deps.db, caller.tenantId, q.agentId);
-    const report = await usageReport(deps.db, {
+    const report = await usageTable(deps.db, {
       tenantId: caller.tenantId,
       from: parseInstant(q.from, q.tz, "from"),
       to: parseInstant(q.to, q.tz, "to"),
@@ -280,7 +280,9 @@ export function createBillingRoutes(deps: BillingRouteDeps) {
       ...(q.groupBy.time ? { time: q.groupBy.time } : {}),
       ...(q.agentId !== undefined ? { agentId: q.agentId } : {}),
     });
-    return wantsCsv(c, q.format) ? csvResponse(c, usageCsv(report), "usage") : c.json(usageJson(report, q.groupBy.names), 200);
+    if (wantsCsv(c, q.format)) return csvResponse(c, usageCsv(report), "usage");
+    // the bytes c.json would send (report-views.ts `usageJsonBytes`), written without an object per row
+    return c.body(usageJsonBytes(report, q.groupBy.names), 200, { "content-type": "application/json" });
   });
 
   app.openapi(runsRoute, async (c) => {

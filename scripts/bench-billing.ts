@@ -1,6 +1,6 @@
 // Benchmark: ≥1M meter segments through HTTP ingest into a durable Postgres (fsync, synchronous_commit, full_page_writes on)
 // beside a plain COPY of the same rows, then the month's usage report and invoices vs a raw scan.
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -11,7 +11,8 @@ import postgres from "postgres";
 import { sql } from "drizzle-orm";
 import { createBillingRoutes } from "../billing/routes.ts";
 import { invoiceForMonth } from "../billing/invoices.ts";
-import { rawUsage, timestampArray, usageReport, type UsageRow } from "../billing/usage.ts";
+import { sqlRunner } from "../billing/sql-runner.ts";
+import { rawUsage, rollupQuery, usageReport, type UsageRow } from "../billing/usage.ts";
 import { monthRange, windowBoundaries } from "../billing/zones.ts";
 import type { MeterSegment } from "../contracts/meter.ts";
 import { allScopes, type GatewayEnv } from "../contracts/caller.ts";
@@ -287,6 +288,13 @@ async function main(): Promise<void> {
     const reportCpu0 = process.cpuUsage();
     const reportPg0 = postgresCpuSeconds();
     let reportClientCpuUs = 0;
+    // BENCH_PROFILE=file.cpuprofile: a CPU profile of the billing thread over the timed reports (for chrome://inspect)
+    const profiler = env.BENCH_PROFILE ? new (await import("node:inspector/promises")).Session() : undefined;
+    if (profiler) {
+      profiler.connect();
+      await profiler.post("Profiler.enable");
+      await profiler.post("Profiler.start");
+    }
     for (let k = 0; k < reportRepeats; k++) {
       const r = await reportAll(k === reportRepeats - 1);
       timings.push(r.ms);
@@ -294,6 +302,12 @@ async function main(): Promise<void> {
       last = r.out;
     }
     const reportCpuUs = process.cpuUsage(reportCpu0);
+    if (profiler) {
+      const { profile } = await profiler.post("Profiler.stop");
+      writeFileSync(env.BENCH_PROFILE!, JSON.stringify(profile));
+      profiler.disconnect();
+      log(`CPU profile of the timed reports: ${env.BENCH_PROFILE}`);
+    }
     const reportCpuMs = {
       billing: Math.round((reportCpuUs.user + reportCpuUs.system - reportClientCpuUs) / 1000 / reportRepeats),
       postgres: Math.round(((postgresCpuSeconds() - reportPg0) * 1000) / reportRepeats),
@@ -363,8 +377,10 @@ async function main(): Promise<void> {
     for (let k = 0; k < reportRepeats; k++) after.push((await reportAll()).ms);
     await ask({ type: "exit" });
     if (env.BENCH_EXPLAIN) {
+      // the report's own query (billing/usage.ts rollupQuery), for one tenant
       const range = monthRange(zones[1]!, month);
-      const plan = await queryRows<Record<string, string>>(db, sql.raw(`EXPLAIN ANALYZE SELECT width_bucket(bucket_start, '${timestampArray(windowBoundaries(zones[1]!, range.start, range.end, "day").slice(0, -1))}'::timestamptz[]) - 1 AS w, agent_id, sum(active_ms)::int8, sum(vcpu_ms)::int8, sum(mib_ms)::int8 FROM usage_quarter_hours WHERE tenant_id = 'ten_1' AND bucket_start >= '${new Date(range.start).toISOString()}' AND bucket_start < '${new Date(range.end).toISOString()}' GROUP BY 1, 2`));
+      const { text, params } = rollupQuery({ tenantId: "ten_1", byAgent: true }, windowBoundaries(zones[1]!, range.start, range.end, "day"));
+      const plan = await sqlRunner(db).query<Record<string, string>>(`EXPLAIN ANALYZE ${text}`, params);
       log(plan.map((r) => Object.values(r)[0]).join("\n"));
     }
     const afterOtherMonth = { segments: segments + sentMore.sent, rollup_rows: await rollupRows(), report_ms: Math.round(median(after)) };

@@ -784,6 +784,8 @@ export type components = {
       totalCents: number;
       /** @example 0.45 */
       total: string;
+      /** @description How compute was metered, and what a host lost before it shipped its meter segments costs (at most its open segment per agent, not charged) */
+      metering: string;
     };
     /** @description The card in effect at the period's start */
     Rates: {

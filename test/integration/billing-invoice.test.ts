@@ -111,6 +111,8 @@ describe("invoices", () => {
     expect(res.status).toBe(200);
     const body = (await res.json()) as { id: string; status: string; totalCents: number; total: string; periodStart: string; lines: unknown[] };
     expect(body).toMatchObject({ status: "final", totalCents: 45, total: "0.45", periodStart: "2026-10-01T00:00:00+02:00" });
+    // Every invoice says what a host lost before it shipped its meter segments costs (issue 17: meters across hosts).
+    expect((body as unknown as { metering: string }).metering).toMatch(/lost before it ships loses at most its open segment per agent/);
     expect((await app.request(`/v1/invoices/${body.id}`, as("ten_j"))).status).toBe(404);
     const csv = await (await app.request(`/v1/invoices/${body.id}?format=csv`, as("ten_i"))).text();
     expect(csv.split("\r\n")[0]).toBe("invoice_id,month,status,agent_id,resource,quantity,unit,unit_price_nanocents,price_unit,amount_cents,rate_card_id");

@@ -3,11 +3,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ingestSegments } from "../../billing/ingest.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { splitIntoWindows } from "../../billing/buckets.ts";
-import { usageReport, windowsOf, type UsageQuery } from "../../billing/usage.ts";
+import { usageJson } from "../../billing/report-views.ts";
+import { usageReport, usageTable, windowsOf, type UsageQuery } from "../../billing/usage.ts";
 import type { MeterSegment } from "../../contracts/meter.ts";
 import { ManualClock } from "../../lib/clock.ts";
 import { componentKey, signComponentToken } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
+import { sql } from "drizzle-orm";
+import { usageQuarterHours } from "../../schema/billing.ts";
 import { runs } from "../../schema/core.ts";
 import type { Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
@@ -157,6 +160,40 @@ describe("usage", () => {
       expect(ok.status).toBe(200);
       expect(await ok.json()).toEqual({ accepted: [s1.id], duplicates: [], rejected: [{ id: s2.id, code: "host_mismatch", message: expect.any(String) }] });
       expect(await (await post(token, body([s1]))).json()).toEqual({ accepted: [], duplicates: [s1.id], rejected: [] });
+    });
+
+    it("answers the bytes the report object serializes to: agents in C order, sums exact up to 2^53, larger ones refused", async () => {
+      await seedTenant(database.db, "ten_big", "America/New_York");
+      // rollup rows written directly: ids ingest would refuse (the report must not rely on it), sums near 2^53
+      const ids = ["agt_b", "agt_B", "agt_a", "\u{1F600}", "\uFFFD", "é", 'q"uote', "new\nline"];
+      const day1 = Date.UTC(2026, 6, 1, 4); // local midnight in New York (EDT)
+      const rollups = ids.flatMap((agentId, k) => [
+        { tenantId: "ten_big", agentId, bucketStart: new Date(day1 + k * 900_000), activeMs: 1000 + k, vcpuMs: 2 ** 52, mibMs: 3 * 2 ** 50 + k },
+        { tenantId: "ten_big", agentId, bucketStart: new Date(day1 + 23 * hour + 45 * 60_000), activeMs: 7, vcpuMs: 2 ** 52 - 1 - k, mibMs: 2 ** 50 + 1 },
+        { tenantId: "ten_big", agentId, bucketStart: new Date(day1 + 24 * hour), activeMs: 5, vcpuMs: 3, mibMs: 1 },
+      ]);
+      await database.db.insert(usageQuarterHours).values(rollups);
+      const path = "/v1/usage?from=2026-07-01&to=2026-07-03&tz=America/New_York&groupBy=agent,day";
+      const res = await get(path, { "x-test-tenant": "ten_big" });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      const text = await res.text();
+      const q: UsageQuery = { tenantId: "ten_big", from: day1, to: day1 + 48 * hour, zone: "America/New_York", byAgent: true, time: "day" };
+      expect(text).toBe(JSON.stringify(usageJson(await usageTable(database.db, q), ["agent", "day"])));
+      const body = JSON.parse(text) as { rows: { start: string; agentId: string; activeMs: number; vcpuMs: number; mibMs: number }[]; totals: { vcpuMs: number } };
+      const cOrder = (await database.db.execute(sql`select distinct agent_id from usage_quarter_hours where tenant_id = 'ten_big' order by agent_id`)) as unknown as { agent_id: string }[];
+      expect(body.rows.filter((r) => r.start.startsWith("2026-07-01")).map((r) => r.agentId)).toEqual(cOrder.map((r) => r.agent_id));
+      for (const [k, agentId] of ids.entries()) {
+        const first = body.rows.find((r) => r.agentId === agentId && r.start.startsWith("2026-07-01"))!;
+        // exact, as sum(int8) was: 2^52 + (2^52 - 1 - k) and 3·2^50 + k + 2^50 + 1
+        expect([first.activeMs, first.vcpuMs, first.mibMs]).toEqual([1007 + k, 2 ** 53 - 1 - k, 2 ** 52 + k + 1]);
+        expect(BigInt(first.vcpuMs)).toBe(2n ** 52n + 2n ** 52n - 1n - BigInt(k));
+      }
+      expect(body.rows).toHaveLength(2 * ids.length);
+      // a sum that reaches 2^53 is refused, as before (the answer would not be exact in JSON)
+      await database.db.insert(usageQuarterHours).values({ tenantId: "ten_big", agentId: "agt_b", bucketStart: new Date(day1 + hour), activeMs: 1, vcpuMs: 1, mibMs: 0 }); // agt_b: 2^53 - 1 + 1
+      await expect(usageTable(database.db, q)).rejects.toThrow(/exceeds 2\^53/);
+      expect((await get(path, { "x-test-tenant": "ten_big" })).status).toBe(500);
     });
 
     it("lists an agent's runs with wake reason, mode, timing breakdown, sleep reason and metered time", async () => {
