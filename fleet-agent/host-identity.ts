@@ -1,9 +1,9 @@
 // A host's identity on its own disk: the secret it made at its first start (what proves to the hosts table it is the host that registered) and the lock that keeps a second process off its data directory.
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { AppError } from "../lib/errors.ts";
-import { pidAlive } from "../lib/node-lock.ts";
+import { tryLock } from "../lib/node-lock.ts";
 
 /** What a started host holds until it stops: the hash it registers with, and the lock on its directory. */
 export interface HostIdentity {
@@ -73,77 +73,20 @@ export function ensureHostSecret(dataDir: string, hostId: string): string {
   return secret;
 }
 
-/** Lock files this process holds: a lock naming our pid that is not among them was left by an earlier process that had our pid (a container's pid 1). */
-const heldHere = new Set<string>();
-
 /**
- * Takes `<dataDir>/hosts/<hostId>/host.lock` (created whole: the pid is written to a temporary file, then linked into
- * place, so no reader sees an empty lock). A lock of a dead process is taken over; one of a live process is refused.
+ * Takes `<dataDir>/hosts/<hostId>/host.lock` (lib/node-lock.ts: written whole, a dead process's lock taken over); one
+ * of a live process is a second host on the same data directory, refused.
  */
 export function lockHostDir(dataDir: string, hostId: string): () => void {
   const path = hostLockPath(dataDir, hostId);
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
-    writeDurably(tmp, String(process.pid));
-    try {
-      linkSync(tmp, path);
-      heldHere.add(path);
-      let released = false;
-      return () => {
-        if (released) return;
-        released = true;
-        heldHere.delete(path);
-        rmSync(path, { force: true });
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-    } finally {
-      rmSync(tmp, { force: true });
-    }
-    const holder = readPid(path);
-    if (holder === undefined) continue; // released between our link and our read
-    // Locks are written whole: one without a pid is no lock (pid 0 would ask our own process group).
-    const live = Number.isInteger(holder) && holder > 0 && (holder === process.pid ? heldHere.has(path) : pidAlive(holder));
-    if (live) {
-      throw new AppError(
-        "conflict",
-        `host ${hostId}: another process (pid ${holder}) runs on the data directory ${dataDir} (it holds ${path}); stop it first, or give this one another DATA_DIR and HOST_ID`,
-      );
-    }
-    takeOverStale(path, holder);
-  }
-  throw new AppError("conflict", `host ${hostId}: could not take ${path} (other processes keep taking it); is another fleet-agent starting on ${dataDir}?`);
-}
-
-function readPid(path: string): number | undefined {
-  try {
-    return Number(readFileSync(path, "utf8").trim() || "0");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw err;
-  }
-}
-
-/**
- * Moves a dead holder's lock aside by rename (atomic: of two processes taking it over, one moves it). When what was
- * moved is no longer the dead holder's (another process took it over meanwhile), it is linked back for its owner.
- */
-function takeOverStale(path: string, deadPid: number): void {
-  const aside = `${path}.stale-${process.pid}-${randomBytes(4).toString("hex")}`;
-  try {
-    renameSync(path, aside);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
-    throw err;
-  }
-  if (readPid(aside) !== deadPid) {
-    try {
-      linkSync(aside, path);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-    }
-  }
-  rmSync(aside, { force: true });
+  const got = tryLock(path);
+  if ("release" in got) return got.release;
+  throw new AppError(
+    "conflict",
+    got.holder > 0
+      ? `host ${hostId}: another process (pid ${got.holder}) runs on the data directory ${dataDir} (it holds ${path}); stop it first, or give this one another DATA_DIR and HOST_ID`
+      : `host ${hostId}: could not take ${path} (other processes keep taking it); is another fleet-agent starting on ${dataDir}?`,
+  );
 }
 
 function writeDurably(path: string, text: string): void {
