@@ -73,7 +73,7 @@ export async function startHostRuntime(opts: {
   meter.start();
   // The event log outlives the database: writes it refuses as unavailable wait on disk and are replayed in order.
   const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
-  // Commits go through the host's per-agent queue (`exclusive`), so a wake never reads files a commit is copying.
+  // Commits go through the host's per-agent queue, and only of a VM still hibernated: a wake never changes files a commit is copying.
   let hostRef: Host | undefined;
   const shipper = cfg.artifacts.storeDir
     ? createSnapshotShipper({
@@ -84,7 +84,7 @@ export async function startHostRuntime(opts: {
         hostId,
         log: log.child({ component: "shipper" }),
         clock,
-        exclusive: (agentId, work) => hostRef!.exclusive(agentId, work),
+        exclusive: (agentId, work) => hostRef!.whileHibernated(agentId, work),
       })
     : undefined;
   if (shipper) log.info("snapshots are committed to the shared artifact store", { dir: cfg.artifacts.storeDir });

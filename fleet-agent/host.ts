@@ -604,9 +604,17 @@ export class Host {
     }
   }
 
-  /** Runs `work` apart from the agent's wakes, snapshots and checkpoints (the shipper's checkpoint step). */
-  exclusive<T>(agentId: string, work: () => Promise<T>): Promise<T> {
-    return this.checkpointWork.run(agentId, work);
+  /**
+   * Runs `work` apart from the agent's wakes, snapshots and checkpoints, and only while it is still hibernated: the
+   * shipper's checkpoint step reads the snapshot's files, which a wake since the hibernation has moved on (the next
+   * hibernation commits instead).
+   */
+  whileHibernated<T>(agentId: string, work: () => Promise<T>): Promise<T> {
+    return this.checkpointWork.run(agentId, async () => {
+      const state = this.vms.get(agentId)?.state;
+      if (state !== "hibernated") throw new AppError("conflict", `agent ${agentId} is ${state ?? "gone"} again: its snapshot is not committed (its next hibernation is)`);
+      return work();
+    });
   }
 
   /**

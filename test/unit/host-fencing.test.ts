@@ -177,3 +177,13 @@ describe("host start: checkpoint directories without a live row", () => {
     for (const gone of ["ckp_orphan000001", "ckp_deleted00001", "ckp_half00000001.tmp-abc"]) expect(existsSync(join(checkpointsDir, gone))).toBe(false);
   });
 });
+
+describe("host: work on a hibernated agent's snapshot (the shipper's checkpoint step)", () => {
+  it("runs only while the agent is still hibernated; one woken since is refused, its next hibernation commits", async () => {
+    const { host } = setup();
+    (await host.acquire(spec(0), "request")).release();
+    await expect(host.whileHibernated(spec().id, async () => "copied")).rejects.toMatchObject({ code: "conflict" });
+    expect(await host.hibernateNow(spec().id)).toBe("hibernated");
+    expect(await host.whileHibernated(spec().id, async () => "copied")).toBe("copied");
+  });
+});
