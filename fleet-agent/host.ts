@@ -9,7 +9,7 @@ import { noopMetrics, seconds, type Metrics } from "../lib/metrics.ts";
 import type { DriverTemplate, RunningVm, VmDriver, VmSpec } from "./drivers/driver.ts";
 import { snapshotFailureDetail } from "./drivers/common/snapshot-space.ts";
 import { rotatedLogPath } from "./drivers/common/vm-process.ts";
-import type { HostStore } from "./store.ts";
+import type { AgentOwner, HostStore } from "./store.ts";
 import type { Rollback } from "./recovery.ts";
 import type { AgentSpec, Lease, SleepReason, TransitionReason, TransitionTimings, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
 import type { ActivityListener } from "./activity.ts";
@@ -71,6 +71,9 @@ export interface HostDeps {
   shipper?: SnapshotShipper;
 }
 
+/** How long a wake waits for the database to say who owns the agent before it goes ahead, ms. */
+const ownerCheckMs = 500;
+
 /** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
 const CONSOLE_TAIL_BYTES = 2048;
 
@@ -97,6 +100,8 @@ export class Host {
   private readonly checkpointWork = new KeyedQueue();
   /** An operator drains this host (`POST /v1/hosts/{id}/drain`): its VMs sleep as soon as no request is open, and gateways move them. */
   private draining = false;
+  /** Owner checks under way, by agent (`ownerCheck`). */
+  private readonly ownerChecks = new Map<string, Promise<void>>();
   /** Whether `fence` has looked at the state directories on disk yet (once: later passes look at the VMs in memory). */
   private fencedDisk = false;
 
@@ -285,6 +290,7 @@ export class Host {
     if (this.stopping) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
     const entry = await this.leased(spec);
     const queuedAt = this.deps.clock.monotonic();
+    let ownerChecked = false;
     for (;;) {
       if (entry.state === "running" && entry.running && !entry.hibernation) {
         return this.ticket(entry, { wake: "warm", runId: entry.runId!, timings: {} });
@@ -302,6 +308,12 @@ export class Host {
       }
       if (entry.waiting >= this.deps.config.wakeQueueLimit) {
         throw new AppError("queue_full", `too many requests waiting for agent ${spec.id} to wake`, { retryAfterS: 2 });
+      }
+      if (!entry.wake && !ownerChecked) {
+        // A wake is to start: ask who owns the agent first, then look again (the state may have moved meanwhile).
+        await this.ownerCheck(entry);
+        ownerChecked = true;
+        continue;
       }
       entry.waiting++;
       let info: WakeInfo;
@@ -637,6 +649,38 @@ export class Host {
       this.writeDiskGeneration(spec.id, generation);
     }
     return this.entry(spec);
+  }
+
+  /**
+   * Before a wake: whether the database still gives this host the agent under the generation it holds. A gateway whose
+   * placement was kept from before a move (its cache) would otherwise wake a second copy here; it gets `503` and asks
+   * again. A copy already awake is fenced at the next heartbeat (`fence`). While the database cannot be read the
+   * wake goes ahead (after at most `ownerCheckMs`): the lease it holds has not been taken from it by anyone who could
+   * not write either.
+   */
+  /** One owner check at a time per agent: callers that arrive together share it (a burst asks the database once). */
+  private ownerCheck(entry: VmEntry): Promise<void> {
+    const id = entry.spec.id;
+    let check = this.ownerChecks.get(id);
+    if (!check) {
+      check = this.assertOwner(entry).finally(() => this.ownerChecks.delete(id));
+      this.ownerChecks.set(id, check);
+    }
+    return check;
+  }
+
+  private async assertOwner(entry: VmEntry): Promise<void> {
+    const id = entry.spec.id;
+    let owner;
+    try {
+      // Bounded: a database that does not answer (an outage, a partition) must not hold the wake up.
+      owner = (await withDeadline(this.deps.clock, ownerCheckMs, this.deps.store.owners([id]), () => new Map<string, AgentOwner>())).get(id);
+    } catch {
+      return;
+    }
+    if (!owner || owner.deleted || owner.hostId === null) return;
+    if (owner.hostId === this.hostId && owner.generation <= entry.generation) return;
+    throw new AppError("host_unavailable", `agent ${id} is on host ${owner.hostId} now (lease generation ${owner.generation}); this host's copy (generation ${entry.generation}) is not woken`, { retryAfterS: 1 });
   }
 
   /**

@@ -181,8 +181,10 @@ describe("failover across hosts", () => {
         from agents a where a.id in ${victims}`);
       return rows as unknown as { id: string; billed: number; awake: number }[];
     };
-    await waitFor(async () => (await gap()).every((r) => Math.abs(r.awake - r.billed) <= 600), 15_000, "billed time within one meter heartbeat of awake time on the dead host");
-    for (const r of await gap()) expect(r.billed).toBeGreaterThan(0);
+    // Its spool ships after the restart: an agent awake longer than a meter heartbeat has closed segments, and they arrive.
+    await waitFor(async () => (await gap()).every((r) => (r.awake < 1000 || r.billed > 0) && Math.abs(r.awake - r.billed) <= 600), 15_000, "billed time within one meter heartbeat of awake time on the dead host").catch(async (err: unknown) => {
+      throw new Error(`${(err as Error).message}: ${JSON.stringify(await gap())}`);
+    });
   }, 120_000);
 
   it("a host cut off while its agents run loses them to the others; when it resumes it stops its copies (both alive, the old one loses)", async () => {

@@ -187,3 +187,21 @@ describe("host: work on a hibernated agent's snapshot (the shipper's checkpoint 
     expect(await host.whileHibernated(spec().id, async () => "copied")).toBe("copied");
   });
 });
+
+describe("host: a wake asks who owns the agent first", () => {
+  it("refuses to wake a copy the database gives to another host (a gateway's placement kept from before a move); an owner it cannot read does not hold the wake", async () => {
+    const { host, driver, store } = setup();
+    (await host.acquire(spec(1), "request")).release();
+    expect(await host.hibernateNow(spec().id)).toBe("hibernated");
+    store.owned.set(spec().id, { hostId: "host_new", generation: 2, deleted: false });
+    await expect(host.acquire(spec(1), "request")).rejects.toMatchObject({ code: "host_unavailable", status: 503 });
+    expect(driver.wakes).toBe(0);
+    store.owned.delete(spec().id);
+    (store as { owners: unknown }).owners = async () => {
+      throw new Error("database away");
+    };
+    const woke = await host.acquire(spec(1), "request");
+    expect(woke.wake.wake).toBe("restore");
+    woke.release();
+  });
+});
