@@ -170,7 +170,8 @@ describe("the host ingress's WebSocket route", () => {
   async function spec(): Promise<AgentSpec> {
     const id = await createAgent({ idleTimeoutMs: 60_000 });
     const [row] = await database.db.select().from(agents).where(eq(agents.id, id));
-    return { id, tenantId: row!.tenantId, image: row!.image, vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false };
+    // With the lease generation its placement at creation gave it: a host wakes no copy of an older generation.
+    return { id, tenantId: row!.tenantId, image: row!.image, vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false, generation: row!.generation };
   }
   const websocketCall = (agent: AgentSpec) => ({ op: "websocket" as const, agent, reason: "request" as const, path: "/ws/echo", requestId: "req_direct0001", proxyIdleTimeoutMs: 60_000, responseTimeoutMs: 30_000 });
 
