@@ -11,8 +11,14 @@
 // With drives the fake guest plays our init for a built image (fleet-agent/guest/init.sh): it finds the three drives
 // by filesystem label (e2label), reads the launcher's spec from the launch drive (debugfs) and serves the workload
 // on the PORT the spec gives, printing the init's `agentvm: …` lines on the console (its stdout) as the real one does.
+//
+// The guest's identity is in its memory as a real one's is: a random state (GET /random answers bytes drawn from it, so
+// two copies of one snapshot answer the same until IDENTITY mixes entropy in), the agent id, hostname and clone marker
+// IDENTITY sets (GET /identity, the /run/agentvm/identity of a real guest), and the checkpoint requests the workload
+// made (POST /checkpoint-request?name=…, answered once by CHECKPOINTS). A loaded snapshot whose vsock socket path is
+// taken fails (Firecracker binds the UDS again on restore), as does one that names a missing drive.
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
@@ -90,6 +96,20 @@ interface GuestMemory {
   guestClockNs: string;
   lastSetNs: string;
   hostAtSnapshotNs: string;
+  guest: GuestIdentityState;
+}
+
+/** What the fake guest keeps of its identity (in its memory: a snapshot carries it). */
+interface GuestIdentityState {
+  /** The RNG's state (hex): a booted guest's is its own, a restored copy's is the snapshot's. */
+  rng: string;
+  draws: number;
+  agentId?: string;
+  hostname?: string;
+  clonedFrom?: string;
+  /** Identities applied since boot. */
+  generation: number;
+  checkpointRequests: string[];
 }
 
 interface StateFile {
@@ -134,6 +154,7 @@ export class FakeFirecracker {
   /** A built image's launch spec, read from its launch drive at boot (kept in the fake's memory snapshot). */
   private launch: LaunchSpec | undefined;
   private guestUpAt = 0;
+  private guest: GuestIdentityState = { rng: randomBytes(32).toString("hex"), draws: 0, generation: 0, checkpointRequests: [] };
 
   constructor(opts: FakeFirecrackerOptions) {
     this.opts = opts;
@@ -315,6 +336,7 @@ export class FakeFirecracker {
       guestClockNs: String(this.frozenNs),
       lastSetNs: String(this.lastSetNs),
       hostAtSnapshotNs: String(hostNowNs()),
+      guest: this.guest,
     };
     const memText = JSON.stringify(mem);
     // Padding makes a flipped byte anywhere likely to hit the checksum, not JSON syntax.
@@ -353,6 +375,10 @@ export class FakeFirecracker {
       iface.host_dev_name = o.host_dev_name;
     }
     if (body.vsock_override && state.config.vsock) state.config.vsock.uds_path = String((body.vsock_override as { uds_path: string }).uds_path);
+    // The vsock backend binds its UDS again: a path another VM's socket (the snapshot's source's) holds is refused.
+    if (state.config.vsock && existsSync(this.host(state.config.vsock.uds_path))) {
+      throw fatal(`Cannot restore devices: VsockUnixBackend(UnixBind(Os { code: 98, kind: AddrInUse, message: "Address in use" }), "${state.config.vsock.uds_path}")`);
+    }
     // The drives come back from the snapshot: their files are opened again where they were.
     for (const d of state.config.drives) {
       const p = String(d.path_on_host);
@@ -366,6 +392,7 @@ export class FakeFirecracker {
     this.counter = mem.counter;
     this.leases = mem.leases;
     this.lastSetNs = BigInt(mem.lastSetNs);
+    this.guest = mem.guest;
     let guestNs = BigInt(mem.guestClockNs);
     if (body.clock_realtime === true && this.behaviour.clockRealtime !== "ignore") guestNs += hostNowNs() - BigInt(mem.hostAtSnapshotNs);
     this.state = "Paused";
@@ -495,6 +522,22 @@ export class FakeFirecracker {
       }
       case "SYNC":
         return this.behaviour.syncFails ? `${id} ERR sync: Input/output error` : `${id} OK synced`;
+      case "IDENTITY": {
+        // fleet-agent/guest/guest-agent.c's checks, and what it changes: RNG (entropy mixed in), hostname, identity file.
+        const [agentId, hostname, entropy, clonedFrom] = line.split(" ").slice(2);
+        if (!/^agt_[A-Za-z0-9_-]+$/.test(agentId ?? "")) return `${id} ERR bad agent id`;
+        if (!/^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$/i.test(hostname ?? "")) return `${id} ERR bad hostname`;
+        if (!/^[0-9a-f]{64}$/i.test(entropy ?? "")) return `${id} ERR entropy must be 64 hex digits`;
+        if (!/^[A-Za-z0-9_-]+$/.test(clonedFrom ?? "")) return `${id} ERR bad clonedFrom`;
+        const g = this.guest;
+        this.guest = { ...g, rng: createHash("sha256").update(`${g.rng}:${entropy}`).digest("hex"), agentId, hostname, clonedFrom, generation: g.generation + 1 };
+        return `${id} OK identity ${this.guest.generation} credited reseeded`;
+      }
+      case "CHECKPOINTS": {
+        const names = this.guest.checkpointRequests;
+        this.guest = { ...this.guest, checkpointRequests: [] };
+        return names.length ? `${id} OK ${names.join(" ")}` : `${id} OK`;
+      }
       case "LEASES": {
         const nowS = Number(this.guestNowNs() / 1_000_000_000n);
         return `${id} OK ${this.leases.filter((e) => e > nowS).length}`;
@@ -518,6 +561,21 @@ export class FakeFirecracker {
     }
     if (url.pathname === "/clock") return json({ nowMs: Number(this.guestNowNs() / 1_000_000n) });
     if (url.pathname === "/launch") return json(this.launch ?? null);
+    if (url.pathname === "/identity") {
+      const g = this.guest;
+      return g.generation === 0 ? json({ error: "no identity yet" }, 404) : json({ agentId: g.agentId, hostname: g.hostname, clonedFrom: g.clonedFrom, generation: g.generation });
+    }
+    if (url.pathname === "/random") {
+      const g = this.guest;
+      this.guest = { ...g, draws: g.draws + 1 };
+      return json({ hex: createHash("sha256").update(`${g.rng}:${g.draws}`).digest("hex") });
+    }
+    if (url.pathname === "/checkpoint-request" && req.method === "POST") {
+      const name = url.searchParams.get("name") ?? "";
+      if (!/^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$/.test(name)) return json({ error: "bad name" }, 400);
+      this.guest = { ...this.guest, checkpointRequests: [...this.guest.checkpointRequests, name] };
+      return json({ requested: name });
+    }
     if (url.pathname === "/ready") return json({ ready: true }, performance.now() - this.guestUpAt < (this.behaviour.readyAfterMs ?? 0) ? 503 : 200);
     if (url.pathname === "/disk-write" && req.method === "POST") {
       // The guest writes to its disk: a few bytes in the disk file's last block (free space of a fresh ext4).

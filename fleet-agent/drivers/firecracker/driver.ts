@@ -12,28 +12,38 @@
 // A built image's VM (`spec.rootImage`) also gets three drives (image-drives.ts): the image read-only, its
 // persistent disk, the launch drive. Its hibernation asks the guest to SYNC first and records the disk's
 // fingerprint in the manifest; a wake over a disk that changed since then boots cold, the disk as it is.
+// checkpoint: (running) PATCH /vm Paused → PUT /snapshot/create Full to temporary files → a built image's disk copied
+//            (reflink where it can) → Resumed → clock fix; the files moved into the checkpoint directory (checkpoint.ts),
+//            its manifest written, the directory renamed into place. (Hibernated) the snapshot's files copied once
+//            they pair (checksums, the disk's fingerprint).
+// restoreCheckpoint: the old manifest removed → the checkpoint's files copied in under temporary names → the
+//            manifest (`clonedFrom`) committed; the next wake loads it, with `vsock_override` / `network_overrides`
+//            where this VM's paths differ, and pushes a fresh identity (IDENTITY over vsock) before it returns.
+import { randomBytes } from "node:crypto";
 import { accessSync, constants, existsSync, readFileSync, rmSync } from "node:fs";
-import { chown, copyFile, link, mkdir, rm } from "node:fs/promises";
+import { chown, copyFile, link, mkdir, rename, rm, stat } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
-import { basename, delimiter, join, relative, resolve } from "node:path";
+import { basename, delimiter, dirname, join, relative, resolve } from "node:path";
 import { AppError } from "../../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
 import { agentDiskPath, beginDiskGeneration, DEFAULT_DISK_MIB, diskChange, diskFingerprint, ensureAgentDisk, type DiskFingerprint } from "../common/agent-disk.ts";
-import type { GuestAgentClient } from "../common/guest-agent.ts";
-import { LAUNCH_DRIVE_FILE, makeLaunchDrive } from "../common/launch-data.ts";
+import { cowCopy, type CopyKind } from "../common/cow-copy.ts";
+import { fixGuestClock, type GuestAgentClient } from "../common/guest-agent.ts";
+import { guestHostname, LAUNCH_DRIVE_FILE, makeLaunchDrive } from "../common/launch-data.ts";
 import { killLeftover, processAlive, readPidFile, writePidFile } from "../common/proc.ts";
 import { pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type Restored } from "../common/restore-or-boot.ts";
-import { fsyncPath } from "../common/snapshot-files.ts";
+import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
 import { ensureSnapshotSpace, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
-import { checkSocketPath, processFiles } from "../common/state-dir.ts";
+import { checkSocketPath, MANIFEST_FILE, processFiles } from "../common/state-dir.ts";
 import { VmProcess, VmProcesses, withLogTail } from "../common/vm-process.ts";
-import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, CheckpointInfo, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
 import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { FirecrackerApiError, FirecrackerClient, type Drive, type SnapshotLoadParams } from "./api.ts";
+import { CHECKPOINT_DISK, CHECKPOINT_FORMAT, CHECKPOINT_MEM, CHECKPOINT_STATE, checkpointFiles, checkpointMismatch, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { checkFirecrackerHost, type FirecrackerHostFacts, type HostCheckOptions } from "./host.ts";
 import { drivesChange, imageDrives, stageImageFiles, type ImageDriveFiles } from "./image-drives.ts";
-import { claimNet, kernelIpArg, recordedNet, releaseNet, runNetScript, type NetOptions, type VmNet } from "./net.ts";
+import { claimNet, kernelIpArg, preferNet, recordedNet, releaseNet, runNetScript, type NetOptions, type VmNet } from "./net.ts";
 import {
   commitSnapshot,
   discardGeneration,
@@ -84,6 +94,8 @@ export interface FirecrackerDriverOptions {
   /** Run each Firecracker under the jailer (chroot, own uid/gid, seccomp as shipped). */
   jailer?: JailerOptions;
   logger?: Logger;
+  /** Tests: called after each step of restoreCheckpoint (a test kills the process there, as a crash would). */
+  restoreCheckpointStep?: (step: string) => Promise<void> | void;
 }
 
 export interface JailerOptions {
@@ -298,6 +310,8 @@ export class FirecrackerDriver implements VmDriver {
       vcpus: vm.spec.vcpus,
       memMiB: vm.spec.memMiB,
       tap: live.net.tap,
+      guestIp: live.net.guestIp,
+      vsock: paths.vm(paths.vsock),
       ...(image ? { image } : {}),
     });
     await this.kill(live);
@@ -331,6 +345,10 @@ export class FirecrackerDriver implements VmDriver {
     const drives = manifest.image ? await this.restorableDrives(spec, paths, manifest.image) : undefined;
 
     const net = await this.prepareNet(spec);
+    // The guest's address is in its memory (init.sh applied the boot's `ip=` once): only its own slot carries it.
+    if (manifest.guestIp && manifest.guestIp !== net.guestIp) {
+      throw new RestoreFailed(`the snapshot's guest has address ${manifest.guestIp}, this VM's network slot gives ${net.guestIp} (a restored guest cannot be re-addressed)`);
+    }
     const live = await this.spawn(spec, net);
     live.drives = drives;
     undo(() => this.kill(live));
@@ -342,11 +360,239 @@ export class FirecrackerDriver implements VmDriver {
     }
     if (this.opts.diffSnapshots) live.diffBase = manifest.generation;
     const deadlineMs = this.opts.restoreTimeoutMs ?? 10_000;
+    const clonedFrom = manifest.clonedFrom;
     return {
       vm: live.vm,
-      detail: { generation: manifest.generation },
-      guestAgent: async () => (live.agent = await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs, gaveUp: () => live.proc.exitedWhy("firecracker") })),
+      detail: { generation: manifest.generation, ...(clonedFrom ? { clonedFrom } : {}) },
+      guestAgent: async () => {
+        const agent = await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs, gaveUp: () => live.proc.exitedWhy("firecracker") });
+        live.agent = agent;
+        // A copy of another moment's memory: its RNG state, hostname and id are the checkpoint's until told otherwise.
+        if (clonedFrom) await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+        return agent;
+      },
     };
+  }
+
+  /**
+   * An immutable copy of the VM (checkpoint.ts). A running one is paused for a Full snapshot into temporary files of
+   * its snapshot directory (where the Firecracker process may write, jailed or not) and, with a built image, for a
+   * copy of its disk (a reflink where the filesystem has them); it then runs on with its clock fixed. The files are
+   * checksummed and moved into the checkpoint after the resume. A hibernated one is copied from its snapshot, once
+   * its files still pair (checksums, the disk's fingerprint): AppError `conflict` otherwise.
+   */
+  async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+    const started = performance.now();
+    if (existsSync(dir)) throw new Error(`checkpoint directory ${dir} exists`);
+    const host = await this.ready();
+    const paths = this.paths(spec);
+    const tmp = `${dir}.tmp-${randomBytes(4).toString("hex")}`;
+    const out = checkpointFiles(tmp);
+    await mkdir(tmp, { recursive: true });
+    try {
+      const copies: CopyKind[] = [];
+      let pausedMs = 0;
+      let taken: Pick<CheckpointManifest, "net" | "vsock" | "takenOf" | "sourceGeneration"> & { state: { sha256: string; bytes: number }; mem: { sha256: string; bytes: number }; drives?: Drive[] };
+      if (vm) {
+        const live = this.owned(vm);
+        const neededBytes = snapshotBytesNeeded(spec.memMiB);
+        const freeBefore = await ensureSnapshotSpace(paths.snapDir, neededBytes);
+        if (spec.rootImage) await this.syncGuest(live);
+        live.agent?.close(); // vsock idle during the snapshot (Firecracker resets its connections anyway)
+        live.agent = undefined;
+        // Named like a partial snapshot: a crash leaves files removeStaleSnapshotFiles (and reap) take away.
+        const tag = join(paths.snapDir, `snap-ckpt-${randomBytes(4).toString("hex")}`);
+        const written = { state: `${tag}.state.tmp`, mem: `${tag}.mem.tmp` };
+        const pausedAt = performance.now();
+        await live.api.pause();
+        try {
+          // Any snapshot resets the dirty page bitmap: the next hibernation must be Full.
+          live.diffBase = undefined;
+          await live.api.createSnapshot({ snapshot_type: "Full", snapshot_path: paths.vm(written.state), mem_file_path: paths.vm(written.mem) });
+          // The memory just written is valid over the disk as the paused guest leaves it now.
+          if (spec.rootImage) {
+            await this.pausedDisk(spec);
+            copies.push(await cowCopy(agentDiskPath(resolve(spec.stateDir)), out.disk));
+          }
+        } catch (err) {
+          await Promise.all([rm(written.state, { force: true }), rm(written.mem, { force: true })]);
+          const why = err instanceof FirecrackerApiError ? err.faultMessage : (err as Error).message;
+          if (saysNoSpace(why)) throw new SnapshotNoSpace({ dir: paths.snapDir, neededBytes, freeBytes: freeBefore ?? 0, said: why }, { cause: err });
+          throw err;
+        } finally {
+          await live.api.resume().catch((resumeErr: unknown) => {
+            // Never left paused for the host to believe it runs: ended, and reported as a crash through onExit.
+            this.log.error("could not resume the VM after a checkpoint; killing it", { vmId: spec.vmId, err: resumeErr });
+            live.proc.signal("SIGKILL");
+          });
+          pausedMs = performance.now() - pausedAt;
+        }
+        await this.fixClockAfterPause(live);
+        copies.push("copy"); // Firecracker wrote every byte of guest memory
+        for (const [from, to] of [[written.state, out.state], [written.mem, out.mem]] as const) {
+          const moved = await moveFile(from, to);
+          if (moved) copies.push(moved);
+        }
+        const [state, mem] = await Promise.all([sha256File(out.state), sha256File(out.mem)]);
+        await fsyncPath(out.state);
+        await fsyncPath(out.mem);
+        taken = { net: live.net, vsock: paths.vm(paths.vsock), takenOf: "running", state, mem, ...(live.drives ? { drives: live.drives } : {}) };
+      } else {
+        if (this.live.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: checkpoint it with its RunningVm`);
+        const noState = (why: string) => new AppError("conflict", `agent ${spec.agentId} has no state to checkpoint: ${why}`);
+        const { manifest, problem } = await readManifest(paths.snapDir);
+        if (!manifest) throw noState(problem ?? "it has no snapshot");
+        const bad = incompatibility(manifest, host, spec) ?? (await verifyFiles(paths.snapDir, manifest, { checksums: true }));
+        if (bad) throw noState(bad);
+        if (manifest.image) {
+          const changed = diskChange(manifest.image.disk, await diskFingerprint(agentDiskPath(resolve(spec.stateDir))).catch((): DiskFingerprint | undefined => undefined));
+          if (changed) throw noState(changed);
+        }
+        const net = await recordedNet(spec.stateDir);
+        if (!net) throw noState("its network slot is not recorded");
+        if (manifest.guestIp && manifest.guestIp !== net.guestIp) throw noState(`its snapshot's guest has address ${manifest.guestIp}, not its slot's ${net.guestIp}`);
+        copies.push(await cowCopy(join(paths.snapDir, manifest.state.file), out.state));
+        copies.push(await cowCopy(join(paths.snapDir, manifest.mem.file), out.mem));
+        if (manifest.image) copies.push(await cowCopy(agentDiskPath(resolve(spec.stateDir)), out.disk));
+        taken = {
+          net,
+          vsock: manifest.vsock ?? paths.vm(paths.vsock),
+          takenOf: "hibernated",
+          sourceGeneration: manifest.generation,
+          state: manifest.state,
+          mem: manifest.mem,
+          ...(manifest.image ? { drives: manifest.image.drives } : {}),
+        };
+      }
+      const diskBytes = spec.rootImage ? (await stat(out.disk)).size : 0;
+      const totalBytes = taken.state.bytes + taken.mem.bytes + diskBytes;
+      const copy: CopyKind = copies.includes("copy") ? "copy" : "reflink";
+      const manifest: CheckpointManifest = {
+        format: CHECKPOINT_FORMAT,
+        driver: "firecracker",
+        image: spec.image,
+        firecrackerVersion: host.firecrackerVersion,
+        snapshotFormat: host.snapshotFormat,
+        cpu: host.cpu,
+        hostKernel: host.hostKernel,
+        vcpus: spec.vcpus,
+        memMiB: spec.memMiB,
+        net: taken.net,
+        vsock: taken.vsock,
+        state: { file: CHECKPOINT_STATE, bytes: taken.state.bytes, sha256: taken.state.sha256 },
+        mem: { file: CHECKPOINT_MEM, bytes: taken.mem.bytes, sha256: taken.mem.sha256 },
+        ...(spec.rootImage ? { disk: { file: CHECKPOINT_DISK, bytes: diskBytes, digest: spec.rootImage.digest, drives: taken.drives ?? [] } } : {}),
+        totalBytes,
+        copy,
+        takenOf: taken.takenOf,
+        ...(taken.sourceGeneration !== undefined ? { sourceGeneration: taken.sourceGeneration } : {}),
+        createdAt: new Date().toISOString(),
+        sourceVmId: spec.vmId,
+        sourceAgentId: spec.agentId,
+      };
+      await commitManifest(out.manifest, manifest);
+      await rename(tmp, dir);
+      await fsyncPath(dirname(dir));
+      const ms = performance.now() - started;
+      this.log.info("checkpoint taken", { vmId: spec.vmId, dir, takenOf: taken.takenOf, bytes: totalBytes, copy, pausedMs: Math.round(pausedMs * 10) / 10, ms: Math.round(ms) });
+      return { bytes: totalBytes, pausedMs, ms, copy };
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /**
+   * Makes the stateDir a hibernated VM whose snapshot is the checkpoint (checkpoint.ts): the old manifest is removed
+   * first (from then on a crash leaves no snapshot: the next wake boots cold, over the disk as it is), the files are
+   * copied in under temporary names (reflinks where they can be), a built image's disk replaced by the checkpoint's
+   * (a new generation), and the manifest that names them and says `clonedFrom` is the commit point. A new agent (a
+   * fork) asks for the checkpoint's network slot: its guest's address is in the memory (net.ts `preferNet`).
+   */
+  async restoreCheckpoint(spec: VmSpec, dir: string): Promise<void> {
+    if (this.live.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: stop it before restoring a checkpoint into it`);
+    const host = await this.ready();
+    const name = basename(dir);
+    const { manifest: c, problem } = await readCheckpoint(dir);
+    if (!c) throw new AppError("conflict", `checkpoint ${name} cannot be used: ${problem ?? "no manifest"}`);
+    const from = checkpointFiles(dir);
+    const diskBytes = c.disk ? await stat(from.disk).then((st) => st.size, () => -1) : 0;
+    const bad =
+      checkpointMismatch(c, host, spec) ??
+      (await verifyFiles(dir, c, { checksums: true })) ??
+      (c.disk && diskBytes !== c.disk.bytes ? `its disk has ${diskBytes < 0 ? "gone" : `${diskBytes} bytes, the manifest says ${c.disk.bytes}`}` : undefined);
+    if (bad) throw new AppError("conflict", `checkpoint ${name} does not fit agent ${spec.agentId}: ${bad}`);
+    const step = async (what: string) => this.opts.restoreCheckpointStep?.(what);
+    const paths = this.paths(spec);
+    await killLeftover(paths.pidFile);
+    await mkdir(paths.snapDir, { recursive: true });
+    await rm(join(paths.snapDir, MANIFEST_FILE), { force: true });
+    await fsyncPath(paths.snapDir);
+    await step("manifest removed");
+    await removeStaleSnapshotFiles(paths.snapDir); // no manifest: every earlier generation goes
+    const generation = 1;
+    const f = generationFiles(paths.snapDir, generation);
+    const owned = async (path: string) => this.opts.jailer && (await chown(path, this.opts.jailer.uid, this.opts.jailer.gid));
+    await cowCopy(from.state, f.stateTmp);
+    await owned(f.stateTmp);
+    await step("state copied");
+    await cowCopy(from.mem, f.memTmp);
+    await owned(f.memTmp);
+    await step("memory copied");
+    let image: SnapshotImage | undefined;
+    if (c.disk) {
+      const disk = agentDiskPath(resolve(spec.stateDir));
+      const tmp = `${disk}.tmp-${randomBytes(4).toString("hex")}`;
+      await cowCopy(from.disk, tmp);
+      await rename(tmp, disk);
+      await fsyncPath(dirname(disk));
+      await step("disk copied");
+      await beginDiskGeneration(disk);
+      image = { digest: c.disk.digest, drives: c.disk.drives, disk: await diskFingerprint(disk) };
+    }
+    await preferNet(spec.stateDir, c.net);
+    await step("network slot recorded");
+    await commitSnapshot({
+      dir: paths.snapDir,
+      generation,
+      type: "Full",
+      host,
+      vcpus: c.vcpus,
+      memMiB: c.memMiB,
+      tap: c.net.tap,
+      guestIp: c.net.guestIp,
+      vsock: c.vsock,
+      clonedFrom: name,
+      known: { state: c.state, mem: c.mem },
+      ...(image ? { image } : {}),
+    });
+    await step("committed");
+    this.log.info("checkpoint restored into a VM", { vmId: spec.vmId, checkpoint: name });
+  }
+
+  async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
+    const live = this.owned(vm);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        live.agent ??= await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs: 2000, gaveUp: () => live.proc.exitedWhy("firecracker") });
+        return await live.agent.checkpointRequests();
+      } catch (err) {
+        live.agent?.close();
+        live.agent = undefined;
+        if (attempt >= 1) throw err;
+      }
+    }
+  }
+
+  /** After a pause the guest's clock is behind by it (as after a wake): reconnected and set; a failure is logged only. */
+  private async fixClockAfterPause(live: Live): Promise<void> {
+    try {
+      live.agent = await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs: this.opts.restoreTimeoutMs ?? 10_000, gaveUp: () => live.proc.exitedWhy("firecracker") });
+      const clock = await fixGuestClock(live.agent, { targetMs: this.opts.clockTargetMs ?? 50 });
+      this.log.debug("guest clock fixed after a pause", { vmId: live.vm.spec.vmId, ...clock });
+    } catch (err) {
+      this.log.warn("could not fix the guest clock after a checkpoint", { vmId: live.vm.spec.vmId, err });
+    }
   }
 
   async stop(vm: RunningVm): Promise<void> {
@@ -606,6 +852,9 @@ export class FirecrackerDriver implements VmDriver {
       if (this.opts.diffSnapshots) body.track_dirty_pages = true;
       if (this.opts.clockRealtime ?? true) body.clock_realtime = true;
       if (manifest.tap && manifest.tap !== live.net.tap) body.network_overrides = [{ iface_id: "eth0", host_dev_name: live.net.tap }];
+      // A checkpoint's state names its source's vsock socket: this VM's is bound instead (no retry without it).
+      const vsock = live.paths.vm(live.paths.vsock);
+      if (manifest.vsock && manifest.vsock !== vsock) body.vsock_override = { uds_path: vsock };
       for (const field of this.unsupportedLoadFields) delete (body as unknown as Record<string, unknown>)[field];
       try {
         await live.api.loadSnapshot(body);
@@ -664,6 +913,19 @@ function resolveOnPath(binary: string): string {
     }
   }
   return binary;
+}
+
+/** Renames `from` to `to`; across filesystems (a checkpoint directory elsewhere) copies it and removes `from`. */
+async function moveFile(from: string, to: string): Promise<CopyKind | undefined> {
+  try {
+    await rename(from, to);
+    return undefined;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EXDEV") throw err;
+    const kind = await cowCopy(from, to);
+    await rm(from, { force: true });
+    return kind;
+  }
 }
 
 /** Firecracker's `--id` allows alphanumerics and hyphens, up to 64 characters. */

@@ -102,6 +102,17 @@ export function runNetScript(script: string, action: "up" | "down", net: VmNet, 
   });
 }
 
+/**
+ * Makes `net`'s slot the one this VM asks for at its next claim, when its stateDir records none yet: a new agent forked
+ * from a checkpoint, whose guest holds the checkpoint's address in its memory. claimNet takes the slot if it is free
+ * then, else another one (and the restore then boots cold: driver.ts). Nothing is claimed here.
+ */
+export async function preferNet(stateDir: string, net: VmNet): Promise<boolean> {
+  if (await recordedNet(stateDir)) return false;
+  await persist(stateDir, net);
+  return true;
+}
+
 async function persist(stateDir: string, net: VmNet): Promise<VmNet> {
   await writeFile(join(stateDir, NET_FILE), `${JSON.stringify(net)}\n`);
   return net;

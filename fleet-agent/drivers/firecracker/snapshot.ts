@@ -36,6 +36,15 @@ export interface SnapshotManifest {
   mem: SnapshotFile;
   /** A built image's VM: absent for the built-in image (whose snapshots have no drives). */
   image?: SnapshotImage;
+  /**
+   * The guest's own address (the kernel `ip=` it booted with, held in its memory: a restore cannot change it). Absent
+   * in manifests written before it was recorded.
+   */
+  guestIp?: string;
+  /** The vsock UDS path as the Firecracker process saw it (a restore elsewhere needs `vsock_override`). */
+  vsock?: string;
+  /** Made from this checkpoint by restoreCheckpoint: the wake gives the guest a fresh identity (checkpoint.ts). */
+  clonedFrom?: string;
 }
 
 /**
@@ -62,7 +71,7 @@ export function readManifest(dir: string): Promise<{ manifest?: SnapshotManifest
 
 /** Why this snapshot cannot be restored on this host for this spec (undefined when it can). */
 export function incompatibility(
-  m: SnapshotManifest,
+  m: Pick<SnapshotManifest, "firecrackerVersion" | "snapshotFormat" | "cpu" | "hostKernel" | "vcpus" | "memMiB"> & { image?: { digest: string } | undefined },
   host: FirecrackerHostFacts,
   spec: { vcpus: number; memMiB: number; rootImage?: { digest: string } | undefined },
 ): string | undefined {
@@ -80,7 +89,7 @@ export function incompatibility(
 }
 
 /** Why the files do not match the manifest (missing, wrong size, wrong checksum), or undefined when they do. */
-export async function verifyFiles(dir: string, m: SnapshotManifest, opts: { checksums: boolean }): Promise<string | undefined> {
+export async function verifyFiles(dir: string, m: Pick<SnapshotManifest, "state" | "mem">, opts: { checksums: boolean }): Promise<string | undefined> {
   for (const [what, f] of [["state", m.state], ["memory", m.mem]] as const) {
     const path = join(dir, f.file);
     let size: number;
@@ -104,6 +113,11 @@ export interface CommitInput {
   memMiB: number;
   tap: string | undefined;
   image?: SnapshotImage;
+  guestIp?: string;
+  vsock?: string;
+  clonedFrom?: string;
+  /** The files' checksums when already known (a checkpoint's, verified before it was copied): not read again. */
+  known?: { state: SnapshotFile; mem: SnapshotFile };
 }
 
 /** Makes the temporary files of `generation` the current snapshot (see the file comment for the order). */
@@ -111,7 +125,9 @@ export async function commitSnapshot(input: CommitInput): Promise<SnapshotManife
   const f = generationFiles(input.dir, input.generation);
   await fsyncPath(f.stateTmp);
   await fsyncPath(f.memTmp);
-  const [state, mem] = await Promise.all([describeFile(f.stateTmp, f.state), describeFile(f.memTmp, f.mem)]);
+  const [state, mem] = input.known
+    ? [{ ...input.known.state, file: basename(f.state) }, { ...input.known.mem, file: basename(f.mem) }]
+    : await Promise.all([describeFile(f.stateTmp, f.state), describeFile(f.memTmp, f.mem)]);
   await rename(f.stateTmp, f.state);
   await rename(f.memTmp, f.mem);
   const manifest: SnapshotManifest = {
@@ -129,6 +145,9 @@ export async function commitSnapshot(input: CommitInput): Promise<SnapshotManife
     state,
     mem,
     ...(input.image ? { image: input.image } : {}),
+    ...(input.guestIp ? { guestIp: input.guestIp } : {}),
+    ...(input.vsock ? { vsock: input.vsock } : {}),
+    ...(input.clonedFrom ? { clonedFrom: input.clonedFrom } : {}),
   };
   await commitManifest(join(input.dir, MANIFEST_FILE), manifest);
   return manifest;
