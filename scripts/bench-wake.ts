@@ -1,6 +1,7 @@
 // `npm run bench:wake`: boot, snapshot and wake timings of the qemu driver through the whole system (gateway → host → VM).
 // Options: --rounds N (10), --sleep-ms MS (hibernated time before each wake, 2000), --warm N (20), --accel auto|kvm|tcg,
-// --prestart (keep a QEMU waiting in -incoming defer), --image DIR (build the Containerfile in DIR through the API
+// --prestart (keep a QEMU waiting in -incoming defer), --prestart-paused (file memory: keep the hibernated QEMU itself
+// waiting, stopped; QemuDriverOptions.prestart "paused"), --image DIR (build the Containerfile in DIR through the API
 // and run that instead of the demo, e.g. examples/node-agent), --path P (what each call asks for, /counter),
 // --memory stream|file|both (guest RAM streamed into each snapshot, or file-backed; `both` runs the rounds with each,
 // one agent per mode on one system, and puts both sets of figures side by side in the RESULT line).
@@ -8,10 +9,10 @@
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { Readable } from "node:stream";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { silentLogger } from "../lib/log.ts";
+import { silentLogger, type Logger } from "../lib/log.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../fleet-agent/drivers/driver.ts";
 import type { MemoryMode } from "../fleet-agent/drivers/qemu/args.ts";
 import { QemuDriver } from "../fleet-agent/drivers/qemu/driver.ts";
@@ -25,6 +26,7 @@ const { values } = parseArgs({
     warm: { type: "string", default: "20" },
     accel: { type: "string", default: process.env.QEMU_ACCEL ?? "auto" },
     prestart: { type: "boolean", default: false },
+    "prestart-paused": { type: "boolean", default: false },
     image: { type: "string" },
     path: { type: "string", default: "/counter" },
     memory: { type: "string", default: "stream" },
@@ -35,6 +37,7 @@ const rounds = Number(values.rounds);
 const sleepMs = Number(values["sleep-ms"]);
 const warmCalls = Number(values.warm);
 const accel = values.accel === "kvm" || values.accel === "tcg" ? values.accel : "auto";
+const prestart: boolean | "paused" = values["prestart-paused"] ? "paused" : values.prestart!;
 const say = (line: string) => console.log(`bench:wake ${line}`);
 if (!["stream", "file", "both"].includes(values.memory!)) throw new Error(`--memory stream|file|both, got ${values.memory}`);
 const modes: MemoryMode[] = values.memory === "both" ? ["stream", "file"] : [values.memory as MemoryMode];
@@ -119,10 +122,31 @@ function p50(xs: number[]): number {
 const round1 = (x: number) => Math.round(x * 10) / 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The per-phase timings the driver logs with "hibernated" and "restored" (qemu/phases.ts), by memory mode. */
+const phaseLog = new Map<MemoryMode, { hibernate: Record<string, number>[]; wake: Record<string, number>[] }>(modes.map((m) => [m, { hibernate: [], wake: [] }]));
+function phaseLogger(memory: MemoryMode): Logger {
+  const logger: Logger = {
+    ...silentLogger,
+    info(msg, fields) {
+      const phases = fields?.phases as Record<string, number> | undefined;
+      if (!phases) return;
+      if (msg === "hibernated") phaseLog.get(memory)!.hibernate.push({ ...phases });
+      else if (msg === "restored") phaseLog.get(memory)!.wake.push({ ...phases, clockFix: Number(fields?.clockFixMs) });
+    },
+    child: () => logger,
+  };
+  return logger;
+}
+/** p50 of each phase over the rounds (a phase missing from a round counts as absent there). */
+function phaseP50(rounds: Record<string, number>[]): Record<string, number> {
+  const names = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
+  return Object.fromEntries(names.map((n) => [n, round1(p50(rounds.map((r) => r[n]).filter((v): v is number => typeof v === "number" && Number.isFinite(v))))]));
+}
+
 const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]), log: say });
-const drivers = new Map(modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart: values.prestart, memory, log: silentLogger })] as const));
+const drivers = new Map(modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart, memory, log: phaseLogger(memory) })] as const));
 const qemu = drivers.get(modes[0]!)!;
-say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${values.prestart ? "on" : "off"}; memory ${modes.join(" and ")}`);
+say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${prestart === "paused" ? "paused" : prestart ? "on" : "off"}; memory ${modes.join(" and ")}`);
 const driver = new RecordingDriver(drivers);
 const dataDir = mkdtempSync(join(tmpdir(), "bench-wake-"));
 const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
@@ -203,7 +227,10 @@ try {
       wake_overhead_ms_p50: round1(p50(overheads)),
       clock_skew_before_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewBeforeMs)))),
       clock_skew_after_ms_max: round1(Math.max(...restores.map((w) => Math.abs(w.timings.skewAfterMs)))),
-  };
+      // Where the time of a hibernation and of a restore goes (the driver's phases, p50 of each over the rounds).
+      hibernate_phases_ms_p50: phaseP50(phaseLog.get(memory)!.hibernate),
+      wake_phases_ms_p50: phaseP50(phaseLog.get(memory)!.wake),
+    };
   };
 
   const figures: Partial<Record<MemoryMode, Awaited<ReturnType<typeof runMode>>>> = {};
@@ -212,11 +239,13 @@ try {
     driver: qemu.name,
     accel: qemu.accel,
     qemu: qemu.qemuVersion,
-    prestart: values.prestart,
+    prestart,
     image: values.image ?? "demo",
     ...(imageBuild ?? {}),
     rounds,
     sleep_ms: sleepMs,
+    // Others' work on the machine skews every figure: the 1-minute load average when the rounds ended.
+    load_avg_1m: Math.round(loadavg()[0]! * 100) / 100,
     memory: values.memory,
     // One mode: its figures at the top level, as before; both: side by side under each mode's name.
     ...(modes.length === 1 ? figures[modes[0]!] : figures),

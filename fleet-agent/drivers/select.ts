@@ -27,7 +27,7 @@ export interface SelectedDriver {
 /**
  * Driver-specific variables (read here, at the program's edge, through `env`):
  * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
- * | QEMU_PRESTART | false | keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each) |
+ * | QEMU_PRESTART | false | `true`: keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each); `paused` (with QEMU_MEMORY=file): keep the hibernated QEMU itself stopped (~80 MB anonymous + reclaimable RAM-file pages each), a wake of its snapshot is `cont` + clock fix |
  * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
  * | QEMU_TEMPLATES | false | new agents start as clones of a warm template of their image (`<DATA_DIR>/templates`), built on the first cold boot of each |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
@@ -63,7 +63,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
         accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
-        prestart: bool(env, "QEMU_PRESTART", false),
+        prestart: prestartMode(env),
         memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
         egress: new EgressProxy(parseEgressConfig(env), { log }),
         ...(bool(env, "QEMU_TEMPLATES", false) ? { templates: { root: join(dataDir, "templates") } } : {}),
@@ -87,4 +87,9 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     images: Object.keys(defaultProcessImages),
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
   };
+}
+
+/** QEMU_PRESTART: `false` (default), `true` (a QEMU waiting in `-incoming defer`) or `paused` (the hibernated QEMU kept stopped). */
+function prestartMode(env: Env): boolean | "paused" {
+  return env.QEMU_PRESTART?.toLowerCase() === "paused" ? "paused" : bool(env, "QEMU_PRESTART", false);
 }

@@ -95,6 +95,27 @@ static int parse_time(const char *text, int64_t *sec, int64_t *nsec) {
   return 0;
 }
 
+/* After a restore the host side of the network is a new process (a new QEMU's user network, perhaps with a guestfwd
+ * the old one lacked, such as the egress proxy after egress was turned on). An address the guest failed to resolve
+ * before the snapshot stays a FAILED neighbour in its memory, and connections to it keep failing after the restore
+ * (seen: the egress proxy unreachable). So the clock fix, which follows every restore, also flushes the neighbour
+ * table when /proc/net/arp holds an unresolved entry (flags 0x0); when none is, it costs one read, no process. */
+static void forget_unresolved_neighbours(void) {
+  FILE *arp = fopen("/proc/net/arp", "r");
+  if (!arp) return;
+  char line[256];
+  int unresolved = 0;
+  if (fgets(line, sizeof line, arp)) { /* header */
+    while (fgets(line, sizeof line, arp)) {
+      char ip[64], hw[64], flags[16];
+      if (sscanf(line, "%63s %63s %15s", ip, hw, flags) == 3 && strcmp(flags, "0x0") == 0) unresolved = 1;
+    }
+  }
+  fclose(arp);
+  if (!unresolved) return;
+  if (system("ip neigh flush all >/dev/null 2>&1") != 0) log_line("could not flush the neighbour table after a restore");
+}
+
 static int count_leases(void) {
   DIR *dir = opendir(LEASE_DIR);
   if (!dir) return 0;
@@ -529,6 +550,7 @@ static void handle_line(int fd, char *line) {
     }
     last_applied_sec = sec;
     last_applied_nsec = nsec;
+    forget_unresolved_neighbours();
     clock_gettime(CLOCK_REALTIME, &ts);
     reply(fd, id, "OK %lld.%09ld", (long long)ts.tv_sec, ts.tv_nsec);
   } else if (strcmp(command, "LEASES") == 0) {

@@ -1,7 +1,8 @@
 // The qemu driver with file-backed guest RAM (`memory: "file"`) on real QEMU: device-state-only snapshots, wakes
 // that consume them, and kill -9 at every point (awake, mid-hibernate, mid-wake) never loading state over other RAM.
 import { spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, watch } from "node:fs";
+import { createHash } from "node:crypto";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, watch, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
@@ -16,6 +17,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
 const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
 const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+
+/** Whether a hibernated VM's QEMU is gone within 5 s (the stopped process exits after the hibernation answered). */
+async function exits(pid: number): Promise<boolean> {
+  for (let i = 0; i < 500 && processAlive(pid); i++) await sleep(10);
+  return !processAlive(pid);
+}
 
 /** SIGKILL and wait until the process is gone (reaped by its parent, or an orphan reaped by init). */
 async function kill9(pid: number): Promise<void> {
@@ -102,7 +109,7 @@ describe("qemu driver with file-backed guest RAM", () => {
       expect(snap.completed).toBe(true);
       expect(snap.bytes).toBeLessThan(1_000_000);
       expect(snap.bytes).toBeGreaterThan(1000);
-      expect(processAlive(vm.pid!)).toBe(false);
+      expect(await exits(vm.pid!)).toBe(true); // just after the answer: its quit is off the hibernation's path
       const m = manifestOf(s);
       expect(statSync(join(s.stateDir, m.file)).size).toBe(snap.bytes);
       expect(m.ram).toMatchObject({ bytes: 256 * 1024 * 1024, generation: readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim() });
@@ -205,6 +212,104 @@ describe("qemu driver with file-backed guest RAM", () => {
     expect(woke.fallbackReason).toMatch(/RAM file is missing/);
     expect(await count(woke.vm)).toBe(0);
     await driver.stop(woke.vm);
+  }, 180_000);
+
+  it("a snapshot committed while its RAM pages were still being written back: restored within the same boot, refused after a reboot unless ram.synced names it", async () => {
+    const s = spec();
+    let vm = (await driver.boot(s)).vm;
+    expect(await bump(vm)).toBe(1);
+    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    const synced = join(s.stateDir, "ram.synced");
+    /** Hibernates, waits for the RAM write-back's record, then makes the manifest say it was committed before it. */
+    const hibernatePending = async (pendingBootId: string, keepMark: boolean) => {
+      rmSync(synced, { force: true });
+      expect((await driver.hibernate(vm)).completed).toBe(true);
+      const m = manifestOf(s);
+      if (m.ramPending) {
+        // The driver's own write-back finished after the commit: its record names this snapshot and generation.
+        for (let i = 0; i < 500 && !existsSync(synced); i++) await sleep(10);
+        expect(readFileSync(synced, "utf8").trim()).toBe(`${m.ram!.generation} ${m.file}`);
+      } else expect(existsSync(synced)).toBe(false); // committed after the write-back: nothing to record
+      writeFileSync(join(s.stateDir, "snapshot.json"), JSON.stringify({ ...m, ramPending: { bootId: pendingBootId } }));
+      if (keepMark) writeFileSync(synced, `${m.ram!.generation} ${m.file}\n`);
+      else rmSync(synced, { force: true });
+    };
+
+    // The fleet-agent killed before the write-back was recorded (same boot): the page cache held every page.
+    await hibernatePending(bootId, false);
+    let woke = await driver.wake(s);
+    expect(woke.mode).toBe("restore");
+    vm = woke.vm;
+    expect(await bump(vm)).toBe(2);
+
+    // A reboot (another boot id) after the write-back was recorded: the pages are on disk.
+    await hibernatePending("another-boot", true);
+    woke = await driver.wake(s);
+    expect(woke.mode).toBe("restore");
+    vm = woke.vm;
+    expect(await bump(vm)).toBe(3);
+
+    // A reboot before it was recorded: the RAM file may be torn, so the device state is not loaded over it.
+    await hibernatePending("another-boot", false);
+    woke = await driver.wake(s);
+    expect(woke.mode).toBe("boot");
+    expect(woke.fallbackReason).toMatch(/host restarted before the RAM file's pages of this snapshot were durable/);
+    expect(await count(woke.vm)).toBe(0);
+    await driver.stop(woke.vm);
+  }, 180_000);
+});
+
+describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () => {
+  let driver: QemuDriver;
+  const s = makeSpec();
+
+  beforeAll(async () => {
+    driver = await makeDriver({ memory: "file", prestart: "paused" });
+  });
+
+  afterAll(async () => {
+    await driver?.close();
+    await driver?.destroy(s);
+  });
+
+  it("a wake of its own snapshot runs it on (same QEMU, new generation); killed while waiting, the files restore; never run on another snapshot", async () => {
+    let vm = (await driver.boot(s)).vm;
+    expect(await bump(vm)).toBe(1);
+    const pid = vm.pid!;
+
+    // Hibernated: committed like any snapshot, and the same QEMU waits, stopped.
+    expect((await driver.hibernate(vm)).completed).toBe(true);
+    const m = manifestOf(s);
+    expect(m.ram!.generation).toBe(readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim());
+    expect(processAlive(pid)).toBe(true);
+    let woke = await driver.wake(s);
+    expect(woke.mode).toBe("restore");
+    expect(woke.vm.pid).toBe(pid);
+    expect(readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim()).not.toBe(m.ram!.generation); // consumed, as a restore
+    vm = woke.vm;
+    expect(await bump(vm)).toBe(2);
+
+    // The waiting QEMU killed: the snapshot on disk is the VM, a new QEMU loads it.
+    expect((await driver.hibernate(vm)).completed).toBe(true);
+    await kill9(pid);
+    woke = await driver.wake(s);
+    expect(woke.mode).toBe("restore");
+    expect(woke.vm.pid).not.toBe(pid);
+    vm = woke.vm;
+    expect(await bump(vm)).toBe(3);
+
+    // The manifest names other device state than the one the waiting QEMU holds: it is not run on; that state is loaded
+    // instead (here bytes QEMU refuses: a cold boot, the waiting QEMU gone).
+    const waitingPid = vm.pid!;
+    expect((await driver.hibernate(vm)).completed).toBe(true);
+    const now = manifestOf(s);
+    const junk = Buffer.alloc(now.bytes, 7);
+    writeFileSync(join(s.stateDir, now.file), junk);
+    writeFileSync(join(s.stateDir, "snapshot.json"), JSON.stringify({ ...now, sha256: createHash("sha256").update(junk).digest("hex") }));
+    woke = await driver.wake(s);
+    expect(woke.mode).toBe("boot");
+    expect(await exits(waitingPid)).toBe(true);
+    expect(await count(woke.vm)).toBe(0);
   }, 180_000);
 });
 

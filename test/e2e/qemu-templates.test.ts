@@ -44,7 +44,8 @@ describe("qemu templates (file-backed RAM)", () => {
     const first = spec();
     const cold = await driver.boot(first);
     expect(cold.template).toBeUndefined(); // nothing to clone yet: a cold boot, and a template is built beside it
-    expect((await driver.templates!.list()).map((t) => t.state)).toEqual(["building"]);
+    // Built beside that cold boot: under way, or (on a fast machine) done already, and listed either way.
+    expect(["building", "ready"]).toContain((await driver.templates!.list()).map((t) => t.state).join());
     await driver.templates!.settle();
     const [tpl] = await driver.templates!.list();
     expect(tpl).toMatchObject({ state: "ready", image: "demo", memMiB: 256 });

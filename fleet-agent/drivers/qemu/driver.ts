@@ -11,7 +11,7 @@
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, rmSync, statSync } from "node:fs";
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { connect, createServer, type Socket } from "node:net";
 import { basename, dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -20,7 +20,7 @@ import { silentLogger, type Logger } from "../../../lib/log.ts";
 import { beginDiskGeneration, DEFAULT_DISK_MIB, diskChange, diskFingerprint, ensureAgentDisk, type DiskFingerprint } from "../common/agent-disk.ts";
 import { fixGuestClock, GuestAgentClient } from "../common/guest-agent.ts";
 import { makeLaunchDrive } from "../common/launch-data.ts";
-import { killLeftover } from "../common/proc.ts";
+import { killLeftover, processAlive } from "../common/proc.ts";
 import { freeLoopbackPort, pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../common/restore-or-boot.ts";
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
@@ -36,11 +36,12 @@ import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { defaultEgressConfig } from "../../egress/config.ts";
 import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
+import { Phases } from "./phases.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
 import { QemuTemplates } from "./templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
-import { beginRamGeneration, freshRamFile, ramChange, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
+import { beginRamGeneration, currentBootId, freshRamFile, markRamDurable, ramChange, ramDurability, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
 import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
@@ -64,8 +65,12 @@ export interface QemuDriverOptions {
   /**
    * Keep a QEMU waiting in `-incoming defer` for every hibernated VM so the wake path skips process
    * start-up. Costs one idle QEMU process per hibernated VM.
+   * `paused` (file-backed RAM; otherwise as `true`): the hibernated QEMU itself waits, stopped, once its snapshot is
+   * committed, and a wake whose snapshot is that one only renews the generations and runs `cont` — no load, and
+   * under TCG its translated code stays warm. Costs more than a QEMU in `-incoming defer`: its translation cache
+   * (up to TCG_TB_MIB) and QEMU's own memory stay resident; the guest's pages are the RAM file's clean page cache.
    */
-  prestart?: boolean;
+  prestart?: boolean | "paused";
   /**
    * LD_PRELOAD shim that raises QEMU's listen backlog (see backlog.ts): `auto` (default) builds it
    * with gcc on first use, a path uses that file, false runs QEMU without it.
@@ -119,8 +124,14 @@ interface QemuVm {
    * it, and the template may have been deleted (or rebuilt) since the clone started.
    */
   templateFd: number | undefined;
+  /** Kept stopped after its hibernation (`prestart: "paused"`): `<file>:<sha256>` of the snapshot it holds in memory. */
+  pausedAt?: string;
 }
 
+/** Snapshots up to this size (device state: tens of KB) are read whole and handed to QEMU over a socket on restore. */
+const SOCKET_STATE_MAX_BYTES = 16 << 20;
+/** query-migrate's interval when no MIGRATION event comes (events make it rarely matter). */
+const MIGRATION_POLL_MS = 20;
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
 const SYNC_TIMEOUT_MS = 10_000;
 /** A stop (host shutdown, delete) waits less for the guest's flush: the disk's journal covers the rest. */
@@ -145,6 +156,12 @@ export class QemuDriver implements VmDriver {
   private readonly running = new Map<string, QemuVm>();
   /** Pre-started QEMUs in `-incoming defer`, by vmId. */
   private readonly waiting = new Map<string, QemuVm>();
+  /** A hibernation's work after its answer, by vmId: QEMU's exit, the egress listener, older files (`settled`). */
+  private readonly settling = new Map<string, Promise<void>>();
+  /** A committed snapshot's RAM pages still being written back, by vmId (`trackRamSync`). */
+  private readonly ramSyncs = new Map<string, Promise<void>>();
+  /** The host kernel's boot id: a snapshot whose RAM was not yet durable is trusted only within the boot it was taken in. */
+  private readonly bootId = currentBootId();
   private readonly processes = new VmProcesses();
   /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
   readonly templates: QemuTemplates | undefined;
@@ -191,6 +208,7 @@ export class QemuDriver implements VmDriver {
   /** A clone of the template of its kind when one is ready (its wake gives it its identity), else a cold boot. */
   async boot(spec: VmSpec): Promise<BootResult> {
     const started = performance.now();
+    await this.settled(spec.vmId);
     const template = await this.templates?.take(spec).catch((err: unknown) => void this.log.warn("no template", { vmId: spec.vmId, err }));
     if (template) {
       try {
@@ -210,33 +228,45 @@ export class QemuDriver implements VmDriver {
 
   async hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
     const started = performance.now();
+    const phases = new Phases(started);
     const vp = this.mustBeRunning(vm);
     const qmp = vp.qmp!;
     const { paths, spec } = vp;
     const notDone = (): SnapshotResult => ({ completed: false, snapshotMs: performance.now() - started, bytes: 0 });
     if (signal?.aborted) return notDone();
+    // The previous hibernation's RAM write-back (long done unless the VM woke at once): one at a time per VM.
+    await this.ramSyncs.get(spec.vmId);
     // A snapshot that would not fit is refused before the guest is paused; the previous one stays as it is.
     const neededBytes = this.opts.snapshotBytesNeeded?.(spec) ?? snapshotBytesNeeded(spec.memMiB);
     const freeBefore = await ensureSnapshotSpace(spec.stateDir, neededBytes);
+    phases.mark("space");
     if (spec.rootImage) {
       await this.syncGuest(vp);
+      phases.mark("guestSync");
       if (signal?.aborted) return notDone();
     }
     const attempt = snapshotAttempt(spec.stateDir, `${Date.now()}-${randomBytes(4).toString("hex")}`);
     const outputMark = vp.proc.outputMark();
 
     let manifest: SnapshotManifest;
-    let ramSyncMs: number | undefined;
     let dataPath: string | undefined;
     // A template's clone gets a RAM file of its own: a copy of the template's (made before the pause: it never
     // changes), into which the migration's pages that differ from it are written (ram-stream.ts).
     const cloneRam = vp.templateRam ? await this.copyTemplateRam(vp) : undefined;
+    phases.mark("prepare");
     await qmp.execute("stop");
-    // File-backed RAM: the stopped guest dirties nothing more, so its pages are synced while the device state is written.
+    phases.mark("stop");
+    // File-backed RAM: the stopped guest dirties nothing more, so its pages are written back while the device state is
+    // written; the manifest does not wait for them (ram-file.ts: `ramPending`, and what a power loss then costs).
     const ramSyncStart = performance.now();
     const ownRam = this.memory === "file" && !vp.templateRam;
-    const ramSynced = ownRam ? syncRamFile(paths).then(() => performance.now() - ramSyncStart) : undefined;
-    ramSynced?.catch(() => undefined); // awaited below; a failure there fails the snapshot
+    let ramSyncMs: number | undefined;
+    let ramSyncError: Error | undefined;
+    const ramSynced = ownRam ? syncRamFile(paths) : undefined;
+    ramSynced?.then(
+      () => void (ramSyncMs = performance.now() - ramSyncStart),
+      (err: Error) => void (ramSyncError = err),
+    );
     try {
       let sha256: string;
       let bytes: number;
@@ -244,15 +274,20 @@ export class QemuDriver implements VmDriver {
         ({ sha256, bytes } = await this.migrateSplitting(vp, attempt.data, cloneRam.file, signal));
         await rename(cloneRam.file, paths.ram);
         await beginRamGeneration(paths);
+      } else if (this.memory === "file") {
+        ({ sha256, bytes } = await this.migrateToSocket(vp, attempt.data, signal, phases));
       } else {
-        await this.migrateToFile(vp, attempt, signal);
+        await this.migrateToFile(vp, attempt, signal, phases);
         [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
+        phases.mark("stateChecksumSync");
       }
       signal?.throwIfAborted();
       // The migration's end flushed the drives and stopped QEMU writing them: the disk is now what this memory pairs with.
       const disk = spec.rootImage ? await diskFingerprint(paths.disk) : undefined;
-      // The RAM file as this device state pairs with it: durable, and fingerprinted after the sync.
-      ramSyncMs = await ramSynced;
+      if (disk) phases.mark("diskFingerprint");
+      // The RAM file as this device state pairs with it: the stopped guest writes it no more (its mtime stays), so it
+      // is fingerprinted now, while its pages may still be on their way to the disk.
+      if (ramSyncError) throw ramSyncError;
       const ram = this.memory === "file" ? await ramFingerprint(paths) : undefined;
       if (this.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
@@ -260,6 +295,8 @@ export class QemuDriver implements VmDriver {
       dataPath = join(spec.stateDir, file);
       await rename(attempt.data, dataPath);
       await rm(attempt.done, { force: true });
+      phases.mark("rename");
+      const ramPending = ramSynced && ramSyncMs === undefined ? { bootId: this.bootId } : undefined;
       manifest = {
         version: MANIFEST_VERSION,
         file,
@@ -275,10 +312,12 @@ export class QemuDriver implements VmDriver {
         snapshotMs: Math.round(performance.now() - started),
         ...(disk ? { disk } : {}),
         ...(ram ? { ram } : {}),
+        ...(ramPending ? { ramPending } : {}),
       };
       signal?.throwIfAborted();
       // The point of no return: from here the new snapshot is the VM.
       await commitManifest(paths.manifest, manifest);
+      phases.mark("manifest");
     } catch (err) {
       await ramSynced?.catch(() => undefined);
       if (cloneRam) await rm(cloneRam.file, { force: true });
@@ -294,28 +333,87 @@ export class QemuDriver implements VmDriver {
       this.log.error("snapshot failed; VM resumed, previous snapshot kept", { vmId: spec.vmId, err: failure.message, qemuLogError: vp.proc.logWriteError?.message });
       throw failure;
     }
-    await this.quit(vp);
-    await this.egress.release(spec.vmId);
-    await removeUnreferencedSnapshots(spec.stateDir, manifest.file);
+    // The snapshot is committed. The stateDir is final when the hibernation answers (older snapshots removed); the
+    // stopped QEMU's exit and the egress listener's end are not on the caller's path: whatever starts a QEMU for this
+    // VM, or stops or destroys it, waits for them first (`settled`).
+    this.running.delete(spec.vmId);
+    const committed = manifest;
+    await removeUnreferencedSnapshots(spec.stateDir, committed.file);
+    phases.mark("cleanup");
+    if (this.opts.prestart === "paused" && ownRam) {
+      // This QEMU, stopped, is the snapshot in memory: a wake of the same snapshot only runs it on (`restore`).
+      vp.pausedAt = `${committed.file}:${committed.sha256}`;
+      this.waiting.set(spec.vmId, vp);
+    } else {
+      // The next QEMU of the VM needs its port and sockets, which this one holds until it exits; a wake takes the
+      // pre-started one (when configured) once it is waiting.
+      this.settle(spec, vp);
+    }
+    if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started);
     const snapshotMs = performance.now() - started;
-    this.log.info("hibernated", { vmId: spec.vmId, bytes: manifest.bytes, snapshotMs: Math.round(snapshotMs), ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}) });
-    if (this.opts.prestart) this.prestart(spec).catch((err) => this.log.warn("prestart failed", { vmId: spec.vmId, err }));
-    return { completed: true, snapshotMs, bytes: manifest.bytes };
+    this.log.info("hibernated", { vmId: spec.vmId, bytes: committed.bytes, snapshotMs: Math.round(snapshotMs), ramPending: committed.ramPending !== undefined, ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}), phases: phases.ms });
+    return { completed: true, snapshotMs, bytes: committed.bytes };
+  }
+
+  /** After a committed hibernation: QEMU quits and the egress listener ends, off the caller's path; then the prestart. */
+  private settle(spec: VmSpec, vp: QemuVm): void {
+    const settling = (async () => {
+      await this.quit(vp);
+      await this.egress.release(spec.vmId);
+    })()
+      .catch((err: unknown) => this.log.warn("cleanup after a hibernation failed", { vmId: spec.vmId, err }))
+      .then(() => (this.opts.prestart ? this.prestart(spec).catch((err: unknown) => this.log.warn("prestart failed", { vmId: spec.vmId, err })) : undefined));
+    this.settling.set(spec.vmId, settling);
+    void settling.then(() => {
+      if (this.settling.get(spec.vmId) === settling) this.settling.delete(spec.vmId);
+    });
+  }
+
+  /**
+   * The write-back of a committed snapshot's RAM pages, after the hibernation answered: `ram.synced` names the
+   * snapshot once they are durable; if they cannot be made so, the manifest goes (the next wake boots cold).
+   */
+  private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number): void {
+    const done = (async () => {
+      const err = await synced.then(() => undefined, (e: Error) => e);
+      if (!err) {
+        await markRamDurable(paths, manifest.file, manifest.ram!.generation);
+        this.log.info("RAM file durable", { vmId: spec.vmId, file: manifest.file, durableMs: Math.round((performance.now() - started) * 10) / 10 });
+        return;
+      }
+      const now = await readManifest(paths.manifest);
+      if (now.manifest?.file === manifest.file) {
+        await rm(paths.manifest, { force: true });
+        await fsyncPath(spec.stateDir);
+      }
+      this.log.error("the RAM file of a snapshot could not be made durable: snapshot dropped, the next wake boots cold", { vmId: spec.vmId, err });
+    })().catch((err: unknown) => this.log.warn("recording the RAM file's durability failed", { vmId: spec.vmId, err }));
+    this.ramSyncs.set(spec.vmId, done);
+    void done.then(() => {
+      if (this.ramSyncs.get(spec.vmId) === done) this.ramSyncs.delete(spec.vmId);
+    });
+  }
+
+  /** Waits for a hibernation's background work on this VM (QEMU's exit, cleanup) before anything else uses it. */
+  private async settled(vmId: string): Promise<void> {
+    await this.settling.get(vmId);
   }
 
   async wake(spec: VmSpec): Promise<WakeResult> {
     const started = performance.now();
     if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
+    await this.settled(spec.vmId);
     return restoreOrBoot({
       spec,
       log: this.log,
       started,
-      restore: (undo) => this.restore(spec, undo),
+      restore: (undo) => this.restore(spec, undo, started),
       boot: () => this.bootInternal(spec, started),
     });
   }
 
   async stop(vm: RunningVm): Promise<void> {
+    await this.settled(vm.spec.vmId);
     const vp = this.running.get(vm.spec.vmId);
     if (vp) await this.quitRunning(vp);
     await this.discardWaiting(vm.spec.vmId);
@@ -323,6 +421,8 @@ export class QemuDriver implements VmDriver {
   }
 
   async destroy(spec: VmSpec): Promise<void> {
+    await this.settled(spec.vmId);
+    await this.ramSyncs.get(spec.vmId);
     const vp = this.running.get(spec.vmId);
     if (vp) await this.quit(vp);
     await this.discardWaiting(spec.vmId);
@@ -340,6 +440,7 @@ export class QemuDriver implements VmDriver {
    */
   async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
     const started = performance.now();
+    await this.settled(spec.vmId);
     if (existsSync(dir)) throw new Error(`checkpoint directory ${dir} exists`);
     const tmp = `${dir}.tmp-${randomBytes(4).toString("hex")}`;
     const out = checkpointFiles(tmp);
@@ -437,6 +538,7 @@ export class QemuDriver implements VmDriver {
    */
   private async materialize(spec: VmSpec, dir: string, opts: { shareRam: boolean }): Promise<void> {
     if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: stop it before restoring a checkpoint into it`);
+    await this.settled(spec.vmId);
     await this.discardWaiting(spec.vmId);
     const { manifest: c, problem } = await readCheckpoint(dir);
     if (!c) throw new AppError("conflict", `checkpoint ${basename(dir)} cannot be used: ${problem ?? "no manifest"}`);
@@ -520,6 +622,8 @@ export class QemuDriver implements VmDriver {
 
   /** Host shutdown: pre-started QEMUs are killed, VMs still running are stopped (their snapshots stay). */
   async close(): Promise<void> {
+    // Hibernations finish their work first: QEMUs exit, and RAM files become durable before the host goes.
+    await Promise.all([...this.settling.values(), ...this.ramSyncs.values()]);
     await Promise.all([...this.waiting.keys()].map((id) => this.discardWaiting(id)));
     await Promise.all([...this.running.values()].map((vp) => this.quitRunning(vp)));
     await this.egress.close();
@@ -535,6 +639,7 @@ export class QemuDriver implements VmDriver {
    * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay.
    */
   async reap(spec: VmSpec): Promise<void> {
+    await this.settled(spec.vmId);
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return; // ours and alive
     const paths = vmPaths(spec.stateDir);
     // QEMU writes its pid file itself (the pid alone): its QMP socket path on the command line is the VM's marker.
@@ -579,6 +684,7 @@ export class QemuDriver implements VmDriver {
   }
 
   private async bootInternal(spec: VmSpec, started: number): Promise<{ vm: RunningVm; clock: ClockFix }> {
+    await this.settled(spec.vmId);
     if (this.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
     await this.discardWaiting(spec.vmId);
     const image = await this.imageFor(spec);
@@ -650,14 +756,16 @@ export class QemuDriver implements VmDriver {
 
   /**
    * The snapshot, if usable, loaded into a QEMU waiting in `-incoming defer` (pre-started or new), then `cont`;
-   * RestoreFailed when a cold boot is the way out. The checksum is verified while QEMU loads the file; the
-   * guest runs only if it matches.
+   * RestoreFailed when a cold boot is the way out. Device state (file-backed RAM) is verified before QEMU gets it;
+   * all of guest RAM (streamed) while QEMU loads the file. The guest runs only if the checksum matches. A QEMU kept
+   * stopped after its hibernation (`prestart: "paused"`) that holds this very snapshot loads nothing: it runs on.
+   * Phases (qemu/phases.ts) go into the "restored" log line.
    */
-  private async restore(spec: VmSpec, undo: (step: () => Promise<unknown>) => void): Promise<Restored> {
+  private async restore(spec: VmSpec, undo: (step: () => Promise<unknown>) => void, started = performance.now()): Promise<Restored> {
+    const phases = new Phases(started);
     const paths = vmPaths(spec.stateDir);
-    const { manifest, problem } = await readManifest(paths.manifest);
+    const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), this.readPort(paths)]);
     if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
-    const hostPort = await this.readPort(paths);
     const bad = incompatibility(manifest, {
       qemuVersion: this.qemuVersion,
       accel: this.accel,
@@ -672,38 +780,78 @@ export class QemuDriver implements VmDriver {
     const stale = await this.snapshotStale(spec, paths, manifest);
     if (stale) throw new RestoreFailed(stale);
     const plan = ramPlan(this.memory, manifest);
-    const verify = sha256File(file).then(
-      (r) => (r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`),
-      (err: Error) => `snapshot unreadable: ${err.message}`,
-    );
-    undo(() => verify);
+    const mismatch = (r: { sha256: string; bytes: number }) =>
+      r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`;
+    // Device state only (file-backed RAM): read and verified before QEMU sees it, then handed over a socket
+    // (`sendIncoming`). All of guest RAM (streamed): QEMU reads the file itself while it is checksummed beside it.
+    let state: Buffer | undefined;
+    let verify: Promise<string | undefined> = Promise.resolve(undefined);
+    if (this.memory === "file" && manifest.bytes <= SOCKET_STATE_MAX_BYTES) {
+      state = await readFile(file).catch((err: Error) => {
+        throw new RestoreFailed(`snapshot unreadable: ${err.message}`, { cause: err });
+      });
+      const badData = mismatch({ sha256: createHash("sha256").update(state).digest("hex"), bytes: state.length });
+      if (badData) throw new RestoreFailed(badData);
+    } else {
+      verify = sha256File(file).then(mismatch, (err: Error) => `snapshot unreadable: ${err.message}`);
+      undo(() => verify);
+    }
+    // From here the guest will write to its disk and RAM file again: no snapshot taken before pairs with them. The new
+    // generations are written while QEMU starts and loads (a restore that fails from here boots cold anyway), and are
+    // durable before `cont`.
+    const generations = Promise.all([
+      spec.rootImage ? beginDiskGeneration(paths.disk) : undefined,
+      this.memory === "file" && !plan.templateRam ? beginRamGeneration(paths) : undefined,
+    ]);
+    generations.catch(() => undefined); // awaited before `cont`
+    undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
+    phases.mark("checks");
     // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
     let vp = plan.prestartable ? this.takeWaiting(spec) : (await this.discardWaiting(spec.vmId), undefined);
+    // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
+    // event may not have arrived yet, so the process itself is asked.
+    if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid))) {
+      await vp.proc.kill().catch(() => undefined);
+      vp = undefined;
+    }
+    // A QEMU kept stopped after its hibernation holds exactly one snapshot: this one, or it is of no use.
+    const paused = vp?.pausedAt !== undefined && vp.pausedAt === `${manifest.file}:${manifest.sha256}`;
+    if (vp?.pausedAt !== undefined && !paused) {
+      await vp.proc.kill();
+      vp = undefined;
+    }
     if (!vp) {
       const image = await this.imageFor(spec);
       try {
-        vp = await this.launch(spec, image, true, plan.templateRam);
+        vp = await this.launch(spec, image, true, plan.templateRam, phases);
       } catch (err) {
         throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
       }
-    }
+    } else phases.mark("prestarted");
     const launched = vp;
     undo(() => launched.proc.kill());
     const deadline = performance.now() + (this.opts.restoreTimeoutMs ?? 60_000);
     try {
       const agentReady = this.openAgent(vp);
-      await vp.qmp!.execute("migrate-incoming", { uri: `exec:cat ${shellQuote(file)}` });
-      const info = await this.waitMigration(vp, { timeoutMs: deadline - performance.now() });
-      if (info.status !== "completed") throw new RestoreFailed(`restore ${info.status}: ${info["error-desc"] ?? "no detail"}`);
-      const badData = await verify;
-      if (badData) throw new RestoreFailed(badData);
+      if (!paused) {
+        if (state) await this.sendIncoming(vp, state);
+        else await vp.qmp!.execute("migrate-incoming", { uri: `exec:cat ${shellQuote(file)}` });
+        phases.mark("incomingCmd");
+        const info = await this.waitMigration(vp, { timeoutMs: deadline - performance.now() });
+        phases.mark("load");
+        if (info.status !== "completed") throw new RestoreFailed(`restore ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+        const badData = await verify;
+        if (badData) throw new RestoreFailed(badData);
+      }
       await agentReady;
-      // From here the guest writes to its disk again: no snapshot taken before pairs with it any more.
-      if (spec.rootImage) await beginDiskGeneration(paths.disk);
-      // The same for the RAM file: once the guest runs, it writes into the file, and this snapshot is consumed.
-      if (this.memory === "file" && !plan.templateRam) await beginRamGeneration(paths);
+      phases.mark("verifyAgentSocket");
+      await generations;
+      phases.mark("generations");
       await this.opts.beforeCont?.(vp.proc.pid);
+      // A paused one's `cont` after its completed migration also takes its drives back (as after a checkpoint).
       await vp.qmp!.execute("cont");
+      vp.pausedAt = undefined;
+      phases.mark(paused ? "contPaused" : "cont");
     } catch (err) {
       // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
       const badData = await verify;
@@ -717,11 +865,16 @@ export class QemuDriver implements VmDriver {
       vm: this.runningVm(vp),
       guestAgent: async () => {
         const agent = await this.waitAgent(launched, Math.min(deadline, performance.now() + 10_000), "guest agent did not answer after the restore");
+        phases.mark("agentPing");
         // A copy of another moment's memory: its RNG state, hostname and id are the checkpoint's until told otherwise.
-        if (clonedFrom) await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+        if (clonedFrom) {
+          await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+          phases.mark("identity");
+        }
         return agent;
       },
-      ...(clonedFrom ? { detail: { clonedFrom } } : {}),
+      // The phases object is still filled in by guestAgent above: the "restored" line is written after it.
+      detail: { ...(clonedFrom ? { clonedFrom } : {}), phases: phases.ms },
     };
   }
 
@@ -740,8 +893,9 @@ export class QemuDriver implements VmDriver {
       return ramChange(recorded, await ramFingerprint({ ram: path, ramGeneration: `${path}.gen` }), spec.memMiB);
     }
     if (!manifest.ram) return undefined; // RAM streamed into the data file (a clone's snapshot): nothing else to pair with
-    // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why).
-    return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB);
+    // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why),
+    // and only if that file's pages survived: a reboot during their write-back may have torn them.
+    return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB) ?? (await ramDurability(paths, manifest, this.bootId));
   }
 
   private runningVm(vp: QemuVm): RunningVm {
@@ -750,7 +904,7 @@ export class QemuDriver implements VmDriver {
 
   /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
   /** `templateRam`: a template's RAM file to map privately instead of the VM's own (ram-file.ts `ramPlan`). */
-  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, templateRam?: string): Promise<QemuVm> {
+  private async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, templateRam?: string, phases?: Phases): Promise<QemuVm> {
     mkdirSync(spec.stateDir, { recursive: true });
     const paths = vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
@@ -765,12 +919,17 @@ export class QemuDriver implements VmDriver {
     if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
+      phases?.mark("launchPrepare");
       const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam);
+      phases?.mark("spawn");
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
-        await vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH });
-        // Both sides: the shared RAM file is not migrated, only the device state (set before `migrate` and `migrate-incoming`).
-        if (this.memory === "file") await vp.qmp.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: true }] });
+        phases?.mark("qmpConnect");
+        // Sent together (QEMU answers in order). `events`: MIGRATION status events, which waitMigration waits on. Both
+        // sides, file-backed RAM: the shared RAM file is not migrated, only the device state (`x-ignore-shared`).
+        const capabilities = [{ capability: "events", state: true }, ...(this.memory === "file" ? [{ capability: "x-ignore-shared", state: true }] : [])];
+        await Promise.all([vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH }), vp.qmp.execute("migrate-set-capabilities", { capabilities })]);
+        phases?.mark("qmpSetup");
         return vp;
       } catch (err) {
         await vp.proc.kill();
@@ -884,12 +1043,88 @@ export class QemuDriver implements VmDriver {
    * `to.done` is written only after cat has flushed and closed the file: QEMU may report "completed" while cat is
    * still writing.
    */
-  private async migrateToFile(vp: QemuVm, to: { data: string; done: string }, signal?: AbortSignal): Promise<void> {
+  private async migrateToFile(vp: QemuVm, to: { data: string; done: string }, signal?: AbortSignal, phases?: Phases): Promise<void> {
     await vp.qmp!.execute("migrate", { uri: `exec:cat > ${shellQuote(to.data)} && : > ${shellQuote(to.done)}` });
+    phases?.mark("migrateCmd");
     const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+    phases?.mark("migrate");
     if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
     await this.waitForFile(to.done, 10_000, signal);
+    phases?.mark("writerDone");
     signal?.throwIfAborted();
+  }
+
+  /**
+   * File-backed RAM: the stopped VM's device state (tens of KB) over a unix socket into `dataPath`, hashed as it
+   * arrives, then written and synced. Against `exec:cat > file` QEMU forks no shell, nothing polls for a marker, and
+   * the file is not read back for its checksum. The attempt file exists before the migration starts.
+   */
+  private async migrateToSocket(vp: QemuVm, dataPath: string, signal?: AbortSignal, phases?: Phases): Promise<{ sha256: string; bytes: number }> {
+    const sock = join(vp.paths.socketDir, "mig.sock"); // no longer than agent.sock: it fits where that one does
+    rmSync(sock, { force: true });
+    const fh = await open(dataPath, "wx");
+    const hash = createHash("sha256");
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    let conn: Socket | undefined;
+    const server = createServer();
+    const timeout = new AbortController();
+    try {
+      const received = new Promise<void>((resolve, reject) => {
+        server.once("connection", (c) => {
+          conn = c;
+          server.close();
+          c.on("data", (chunk: Buffer) => {
+            hash.update(chunk);
+            chunks.push(chunk);
+            bytes += chunk.length;
+          });
+          c.once("end", resolve);
+          c.once("error", reject);
+        });
+      });
+      received.catch(() => undefined);
+      await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock, resolve));
+      await vp.qmp!.execute("migrate", { uri: `unix:${sock}` });
+      phases?.mark("migrateCmd");
+      const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+      if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+      const late = sleep(10_000, undefined, { signal: timeout.signal }).then(() => Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")));
+      late.catch(() => undefined);
+      await Promise.race([received, late]);
+      phases?.mark("migrate");
+      signal?.throwIfAborted();
+      await fh.writev(chunks);
+      await fh.sync();
+      phases?.mark("stateWrite");
+      return { sha256: hash.digest("hex"), bytes };
+    } finally {
+      timeout.abort();
+      conn?.destroy();
+      server.close();
+      await fh.close();
+      rmSync(sock, { force: true });
+    }
+  }
+
+  /**
+   * A restore's device state (read and verified already) into the QEMU waiting in `-incoming defer`, over a unix
+   * socket it listens on: no `exec:cat` for QEMU to fork.
+   */
+  private async sendIncoming(vp: QemuVm, data: Buffer): Promise<void> {
+    const sock = join(vp.paths.socketDir, "mig.sock");
+    rmSync(sock, { force: true });
+    await vp.qmp!.execute("migrate-incoming", { uri: `unix:${sock}` });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const c = connect(sock);
+        c.on("error", reject); // after the send: QEMU closing early shows in the migration's status
+
+        c.once("connect", () => c.end(data, () => resolve()));
+      });
+    } finally {
+      rmSync(sock, { force: true });
+    }
   }
 
   /** A copy of the template's RAM file the VM maps (a reflink where the filesystem can), at `to` or a temporary beside the VM's. */
@@ -971,28 +1206,58 @@ export class QemuDriver implements VmDriver {
     }
   }
 
-  /** Polls query-migrate until the migration leaves its active states; cancels it when `signal` aborts. */
+  /**
+   * Waits until the migration leaves its active states; cancels it when `signal` aborts. Event-driven: QEMU announces
+   * each status change (MIGRATION, the `events` capability set at launch), and that, QEMU's exit or the abort brings
+   * the next query-migrate at once; without any, one runs every MIGRATION_POLL_MS all the same.
+   */
   private async waitMigration(vp: QemuVm, opts: { signal?: AbortSignal | undefined; timeoutMs: number }): Promise<MigrationInfo> {
     const qmp = vp.qmp!;
     const deadline = performance.now() + opts.timeoutMs;
     let cancelled = false;
-    for (;;) {
-      if (vp.proc.exit) throw new Error(`QEMU exited during the migration: ${(await vp.proc.finalOutput()) || "no message"}`);
-      if (opts.signal?.aborted && !cancelled) {
-        cancelled = true;
-        await qmp.execute("migrate_cancel").catch(() => undefined);
+    let pending = false; // something happened since the last query
+    let wakeUp: (() => void) | undefined;
+    const nudge = () => {
+      pending = true;
+      wakeUp?.();
+    };
+    const off = qmp.onEvent((e) => {
+      if (e.event === "MIGRATION") nudge();
+    });
+    opts.signal?.addEventListener("abort", nudge);
+    void vp.proc.exited.then(nudge);
+    try {
+      for (;;) {
+        pending = false;
+        if (vp.proc.exit) throw new Error(`QEMU exited during the migration: ${(await vp.proc.finalOutput()) || "no message"}`);
+        if (opts.signal?.aborted && !cancelled) {
+          cancelled = true;
+          await qmp.execute("migrate_cancel").catch(() => undefined);
+        }
+        const info = await qmp.execute("query-migrate");
+        const s = info.status;
+        if (s === "completed" || s === "failed" || s === "cancelled") {
+          if (cancelled) opts.signal?.throwIfAborted();
+          return info;
+        }
+        if (performance.now() > deadline) {
+          await qmp.execute("migrate_cancel").catch(() => undefined);
+          throw new Error(`migration still ${s ?? "pending"} after ${Math.round(opts.timeoutMs)} ms`);
+        }
+        if (pending) continue;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, MIGRATION_POLL_MS);
+          wakeUp = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wakeUp = undefined;
       }
-      const info = await qmp.execute("query-migrate");
-      const s = info.status;
-      if (s === "completed" || s === "failed" || s === "cancelled") {
-        if (cancelled) opts.signal?.throwIfAborted();
-        return info;
-      }
-      if (performance.now() > deadline) {
-        await qmp.execute("migrate_cancel").catch(() => undefined);
-        throw new Error(`migration still ${s ?? "pending"} after ${Math.round(opts.timeoutMs)} ms`);
-      }
-      await sleep(3);
+    } finally {
+      off();
+      opts.signal?.removeEventListener("abort", nudge);
+      wakeUp = undefined;
     }
   }
 

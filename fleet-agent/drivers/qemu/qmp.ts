@@ -132,7 +132,7 @@ export class QmpClient {
         const code = (err as NodeJS.ErrnoException).code;
         const retriable = code === "ENOENT" || code === "ECONNREFUSED";
         if (!retriable || performance.now() > deadline || (opts.alive && !opts.alive())) throw err;
-        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setTimeout(r, 2)); // QEMU creates the socket a few ms after it starts
       }
     }
   }

@@ -12,9 +12,75 @@
 //   update mtime too; the snapshot records it after the guest was stopped and the file synced). The generation alone
 //   would not see a RAM file copied in from another VM without its `ram.gen`.
 // Not checked: the bytes themselves (a disk that flips them is the filesystem's concern, as for the agent's disk).
-import { open, readFile, rm, stat } from "node:fs/promises";
+//
+// Durability: a hibernation commits its manifest as soon as the device state is durable; the RAM file's dirty pages
+// are still being written back (an fsync started when the guest stopped). The manifest then says so (`ramPending`,
+// with the host's boot id), and `ram.synced` names the snapshot once the fsync is done. What that can lose, and how a
+// wake tells (`ramDurability`):
+// - a process kill (of QEMU or the fleet-agent) loses nothing: the page cache holds every page the guest wrote and
+//   survives it, so the file reads as the guest left it whether or not it reached the disk. Same boot id: loadable.
+// - a power loss or kernel crash within the write-back window (the fsync's duration, tens of ms) may leave some of the
+//   new pages on disk and some old: torn RAM. After the reboot the boot id differs and `ram.synced` does not name the
+//   snapshot, so the wake refuses it and boots cold with the disk intact (the migration flushed the disk before the
+//   manifest was written). Only the agent's memory since its last durable snapshot is lost, as for any hibernation
+//   cut short by the power loss.
+// - the fsync fails (an I/O error, a full disk under the sparse file): the manifest is removed, the next wake boots cold.
+import { readFileSync } from "node:fs";
+import { open, readFile, rename, rm, stat } from "node:fs/promises";
+import { dirname } from "node:path";
 import { fsyncPath, writeGeneration } from "../common/snapshot-files.ts";
 import type { VmPaths } from "./args.ts";
+
+/** A manifest committed before its RAM file's pages were durable (they were being written back). */
+export interface RamPending {
+  /** The host kernel's boot id then: the page cache that held the pages lives as long as that boot. */
+  bootId: string;
+}
+
+/** This boot of the host's kernel (`/proc/sys/kernel/random/boot_id`); "" when unreadable (then no pending snapshot is trusted). */
+export function currentBootId(): string {
+  try {
+    return readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
+function syncedMark(file: string, generation: string): string {
+  return `${generation} ${file}`;
+}
+
+/** `ram.synced` beside the RAM file: `<generation> <snapshot file>` of the snapshot whose RAM pages are durable. */
+function syncedPath(paths: Pick<VmPaths, "ram">): string {
+  return `${paths.ram}.synced`;
+}
+
+/** Records (synced) that the RAM pages of snapshot `file` (RAM generation `generation`) are durable. */
+export async function markRamDurable(paths: Pick<VmPaths, "ram">, file: string, generation: string): Promise<void> {
+  const path = syncedPath(paths);
+  const tmp = `${path}.tmp`;
+  const fh = await open(tmp, "w");
+  try {
+    await fh.writeFile(`${syncedMark(file, generation)}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
+  await fsyncPath(dirname(path));
+}
+
+/**
+ * Why the snapshot's RAM file may not hold what its device state pairs with although its fingerprint matches (the
+ * write-back of its pages may have been cut short by a reboot); undefined when it does. See the file's opening.
+ */
+export async function ramDurability(paths: Pick<VmPaths, "ram">, m: { file: string; ram?: RamFingerprint | undefined; ramPending?: RamPending | undefined }, bootId: string): Promise<string | undefined> {
+  if (!m.ramPending || !m.ram) return undefined;
+  const mark = await readFile(syncedPath(paths), "utf8").then((t) => t.trim(), () => "");
+  if (mark === syncedMark(m.file, m.ram.generation)) return undefined;
+  if (bootId !== "" && m.ramPending.bootId === bootId) return undefined; // the page cache still holds every page
+  return "the host restarted before the RAM file's pages of this snapshot were durable (they may be torn)";
+}
 
 /** What a snapshot records of the RAM file it pairs with. */
 export interface RamFingerprint {

@@ -4,7 +4,7 @@
 import { basename } from "node:path";
 import type { DiskFingerprint } from "../common/agent-disk.ts";
 import { readManifest as readManifestFile, removeFiles } from "../common/snapshot-files.ts";
-import type { RamFingerprint } from "./ram-file.ts";
+import type { RamFingerprint, RamPending } from "./ram-file.ts";
 
 export const MANIFEST_VERSION = 1;
 
@@ -35,6 +35,8 @@ export interface SnapshotManifest extends RestoreTarget {
   disk?: DiskFingerprint;
   /** `memory: "file"`: the data file is device state only; it is valid only over this RAM file (ram-file.ts). */
   ram?: RamFingerprint;
+  /** Committed while the RAM file's pages were still being written back (ram-file.ts says what that may lose). */
+  ramPending?: RamPending;
   /** Made from this checkpoint (restore or fork, qemu/checkpoint.ts): the wake gives the guest a fresh identity. */
   clonedFrom?: string;
   /**
@@ -85,7 +87,7 @@ function isPartial(name: string): boolean {
 
 /** What an interrupted disk creation or launch drive write left (common/agent-disk.ts, common/launch-data.ts). */
 export function removePartialDrives(stateDir: string): Promise<string[]> {
-  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$|^ram\.gen\.tmp$|^ram\.tmp-/.test(name));
+  return removeFiles(stateDir, (name) => /^disk\.ext4\.tmp-|^disk\.gen\.tmp$|^launch\.ext4\.tmp$|^ram\.gen\.tmp$|^ram\.synced\.tmp$|^ram\.tmp-/.test(name));
 }
 
 /** Removes snapshot data files the manifest does not name (older snapshots, partial files). */
