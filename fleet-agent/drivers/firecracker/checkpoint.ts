@@ -17,9 +17,9 @@ import { join } from "node:path";
 import type { CopyKind } from "../common/cow-copy.ts";
 import { readManifest } from "../common/snapshot-files.ts";
 import type { Drive } from "./api.ts";
-import type { CpuIdentity, FirecrackerHostFacts } from "./host.ts";
+import type { FirecrackerHostFacts } from "./host.ts";
 import type { VmNet } from "./net.ts";
-import { incompatibility, type SnapshotFile } from "./snapshot.ts";
+import { incompatibility, type MachineIdentity, type SnapshotFile } from "./snapshot.ts";
 
 export const CHECKPOINT_FORMAT = 1;
 export const CHECKPOINT_FILE = "checkpoint.json";
@@ -27,17 +27,11 @@ export const CHECKPOINT_STATE = "state";
 export const CHECKPOINT_MEM = "mem";
 export const CHECKPOINT_DISK = "disk.ext4";
 
-export interface CheckpointManifest {
+export interface CheckpointManifest extends MachineIdentity {
   format: typeof CHECKPOINT_FORMAT;
   driver: "firecracker";
   /** The VM's image (a built-in name or a built image's digest): a checkpoint restores only into an agent of it. */
   image: string;
-  firecrackerVersion: string;
-  snapshotFormat: string;
-  cpu: CpuIdentity;
-  hostKernel: string;
-  vcpus: number;
-  memMiB: number;
   /** The source VM's network slot: its guest's address is in the memory (see the file comment). */
   net: VmNet;
   /** The vsock UDS path the state names (as the source's Firecracker process saw it). */

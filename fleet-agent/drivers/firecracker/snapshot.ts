@@ -19,17 +19,21 @@ export interface SnapshotFile {
   sha256: string;
 }
 
-export interface SnapshotManifest {
-  format: 1;
-  generation: number;
-  createdAt: string;
-  type: "Full" | "Diff";
+/** What a memory snapshot depends on of the machine that took it: a snapshot (or checkpoint) loads only where it matches. */
+export interface MachineIdentity {
   firecrackerVersion: string;
   snapshotFormat: string;
   cpu: CpuIdentity;
   hostKernel: string;
   vcpus: number;
   memMiB: number;
+}
+
+export interface SnapshotManifest extends MachineIdentity {
+  format: 1;
+  generation: number;
+  createdAt: string;
+  type: "Full" | "Diff";
   /** Host tap device the guest's eth0 was attached to (a different one needs `network_overrides`). */
   tap: string | undefined;
   state: SnapshotFile;
