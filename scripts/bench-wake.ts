@@ -131,7 +131,7 @@ function phaseLogger(memory: MemoryMode): Logger {
       const phases = fields?.phases as Record<string, number> | undefined;
       if (!phases) return;
       if (msg === "hibernated") phaseLog.get(memory)!.hibernate.push({ ...phases });
-      else if (msg === "restored") phaseLog.get(memory)!.wake.push({ ...phases, clockFix: Number(fields?.clockFixMs) });
+      else if (msg === "restored") phaseLog.get(memory)!.wake.push({ ...phases, ...(fields?.firstAnswerMs !== undefined ? { firstAnswer: Number(fields.firstAnswerMs), guestAnswered: Number(fields.restoreMs) + Number(fields.firstAnswerMs) } : {}), clockFix: Number(fields?.clockFixMs) });
     },
     child: () => logger,
   };
@@ -220,6 +220,8 @@ try {
       boot_ms: round1(rec.boots[0]?.bootMs ?? NaN),
       snapshot_ms: round1(p50(rec.snapshots.map((s) => s.snapshotMs))),
       snapshot_bytes: rec.snapshots.at(-1)?.bytes ?? 0,
+      // To the guest running again (`cont`); its first answer is the clock fix's first round trip (`wake_phases_ms_p50`:
+      // `firstAnswer`, and `guestAnswered` = restore + first answer).
       restore_ms_p50: round1(p50(restores.map((w) => w.timings.restoreMs))),
       clock_fix_ms_p50: round1(p50(restores.map((w) => w.timings.clockFixMs))),
       warm_first_byte_ms_p50: round1(p50(warm)),

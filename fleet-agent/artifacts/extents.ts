@@ -1,10 +1,8 @@
 // Where a sparse file's data is (extents.c, built with gcc on first use, like the egress relay): reading a hole costs as
 // much as reading data (the kernel fills the page cache with zeros), so the store reads only the extents.
-import { execFile, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { execFile } from "node:child_process";
 import { join } from "node:path";
+import { buildCTool, toolCacheDir, type CTool } from "../../lib/c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "extents.c");
 
@@ -17,28 +15,11 @@ export interface DataMap {
   ranges: [number, number][];
 }
 
-let tool: { path: string } | { error: string } | undefined;
+let tool: CTool | undefined;
 
 /** The compiled helper (built once per source hash, in a per-user temp directory), or why there is none. */
-function extentsTool(): { path: string } | { error: string } {
-  if (tool) return tool;
-  try {
-    const hash = createHash("sha256").update(readFileSync(SOURCE)).digest("hex").slice(0, 12);
-    const dir = join(tmpdir(), `agentvm-artifacts-${process.getuid?.() ?? "user"}`);
-    const path = join(dir, `extents-${hash}`);
-    if (existsSync(path)) return (tool = { path });
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const tmp = `${path}.${process.pid}.tmp`;
-    const r = spawnSync("gcc", ["-O2", "-Wall", "-o", tmp, SOURCE], { encoding: "utf8" });
-    if (r.error || r.status !== 0) {
-      rmSync(tmp, { force: true });
-      return (tool = { error: r.error ? `gcc not available: ${r.error.message}` : `gcc failed: ${r.stderr.trim().split("\n").pop()}` });
-    }
-    renameSync(tmp, path);
-    return (tool = { path });
-  } catch (err) {
-    return (tool = { error: (err as Error).message });
-  }
+function extentsTool(): CTool {
+  return (tool ??= buildCTool({ file: SOURCE }, "extents", toolCacheDir("artifacts")));
 }
 
 /**

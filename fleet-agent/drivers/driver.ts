@@ -40,7 +40,7 @@ export interface RunningVm {
 export interface BootResult {
   vm: RunningVm;
   bootMs: number;
-  /** Started as a clone of this template (qemu/templates.ts) rather than booted cold. */
+  /** Started as a clone of this template (common/templates.ts) rather than booted cold. */
   template?: string;
 }
 
@@ -87,7 +87,7 @@ export interface CheckpointInfo {
   copy: "reflink" | "copy";
 }
 
-/** A warm template a driver keeps (qemu/templates.ts): the API's view without the host, which the host adds. */
+/** A warm template a driver keeps (common/templates.ts): the API's view without the host, which the host adds. */
 export type DriverTemplate = Omit<TemplateView, "hostId">;
 
 export interface VmExit {

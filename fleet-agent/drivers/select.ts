@@ -32,6 +32,7 @@ export interface SelectedDriver {
  * | QEMU_TEMPLATES | false | new agents start as clones of a warm template of their image (`<DATA_DIR>/templates`), built on the first cold boot of each |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
  * | EGRESS_* | see fleet-agent/egress/config.ts | what the egress proxy of qemu VMs with `allowEgress` lets through |
+ * | FIRECRACKER_TEMPLATES | false | new agents start as clones of a warm template of their kind (`<DATA_DIR>/firecracker/templates`), built on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next |
  * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
  */
 export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; env: Env }): Promise<SelectedDriver> {
@@ -49,6 +50,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         return { kernel: built.vmlinux!, initrd: built.initrd };
       },
       logger: log,
+      ...(bool(env, "FIRECRACKER_TEMPLATES", false) ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
     });
     await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker
     return { driver, images: ["demo"], notice: undefined };

@@ -34,11 +34,18 @@ async function kill9(pid: number): Promise<void> {
   for (let i = 0; i < 500 && processAlive(pid); i++) await sleep(10);
 }
 
-/** Calls `onFile` as soon as a snapshot attempt's data file appears in the stateDir. */
-function onSnapshotAttempt(dir: string, onFile: () => void): () => void {
+/**
+ * Points of a hibernation, by the file that appears in the stateDir: `data`, the attempt's data file (created with
+ * the migration socket while the guest still runs, just before `stop`); `manifest`, the manifest's temporary (the
+ * guest stopped, its state received and being made durable beside it, nothing committed yet).
+ */
+const HIBERNATION_POINTS = { data: /^snapshot-\d+-[0-9a-f]+\.(tmp|bin)$/, manifest: /^snapshot\.json\.tmp$/ } as const;
+
+/** Calls `onFile` as soon as the file of a hibernation's `point` appears in the stateDir. */
+function onSnapshotAttempt(dir: string, onFile: () => void, point: keyof typeof HIBERNATION_POINTS = "manifest"): () => void {
   let fired = false;
   const fire = (name: string | null) => {
-    if (!fired && name && /^snapshot-[\w-]+\.tmp$/.test(name)) {
+    if (!fired && name && HIBERNATION_POINTS[point].test(name)) {
       fired = true;
       onFile();
     }
@@ -146,7 +153,7 @@ describe("qemu driver with file-backed guest RAM", () => {
     va = again.vm;
   }, 120_000);
 
-  it("kill -9 of QEMU during the migrate of a hibernation: the next wake restores a complete snapshot or boots cold", async () => {
+  it.each(["data", "manifest"] as const)("kill -9 of QEMU during a hibernation (at its %s file): the next wake restores a complete snapshot or boots cold", async (point) => {
     const s = a;
     let vm = va;
     expect(await bump(vm)).toBe(1);
@@ -155,15 +162,20 @@ describe("qemu driver with file-backed guest RAM", () => {
     expect(await bump(vm)).toBe(2);
     const pid = vm.pid!;
     let killed = false;
-    const stop = onSnapshotAttempt(s.stateDir, () => {
-      killed = true;
-      process.kill(pid, "SIGKILL");
-    });
+    const stop = onSnapshotAttempt(
+      s.stateDir,
+      () => {
+        killed = true;
+        process.kill(pid, "SIGKILL");
+      },
+      point,
+    );
     const exited = new Promise((r) => driver.onExit(vm, r));
     const hib = await driver.hibernate(vm).then((r) => r.completed, (err: Error) => err.message).finally(stop);
     expect(killed).toBe(true);
     await kill9(pid);
-    await exited;
+    if (hib !== true) await exited; // a crash; after a committed hibernation QEMU was on its way out anyway
+    if (point === "manifest") expect(hib).toBe(true); // its state was received: QEMU is no longer needed to commit it
     const woke = await driver.wake(s);
     if (woke.mode === "restore") {
       // Only if the snapshot won the race (committed before the kill landed): then it is the complete, newest one.
@@ -289,6 +301,18 @@ describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () =>
     vm = woke.vm;
     expect(await bump(vm)).toBe(2);
 
+    // Many wakes of the same QEMU, each watched for a crash as the host does: only the current run's listener is kept.
+    const crashListeners = () => (driver as unknown as { running: Map<string, { proc: { crashListeners: unknown[] } }> }).running.get(s.vmId)!.proc.crashListeners.length;
+    for (let i = 0; i < 3; i++) {
+      driver.onExit(vm, () => undefined);
+      expect(crashListeners()).toBe(1);
+      expect((await driver.hibernate(vm)).completed).toBe(true);
+      vm = (await driver.wake(s)).vm;
+      expect(vm.pid).toBe(pid);
+    }
+    expect(crashListeners()).toBe(0);
+    expect(await count(vm)).toBe(2);
+
     // The waiting QEMU killed: the snapshot on disk is the VM, a new QEMU loads it.
     expect((await driver.hibernate(vm)).completed).toBe(true);
     await kill9(pid);
@@ -326,7 +350,7 @@ async function onNextHost(s: VmSpec, check: (driver: QemuDriver) => Promise<void
 }
 
 describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
-  it("mid-hibernate: reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one", async () => {
+  it.each(["data", "manifest"] as const)("mid-hibernate (at its %s file): reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one", async (point) => {
     const s = makeSpec();
     const { child, exited, lines } = startChild("hibernate", s);
     let qemuPid: number | undefined;
@@ -337,11 +361,15 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
         committedBefore = manifestOf(s);
         qemuPid = msg.pid;
         const attempt = new Promise<void>((r) => {
-          const stop = onSnapshotAttempt(s.stateDir, () => {
-            child.kill("SIGKILL");
-            stop();
-            r();
-          });
+          const stop = onSnapshotAttempt(
+            s.stateDir,
+            () => {
+              child.kill("SIGKILL");
+              stop();
+              r();
+            },
+            point,
+          );
         });
         await Promise.race([attempt, sleep(30_000)]);
         break;

@@ -2,7 +2,7 @@
 import type { BootResult, DriverTemplate, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { ProcessDriver } from "../../fleet-agent/drivers/process/driver.ts";
 
-/** A template as qemu/templates.ts lists it: with the host's checkpoint directory, which must never reach the API. */
+/** A template as common/templates.ts lists it: with the host's checkpoint directory, which must never reach the API. */
 export type FakeTemplate = DriverTemplate & { dir?: string };
 
 export class FakeTemplateDriver extends ProcessDriver {

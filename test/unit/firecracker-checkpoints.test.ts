@@ -4,64 +4,32 @@
 // and pushing IDENTITY, forks with their own entropy, refused pairs, and kill -9 at every step of a restore.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ImageArtifact } from "../../contracts/image.ts";
+import { describe, expect, it } from "vitest";
 import { AppError } from "../../lib/errors.ts";
-import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import type { RunningVm } from "../../fleet-agent/drivers/driver.ts";
 import { readCheckpoint } from "../../fleet-agent/drivers/firecracker/checkpoint.ts";
-import { FirecrackerDriver, type FirecrackerDriverOptions } from "../../fleet-agent/drivers/firecracker/driver.ts";
 import { readManifest } from "../../fleet-agent/drivers/firecracker/snapshot.ts";
 import type { FakeRequestRecord } from "../helpers/firecracker-fake.ts";
-import { callGuest, fakeDriverOptions, makeFakeFirecrackerBinary, makeFakeImage, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
+import { useFakeFirecrackerHost } from "../helpers/firecracker-fake-host.ts";
+import { callGuest } from "../helpers/firecracker-harness.ts";
 import { firecrackerSpecMissing } from "../helpers/firecracker-spec.ts";
 
 const specMissing = firecrackerSpecMissing("test/unit/firecracker-checkpoints.test.ts");
 const here = dirname(fileURLToPath(import.meta.url));
 
-let root: string;
-let fake: FakeFirecrackerBinary;
-let cpuinfo: string;
-let kvm: string;
-let image: ImageArtifact;
-beforeAll(() => {
-  root = mkdtempSync(join(tmpdir(), "fcc-"));
-  fake = makeFakeFirecrackerBinary(join(root, "bin"));
-  cpuinfo = writeCpuinfo(join(root, "cpuinfo"));
-  kvm = join(root, "kvm");
-  writeFileSync(kvm, "");
-  image = makeFakeImage(join(root, "image"));
-});
 const CIDR = "127.79.0.0/16";
-const drivers: FirecrackerDriver[] = [];
-afterAll(async () => {
-  await Promise.all(drivers.map((d) => d.close()));
-  rmSync(root, { recursive: true, force: true });
-});
-
-function makeDriver(extra: Partial<FirecrackerDriverOptions> = {}): FirecrackerDriver {
-  const d = new FirecrackerDriver({ ...fakeDriverOptions(fake, { root, cidr: CIDR, kvm, cpuinfo }), ...extra });
-  drivers.push(d);
-  return d;
-}
-
-function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
-  return { vmId: `vm_${name}`, agentId: `agt_${name}`, image: "demo", vcpus: 1, memMiB: 128, allowEgress: false, stateDir: join(root, name), ...extra };
-}
-
-function imageSpec(name: string): VmSpec {
-  return spec(name, { image: image.digest, rootImage: image, diskMiB: 16 });
-}
+const host = useFakeFirecrackerHost({ prefix: "fcc-", cidr: CIDR });
+const { makeDriver, spec, imageSpec } = host;
 
 const call = <T = Record<string, unknown>>(vm: RunningVm, path: string, method = "GET") => callGuest<T>(vm, path, method);
 const count = async (vm: RunningVm) => (await call<{ count: number }>(vm, "/counter")).count;
 const bump = (vm: RunningVm) => call(vm, "/counter", "POST");
 /** A file's digest: comparing 16 MiB disks byte by byte in expect() takes seconds. */
 const digest = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
-const ckDir = (name: string) => join(root, "checkpoints", `ckp_${name}`);
+const ckDir = (name: string) => join(host.root, "checkpoints", `ckp_${name}`);
 const mutating = (rs: FakeRequestRecord[]) => rs.filter((r) => r.method !== "GET").map((r) => `${r.method} ${r.path}${r.path === "/vm" ? ` ${(r.body as { state: string }).state}` : ""}`);
 
 describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker", () => {
@@ -71,12 +39,12 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     const { vm } = await d.boot(s);
     await bump(vm);
     await bump(vm);
-    const since = fake.requests().length;
-    const guestSince = fake.guestCommands().length;
+    const since = host.fake.requests().length;
+    const guestSince = host.fake.guestCommands().length;
     const dir = ckDir("run");
     const info = await d.checkpoint(s, vm, dir);
 
-    const reqs = fake.requests().slice(since);
+    const reqs = host.fake.requests().slice(since);
     expect(reqs.every((r) => r.schemaErrors.length === 0 && r.status < 300)).toBe(true);
     expect(mutating(reqs)).toEqual(["PATCH /vm Paused", "PUT /snapshot/create", "PATCH /vm Resumed"]);
     const create = reqs.find((r) => r.path === "/snapshot/create")!.body as Record<string, string>;
@@ -86,10 +54,10 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     expect(create.mem_file_path).toMatch(/\.mem\.tmp$/);
     // The guest's clock stood still while paused: set through the guest agent after the resume.
     const resumedAt = reqs.find((r) => r.path === "/vm" && (r.body as { state: string }).state === "Resumed")!.at;
-    expect(fake.guestCommands().slice(guestSince).some((c) => c.command === "SETTIME" && c.at > resumedAt)).toBe(true);
+    expect(host.fake.guestCommands().slice(guestSince).some((c) => c.command === "SETTIME" && c.at > resumedAt)).toBe(true);
 
     expect(readdirSync(dir).sort()).toEqual(["checkpoint.json", "mem", "state"]);
-    expect(readdirSync(join(root, "checkpoints")).filter((n) => n.includes(".tmp-"))).toEqual([]);
+    expect(readdirSync(join(host.root, "checkpoints")).filter((n) => n.includes(".tmp-"))).toEqual([]);
     expect(readdirSync(join(s.stateDir, "snapshots")).filter((n) => n.includes("ckpt"))).toEqual([]);
     const { manifest: c } = await readCheckpoint(dir);
     expect(c).toMatchObject({ driver: "firecracker", image: "demo", vcpus: 1, memMiB: 128, takenOf: "running", sourceAgentId: "agt_run", firecrackerVersion: "1.10.1" });
@@ -132,15 +100,15 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     expect(readdirSync(snapDir).sort()).toEqual(["snap-1.mem", "snap-1.state", "snapshot.json"]); // the old generation is gone
     expect(readFileSync(join(snapDir, "snap-1.mem"))).toEqual(readFileSync(join(dir, "mem")));
 
-    const since = fake.requests().length;
-    const guestSince = fake.guestCommands().length;
+    const since = host.fake.requests().length;
+    const guestSince = host.fake.guestCommands().length;
     const woke = await d.wake(s);
     expect(woke.mode).toBe("restore");
-    const load = fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
+    const load = host.fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
     expect(load.status).toBe(204);
     expect(load.body).toMatchObject({ snapshot_path: join(snapDir, "snap-1.state"), mem_backend: { backend_type: "File", backend_path: join(snapDir, "snap-1.mem") }, resume_vm: true });
     expect(load.body).not.toHaveProperty("vsock_override"); // its own socket path
-    const identity = fake.guestCommands().slice(guestSince).find((c) => c.command === "IDENTITY");
+    const identity = host.fake.guestCommands().slice(guestSince).find((c) => c.command === "IDENTITY");
     expect(identity?.answer).toMatch(/^OK identity 1 /);
     expect(await count(woke.vm)).toBe(1); // the memory of the checkpoint, not of the last hibernation
     expect(await call(woke.vm, "/identity")).toEqual({ agentId: "agt_back", hostname: "agt-back", clonedFrom: "ckp_back", generation: 1 });
@@ -176,10 +144,10 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     for (const name of ["fork1", "fork2"]) {
       const f = spec(name);
       await d.restoreCheckpoint(f, dir);
-      const since = fake.requests().length;
+      const since = host.fake.requests().length;
       const woke = await d.wake(f);
       expect(woke.mode).toBe("restore");
-      const load = fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
+      const load = host.fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
       expect(load.body).toMatchObject({
         snapshot_path: join(f.stateDir, "snapshots", "snap-1.state"),
         mem_backend: { backend_type: "File", backend_path: join(f.stateDir, "snapshots", "snap-1.mem") },
@@ -201,10 +169,10 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     const { vm } = await d.boot(s);
     await bump(vm);
     await d.hibernate(vm);
-    const since = fake.requests().length;
+    const since = host.fake.requests().length;
     const dir = ckDir("hib");
     const info = await d.checkpoint(s, undefined, dir);
-    expect(fake.requests().length).toBe(since); // no Firecracker was started for it
+    expect(host.fake.requests().length).toBe(since); // no Firecracker was started for it
     expect(info.pausedMs).toBe(0);
     expect(["reflink", "copy"]).toContain(info.copy);
     const { manifest: c } = await readCheckpoint(dir);
@@ -222,7 +190,7 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     expect((err as AppError).code).toBe("conflict");
     expect((err as Error).message).toMatch(/checksum mismatch/);
     expect(existsSync(ckDir("hib2"))).toBe(false);
-    expect(readdirSync(join(root, "checkpoints")).filter((n) => n.startsWith("ckp_hib2"))).toEqual([]);
+    expect(readdirSync(join(host.root, "checkpoints")).filter((n) => n.startsWith("ckp_hib2"))).toEqual([]);
 
     // A checkpoint whose files do not pair, or that is of another size of VM, is not restored (the old snapshot stays).
     const broken = ckDir("broken");
@@ -243,23 +211,23 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
   });
 
   it("a built image's checkpoint keeps the disk as the paused guest left it; restore puts it back, paired with the memory", async () => {
-    const d = makeDriver({ images: async () => ({ kernel: fake.kernel, initrd: fake.initrd }) });
+    const d = makeDriver({ images: async () => ({ kernel: host.fake.kernel, initrd: host.fake.initrd }) });
     const s = imageSpec("img");
     const { vm } = await d.boot(s);
     await call(vm, "/disk-write", "POST");
-    const since = fake.requests().length;
-    const guestSince = fake.guestCommands().length;
+    const since = host.fake.requests().length;
+    const guestSince = host.fake.guestCommands().length;
     const dir = ckDir("img");
     await d.checkpoint(s, vm, dir);
     // The guest flushes its disk before the pause.
-    const pausedAt = fake.requests().slice(since).find((r) => r.path === "/vm")!.at;
-    expect(fake.guestCommands().slice(guestSince).some((c) => c.command === "SYNC" && c.at < pausedAt)).toBe(true);
+    const pausedAt = host.fake.requests().slice(since).find((r) => r.path === "/vm")!.at;
+    expect(host.fake.guestCommands().slice(guestSince).some((c) => c.command === "SYNC" && c.at < pausedAt)).toBe(true);
     expect(readdirSync(dir).sort()).toEqual(["checkpoint.json", "disk.ext4", "mem", "state"]);
     const disk = join(s.stateDir, "disk.ext4");
     const atCheckpoint = digest(disk);
     expect(digest(join(dir, "disk.ext4"))).toBe(atCheckpoint);
     const { manifest: c } = await readCheckpoint(dir);
-    expect(c!.disk).toMatchObject({ digest: image.digest, drives: [{ drive_id: "image" }, { drive_id: "disk" }, { drive_id: "launch" }] });
+    expect(c!.disk).toMatchObject({ digest: host.image.digest, drives: [{ drive_id: "image" }, { drive_id: "disk" }, { drive_id: "launch" }] });
 
     await new Promise((r) => setTimeout(r, 5)); // a later write is another one
     await call(vm, "/disk-write", "POST");
@@ -275,7 +243,7 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
 
   it("kill -9 at every step of a restore leaves the old snapshot gone and no new one: the wake boots cold; after the commit it restores", async () => {
     const d = makeDriver();
-    const script = join(root, "restore-child.ts");
+    const script = join(host.root, "restore-child.ts");
     writeFileSync(
       script,
       `import { FirecrackerDriver } from ${JSON.stringify(resolve(here, "../../fleet-agent/drivers/firecracker/driver.ts"))};
@@ -286,8 +254,8 @@ await driver.restoreCheckpoint(spec, dir);
 process.exit(0);
 `,
     );
-    const { images: _images, ...plain } = fakeDriverOptions(fake, { root, cidr: CIDR, kvm, cpuinfo });
-    const childOpts = JSON.stringify({ ...plain, kernel: fake.kernel, initrd: fake.initrd });
+    const { images: _images, ...plain } = host.options();
+    const childOpts = JSON.stringify({ ...plain, kernel: host.fake.kernel, initrd: host.fake.initrd });
     const s = spec("crash");
     const { vm } = await d.boot(s);
     await bump(vm);
@@ -332,7 +300,7 @@ process.exit(0);
   });
 
   it("every request body the driver sent in this file conforms to firecracker.yaml", () => {
-    const reqs = fake.requests();
+    const reqs = host.fake.requests();
     expect(reqs.length).toBeGreaterThan(20);
     expect(reqs.filter((r) => r.schemaErrors.length > 0)).toEqual([]);
   });

@@ -90,6 +90,11 @@ export class GuestAgentError extends Error {
   override name = "GuestAgentError";
 }
 
+/** A request the guest did not answer in time (the channel is still open: asking again may work). */
+export class GuestAgentTimeout extends GuestAgentError {
+  override name = "GuestAgentTimeout";
+}
+
 export class GuestAgentClient {
   private nextId = 1;
   private buffer = "";
@@ -192,7 +197,7 @@ export class GuestAgentClient {
     return new Promise<string>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
-        reject(new GuestAgentError(`guest agent did not answer ${command.split(" ")[0]} within ${timeoutMs} ms`));
+        reject(new GuestAgentTimeout(`guest agent did not answer ${command.split(" ")[0]} within ${timeoutMs} ms`));
       }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       this.stream.write(`${id} ${command}\n`);
@@ -264,27 +269,51 @@ export function hostNowNs(): bigint {
 }
 
 /**
- * The clock fix after a restore: measure the skew, set the guest clock from a fresh host timestamp,
- * read it back. Retries with a new timestamp until the skew is under `targetMs`.
+ * The clock fix after a restore: measure the skew, set the guest clock from a fresh host timestamp; the guest's
+ * answer to SETTIME is its clock read right after setting it, which measures the skew left (against the host's clock
+ * half the round trip after the timestamp, as `measureSkewMs` reads it). Retries with a new timestamp until the skew
+ * is under `targetMs`: two round trips when the first set is good, where a separate read-back made three.
+ * `firstAnswerWithinMs`: the first request is also the first the guest answers after it runs again (a restored
+ * guest's translated code is cold): it is asked again every 500 ms until then; absent, it gets the default timeout.
+ * `onFirstAnswer`: told how long that first answer took.
  */
-export async function fixGuestClock(agent: GuestAgentClient, opts: { targetMs?: number; attempts?: number } = {}): Promise<{ skewBeforeMs: number; skewAfterMs: number; clockFixMs: number }> {
+export async function fixGuestClock(
+  agent: GuestAgentClient,
+  opts: { targetMs?: number; attempts?: number; firstAnswerWithinMs?: number; onFirstAnswer?: (ms: number) => void } = {},
+): Promise<{ skewBeforeMs: number; skewAfterMs: number; clockFixMs: number }> {
   const started = performance.now();
   const target = opts.targetMs ?? 50;
-  const before = await measureSkewMs(agent);
+  const before = opts.firstAnswerWithinMs === undefined ? await measureSkewMs(agent) : await firstSkewMs(agent, started + opts.firstAnswerWithinMs);
+  opts.onFirstAnswer?.(performance.now() - started);
   let after = before;
   for (let i = 0; i < (opts.attempts ?? 3); i++) {
-    await agent.setTime(hostNowNs());
-    after = await measureSkewMs(agent);
+    const t0 = performance.now();
+    const sent = hostNowNs();
+    const { guestNs } = await agent.setTime(sent);
+    const rtt = performance.now() - t0;
+    after = Number(guestNs - sent) / 1e6 - rtt / 2;
     if (Math.abs(after) < target) break;
   }
   return { skewBeforeMs: before, skewAfterMs: after, clockFixMs: performance.now() - started };
 }
 
+/** `measureSkewMs`, asked again every 500 ms (a late answer to an earlier ask is dropped) until `deadline`. */
+async function firstSkewMs(agent: GuestAgentClient, deadline: number): Promise<number> {
+  for (;;) {
+    const left = deadline - performance.now();
+    try {
+      return await measureSkewMs(agent, Math.max(50, Math.min(500, left)));
+    } catch (err) {
+      if (!(err instanceof GuestAgentTimeout) || performance.now() >= deadline) throw err;
+    }
+  }
+}
+
 /** Guest minus host wall clock in ms, corrected for half the round trip. */
-export async function measureSkewMs(agent: GuestAgentClient): Promise<number> {
+export async function measureSkewMs(agent: GuestAgentClient, timeoutMs?: number): Promise<number> {
   const t0 = performance.now();
   const hostBefore = Date.now();
-  const guestNs = await agent.getTime();
+  const guestNs = await agent.getTime(timeoutMs);
   const rtt = performance.now() - t0;
   const hostMid = hostBefore + rtt / 2;
   return Number(guestNs / 1000n) / 1000 - hostMid;

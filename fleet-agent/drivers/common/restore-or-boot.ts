@@ -30,6 +30,12 @@ export interface Restored {
    * Absent when the guest runs on the host's clock (the process driver).
    */
   guestAgent?: () => Promise<GuestAgentClient>;
+  /**
+   * Set: `guestAgent` gives the agent's open channel without waiting for an answer, and the clock fix's first request
+   * is the guest's first answer, awaited this long (ms); the restore then ends when the guest runs. Absent: it ends
+   * when `guestAgent` has had its answer.
+   */
+  firstAnswerWithinMs?: number;
   /** Extra fields for the "restored" log line. */
   detail?: Record<string, unknown>;
 }
@@ -57,17 +63,20 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
     const restored = await opts.restore((step) => undo.push(step));
     let restoreMs = performance.now() - started;
     let clock = NO_CLOCK_FIX;
+    // The clock fix's first round trip: the restored guest's first answer when `firstAnswerWithinMs` is set (logged).
+    let firstAnswerMs: number | undefined;
     if (restored.guestAgent) {
       try {
         const agent = await restored.guestAgent();
         restoreMs = performance.now() - started;
-        clock = await fixGuestClock(agent, { targetMs: opts.clockTargetMs ?? 50 });
+        const first = restored.firstAnswerWithinMs !== undefined ? { firstAnswerWithinMs: restored.firstAnswerWithinMs, onFirstAnswer: (ms: number) => void (firstAnswerMs = ms) } : {};
+        clock = await fixGuestClock(agent, { targetMs: opts.clockTargetMs ?? 50, ...first });
       } catch (err) {
         throw new RestoreFailed(`restored guest did not answer: ${(err as Error).message}`, { cause: err });
       }
       if (Math.abs(clock.skewAfterMs) >= (opts.clockTargetMs ?? 50)) log.warn("guest clock still off after the fix", { vmId, skewAfterMs: clock.skewAfterMs });
     }
-    log.info("restored", { vmId, pid: restored.vm.pid, ...restored.detail, ...rounded({ restoreMs, ...clock }) });
+    log.info("restored", { vmId, pid: restored.vm.pid, ...restored.detail, ...rounded({ restoreMs, ...clock, ...(firstAnswerMs !== undefined ? { firstAnswerMs } : {}) }) });
     return { vm: restored.vm, mode: "restore", timings: { restoreMs, ...clock } };
   } catch (err) {
     for (const step of undo.reverse()) {

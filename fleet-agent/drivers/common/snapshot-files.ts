@@ -56,17 +56,22 @@ export async function writeGeneration(file: string): Promise<string> {
 /**
  * Makes `manifest` the committed one at `path`: written to `<path>.tmp` and synced, the directory synced (renames
  * of the data files it names are durable first), renamed into place, the directory synced again. A crash at any
- * point leaves the old manifest or the new one.
+ * point leaves the old manifest or the new one. `alongside`: the fsync of a data file the manifest names, run
+ * meanwhile (one journal commit serves both); the rename waits for it.
  */
-export async function commitManifest(path: string, manifest: unknown): Promise<void> {
+export async function commitManifest(path: string, manifest: unknown, alongside?: Promise<unknown>): Promise<void> {
   const tmp = `${path}.tmp`;
-  const fh = await open(tmp, "w");
-  try {
-    await fh.writeFile(`${JSON.stringify(manifest, null, 2)}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
+  const written = (async () => {
+    const fh = await open(tmp, "w");
+    try {
+      await fh.writeFile(`${JSON.stringify(manifest, null, 2)}\n`);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+  })();
+  // Both complete (and the first failure rejects) before the rename: the manifest never names data not yet durable.
+  await Promise.all([written, alongside]);
   await fsyncPath(dirname(path));
   await rename(tmp, path);
   await fsyncPath(dirname(path));

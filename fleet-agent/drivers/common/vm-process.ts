@@ -9,6 +9,7 @@ import { closeSync, copyFileSync, fstatSync, openSync, readFileSync, readSync, r
 import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
+import type { ExecStubs } from "./exec-stubs.ts";
 import { readCpuSeconds } from "./proc.ts";
 
 /**
@@ -47,6 +48,11 @@ export interface SpawnVmOptions {
    * ignores SIGPIPE), and the next fleet-agent kills such leftovers anyway.
    */
   relayStderr?: boolean;
+  /**
+   * Waiting exec stubs (exec-stubs.ts) to start the process from instead of forking this one, when one is free;
+   * only for `output: "stderr"` with `relayStderr` (the stdio a stub has).
+   */
+  stubs?: ExecStubs | undefined;
 }
 
 export class VmProcess {
@@ -77,6 +83,8 @@ export class VmProcess {
     try {
       // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
+      const viaStub = opts.stubs && opts.output === "stderr" && opts.relayStderr ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd }) : undefined;
+      if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
       const child = spawn(opts.command, [...opts.args], {
         stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],
         detached: true,
@@ -130,6 +138,14 @@ export class VmProcess {
     const exit = this.exit;
     if (!exit) this.crashListeners.push(listener);
     else if (!this.stopping) queueMicrotask(() => listener(exit));
+  }
+
+  /**
+   * Forgets the crash listeners registered so far: the run they watched is over while the process lives on (a QEMU
+   * kept stopped after its hibernation, run again at the next wake, whose host registers anew for that run).
+   */
+  dropCrashListeners(): void {
+    this.crashListeners.length = 0;
   }
 
   get crashed(): boolean {

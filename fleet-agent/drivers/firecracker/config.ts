@@ -5,6 +5,7 @@
 //   FIRECRACKER_DIFF       true: diff snapshots after the first restore
 //   FIRECRACKER_VERIFY     false: skip the sha256 check of snapshot files before a restore
 //   FIRECRACKER_JAILER     jailer binary: run every VM under it, as FIRECRACKER_JAILER_UID/_GID (required then)
+// (FIRECRACKER_TEMPLATES is read in ../select.ts, beside QEMU_TEMPLATES, and arrives here as `templates`.)
 import { join, resolve } from "node:path";
 import { bool, int, optStr, str, type Env } from "../../../lib/env.ts";
 import { AppError } from "../../../lib/errors.ts";
@@ -23,6 +24,8 @@ export function createFirecrackerDriver(opts: {
   /** Kernel (ELF vmlinux) and initramfs per image name, e.g. from ensureGuestImage. */
   images: (image: string) => Promise<FirecrackerImage>;
   logger?: Logger;
+  /** Warm templates under `root` (FirecrackerDriverOptions.templates); none when absent. */
+  templates?: { root: string };
 }): FirecrackerDriver {
   const { env } = opts;
   const uplink = optStr(env, "FIRECRACKER_UPLINK");
@@ -40,6 +43,7 @@ export function createFirecrackerDriver(opts: {
     verifyChecksums: bool(env, "FIRECRACKER_VERIFY", true),
     ...(jailer ? { jailer: { binary: jailer, uid: requiredId(env, "FIRECRACKER_JAILER_UID"), gid: requiredId(env, "FIRECRACKER_JAILER_GID") } } : {}),
     ...(opts.logger ? { logger: opts.logger } : {}),
+    ...(opts.templates ? { templates: opts.templates } : {}),
   });
 }
 

@@ -19,6 +19,10 @@
 // restoreCheckpoint: the old manifest removed → the checkpoint's files copied in under temporary names → the
 //            manifest (`clonedFrom`) committed; the next wake loads it, with `vsock_override` / `network_overrides`
 //            where this VM's paths differ, and pushes a fresh identity (IDENTITY over vsock) before it returns.
+// templates: (common/templates.ts) per kind of VM one cold-booted VM checkpointed; `boot` restores it into the new
+//            VM like a fork (restoreCheckpoint + wake: fresh identity) and boots cold when that fails. The guest's
+//            address is in the template's memory, so a clone needs the template's network slot: the first clone takes
+//            it and a new template is built (on a free slot) in the background; while none is usable, boots are cold.
 import { randomBytes } from "node:crypto";
 import { accessSync, constants, existsSync, readFileSync, rmSync } from "node:fs";
 import { chown, copyFile, link, mkdir, rename, rm, stat } from "node:fs/promises";
@@ -34,16 +38,17 @@ import { killLeftover, processAlive, readPidFile, writePidFile } from "../common
 import { pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type Restored } from "../common/restore-or-boot.ts";
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
+import { VmTemplates } from "../common/templates.ts";
 import { ensureSnapshotSpace, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { checkSocketPath, MANIFEST_FILE, processFiles } from "../common/state-dir.ts";
 import { VmProcess, VmProcesses, withLogTail } from "../common/vm-process.ts";
-import type { BootResult, CheckpointInfo, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
 import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { FirecrackerApiError, FirecrackerClient, type Drive, type SnapshotLoadParams } from "./api.ts";
 import { CHECKPOINT_DISK, CHECKPOINT_FORMAT, CHECKPOINT_MEM, CHECKPOINT_STATE, checkpointFiles, checkpointMismatch, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { checkFirecrackerHost, type FirecrackerHostFacts, type HostCheckOptions } from "./host.ts";
 import { drivesChange, imageDrives, stageImageFiles, type ImageDriveFiles } from "./image-drives.ts";
-import { claimNet, kernelIpArg, preferNet, recordedNet, releaseNet, runNetScript, type NetOptions, type VmNet } from "./net.ts";
+import { claimNet, kernelIpArg, preferNet, recordedNet, releaseNet, runNetScript, slotOwner, type NetOptions, type VmNet } from "./net.ts";
 import {
   commitSnapshot,
   discardGeneration,
@@ -96,6 +101,11 @@ export interface FirecrackerDriverOptions {
   logger?: Logger;
   /** Tests: called after each step of restoreCheckpoint (a test kills the process there, as a crash would). */
   restoreCheckpointStep?: (step: string) => Promise<void> | void;
+  /**
+   * Warm templates (common/templates.ts), kept under `root`: a new VM starts as a clone of a checkpoint of a VM of its
+   * kind booted earlier. A built image's VM only under the jailer (its drives' paths are the same in every chroot).
+   */
+  templates?: { root: string };
 }
 
 export interface JailerOptions {
@@ -157,11 +167,23 @@ export class FirecrackerDriver implements VmDriver {
   private host: FirecrackerHostFacts | undefined;
   /** Optional load fields this firecracker rejected as unknown: not sent again. */
   private readonly unsupportedLoadFields = new Set<string>();
+  /** Warm templates new VMs are cloned from (FirecrackerDriverOptions.templates). */
+  readonly templates: VmTemplates | undefined;
 
   constructor(opts: FirecrackerDriverOptions) {
     this.opts = opts;
     this.binary = opts.binary ?? "firecracker";
     this.log = (opts.logger ?? silentLogger).child({ driver: "firecracker" });
+    if (opts.templates) {
+      this.templates = new VmTemplates({
+        root: opts.templates.root,
+        log: this.log.child({ part: "templates" }),
+        boot: async (spec) => (await this.coldBoot(spec, performance.now())).vm,
+        checkpoint: (spec, vm, dir) => this.checkpoint(spec, vm, dir),
+        destroy: (spec) => this.destroy(spec),
+        environment: (spec) => this.templateEnvironment(spec),
+      });
+    }
   }
 
   /** The readiness check (cached once it passes): refuses with a FirecrackerHostError naming what is missing. */
@@ -175,8 +197,66 @@ export class FirecrackerDriver implements VmDriver {
     return vmPaths(resolve(spec.stateDir), this.opts.jailer ? { execFile: basename(this.binary), id: firecrackerId(spec.vmId) } : undefined);
   }
 
+  /** A clone of the template of its kind when one is usable (its wake gives it its identity), else a cold boot. */
   async boot(spec: VmSpec): Promise<BootResult> {
     const started = performance.now();
+    await this.ready(); // a host that cannot run Firecracker refuses before any template is looked at
+    const template = await this.usableTemplate(spec).catch((err: unknown) => void this.log.warn("no template", { vmId: spec.vmId, err }));
+    if (template) {
+      try {
+        await this.restoreCheckpoint(spec, template.dir);
+        const woke = await this.wake(spec); // a load that fails boots cold there (restore-or-boot.ts)
+        const bootMs = performance.now() - started;
+        this.log.info("cloned from a template", { vmId: spec.vmId, template: template.key, mode: woke.mode, fallbackReason: woke.fallbackReason, bootMs: Math.round(bootMs) });
+        return { vm: woke.vm, bootMs, ...(woke.mode === "restore" ? { template: template.key } : {}) };
+      } catch (err) {
+        this.log.warn("clone from a template failed; booting cold", { vmId: spec.vmId, template: template.key, err });
+        const live = this.live.get(spec.vmId);
+        if (live) await this.kill(live);
+        await this.reap(spec);
+      } finally {
+        // This VM holds the template's network slot now (restored or not): the next clone needs a template of its own.
+        void this.templates!.renew(spec).catch((err: unknown) => this.log.warn("template renewal not started", { vmId: spec.vmId, err }));
+      }
+    }
+    return this.coldBoot(spec, started);
+  }
+
+  /**
+   * The ready template for VMs like `spec` whose network slot is free (its guest's address is in its memory), or
+   * undefined: none yet (one is built in the background), none for a built image outside the jailer, or its slot
+   * taken (a new one is built).
+   */
+  private async usableTemplate(spec: VmSpec): Promise<{ key: string; dir: string } | undefined> {
+    if (!this.templates || (spec.rootImage && !this.opts.jailer)) return undefined;
+    const template = await this.templates.take(spec);
+    if (!template) return undefined;
+    const { manifest: c, problem } = await readCheckpoint(template.dir);
+    if (!c) throw new Error(`template ${template.key} is unreadable: ${problem ?? "no manifest"}`);
+    const holder = await slotOwner(this.opts.network, c.net.slot);
+    if (holder === undefined) return template;
+    this.log.info("template's network slot is taken; booting cold, building a new template", { vmId: spec.vmId, template: template.key, slot: c.net.slot, holder });
+    await this.templates.renew(spec);
+    return undefined;
+  }
+
+  /** What a template depends on besides the spec: the Firecracker release and host facts, the guest's files, boot arguments. */
+  private async templateEnvironment(spec: VmSpec): Promise<string> {
+    const host = await this.ready();
+    const image = await this.opts.images(spec.rootImage ? IMAGE_GUEST : spec.image);
+    const files = await Promise.all(
+      [image.kernel, image.initrd, image.rootfs].map(async (path) => {
+        if (!path) return null;
+        const st = await stat(path);
+        return [path, st.size, st.mtimeMs];
+      }),
+    );
+    const { firecrackerVersion, snapshotFormat, cpu, hostKernel } = host;
+    return JSON.stringify([firecrackerVersion, snapshotFormat, cpu, hostKernel, files, image.bootArgs ?? null, this.opts.extraBootArgs ?? null, !!this.opts.jailer, !!this.opts.diffSnapshots]);
+  }
+
+  /** Boots the VM from its kernel (no template). */
+  private async coldBoot(spec: VmSpec, started: number): Promise<BootResult> {
     await this.ready();
     const image = await this.opts.images(spec.rootImage ? IMAGE_GUEST : spec.image);
     if (spec.rootImage && image.rootfs) throw new Error(`guest image "${IMAGE_GUEST}" has a root drive: a built image needs the initramfs as the root (its init mounts the image)`);
@@ -330,7 +410,7 @@ export class FirecrackerDriver implements VmDriver {
       started,
       clockTargetMs: this.opts.clockTargetMs ?? 50,
       restore: (undo) => this.restore(spec, host, undo),
-      boot: () => this.boot(spec),
+      boot: () => this.coldBoot(spec, performance.now()),
     });
   }
 
@@ -568,6 +648,11 @@ export class FirecrackerDriver implements VmDriver {
     });
     await step("committed");
     this.log.info("checkpoint restored into a VM", { vmId: spec.vmId, checkpoint: name });
+  }
+
+  /** The templates of FirecrackerDriverOptions.templates (none when they are off); the host drops their paths before the API sees them. */
+  async listTemplates(): Promise<DriverTemplate[]> {
+    return (await this.templates?.list()) ?? [];
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {

@@ -102,6 +102,11 @@ export function runNetScript(script: string, action: "up" | "down", net: VmNet, 
   });
 }
 
+/** Who holds `slot` (a VM id), or undefined when it is free. */
+export function slotOwner(opts: NetOptions, slot: number): Promise<string | undefined> {
+  return claimOwner(opts.slotsDir, slot);
+}
+
 /**
  * Makes `net`'s slot the one this VM asks for at its next claim, when its stateDir records none yet: a new agent forked
  * from a checkpoint, whose guest holds the checkpoint's address in its memory. claimNet takes the slot if it is free

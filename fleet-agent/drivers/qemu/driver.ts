@@ -5,7 +5,7 @@
 // With `memory: "file"` guest RAM is `<stateDir>/ram` (ram-file.ts): a snapshot is the device state only, bound to
 // that RAM file's generation, and a wake consumes it (a crash while awake boots cold).
 // Checkpoints (checkpoint.ts) are immutable copies of a VM's state, RAM file and disk; restore and fork both make a
-// stateDir's snapshot of one, and the wake then pushes a fresh identity. Templates (templates.ts) are checkpoints of a
+// stateDir's snapshot of one, and the wake then pushes a fresh identity. Templates (common/templates.ts) are checkpoints of a
 // freshly booted VM per kind, which `boot` clones.
 // Networking is QEMU's user network with `restrict=on` for every VM; one with `allowEgress` reaches out only through
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
@@ -36,9 +36,10 @@ import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
 import { defaultEgressConfig } from "../../egress/config.ts";
 import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
+import { ExecStubs } from "../common/exec-stubs.ts";
 import { Phases } from "./phases.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
-import { QemuTemplates } from "./templates.ts";
+import { VmTemplates } from "../common/templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
 import { beginRamGeneration, currentBootId, freshRamFile, markRamDurable, ramChange, ramDurability, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
@@ -98,11 +99,16 @@ export interface QemuDriverOptions {
   /** The guestfwd relay binary (default: relay.c built with gcc on first use); false: no VM gets egress. */
   egressRelay?: string | false;
   /**
-   * Templates (templates.ts): new VMs start as clones of a warm checkpoint of their kind, kept under `root`, instead
+   * Templates (common/templates.ts): new VMs start as clones of a warm checkpoint of their kind, kept under `root`, instead
    * of booting cold. With file-backed memory a clone maps the template's RAM file privately (pages shared with every
    * other clone until written); with streamed memory it gets a copy of the template's state.
    */
   templates?: { root: string };
+  /**
+   * Start QEMU from waiting exec stubs (common/exec-stubs.ts) instead of forking the fleet-agent on the wake path
+   * (default true; without gcc there are none and QEMU is forked as before).
+   */
+  execStubs?: boolean;
   /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */
   beforeCont?: (pid: number | undefined) => Promise<void>;
 }
@@ -163,8 +169,10 @@ export class QemuDriver implements VmDriver {
   /** The host kernel's boot id: a snapshot whose RAM was not yet durable is trusted only within the boot it was taken in. */
   private readonly bootId = currentBootId();
   private readonly processes = new VmProcesses();
+  /** Waiting exec stubs QEMU is started from (QemuDriverOptions.execStubs). */
+  private readonly stubs: ExecStubs | undefined;
   /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
-  readonly templates: QemuTemplates | undefined;
+  readonly templates: VmTemplates | undefined;
 
   constructor(opts: QemuDriverOptions) {
     this.opts = opts;
@@ -188,8 +196,12 @@ export class QemuDriver implements VmDriver {
       if ("path" in relay) this.egressRelay = relay.path;
       else this.log.warn("no egress relay: agents that allow egress get none", { why: relay.error });
     } else if (opts.egressRelay) this.egressRelay = opts.egressRelay;
+    if (opts.execStubs ?? true) {
+      this.stubs = new ExecStubs({ log: this.log });
+      this.stubs.fill();
+    }
     if (opts.templates) {
-      this.templates = new QemuTemplates({
+      this.templates = new VmTemplates({
         root: opts.templates.root,
         log: this.log.child({ part: "templates" }),
         boot: async (spec) => (await this.bootInternal(spec, performance.now())).vm,
@@ -245,21 +257,35 @@ export class QemuDriver implements VmDriver {
       phases.mark("guestSync");
       if (signal?.aborted) return notDone();
     }
-    const attempt = snapshotAttempt(spec.stateDir, `${Date.now()}-${randomBytes(4).toString("hex")}`);
+    const attemptId = `${Date.now()}-${randomBytes(4).toString("hex")}`;
     const outputMark = vp.proc.outputMark();
+    const ownRam = this.memory === "file" && !vp.templateRam;
 
     let manifest: SnapshotManifest;
+    // The data file once it has its final name (removed if the snapshot then fails: no manifest names it).
     let dataPath: string | undefined;
     // A template's clone gets a RAM file of its own: a copy of the template's (made before the pause: it never
     // changes), into which the migration's pages that differ from it are written (ram-stream.ts).
     const cloneRam = vp.templateRam ? await this.copyTemplateRam(vp) : undefined;
+    // The VM's own RAM file: the device state goes over a socket straight into its final file (named per attempt, so
+    // no earlier attempt's file is in the way), both prepared while the guest still runs. Otherwise QEMU's writer
+    // fills an attempt file, renamed once complete.
+    const attempt = ownRam ? { data: join(spec.stateDir, `snapshot-${attemptId}.bin`), done: "" } : snapshotAttempt(spec.stateDir, attemptId);
+    const toSocket = ownRam ? await this.socketMigration(vp, attempt.data).catch((err: Error) => err) : undefined;
+    if (toSocket instanceof Error) throw toSocket;
+    if (toSocket) dataPath = attempt.data;
     phases.mark("prepare");
-    await qmp.execute("stop");
+    try {
+      await qmp.execute("stop");
+    } catch (err) {
+      await toSocket?.close();
+      if (dataPath) await rm(dataPath, { force: true });
+      throw err;
+    }
     phases.mark("stop");
     // File-backed RAM: the stopped guest dirties nothing more, so its pages are written back while the device state is
     // written; the manifest does not wait for them (ram-file.ts: `ramPending`, and what a power loss then costs).
     const ramSyncStart = performance.now();
-    const ownRam = this.memory === "file" && !vp.templateRam;
     let ramSyncMs: number | undefined;
     let ramSyncError: Error | undefined;
     const ramSynced = ownRam ? syncRamFile(paths) : undefined;
@@ -270,12 +296,13 @@ export class QemuDriver implements VmDriver {
     try {
       let sha256: string;
       let bytes: number;
-      if (cloneRam) {
+      let stateDurable: Promise<void> | undefined;
+      if (toSocket) {
+        ({ sha256, bytes, durable: stateDurable } = await toSocket.run(signal, phases));
+      } else if (cloneRam) {
         ({ sha256, bytes } = await this.migrateSplitting(vp, attempt.data, cloneRam.file, signal));
         await rename(cloneRam.file, paths.ram);
         await beginRamGeneration(paths);
-      } else if (this.memory === "file") {
-        ({ sha256, bytes } = await this.migrateToSocket(vp, attempt.data, signal, phases));
       } else {
         await this.migrateToFile(vp, attempt, signal, phases);
         [{ sha256, bytes }] = await Promise.all([sha256File(attempt.data, signal), fsyncPath(attempt.data)]);
@@ -291,11 +318,15 @@ export class QemuDriver implements VmDriver {
       const ram = this.memory === "file" ? await ramFingerprint(paths) : undefined;
       if (this.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
-      const file = `snapshot-${createdAt.getTime()}.bin`;
-      dataPath = join(spec.stateDir, file);
-      await rename(attempt.data, dataPath);
-      await rm(attempt.done, { force: true });
-      phases.mark("rename");
+      let file: string;
+      if (toSocket) file = basename(attempt.data);
+      else {
+        file = `snapshot-${createdAt.getTime()}.bin`;
+        dataPath = join(spec.stateDir, file);
+        await rename(attempt.data, dataPath);
+        await rm(attempt.done, { force: true });
+        phases.mark("rename");
+      }
       const ramPending = ramSynced && ramSyncMs === undefined ? { bootId: this.bootId } : undefined;
       manifest = {
         version: MANIFEST_VERSION,
@@ -315,10 +346,12 @@ export class QemuDriver implements VmDriver {
         ...(ramPending ? { ramPending } : {}),
       };
       signal?.throwIfAborted();
-      // The point of no return: from here the new snapshot is the VM.
-      await commitManifest(paths.manifest, manifest);
+      // The point of no return: from here the new snapshot is the VM. The state's fsync runs beside the manifest's.
+      await commitManifest(paths.manifest, manifest, stateDurable);
       phases.mark("manifest");
+      await toSocket?.close();
     } catch (err) {
+      await toSocket?.close();
       await ramSynced?.catch(() => undefined);
       if (cloneRam) await rm(cloneRam.file, { force: true });
       const aborted = signal?.aborted === true;
@@ -343,6 +376,8 @@ export class QemuDriver implements VmDriver {
     if (this.opts.prestart === "paused" && ownRam) {
       // This QEMU, stopped, is the snapshot in memory: a wake of the same snapshot only runs it on (`restore`).
       vp.pausedAt = `${committed.file}:${committed.sha256}`;
+      // The run the host watched is over; the next wake's run registers its own listener (one per wake, not all of them).
+      vp.proc.dropCrashListeners();
       this.waiting.set(spec.vmId, vp);
     } else {
       // The next QEMU of the VM needs its port and sockets, which this one holds until it exits; a wake takes the
@@ -626,6 +661,7 @@ export class QemuDriver implements VmDriver {
     await Promise.all([...this.settling.values(), ...this.ramSyncs.values()]);
     await Promise.all([...this.waiting.keys()].map((id) => this.discardWaiting(id)));
     await Promise.all([...this.running.values()].map((vp) => this.quitRunning(vp)));
+    this.stubs?.close();
     await this.egress.close();
   }
 
@@ -861,16 +897,19 @@ export class QemuDriver implements VmDriver {
     }
     this.running.set(spec.vmId, vp);
     const clonedFrom = manifest.clonedFrom;
+    const answerWithinMs = Math.max(100, Math.min(deadline - performance.now(), 10_000));
     return {
       vm: this.runningVm(vp),
+      // The guest's first answer is the clock fix's first request (one round trip fewer on the wake's path); a clone
+      // is first pinged, then given its identity before anything else reaches it.
+      ...(clonedFrom ? {} : { firstAnswerWithinMs: answerWithinMs }),
       guestAgent: async () => {
-        const agent = await this.waitAgent(launched, Math.min(deadline, performance.now() + 10_000), "guest agent did not answer after the restore");
+        if (!clonedFrom) return launched.agent!;
+        const agent = await this.waitAgent(launched, performance.now() + answerWithinMs, "guest agent did not answer after the restore");
         phases.mark("agentPing");
         // A copy of another moment's memory: its RNG state, hostname and id are the checkpoint's until told otherwise.
-        if (clonedFrom) {
-          await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
-          phases.mark("identity");
-        }
+        await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+        phases.mark("identity");
         return agent;
       },
       // The phases object is still filled in by guestAgent above: the "restored" line is written after it.
@@ -952,7 +991,7 @@ export class QemuDriver implements VmDriver {
     const env = { ...process.env };
     if (this.preload) env.LD_PRELOAD = [this.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
-    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env });
+    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env, stubs: this.stubs });
     const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam, templateFd };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
@@ -1056,10 +1095,15 @@ export class QemuDriver implements VmDriver {
 
   /**
    * File-backed RAM: the stopped VM's device state (tens of KB) over a unix socket into `dataPath`, hashed as it
-   * arrives, then written and synced. Against `exec:cat > file` QEMU forks no shell, nothing polls for a marker, and
-   * the file is not read back for its checksum. The attempt file exists before the migration starts.
+   * arrives. Against `exec:cat > file` QEMU forks no shell, nothing polls for a marker, and the file is not read back
+   * for its checksum. Prepared while the guest still runs (the file created, the socket listening): `run` then only
+   * asks QEMU to migrate; the state is written at its end and its fsync is `durable`, for the caller to await beside
+   * the manifest's own write (the manifest is renamed into place only after both).
    */
-  private async migrateToSocket(vp: QemuVm, dataPath: string, signal?: AbortSignal, phases?: Phases): Promise<{ sha256: string; bytes: number }> {
+  private async socketMigration(vp: QemuVm, dataPath: string): Promise<{
+    run(signal?: AbortSignal, phases?: Phases): Promise<{ sha256: string; bytes: number; durable: Promise<void> }>;
+    close(): Promise<void>;
+  }> {
     const sock = join(vp.paths.socketDir, "mig.sock"); // no longer than agent.sock: it fits where that one does
     rmSync(sock, { force: true });
     const fh = await open(dataPath, "wx");
@@ -1069,42 +1113,53 @@ export class QemuDriver implements VmDriver {
     let conn: Socket | undefined;
     const server = createServer();
     const timeout = new AbortController();
-    try {
-      const received = new Promise<void>((resolve, reject) => {
-        server.once("connection", (c) => {
-          conn = c;
-          server.close();
-          c.on("data", (chunk: Buffer) => {
-            hash.update(chunk);
-            chunks.push(chunk);
-            bytes += chunk.length;
-          });
-          c.once("end", resolve);
-          c.once("error", reject);
+    const received = new Promise<void>((resolve, reject) => {
+      server.once("connection", (c) => {
+        conn = c;
+        server.close();
+        c.on("data", (chunk: Buffer) => {
+          hash.update(chunk);
+          chunks.push(chunk);
+          bytes += chunk.length;
         });
+        c.once("end", resolve);
+        c.once("error", reject);
       });
-      received.catch(() => undefined);
-      await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock, resolve));
-      await vp.qmp!.execute("migrate", { uri: `unix:${sock}` });
-      phases?.mark("migrateCmd");
-      const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
-      if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
-      const late = sleep(10_000, undefined, { signal: timeout.signal }).then(() => Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")));
-      late.catch(() => undefined);
-      await Promise.race([received, late]);
-      phases?.mark("migrate");
-      signal?.throwIfAborted();
-      await fh.writev(chunks);
-      await fh.sync();
-      phases?.mark("stateWrite");
-      return { sha256: hash.digest("hex"), bytes };
-    } finally {
+    });
+    received.catch(() => undefined);
+    let durable: Promise<void> | undefined;
+    const close = async () => {
       timeout.abort();
       conn?.destroy();
       server.close();
-      await fh.close();
       rmSync(sock, { force: true });
+      await durable?.catch(() => undefined);
+      await fh.close();
+    };
+    try {
+      await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock, resolve));
+    } catch (err) {
+      await close();
+      throw err;
     }
+    return {
+      close,
+      run: async (signal, phases) => {
+        await vp.qmp!.execute("migrate", { uri: `unix:${sock}` });
+        phases?.mark("migrateCmd");
+        const info = await this.waitMigration(vp, { signal, timeoutMs: 120_000 });
+        if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+        const late = sleep(10_000, undefined, { signal: timeout.signal }).then(() => Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")));
+        late.catch(() => undefined);
+        await Promise.race([received, late]);
+        phases?.mark("migrate");
+        signal?.throwIfAborted();
+        await fh.writev(chunks);
+        phases?.mark("stateWrite");
+        durable = fh.sync();
+        return { sha256: hash.digest("hex"), bytes, durable };
+      },
+    };
   }
 
   /**

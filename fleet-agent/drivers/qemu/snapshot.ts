@@ -40,7 +40,7 @@ export interface SnapshotManifest extends RestoreTarget {
   /** Made from this checkpoint (restore or fork, qemu/checkpoint.ts): the wake gives the guest a fresh identity. */
   clonedFrom?: string;
   /**
-   * A template's clone not yet run (templates.ts): guest RAM is the template's RAM file, mapped privately; the data
+   * A template's clone not yet run (common/templates.ts): guest RAM is the template's RAM file, mapped privately; the data
    * file is device state only. Its fingerprint must still be the template's (templates never change).
    */
   templateRam?: { path: string } & RamFingerprint;

@@ -1,14 +1,15 @@
-// Templates: per kind of VM (image, memory, vCPUs, egress, and what the guest is made of), one VM booted until its
-// workload answers and kept as a checkpoint; a new agent of that kind starts as a clone of it (a restore, ~100 ms)
-// instead of a cold boot (seconds under TCG). Built in the background the first time a VM of its kind boots cold;
-// rebuilt when what it depends on changes (its key changes); listed for the API.
+// Templates, for any driver: per kind of VM (image, memory, vCPUs, egress, and what the guest is made of), one VM booted
+// until its workload answers and kept as a checkpoint; a new agent of that kind starts as a clone of it (a restore,
+// ~100 ms) instead of a cold boot (seconds under TCG). Built in the background the first time a VM of its kind boots
+// cold; rebuilt when what it depends on changes (its key changes), or when the driver says a clone used it up
+// (`renew`); listed for the API. The driver gives the boot, checkpoint, destroy and environment (TemplateDeps).
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../../../lib/log.ts";
-import { runTool } from "../common/agent-disk.ts";
-import { commitManifest, readManifest } from "../common/snapshot-files.ts";
+import { runTool } from "./agent-disk.ts";
+import { commitManifest, readManifest } from "./snapshot-files.ts";
 import type { CheckpointInfo, DriverTemplate, RunningVm, VmSpec } from "../driver.ts";
 
 /** A template as the driver lists it: the API's view (contracts/fleet.ts) without the host, with its directory. */
@@ -38,16 +39,18 @@ export interface TemplateDeps {
   boot(spec: VmSpec): Promise<RunningVm>;
   checkpoint(spec: VmSpec, vm: RunningVm, dir: string): Promise<CheckpointInfo>;
   destroy(spec: VmSpec): Promise<void>;
-  /** What a template depends on besides the spec (QEMU version, accelerator, memory mode, the guest kernel and initramfs). */
+  /** What a template depends on besides the spec (hypervisor version and mode, the guest kernel and initramfs…): the driver's to say. */
   environment(spec: VmSpec): Promise<string>;
 }
 
 /** A failed build is tried again after this long (the image may have been fixed, the disk freed). */
 const RETRY_AFTER_MS = 60_000;
 
-export class QemuTemplates {
+export class VmTemplates {
   private readonly building = new Map<string, { info: TemplateInfo; done: Promise<void> }>();
   private readonly failed = new Map<string, { info: TemplateInfo; at: number }>();
+  /** Renewals whose key is still being worked out (not yet in `building`): `settle` waits for them too. */
+  private readonly renewing = new Set<Promise<void>>();
 
   private readonly deps: TemplateDeps;
 
@@ -71,6 +74,20 @@ export class QemuTemplates {
     if (record && existsSync(record.dir)) return { key, dir: record.dir };
     this.build(key, spec);
     return undefined;
+  }
+
+  /**
+   * Builds a new template for VMs like `spec` in the background, the ready one staying listed and cloned until the new
+   * one replaces it: for a driver whose clone uses up something of the template (Firecracker: its network slot).
+   */
+  async renew(spec: VmSpec): Promise<void> {
+    const started = this.key(spec).then((key) => this.build(key, spec));
+    this.renewing.add(started);
+    try {
+      await started;
+    } finally {
+      this.renewing.delete(started);
+    }
   }
 
   /** Builds the template for VMs like `spec` now (unless one is ready) and waits for it. */
@@ -99,6 +116,7 @@ export class QemuTemplates {
 
   /** Waits for the builds in flight (shutdown, tests). */
   async settle(): Promise<void> {
+    await Promise.allSettled([...this.renewing]);
     await Promise.all([...this.building.values()].map((b) => b.done));
   }
 
@@ -137,9 +155,10 @@ export class QemuTemplates {
       const taken = await this.deps.checkpoint(spec, vm, dir);
       // The guest zeroes freed memory (init_on_free=1), so most of a fresh RAM file is zero pages written out: holes
       // instead keep the template (and every reflinked copy of it) to what the guest really holds. Before any clone
-      // maps it; a filesystem that cannot punch holes keeps the file as it is.
-      const ram = join(dir, "ram");
-      if (existsSync(ram)) await runTool("fallocate", ["--dig-holes", ram]).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
+      // maps it; a filesystem that cannot punch holes keeps the file as it is. `ram`: QEMU's; `mem`: Firecracker's.
+      for (const ram of [join(dir, "ram"), join(dir, "mem")]) {
+        if (existsSync(ram)) await runTool("fallocate", ["--dig-holes", ram]).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
+      }
       const record: TemplateRecord = { key, image: like.image, memMiB: like.memMiB, vcpus: like.vcpus, allowEgress: like.allowEgress, dir, createdAt: new Date().toISOString(), bytes: taken.bytes, bootMs };
       await commitManifest(join(home, "template.json"), record);
       this.deps.log.info("template ready", { key, image: like.image, bootMs, bytes: taken.bytes, copy: taken.copy, pausedMs: Math.round(taken.pausedMs) });

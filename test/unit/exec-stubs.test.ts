@@ -1,0 +1,99 @@
+// Exec stubs (drivers/common/exec-stubs.ts, exec-stub.c): a waiting stub becomes the command it is handed, with that
+// environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { ExecStubs, stubRequest } from "../../fleet-agent/drivers/common/exec-stubs.ts";
+import { VmProcess } from "../../fleet-agent/drivers/common/vm-process.ts";
+import { silentLogger } from "../../lib/log.ts";
+import { waitFor } from "../helpers/wait.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "exec-stubs-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function stderrOf(child: NonNullable<ReturnType<ExecStubs["take"]>>): Promise<{ text: string; code: number | null }> {
+  let text = "";
+  child.stderr!.on("data", (c: Buffer) => (text += c.toString()));
+  return new Promise((resolve) => child.once("close", (code) => resolve({ text, code })));
+}
+
+describe("exec stubs", () => {
+  const stubs = new ExecStubs({ log: silentLogger, size: 1, refillDelayMs: 50 });
+  afterAll(() => stubs.close());
+
+  it("builds here (gcc is part of the set-up)", () => {
+    expect(stubs.available).toBe(true);
+  });
+
+  it("becomes the command, with exactly the environment and directory given", async () => {
+    stubs.fill();
+    const child = stubs.take({ command: "sh", args: ["-c", 'echo "foo=$FOO home=${HOME:-none}" >&2; pwd >&2; read x; echo "stdin=${x:-eof}" >&2; exit 3'], env: { FOO: "bar baz", PATH: process.env.PATH }, cwd: dir });
+    expect(child).toBeDefined();
+    const pid = child!.pid;
+    const out = await stderrOf(child!);
+    expect(out.code).toBe(3);
+    expect(out.text).toContain("foo=bar baz home=none");
+    expect(out.text).toContain(dir);
+    expect(out.text).toContain("stdin=eof"); // /dev/null, not our pipe
+    expect(child!.pid).toBe(pid);
+  });
+
+  it("keeps its pid: the stub's process is the command's (and the pool refills)", async () => {
+    const stubPid = await waiting(stubs);
+    const child = stubs.take({ command: "sleep", args: ["30"], env: { PATH: process.env.PATH } })!;
+    expect(child.pid).toBe(stubPid);
+    await waitFor(() => readFileSync(`/proc/${child.pid}/cmdline`, "utf8").startsWith("sleep"), 5000, "the exec");
+    child.kill("SIGKILL");
+    await new Promise((r) => child.once("exit", r));
+  });
+
+  it("says why an exec failed, and exits 127", async () => {
+    await waiting(stubs);
+    const child = stubs.take({ command: join(dir, "no-such-binary"), args: [], env: {} })!;
+    const out = await stderrOf(child);
+    expect(out.code).toBe(127);
+    expect(out.text).toMatch(/^exec-stub: .*no-such-binary: No such file or directory/);
+  });
+
+  it("refuses a NUL byte rather than split an argument", () => {
+    expect(() => stubRequest({ command: "x", args: ["a\0b"], env: {} })).toThrow(/NUL/);
+  });
+
+  it("is what VmProcess.spawn starts from when given (stderr relayed to the log, exit seen)", async () => {
+    const log = join(dir, "vm.log");
+    const stubPid = await waiting(stubs);
+    const proc = VmProcess.spawn({ vmId: "vm_stub", command: "sh", args: ["-c", "echo from-the-vm >&2; exit 7"], log, output: "stderr", relayStderr: true, stubs });
+    expect(proc.pid).toBe(stubPid);
+    const exit = await proc.exited;
+    expect(exit.code).toBe(7);
+    expect(await proc.finalOutput()).toContain("from-the-vm");
+    await waitFor(() => readFileSync(log, "utf8").includes("from-the-vm"), 2000, "the log line");
+  });
+
+  it("close ends the waiting stubs and takes no more", async () => {
+    const pool = new ExecStubs({ log: silentLogger, size: 2 });
+    pool.fill();
+    const pids = (pool as unknown as { idle: { pid: number }[] }).idle.map((c) => c.pid);
+    expect(pids).toHaveLength(2);
+    pool.close();
+    await waitFor(() => pids.every((pid) => !isAlive(pid)), 3000, "the stubs' end");
+    expect(pool.take({ command: "true", args: [], env: {} })).toBeUndefined();
+  });
+});
+
+/** The pid of a stub waiting in the pool, once the refill has made one. */
+async function waiting(pool: ExecStubs): Promise<number> {
+  const idle = (pool as unknown as { idle: { pid: number }[] }).idle;
+  await waitFor(() => idle.length > 0, 5000, "a refilled stub");
+  return idle[0]!.pid;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return !readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z ");
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,75 @@
+// The clock fix after a restore (guest-agent.ts fixGuestClock) against a scripted guest with a skewed clock and a
+// link delay: what it measures, how many round trips it takes, and a first answer that needs asking twice.
+import { duplexPair } from "node:stream";
+import { describe, expect, it } from "vitest";
+import { fixGuestClock, formatNs, GuestAgentClient, parseNs } from "../../fleet-agent/drivers/common/guest-agent.ts";
+
+/** A guest agent answering GETTIME and SETTIME; each direction of the link takes `oneWayMs`. */
+function fakeGuest(opts: { offsetMs: number; oneWayMs: number; dropFirst?: number }) {
+  const [host, guest] = duplexPair();
+  let offsetNs = BigInt(opts.offsetMs) * 1_000_000n;
+  const guestNow = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) + offsetNs;
+  const seen: string[] = [];
+  let dropped = 0;
+  let buffer = "";
+  guest.setEncoding("utf8");
+  guest.on("data", (chunk: string) => {
+    buffer += chunk;
+    let nl: number;
+    while ((nl = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, nl);
+      buffer = buffer.slice(nl + 1);
+      const [id, command, arg] = line.split(" ");
+      seen.push(command!);
+      if (dropped < (opts.dropFirst ?? 0)) {
+        dropped++;
+        continue; // not yet running: the request waits in a queue the guest never reads
+      }
+      setTimeout(() => {
+        if (command === "SETTIME") offsetNs = parseNs(arg!) - BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+        const answer = `${id} OK ${formatNs(guestNow())}\n`;
+        setTimeout(() => guest.write(answer), opts.oneWayMs);
+      }, opts.oneWayMs);
+    }
+  });
+  return { agent: new GuestAgentClient(host), seen };
+}
+
+describe("fixGuestClock", () => {
+  it("sets a clock 2 s behind in two round trips and measures what is left from SETTIME's own answer", async () => {
+    const { agent, seen } = fakeGuest({ offsetMs: -2000, oneWayMs: 15 });
+    const fix = await fixGuestClock(agent, { targetMs: 50 });
+    expect(seen).toEqual(["GETTIME", "SETTIME"]);
+    expect(fix.skewBeforeMs).toBeGreaterThan(-2030);
+    expect(fix.skewBeforeMs).toBeLessThan(-1970);
+    // The guest applied a timestamp one link delay old: it is behind by that much, and the fix says so.
+    expect(fix.skewAfterMs).toBeLessThan(-5);
+    expect(fix.skewAfterMs).toBeGreaterThan(-40);
+    agent.close();
+  });
+
+  it("tries again while the skew left is over the target", async () => {
+    const { agent, seen } = fakeGuest({ offsetMs: 5000, oneWayMs: 30 });
+    const fix = await fixGuestClock(agent, { targetMs: 10, attempts: 3 });
+    expect(seen).toEqual(["GETTIME", "SETTIME", "SETTIME", "SETTIME"]);
+    expect(fix.skewAfterMs).toBeLessThan(-10);
+    agent.close();
+  });
+
+  it("asks a just-restored guest again until its first answer, within firstAnswerWithinMs", async () => {
+    const { agent, seen } = fakeGuest({ offsetMs: -3000, oneWayMs: 5, dropFirst: 1 });
+    const started = performance.now();
+    const fix = await fixGuestClock(agent, { firstAnswerWithinMs: 3000 });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(450); // the first ask waited its 500 ms
+    expect(seen).toEqual(["GETTIME", "GETTIME", "SETTIME"]);
+    expect(fix.skewBeforeMs).toBeLessThan(-2900);
+    expect(Math.abs(fix.skewAfterMs)).toBeLessThan(50);
+    agent.close();
+  });
+
+  it("gives up when the guest never answers by the deadline", async () => {
+    const { agent } = fakeGuest({ offsetMs: 0, oneWayMs: 5, dropFirst: 100 });
+    await expect(fixGuestClock(agent, { firstAnswerWithinMs: 700 })).rejects.toThrow(/did not answer GETTIME/);
+    agent.close();
+  });
+});
