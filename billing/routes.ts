@@ -52,6 +52,8 @@ export interface BillingRouteDeps {
   invoiceGraceMs?: number;
   /** Where rate-card versions are recorded (`rate_card.create`); default the Postgres audit log over `db`. */
   audit?: DbAuditLog;
+  /** Most rollup queries one usage report runs at once (usage.ts `rollupParts`); default 2, 1 for one query. */
+  usageParts?: number;
 }
 
 /** Largest ingest body accepted (10,000 segments take about 3.5 MB). */
@@ -271,7 +273,7 @@ export function createBillingRoutes(deps: BillingRouteDeps) {
     const q = c.req.valid("query");
     checkTenantParam(q, caller.tenantId);
     if (q.agentId !== undefined) await assertAgentOfTenant(deps.db, caller.tenantId, q.agentId);
-    const report = await usageTable(deps.db, {
+    const query = {
       tenantId: caller.tenantId,
       from: parseInstant(q.from, q.tz, "from"),
       to: parseInstant(q.to, q.tz, "to"),
@@ -279,7 +281,8 @@ export function createBillingRoutes(deps: BillingRouteDeps) {
       byAgent: q.groupBy.byAgent,
       ...(q.groupBy.time ? { time: q.groupBy.time } : {}),
       ...(q.agentId !== undefined ? { agentId: q.agentId } : {}),
-    });
+    };
+    const report = await usageTable(deps.db, query, deps.usageParts === undefined ? {} : { parts: deps.usageParts });
     if (wantsCsv(c, q.format)) return csvResponse(c, usageCsv(report), "usage");
     // the bytes c.json would send (report-views.ts `usageJsonBytes`), written without an object per row
     return c.body(usageJsonBytes(report, q.groupBy.names), 200, { "content-type": "application/json" });

@@ -1,8 +1,9 @@
 // Usage over half-open ranges in a time zone, by agent and/or local hour/day: from 15-minute rollups, or raw segments by overlap.
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
-import { alignedToBuckets } from "./buckets.ts";
+import { alignedToBuckets, bucketMs } from "./buckets.ts";
 import { sqlRunner } from "./sql-runner.ts";
+import { asLines, columnsOf, type UsageColumns } from "./usage-columns.ts";
 import { segmentLimits } from "./validate.ts";
 import { assertZone, windowBoundaries } from "./zones.ts";
 
@@ -47,22 +48,6 @@ export interface UsageReport {
   totals: UsageSums;
 }
 
-/**
- * A report's rows as columns, in (window, agent) order: no object per row, because a month by agent and day is tens
- * of thousands of rows and the HTTP answer is written straight from these (report-views.ts `usageJsonText`).
- */
-export interface UsageColumns {
-  length: number;
-  /** Each row's window: `[boundaries[window[i]], boundaries[window[i] + 1])`. */
-  window: Int32Array;
-  /** When grouped by agent: the distinct agents in order (Postgres's "C" collation), and each row's index into them. */
-  agents?: string[];
-  agent?: Int32Array;
-  activeMs: Float64Array;
-  vcpuMs: Float64Array;
-  mibMs: Float64Array;
-}
-
 /** The same report as `UsageReport`, with its rows as columns and the window boundaries they index. */
 export interface UsageTable {
   query: UsageQuery;
@@ -71,6 +56,8 @@ export interface UsageTable {
   columns: UsageColumns;
   totals: UsageSums;
 }
+
+export { columnsOf, compareCodePoints, type UsageColumns } from "./usage-columns.ts";
 
 export const usageLimits = { maxRangeDays: 400, maxHourRangeDays: 93 } as const;
 
@@ -96,8 +83,15 @@ function cachedWindowsOf(q: Pick<UsageQuery, "from" | "to" | "zone" | "time">): 
   return b;
 }
 
+export interface UsageOptions {
+  /** rollup or raw; default auto (rollup whenever the windows allow it). */
+  source?: "auto" | "rollup" | "raw";
+  /** Most rollup queries one report runs at once (see `rollupColumns`); default `rollupParts.max`. */
+  parts?: number;
+}
+
 /** Usage for `q` as columns, from the rollups whenever every window boundary is on a 15-minute UTC edge, else from raw segments. */
-export async function usageTable(db: Db, q: UsageQuery, opts: { source?: "auto" | "rollup" | "raw" } = {}): Promise<UsageTable> {
+export async function usageTable(db: Db, q: UsageQuery, opts: UsageOptions = {}): Promise<UsageTable> {
   assertZone(q.zone);
   if (!(q.to > q.from)) throw new AppError("bad_request", "the range is empty: `to` must be after `from`");
   const days = (q.to - q.from) / 86_400_000;
@@ -107,12 +101,12 @@ export async function usageTable(db: Db, q: UsageQuery, opts: { source?: "auto" 
   const wanted = opts.source ?? "auto";
   const source = wanted === "auto" ? (alignedToBuckets(boundaries) ? "rollup" : "raw") : wanted;
   if (source === "rollup" && !alignedToBuckets(boundaries)) throw new AppError("bad_request", "these windows do not fall on 15-minute boundaries; rollups cannot answer them");
-  const columns = source === "rollup" ? await rollupColumns(db, q, boundaries) : await rawColumns(db, q, boundaries);
+  const columns = source === "rollup" ? await rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : await rawColumns(db, q, boundaries);
   return { query: q, source, boundaries, columns, totals: sumColumns(columns) };
 }
 
 /** Usage for `q` with one object per row (see `usageTable`). */
-export async function usageReport(db: Db, q: UsageQuery, opts: { source?: "auto" | "rollup" | "raw" } = {}): Promise<UsageReport> {
+export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}): Promise<UsageReport> {
   const t = await usageTable(db, q, opts);
   const c = t.columns;
   const rows: UsageRow[] = [];
@@ -147,131 +141,6 @@ export function sumColumns(c: UsageColumns): UsageSums {
 
 const iso = (t: number) => new Date(t).toISOString();
 
-/**
- * Postgres's "C" collation, the order of agent ids: code points (UTF-8 bytes). `<` on JavaScript's UTF-16 agrees,
- * except that a surrogate (part of a code point past U+FFFF) must sort after U+E000–U+FFFF.
- */
-export function compareCodePoints(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    const x = a.charCodeAt(i);
-    const y = b.charCodeAt(i);
-    if (x === y) continue;
-    const sx = x >= 0xd800 && x <= 0xdfff;
-    const sy = y >= 0xd800 && y <= 0xdfff;
-    return sx === sy ? x - y : sx ? 1 : -1;
-  }
-  return a.length - b.length;
-}
-
-/**
- * A grouped query (columns `w`, `agent_id` when by agent, `active_ms`, `vcpu_ms`, `mib_ms`) answered as one text value,
- * a line `w,active,vcpu,mib[,"agent"]` per row, in no order. One value instead of a row each: reading thousands of
- * rows of five columns cost the billing process more than the rest of the report (a string per column from the
- * driver), while Postgres writes the line for about what it spends sending a row. The agent is last and JSON-quoted,
- * so no id can break a line.
- */
-function asLines(grouped: string, byAgent: boolean): string {
-  return `SELECT string_agg(w || ',' || active_ms || ',' || vcpu_ms || ',' || mib_ms${byAgent ? ` || ',' || to_json(agent_id)::text` : ""}, E'\\n') AS lines FROM (${grouped}) g`;
-}
-
-/** `order` stably re-sorted by `key` (integers in `[0, buckets)`): one counting pass. */
-function countingSort(order: Uint32Array, key: Int32Array, buckets: number): Uint32Array {
-  const start = new Uint32Array(buckets + 1);
-  for (let i = 0; i < order.length; i++) {
-    const k = (key[order[i] as number] as number) + 1;
-    start[k] = (start[k] as number) + 1;
-  }
-  for (let k = 0; k < buckets; k++) start[k + 1] = (start[k + 1] as number) + (start[k] as number);
-  const out = new Uint32Array(order.length);
-  for (let i = 0; i < order.length; i++) {
-    const j = order[i] as number;
-    const k = key[j] as number;
-    out[start[k] as number] = j;
-    start[k] = (start[k] as number) + 1;
-  }
-  return out;
-}
-
-const comma = 44;
-const newline = 10;
-
-/**
- * The lines of `asLines` read into columns in (window, agent) order. Numbers are read digit by digit (no string
- * per number) and must be integers below 2^53, as `toNumber` requires. The order is made here, not in the query:
- * sorting a month's aggregated rows cost Postgres about a third of its time, while here only the distinct agents
- * (hundreds) are compared as strings and the rows are put in order by two counting passes (agent rank, then window).
- */
-export function columnsOf(lines: string | null | undefined, byAgent: boolean): UsageColumns {
-  const text = lines ?? "";
-  let n = text.length === 0 ? 0 : 1;
-  for (let p = text.indexOf("\n"); p >= 0; p = text.indexOf("\n", p + 1)) n++;
-  const win = new Int32Array(n);
-  const sums = [new Float64Array(n), new Float64Array(n), new Float64Array(n)] as const;
-  const ids: string[] = [];
-  let windows = 0;
-  let i = 0;
-  for (let row = 0; row < n; row++) {
-    for (let f = 0; f < 4; f++) {
-      let neg = false;
-      let v = 0;
-      let digits = 0;
-      let ch = text.charCodeAt(i);
-      if (ch === 45) {
-        neg = true;
-        ch = text.charCodeAt(++i);
-      }
-      for (; ch >= 48 && ch <= 57; ch = text.charCodeAt(++i), digits++) v = v * 10 + (ch - 48);
-      const ended = f < 3 || byAgent ? ch === comma : ch === newline || i === text.length;
-      if (digits === 0 || !ended) throw new Error(`unreadable usage line ${row + 1}: ${JSON.stringify(text.slice(i - digits, i + 40))}`);
-      if (v > Number.MAX_SAFE_INTEGER) throw new Error(`integer ${text.slice(i - digits, i)} exceeds 2^53`);
-      i++;
-      if (f === 0) {
-        if (neg || v >= 2 ** 31) throw new Error(`usage row in window ${v}`); // the queries' ranges are the windows'
-        win[row] = v;
-        if (v >= windows) windows = v + 1;
-      } else (sums[f - 1] as Float64Array)[row] = neg ? -v : v;
-    }
-    if (byAgent) {
-      let e = text.indexOf("\n", i);
-      if (e < 0) e = text.length;
-      const quoted = text.slice(i, e);
-      // a JSON string: only ids with a quote, a backslash or a control character have escapes
-      ids.push(quoted.includes("\\") ? (JSON.parse(quoted) as string) : quoted.slice(1, -1));
-      i = e + 1;
-    }
-  }
-  let order: Uint32Array = new Uint32Array(n);
-  for (let k = 0; k < n; k++) order[k] = k;
-  let agents: string[] | undefined;
-  let agentRank: Int32Array | undefined;
-  if (byAgent) {
-    const rank = new Map<string, number>();
-    for (const id of ids) rank.set(id, 0);
-    agents = [...rank.keys()].sort(compareCodePoints);
-    for (let k = 0; k < agents.length; k++) rank.set(agents[k] as string, k);
-    agentRank = new Int32Array(n);
-    for (let k = 0; k < n; k++) agentRank[k] = rank.get(ids[k] as string) as number;
-    order = countingSort(order, agentRank, agents.length);
-  }
-  order = countingSort(order, win, windows);
-  const c: UsageColumns = { length: n, window: new Int32Array(n), activeMs: new Float64Array(n), vcpuMs: new Float64Array(n), mibMs: new Float64Array(n) };
-  const agent = agentRank ? new Int32Array(n) : undefined;
-  for (let k = 0; k < n; k++) {
-    const j = order[k] as number;
-    c.window[k] = win[j] as number;
-    if (agent) agent[k] = agentRank![j] as number;
-    c.activeMs[k] = sums[0][j] as number;
-    c.vcpuMs[k] = sums[1][j] as number;
-    c.mibMs[k] = sums[2][j] as number;
-  }
-  if (agents && agent) {
-    c.agents = agents;
-    c.agent = agent;
-  }
-  return c;
-}
-
 /** One object per row of `c` (what invoices read). */
 function windowUsageOf(c: UsageColumns): WindowUsage[] {
   const out: WindowUsage[] = [];
@@ -295,9 +164,18 @@ export function timestampArray(ms: readonly number[]): string {
   return `{${ms.map((t) => `"${iso(t)}"`).join(",")}}`;
 }
 
-/** The rollup query of `rollupColumns`, text and parameters (the benchmark EXPLAINs it). */
-export function rollupQuery(q: Pick<UsageQuery, "tenantId" | "byAgent" | "agentId">, boundaries: readonly number[]): { text: string; params: unknown[] } {
-  const params: unknown[] = [q.tenantId, timestampArray(boundaries.slice(0, -1)), iso(boundaries[0] as number), iso(boundaries[boundaries.length - 1] as number)];
+/**
+ * The rollup query of `rollupColumns`, text and parameters (the benchmark EXPLAINs it): the sums per window of
+ * `boundaries`, over the buckets in `range` (default all of them; a part's range starts and ends on window boundaries).
+ * `snapshot` adds the statement's snapshot (`pg_current_snapshot()`) as a second column, which parts are compared by.
+ */
+export function rollupQuery(
+  q: Pick<UsageQuery, "tenantId" | "byAgent" | "agentId">,
+  boundaries: readonly number[],
+  opts: { range?: readonly [number, number]; snapshot?: boolean } = {},
+): { text: string; params: unknown[] } {
+  const [from, to] = opts.range ?? [boundaries[0] as number, boundaries[boundaries.length - 1] as number];
+  const params: unknown[] = [q.tenantId, timestampArray(boundaries.slice(0, -1)), iso(from), iso(to)];
   if (q.agentId !== undefined) params.push(q.agentId);
   // Sums in float8, exactly: rollups only ever add non-negative amounts (ingest.ts), so every partial sum is at most
   // the total, and a total below 2^53 (all toNumber accepts) is exact in float8; one at or above it stays at or
@@ -311,13 +189,66 @@ export function rollupQuery(q: Pick<UsageQuery, "tenantId" | "byAgent" | "agentI
      GROUP BY 1${q.byAgent ? ", 2" : ""}`,
     q.byAgent,
   );
-  return { text, params };
+  return { text: opts.snapshot ? text.replace(" AS lines FROM ", " AS lines, pg_current_snapshot()::text AS snapshot FROM ") : text, params };
 }
 
-/** Sums of the 15-minute rollups per window (boundaries must be bucket-aligned), in (window, agent) order. */
-export async function rollupColumns(db: Db, q: Pick<UsageQuery, "tenantId" | "byAgent" | "agentId">, boundaries: readonly number[]): Promise<UsageColumns> {
+/**
+ * How a rollup report is cut into queries Postgres answers at once, each on its own connection (and core): a month
+ * by day is two half-months of about 6k rollup rows each, where one query keeps one core busy while the other waits. At most
+ * `max` parts, each spanning at least `minBuckets` 15-minute buckets, cut on window boundaries (a window is summed by
+ * one part only, so the rows and their 2^53 checks are the one query's).
+ */
+export const rollupParts = { max: 2, minBuckets: 96 } as const;
+
+/**
+ * The windows of `boundaries` cut into at most `parts` runs of about equal time: `[0, c1, …, n]`, window indices
+ * (n = boundaries.length - 1), increasing, each run spanning at least `minBuckets` buckets.
+ */
+export function partCuts(boundaries: readonly number[], parts: number, minBuckets: number = rollupParts.minBuckets): number[] {
+  const n = boundaries.length - 1;
+  const from = boundaries[0] as number;
+  const span = (boundaries[n] as number) - from;
+  const k = Math.max(1, Math.min(Math.floor(parts), n, Math.floor(span / (minBuckets * bucketMs))));
+  const cuts = [0];
+  for (let part = 1; part < k; part++) {
+    const target = from + (span * part) / k;
+    let i = cuts[cuts.length - 1] as number;
+    while (i < n && (boundaries[i] as number) < target) i++;
+    const last = cuts[cuts.length - 1] as number;
+    if (i < n && i > last && (boundaries[i] as number) - (boundaries[last] as number) >= minBuckets * bucketMs) cuts.push(i);
+  }
+  if (cuts.length > 1 && (boundaries[n] as number) - (boundaries[cuts[cuts.length - 1] as number] as number) < minBuckets * bucketMs) cuts.pop();
+  cuts.push(n);
+  return cuts;
+}
+
+/**
+ * Sums of the 15-minute rollups per window (boundaries must be bucket-aligned), in (window, agent) order. On Postgres
+ * a long range is asked for in parts (`rollupParts`, `opts.parts` at most) at once, each part's statement with its own
+ * snapshot: when those differ (a write committed between them, which could have counted a segment in one part and not
+ * in the other), the parts are dropped and one statement answers, so a report always reads one instant's rollups.
+ */
+export async function rollupColumns(
+  db: Db,
+  q: Pick<UsageQuery, "tenantId" | "byAgent" | "agentId">,
+  boundaries: readonly number[],
+  opts: { parts?: number } = {},
+): Promise<UsageColumns> {
+  const runner = sqlRunner(db);
+  const cuts = runner.kind === "postgres" ? partCuts(boundaries, opts.parts ?? rollupParts.max) : [0, boundaries.length - 1];
+  if (cuts.length > 2) {
+    const answers = await Promise.all(
+      cuts.slice(0, -1).map(async (c, i) => {
+        const { text, params } = rollupQuery(q, boundaries, { range: [boundaries[c] as number, boundaries[cuts[i + 1] as number] as number], snapshot: true });
+        const [row] = await runner.query<{ lines: string | null; snapshot: string }>(text, params);
+        return row;
+      }),
+    );
+    // every part numbers the windows of the whole report, and columnsOf orders the rows of all parts' lines
+    if (answers.every((a) => a?.snapshot === answers[0]?.snapshot)) return columnsOf(answers.map((a) => a?.lines), q.byAgent);
+  }
   const { text, params } = rollupQuery(q, boundaries);
-  const [row] = await sqlRunner(db).query<{ lines: string | null }>(text, params);
+  const [row] = await runner.query<{ lines: string | null }>(text, params);
   return columnsOf(row?.lines, q.byAgent);
 }
 

@@ -12,7 +12,7 @@ import { sql } from "drizzle-orm";
 import { createBillingRoutes } from "../billing/routes.ts";
 import { invoiceForMonth } from "../billing/invoices.ts";
 import { sqlRunner } from "../billing/sql-runner.ts";
-import { rawUsage, rollupQuery, usageReport, type UsageRow } from "../billing/usage.ts";
+import { rawUsage, rollupParts, rollupQuery, usageReport, type UsageRow } from "../billing/usage.ts";
 import { monthRange, windowBoundaries } from "../billing/zones.ts";
 import type { MeterSegment } from "../contracts/meter.ts";
 import { allScopes, type GatewayEnv } from "../contracts/caller.ts";
@@ -32,6 +32,8 @@ const hostCount = int(env, "BENCH_HOSTS", 10, { min: 1 });
 const batchSize = int(env, "BENCH_BATCH", 5000, { min: 1, max: 10_000 });
 const concurrency = int(env, "BENCH_CONCURRENCY", 4, { min: 1 });
 const reportRepeats = int(env, "BENCH_REPEATS", 5, { min: 1 });
+// rollup queries one month report runs at once (billing/usage.ts rollupParts); 1: the single query of before
+const reportParts = env.BENCH_REPORT_PARTS === undefined ? undefined : int(env, "BENCH_REPORT_PARTS", 2, { min: 1, max: 16 });
 
 const month = "2026-10";
 const zones = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata"] as const;
@@ -199,7 +201,7 @@ async function main(): Promise<void> {
 
     log(`generating ${totalSegments} segments for ${agentCount} agents on ${hostCount} hosts (in the client thread)`);
     const clock = benchClock(Date.UTC(2026, 10, 2));
-    const routes = createBillingRoutes({ db, clock, log: silentLogger, componentKey: key });
+    const routes = createBillingRoutes({ db, clock, log: silentLogger, componentKey: key, ...(reportParts === undefined ? {} : { usageParts: reportParts }) });
     const app = new Hono<GatewayEnv>();
     app.use(async (c, next) => {
       c.set("requestId", "req_bench");
@@ -408,6 +410,8 @@ async function main(): Promise<void> {
       // the month's usage report by agent and local day of all four tenants (one HTTP call each, in sequence)
       report_ms: reportMs,
       report_ms_per_tenant: Math.round(singleTenantMs),
+      // rollup queries each tenant's report ran at once (BENCH_REPORT_PARTS; 1 is the single query of before)
+      report_parts: reportParts ?? rollupParts.max,
       // CPU ms one month report (4 tenants) used: the gateway's server thread (JSON, zones) and Postgres (the query)
       report_cpu_ms: reportCpuMs,
       invoice_ms: Math.round(median(invoiceTimings)),

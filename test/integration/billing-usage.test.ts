@@ -4,12 +4,14 @@ import { ingestSegments } from "../../billing/ingest.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { splitIntoWindows } from "../../billing/buckets.ts";
 import { usageJson } from "../../billing/report-views.ts";
-import { usageReport, usageTable, windowsOf, type UsageQuery } from "../../billing/usage.ts";
+import { partCuts, usageReport, usageTable, windowsOf, type UsageQuery } from "../../billing/usage.ts";
 import type { MeterSegment } from "../../contracts/meter.ts";
 import { ManualClock } from "../../lib/clock.ts";
 import { componentKey, signComponentToken } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { sql } from "drizzle-orm";
+import { drizzle } from "drizzle-orm/postgres-js";
+import postgres from "postgres";
 import { usageQuarterHours } from "../../schema/billing.ts";
 import { runs } from "../../schema/core.ts";
 import type { Database } from "../../schema/db.ts";
@@ -47,7 +49,7 @@ function workload(): MeterSegment[] {
 }
 
 describe("usage", () => {
-  let database: Database;
+  let database: Database & { url: string };
   let segs: MeterSegment[];
   beforeAll(async () => {
     database = await freshDatabase();
@@ -94,6 +96,74 @@ describe("usage", () => {
     for (const s of segs) for (const p of splitIntoWindows(Date.parse(s.startedAt), Date.parse(s.endedAt), b)) expected += p.ms;
     expect(report.totals.activeMs).toBe(expected);
     expect(expected).toBeGreaterThan(0);
+  });
+
+  describe("in parts", () => {
+    /**
+     * A Db over its own connections that records the statements it is sent; `beforeSecondPart` runs after the first
+     * part's statement has answered and before the second part's is sent (for a write committed between them).
+     */
+    function watchedDb(beforeSecondPart?: () => Promise<void>) {
+      const client = postgres(database.url, { max: 3, onnotice: () => {} });
+      const sent: string[] = [];
+      let firstPart: Promise<unknown> | undefined;
+      const unsafe = (text: string, params?: unknown[], opts?: object) => {
+        sent.push(text.includes("pg_current_snapshot") ? "part" : "one");
+        if (!text.includes("pg_current_snapshot")) return client.unsafe(text, params as never, opts);
+        if (!firstPart) return (firstPart = Promise.resolve(client.unsafe(text, params as never, opts)));
+        return firstPart.then(async () => {
+          await beforeSecondPart?.();
+          return client.unsafe(text, params as never, opts);
+        });
+      };
+      const watched = new Proxy(client, { get: (target, name, receiver) => (name === "unsafe" ? unsafe : (Reflect.get(target, name, receiver) as unknown)) });
+      return { db: drizzle(watched) as unknown as Database["db"], sent, close: () => client.end() };
+    }
+    const q: UsageQuery = { tenantId: "ten_u", from: Date.UTC(2026, 2, 1), to: Date.UTC(2026, 4, 1), zone: "Europe/Berlin", byAgent: true, time: "day" };
+
+    it("cuts a long range on window boundaries into runs of about equal time, none shorter than a day", () => {
+      const days = windowsOf(q);
+      expect(partCuts(days, 2)).toEqual([0, 31, days.length - 1]); // 61 local days: March, then April and the DST change
+      expect(partCuts(days, 1)).toEqual([0, days.length - 1]);
+      expect(partCuts(windowsOf({ ...q, to: q.from + 36 * hour }), 2)).toEqual([0, 2]); // a day and a half: one query
+      const hours = windowsOf({ ...q, to: q.from + 2 * 24 * hour, time: "hour" });
+      expect(partCuts(hours, 4)).toEqual([0, 24, 48]);
+      expect(partCuts([q.from, q.from + 10 * 24 * hour], 4)).toEqual([0, 1]); // one window is never cut
+    });
+
+    it("answers what one query answers, asking Postgres for the parts at once", async () => {
+      const watched = watchedDb();
+      try {
+        const one = await usageTable(database.db, q, { parts: 1 });
+        expect(one.columns.length).toBeGreaterThan(0);
+        for (const parts of [2, 3]) {
+          watched.sent.length = 0;
+          expect(await usageTable(watched.db, q, { parts })).toEqual(one);
+          expect(watched.sent).toEqual(Array(parts).fill("part"));
+        }
+        watched.sent.length = 0;
+        await usageTable(watched.db, q, { parts: 1 });
+        expect(watched.sent).toEqual(["one"]);
+      } finally {
+        await watched.close();
+      }
+    });
+
+    it("answers with one query when a write commits between the parts' statements, so no report mixes two instants", async () => {
+      const late = { tenantId: "ten_u", agentId: "agt_u_late", bucketStart: new Date(Date.UTC(2026, 2, 2, 12)), activeMs: 1000, vcpuMs: 2000, mibMs: 3000 };
+      const watched = watchedDb(async () => {
+        await database.db.insert(usageQuarterHours).values(late); // in the first part's range, after its statement
+      });
+      try {
+        const report = await usageTable(watched.db, q, { parts: 2 });
+        expect(watched.sent).toEqual(["part", "part", "one"]);
+        expect(report.columns.agents).toContain("agt_u_late");
+        expect(report).toEqual(await usageTable(database.db, q, { parts: 1 }));
+      } finally {
+        await watched.close();
+        await database.db.execute(sql`delete from usage_quarter_hours where agent_id = 'agt_u_late'`);
+      }
+    });
   });
 
   describe("HTTP API", () => {

@@ -8,11 +8,14 @@ import { monthRange, windowBoundaries } from "../../billing/zones.ts";
 const bytesOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
 const sign = (n: number) => Math.sign(n);
 
-/** What `asLines` makes Postgres write for one grouped row. */
-const line = (w: number, a: number, v: number, m: number, agent?: string) => `${w},${a},${v},${m}${agent === undefined ? "" : `,${JSON.stringify(agent)}`}`;
+/** What `asLines` makes Postgres write for one grouped row without agents. */
+const line = (w: number, a: number, v: number, m: number) => `${w},${a},${v},${m}`;
+
+/** What `asLines` makes Postgres write for one agent's rows (`[w, active, vcpu, mib]` each) when grouped by agent. */
+const agentLine = (agent: string, rows: readonly (readonly [number, number, number, number])[]) => `${rows.map((r) => r.join(",")).join(";")},${JSON.stringify(agent)}`;
 
 /** Agent ids that sort differently in UTF-16 and in code points, and that need escapes in JSON. */
-const awkwardIds = ["agt_b", "agt_B", "agt_a", "agt_a.", "\u{1F600}", "\uFFFD", "\uE000", "é", 'q"uote', "back\\slash", "new\nline", "tab\t", "\u0001"];
+const awkwardIds = ["agt_b", "agt_B", "agt_a", "agt_a.", "\u{1F600}", "\uFFFD", "\uE000", "é", 'q"uote', "back\\slash", "new\nline", "tab\t", "\u0001", "semi;colon", "com,ma", '";'];
 
 function table(columns: UsageColumns, zone = "America/New_York", agentId?: string): UsageTable {
   const { start, end } = monthRange(zone, "2026-03");
@@ -43,9 +46,17 @@ describe("columnsOf", () => {
   it("puts unordered lines in (window, agent) order, agents in C order, and unescapes JSON-quoted ids", () => {
     const rows: [number, string][] = [];
     for (let w = 0; w < 4; w++) for (const id of awkwardIds) rows.push([w, id]);
-    // a deterministic shuffle, as a hash aggregate answers
+    // a deterministic shuffle, as a hash aggregate answers; each row's sums name its place in the shuffle
     const shuffled = rows.map((r, i) => ({ r, k: (i * 7919) % rows.length })).sort((x, y) => x.k - y.k).map((x) => x.r);
-    const text = shuffled.map(([w, id], i) => line(w, i + 1, 2 * (i + 1), 2 ** 40 + i, id)).join("\n");
+    const sums = (k: number) => [k + 1, 2 * (k + 1), 2 ** 40 + k] as const;
+    // an agent's rows in the order they were shuffled to; every other agent's rows in two lines (a report in parts)
+    const lines: string[] = [];
+    awkwardIds.forEach((id, a) => {
+      const mine = shuffled.flatMap(([w, rid], k) => (rid === id ? [[w, ...sums(k)] as const] : []));
+      if (a % 2 === 0) lines.push(agentLine(id, mine));
+      else lines.push(agentLine(id, mine.slice(0, 1)), agentLine(id, mine.slice(1)));
+    });
+    const text = lines.map((l, i) => ({ l, k: (i * 31) % lines.length })).sort((x, y) => x.k - y.k).map((x) => x.l).join("\n");
     const c = columnsOf(text, true);
     expect(c.length).toBe(rows.length);
     expect(c.agents).toEqual([...awkwardIds].sort(bytesOrder));
@@ -55,8 +66,25 @@ describe("columnsOf", () => {
     // each row keeps its own sums
     for (let i = 0; i < c.length; i++) {
       const k = shuffled.findIndex(([w, id]) => w === c.window[i] && id === c.agents![c.agent![i]!]);
-      expect([c.activeMs[i], c.vcpuMs[i], c.mibMs[i]]).toEqual([k + 1, 2 * (k + 1), 2 ** 40 + k]);
+      expect([c.activeMs[i], c.vcpuMs[i], c.mibMs[i]]).toEqual(sums(k));
     }
+  });
+
+  it("reads any agents' lines as the rows they hold, in (window, agent) order", () => {
+    const row = fc.tuple(fc.nat({ max: 40 }), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat());
+    fc.assert(
+      fc.property(fc.uniqueArray(fc.tuple(fc.string({ unit: "grapheme", minLength: 1 }), fc.uniqueArray(row, { minLength: 1, maxLength: 6, selector: (r) => r[0] })), { maxLength: 8, selector: ([id]) => id }), (agents) => {
+        const c = columnsOf(agents.map(([id, rs]) => agentLine(id, rs)).join("\n"), true);
+        const want = agents.flatMap(([id, rs]) => rs.map((r) => [r[0], id, r[1], r[2], r[3]] as const)).sort((x, y) => x[0] - y[0] || bytesOrder(x[1], y[1]));
+        expect(Array.from({ length: c.length }, (_, i) => [c.window[i], c.agents![c.agent![i]!], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]])).toEqual(want);
+        expect(c.agents).toEqual(agents.map(([id]) => id).sort(bytesOrder));
+        // the same lines as two texts (a report in parts), empty ones and nulls among them
+        const lines = agents.map(([id, rs]) => agentLine(id, rs));
+        const half = lines.length >> 1;
+        expect(columnsOf([lines.slice(0, half).join("\n"), null, "", lines.slice(half).join("\n")], true)).toEqual(c);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it("reads rows without agents, no rows at all, negative numbers and the largest exact integer", () => {
@@ -65,7 +93,9 @@ describe("columnsOf", () => {
     expect(Array.from(c.window)).toEqual([0, 1, 2]);
     expect(Array.from(c.activeMs)).toEqual([-3, 1, 5]);
     expect(c.mibMs[0]).toBe(Number.MAX_SAFE_INTEGER);
+    expect(columnsOf([line(2, 5, 6, 7), null, [line(0, -3, 0, Number.MAX_SAFE_INTEGER), line(1, 1, 1, 1)].join("\n")], false)).toEqual(c);
     expect(columnsOf(null, true).length).toBe(0);
+    expect(columnsOf([], true).length).toBe(0);
     expect(columnsOf("", false).length).toBe(0);
   });
 
@@ -74,6 +104,17 @@ describe("columnsOf", () => {
     expect(() => columnsOf("0,1,2", false)).toThrow(/unreadable/);
     expect(() => columnsOf("0,1,x,3", false)).toThrow(/unreadable/);
     expect(() => columnsOf(line(-1, 1, 1, 1), false)).toThrow(/window/);
+    expect(() => columnsOf(`${line(0, 1, 1, 1)}x`, false)).toThrow(/unreadable/);
+    expect(() => columnsOf(`${line(0, 1, 1, 1)},"agt_a"`, false)).toThrow(/unreadable/);
+    // by agent: rows end in ";" or "," and the quoted id, which must be there
+    expect(() => columnsOf(agentLine("agt_a", [[0, 2 ** 53, 1, 1]]), true)).toThrow(/exceeds 2\^53/);
+    expect(() => columnsOf("0,1,2,3", true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,"agt_a"', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,3;"agt_a"', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,3,4,"agt_a"', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,3,"agt_a', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('"agt_a"', true)).toThrow(/unreadable/);
+    expect(columnsOf('0,1,2,3;1,4,5,6,"agt_a"', true).length).toBe(2);
   });
 });
 
