@@ -78,6 +78,16 @@ export async function commitManifest(path: string, manifest: unknown, alongside?
 }
 
 /**
+ * Publishes a directory built under a temporary name (a checkpoint): its manifest committed inside it, then the
+ * directory renamed to `dir` and its parent synced. A crash before the rename leaves only the temporary directory.
+ */
+export async function publishDirectory(tmp: string, manifestPath: string, manifest: unknown, dir: string): Promise<void> {
+  await commitManifest(manifestPath, manifest);
+  await rename(tmp, dir);
+  await fsyncPath(dirname(dir));
+}
+
+/**
  * The committed manifest at `path`: `{}` when there is none, `{problem}` when it cannot be read or is not one this
  * driver wrote (`valid` says which), else `{manifest}`.
  */

@@ -37,7 +37,7 @@ import { guestHostname, LAUNCH_DRIVE_FILE, makeLaunchDrive } from "../common/lau
 import { killLeftover, processAlive, readPidFile, writePidFile } from "../common/proc.ts";
 import { pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type Restored } from "../common/restore-or-boot.ts";
-import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
+import { fsyncPath, publishDirectory, sha256File } from "../common/snapshot-files.ts";
 import { VmTemplates } from "../common/templates.ts";
 import { ensureSnapshotSpace, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { checkSocketPath, MANIFEST_FILE, processFiles } from "../common/state-dir.ts";
@@ -570,9 +570,7 @@ export class FirecrackerDriver implements VmDriver {
         sourceVmId: spec.vmId,
         sourceAgentId: spec.agentId,
       };
-      await commitManifest(out.manifest, manifest);
-      await rename(tmp, dir);
-      await fsyncPath(dirname(dir));
+      await publishDirectory(tmp, out.manifest, manifest, dir);
       const ms = performance.now() - started;
       this.log.info("checkpoint taken", { vmId: spec.vmId, dir, takenOf: taken.takenOf, bytes: totalBytes, copy, pausedMs: Math.round(pausedMs * 10) / 10, ms: Math.round(ms) });
       return { bytes: totalBytes, pausedMs, ms, copy };
@@ -656,11 +654,15 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
-    const live = this.owned(vm);
+    return this.askAgent(this.owned(vm), (agent) => agent.checkpointRequests());
+  }
+
+  /** One request to the guest agent over its (re)opened vsock channel; a failed channel is reopened and asked once more. */
+  private async askAgent<T>(live: Live, ask: (agent: GuestAgentClient) => Promise<T>): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       try {
         live.agent ??= await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs: 2000, gaveUp: () => live.proc.exitedWhy("firecracker") });
-        return await live.agent.checkpointRequests();
+        return await ask(live.agent);
       } catch (err) {
         live.agent?.close();
         live.agent = undefined;
@@ -710,17 +712,7 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   async guestLeases(vm: RunningVm): Promise<number> {
-    const live = this.owned(vm);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        live.agent ??= await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs: 2000, gaveUp: () => live.proc.exitedWhy("firecracker") });
-        return await live.agent.leases();
-      } catch (err) {
-        live.agent?.close();
-        live.agent = undefined;
-        if (attempt >= 1) throw err;
-      }
-    }
+    return this.askAgent(this.owned(vm), (agent) => agent.leases());
   }
 
   onExit(vm: RunningVm, listener: (exit: VmExit) => void): void {

@@ -13,7 +13,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { closeSync, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, rmSync, statSync } from "node:fs";
 import { mkdir, open, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { connect, createServer, type Socket } from "node:net";
-import { basename, dirname, join } from "node:path";
+import { basename, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AppError } from "../../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
@@ -23,7 +23,7 @@ import { makeLaunchDrive } from "../common/launch-data.ts";
 import { killLeftover, processAlive } from "../common/proc.ts";
 import { freeLoopbackPort, pollUntil, waitForHttp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot, type ClockFix, type Restored } from "../common/restore-or-boot.ts";
-import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
+import { commitManifest, fsyncPath, publishDirectory, sha256File } from "../common/snapshot-files.ts";
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
 import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
@@ -271,8 +271,7 @@ export class QemuDriver implements VmDriver {
     // no earlier attempt's file is in the way), both prepared while the guest still runs. Otherwise QEMU's writer
     // fills an attempt file, renamed once complete.
     const attempt = ownRam ? { data: join(spec.stateDir, `snapshot-${attemptId}.bin`), done: "" } : snapshotAttempt(spec.stateDir, attemptId);
-    const toSocket = ownRam ? await this.socketMigration(vp, attempt.data).catch((err: Error) => err) : undefined;
-    if (toSocket instanceof Error) throw toSocket;
+    const toSocket = ownRam ? await this.socketMigration(vp, attempt.data) : undefined; // closes what it opened if it fails
     if (toSocket) dataPath = attempt.data;
     phases.mark("prepare");
     try {
@@ -545,9 +544,7 @@ export class QemuDriver implements VmDriver {
         sourceVmId: spec.vmId,
         sourceAgentId: spec.agentId,
       };
-      await commitManifest(out.manifest, manifest);
-      await rename(tmp, dir);
-      await fsyncPath(dirname(dir));
+      await publishDirectory(tmp, out.manifest, manifest, dir);
       const ms = performance.now() - started;
       this.log.info("checkpoint taken", { vmId: spec.vmId, dir, bytes: totalBytes, copy, pausedMs: Math.round(pausedMs * 10) / 10, ms: Math.round(ms) });
       return { bytes: totalBytes, pausedMs, ms, copy };
