@@ -44,7 +44,9 @@ const CGI: Record<string, string> = {
   read: `cat /data/note.txt 2>&1`,
   lease: `echo $(( $(date +%s) + 60 )) > "$LEASE_DIR/cgi" && echo leased`,
   shout: `echo "cgi says hello on stderr" >&2; echo shouted`,
-  crash: `kill -9 "$(cat /tmp/start.pid)" && echo crashed`,
+  // The answer is out before the kill: the driver ends the whole group (this CGI and its httpd too) as soon as it
+  // sees the entrypoint die, and a kill in the foreground raced that against the echo.
+  crash: `pid=$(cat /tmp/start.pid); echo crashed; (sleep 0.3; kill -9 "$pid") </dev/null >/dev/null 2>&1 &`,
 };
 
 let work: string;

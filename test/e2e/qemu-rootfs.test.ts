@@ -150,7 +150,7 @@ describe("qemu driver with a built image", () => {
     // Under TCG this whole test took 4.0–6.1 s alone; in two full runs on a loaded machine no exit came within 10 s
     // and then 30 s. The crash call is sent again every 10 s (a request that never reached the guest's httpd crashes
     // nothing; once httpd is gone a repeat fails at once), up to 60 s; a failure shows the console's tail.
-    for (let i = 0; i < 1200 && exits.length === 0; i++) {
+    for (let i = 0; i < 800 && exits.length === 0; i++) {
       if (i % 200 === 0) void call(vm.endpoint.port, "/cgi-bin/crash", { signal: AbortSignal.timeout(9_000) }).catch(() => undefined);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -160,7 +160,7 @@ describe("qemu driver with a built image", () => {
     const woke = await driver.wake(spec);
     vm = woke.vm;
     expect(await cgi(vm, "disk-read")).toBe("on-the-disk");
-  });
+  }, 120_000);
 
   it("destroy removes the agent's disk; stop keeps it", async () => {
     await driver.stop(vm);

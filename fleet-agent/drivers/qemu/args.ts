@@ -114,7 +114,10 @@ export const TCG_TB_MIB = 64;
 /** `egress`: the guest's init exports the proxy (`HTTP_PROXY`, `HTTPS_PROXY`, …) to the demo's processes (guest/init.sh). */
 export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress = false): string {
   // init_on_free zeroes freed pages, so the snapshot skips them (≈ 95 MB → ≈ 60 MB of state here).
-  const parts = ["console=ttyS0", "panic=-1", "quiet", "init_on_free=1"];
+  // reboot=t: a triple fault, which QEMU (-no-reboot) turns into its exit at once. The kernel's default order tries
+  // ACPI and the keyboard controller first, then jumps into the firmware in real mode; under load that sometimes
+  // hung for good after "reboot: Restarting system" (an entrypoint that exited left a QEMU spinning, never an exit).
+  const parts = ["console=ttyS0", "panic=-1", "reboot=t", "quiet", "init_on_free=1"];
   if (accel === "tcg" && tscKhz) parts.push(`tsc_early_khz=${tscKhz}`);
   if (egress) parts.push(`agentvm.egress_proxy=${egressProxyUrl}`);
   return parts.join(" ");
