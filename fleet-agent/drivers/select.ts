@@ -1,13 +1,13 @@
 // Picks the VM driver for this host: DRIVER when set, else qemu where QEMU and the guest image are usable, else process.
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { bool, oneOf, type Env } from "../../lib/env.ts";
+import { bool, int, oneOf, type Env } from "../../lib/env.ts";
 import type { Logger } from "../../lib/log.ts";
 import { customKernelFromEnv, ensureGuestImage } from "../guest/build-image.ts";
 import type { DriverName, VmDriver } from "./driver.ts";
 import { createFirecrackerDriver } from "./firecracker/config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
-import { QemuDriver } from "./qemu/driver.ts";
+import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, QemuDriver } from "./qemu/driver.ts";
 import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { parseEgressConfig } from "../egress/config.ts";
@@ -28,6 +28,8 @@ export interface SelectedDriver {
  * Driver-specific variables (read here, at the program's edge, through `env`):
  * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
  * | QEMU_PRESTART | false | `true`: keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each); `paused` (with QEMU_MEMORY=file): keep the hibernated QEMU itself stopped (~80 MB anonymous + reclaimable RAM-file pages each), a wake of its snapshot is `cont` + clock fix |
+ * | QEMU_PRESTART_KEEP_MS | 600000 | ms a kept QEMU (either kind of QEMU_PRESTART) waits for its VM's wake after the hibernation; then it is ended and the wake restores from the files; 0: until the wake |
+ * | QEMU_PRESTART_MAX | 16 | the most QEMUs kept waiting at once; the oldest is ended first |
  * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
  * | QEMU_TEMPLATES | false | new agents start as clones of a warm template of their image (`<DATA_DIR>/templates`), built on the first cold boot of each |
  * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
@@ -66,6 +68,8 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         log,
         accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
         prestart: prestartMode(env),
+        prestartKeepMs: int(env, "QEMU_PRESTART_KEEP_MS", DEFAULT_PRESTART_KEEP_MS, { min: 0 }),
+        prestartMax: int(env, "QEMU_PRESTART_MAX", DEFAULT_PRESTART_MAX, { min: 1 }),
         memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
         egress: new EgressProxy(parseEgressConfig(env), { log }),
         ...(bool(env, "QEMU_TEMPLATES", false) ? { templates: { root: join(dataDir, "templates") } } : {}),

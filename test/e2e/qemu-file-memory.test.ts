@@ -337,6 +337,44 @@ describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () =>
   }, 180_000);
 });
 
+describe("kept QEMUs are bounded: in time after the hibernation, and in number", () => {
+  let driver: QemuDriver;
+  const a = makeSpec();
+  const b = makeSpec();
+
+  beforeAll(async () => {
+    driver = await makeDriver({ memory: "file", prestart: "paused", prestartKeepMs: 2000, prestartMax: 1 });
+  });
+
+  afterAll(async () => {
+    await driver?.close();
+    for (const s of [a, b]) await driver?.destroy(s);
+  });
+
+  it("a second kept QEMU ends the first; the second ends after keepMs; both VMs restore from their files in new QEMUs", async () => {
+    const vmA = (await driver.boot(a)).vm;
+    const vmB = (await driver.boot(b)).vm;
+    expect(await bump(vmA)).toBe(1);
+    expect(await bump(vmB)).toBe(1);
+    expect(await bump(vmB)).toBe(2);
+    expect((await driver.hibernate(vmA)).completed).toBe(true);
+    expect(processAlive(vmA.pid!)).toBe(true); // kept, stopped
+    expect((await driver.hibernate(vmB)).completed).toBe(true);
+    expect(await exits(vmA.pid!)).toBe(true); // over prestartMax: the oldest went
+    expect(processAlive(vmB.pid!)).toBe(true);
+    await sleep(2500);
+    expect(await exits(vmB.pid!)).toBe(true); // past prestartKeepMs
+
+    const wokeA = await driver.wake(a);
+    const wokeB = await driver.wake(b);
+    for (const w of [wokeA, wokeB]) expect(w.mode).toBe("restore");
+    expect(wokeA.vm.pid).not.toBe(vmA.pid);
+    expect(wokeB.vm.pid).not.toBe(vmB.pid);
+    expect(await count(wokeA.vm)).toBe(1);
+    expect(await count(wokeB.vm)).toBe(2);
+  }, 180_000);
+});
+
 /** What the host started after the killed one does: a new driver reaps what is left of the VM, then `check` runs; the VM is destroyed after. */
 async function onNextHost(s: VmSpec, check: (driver: QemuDriver) => Promise<void>): Promise<void> {
   const driver = await makeDriver({ memory: "file" });

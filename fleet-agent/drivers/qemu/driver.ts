@@ -38,6 +38,7 @@ import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
 import { ExecStubs } from "../common/exec-stubs.ts";
 import { Phases } from "./phases.ts";
+import { WaitingPool } from "./waiting.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
 import { VmTemplates } from "../common/templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
@@ -72,6 +73,13 @@ export interface QemuDriverOptions {
    * (up to TCG_TB_MIB) and QEMU's own memory stay resident; the guest's pages are the RAM file's clean page cache.
    */
   prestart?: boolean | "paused";
+  /**
+   * How long a kept QEMU (either kind of `prestart`) waits for its VM's wake, in ms after the hibernation; then it is
+   * ended and the next wake restores from the files. 0: until the wake. Default 600 000 (10 min).
+   */
+  prestartKeepMs?: number;
+  /** The most QEMUs kept waiting at once (the oldest is ended first). Default 16. */
+  prestartMax?: number;
   /**
    * LD_PRELOAD shim that raises QEMU's listen backlog (see backlog.ts): `auto` (default) builds it
    * with gcc on first use, a path uses that file, false runs QEMU without it.
@@ -143,6 +151,10 @@ const SYNC_TIMEOUT_MS = 10_000;
 /** A stop (host shutdown, delete) waits less for the guest's flush: the disk's journal covers the rest. */
 const STOP_SYNC_TIMEOUT_MS = 3000;
 
+/** QemuDriverOptions.prestartKeepMs and prestartMax when not given. */
+export const DEFAULT_PRESTART_KEEP_MS = 600_000;
+export const DEFAULT_PRESTART_MAX = 16;
+
 export class QemuDriver implements VmDriver {
   readonly name = "qemu" as const;
   readonly isolated = true;
@@ -160,8 +172,8 @@ export class QemuDriver implements VmDriver {
   private readonly egressRelay: string | undefined;
   private readonly hostCpu = hostCpuModel();
   private readonly running = new Map<string, QemuVm>();
-  /** Pre-started QEMUs in `-incoming defer`, by vmId. */
-  private readonly waiting = new Map<string, QemuVm>();
+  /** QEMUs kept for hibernated VMs (pre-started in `-incoming defer`, or stopped after the hibernation), by vmId. */
+  private readonly waiting: WaitingPool<QemuVm>;
   /** A hibernation's work after its answer, by vmId: QEMU's exit, the egress listener, older files (`settled`). */
   private readonly settling = new Map<string, Promise<void>>();
   /** A committed snapshot's RAM pages still being written back, by vmId (`trackRamSync`). */
@@ -176,6 +188,7 @@ export class QemuDriver implements VmDriver {
 
   constructor(opts: QemuDriverOptions) {
     this.opts = opts;
+    this.waiting = new WaitingPool<QemuVm>({ keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX }, (id, vp, why) => this.endKept(id, vp, why));
     this.binary = opts.qemuBinary ?? "qemu-system-x86_64";
     this.memory = opts.memory ?? "stream";
     this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });
@@ -841,6 +854,7 @@ export class QemuDriver implements VmDriver {
     phases.mark("checks");
     // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
     let vp = plan.prestartable ? this.takeWaiting(spec) : (await this.discardWaiting(spec.vmId), undefined);
+    if (!vp) await this.settled(spec.vmId); // a kept one just ended (`endKept`) still holds the VM's port and sockets
     // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
     // event may not have arrived yet, so the process itself is asked.
     if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid))) {
@@ -1027,6 +1041,24 @@ export class QemuDriver implements VmDriver {
     if (!vp) return undefined;
     this.waiting.delete(spec.vmId);
     return vp.proc.exit ? undefined : vp;
+  }
+
+  /**
+   * A kept QEMU past its time, or the oldest over the bound: ended. Its VM's snapshot is on disk (committed before it
+   * was kept), so the next wake restores from the files; that wake waits for this exit first (`settled`), as the new
+   * QEMU needs the port and sockets this one holds.
+   */
+  private endKept(vmId: string, vp: QemuVm, why: "expired" | "over_max"): void {
+    this.log.info("kept QEMU ended; the next wake restores from the files", { vmId, why, paused: vp.pausedAt !== undefined, pid: vp.proc.pid });
+    const before = this.settling.get(vmId);
+    const ending = (async () => {
+      await before;
+      await vp.proc.kill();
+    })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
+    this.settling.set(vmId, ending);
+    void ending.then(() => {
+      if (this.settling.get(vmId) === ending) this.settling.delete(vmId);
+    });
   }
 
   private async discardWaiting(vmId: string): Promise<void> {
