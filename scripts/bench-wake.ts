@@ -128,9 +128,16 @@ function phaseLogger(memory: MemoryMode): Logger {
   const logger: Logger = {
     ...silentLogger,
     info(msg, fields) {
+      // File memory: when the RAM file's pages were durable too (at the commit, or later when the manifest said
+      // `ramPending`), from the hibernation's start: `durable` among the hibernation's phases.
+      if (msg === "RAM file durable") {
+        const last = phaseLog.get(memory)!.hibernate.at(-1);
+        if (last) last.durable = Number(fields?.durableMs);
+        return;
+      }
       const phases = fields?.phases as Record<string, number> | undefined;
       if (!phases) return;
-      if (msg === "hibernated") phaseLog.get(memory)!.hibernate.push({ ...phases });
+      if (msg === "hibernated") phaseLog.get(memory)!.hibernate.push({ ...phases, ...(memory === "file" && fields?.ramPending === false ? { durable: Number(fields.snapshotMs) } : {}) });
       else if (msg === "restored") phaseLog.get(memory)!.wake.push({ ...phases, ...(fields?.firstAnswerMs !== undefined ? { firstAnswer: Number(fields.firstAnswerMs), guestAnswered: Number(fields.restoreMs) + Number(fields.firstAnswerMs) } : {}), clockFix: Number(fields?.clockFixMs) });
     },
     child: () => logger,

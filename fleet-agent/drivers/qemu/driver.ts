@@ -39,6 +39,7 @@ import { ensureEgressRelay } from "../../egress/relay.ts";
 import { ExecStubs } from "../common/exec-stubs.ts";
 import { Phases } from "./phases.ts";
 import { WaitingPool } from "./waiting.ts";
+import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
 import { VmTemplates } from "../common/templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
@@ -174,6 +175,7 @@ export class QemuDriver implements VmDriver {
   private readonly running = new Map<string, QemuVm>();
   /** QEMUs kept for hibernated VMs (pre-started in `-incoming defer`, or stopped after the hibernation), by vmId. */
   private readonly waiting: WaitingPool<QemuVm>;
+  private smallPagesMissingSaid = false;
   /** A hibernation's work after its answer, by vmId: QEMU's exit, the egress listener, older files (`settled`). */
   private readonly settling = new Map<string, Promise<void>>();
   /** A committed snapshot's RAM pages still being written back, by vmId (`trackRamSync`). */
@@ -966,7 +968,10 @@ export class QemuDriver implements VmDriver {
     // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once).
     if (egress) await this.egress.listen(spec.vmId, paths.egress);
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
-    if (this.memory === "file" && !incoming) await freshRamFile(paths, spec.memMiB);
+    if (this.memory === "file" && !incoming) {
+      await freshRamFile(paths, spec.memMiB);
+      await this.smallPages(spec, paths.ram);
+    }
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       phases?.mark("launchPrepare");
@@ -1041,6 +1046,22 @@ export class QemuDriver implements VmDriver {
     if (!vp) return undefined;
     this.waiting.delete(spec.vmId);
     return vp.proc.exit ? undefined : vp;
+  }
+
+  /**
+   * A fresh RAM file cached in 4 KiB pages before QEMU maps it (small-pages.ts): what the guest then dirties is written
+   * back page by page at each hibernation, not folio by folio. Restores find those pages still cached; after the host
+   * dropped them (memory pressure, a reboot) the file is cached as the kernel likes until the next cold boot. Without
+   * the helper (no gcc) or if it fails, the VM runs all the same.
+   */
+  private async smallPages(spec: VmSpec, ram: string): Promise<void> {
+    const helper = smallPagesTool();
+    if (!("path" in helper)) {
+      if (!this.smallPagesMissingSaid) this.log.warn("RAM files keep the kernel's large page-cache folios: hibernations write back more", { why: helper.error });
+      this.smallPagesMissingSaid = true;
+      return;
+    }
+    await cacheInSmallPages(helper.path, ram).catch((err: unknown) => this.log.warn("could not cache the RAM file in small pages", { vmId: spec.vmId, err }));
   }
 
   /**
