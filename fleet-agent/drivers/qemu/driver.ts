@@ -38,7 +38,7 @@ import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
 import { ExecStubs } from "../common/exec-stubs.ts";
 import { Phases } from "./phases.ts";
-import { WaitingPool } from "./waiting.ts";
+import { WaitingPool, type EvictReason } from "./waiting.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { QmpClient, type MigrationInfo } from "./qmp.ts";
 import { VmTemplates } from "../common/templates.ts";
@@ -412,9 +412,14 @@ export class QemuDriver implements VmDriver {
     })()
       .catch((err: unknown) => this.log.warn("cleanup after a hibernation failed", { vmId: spec.vmId, err }))
       .then(() => (this.opts.prestart ? this.prestart(spec).catch((err: unknown) => this.log.warn("prestart failed", { vmId: spec.vmId, err })) : undefined));
-    this.settling.set(spec.vmId, settling);
-    void settling.then(() => {
-      if (this.settling.get(spec.vmId) === settling) this.settling.delete(spec.vmId);
+    this.trackSettling(spec.vmId, settling);
+  }
+
+  /** Work on a VM's QEMU that whatever starts a QEMU for the VM next waits for (`settled`), forgotten once done. */
+  private trackSettling(vmId: string, work: Promise<void>): void {
+    this.settling.set(vmId, work);
+    void work.then(() => {
+      if (this.settling.get(vmId) === work) this.settling.delete(vmId);
     });
   }
 
@@ -1069,17 +1074,14 @@ export class QemuDriver implements VmDriver {
    * was kept), so the next wake restores from the files; that wake waits for this exit first (`settled`), as the new
    * QEMU needs the port and sockets this one holds.
    */
-  private endKept(vmId: string, vp: QemuVm, why: "expired" | "over_max"): void {
+  private endKept(vmId: string, vp: QemuVm, why: EvictReason): void {
     this.log.info("kept QEMU ended; the next wake restores from the files", { vmId, why, paused: vp.pausedAt !== undefined, pid: vp.proc.pid });
     const before = this.settling.get(vmId);
     const ending = (async () => {
       await before;
       await vp.proc.kill();
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
-    this.settling.set(vmId, ending);
-    void ending.then(() => {
-      if (this.settling.get(vmId) === ending) this.settling.delete(vmId);
-    });
+    this.trackSettling(vmId, ending);
   }
 
   private async discardWaiting(vmId: string): Promise<void> {

@@ -39,17 +39,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   static char buf[1 << 20];
-  for (off_t off = 0; off < st.st_size; off += sizeof buf) {
+  for (off_t off = 0; off < st.st_size;) {
     ssize_t n = pread(fd, buf, sizeof buf, off);
     if (n < 0) {
-      if (errno == EINTR) {
-        off -= sizeof buf;
-        continue;
-      }
       fprintf(stderr, "small-pages: read at %lld: %s\n", (long long)off, strerror(errno));
       return 1;
     }
     if (n == 0) break;
+    off += n;
   }
   close(fd);
   return 0;

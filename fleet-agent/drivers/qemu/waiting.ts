@@ -9,6 +9,9 @@ export interface WaitingLimits {
   max: number;
 }
 
+/** Why a kept one left the pool without a wake taking it. */
+export type EvictReason = "expired" | "over_max";
+
 /** Timers, injected so the bounds are tested without waiting. */
 export interface WaitingTimers {
   set(fn: () => void, ms: number): unknown;
@@ -27,10 +30,10 @@ const realTimers: WaitingTimers = {
 export class WaitingPool<T> {
   private readonly entries = new Map<string, { value: T; timer: unknown }>();
   private readonly limits: WaitingLimits;
-  private readonly evict: (id: string, value: T, why: "expired" | "over_max") => void;
+  private readonly evict: (id: string, value: T, why: EvictReason) => void;
   private readonly timers: WaitingTimers;
 
-  constructor(limits: WaitingLimits, evict: (id: string, value: T, why: "expired" | "over_max") => void, timers: WaitingTimers = realTimers) {
+  constructor(limits: WaitingLimits, evict: (id: string, value: T, why: EvictReason) => void, timers: WaitingTimers = realTimers) {
     if (!(limits.max >= 1)) throw new Error(`the most QEMUs kept waiting must be at least 1, not ${limits.max}`);
     this.limits = limits;
     this.evict = evict;
@@ -73,7 +76,7 @@ export class WaitingPool<T> {
     return this.entries.size;
   }
 
-  private drop(id: string, value: T, why: "expired" | "over_max"): void {
+  private drop(id: string, value: T, why: EvictReason): void {
     if (this.entries.get(id)?.value !== value) return; // taken by a wake, or replaced, meanwhile
     this.delete(id);
     this.evict(id, value, why);
