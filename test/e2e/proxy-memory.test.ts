@@ -12,7 +12,14 @@ import { freshDatabase } from "../helpers/db.ts";
 
 const MiB = 1024 * 1024;
 const size = 200 * MiB;
-const bound = 64 * MiB;
+// Bytes that may be in flight between the two ends while one of them does not read: socket buffers' worth.
+const inFlight = 64 * MiB;
+// What the gateway's resident size may grow by while a body streams through it. Not near zero: V8 frees the
+// Buffers a stream has passed on only at a GC, which it forces once ~64 MB of them are outstanding (its external
+// memory limit), and malloc keeps some of what it got back; measured 0-46 MB on a quiet machine, 73 MB once in CI.
+// A gateway that buffered the body would hold all of it at once: 196-200 MB of growth, tried by holding the
+// chunks in the Node fast path until the body's end.
+const growthBound = size / 2;
 
 let child: ChildProcess;
 let dataDir: string;
@@ -156,7 +163,7 @@ describe("large bodies through the gateway process", () => {
     expect(result!.body.bytes).toBe(size);
     expect(result!.body.sha256).toBe(result!.sha256);
     console.log(`upload ${size / MiB} MB: gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
-    expect(growth).toBeLessThan(bound);
+    expect(growth).toBeLessThan(growthBound);
   });
 
   it("an upload to an agent that stops reading is held back at the client (backpressure), not buffered in the gateway", async () => {
@@ -173,8 +180,8 @@ describe("large bodies through the gateway process", () => {
     expect(result!.body.sha256).toBe(result!.sha256);
     console.log(`upload to an agent stalled 2 s: client got ${(writtenDuringStall / MiB).toFixed(1)} MB out meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
     // Only socket buffers' worth can leave the client while nothing reads at the far end.
-    expect(writtenDuringStall).toBeLessThan(bound);
-    expect(growth).toBeLessThan(bound);
+    expect(writtenDuringStall).toBeLessThan(inFlight);
+    expect(growth).toBeLessThan(growthBound);
   });
 
   it("a download to a client that stops reading is held back at the agent, not buffered in the gateway", async () => {
@@ -191,8 +198,8 @@ describe("large bodies through the gateway process", () => {
     expect(result).toEqual({ status: 200, received: size });
     console.log(`download to a client paused 2 s: the agent got ${(aheadDuringPause / MiB).toFixed(1)} MB ahead of it meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
     // Only socket buffers' worth can leave the agent while nothing reads at the far end.
-    expect(aheadDuringPause).toBeLessThan(bound);
-    expect(growth).toBeLessThan(bound);
+    expect(aheadDuringPause).toBeLessThan(inFlight);
+    expect(growth).toBeLessThan(growthBound);
   });
 
   it(`a ${size / MiB} MB download streams in constant memory and arrives whole`, async () => {
@@ -203,6 +210,6 @@ describe("large bodies through the gateway process", () => {
     });
     expect(result).toEqual({ status: 200, received: size });
     console.log(`download ${size / MiB} MB: gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
-    expect(growth).toBeLessThan(bound);
+    expect(growth).toBeLessThan(growthBound);
   });
 });
