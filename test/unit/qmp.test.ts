@@ -4,7 +4,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { QmpClient, QmpClosedError, QmpError } from "../../fleet-agent/drivers/qemu/qmp.ts";
+import { contAfterMigration, QmpClient, QmpClosedError, QmpError } from "../../fleet-agent/drivers/qemu/qmp.ts";
 
 const greeting = { QMP: { version: { qemu: { major: 7, minor: 2, micro: 22 }, package: "Debian 1:7.2+dfsg-7" }, capabilities: ["oob"] } };
 
@@ -181,5 +181,37 @@ describe("QmpClient", () => {
     const qmp = await QmpClient.connect(fake.path);
     cleanups.push(() => qmp.close());
     await expect(qmp.execute("stop", undefined, 50)).rejects.toThrow(/did not answer within 50 ms/);
+  });
+});
+
+describe("contAfterMigration", () => {
+  const notFinalized = { error: { class: "GenericError", desc: "Migration is not finalized yet" } };
+
+  it("runs the VM on once the migration's thread has let go of it, not before", async () => {
+    let refusals = 3;
+    const fake = await fakeQmp({ cont: () => (refusals-- > 0 ? notFinalized : { return: {} }) });
+    cleanups.push(() => fake.close());
+    const qmp = await QmpClient.connect(fake.path);
+    cleanups.push(() => qmp.close());
+    await contAfterMigration(qmp);
+    expect(fake.received.filter((m) => m.execute === "cont")).toHaveLength(4);
+  });
+
+  it("gives up on that refusal after its deadline, and on any other refusal at once", async () => {
+    const fake = await fakeQmp({ cont: () => notFinalized });
+    cleanups.push(() => fake.close());
+    const qmp = await QmpClient.connect(fake.path);
+    cleanups.push(() => qmp.close());
+    const t0 = performance.now();
+    await expect(contAfterMigration(qmp, 100)).rejects.toThrow(/not finalized/);
+    expect(performance.now() - t0).toBeLessThan(1000);
+    expect(fake.received.filter((m) => m.execute === "cont").length).toBeGreaterThan(2);
+
+    const other = await fakeQmp({ cont: () => ({ error: { class: "GenericError", desc: "Resetting the Virtual Machine is required" } }) });
+    cleanups.push(() => other.close());
+    const qmp2 = await QmpClient.connect(other.path);
+    cleanups.push(() => qmp2.close());
+    await expect(contAfterMigration(qmp2)).rejects.toThrow(/Resetting/);
+    expect(other.received.filter((m) => m.execute === "cont")).toHaveLength(1);
   });
 });

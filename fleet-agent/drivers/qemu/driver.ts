@@ -40,7 +40,7 @@ import { ExecStubs } from "../common/exec-stubs.ts";
 import { Phases } from "./phases.ts";
 import { WaitingPool, type EvictReason } from "./waiting.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
-import { QmpClient, type MigrationInfo } from "./qmp.ts";
+import { contAfterMigration, QmpClient, type MigrationInfo } from "./qmp.ts";
 import { VmTemplates } from "../common/templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
@@ -1424,7 +1424,7 @@ export class QemuDriver implements VmDriver {
           await sleep(3);
         }
       }
-      await qmp.execute("cont");
+      await contAfterMigration(qmp);
     } catch (err) {
       this.log.error("could not resume the VM after a failed snapshot; killing it", { vmId: vp.spec.vmId, aborted, err });
       vp.proc.signal("SIGKILL");

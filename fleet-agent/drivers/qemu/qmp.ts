@@ -267,3 +267,25 @@ export class QmpClient {
     for (const w of this.closeWaiters.splice(0)) w();
   }
 }
+
+/** QEMU's answer to `cont` while a migration's thread still holds the VM in `finish-migrate`. */
+const NOT_FINALIZED = /Migration is not finalized yet/;
+
+/**
+ * `cont` once a migration has let go of the VM. QEMU reports a migration failed (or completed) before its thread has
+ * put the run state back, and a `cont` in between is refused ("Migration is not finalized yet"); on a loaded host that
+ * window is long enough to hit, and a VM given up on there loses what it did since its last snapshot. Retried for that
+ * refusal only, until `timeoutMs`; any other refusal is thrown at once.
+ */
+export async function contAfterMigration(qmp: Pick<QmpClient, "execute">, timeoutMs = 5000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
+    try {
+      await qmp.execute("cont");
+      return;
+    } catch (err) {
+      if (!(err instanceof QmpError) || !NOT_FINALIZED.test(err.desc) || performance.now() + wait > deadline) throw err;
+    }
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+}
