@@ -3,6 +3,9 @@ import type { Logger } from "../lib/log.ts";
 import type { WakeTimings } from "../contracts/agent.ts";
 import type { HostStore, RunStart, TransitionRecord } from "./store.ts";
 
+/** The longest a hold keeps writes back, ms: a normal hibernation answers in tens of ms. */
+export const HOLD_MAX_MS = 1000;
+
 /**
  * Each write is queued behind the previous one, so a run's end never lands before its start and the log
  * reads in transition order. Callers never wait for the database: a slow or failed write must not hold up
@@ -35,6 +38,21 @@ export class EventLog {
 
   runEnded(runId: string, sleptAt: Date, reason: string): void {
     this.enqueue(() => this.store.runEnded(runId, sleptAt, reason));
+  }
+
+  /**
+   * Writes queued from now on wait until `until` settles. For a VM's pause: with an embedded database (PGlite runs on
+   * this thread) a write's CPU time would land inside the driver's steps between `stop` and the snapshot's commit.
+   * Each record keeps the time it was made at; only its write waits, and at most `maxMs` (the log is the host's, every
+   * VM's writes queue behind the hold: a hibernation stuck in a slow migration must not keep them all back).
+   */
+  hold(until: Promise<unknown>, maxMs = HOLD_MAX_MS): void {
+    let timer: NodeJS.Timeout | undefined;
+    const settled = Promise.race([until, new Promise((resolve) => (timer = setTimeout(resolve, maxMs)))]).then(
+      () => clearTimeout(timer),
+      () => clearTimeout(timer),
+    );
+    this.tail = this.tail.then(() => settled);
   }
 
   /** Waits until every write queued so far is stored (or has failed and been logged). */

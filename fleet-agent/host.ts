@@ -974,11 +974,15 @@ export class Host {
     const vm = entry.running;
     if (entry.state !== "running" || !vm) return Promise.resolve();
     const abort = new AbortController();
+    let driverDone!: () => void;
+    // The driver's steps first: the event log's writes (this transition's among them) wait until it answers, so an
+    // embedded database's CPU time does not land between `stop` and the snapshot's commit (event-log.ts `hold`).
+    this.events.hold(new Promise<void>((resolve) => (driverDone = resolve)));
     this.transition(entry, "snapshotting", reason);
     this.endActivity(entry, reason);
     const promise = (async () => {
       try {
-        const result = await this.deps.driver.hibernate(vm, abort.signal);
+        const result = await this.deps.driver.hibernate(vm, abort.signal).finally(driverDone);
         if (entry.running !== vm) return; // crashed meanwhile: the exit handler recorded it
         if (result.completed) {
           entry.running = undefined;

@@ -120,7 +120,8 @@ describe("a snapshot directory that runs full", () => {
     };
     await waitFor(settled, 20_000, "the end of the second snapshot");
     needed = 64 * MiB; // the next attempt is refused before anything is written
-    expect(status(agent.id)!.state).toBe("running");
+    // When it is not running, the log's last entries say why (a crash's exit and console, a wake's error).
+    expect(status(agent.id)!.state, JSON.stringify((await events(agent.id)).slice(-3))).toBe("running");
     // Still the same guest: its memory went on (5 → 6), not back to the older snapshot's 3.
     expect(await counter(agent.id)).toMatchObject({ wake: "warm", count: 6 });
     const err = status(agent.id)!.lastHibernateError as HibernateFailure;

@@ -72,4 +72,34 @@ describe("event log", () => {
     expect(errors[0]!.msg).toBe("event log write failed");
     expect((errors[0]!.fields?.err as Error).message).toBe("db down");
   });
+  it("a hold keeps the writes queued after it back until it settles (a hibernation's steps), in order, and never longer than its cap", async () => {
+    const { store, landed } = recordingStore();
+    const log = new EventLog(store, silentLogger);
+    log.transition(record("running")); // queued before the hold: not held
+    let driverDone!: () => void;
+    log.hold(new Promise<void>((r) => (driverDone = r)));
+    log.transition(record("snapshotting"));
+    log.runEnded("run_1", new Date(1), "idle");
+    await turn();
+    expect(landed).toEqual(["transition:running"]);
+    driverDone();
+    await log.flush();
+    expect(landed).toEqual(["transition:running", "transition:snapshotting", "runEnded:run_1:idle"]);
+
+    // A hold that never settles (a migration stuck) lets the writes through after its cap.
+    log.hold(new Promise<void>(() => undefined), 30);
+    log.transition(record("hibernated"));
+    await turn();
+    expect(landed).not.toContain("transition:hibernated");
+    const started = performance.now();
+    await log.flush();
+    expect(performance.now() - started).toBeGreaterThanOrEqual(20);
+    expect(landed.at(-1)).toBe("transition:hibernated");
+
+    // A hold that fails (the driver threw) releases them too.
+    log.hold(Promise.reject(new Error("snapshot failed")));
+    log.transition(record("running"));
+    await log.flush();
+    expect(landed.at(-1)).toBe("transition:running");
+  });
 });

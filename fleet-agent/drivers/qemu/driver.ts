@@ -1154,7 +1154,7 @@ export class QemuDriver implements VmDriver {
   /**
    * File-backed RAM: the stopped VM's device state (tens of KB) over a unix socket into `dataPath`, hashed as it
    * arrives. Against `exec:cat > file` QEMU forks no shell, nothing polls for a marker, and the file is not read back
-   * for its checksum. Prepared while the guest still runs (the file created, the socket listening): `run` then only
+   * for its checksum. Prepared while the guest still runs (the socket listening, the file being created): `run` then only
    * asks QEMU to migrate; the state is written at its end and its fsync is `durable`, for the caller to await beside
    * the manifest's own write (the manifest is renamed into place only after both).
    */
@@ -1164,7 +1164,10 @@ export class QemuDriver implements VmDriver {
   }> {
     const sock = join(vp.paths.socketDir, "mig.sock"); // no longer than agent.sock: it fits where that one does
     rmSync(sock, { force: true });
-    const fh = await open(dataPath, "wx");
+    // Opened alongside `stop` and the migration, awaited only to write what arrived: a thread-pool round trip (and any
+    // journal commit a create queues behind) off the path before `stop`.
+    const opened = open(dataPath, "wx");
+    opened.catch(() => undefined);
     const hash = createHash("sha256");
     const chunks: Buffer[] = [];
     let bytes = 0;
@@ -1192,7 +1195,7 @@ export class QemuDriver implements VmDriver {
       server.close();
       rmSync(sock, { force: true });
       await durable?.catch(() => undefined);
-      await fh.close();
+      await (await opened.catch(() => undefined))?.close();
     };
     try {
       await new Promise<void>((resolve, reject) => server.once("error", reject).listen(sock, resolve));
@@ -1212,6 +1215,7 @@ export class QemuDriver implements VmDriver {
         await Promise.race([received, late]);
         phases?.mark("migrate");
         signal?.throwIfAborted();
+        const fh = await opened;
         await fh.writev(chunks);
         phases?.mark("stateWrite");
         durable = fh.sync();
