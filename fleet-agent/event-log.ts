@@ -3,7 +3,7 @@ import type { Logger } from "../lib/log.ts";
 import type { WakeTimings } from "../contracts/agent.ts";
 import type { HostStore, RunStart, TransitionRecord } from "./store.ts";
 
-/** The longest a hold keeps writes back, ms: a normal hibernation answers in tens of ms. */
+/** The longest a hold keeps writes back, ms: a normal hibernation or restore answers in tens of ms. */
 export const HOLD_MAX_MS = 1000;
 
 /**
@@ -41,18 +41,21 @@ export class EventLog {
   }
 
   /**
-   * Writes queued from now on wait until `until` settles. For a VM's pause: with an embedded database (PGlite runs on
-   * this thread) a write's CPU time would land inside the driver's steps between `stop` and the snapshot's commit.
-   * Each record keeps the time it was made at; only its write waits, and at most `maxMs` (the log is the host's, every
-   * VM's writes queue behind the hold: a hibernation stuck in a slow migration must not keep them all back).
+   * Writes queued from now on wait until the returned release is called. For a VM's pause and wake: with an embedded
+   * database (PGlite runs on this thread) a write's CPU time would land inside the driver's steps (between `stop` and
+   * the snapshot's commit; before QEMU starts, during the clock fix). Each record keeps the time it was made at; only
+   * its write waits, and at most `maxMs` (the log is the host's, every VM's writes queue behind the hold: a driver
+   * stuck in a slow migration or a cold boot must not keep them all back).
    */
-  hold(until: Promise<unknown>, maxMs = HOLD_MAX_MS): void {
-    let timer: NodeJS.Timeout | undefined;
-    const settled = Promise.race([until, new Promise((resolve) => (timer = setTimeout(resolve, maxMs)))]).then(
-      () => clearTimeout(timer),
-      () => clearTimeout(timer),
-    );
-    this.tail = this.tail.then(() => settled);
+  hold(maxMs = HOLD_MAX_MS): () => void {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const timer = setTimeout(release, maxMs);
+    this.tail = this.tail.then(() => released);
+    return () => {
+      clearTimeout(timer);
+      release();
+    };
   }
 
   /** Waits until every write queued so far is stored (or has failed and been logged). */
