@@ -512,7 +512,7 @@ export class FakeFirecracker {
       case "GETTIME":
         return `${id} OK ${formatNs(this.guestNowNs())}`;
       case "SETTIME": {
-        const m = /^(\d+)\.(\d{9})$/.exec(arg ?? "");
+        const m = /^(\d+)\.(\d{9})(?: same-net)?$/.exec(arg ?? ""); // same-net: no neighbour table here to check
         if (!m) return `${id} ERR bad time`;
         const t = BigInt(m[1]!) * 1_000_000_000n + BigInt(m[2]!);
         if (t < this.lastSetNs) return `${id} OK stale ${formatNs(this.guestNowNs())}`;

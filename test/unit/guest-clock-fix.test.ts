@@ -5,11 +5,13 @@ import { describe, expect, it } from "vitest";
 import { fixGuestClock, formatNs, GuestAgentClient, parseNs } from "../../fleet-agent/drivers/common/guest-agent.ts";
 
 /** A guest agent answering GETTIME and SETTIME; each direction of the link takes `oneWayMs`. */
-function fakeGuest(opts: { offsetMs: number; oneWayMs: number; dropFirst?: number }) {
+/** `beforeSameNet`: a guest agent older than SETTIME's `same-net` flag, which refuses it as a bad time. */
+function fakeGuest(opts: { offsetMs: number; oneWayMs: number; dropFirst?: number; beforeSameNet?: boolean }) {
   const [host, guest] = duplexPair();
   let offsetNs = BigInt(opts.offsetMs) * 1_000_000n;
   const guestNow = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) + offsetNs;
   const seen: string[] = [];
+  const lines: string[] = [];
   let dropped = 0;
   let buffer = "";
   guest.setEncoding("utf8");
@@ -19,11 +21,16 @@ function fakeGuest(opts: { offsetMs: number; oneWayMs: number; dropFirst?: numbe
     while ((nl = buffer.indexOf("\n")) >= 0) {
       const line = buffer.slice(0, nl);
       buffer = buffer.slice(nl + 1);
-      const [id, command, arg] = line.split(" ");
+      const [id, command, arg, flag] = line.split(" ");
       seen.push(command!);
+      lines.push(line.slice(id!.length + 1));
       if (dropped < (opts.dropFirst ?? 0)) {
         dropped++;
         continue; // not yet running: the request waits in a queue the guest never reads
+      }
+      if (command === "SETTIME" && flag !== undefined && (opts.beforeSameNet || flag !== "same-net")) {
+        setTimeout(() => guest.write(`${id} ERR bad time\n`), 2 * opts.oneWayMs);
+        continue;
       }
       setTimeout(() => {
         if (command === "SETTIME") offsetNs = parseNs(arg!) - BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
@@ -32,7 +39,7 @@ function fakeGuest(opts: { offsetMs: number; oneWayMs: number; dropFirst?: numbe
       }, opts.oneWayMs);
     }
   });
-  return { agent: new GuestAgentClient(host), seen };
+  return { agent: new GuestAgentClient(host), seen, lines };
 }
 
 describe("fixGuestClock", () => {
@@ -71,5 +78,22 @@ describe("fixGuestClock", () => {
     const { agent } = fakeGuest({ offsetMs: 0, oneWayMs: 5, dropFirst: 100 });
     await expect(fixGuestClock(agent, { firstAnswerWithinMs: 700 })).rejects.toThrow(/did not answer GETTIME/);
     agent.close();
+  });
+
+  it("tells the guest its network is the one it last saw when asked to, and asks an older guest again without it", async () => {
+    const current = fakeGuest({ offsetMs: -2000, oneWayMs: 5 });
+    await fixGuestClock(current.agent, { sameNetwork: true });
+    expect(current.lines[1]).toMatch(/^SETTIME \d+\.\d{9} same-net$/);
+    current.agent.close();
+    const plain = fakeGuest({ offsetMs: -2000, oneWayMs: 5 });
+    await fixGuestClock(plain.agent);
+    expect(plain.lines[1]).toMatch(/^SETTIME \d+\.\d{9}$/); // the guest checks its neighbours
+    plain.agent.close();
+
+    const older = fakeGuest({ offsetMs: -2000, oneWayMs: 5, beforeSameNet: true });
+    const fix = await fixGuestClock(older.agent, { sameNetwork: true, attempts: 1 });
+    expect(older.lines.map((l) => l.replace(/\d+\.\d{9}/, "T"))).toEqual(["GETTIME", "SETTIME T same-net", "SETTIME T"]);
+    expect(Math.abs(fix.skewAfterMs)).toBeLessThan(50);
+    older.agent.close();
   });
 });

@@ -1,11 +1,12 @@
 // The qemu driver's network arguments: restrict=on for every VM, the guestfwd to the egress proxy only with egress
-// (and a relay), snapshots comparing the hardware without the host-side network settings, and the proxy's address
+// (and a relay), snapshots comparing the hardware without the host-side network settings, the forwarded addresses
+// (which decide whether a restored guest checks its neighbours), and the proxy's address
 // reaching the guest (kernel command line for the demo, the launch spec for a built image).
 import { describe, expect, it } from "vitest";
 import { launchEnv } from "../../fleet-agent/drivers/common/launch-data.ts";
 import type { VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { kernelCmdline, machineArgs, netdevArg, qemuArgs, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
-import { hardware } from "../../fleet-agent/drivers/qemu/snapshot.ts";
+import { forwardedAddresses, hardware } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 
 const spec = (allowEgress: boolean): VmSpec => ({ vmId: "vm_a", agentId: "agt_a", image: "demo", vcpus: 1, memMiB: 256, allowEgress, stateDir: "/var/lib/agentvm/vms/agt_a" });
 const paths = vmPaths("/var/lib/agentvm/vms/agt_a");
@@ -37,6 +38,15 @@ describe("netdev", () => {
     // Real hardware still counts.
     const bigger = machineArgs({ spec: { ...spec(true), memMiB: 512 }, paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
     expect(hardware(bigger)).not.toEqual(hardware(on));
+  });
+
+  it("what the guest can reach beyond its gateway: the forwarded addresses, whatever the relay's path or the port", () => {
+    const on = machineArgs({ spec: spec(true), paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
+    const elsewhere = machineArgs({ spec: spec(true), paths: vmPaths("/srv/other,dir"), accel: "tcg", hostPort: 4100, egressRelay: "/opt/relay" });
+    const off = machineArgs({ spec: spec(false), paths, accel: "tcg", hostPort: 4000 });
+    expect(forwardedAddresses(on)).toEqual(["10.0.2.100:3128"]);
+    expect(forwardedAddresses(elsewhere)).toEqual(forwardedAddresses(on)); // a restore there skips the neighbour check
+    expect(forwardedAddresses(off)).toEqual([]); // egress turned on while hibernated: the guest checks its neighbours
   });
 });
 

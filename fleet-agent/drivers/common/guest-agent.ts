@@ -2,8 +2,10 @@
 //
 // Protocol, one request per line, answers matched by id:
 //   host → guest   "<id> PING"                      guest → host  "<id> OK pong"
-//                  "<id> SETTIME <sec>.<nsec9>"                    "<id> OK <sec>.<nsec9>"       (guest clock after setting)
+//                  "<id> SETTIME <sec>.<nsec9>[ same-net]"         "<id> OK <sec>.<nsec9>"       (guest clock after setting)
 //                                                                  "<id> OK stale <sec>.<nsec9>" (older than the last applied: ignored)
+//                                                                   (without same-net it also forgets unresolved neighbours: the
+//                                                                   host's forwarded addresses may have changed; guest-agent.c)
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
 //                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
@@ -116,9 +118,13 @@ export class GuestAgentClient {
     if (answer !== "pong") throw new GuestAgentError(`unexpected ping answer: ${answer}`);
   }
 
-  /** Sets the guest wall clock to `hostNs`; answers the guest clock read back after setting, and whether it was stale. */
-  async setTime(hostNs: bigint, timeoutMs = 2000): Promise<{ guestNs: bigint; stale: boolean }> {
-    const answer = await this.call(`SETTIME ${formatNs(hostNs)}`, timeoutMs);
+  /**
+   * Sets the guest wall clock to `hostNs`; answers the guest clock read back after setting, and whether it was stale.
+   * `sameNetwork`: the addresses the host forwards are the ones the guest last ran against, so the guest skips its
+   * neighbour check (a guest agent older than the flag answers `ERR bad time`: `fixGuestClock` then asks without it).
+   */
+  async setTime(hostNs: bigint, opts: { timeoutMs?: number; sameNetwork?: boolean } = {}): Promise<{ guestNs: bigint; stale: boolean }> {
+    const answer = await this.call(`SETTIME ${formatNs(hostNs)}${opts.sameNetwork ? " same-net" : ""}`, opts.timeoutMs ?? 2000);
     const stale = answer.startsWith("stale ");
     return { guestNs: parseNs(stale ? answer.slice(6) : answer), stale };
   }
@@ -275,21 +281,32 @@ export function hostNowNs(): bigint {
  * is under `targetMs`: two round trips when the first set is good, where a separate read-back made three.
  * `firstAnswerWithinMs`: the first request is also the first the guest answers after it runs again (a restored
  * guest's translated code is cold): it is asked again every 500 ms until then; absent, it gets the default timeout.
- * `onFirstAnswer`: told how long that first answer took.
+ * `onFirstAnswer`: told how long that first answer took. `sameNetwork`: as for `setTime`; a guest too old for it is
+ * asked again without it, with a fresh timestamp.
  */
 export async function fixGuestClock(
   agent: GuestAgentClient,
-  opts: { targetMs?: number; attempts?: number; firstAnswerWithinMs?: number; onFirstAnswer?: (ms: number) => void } = {},
+  opts: { targetMs?: number; attempts?: number; firstAnswerWithinMs?: number; onFirstAnswer?: (ms: number) => void; sameNetwork?: boolean } = {},
 ): Promise<{ skewBeforeMs: number; skewAfterMs: number; clockFixMs: number }> {
   const started = performance.now();
   const target = opts.targetMs ?? 50;
   const before = opts.firstAnswerWithinMs === undefined ? await measureSkewMs(agent) : await firstSkewMs(agent, started + opts.firstAnswerWithinMs);
   opts.onFirstAnswer?.(performance.now() - started);
   let after = before;
+  let sameNetwork = opts.sameNetwork === true;
   for (let i = 0; i < (opts.attempts ?? 3); i++) {
     const t0 = performance.now();
     const sent = hostNowNs();
-    const { guestNs } = await agent.setTime(sent);
+    let answer: { guestNs: bigint };
+    try {
+      answer = await agent.setTime(sent, { sameNetwork });
+    } catch (err) {
+      if (!sameNetwork || !(err instanceof GuestAgentError) || !/bad time/.test(err.message)) throw err;
+      sameNetwork = false;
+      i--;
+      continue;
+    }
+    const { guestNs } = answer;
     const rtt = performance.now() - t0;
     after = Number(guestNs - sent) / 1e6 - rtt / 2;
     if (Math.abs(after) < target) break;

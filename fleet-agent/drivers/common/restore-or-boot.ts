@@ -36,6 +36,8 @@ export interface Restored {
    * when `guestAgent` has had its answer.
    */
   firstAnswerWithinMs?: number;
+  /** The guest runs against the forwarded addresses it last saw: its clock fix skips the neighbour check (`setTime`). */
+  sameNetwork?: boolean;
   /** Extra fields for the "restored" log line. */
   detail?: Record<string, unknown>;
 }
@@ -70,7 +72,7 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
         const agent = await restored.guestAgent();
         restoreMs = performance.now() - started;
         const first = restored.firstAnswerWithinMs !== undefined ? { firstAnswerWithinMs: restored.firstAnswerWithinMs, onFirstAnswer: (ms: number) => void (firstAnswerMs = ms) } : {};
-        clock = await fixGuestClock(agent, { targetMs: opts.clockTargetMs ?? 50, ...first });
+        clock = await fixGuestClock(agent, { targetMs: opts.clockTargetMs ?? 50, sameNetwork: restored.sameNetwork, ...first });
       } catch (err) {
         throw new RestoreFailed(`restored guest did not answer: ${(err as Error).message}`, { cause: err });
       }

@@ -675,7 +675,7 @@ export class FirecrackerDriver implements VmDriver {
   private async fixClockAfterPause(live: Live): Promise<void> {
     try {
       live.agent = await waitForGuestAgent(live.paths.vsock, this.agentPort, { deadlineMs: this.opts.restoreTimeoutMs ?? 10_000, gaveUp: () => live.proc.exitedWhy("firecracker") });
-      const clock = await fixGuestClock(live.agent, { targetMs: this.opts.clockTargetMs ?? 50 });
+      const clock = await fixGuestClock(live.agent, { targetMs: this.opts.clockTargetMs ?? 50, sameNetwork: true }); // the same process
       this.log.debug("guest clock fixed after a pause", { vmId: live.vm.spec.vmId, ...clock });
     } catch (err) {
       this.log.warn("could not fix the guest clock after a checkpoint", { vmId: live.vm.spec.vmId, err });

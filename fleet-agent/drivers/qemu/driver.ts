@@ -45,7 +45,7 @@ import { VmTemplates } from "../common/templates.ts";
 import { RamFileWriter, RamStreamSplitter } from "./ram-stream.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
 import { beginRamGeneration, currentBootId, freshRamFile, markRamDurable, ramChange, ramDurability, ramFingerprint, ramPlan, syncRamFile } from "./ram-file.ts";
-import { incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+import { forwardedAddresses, incompatibility, MANIFEST_VERSION, readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 
 export interface GuestImagePaths {
   kernel: string;
@@ -749,7 +749,7 @@ export class QemuDriver implements VmDriver {
     try {
       await this.waitAgent(vp, deadline, "guest agent did not answer before the boot deadline");
       // The RTC gives the guest whole seconds at boot; set it to the millisecond like after a restore.
-      const clock = await fixGuestClock(vp.agent!);
+      const clock = await fixGuestClock(vp.agent!, { sameNetwork: true }); // a fresh guest: no neighbour to forget
       await waitForHttp(this.runningVm(vp).endpoint, { deadline, gaveUp: () => vp.proc.exitedWhy("QEMU") });
       this.running.set(spec.vmId, vp);
       this.log.info("booted", { vmId: spec.vmId, pid: vp.proc.pid, port: vp.hostPort, bootMs: Math.round(performance.now() - started) });
@@ -784,7 +784,7 @@ export class QemuDriver implements VmDriver {
         return launched.proc.exitedWhy("QEMU");
       };
       await this.waitAgent(vp, deadline, "guest agent did not answer before the boot deadline", gaveUp);
-      const clock = await fixGuestClock(vp.agent!);
+      const clock = await fixGuestClock(vp.agent!, { sameNetwork: true }); // a fresh guest: no neighbour to forget
       await waitImageReady(this.runningVm(vp).endpoint, config, { deadline, gaveUp });
       this.running.set(spec.vmId, vp);
       this.log.info("booted", { vmId: spec.vmId, image: spec.rootImage!.digest, pid: vp.proc.pid, port: vp.hostPort, bootMs: Math.round(performance.now() - started) });
@@ -821,14 +821,8 @@ export class QemuDriver implements VmDriver {
     const paths = vmPaths(spec.stateDir);
     const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), this.readPort(paths)]);
     if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
-    const bad = incompatibility(manifest, {
-      qemuVersion: this.qemuVersion,
-      accel: this.accel,
-      hostCpu: this.hostCpu,
-      memMiB: spec.memMiB,
-      vcpus: spec.vcpus,
-      machineArgs: machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0, memory: this.memory, egressRelay: this.egressRelay }),
-    });
+    const targetArgs = machineArgs({ spec, paths, accel: this.accel, hostPort: hostPort ?? 0, memory: this.memory, egressRelay: this.egressRelay });
+    const bad = incompatibility(manifest, { qemuVersion: this.qemuVersion, accel: this.accel, hostCpu: this.hostCpu, memMiB: spec.memMiB, vcpus: spec.vcpus, machineArgs: targetArgs });
     if (bad) throw new RestoreFailed(bad);
     const file = join(spec.stateDir, manifest.file);
     if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
@@ -927,6 +921,8 @@ export class QemuDriver implements VmDriver {
       // The guest's first answer is the clock fix's first request (one round trip fewer on the wake's path); a clone
       // is first pinged, then given its identity before anything else reaches it.
       ...(clonedFrom ? {} : { firstAnswerWithinMs: answerWithinMs }),
+      // The guest's neighbour check at the clock fix matters only when an address it could not resolve may now answer.
+      sameNetwork: paused || forwardedAddresses(manifest.machineArgs).join(" ") === forwardedAddresses(targetArgs).join(" "),
       guestAgent: async () => {
         if (!clonedFrom) return launched.agent!;
         const agent = await this.waitAgent(launched, performance.now() + answerWithinMs, "guest agent did not answer after the restore");
@@ -1434,7 +1430,7 @@ export class QemuDriver implements VmDriver {
       vp.proc.signal("SIGKILL");
     }
     // The guest clock stood still while the VM was stopped.
-    if (!vp.proc.exit) await fixGuestClock(vp.agent!).catch((err: unknown) => this.log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }));
+    if (!vp.proc.exit) await fixGuestClock(vp.agent!, { sameNetwork: true }).catch((err: unknown) => this.log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }));
     await removePartialSnapshots(vp.spec.stateDir);
   }
 }

@@ -61,6 +61,14 @@ export function hardware(args: readonly string[]): string[] {
   );
 }
 
+/**
+ * The guest-side addresses QEMU's user network forwards (`guestfwd=tcp:<ip>:<port>`, the egress proxy's), sorted: not
+ * hardware, but what a guest may have failed to resolve before its snapshot and could resolve after it.
+ */
+export function forwardedAddresses(args: readonly string[]): string[] {
+  return args.flatMap((a) => [...a.matchAll(/,guestfwd=tcp:([^-,]+)-/g)].map((m) => m[1]!)).sort();
+}
+
 /** Why this snapshot cannot be restored into `target`, or undefined when it can. */
 export function incompatibility(m: Pick<SnapshotManifest, "version" | keyof RestoreTarget>, target: RestoreTarget): string | undefined {
   if (m.version !== MANIFEST_VERSION) return `snapshot manifest version ${m.version}, driver writes ${MANIFEST_VERSION}`;
