@@ -293,25 +293,31 @@ export async function fixGuestClock(
   const before = opts.firstAnswerWithinMs === undefined ? await measureSkewMs(agent) : await firstSkewMs(agent, started + opts.firstAnswerWithinMs);
   opts.onFirstAnswer?.(performance.now() - started);
   let after = before;
-  let sameNetwork = opts.sameNetwork === true;
+  const flags = { sameNetwork: opts.sameNetwork === true };
   for (let i = 0; i < (opts.attempts ?? 3); i++) {
-    const t0 = performance.now();
-    const sent = hostNowNs();
-    let answer: { guestNs: bigint };
-    try {
-      answer = await agent.setTime(sent, { sameNetwork });
-    } catch (err) {
-      if (!sameNetwork || !(err instanceof GuestAgentError) || !/bad time/.test(err.message)) throw err;
-      sameNetwork = false;
-      i--;
-      continue;
-    }
-    const { guestNs } = answer;
-    const rtt = performance.now() - t0;
-    after = Number(guestNs - sent) / 1e6 - rtt / 2;
+    const { sent, guestNs, rttMs } = await setFromHost(agent, flags);
+    after = Number(guestNs - sent) / 1e6 - rttMs / 2;
     if (Math.abs(after) < target) break;
   }
   return { skewBeforeMs: before, skewAfterMs: after, clockFixMs: performance.now() - started };
+}
+
+/**
+ * One SETTIME from a fresh host timestamp, with its round trip. A guest agent older than `same-net` refuses it as a
+ * bad time: asked again without it, from a new timestamp, and `flags` remembers that for the next attempts.
+ */
+async function setFromHost(agent: GuestAgentClient, flags: { sameNetwork: boolean }): Promise<{ sent: bigint; guestNs: bigint; rttMs: number }> {
+  for (;;) {
+    const t0 = performance.now();
+    const sent = hostNowNs();
+    try {
+      const { guestNs } = await agent.setTime(sent, { sameNetwork: flags.sameNetwork });
+      return { sent, guestNs, rttMs: performance.now() - t0 };
+    } catch (err) {
+      if (!flags.sameNetwork || !(err instanceof GuestAgentError) || !/bad time/.test(err.message)) throw err;
+      flags.sameNetwork = false;
+    }
+  }
 }
 
 /** `measureSkewMs`, asked again every 500 ms (a late answer to an earlier ask is dropped) until `deadline`. */
