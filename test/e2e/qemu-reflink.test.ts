@@ -98,9 +98,10 @@ describe.skipIf(unavailable !== undefined && !mustRun)("qemu checkpoints on an X
     expect(await bump(vf)).toBe(4);
     expect((await driver.hibernate(vf)).completed).toBe(true);
     const grew = (await usedBytes(xfs.mount)) - beforeFork;
-    // About what the guest wrote (in 128 KiB CoW extents), far less than the 256 MiB it maps.
+    // About what the guest wrote (in 128 KiB CoW extents, and into holes where its zero pages were), far less than the
+    // 256 MiB it maps (64 MiB measured).
     expect(grew).toBeGreaterThan(4 * MiB);
-    expect(grew).toBeLessThan(Math.min(128 * MiB, ram / 2));
+    expect(grew).toBeLessThan(128 * MiB);
     expect(await sha(ckpRam)).toBe(ckpSha); // the checkpoint's RAM file unchanged by the fork's writes
     // Of the hibernated fork (no guest running): its snapshot and RAM file reflinked, next to nothing on disk.
     const beforeSecond = await usedBytes(xfs.mount);

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../../../lib/log.ts";
-import { runTool } from "./agent-disk.ts";
+import { punchZeroPages } from "./zero-holes.ts";
 import { commitManifest, readManifest } from "./snapshot-files.ts";
 import type { CheckpointInfo, DriverTemplate, RunningVm, VmSpec } from "../driver.ts";
 
@@ -157,7 +157,7 @@ export class VmTemplates {
       // instead keep the template (and every reflinked copy of it) to what the guest really holds. Before any clone
       // maps it; a filesystem that cannot punch holes keeps the file as it is. `ram`: QEMU's; `mem`: Firecracker's.
       for (const ram of [join(dir, "ram"), join(dir, "mem")]) {
-        if (existsSync(ram)) await runTool("fallocate", ["--dig-holes", ram]).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
+        if (existsSync(ram)) await punchZeroPages(ram).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
       }
       const record: TemplateRecord = { key, image: like.image, memMiB: like.memMiB, vcpus: like.vcpus, allowEgress: like.allowEgress, dir, createdAt: new Date().toISOString(), bytes: taken.bytes, bootMs };
       await commitManifest(join(home, "template.json"), record);
