@@ -1,4 +1,4 @@
-// The worked example of the README (Metering and billing), end to end: meter (manual clock) → spool → in-process ingest → usage, runs, invoice.
+// The worked example of docs/billing.md (Metering and billing), end to end: meter (manual clock) → spool → in-process ingest → usage, runs, invoice.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,7 +14,7 @@ import type { Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { appWithCaller, seedTenant } from "./billing-fixtures.ts";
 
-const docs = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+const docs = readFileSync(new URL("../../docs/billing.md", import.meta.url), "utf8");
 const snapshotBytes = 268_435_456; // 256 MiB
 
 /** The agent's life in March 2026 (America/New_York): three wakes, hibernated in between. */
@@ -24,7 +24,7 @@ const timeline = [
   { runId: "run_ex3", wake: "api", wokeAt: "2026-04-01T03:00:00.000Z", sleep: "api", sleptAt: "2026-04-01T04:45:00.000Z" },
 ] as const;
 
-describe("the README's billing worked example", () => {
+describe("the billing worked example of docs/billing.md", () => {
   let database: Database;
   let dataDir: string;
   const clock = new ManualClock(Date.parse("2026-02-20T17:00:00.000Z"));

@@ -1,4 +1,4 @@
-// The curl + openssl examples of the README, run with bash against a real server on loopback.
+// The curl + openssl examples of docs/webhooks.md, run with bash against a real server on loopback.
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
@@ -14,12 +14,12 @@ import { defaultWebhookConfig } from "../../gateway/webhooks/types.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { caller, seedAgent, withTestAuth } from "../helpers/webhook-fixtures.ts";
 
-const docs = readFileSync(fileURLToPath(new URL("../../README.md", import.meta.url)), "utf8");
+const docs = readFileSync(fileURLToPath(new URL("../../docs/webhooks.md", import.meta.url)), "utf8");
 
 /** The fenced bash block that follows `<!-- webhook-example: name … -->`. */
 function example(name: string): string {
   const m = new RegExp(`<!-- webhook-example: ${name}\\b[^>]*-->\\s*\`\`\`bash\\n([\\s\\S]*?)\\n\`\`\``).exec(docs);
-  if (!m?.[1]) throw new Error(`the README has no "${name}" example`);
+  if (!m?.[1]) throw new Error(`docs/webhooks.md has no "${name}" example`);
   return m[1];
 }
 
@@ -58,7 +58,7 @@ async function storedBody(stdout: string): Promise<string> {
   return Buffer.from(row!.body).toString();
 }
 
-describe("the README examples", () => {
+describe("the examples of docs/webhooks.md", () => {
   it("the Standard Webhooks example creates an endpoint and its openssl-signed webhook is accepted (202)", async () => {
     const { code, stdout, stderr } = await runBash(example("standard"), env);
     expect(stderr).toBe("");
