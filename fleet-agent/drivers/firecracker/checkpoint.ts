@@ -1,6 +1,6 @@
 // A firecracker checkpoint: an immutable directory with one VM's Firecracker snapshot (state and memory files), a
 // built image's disk, and the manifest that says what it can be restored into. Restore and fork both turn it into a
-// VM's snapshot (driver.ts `restoreCheckpoint`), whose wake then gives the guest a fresh identity.
+// VM's snapshot (checkpoint-restore.ts), whose wake then gives the guest a fresh identity.
 //
 // Its files: `checkpoint.json` (below), `state` (Firecracker's microVM state), `mem` (all guest memory: a Full
 // snapshot, or a hibernated VM's memory file, which after a Diff is complete too: hibernation writes the diff onto a

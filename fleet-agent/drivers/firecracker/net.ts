@@ -110,7 +110,7 @@ export function slotOwner(opts: NetOptions, slot: number): Promise<string | unde
 /**
  * Makes `net`'s slot the one this VM asks for at its next claim, when its stateDir records none yet: a new agent forked
  * from a checkpoint, whose guest holds the checkpoint's address in its memory. claimNet takes the slot if it is free
- * then, else another one (and the restore then boots cold: driver.ts). Nothing is claimed here.
+ * then, else another one (and the restore then boots cold: restore.ts). Nothing is claimed here.
  */
 export async function preferNet(stateDir: string, net: VmNet): Promise<boolean> {
   if (await recordedNet(stateDir)) return false;
