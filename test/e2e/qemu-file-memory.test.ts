@@ -306,7 +306,7 @@ describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () =>
     expect(await bump(vm)).toBe(2);
 
     // Many wakes of the same QEMU, each watched for a crash as the host does: only the current run's listener is kept.
-    const crashListeners = () => (driver as unknown as { running: Map<string, { proc: { crashListeners: unknown[] } }> }).running.get(s.vmId)!.proc.crashListeners.length;
+    const crashListeners = () => (driver as unknown as { sup: { running: Map<string, { proc: { crashListeners: unknown[] } }> } }).sup.running.get(s.vmId)!.proc.crashListeners.length;
     for (let i = 0; i < 3; i++) {
       driver.onExit(vm, () => undefined);
       expect(crashListeners()).toBe(1);

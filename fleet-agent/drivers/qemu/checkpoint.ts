@@ -1,6 +1,6 @@
 // A qemu checkpoint: an immutable directory with one VM's device state (and its RAM file, and a built image's disk),
 // and the manifest that says what it can be restored into. Restore and fork both turn it into a VM's snapshot
-// (driver.ts `restoreCheckpoint`); a template is one taken of a freshly booted VM of an image.
+// (checkpointing.ts `materialize`, behind the driver's `restoreCheckpoint`); a template is one taken of a freshly booted VM of an image.
 //
 // Its files: `checkpoint.json` (below), `state.bin` (what `migrate` wrote: device state, plus all guest RAM when the
 // driver streams memory), `ram` (file-backed RAM), `disk.ext4` (a built image's disk). The directory is written

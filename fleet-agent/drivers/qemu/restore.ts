@@ -1,0 +1,178 @@
+// A wake's restore on the qemu driver (common/restore-or-boot.ts decides restore or boot): the snapshot checked
+// against this host and the VM's files, loaded into a QEMU in `-incoming defer` (pre-started, kept paused, or new),
+// new disk and RAM generations, `cont`; a clone's first answer and fresh identity before its clock is fixed.
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { beginDiskGeneration, diskChange, diskFingerprint, type DiskFingerprint } from "../common/agent-disk.ts";
+import { processAlive } from "../common/proc.ts";
+import { RestoreFailed, type Restored } from "../common/restore-or-boot.ts";
+import { sha256File } from "../common/snapshot-files.ts";
+import { withTail } from "../common/vm-process.ts";
+import type { VmSpec } from "../driver.ts";
+import { machineArgs, shellQuote, vmPaths, type VmPaths } from "./args.ts";
+import { sendIncoming, waitMigration } from "./migration.ts";
+import type { QemuDriverOptions } from "./options.ts";
+import { Phases } from "./phases.ts";
+import { beginRamGeneration, ramChange, ramDurability, ramFingerprint, ramPlan } from "./ram-file.ts";
+import { forwardedAddresses, incompatibility, readManifest, type SnapshotManifest } from "./snapshot.ts";
+import type { QemuSupervisor } from "./supervisor.ts";
+import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost } from "./vm.ts";
+
+/** Snapshots up to this size (device state: tens of KB) are read whole and handed to QEMU over a socket on restore. */
+const SOCKET_STATE_MAX_BYTES = 16 << 20;
+
+export interface RestoreDeps {
+  host: QemuHost;
+  sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "discardWaiting" | "settled" | "imageFor" | "launch" | "running">;
+  opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeCont" | "afterCont">;
+}
+
+/**
+ * The snapshot, if usable, loaded into a QEMU waiting in `-incoming defer` (pre-started or new), then `cont`;
+ * RestoreFailed when a cold boot is the way out. Device state (file-backed RAM) is verified before QEMU gets it;
+ * all of guest RAM (streamed) while QEMU loads the file. The guest runs only if the checksum matches. A QEMU kept
+ * stopped after its hibernation (`prestart: "paused"`) that holds this very snapshot loads nothing: it runs on.
+ * Phases (qemu/phases.ts) go into the "restored" log line.
+ */
+export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () => Promise<unknown>) => void, started = performance.now()): Promise<Restored> {
+  const phases = new Phases(started);
+  const paths = vmPaths(spec.stateDir);
+  const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
+  if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
+  const targetArgs = machineArgs({ spec, paths, accel: d.host.accel, hostPort: hostPort ?? 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
+  const bad = incompatibility(manifest, { qemuVersion: d.host.qemuVersion, accel: d.host.accel, hostCpu: d.host.hostCpu, memMiB: spec.memMiB, vcpus: spec.vcpus, machineArgs: targetArgs });
+  if (bad) throw new RestoreFailed(bad);
+  const file = join(spec.stateDir, manifest.file);
+  if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
+  const stale = await snapshotStale(d.host, spec, paths, manifest);
+  if (stale) throw new RestoreFailed(stale);
+  const plan = ramPlan(d.host.memory, manifest);
+  const mismatch = (r: { sha256: string; bytes: number }) =>
+    r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`;
+  // Device state only (file-backed RAM): read and verified before QEMU sees it, then handed over a socket
+  // (`sendIncoming`). All of guest RAM (streamed): QEMU reads the file itself while it is checksummed beside it.
+  let state: Buffer | undefined;
+  let verify: Promise<string | undefined> = Promise.resolve(undefined);
+  if (d.host.memory === "file" && manifest.bytes <= SOCKET_STATE_MAX_BYTES) {
+    state = await readFile(file).catch((err: Error) => {
+      throw new RestoreFailed(`snapshot unreadable: ${err.message}`, { cause: err });
+    });
+    const badData = mismatch({ sha256: createHash("sha256").update(state).digest("hex"), bytes: state.length });
+    if (badData) throw new RestoreFailed(badData);
+  } else {
+    verify = sha256File(file).then(mismatch, (err: Error) => `snapshot unreadable: ${err.message}`);
+    undo(() => verify);
+  }
+  // From here the guest will write to its disk and RAM file again: no snapshot taken before pairs with them. The new
+  // generations are written while QEMU starts and loads (a restore that fails from here boots cold anyway), and are
+  // durable before `cont`.
+  const generations = Promise.all([
+    spec.rootImage ? beginDiskGeneration(paths.disk) : undefined,
+    d.host.memory === "file" && !plan.templateRam ? beginRamGeneration(paths) : undefined,
+  ]);
+  generations.catch(() => undefined); // awaited before `cont`
+  undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
+  phases.mark("checks");
+  // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
+  let vp = plan.prestartable ? d.sup.takeWaiting(spec) : (await d.sup.discardWaiting(spec.vmId), undefined);
+  if (!vp) await d.sup.settled(spec.vmId); // a kept one just ended (`endKept`) still holds the VM's port and sockets
+  // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
+  // event may not have arrived yet, so the process itself is asked.
+  if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid))) {
+    await vp.proc.kill().catch(() => undefined);
+    vp = undefined;
+  }
+  // A QEMU kept stopped after its hibernation holds exactly one snapshot: this one, or it is of no use.
+  const paused = vp?.pausedAt !== undefined && vp.pausedAt === `${manifest.file}:${manifest.sha256}`;
+  if (vp?.pausedAt !== undefined && !paused) {
+    await vp.proc.kill();
+    vp = undefined;
+  }
+  if (!vp) {
+    const image = await d.sup.imageFor(spec);
+    try {
+      vp = await d.sup.launch(spec, image, true, plan.templateRam, phases);
+    } catch (err) {
+      throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
+    }
+  } else phases.mark("prestarted");
+  const launched = vp;
+  undo(() => launched.proc.kill());
+  const deadline = performance.now() + (d.opts.restoreTimeoutMs ?? 60_000);
+  try {
+    const agentReady = openAgent(vp);
+    if (!paused) {
+      if (state) await sendIncoming(vp, state);
+      else await vp.qmp!.execute("migrate-incoming", { uri: `exec:cat ${shellQuote(file)}` });
+      phases.mark("incomingCmd");
+      const info = await waitMigration(vp, { timeoutMs: deadline - performance.now() });
+      phases.mark("load");
+      if (info.status !== "completed") throw new RestoreFailed(`restore ${info.status}: ${info["error-desc"] ?? "no detail"}`);
+      const badData = await verify;
+      if (badData) throw new RestoreFailed(badData);
+    }
+    await agentReady;
+    phases.mark("verifyAgentSocket");
+    await generations;
+    phases.mark("generations");
+    await d.opts.beforeCont?.(vp.proc.pid);
+    // A paused one's `cont` after its completed migration also takes its drives back (as after a checkpoint).
+    await vp.qmp!.execute("cont");
+    vp.pausedAt = undefined;
+    phases.mark(paused ? "contPaused" : "cont");
+    await d.opts.afterCont?.(vp.proc.pid);
+  } catch (err) {
+    // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
+    const badData = await verify;
+    if (badData) throw new RestoreFailed(badData, { cause: err });
+    if (err instanceof RestoreFailed) throw err;
+    throw new RestoreFailed(withTail(err as Error, await vp.proc.finalOutput(), "qemu").message, { cause: err });
+  }
+  d.sup.running.set(spec.vmId, vp);
+  const clonedFrom = manifest.clonedFrom;
+  // The guest's first answer may take what the restore has left of its deadline: once it runs (`cont`), its disk and
+  // RAM have moved on from the snapshot, so giving up means a cold boot, which on a host busy enough to starve the
+  // guest takes far longer still (a wait of 10 s here once sent clones of a full host into 90-124 s cold boots).
+  const answerWithinMs = Math.max(100, deadline - performance.now());
+  return {
+    vm: runningVm(vp),
+    // The guest's first answer is the clock fix's first request (one round trip fewer on the wake's path); a clone
+    // is first pinged, then given its identity before anything else reaches it.
+    ...(clonedFrom ? {} : { firstAnswerWithinMs: answerWithinMs }),
+    // The guest's neighbour check at the clock fix matters only when an address it could not resolve may now answer.
+    sameNetwork: paused || forwardedAddresses(manifest.machineArgs).join(" ") === forwardedAddresses(targetArgs).join(" "),
+    guestAgent: async () => {
+      if (!clonedFrom) return launched.agent!;
+      const agent = await waitAgent(launched, performance.now() + answerWithinMs, "guest agent did not answer after the restore");
+      phases.mark("agentPing");
+      // A copy of another moment's memory: its RNG state, hostname and id are the checkpoint's until told otherwise.
+      await agent.identity({ agentId: spec.agentId, hostname: guestHostname(spec.agentId), entropy: randomBytes(32), clonedFrom });
+      phases.mark("identity");
+      return agent;
+    },
+    // The phases object is still filled in by guestAgent above: the "restored" line is written after it.
+    detail: { ...(clonedFrom ? { clonedFrom } : {}), phases: phases.ms },
+  };
+}
+
+/** Why the snapshot no longer pairs with the VM's disk or RAM file (something ran on them since); undefined when it does. */
+export async function snapshotStale(host: Pick<QemuHost, "memory" | "bootId">, spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest): Promise<string | undefined> {
+  // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
+  if (spec.rootImage) {
+    const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
+    const changed = diskChange(manifest.disk, now);
+    if (changed) return changed;
+  }
+  if (host.memory !== "file") return undefined;
+  // A template's clone: the template's RAM file must be the one it was made from (templates are never rewritten).
+  if (manifest.templateRam) {
+    const { path, ...recorded } = manifest.templateRam;
+    return ramChange(recorded, await ramFingerprint({ ram: path, ramGeneration: `${path}.gen` }), spec.memMiB);
+  }
+  if (!manifest.ram) return undefined; // RAM streamed into the data file (a clone's snapshot): nothing else to pair with
+  // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why),
+  // and only if that file's pages survived: a reboot during their write-back may have torn them.
+  return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB) ?? (await ramDurability(paths, manifest, host.bootId));
+}

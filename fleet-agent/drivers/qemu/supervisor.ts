@@ -1,0 +1,286 @@
+// Process supervision for the qemu driver: starting QEMU (its sockets, the egress listener, a fresh RAM file, the
+// forwarded port, QMP's set-up), watching its exit, and the bookkeeping of each VM's QEMUs: the running one, the one
+// kept for a hibernated VM (pre-started or paused, waiting.ts), and the work after a hibernation that whatever starts
+// the VM's next QEMU waits for (`settled`).
+import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { readFile, rm, writeFile } from "node:fs/promises";
+import type { Logger } from "../../../lib/log.ts";
+import { makeLaunchDrive } from "../common/launch-data.ts";
+import { killLeftover } from "../common/proc.ts";
+import { freeLoopbackPort } from "../common/readiness.ts";
+import { capLog, VmProcess, VmProcesses, withTail } from "../common/vm-process.ts";
+import type { ExecStubs } from "../common/exec-stubs.ts";
+import type { RunningVm, VmExit, VmSpec } from "../driver.ts";
+import { egressProxyUrl } from "../../egress/guest-address.ts";
+import type { EgressProxy } from "../../egress/proxy.ts";
+import { machineArgs, opt, qemuArgs, vmPaths, type VmPaths } from "./args.ts";
+import { IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./options.ts";
+import type { Phases } from "./phases.ts";
+import { QmpClient } from "./qmp.ts";
+import { freshRamFile } from "./ram-file.ts";
+import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
+import { readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots } from "./snapshot.ts";
+import { syncGuest, type QemuHost, type QemuVm } from "./vm.ts";
+import type { EvictReason, WaitingPool } from "./waiting.ts";
+
+const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes/s; QEMU 7.2 caps migration at 128 MiB/s by default
+/** A stop (host shutdown, delete) waits less for the guest's flush: the disk's journal covers the rest. */
+const STOP_SYNC_TIMEOUT_MS = 3000;
+
+export interface SupervisorDeps {
+  host: QemuHost;
+  log: Logger;
+  /** Kernel and initramfs per image name (QemuDriverOptions.image). */
+  image: QemuDriverOptions["image"];
+  /** QemuDriverOptions.prestart: after a hibernation, start the VM's next QEMU in `-incoming defer`. */
+  prestart: QemuDriverOptions["prestart"];
+  egress: EgressProxy;
+  /** Waiting exec stubs QEMU is started from (QemuDriverOptions.execStubs). */
+  stubs: ExecStubs | undefined;
+  /** QEMUs kept for hibernated VMs; it gives what it evicts to `endKept`. */
+  waiting: WaitingPool<QemuVm>;
+}
+
+export class QemuSupervisor {
+  /** Each running VM's QEMU, by vmId. */
+  readonly running = new Map<string, QemuVm>();
+  /** QEMUs kept for hibernated VMs (pre-started in `-incoming defer`, or stopped after the hibernation), by vmId. */
+  readonly waiting: WaitingPool<QemuVm>;
+  /** A hibernation's work after its answer, by vmId: QEMU's exit, the egress listener, older files (`settled`). */
+  private readonly settling = new Map<string, Promise<void>>();
+  private readonly processes = new VmProcesses();
+  private smallPagesMissingSaid = false;
+  private readonly host: QemuHost;
+  private readonly log: Logger;
+  private readonly deps: SupervisorDeps;
+
+  constructor(deps: SupervisorDeps) {
+    this.deps = deps;
+    this.host = deps.host;
+    this.log = deps.log;
+    this.waiting = deps.waiting;
+  }
+
+  /** After a committed hibernation: QEMU quits and the egress listener ends, off the caller's path; then the prestart. */
+  settle(spec: VmSpec, vp: QemuVm): void {
+    const settling = (async () => {
+      await this.quit(vp);
+      await this.deps.egress.release(spec.vmId);
+    })()
+      .catch((err: unknown) => this.log.warn("cleanup after a hibernation failed", { vmId: spec.vmId, err }))
+      .then(() => (this.deps.prestart ? this.prestart(spec).catch((err: unknown) => this.log.warn("prestart failed", { vmId: spec.vmId, err })) : undefined));
+    this.trackSettling(spec.vmId, settling);
+  }
+
+  /** Work on a VM's QEMU that whatever starts a QEMU for the VM next waits for (`settled`), forgotten once done. */
+  private trackSettling(vmId: string, work: Promise<void>): void {
+    this.settling.set(vmId, work);
+    void work.then(() => {
+      if (this.settling.get(vmId) === work) this.settling.delete(vmId);
+    });
+  }
+
+  /** Waits for a hibernation's background work on this VM (QEMU's exit, cleanup) before anything else uses it. */
+  async settled(vmId: string): Promise<void> {
+    await this.settling.get(vmId);
+  }
+
+  /** Every piece of work `settled` waits for (host shutdown waits for them all). */
+  allSettling(): Promise<void>[] {
+    return [...this.settling.values()];
+  }
+
+  /** Called once if the VM's QEMU exits without being told to (VmDriver.onExit). */
+  onExit(vm: RunningVm, listener: (exit: VmExit) => void): void {
+    this.processes.onExit(vm, listener);
+  }
+
+  /**
+   * Kills a QEMU a previous fleet-agent left running for this VM (its pid file, checked against
+   * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay.
+   */
+  async reap(spec: VmSpec): Promise<void> {
+    await this.settled(spec.vmId);
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return; // ours and alive
+    const paths = vmPaths(spec.stateDir);
+    // QEMU writes its pid file itself (the pid alone): its QMP socket path on the command line is the VM's marker.
+    const killed = await killLeftover(paths.pid, opt(paths.qmp));
+    if (killed) this.log.warn("killed a QEMU left running by a previous fleet-agent", { vmId: spec.vmId, pid: killed });
+    const { manifest, problem } = await readManifest(paths.manifest);
+    if (!problem) await removeUnreferencedSnapshots(spec.stateDir, manifest?.file);
+    else await removePartialSnapshots(spec.stateDir);
+    await removePartialDrives(spec.stateDir);
+    for (const p of [paths.qmp, paths.agent, paths.pid]) await rm(p, { force: true });
+  }
+
+  /** The QEMU of a running VM; throws when the VM is not running here (or its QEMU exited). */
+  mustBeRunning(vm: RunningVm): QemuVm {
+    const vp = this.running.get(vm.spec.vmId);
+    if (!vp || vp.proc.exit) throw new Error(`VM ${vm.spec.vmId} is not running`);
+    return vp;
+  }
+
+  /** The kernel and initramfs the VM boots (a built image's VM: IMAGE_GUEST's). */
+  async imageFor(spec: VmSpec): Promise<GuestImagePaths> {
+    const image = this.deps.image;
+    return typeof image === "function" ? image(spec.rootImage ? IMAGE_GUEST : spec.image) : image;
+  }
+
+  /** The forwarded host port kept in the stateDir, if there is a valid one. */
+  async readPort(paths: VmPaths): Promise<number | undefined> {
+    try {
+      const port = (JSON.parse(await readFile(paths.port, "utf8")) as { port?: unknown }).port;
+      return typeof port === "number" && Number.isInteger(port) && port > 0 ? port : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The VM's forwarded host port: chosen once, kept in the stateDir so it survives hibernation. */
+  private async hostPort(paths: VmPaths, fresh = false): Promise<number> {
+    const existing = fresh ? undefined : await this.readPort(paths);
+    if (existing) return existing;
+    const port = await freeLoopbackPort();
+    await writeFile(paths.port, `${JSON.stringify({ port })}\n`);
+    return port;
+  }
+
+  /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
+  /** `templateRam`: a template's RAM file to map privately instead of the VM's own (ram-file.ts `ramPlan`). */
+  async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, templateRam?: string, phases?: Phases): Promise<QemuVm> {
+    mkdirSync(spec.stateDir, { recursive: true });
+    const paths = vmPaths(spec.stateDir);
+    mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
+    capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
+    // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
+    const egress = spec.allowEgress && this.host.egressRelay !== undefined;
+    if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
+    if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port, ...(egress ? { egressProxy: egressProxyUrl } : {}) });
+    // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once).
+    if (egress) await this.deps.egress.listen(spec.vmId, paths.egress);
+    // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
+    if (this.host.memory === "file" && !incoming) {
+      await freshRamFile(paths, spec.memMiB);
+      await this.smallPages(spec, paths.ram);
+    }
+    let hostPort = await this.hostPort(paths);
+    for (let attempt = 0; ; attempt++) {
+      phases?.mark("launchPrepare");
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam);
+      phases?.mark("spawn");
+      try {
+        vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
+        phases?.mark("qmpConnect");
+        // Sent together (QEMU answers in order). `events`: MIGRATION status events, which waitMigration waits on. Both
+        // sides, file-backed RAM: the shared RAM file is not migrated, only the device state (`x-ignore-shared`).
+        const capabilities = [{ capability: "events", state: true }, ...(this.host.memory === "file" ? [{ capability: "x-ignore-shared", state: true }] : [])];
+        await Promise.all([vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH }), vp.qmp.execute("migrate-set-capabilities", { capabilities })]);
+        phases?.mark("qmpSetup");
+        return vp;
+      } catch (err) {
+        await vp.proc.kill();
+        const said = await vp.proc.finalOutput();
+        if (attempt === 0 && /host forwarding rule|Could not set up host forwarding/i.test(said)) {
+          this.log.warn("forwarded port taken; choosing another", { vmId: spec.vmId, port: hostPort });
+          hostPort = await this.hostPort(paths, true);
+          continue;
+        }
+        throw withTail(err as Error, said, "qemu");
+      }
+    }
+  }
+
+  private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean, templateRam: string | undefined): QemuVm {
+    // Stale unix sockets from a previous QEMU would make clients connect to nothing.
+    for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
+    const launch = { spec, paths, accel: this.host.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.host.tscKhz, incoming, memory: this.host.memory, egressRelay: this.host.egressRelay, templateRam };
+    const templateFd = templateRam ? openSync(templateRam, "r") : undefined;
+    const env = { ...process.env };
+    if (this.host.preload) env.LD_PRELOAD = [this.host.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
+    // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
+    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.host.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env, stubs: this.deps.stubs });
+    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam, templateFd };
+    proc.onEnd((exit) => this.onProcessEnd(vp, exit));
+    this.processes.add(proc);
+    return vp;
+  }
+
+  private onProcessEnd(vp: QemuVm, exit: VmExit): void {
+    if (vp.templateFd !== undefined) closeSync(vp.templateFd);
+    vp.templateFd = undefined;
+    vp.qmp?.close();
+    vp.agent?.close();
+    const id = vp.spec.vmId;
+    const wasRunning = this.running.get(id) === vp;
+    if (wasRunning) this.running.delete(id);
+    if (this.waiting.get(id) === vp) this.waiting.delete(id);
+    if (vp.proc.spawnError) this.log.error("QEMU failed to start", { vmId: id, err: vp.proc.spawnError });
+    else if (vp.proc.crashed && wasRunning) {
+      void vp.proc.finalOutput().then((said) => this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: said }));
+    }
+  }
+
+  /** Ends a running VM that is not hibernated: a built image's guest flushes its disk first (briefly), then QEMU quits. */
+  async quitRunning(vp: QemuVm): Promise<void> {
+    if (vp.spec.rootImage && vp.agentOpen && !vp.proc.exit) await syncGuest(vp, this.log, STOP_SYNC_TIMEOUT_MS);
+    await this.quit(vp);
+  }
+
+  /** Asks QEMU to quit, then kills it if it does not; waits for the exit. */
+  async quit(vp: QemuVm): Promise<void> {
+    await vp.proc.stop(() => vp.qmp?.execute("quit", undefined, 2000), 5000);
+    for (const p of [vp.paths.qmp, vp.paths.agent]) rmSync(p, { force: true });
+  }
+
+  takeWaiting(spec: VmSpec): QemuVm | undefined {
+    const vp = this.waiting.get(spec.vmId);
+    if (!vp) return undefined;
+    this.waiting.delete(spec.vmId);
+    return vp.proc.exit ? undefined : vp;
+  }
+
+  /**
+   * A fresh RAM file cached in 4 KiB pages before QEMU maps it (small-pages.ts): what the guest then dirties is written
+   * back page by page at each hibernation, not folio by folio. Restores find those pages still cached; after the host
+   * dropped them (memory pressure, a reboot) the file is cached as the kernel likes until the next cold boot. Without
+   * the helper (no gcc) or if it fails, the VM runs all the same.
+   */
+  async smallPages(spec: VmSpec, ram: string): Promise<void> {
+    const helper = smallPagesTool();
+    if (!("path" in helper)) {
+      if (!this.smallPagesMissingSaid) this.log.warn("RAM files keep the kernel's large page-cache folios: hibernations write back more", { why: helper.error });
+      this.smallPagesMissingSaid = true;
+      return;
+    }
+    await cacheInSmallPages(helper.path, ram).catch((err: unknown) => this.log.warn("could not cache the RAM file in small pages", { vmId: spec.vmId, err }));
+  }
+
+  /**
+   * A kept QEMU past its time, or the oldest over the bound: ended. Its VM's snapshot is on disk (committed before it
+   * was kept), so the next wake restores from the files; that wake waits for this exit first (`settled`), as the new
+   * QEMU needs the port and sockets this one holds.
+   */
+  endKept(vmId: string, vp: QemuVm, why: EvictReason): void {
+    this.log.info("kept QEMU ended; the next wake restores from the files", { vmId, why, paused: vp.pausedAt !== undefined, pid: vp.proc.pid });
+    const before = this.settling.get(vmId);
+    const ending = (async () => {
+      await before;
+      await vp.proc.kill();
+    })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
+    this.trackSettling(vmId, ending);
+  }
+
+  async discardWaiting(vmId: string): Promise<void> {
+    const vp = this.waiting.get(vmId);
+    if (!vp) return;
+    this.waiting.delete(vmId);
+    await vp.proc.kill();
+  }
+
+  private async prestart(spec: VmSpec): Promise<void> {
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return;
+    const vp = await this.launch(spec, await this.imageFor(spec), true);
+    if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return vp.proc.kill();
+    this.waiting.set(spec.vmId, vp);
+  }
+}

@@ -1,0 +1,101 @@
+// One QEMU process and the clients the driver holds on it (QemuVm), the host's QEMU facts every phase reads (QemuHost),
+// and the host end of its guest agent's port: connecting, waiting for an answer, the flush before a snapshot.
+import { connect } from "node:net";
+import type { Logger } from "../../../lib/log.ts";
+import { GuestAgentClient } from "../common/guest-agent.ts";
+import { pollUntil } from "../common/readiness.ts";
+import type { VmProcess } from "../common/vm-process.ts";
+import type { RunningVm, VmSpec } from "../driver.ts";
+import type { Accel, MemoryMode, VmPaths } from "./args.ts";
+import type { QmpClient } from "./qmp.ts";
+
+/** What this host runs VMs with, fixed when the driver is made; snapshots and checkpoints record most of it. */
+export interface QemuHost {
+  binary: string;
+  accel: Accel;
+  qemuVersion: string;
+  hostCpu: string;
+  tscKhz: number | undefined;
+  memory: MemoryMode;
+  /** The listen-backlog shim QEMU runs with (backlog.ts), if any. */
+  preload: string | undefined;
+  /** The guestfwd relay; undefined: VMs with `allowEgress` get no way out (logged once). */
+  egressRelay: string | undefined;
+  /** The host kernel's boot id: a snapshot whose RAM was not yet durable is trusted only within the boot it was taken in. */
+  bootId: string;
+}
+
+/** One QEMU process and the clients the driver holds on it. */
+export interface QemuVm {
+  spec: VmSpec;
+  paths: VmPaths;
+  hostPort: number;
+  machineArgs: string[];
+  proc: VmProcess;
+  qmp: QmpClient | undefined;
+  agent: GuestAgentClient | undefined;
+  agentOpen: boolean;
+  /** A template's clone: its RAM is the template's file mapped privately; its first snapshot splits it out (ram-stream.ts). */
+  templateRam: string | undefined;
+  /**
+   * The template's RAM file held open while this QEMU runs: its first hibernation copies it and compares pages with
+   * it, and the template may have been deleted (or rebuilt) since the clone started.
+   */
+  templateFd: number | undefined;
+  /** Kept stopped after its hibernation (`prestart: "paused"`): `<file>:<sha256>` of the snapshot it holds in memory. */
+  pausedAt?: string;
+}
+
+/** How long a hibernation or checkpoint waits for the guest's flush (SYNC) when QemuDriverOptions.syncTimeoutMs is not given. */
+const SYNC_TIMEOUT_MS = 10_000;
+
+export function runningVm(vp: QemuVm): RunningVm {
+  return { spec: vp.spec, endpoint: { host: "127.0.0.1", port: vp.hostPort }, pid: vp.proc.pid };
+}
+
+/** A guest's hostname: its agent id as a DNS label (RFC 1123 has no `_`). */
+export function guestHostname(agentId: string): string {
+  return agentId.replace(/_/g, "-").toLowerCase().slice(0, 63);
+}
+
+/** Opens the host end of the agent's virtio-serial port (a unix socket QEMU serves). */
+export function openAgent(vp: QemuVm): Promise<void> {
+  if (vp.agent && vp.agentOpen) return Promise.resolve();
+  vp.agent?.close();
+  return new Promise((resolve, reject) => {
+    const socket = connect(vp.paths.agent);
+    const agent = new GuestAgentClient(socket);
+    vp.agent = agent;
+    socket.once("connect", () => {
+      if (vp.agent === agent) vp.agentOpen = true;
+      resolve();
+    });
+    socket.once("error", reject);
+    socket.once("close", () => {
+      if (vp.agent === agent) vp.agentOpen = false;
+    });
+  });
+}
+
+/** Pings over the agent port (reconnecting when it closed) until the guest agent answers. */
+export function waitAgent(vp: QemuVm, deadline: number, timeout: string, gaveUp: () => string | undefined = () => vp.proc.exitedWhy("QEMU")): Promise<GuestAgentClient> {
+  return pollUntil(
+    async (remaining) => {
+      await openAgent(vp);
+      await vp.agent!.ping(Math.max(100, Math.min(500, remaining)));
+      return vp.agent!;
+    },
+    { deadline, gaveUp, timeout },
+  );
+}
+
+/** Asks the guest to flush its disks before a snapshot; a failure is logged, not fatal (QEMU flushes its own side). */
+export async function syncGuest(vp: QemuVm, log: Logger, timeoutMs: number | undefined): Promise<void> {
+  const t0 = performance.now();
+  try {
+    await vp.agent!.sync(timeoutMs ?? SYNC_TIMEOUT_MS);
+    log.debug("guest synced", { vmId: vp.spec.vmId, ms: Math.round(performance.now() - t0) });
+  } catch (err) {
+    log.warn("guest sync failed; going on without it", { vmId: vp.spec.vmId, err });
+  }
+}
