@@ -46,7 +46,8 @@ import { guestAgentPort, type FirecrackerDriverOptions } from "./options.ts";
 import type { VmPaths } from "./paths.ts";
 import { wake, type RestoreDeps } from "./restore.ts";
 import { FirecrackerProcesses } from "./supervisor.ts";
-import { cloneOrBootCold, templateEnvironment, usableTemplate, type TemplateBootDeps, type TemplateEnvironmentDeps, type TemplateSlotDeps } from "./templates.ts";
+import { bootFromTemplate } from "../common/template-boot.ts";
+import { templateEnvironment, usableTemplate, type TemplateEnvironmentDeps, type TemplateSlotDeps } from "./templates.ts";
 
 export { BASE_BOOT_ARGS, GUEST_CID, IMAGE_GUEST, type FirecrackerDriverOptions, type FirecrackerImage, type JailerOptions } from "./options.ts";
 export { firecrackerId, vmPaths, type VmPaths } from "./paths.ts";
@@ -64,7 +65,6 @@ export class FirecrackerDriver implements VmDriver {
   private readonly log: Logger;
   private readonly vms: FirecrackerProcesses;
   private readonly deps: PhaseDeps;
-  private readonly templateBoot: TemplateBootDeps;
   private host: FirecrackerHostFacts | undefined;
 
   constructor(opts: FirecrackerDriverOptions) {
@@ -92,19 +92,6 @@ export class FirecrackerDriver implements VmDriver {
       unsupportedLoadFields: new Set<string>(),
       templates: this.templates,
     };
-    this.templateBoot = {
-      templates: this.templates,
-      log: this.log,
-      usableTemplate: (spec) => usableTemplate(this.deps, spec),
-      restoreCheckpoint: (spec, dir) => this.restoreCheckpoint(spec, dir),
-      wake: (spec) => this.wake(spec),
-      discardClone: async (spec) => {
-        const live = this.vms.get(spec.vmId);
-        if (live) await this.vms.kill(live);
-        await this.reap(spec);
-      },
-      coldBoot: (spec, started) => coldBoot(this.deps, spec, started),
-    };
   }
 
   /** The readiness check (cached once it passes): refuses with a FirecrackerHostError naming what is missing. */
@@ -122,7 +109,22 @@ export class FirecrackerDriver implements VmDriver {
   async boot(spec: VmSpec): Promise<BootResult> {
     const started = performance.now();
     await this.ready(); // a host that cannot run Firecracker refuses before any template is looked at
-    return cloneOrBootCold(spec, started, this.templateBoot);
+    return bootFromTemplate({
+      spec,
+      log: this.log,
+      started,
+      take: () => usableTemplate(this.deps, spec),
+      clone: (template) => this.restoreCheckpoint(spec, template.dir),
+      wake: () => this.wake(spec),
+      discard: async () => {
+        const live = this.vms.get(spec.vmId);
+        if (live) await this.vms.kill(live);
+        await this.reap(spec);
+      },
+      // This VM holds the template's network slot now (restored or not): the next clone needs a template of its own.
+      afterClone: () => void this.templates!.renew(spec).catch((err: unknown) => this.log.warn("template renewal not started", { vmId: spec.vmId, err })),
+      coldBoot: () => coldBoot(this.deps, spec, started),
+    });
   }
 
   hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
