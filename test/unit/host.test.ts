@@ -9,7 +9,7 @@ import { createMemoryHostStore } from "../../fleet-agent/store.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../../fleet-agent/drivers/driver.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { ActivityEnd, ActivityStart } from "../../fleet-agent/activity.ts";
-import { canTransition } from "../../fleet-agent/vm-state.ts";
+import { canTransition } from "../../fleet-agent/host/lifecycle.ts";
 
 /** A driver whose every call is counted and can be held open until the test releases it. */
 class ScriptedDriver implements VmDriver {

@@ -1,0 +1,123 @@
+// Ownership and fencing: a VM runs here only under the newest lease generation, checked on each call, before each wake, and after each heartbeat.
+import { join } from "node:path";
+import type { Clock } from "../../lib/clock.ts";
+import { AppError } from "../../lib/errors.ts";
+import { isId } from "../../lib/ids.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import { withDeadline } from "../deadline.ts";
+import type { HostFs } from "../host-fs.ts";
+import type { AgentOwner, HostStore } from "../store.ts";
+import type { VmEntry } from "../vm-entry.ts";
+import type { Eviction } from "./eviction.ts";
+import type { DiskGenerations } from "./generations.ts";
+import type { VmTable } from "./vms.ts";
+
+/** How long a wake waits for the database to say who owns the agent before it goes ahead, ms. */
+const ownerCheckMs = 500;
+
+export interface FencingDeps {
+  hostId: string;
+  /** Root of this host's VM state directories (`<dir>/<agentId>`). */
+  vmsDir: string;
+  clock: Clock;
+  fs: HostFs;
+  store: Pick<HostStore, "owners">;
+  vms: Pick<VmTable, "get" | "ids" | "entryFor">;
+  generations: Pick<DiskGenerations, "read" | "write">;
+  eviction: Pick<Eviction, "evict" | "discardStateDir">;
+}
+
+export class Fencing {
+  private readonly deps: FencingDeps;
+  /** Owner checks under way, by agent (`ownerCheck`). */
+  private readonly ownerChecks = new Map<string, Promise<void>>();
+  /** Whether `fence` has looked at the state directories on disk yet (once: later passes look at the VMs in memory). */
+  private fencedDisk = false;
+
+  constructor(deps: FencingDeps) {
+    this.deps = deps;
+  }
+
+  /**
+   * The agent's entry under the lease generation the call carries (fencing). An older generation than this host's is a
+   * caller with a stale placement: refused (503, the gateway asks the database again). A newer one means the agent was
+   * moved to another host and back since this host last ran it: its copy here is stale, so it is stopped and its files
+   * removed, and the agent starts here from what the store has (or boots). The generation is kept beside the VMs'
+   * directories (`<vmsDir>/../leases/<agentId>`), so a restart knows it.
+   */
+  async leased(spec: AgentSpec): Promise<VmEntry> {
+    const { vms, generations, eviction } = this.deps;
+    const generation = spec.generation ?? 0;
+    const known = vms.get(spec.id);
+    const held = known?.generation ?? generations.read(spec.id);
+    if (generation < held) {
+      throw new AppError("host_unavailable", `agent ${spec.id} runs on this host under lease generation ${held}, the call carries ${generation}: the caller's placement is stale`, { retryAfterS: 1 });
+    }
+    if (generation > held) {
+      if (known) await eviction.evict(known, `a call of lease generation ${generation} (this host had ${held})`);
+      else if (this.deps.fs.hasStateDir(join(this.deps.vmsDir, spec.id))) await eviction.discardStateDir(spec.id, `its files here are of lease generation ${held}, the call carries ${generation}`);
+      generations.write(spec.id, generation);
+    }
+    return vms.entryFor(spec);
+  }
+
+  /**
+   * Before a wake: whether the database still gives this host the agent under the generation it holds. A gateway whose
+   * placement was kept from before a move (its cache) would otherwise wake a second copy here; it gets `503` and asks
+   * again. A copy already awake is fenced at the next heartbeat (`fence`). While the database cannot be read the
+   * wake goes ahead (after at most `ownerCheckMs`): the lease it holds has not been taken from it by anyone who could
+   * not write either.
+   */
+  /** One owner check at a time per agent: callers that arrive together share it (a burst asks the database once). */
+  ownerCheck(entry: VmEntry): Promise<void> {
+    const id = entry.spec.id;
+    let check = this.ownerChecks.get(id);
+    if (!check) {
+      check = this.assertOwner(entry).finally(() => this.ownerChecks.delete(id));
+      this.ownerChecks.set(id, check);
+    }
+    return check;
+  }
+
+  private async assertOwner(entry: VmEntry): Promise<void> {
+    const id = entry.spec.id;
+    let owner;
+    try {
+      // Bounded: a database that does not answer (an outage, a partition) must not hold the wake up.
+      owner = (await withDeadline(this.deps.clock, ownerCheckMs, this.deps.store.owners([id]), () => new Map<string, AgentOwner>())).get(id);
+    } catch {
+      return;
+    }
+    if (!owner || owner.deleted || owner.hostId === null) return;
+    if (owner.hostId === this.deps.hostId && owner.generation <= entry.generation) return;
+    throw new AppError("host_unavailable", `agent ${id} is on host ${owner.hostId} now (lease generation ${owner.generation}); this host's copy (generation ${entry.generation}) is not woken`, { retryAfterS: 1 });
+  }
+
+  /**
+   * Stops this host's copy of every agent the database says it no longer owns (another host, or a newer lease
+   * generation): a host that was cut off or dead while its agents moved must not run, meter or snapshot them again.
+   * The first pass also looks at the state directories on disk (what a dead process left). Called after each heartbeat;
+   * answers how many copies it stopped.
+   */
+  async fence(): Promise<number> {
+    const { vmsDir, hostId, vms, eviction } = this.deps;
+    const ids = new Set(vms.ids());
+    if (!this.fencedDisk) for (const id of this.deps.fs.vmDirs(vmsDir)) if (isId("agent", id)) ids.add(id);
+    if (ids.size === 0) return 0;
+    const owners = await this.deps.store.owners([...ids]);
+    this.fencedDisk = true;
+    let stopped = 0;
+    for (const id of ids) {
+      const owner = owners.get(id);
+      if (!owner || owner.deleted || owner.hostId === null) continue;
+      const entry = vms.get(id);
+      const held = entry?.generation ?? this.deps.generations.read(id);
+      if (owner.hostId === hostId && owner.generation <= held) continue;
+      const why = owner.hostId === hostId ? `lease generation ${owner.generation} is newer than this host's ${held}` : `it is on host ${owner.hostId} now (lease generation ${owner.generation})`;
+      if (entry) await eviction.evict(entry, why);
+      else await eviction.discardStateDir(id, why);
+      stopped++;
+    }
+    return stopped;
+  }
+}

@@ -1,0 +1,118 @@
+// The host's VM entries, one per agent it has heard of: made on first sight, looked up by agent id, counted for the heartbeat and the gauges.
+import { join } from "node:path";
+import type { Clock } from "../../lib/clock.ts";
+import { AppError } from "../../lib/errors.ts";
+import type { AgentSpec, VmState } from "../../contracts/agent.ts";
+import { isImageDigest, type ImageLocator } from "../../contracts/image.ts";
+import type { VmSpec } from "../drivers/driver.ts";
+import type { HostFs } from "../host-fs.ts";
+import { newVmEntry, type VmEntry } from "../vm-entry.ts";
+
+export interface VmTableDeps {
+  hostId: string;
+  /** Root of this host's VM state directories (`<dir>/<agentId>`). */
+  vmsDir: string;
+  fs: HostFs;
+  clock: Clock;
+  /** Where built images' files are on this host (agents whose `image` is a digest). */
+  images?: ImageLocator;
+}
+
+export class VmTable {
+  private readonly vms = new Map<string, VmEntry>();
+  private readonly deps: VmTableDeps;
+
+  constructor(deps: VmTableDeps) {
+    this.deps = deps;
+  }
+
+  get(agentId: string): VmEntry | undefined {
+    return this.vms.get(agentId);
+  }
+
+  has(agentId: string): boolean {
+    return this.vms.has(agentId);
+  }
+
+  /** Forgets a VM (deleted, or evicted: another host owns it now). */
+  delete(agentId: string): void {
+    this.vms.delete(agentId);
+  }
+
+  ids(): IterableIterator<string> {
+    return this.vms.keys();
+  }
+
+  values(): IterableIterator<VmEntry> {
+    return this.vms.values();
+  }
+
+  /** The agent's entry, made on first sight; a known one takes the spec the call carries. */
+  entryFor(spec: AgentSpec): VmEntry {
+    let e = this.vms.get(spec.id);
+    if (e) {
+      e.spec = spec; // idle timeouts and limits may have changed; the VM's shape changes on its next boot
+      return e;
+    }
+    const stateDir = join(this.deps.vmsDir, spec.id);
+    const vmSpec: VmSpec = {
+      vmId: vmIdFor(spec.id),
+      agentId: spec.id,
+      image: spec.image,
+      vcpus: spec.vcpus,
+      memMiB: spec.memMiB,
+      allowEgress: spec.allowEgress,
+      stateDir,
+      ...(spec.diskMiB !== undefined ? { diskMiB: spec.diskMiB } : {}),
+    };
+    // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
+    const state = this.deps.fs.hasStateDir(stateDir) ? "stopped" : "creating";
+    e = newVmEntry(spec, vmSpec, state, this.deps.clock.monotonic());
+    this.vms.set(spec.id, e);
+    return e;
+  }
+
+  /** The spec of an agent known only by its directory: enough for what a driver finds by it (leftover processes, the log). */
+  bareSpec(agentId: string): VmSpec {
+    return { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(this.deps.vmsDir, agentId) };
+  }
+
+  /** A built image's files, looked up when the VM first needs them (and again while they are missing). */
+  attachImage(entry: VmEntry): void {
+    const { image } = entry.vmSpec;
+    if (!isImageDigest(image) || entry.vmSpec.rootImage) return;
+    const artifact = this.deps.images?.(image);
+    if (!artifact) throw new AppError("boot_failed", `image ${image} is not on host ${this.deps.hostId}`);
+    entry.vmSpec.rootImage = artifact;
+  }
+
+  /** Open tickets over every VM: the requests in flight on this host. */
+  inFlight(): number {
+    let n = 0;
+    for (const e of this.vms.values()) n += e.tickets.length;
+    return n;
+  }
+
+  count(inState: (state: VmState) => boolean): number {
+    let n = 0;
+    for (const e of this.vms.values()) if (inState(e.state)) n++;
+    return n;
+  }
+
+  /** Memory of the VMs awake here (booting, running, restoring, snapshotting) and how many they are: what the heartbeat reports. */
+  load(): { usedMiB: number; awakeAgents: number } {
+    let usedMiB = 0;
+    let awakeAgents = 0;
+    for (const e of this.vms.values()) {
+      if (e.state !== "booting" && e.state !== "running" && e.state !== "restoring" && e.state !== "snapshotting") continue;
+      usedMiB += e.vmSpec.memMiB;
+      awakeAgents++;
+    }
+    return { usedMiB, awakeAgents };
+  }
+}
+
+/** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */
+export function vmIdFor(agentId: string): string {
+  return `vm_${agentId.replace(/^agt_/, "")}`;
+}

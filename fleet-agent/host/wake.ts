@@ -1,0 +1,288 @@
+// Waking: a call's hold on a VM (its ticket), the bounded queue and deadline in front of one single-flight wake, and the wake itself (boot, restore, or the shared store's last commit).
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { Clock } from "../../lib/clock.ts";
+import { AppError } from "../../lib/errors.ts";
+import { newId } from "../../lib/ids.ts";
+import type { Logger } from "../../lib/log.ts";
+import { seconds, type Metrics } from "../../lib/metrics.ts";
+import type { AgentSpec, WakeInfo, WakeReason } from "../../contracts/agent.ts";
+import type { RunningVm, VmDriver } from "../drivers/driver.ts";
+import { rotatedLogPath } from "../drivers/common/vm-process.ts";
+import type { SnapshotShipper } from "../artifacts/shipper.ts";
+import { withDeadline } from "../deadline.ts";
+import type { EventLog } from "../event-log.ts";
+import type { HostFs } from "../host-fs.ts";
+import { removeTicket, TicketImpl, type Ticket } from "../tickets.ts";
+import type { VmEntry } from "../vm-entry.ts";
+import { canHappen, type Lifecycle } from "./lifecycle.ts";
+import type { Metering } from "./metering.ts";
+import { round } from "./ms.ts";
+import type { Startup } from "./startup.ts";
+import type { VmTable } from "./vms.ts";
+
+/** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
+const CONSOLE_TAIL_BYTES = 2048;
+
+export interface WakingDeps {
+  hostId: string;
+  clock: Clock;
+  log: Logger;
+  metrics: Metrics;
+  fs: Pick<HostFs, "tail">;
+  driver: Pick<VmDriver, "reap" | "boot" | "wake" | "logPath" | "onExit" | "restoreCheckpoint">;
+  events: Pick<EventLog, "hold" | "runStarted" | "runTimings">;
+  lifecycle: Pick<Lifecycle, "move">;
+  metering: Pick<Metering, "startActivity" | "endActivity" | "endRun">;
+  vms: Pick<VmTable, "attachImage">;
+  startup: Pick<Startup, "takeRollback">;
+  /** Requests that may wait for one agent's wake before new ones get 503 queue_full. */
+  wakeQueueLimit: number;
+  /** How long a request waits for a wake before it gets 503 wake_failed. */
+  wakeDeadlineMs: number;
+  /** Where checkpoints' files go: a commit of the shared store is fetched beside them. */
+  checkpointsDir: string;
+  /** The shared artifact store: an agent that moved here starts from its last commit. */
+  shipper?: Pick<SnapshotShipper, "materialize">;
+  /** Whether the host is shutting down (no new holds). */
+  stopping(): boolean;
+  /** The agent's entry under the lease generation the call carries (fencing.ts). */
+  leased(spec: AgentSpec): Promise<VmEntry>;
+  /** Refuses a wake of an agent the database gives another host (fencing.ts). */
+  ownerCheck(entry: VmEntry): Promise<void>;
+  /** Settles once the checkpoint work under way on the agent has (undefined: none). */
+  checkpointBusy(agentId: string): Promise<void> | undefined;
+  /** A ticket was released (the drain waits for the last one). */
+  released(): void;
+}
+
+export class Waking {
+  private readonly deps: WakingDeps;
+
+  constructor(deps: WakingDeps) {
+    this.deps = deps;
+  }
+
+  /**
+   * Holds the agent's VM awake for one request, waking it first if needed. Concurrent callers share one
+   * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After. `requestId`: the
+   * call that asked (the wake it starts records it, in the event log's detail and the audit log).
+   */
+  async acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
+    if (this.deps.stopping()) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
+    const entry = await this.deps.leased(spec);
+    const queuedAt = this.deps.clock.monotonic();
+    let ownerChecked = false;
+    for (;;) {
+      if (entry.state === "running" && entry.running && !entry.hibernation) {
+        return this.ticket(entry, { wake: "warm", runId: entry.runId!, timings: {} });
+      }
+      if (entry.hibernation) {
+        entry.hibernation.abort.abort();
+        await entry.hibernation.promise;
+        continue;
+      }
+      if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
+      const checkpointing = this.deps.checkpointBusy(spec.id);
+      if (checkpointing) {
+        await checkpointing; // a restore or a fork decides what the wake brings back
+        continue;
+      }
+      if (entry.waiting >= this.deps.wakeQueueLimit) {
+        throw new AppError("queue_full", `too many requests waiting for agent ${spec.id} to wake`, { retryAfterS: 2 });
+      }
+      if (!entry.wake && !ownerChecked) {
+        // A wake is to start: ask who owns the agent first, then look again (the state may have moved meanwhile).
+        await this.deps.ownerCheck(entry);
+        ownerChecked = true;
+        continue;
+      }
+      entry.waiting++;
+      let info: WakeInfo;
+      try {
+        const ms = this.deps.wakeDeadlineMs;
+        info = await withDeadline(this.deps.clock, ms, this.wakeOnce(entry, reason, requestId), () => {
+          throw new AppError("wake_failed", `agent ${spec.id} did not wake within ${ms} ms`, { retryAfterS: 5 });
+        });
+      } finally {
+        entry.waiting--;
+      }
+      if (entry.state !== "running" || !entry.running) continue; // hibernated again in between: go round
+      const queuedMs = this.deps.clock.monotonic() - queuedAt;
+      this.deps.metrics.observe("agentvm_wake_queue_seconds", { mode: info.wake }, seconds(queuedMs));
+      return this.ticket(entry, { ...info, timings: { ...info.timings, queuedMs: round(queuedMs) } });
+    }
+  }
+
+  private ticket(entry: VmEntry, wake: WakeInfo): Ticket {
+    const t = new TicketImpl(
+      entry.running!.endpoint,
+      wake,
+      this.deps.clock,
+      (done) => {
+        removeTicket(entry.tickets, done);
+        entry.lastActivityAt = this.deps.clock.monotonic();
+        this.deps.released();
+      },
+      () => this.recordFirstByte(entry, wake),
+    );
+    t.slot = entry.tickets.length;
+    entry.tickets.push(t);
+    return t;
+  }
+
+  private recordFirstByte(entry: VmEntry, wake: WakeInfo): void {
+    if (wake.wake === "warm" || entry.firstByteRecorded || entry.runId !== wake.runId || entry.wakeStartedAt === undefined) return;
+    entry.firstByteRecorded = true;
+    const firstByteMs = round(this.deps.clock.monotonic() - entry.wakeStartedAt);
+    this.deps.metrics.observe("agentvm_wake_first_byte_seconds", { mode: wake.wake }, seconds(firstByteMs));
+    this.deps.events.runTimings(wake.runId, { ...wake.timings, firstByteMs });
+  }
+
+  private wakeOnce(entry: VmEntry, reason: WakeReason, requestId: string | undefined): Promise<WakeInfo> {
+    entry.wake ??= this.doWake(entry, reason, requestId).finally(() => {
+      entry.wake = undefined;
+    });
+    return entry.wake;
+  }
+
+  private async doWake(entry: VmEntry, reason: WakeReason, requestId: string | undefined): Promise<WakeInfo> {
+    const { driver, clock, events, lifecycle } = this.deps;
+    const startedAt = clock.monotonic();
+    try {
+      this.deps.vms.attachImage(entry);
+      if (!entry.reaped) {
+        entry.reaped = true;
+        await driver.reap(entry.vmSpec);
+      }
+      let info: Omit<WakeInfo, "runId">;
+      let detail: Record<string, unknown> | undefined;
+      if (entry.state === "creating" && entry.generation > 0) detail = await this.fromStore(entry, reason);
+      if (entry.state === "creating") {
+        const release = events.hold(); // as for a hibernation: the log's writes after the driver's steps
+        lifecycle.move(entry, "boot", reason === "request" || reason === "webhook" || reason === "api" ? reason : "boot");
+        const booted = await driver.boot(entry.vmSpec).finally(release);
+        entry.running = booted.vm;
+        info = { wake: "boot", timings: { bootMs: round(booted.bootMs) } };
+        // A clone of a warm template: the run's event says which one, so a slow or odd first run can be traced to it.
+        if (booted.template) detail = { template: booted.template };
+      } else {
+        // The log's writes (this transition's among them) after the driver's steps: with an embedded database their CPU
+        // time would run at the restore's first await, before QEMU starts (4.8 ms p50 of a restore in bench:wake).
+        const release = events.hold();
+        lifecycle.move(entry, "restore", reason);
+        const woke = await driver.wake(entry.vmSpec).finally(release);
+        entry.running = woke.vm;
+        const t = woke.timings;
+        const clockFix = { clockFixMs: round(t.clockFixMs), skewBeforeMs: round(t.skewBeforeMs), skewAfterMs: round(t.skewAfterMs) };
+        // A fallback is a boot: `bootMs` in server-timing and the run's timings; the failed attempt's share is in the detail.
+        info =
+          woke.mode === "boot"
+            ? { wake: "boot", timings: { bootMs: round(t.bootMs ?? t.restoreMs), ...clockFix } }
+            : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix } };
+        if (woke.fallbackReason) detail = { ...detail, fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
+      }
+      const runId = newId("run");
+      const rollback = this.deps.startup.takeRollback(entry.spec.id, info.wake);
+      if (rollback) {
+        info = { ...info, timings: { ...info.timings, rollbackMs: rollback.lostMs } };
+        const { crashedRunId, lastAwakeAt, snapshotAt } = rollback;
+        detail = { ...detail, rollback: { rollbackMs: rollback.lostMs, crashedRunId, lastAwakeAt: new Date(lastAwakeAt).toISOString(), snapshotAt: new Date(snapshotAt).toISOString() } };
+        this.deps.log.warn("restored a snapshot older than the agent's last awake state", { agentId: entry.spec.id, rollbackMs: rollback.lostMs, crashedRunId });
+      }
+      entry.runId = runId;
+      entry.wakeStartedAt = startedAt;
+      entry.firstByteRecorded = false;
+      entry.lastActivityAt = clock.monotonic();
+      entry.lastWakeAt = clock.now();
+      entry.cpu.reset();
+      const wakeMs = round(clock.monotonic() - startedAt);
+      lifecycle.move(entry, "woke", reason, { ...info.timings, wakeMs }, { wake: info.wake, ...detail, ...(requestId ? { requestId } : {}) });
+      this.countWake(info, reason, wakeMs);
+      events.runStarted({
+        id: runId,
+        agentId: entry.spec.id,
+        tenantId: entry.spec.tenantId,
+        hostId: this.deps.hostId,
+        vmId: entry.vmSpec.vmId,
+        wokeAt: new Date(entry.lastWakeAt!),
+        wakeReason: reason,
+        wakeMode: info.wake,
+        timings: info.timings,
+      });
+      this.deps.metering.startActivity(entry, reason);
+      this.watchExit(entry, entry.running);
+      return { ...info, runId };
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      // The image did not come up (entrypoint exited, never listened, image missing): the caller hears that, not a generic wake failure.
+      const bootFailed = err instanceof AppError && err.code === "boot_failed";
+      this.deps.log.error("wake failed", { agentId: entry.spec.id, err: message, ...(bootFailed ? { code: "boot_failed" } : {}) });
+      const detail = { error: message, ...(bootFailed ? { bootFailed: true, consoleTail: this.consoleTail(entry) } : {}) };
+      if (entry.state !== "failed" && canHappen(entry.state, "fail")) lifecycle.move(entry, "fail", reason, undefined, detail);
+      entry.running = undefined;
+      this.deps.metrics.inc("agentvm_wake_failures_total", { reason, code: bootFailed ? "boot_failed" : "wake_failed" });
+      if (bootFailed) throw new AppError("boot_failed", `agent ${entry.spec.id} did not start: ${message}`, { retryAfterS: 5, cause: err });
+      throw new AppError("wake_failed", `agent ${entry.spec.id} could not be started: ${message}`, { retryAfterS: 5, cause: err });
+    }
+  }
+
+  /**
+   * An agent that moved here (a lease generation above 0, nothing of it on this host) starts from its last commit in
+   * the shared store: the committed files become its snapshot, as a checkpoint restore does, and the wake restores it.
+   * Without a commit (or a store) it boots. A commit that cannot be read (a blob missing or corrupt) fails the wake:
+   * booting instead would silently start the agent without its files.
+   */
+  private async fromStore(entry: VmEntry, reason: WakeReason): Promise<Record<string, unknown> | undefined> {
+    const { shipper, driver } = this.deps;
+    if (!shipper || !driver.restoreCheckpoint) return undefined;
+    // A `.tmp-` parent (what a crash leaves is swept at start); the checkpoint's own name is what the guest is told it
+    // came from (`clonedFrom` in /run/agentvm/identity): `moved-g<generation>`.
+    const parent = join(this.deps.checkpointsDir, `store.tmp-${newId("request").slice(4)}`);
+    const dir = join(parent, `moved-g${entry.generation}`);
+    mkdirSync(parent, { recursive: true });
+    const started = this.deps.clock.monotonic();
+    try {
+      const row = await shipper.materialize(entry.spec.id, dir);
+      if (!row) return undefined;
+      await driver.restoreCheckpoint(entry.vmSpec, dir);
+      const ms = round(this.deps.clock.monotonic() - started);
+      this.deps.lifecycle.move(entry, "placeSnapshot", reason, { snapshotBytes: row.bytes }, { fromStore: { hostId: row.hostId, generation: row.generation, snapshotAt: row.snapshotAt.toISOString(), fetchMs: ms } });
+      this.deps.log.info("restoring from the shared store", { agentId: entry.spec.id, fromHost: row.hostId, bytes: row.bytes, fetchMs: ms });
+      return { fromStore: row.hostId };
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  }
+
+  /** One completed wake: its count by mode and reason, its whole duration and the parts it had. */
+  private countWake(info: Omit<WakeInfo, "runId">, reason: WakeReason, wakeMs: number): void {
+    const { metrics } = this.deps;
+    const mode = info.wake;
+    const t = info.timings;
+    metrics.inc("agentvm_wakes_total", { mode, reason });
+    metrics.observe("agentvm_wake_seconds", { mode }, seconds(wakeMs));
+    if (t.restoreMs !== undefined) metrics.observe("agentvm_wake_restore_seconds", {}, seconds(t.restoreMs));
+    if (t.bootMs !== undefined) metrics.observe("agentvm_wake_boot_seconds", {}, seconds(t.bootMs));
+    if (t.clockFixMs !== undefined) metrics.observe("agentvm_wake_clock_fix_seconds", {}, seconds(t.clockFixMs));
+  }
+
+  /** The end of the VM's log, across a rotation that may just have emptied the current file. */
+  private consoleTail(entry: VmEntry): string {
+    const path = this.deps.driver.logPath(entry.vmSpec);
+    return (this.deps.fs.tail(rotatedLogPath(path), CONSOLE_TAIL_BYTES) + this.deps.fs.tail(path, CONSOLE_TAIL_BYTES)).slice(-CONSOLE_TAIL_BYTES);
+  }
+
+  /** A VM that exits on its own (not stopped by the host) crashed: its run ends, it is `failed`, the console's tail says why. */
+  private watchExit(entry: VmEntry, vm: RunningVm): void {
+    this.deps.driver.onExit(vm, (exit) => {
+      if (entry.running !== vm) return;
+      this.deps.log.error("VM exited unexpectedly", { agentId: entry.spec.id, vmId: entry.vmSpec.vmId, ...exit });
+      entry.hibernation?.abort.abort();
+      if (entry.state === "running") this.deps.metering.endActivity(entry, "crash");
+      entry.running = undefined;
+      if (canHappen(entry.state, "fail")) this.deps.lifecycle.move(entry, "fail", "crash", undefined, { ...exit, consoleTail: this.consoleTail(entry) });
+      this.deps.metering.endRun(entry, "crash");
+    });
+  }
+}
