@@ -53,11 +53,6 @@ export class IllegalTransition extends Error {
   }
 }
 
-/** States in which the VM's process holds host resources and can serve. */
-export function isAwake(state: VmState): boolean {
-  return state === "running";
-}
-
 export interface LifecycleDeps {
   hostId: string;
   clock: Clock;
