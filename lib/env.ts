@@ -10,6 +10,8 @@ export interface EnvDoc {
   type: string;
   /** ms, s, bytes, MiB, … */
   unit?: string;
+  /** The values accepted, when bounded ("≥ 100", "0–65535"). */
+  range?: string;
   /** The default as a reader should see it ("(unset)", "1073741824 (1 GiB)", "the machine's memory"). */
   default: string;
   /** One line of meaning. */
@@ -80,32 +82,47 @@ export function envVar<T>(meta: EnvDoc, read: (raw: string | undefined, fail: (w
   return schema;
 }
 
-type Meta = Omit<EnvDoc, "type" | "default"> & { default?: string };
+type Meta = Omit<EnvDoc, "type" | "default" | "range"> & { default?: string };
+
+const code = (value: string | number | boolean) => `\`${String(value)}\``;
+
+function rangeText(r: IntRange): string | undefined {
+  if (r.min !== undefined && r.max !== undefined) return `${r.min}–${r.max}`;
+  if (r.min !== undefined) return `≥ ${r.min}`;
+  if (r.max !== undefined) return `≤ ${r.max}`;
+  return undefined;
+}
+
+/** The documentation of an integer: its bounds with it. */
+function intDoc(o: Meta & IntRange, fallback: number | undefined): EnvDoc {
+  const range = rangeText(o);
+  return { type: "integer", ...(o.unit ? { unit: o.unit } : {}), doc: o.doc, default: o.default ?? (fallback === undefined ? "(unset)" : code(fallback)), ...(range ? { range } : {}) };
+}
 
 /** The vocabulary of the fragments' schemas. */
 export const vars = {
   int(o: Meta & IntRange & { fallback: number }): EnvVar<number> {
-    return envVar({ type: "integer", ...o, default: o.default ?? String(o.fallback) }, (raw) => readInt(raw, o.fallback, o));
+    return envVar(intDoc(o, o.fallback), (raw) => readInt(raw, o.fallback, o));
   },
   /** An integer with no default (undefined when unset). */
   optInt(o: Meta & IntRange & { default: string }): EnvVar<number | undefined> {
-    return envVar({ type: "integer", ...o }, (raw) => readInt(raw, undefined, o));
+    return envVar(intDoc(o, undefined), (raw) => readInt(raw, undefined, o));
   },
   bool(o: Meta & { fallback: boolean }): EnvVar<boolean> {
-    return envVar({ type: "boolean (1|true|yes|on, 0|false|no|off)", ...o, default: o.default ?? String(o.fallback) }, (raw) => readBool(raw, o.fallback));
+    return envVar({ type: "boolean", ...o, default: o.default ?? code(o.fallback) }, (raw) => readBool(raw, o.fallback));
   },
   str(o: Meta & { fallback: string; type?: string }): EnvVar<string> {
-    return envVar({ type: "string", ...o, default: o.default ?? o.fallback }, (raw) => (unset(raw) ? o.fallback : raw));
+    return envVar({ type: "string", ...o, default: o.default ?? code(o.fallback) }, (raw) => (unset(raw) ? o.fallback : raw));
   },
   optStr(o: Meta & { default: string; type?: string }): EnvVar<string | undefined> {
     return envVar({ type: "string", ...o }, (raw) => (unset(raw) ? undefined : raw));
   },
   oneOf<T extends string>(allowed: readonly T[], o: Meta & { fallback: T }): EnvVar<T> {
-    return envVar({ type: allowed.join("|"), ...o, default: o.default ?? o.fallback }, (raw) => readOneOf(raw, allowed, o.fallback));
+    return envVar({ type: `one of ${allowed.map(code).join(", ")}`, ...o, default: o.default ?? code(o.fallback) }, (raw) => readOneOf(raw, allowed, o.fallback));
   },
   /** A comma-separated list, its entries trimmed, empty ones dropped. */
   list(o: Meta & { fallback: string }): EnvVar<string[]> {
-    return envVar({ type: "comma-separated list", ...o, default: o.default ?? o.fallback }, (raw) =>
+    return envVar({ type: "comma-separated list", ...o, default: o.default ?? code(o.fallback) }, (raw) =>
       (unset(raw) ? o.fallback : raw)
         .split(",")
         .map((s) => s.trim())
@@ -127,7 +144,7 @@ export function required<T>(variable: EnvVar<T | undefined>, why: string): EnvVa
     return v;
   });
   const meta = envDocs.get(variable);
-  if (meta) envDocs.add(schema, { ...meta, default: `(required: ${why})` });
+  if (meta) envDocs.add(schema, { ...meta, default: "(required)" });
   return schema;
 }
 
