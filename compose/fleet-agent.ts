@@ -73,7 +73,7 @@ export const daemonEnv = z.object({
   INGRESS_PORT: vars.int({ fallback: 8090, min: 0, max: 65535, doc: "port of the host ingress (what gateways call)" }),
   PUBLIC_URL: vars.optStr({ type: "URL", default: "`http://<BIND_ADDRESS>:<port>`", doc: "the ingress URL gateways reach this host at (registered in `hosts.url`)" }),
   HOST_CAPACITY_MIB: vars.optInt({ min: 64, unit: "MiB", default: "the machine's memory", doc: "memory this host offers to awake agents (placement's room)" }),
-  HEARTBEAT_INTERVAL_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "how often the host row's heartbeat is refreshed (with the host's clock skew, its used memory and awake agents), then whether it drains and which agents it no longer owns is looked at" }),
+  HEARTBEAT_INTERVAL_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "how often the host refreshes its heartbeat row (with its clock's skew, its used memory and awake agents), then looks whether it drains and which agents it no longer owns" }),
   BILLING_URL: vars.optStr({ type: "URL", default: "(unset: segments go straight into the shared database)", doc: "gateway base URL meter segments are shipped to" }),
 });
 

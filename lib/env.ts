@@ -148,9 +148,6 @@ export function required<T>(variable: EnvVar<T | undefined>, why: string): EnvVa
   return schema;
 }
 
-/** A program's (or a fragment's) variables: a zod object of `EnvVar`s keyed by their names. */
-export type EnvSchema = z.ZodObject<Record<string, EnvVar<unknown>>>;
-
 /** One line per refused variable: `NAME must be …`. */
 export function envProblems(error: z.ZodError): string[] {
   return error.issues.map((i) => (i.path.length > 0 ? `${String(i.path[0])} ${i.message}` : i.message));

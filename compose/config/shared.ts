@@ -8,7 +8,7 @@ export const logLevelEnv = z.object({
 });
 
 export const processEnv = z.object({
-  DATA_DIR: vars.str({ type: "path", fallback: ".data", doc: "database (PGlite), signing key, host id and secret, VM state and snapshots, guest image" }),
+  DATA_DIR: vars.str({ type: "path", fallback: ".data", doc: "database (PGlite), signing key, host id, the host's secret (`hosts/<id>/host-secret`, made at the first start: the hosts row is this directory's only) and lock (`hosts/<id>/host.lock`: one process per directory), VM state and snapshots, guest image" }),
   BIND_ADDRESS: vars.str({ type: "address", fallback: "127.0.0.1", doc: "address the program listens on (the gateway's port, or a fleet-agent's ingress)" }),
 });
 
