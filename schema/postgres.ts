@@ -36,7 +36,7 @@ export const databaseEnv = z.object({
   DB_STATEMENT_TIMEOUT_MS: vars.int({ fallback: defaultDbTimeouts.statementTimeoutMs, min: 0, unit: "ms", doc: "one statement on the server (`statement_timeout`); 0: none" }),
   DB_IDLE_TIMEOUT_S: vars.int({ fallback: defaultDbTimeouts.idleTimeoutS, min: 0, unit: "s", doc: "an idle pooled connection is closed after this long; 0: never" }),
   DB_RECONNECT_MAX_MS: vars.int({ fallback: defaultDbTimeouts.reconnectMaxMs, min: 10, max: 60_000, unit: "ms", doc: "longest wait between connection attempts while Postgres is down: how soon calls succeed once it is back (the event-log spool replays within ~2 s of its return)" }),
-  DATABASE_APP_ROLE: envVar({ type: "role name", default: defaultDatabaseAppRole, doc: "on Postgres every pooled connection runs as this role (no UPDATE/DELETE on `audit_log`); migrations run as the URL's user; empty: the URL's user for everything; unused on PGlite" }, (raw, fail) => {
+  DATABASE_APP_ROLE: envVar({ type: "role name", default: `\`${defaultDatabaseAppRole}\``, doc: "on Postgres every pooled connection runs as this role (no UPDATE/DELETE on `audit_log`); migrations run as the URL's user; empty: the URL's user for everything; unused on PGlite" }, (raw, fail) => {
     // Unlike other variables, empty is a value here (the URL's user), not "unset".
     const role = raw === undefined ? defaultDatabaseAppRole : raw.trim();
     if (role !== "" && !/^[a-z_][a-z0-9_]{0,62}$/.test(role)) fail("must be a role name (lower case letters, digits, _) or empty");
