@@ -5,20 +5,24 @@ import { eq } from "drizzle-orm";
 import type { Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
-import { optStr, type Env } from "../lib/env.ts";
+import { z } from "zod";
+import { parseEnv, type Env } from "../lib/env.ts";
+import { shutdownEnv } from "../lib/shared-env.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { databaseEnv, dbTimeoutsOf, openDatabase, type Database, type DbTimeouts } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
 import { createAgentRepo } from "../gateway/agent-repo.ts";
-import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
 import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
-import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+import { logLevelEnv } from "./config/shared.ts";
 import { readArtifact } from "../images/build/store.ts";
 import { processMetrics, randomMetricsToken } from "./metrics.ts";
 
@@ -164,14 +168,31 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
 }
 
 /**
- * The all-in-one's configuration from the environment: the Node gateway's variables (compose/node-gateway.ts: PORT,
- * BIND_ADDRESS, DATA_DIR, COMPONENT_SECRET, the gateway's and webhooks'), DATABASE_URL, the Postgres client's timeouts
- * (DB_CONNECT_TIMEOUT_S, DB_STATEMENT_TIMEOUT_MS, DB_IDLE_TIMEOUT_S, DB_RECONNECT_MAX_MS: schema/postgres.ts), the role
- * its queries run as on Postgres (DATABASE_APP_ROLE, default agentvm_app; unused on PGlite: schema/postgres.ts), and the
- * fleet-agent's (fleet-agent/config.ts). `images` are what the selected driver runs. Without METRICS_TOKEN one is made
- * for this start (printed by `npm start`): the all-in-one always serves `GET /metrics`.
+ * `npm start`'s variables: a Node gateway's (compose/node-gateway.ts), the database's (DATABASE_URL optional: embedded
+ * PGlite under the data directory when unset; schema/postgres.ts), the host's (fleet-agent/config.ts) and its drivers'
+ * (fleet-agent/drivers/select.ts).
  */
+export const allInOneEnv = z.object({
+  ...logLevelEnv.shape,
+  ...nodeGatewayProgramEnv.shape,
+  ...databaseEnv.omit({ DB_MAX_CONNECTIONS: true }).shape,
+  ...fleetAgentEnv.shape,
+  ...shutdownEnv.shape,
+  ...driversEnv.shape,
+});
+
+export type AllInOneSettings = z.output<typeof allInOneEnv>;
+
+/**
+ * The all-in-one's configuration from its parsed variables. `images` are what the selected driver runs. Without
+ * METRICS_TOKEN one is made for this start (printed by `npm start`): the all-in-one always serves `GET /metrics`.
+ */
+export function allInOneConfigOf(v: AllInOneSettings, images: readonly string[]): AllInOneConfig {
+  const gateway = nodeGatewayConfigOf(v, images);
+  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: v.DATABASE_URL, dbTimeouts: dbTimeoutsOf(v), dbAppRole: v.DATABASE_APP_ROLE, fleet: fleetAgentConfigOf(v) };
+}
+
+/** The all-in-one's configuration from the environment (tests, benchmarks; `npm start` parses once and keeps the variables for the driver). */
 export function parseAllInOneConfig(env: Env, images: readonly string[]): AllInOneConfig {
-  const gateway = parseNodeGatewayConfig(env, images);
-  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: optStr(env, "DATABASE_URL"), dbTimeouts: parseDbTimeouts(env), dbAppRole: parseDatabaseAppRole(env), fleet: parseFleetAgentConfig(env) };
+  return allInOneConfigOf(parseEnv(allInOneEnv, env), images);
 }

@@ -6,13 +6,16 @@ import { totalmem } from "node:os";
 import { resolve } from "node:path";
 import { serve } from "@hono/node-server";
 import { systemClock, type Clock } from "../lib/clock.ts";
+import { z } from "zod";
 import { AppError } from "../lib/errors.ts";
-import { int, optStr, str, type Env } from "../lib/env.ts";
+import { parseEnv, required, vars, type Env } from "../lib/env.ts";
+import { shutdownEnv, upstreamEnv } from "../lib/shared-env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { databaseEnv, dbTimeoutsOf, openDatabase, type Database, type DbTimeouts } from "../schema/db.ts";
 import { databaseCheck } from "../schema/db-errors.ts";
-import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
@@ -21,10 +24,12 @@ import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identit
 import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
 import { readArtifact } from "../images/build/store.ts";
-import { parseMetricsToken, processMetrics } from "./metrics.ts";
-import { clientHeadersTimeoutMs } from "../gateway/config.ts";
+import { metricsEnv, processMetrics } from "./metrics.ts";
+import { proxyLimitsEnv } from "../gateway/config.ts";
+import { defaultHostHealth } from "../gateway/hosts/routes.ts";
+import { clockSkewEnv, componentEnv, logLevelEnv, processEnv } from "./config/shared.ts";
 import { createConnPolicy, defaultClientLimits, type BodyRule, type ConnPolicyConfig } from "../lib/node-conn-policy.ts";
-import { parseClientLimits } from "./client-limits.ts";
+import { clientLimitsEnv, clientLimitsOf } from "./client-limits.ts";
 import { hostOpPaths } from "../contracts/host-protocol.ts";
 import { newId } from "../lib/ids.ts";
 import { errorResponseText } from "../lib/node-respond.ts";
@@ -63,53 +68,63 @@ export interface FleetAgentDaemonConfig {
 
 export type IngressLimits = Pick<ConnPolicyConfig, "headTimeoutMs" | "bodyMinBytes" | "bodyWindowMs"> & { bodyTimeoutMs: number };
 
-/**
- * | variable | default | meaning |
- * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
- * | DB_CONNECT_TIMEOUT_S | 5 | opening a Postgres connection, s |
- * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
- * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
- * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms (the event-log spool replays within ~2 s of its return) |
- * | DATABASE_APP_ROLE | agentvm_app | the role every pooled connection runs as (no UPDATE/DELETE on audit_log); migrations run as the URL's user; empty: the URL's user for everything |
- * | COMPONENT_SECRET | (required, ≥ 32 chars) | the secret gateways sign host calls with |
- * | DATA_DIR | .data | VM state (snapshots), the persistent host id, the host's secret (`hosts/<id>/host-secret`, made at the first start: the hosts row is this directory's only) and its lock (`hosts/<id>/host.lock`: one process per directory) |
- * | INGRESS_PORT | 8090 | port of the host ingress |
- * | BIND_ADDRESS | 127.0.0.1 | address the ingress listens on |
- * | PUBLIC_URL | http://<BIND_ADDRESS>:<port> | the ingress URL gateways reach this host at |
- * | HOST_CAPACITY_MIB | the machine's memory | memory offered to awake agents, MiB |
- * | HEARTBEAT_INTERVAL_MS | 10000 | how often the host row's heartbeat is refreshed (with the host's clock skew and load) |
- * | MAX_CLOCK_SKEW_MS | 2000 | largest difference between this host's clock and the database's, ms; past it each heartbeat logs an error, and gateways (their own MAX_CLOCK_SKEW_MS) place no new agents here |
- * | BILLING_URL | (unset: segments go straight into the shared database) | gateway base URL meter segments are shipped to |
- * | LOG_LEVEL | info | debug, info, warn or error |
- * plus METRICS_TOKEN (compose/metrics.ts), CLIENT_HEADERS_TIMEOUT_MS, CLIENT_BODY_MIN_BYTES, CLIENT_BODY_WINDOW_MS and CLIENT_BODY_TIMEOUT_MS for the ingress (as on the gateway: gateway/config.ts, compose/node-gateway.ts), and the fleet-agent variables of fleet-agent/config.ts (HOST_ID, DRIVER, WAKE_*, REAPER_INTERVAL_MS, …).
- */
-export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
-  const databaseUrl = optStr(env, "DATABASE_URL");
-  if (!databaseUrl) throw new AppError("bad_request", "configuration: DATABASE_URL is required (the Postgres that gateways and hosts share)");
-  const componentSecret = optStr(env, "COMPONENT_SECRET");
-  if (!componentSecret) throw new AppError("bad_request", "configuration: COMPONENT_SECRET is required (the secret gateways sign host calls with)");
-  componentKey(componentSecret); // fails early when too short
+/** The daemon's own variables (beside the host's, the database's and the drivers' its program schema adds). */
+export const daemonEnv = z.object({
+  INGRESS_PORT: vars.int({ fallback: 8090, min: 0, max: 65535, doc: "port of the host ingress (what gateways call)" }),
+  PUBLIC_URL: vars.optStr({ type: "URL", default: "`http://<BIND_ADDRESS>:<port>`", doc: "the ingress URL gateways reach this host at (registered in `hosts.url`)" }),
+  HOST_CAPACITY_MIB: vars.optInt({ min: 64, unit: "MiB", default: "the machine's memory", doc: "memory this host offers to awake agents (placement's room)" }),
+  HEARTBEAT_INTERVAL_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "how often the host refreshes its heartbeat row (with its clock's skew, its used memory and awake agents), then looks whether it drains and which agents it no longer owns" }),
+  BILLING_URL: vars.optStr({ type: "URL", default: "(unset: segments go straight into the shared database)", doc: "gateway base URL meter segments are shipped to" }),
+});
+
+/** `npm run fleet-agent`'s variables: one host's daemon over the shared Postgres, serving the ingress gateways call. */
+export const fleetAgentDaemonEnv = z.object({
+  ...logLevelEnv.shape,
+  ...processEnv.shape,
+  COMPONENT_SECRET: required(componentEnv.shape.COMPONENT_SECRET, "the secret gateways sign host calls with"),
+  ...databaseEnv.omit({ DB_MAX_CONNECTIONS: true }).shape,
+  DATABASE_URL: required(databaseEnv.shape.DATABASE_URL, "the Postgres that gateways and hosts share"),
+  ...daemonEnv.shape,
+  ...clockSkewEnv.shape,
+  ...metricsEnv.shape,
+  // The ingress's head deadline and body floor, as on the gateway (the connection bounds are the gateway's only).
+  CLIENT_HEADERS_TIMEOUT_MS: proxyLimitsEnv.shape.CLIENT_HEADERS_TIMEOUT_MS,
+  ...clientLimitsEnv.shape,
+  ...fleetAgentEnv.shape,
+  ...upstreamEnv.shape,
+  ...shutdownEnv.shape,
+  ...driversEnv.shape,
+});
+
+export type FleetAgentDaemonSettings = z.output<typeof fleetAgentDaemonEnv>;
+
+export function daemonConfigOf(v: FleetAgentDaemonSettings): FleetAgentDaemonConfig {
+  componentKey(v.COMPONENT_SECRET);
   return {
-    fleet: parseFleetAgentConfig(env),
-    dataDir: resolve(str(env, "DATA_DIR", ".data")),
-    databaseUrl,
-    dbTimeouts: parseDbTimeouts(env),
-    dbAppRole: parseDatabaseAppRole(env),
-    port: int(env, "INGRESS_PORT", 8090, { min: 0, max: 65535 }),
-    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
-    publicUrl: optStr(env, "PUBLIC_URL"),
-    componentSecret,
-    capacityMiB: int(env, "HOST_CAPACITY_MIB", Math.floor(totalmem() / 1024 / 1024), { min: 64 }),
-    heartbeatIntervalMs: int(env, "HEARTBEAT_INTERVAL_MS", 10_000, { min: 100 }),
-    maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", defaultMaxClockSkewMs, { min: 0 }),
-    billingUrl: optStr(env, "BILLING_URL"),
-    metricsToken: parseMetricsToken(env),
-    ingressLimits: ingressLimitsOf({ ...parseClientLimits(env), headTimeoutMs: clientHeadersTimeoutMs(env) }),
+    fleet: fleetAgentConfigOf(v),
+    dataDir: resolve(v.DATA_DIR),
+    databaseUrl: v.DATABASE_URL,
+    dbTimeouts: dbTimeoutsOf(v),
+    dbAppRole: v.DATABASE_APP_ROLE,
+    port: v.INGRESS_PORT,
+    hostname: v.BIND_ADDRESS,
+    publicUrl: v.PUBLIC_URL,
+    componentSecret: v.COMPONENT_SECRET,
+    capacityMiB: v.HOST_CAPACITY_MIB ?? Math.floor(totalmem() / 1024 / 1024),
+    heartbeatIntervalMs: v.HEARTBEAT_INTERVAL_MS,
+    maxClockSkewMs: v.MAX_CLOCK_SKEW_MS,
+    billingUrl: v.BILLING_URL,
+    metricsToken: v.METRICS_TOKEN,
+    ingressLimits: ingressLimitsOf({ ...clientLimitsOf(v), headTimeoutMs: v.CLIENT_HEADERS_TIMEOUT_MS }),
   };
 }
 
+export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
+  return daemonConfigOf(parseEnv(fleetAgentDaemonEnv, env));
+}
+
 /** How far a host's clock may be from the database's, ms (MAX_CLOCK_SKEW_MS; the gateways' placement has the same default). */
-export const defaultMaxClockSkewMs = 2000;
+export const defaultMaxClockSkewMs = defaultHostHealth.maxClockSkewMs;
 
 const ingressLimitsOf = (l: IngressLimits): IngressLimits => ({ headTimeoutMs: l.headTimeoutMs, bodyMinBytes: l.bodyMinBytes, bodyWindowMs: l.bodyWindowMs, bodyTimeoutMs: l.bodyTimeoutMs });
 

@@ -1,6 +1,6 @@
-// The programs' metrics settings: METRICS_TOKEN parsed at the edge, and the one registry a process serves at GET /metrics.
-import { AppError } from "../lib/errors.ts";
-import { optStr, type Env } from "../lib/env.ts";
+// The programs' metrics settings: METRICS_TOKEN (its variable, parsed at the edge), and the one registry a process serves at GET /metrics.
+import { z } from "zod";
+import { envVar, parseEnv, type Env } from "../lib/env.ts";
 import type { MetricsEndpoint } from "../lib/metrics-endpoint.ts";
 import { noopMetrics, type Metrics } from "../lib/metrics.ts";
 import { createNodeMetrics } from "../lib/node-metrics.ts";
@@ -8,16 +8,17 @@ import { createNodeMetrics } from "../lib/node-metrics.ts";
 /** The shortest METRICS_TOKEN accepted: a scrape credential, not a password to remember. */
 const minTokenChars = 16;
 
-/**
- * | variable | default | meaning |
- * | METRICS_TOKEN | (unset: metrics are off, `GET /metrics` answers 404; `npm start` makes a random one and prints it) | bearer token of `GET /metrics` (Prometheus text) on the gateway's listener and on each host's ingress, ≥ 16 chars |
- */
+export const metricsEnv = z.object({
+  METRICS_TOKEN: envVar({ type: "secret", default: "(unset: metrics are off, `GET /metrics` answers 404; `npm start` makes a random one and prints it)", doc: `bearer token of \`GET /metrics\` (Prometheus text) on the gateway's listener and on each host's ingress, ≥ ${minTokenChars} characters, no spaces` }, (raw, fail) => {
+    if (raw === undefined || raw === "") return undefined;
+    if (raw.length < minTokenChars || /\s/.test(raw)) fail(`must be at least ${minTokenChars} characters without spaces`);
+    return raw;
+  }),
+});
+
+/** METRICS_TOKEN alone. */
 export function parseMetricsToken(env: Env): string | undefined {
-  const token = optStr(env, "METRICS_TOKEN");
-  if (token !== undefined && (token.length < minTokenChars || /\s/.test(token))) {
-    throw new AppError("bad_request", `configuration: METRICS_TOKEN must be at least ${minTokenChars} characters without spaces`);
-  }
-  return token;
+  return parseEnv(metricsEnv, env).METRICS_TOKEN;
 }
 
 /** A fresh METRICS_TOKEN (`npm start` without one): 32 hex characters. */

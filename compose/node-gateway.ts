@@ -7,26 +7,30 @@ import type { Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
-import { int, optStr, str, type Env } from "../lib/env.ts";
+import { z } from "zod";
+import { vars } from "../lib/env.ts";
+import { upstreamEnv } from "../lib/shared-env.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { Logger } from "../lib/log.ts";
 import type { Db } from "../schema/db.ts";
 import type { GatewayConfig } from "../gateway/app.ts";
 import { createJwtAuthenticator, type Authenticator } from "../gateway/auth.ts";
-import { parseGatewayConfig, type GatewayAuthConfig } from "../gateway/config.ts";
+import { gatewayConfigOf, gatewayEnv, proxyLimitsEnv, type GatewayAuthConfig } from "../gateway/config.ts";
 import type { ProxyCore } from "../gateway/proxy-core.ts";
 import { defaultProxyConfig } from "../gateway/proxy-core.ts";
-import { createDeliveryWorker, webhookConfigFromEnv, type DeliveryWorker, type WebhookConfig } from "../gateway/webhooks/index.ts";
+import { createDeliveryWorker, type DeliveryWorker, type WebhookConfig } from "../gateway/webhooks/index.ts";
+import { webhookConfigOf, webhookEnv } from "../gateway/webhooks/config.ts";
 import { createNodeProxy } from "../gateway/node/fast-path/handler.ts";
 import { dashboardRoutes } from "../gateway/node/dashboard.ts";
 import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
 import type { ClientLimits } from "../lib/node-conn-policy.ts";
-import { parseClientLimits } from "./client-limits.ts";
+import { clientLimitsEnv, clientLimitsOf } from "./client-limits.ts";
+import { componentEnv, processEnv } from "./config/shared.ts";
 import { devKeyPath, ensureSigningKey, type DevKeys } from "./dev-keys.ts";
 import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
 import type { ImageBuilder } from "../images/builds.ts";
-import { parseMetricsToken, processMetrics, type ProcessMetrics } from "./metrics.ts";
+import { metricsEnv, processMetrics, type ProcessMetrics } from "./metrics.ts";
 
 export interface NodeGatewayConfig {
   port: number;
@@ -52,43 +56,54 @@ export interface NodeGatewayConfig {
   maxImageUploadBytes: number;
   /** Bearer token of `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
   metricsToken: string | undefined;
-  /** Connection bounds and body deadlines (`parseClientLimits`); the head deadline is CLIENT_HEADERS_TIMEOUT_MS. */
+  /** Connection bounds and body deadlines (`clientLimitsOf`); the head deadline is CLIENT_HEADERS_TIMEOUT_MS. */
   clients: Omit<ClientLimits, "headTimeoutMs">;
 }
 
-/**
- * | variable | default | meaning |
- * | PORT | 8080 | port of the gateway |
- * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
- * | DATA_DIR | .data | data directory (the dev signing key's default place, `<DATA_DIR>/keys`) |
- * | SIGNING_KEY_FILE | <DATA_DIR>/keys/dev-signing-key.json | the private ES256 key (a JWK) user tokens are verified with when no JWKS_URL, JWKS_JSON or JWKS_FILE is set; made there at the first start (mode 0600; gateways starting at once agree on one). Point every gateway and `npm run token` at one file (a shared volume) and they accept the same tokens |
- * | JWKS_FILE | (unset) | a JWKS document ({"keys":[…]}, public keys) to verify user tokens with, read at start: for gateways that only verify (after JWKS_URL and JWKS_JSON) |
- * | IMAGE_CACHE_DIR | $HOME/.cache/agentvm | where image builds keep the Debian bases and buildah's storage (reused across runs and data directories) |
- * | IMAGE_MAX_UPLOAD_BYTES | 4294967296 | largest build context or image archive `POST /v1/images` accepts, bytes |
- * | COMPONENT_SECRET | (random per start) | secret of component tokens, ≥ 32 chars: hosts sign meter shipments with it; a gateway over remote hosts signs every host call with it (required there) |
- * plus METRICS_TOKEN (compose/metrics.ts), the client limits (`parseClientLimits`), the gateway's variables (gateway/config.ts) and the webhook module's (WEBHOOK_*, gateway/webhooks/config.ts).
- * `images` are the images agents may be created with (what the hosts' drivers run).
- */
-export function parseNodeGatewayConfig(env: Env, images: readonly string[]): NodeGatewayConfig {
-  const { gateway, auth } = parseGatewayConfig(env, images);
-  const secret = optStr(env, "COMPONENT_SECRET");
-  const dataDir = resolve(str(env, "DATA_DIR", ".data"));
-  const jwksFile = optStr(env, "JWKS_FILE");
+/** A Node gateway's own variables (beside the shared ones its program schema adds). */
+export const nodeGatewayEnv = z.object({
+  PORT: vars.int({ fallback: 8080, min: 0, max: 65535, doc: "port of the gateway (0: any free port)" }),
+  SIGNING_KEY_FILE: vars.optStr({ type: "path", default: "`DATA_DIR/keys/dev-signing-key.json`", doc: "the private ES256 key (a JWK) user tokens are verified with when no `JWKS_URL`, `JWKS_JSON` or `JWKS_FILE` is set; made there at the first start (mode 0600; gateways starting at once agree on one). Point every gateway and `npm run token` at one file (a shared volume) and they accept the same tokens" }),
+  JWKS_FILE: vars.optStr({ type: "path", default: "(unset)", doc: "a JWKS document (`{\"keys\":[…]}`, public keys) to verify user tokens with, read at start: for gateways that only verify (after `JWKS_URL` and `JWKS_JSON`)" }),
+  HOME: vars.optStr({ type: "path", default: "the user's home directory", doc: "where `IMAGE_CACHE_DIR` is by default" }),
+  IMAGE_CACHE_DIR: vars.optStr({ type: "path", default: "`$HOME/.cache/agentvm`", doc: "where image builds keep the Debian bases and buildah's storage (reused across runs and data directories)" }),
+  IMAGE_MAX_UPLOAD_BYTES: vars.int({ fallback: defaultMaxImageUploadBytes, min: 1024, unit: "bytes", default: "4294967296 (4 GiB)", doc: "largest build context or image archive `POST /v1/images` accepts" }),
+});
+
+/** Every variable a Node gateway reads (the all-in-one and the standalone gateway add theirs). */
+export const nodeGatewayProgramEnv = z.object({
+  ...processEnv.shape,
+  ...componentEnv.shape,
+  ...nodeGatewayEnv.shape,
+  ...metricsEnv.shape,
+  ...clientLimitsEnv.shape,
+  ...gatewayEnv.shape,
+  ...proxyLimitsEnv.shape,
+  ...upstreamEnv.shape,
+  ...webhookEnv.shape,
+});
+
+export type NodeGatewaySettings = z.output<typeof nodeGatewayProgramEnv>;
+
+/** A Node gateway's config from its program's parsed variables; `images` are those agents may be created with (what the hosts' drivers run). */
+export function nodeGatewayConfigOf(v: NodeGatewaySettings, images: readonly string[]): NodeGatewayConfig {
+  const { gateway, auth } = gatewayConfigOf(v, images);
+  const dataDir = resolve(v.DATA_DIR);
   return {
-    port: int(env, "PORT", 8080, { min: 0, max: 65535 }),
-    hostname: str(env, "BIND_ADDRESS", "127.0.0.1"),
+    port: v.PORT,
+    hostname: v.BIND_ADDRESS,
     dataDir,
-    signingKeyFile: resolve(optStr(env, "SIGNING_KEY_FILE") ?? devKeyPath(dataDir)),
-    ...(jwksFile ? { jwksFile: resolve(jwksFile) } : {}),
+    signingKeyFile: resolve(v.SIGNING_KEY_FILE ?? devKeyPath(dataDir)),
+    ...(v.JWKS_FILE ? { jwksFile: resolve(v.JWKS_FILE) } : {}),
     gateway,
     auth,
-    webhooks: webhookConfigFromEnv(env),
+    webhooks: webhookConfigOf(v),
     // Without a secret nothing outside this process can sign a shipment: a random key closes the HTTP route.
-    componentKey: secret ? componentKey(secret) : crypto.getRandomValues(new Uint8Array(32)),
-    imageCacheDir: resolve(str(env, "IMAGE_CACHE_DIR", join(str(env, "HOME", homedir()), ".cache", "agentvm"))),
-    maxImageUploadBytes: int(env, "IMAGE_MAX_UPLOAD_BYTES", defaultMaxImageUploadBytes, { min: 1024 }),
-    metricsToken: parseMetricsToken(env),
-    clients: parseClientLimits(env),
+    componentKey: v.COMPONENT_SECRET ? componentKey(v.COMPONENT_SECRET) : crypto.getRandomValues(new Uint8Array(32)),
+    imageCacheDir: resolve(v.IMAGE_CACHE_DIR ?? join(v.HOME ?? homedir(), ".cache", "agentvm")),
+    maxImageUploadBytes: v.IMAGE_MAX_UPLOAD_BYTES,
+    metricsToken: v.METRICS_TOKEN,
+    clients: clientLimitsOf(v),
   };
 }
 

@@ -2,15 +2,16 @@
 import type { Hono } from "hono";
 import type { GatewayEnv } from "../contracts/caller.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
-import { AppError } from "../lib/errors.ts";
-import { int, optStr, str, type Env } from "../lib/env.ts";
-import { componentKey } from "../lib/host-token.ts";
+import { z } from "zod";
+import { parseEnv, required, type Env } from "../lib/env.ts";
+import { shutdownEnv } from "../lib/shared-env.ts";
 import type { Logger } from "../lib/log.ts";
-import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
+import { databaseEnv, dbTimeoutsOf, openDatabase, type Database, type DbTimeouts } from "../schema/db.ts";
 import { createDbPlacement, expireHostLeases } from "../gateway/placement.ts";
 import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
-import { parseNodeGatewayConfig, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
+import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, remoteHostsEnv } from "./config/shared.ts";
 
 export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   databaseUrl: string;
@@ -25,53 +26,35 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   drainTimeoutMs: number;
 }
 
-/**
- * | variable | default | meaning |
- * | DATABASE_URL | (required) | the Postgres all gateways and hosts share |
- * | DB_CONNECT_TIMEOUT_S | 5 | opening a Postgres connection, s; past it a call that needs the database gets 503 database_unavailable |
- * | DB_STATEMENT_TIMEOUT_MS | 30000 | one statement on the server (`statement_timeout`), ms; 0: none |
- * | DB_IDLE_TIMEOUT_S | 60 | an idle pooled connection is closed after this long, s; 0: never |
- * | DB_RECONNECT_MAX_MS | 500 | longest wait between connection attempts while Postgres is down, ms |
- * | DATABASE_APP_ROLE | agentvm_app | the role every pooled connection runs as (no UPDATE/DELETE on audit_log); migrations run as the URL's user; empty: the URL's user for everything |
- * | COMPONENT_SECRET | (required, ≥ 32 chars) | signs every call to a host (the hosts have the same secret) |
- * | PORT | 8080 | port of the gateway |
- * | BIND_ADDRESS | 127.0.0.1 | address it listens on |
- * | DATA_DIR | .data | the signing key's default place (`<DATA_DIR>/keys/dev-signing-key.json`) |
- * | SIGNING_KEY_FILE | <DATA_DIR>/keys/dev-signing-key.json | the private key user tokens are verified with when no JWKS_URL, JWKS_JSON or JWKS_FILE is set (made at the first start; gateways starting at once agree on one): give every gateway and `npm run token` the same file and a token minted once is accepted by all |
- * | JWKS_FILE | (unset) | a JWKS document (public keys) user tokens are verified with, read at start: for gateways that only verify |
- * | AGENT_IMAGES | demo | images agents may be created with (what the hosts' drivers run), comma-separated |
- * | HOST_LIVE_WINDOW_MS | 30000 | a host without a heartbeat for this long gets no new agents |
- * | MAX_CLOCK_SKEW_MS | 2000 | a host whose clock (reported with each heartbeat) is further than this from the database's gets no new agents, ms; hosts log it on every heartbeat |
- * | PLACEMENT_CACHE_MS | 2000 | how long an agent → host answer is reused (while Postgres is down: the last one, however old) |
- * | HOST_CONNECT_TIMEOUT_MS | 5000 | connecting to a host's ingress |
- * | HOST_HEADERS_TIMEOUT_MS | 400000 | from a call sent to the host's answer (longer than the host's own wake and agent limits) |
- * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown lets calls in flight finish before cutting their connections |
- * | LOG_LEVEL | info | debug, info, warn or error |
- * plus the gateway's (gateway/config.ts) and the webhook module's (WEBHOOK_*) variables.
- */
-export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig {
-  const databaseUrl = optStr(env, "DATABASE_URL");
-  if (!databaseUrl) throw new AppError("bad_request", "configuration: DATABASE_URL is required (the Postgres that gateways and hosts share)");
-  const componentSecret = optStr(env, "COMPONENT_SECRET");
-  if (!componentSecret) throw new AppError("bad_request", "configuration: COMPONENT_SECRET is required (it signs every call to a host)");
-  componentKey(componentSecret);
-  const images = str(env, "AGENT_IMAGES", "demo").split(",").map((s) => s.trim()).filter(Boolean);
+/** `npm run gateway`'s variables: a Node gateway's (compose/node-gateway.ts) over the shared Postgres, in front of hosts elsewhere. */
+export const standaloneGatewayEnv = z.object({
+  ...logLevelEnv.shape,
+  ...nodeGatewayProgramEnv.shape,
+  COMPONENT_SECRET: required(componentEnv.shape.COMPONENT_SECRET, "it signs every call to a host"),
+  ...databaseEnv.omit({ DB_MAX_CONNECTIONS: true }).shape,
+  DATABASE_URL: required(databaseEnv.shape.DATABASE_URL, "the Postgres that gateways and hosts share"),
+  ...placementEnv.shape,
+  ...clockSkewEnv.shape,
+  ...remoteHostsEnv.shape,
+  ...shutdownEnv.shape,
+});
+
+export type StandaloneGatewaySettings = z.output<typeof standaloneGatewayEnv>;
+
+export function standaloneGatewayConfigOf(v: StandaloneGatewaySettings): StandaloneGatewayConfig {
   return {
-    ...parseNodeGatewayConfig(env, images),
-    databaseUrl,
-    dbTimeouts: parseDbTimeouts(env),
-    dbAppRole: parseDatabaseAppRole(env),
-    placement: {
-      liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }),
-      cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }),
-      maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", 2000, { min: 0 }),
-    },
-    hosts: {
-      connectTimeoutMs: int(env, "HOST_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
-      headersTimeoutMs: int(env, "HOST_HEADERS_TIMEOUT_MS", 400_000, { min: 1000 }),
-    },
-    drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
+    ...nodeGatewayConfigOf(v, v.AGENT_IMAGES),
+    databaseUrl: v.DATABASE_URL,
+    dbTimeouts: dbTimeoutsOf(v),
+    dbAppRole: v.DATABASE_APP_ROLE,
+    placement: { liveWindowMs: v.HOST_LIVE_WINDOW_MS, cacheTtlMs: v.PLACEMENT_CACHE_MS, maxClockSkewMs: v.MAX_CLOCK_SKEW_MS },
+    hosts: { connectTimeoutMs: v.HOST_CONNECT_TIMEOUT_MS, headersTimeoutMs: v.HOST_HEADERS_TIMEOUT_MS },
+    drainTimeoutMs: v.DRAIN_TIMEOUT_MS,
   };
+}
+
+export function parseStandaloneGatewayConfig(env: Env): StandaloneGatewayConfig {
+  return standaloneGatewayConfigOf(parseEnv(standaloneGatewayEnv, env));
 }
 
 export interface StandaloneGateway {

@@ -1,12 +1,16 @@
 // The Worker's bindings and variables, validated once into a typed config; every problem is named, none crashes the isolate.
 import type { JSONWebKeySet } from "jose";
+import { z } from "zod";
 import { AppError } from "../lib/errors.ts";
-import { int, oneOf, str, type Env } from "../lib/env.ts";
+import { envDocs, envProblems, required, vars, type Env } from "../lib/env.ts";
+import { upstreamEnv } from "../lib/shared-env.ts";
+import { databaseEnv } from "../schema/postgres.ts";
 import type { LogLevel } from "../lib/log.ts";
 import { componentKey } from "../lib/host-token.ts";
 import type { GatewayConfig } from "../gateway/app.ts";
-import { parseGatewayConfig, type GatewayAuthConfig } from "../gateway/config.ts";
-import { webhookConfigFromEnv } from "../gateway/webhooks/config.ts";
+import { gatewayConfigOf, gatewayEnv, proxyLimitsEnv, type GatewayAuthConfig } from "../gateway/config.ts";
+import { webhookConfigOf, webhookEnv } from "../gateway/webhooks/config.ts";
+import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv } from "./config/shared.ts";
 import type { WebhookConfig } from "../gateway/webhooks/types.ts";
 
 /** What wrangler.toml and `wrangler secret put` give the Worker (values are untrusted until parsed). */
@@ -40,24 +44,46 @@ export interface WorkerConfig {
 
 export type ParsedWorkerEnv = { ok: true; config: WorkerConfig } | { ok: false; problems: string[] };
 
-/**
- * | binding / variable | kind | meaning |
- * | HYPERDRIVE | Hyperdrive binding (required) | the shared Postgres |
- * | COMPONENT_SECRET | secret (required, ≥ 32 chars) | signs gateway → host calls; the hosts have the same |
- * | JWKS_URL or JWKS_JSON | var or secret (one required) | keys of the user-token issuer |
- * | GATEWAY_DOMAIN | var (optional) | agents are also served at `{agentId}.{GATEWAY_DOMAIN}` |
- * | AGENT_IMAGES | var, default demo | images agents may be created with (what the hosts run), comma-separated |
- * | HOST_LIVE_WINDOW_MS | var, default 30000 | a host without a heartbeat for this long gets no new agents, and its agents move to other hosts at their next call (its lease) |
- * | MAX_CLOCK_SKEW_MS | var, default 2000 | a host whose clock differs from the database's by more than this (ms) gets no new agents |
- * | PLACEMENT_CACHE_MS | var, default 2000 | how long an isolate reuses an agent → host answer |
- * | DB_MAX_CONNECTIONS | var, default 5 | connections per request through Hyperdrive |
- * | WEBHOOK_CRON_BUDGET_MS | var, default 25000 | time one cron run spends delivering webhooks |
- * | LOG_LEVEL | var, default info | debug, info, warn or error |
- * plus JWT_ISSUER, JWT_AUDIENCE, JWT_ALGORITHMS, MAX_BODY_BYTES, AGENT_* (gateway/config.ts) and WEBHOOK_* (webhooks/config.ts).
- */
+/** The Hyperdrive binding: an object, not a string (every other binding is one). */
+const hyperdrive = z.unknown().transform((binding, ctx) => {
+  const connectionString = typeof binding === "object" && binding !== null ? (binding as { connectionString?: unknown }).connectionString : undefined;
+  if (typeof connectionString === "string" && connectionString !== "") return connectionString;
+  ctx.addIssue({ code: "custom", message: "binding is missing (a [[hyperdrive]] binding named HYPERDRIVE in wrangler.toml)" });
+  return z.NEVER;
+});
+envDocs.add(hyperdrive, { type: "Hyperdrive binding", default: "(required)", doc: "the shared Postgres through Hyperdrive (query caching off); a new postgres.js client per request" });
+
+/** The Worker's own variables. */
+export const workerOnlyEnv = z.object({
+  HYPERDRIVE: hyperdrive,
+  WEBHOOK_CRON_BUDGET_MS: vars.int({ fallback: 25_000, min: 1000, unit: "ms", doc: "wall time a cron run spends delivering webhooks before it leaves the rest to the next run" }),
+});
+
+/** The Worker's bindings and variables (wrangler.toml `[vars]`, `wrangler secret put`): the gateway's, over hosts elsewhere. */
+export const workerEnv = z.object({
+  ...workerOnlyEnv.shape,
+  COMPONENT_SECRET: required(componentEnv.shape.COMPONENT_SECRET, "a secret: wrangler secret put COMPONENT_SECRET; the same value every fleet-agent has"),
+  DB_MAX_CONNECTIONS: databaseEnv.shape.DB_MAX_CONNECTIONS,
+  ...logLevelEnv.shape,
+  ...placementEnv.shape,
+  ...clockSkewEnv.shape,
+  ...gatewayEnv.shape,
+  ...proxyLimitsEnv.shape,
+  ...upstreamEnv.shape,
+  ...webhookEnv.shape,
+});
+
+export type WorkerSettings = z.output<typeof workerEnv>;
+
 export function parseWorkerEnv(bindings: WorkerBindings): ParsedWorkerEnv {
+  const parsed = workerEnv.safeParse({ ...stringVars(bindings), HYPERDRIVE: bindings.HYPERDRIVE });
+  if (!parsed.success) {
+    const problems = envProblems(parsed.error);
+    // Reported with the others: neither key is a variable of its own that the schema could require.
+    if (!keysConfigured(bindings)) problems.push("JWKS_URL or JWKS_JSON is missing (the keys user tokens are verified with)");
+    return { ok: false, problems };
+  }
   const problems: string[] = [];
-  const env = stringVars(bindings);
   const attempt = <T>(fn: () => T): T | undefined => {
     try {
       return fn();
@@ -66,61 +92,48 @@ export function parseWorkerEnv(bindings: WorkerBindings): ParsedWorkerEnv {
       return undefined;
     }
   };
-
-  const hyperdrive = bindings.HYPERDRIVE;
-  const connectionString = typeof hyperdrive === "object" && hyperdrive !== null && typeof hyperdrive.connectionString === "string" ? hyperdrive.connectionString : undefined;
-  if (!connectionString) problems.push("the HYPERDRIVE binding is missing (a [[hyperdrive]] binding named HYPERDRIVE in wrangler.toml)");
-
-  const secret = env.COMPONENT_SECRET;
-  let key: Uint8Array | undefined;
-  if (!secret) problems.push("the COMPONENT_SECRET secret is missing (wrangler secret put COMPONENT_SECRET)");
-  else key = attempt(() => componentKey(secret));
-
+  const v = parsed.data;
   let keys: WorkerConfig["keys"] | undefined;
-  if (env.JWKS_URL) {
+  if (v.JWKS_URL) {
+    const jwksUrl = v.JWKS_URL;
     keys = attempt(() => {
-      const url = new URL(env.JWKS_URL!);
-      if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error(`JWKS_URL must be an http(s) URL, got "${env.JWKS_URL}"`);
+      const url = new URL(jwksUrl);
+      if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error(`JWKS_URL must be an http(s) URL, got "${jwksUrl}"`);
       return { jwksUrl: url.href };
     });
-  } else if (env.JWKS_JSON) {
-    keys = attempt(() => ({ jwks: parseJwks(env.JWKS_JSON!) }));
+  } else if (v.JWKS_JSON) {
+    const text = v.JWKS_JSON;
+    keys = attempt(() => ({ jwks: parseJwks(text) }));
   } else {
     problems.push("JWKS_URL or JWKS_JSON is missing (the keys user tokens are verified with)");
   }
-
-  const images = str(env, "AGENT_IMAGES", "demo").split(",").map((s) => s.trim()).filter(Boolean);
-  const parsed = attempt(() => parseGatewayConfig(env, images));
-  const webhooks = attempt(() => webhookConfigFromEnv(env));
-  const numbers = attempt(() => ({
-    liveWindowMs: int(env, "HOST_LIVE_WINDOW_MS", 30_000, { min: 1000 }),
-    cacheTtlMs: int(env, "PLACEMENT_CACHE_MS", 2000, { min: 0 }),
-    maxClockSkewMs: int(env, "MAX_CLOCK_SKEW_MS", 2000, { min: 0 }),
-    dbMaxConnections: int(env, "DB_MAX_CONNECTIONS", 5, { min: 1, max: 100 }),
-    cronBudgetMs: int(env, "WEBHOOK_CRON_BUDGET_MS", 25_000, { min: 1000 }),
-    logLevel: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info"),
-  }));
-
-  if (problems.length > 0 || !connectionString || !key || !keys || !parsed || !webhooks || !numbers) return { ok: false, problems };
-  const { jwksUrl: _u, jwksJson: _j, ...auth } = parsed.auth;
+  const webhooks = attempt(() => webhookConfigOf(v));
+  if (problems.length > 0 || !keys || !webhooks) return { ok: false, problems };
+  const { gateway, auth: allAuth } = gatewayConfigOf(v, v.AGENT_IMAGES);
+  const { jwksUrl: _u, jwksJson: _j, ...auth } = allAuth;
   return {
     ok: true,
     config: {
-      connectionString,
-      componentKey: key,
-      gateway: parsed.gateway,
+      connectionString: v.HYPERDRIVE,
+      componentKey: componentKey(v.COMPONENT_SECRET),
+      gateway,
       auth,
       keys,
       webhooks,
-      placement: { liveWindowMs: numbers.liveWindowMs, cacheTtlMs: numbers.cacheTtlMs, maxClockSkewMs: numbers.maxClockSkewMs },
-      dbMaxConnections: numbers.dbMaxConnections,
-      cronBudgetMs: numbers.cronBudgetMs,
-      logLevel: numbers.logLevel,
+      placement: { liveWindowMs: v.HOST_LIVE_WINDOW_MS, cacheTtlMs: v.PLACEMENT_CACHE_MS, maxClockSkewMs: v.MAX_CLOCK_SKEW_MS },
+      dbMaxConnections: v.DB_MAX_CONNECTIONS,
+      cronBudgetMs: v.WEBHOOK_CRON_BUDGET_MS,
+      logLevel: v.LOG_LEVEL,
     },
   };
 }
 
-/** Vars may be typed in wrangler.toml (numbers, booleans): read them as the strings the env readers expect. */
+function keysConfigured(bindings: WorkerBindings): boolean {
+  const set = (value: unknown) => value !== undefined && value !== null && value !== "";
+  return set(bindings.JWKS_URL) || set(bindings.JWKS_JSON);
+}
+
+/** Vars may be typed in wrangler.toml (numbers, booleans): read them as the strings the variables' schemas expect. */
 function stringVars(bindings: WorkerBindings): Env {
   const env: Env = {};
   for (const [name, value] of Object.entries(bindings)) {

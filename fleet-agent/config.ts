@@ -1,5 +1,7 @@
-// The fleet-agent's configuration, parsed once from the environment at a program's edge.
-import { int, oneOf, optStr, type Env } from "../lib/env.ts";
+// The fleet-agent's variables (one zod fragment; each with its type, unit, default and meaning) and the host's config built from them at a program's edge.
+import { z } from "zod";
+import { parseEnv, vars, type Env } from "../lib/env.ts";
+import { shutdownEnv, upstreamEnv } from "../lib/shared-env.ts";
 import type { LocalFleetOptions } from "./local-fleet.ts";
 import type { DriverChoice } from "./drivers/select.ts";
 import type { HibernateRetry } from "./reaper.ts";
@@ -24,47 +26,44 @@ export interface FleetAgentConfig {
   artifacts: { storeDir: string | undefined; cacheDir: string | undefined };
 }
 
-/**
- * | variable | default | meaning |
- * | HOST_ID | derived from the data directory | this host's id (`host_…`) |
- * | DRIVER | auto (qemu when QEMU and the guest image are usable, else process) | qemu, process or firecracker |
- * | WAKE_QUEUE_LIMIT | 1000 | requests that may wait for one agent's wake; more get 503 |
- * | WAKE_DEADLINE_MS | 60000 | how long a request waits for a wake before 503 |
- * | REAPER_INTERVAL_MS | 1000 | how often idle VMs are looked for, ms |
- * | CPU_BUSY_PERCENT | 20 | guest CPU (percent of one core) that counts as background work |
- * | DRAIN_TIMEOUT_MS | 10000 | how long shutdown waits for in-flight requests, ms |
- * | METER_HEARTBEAT_MS | 10000 | longest open meter segment: a host crash loses at most this much metered time, ms |
- * | HIBERNATE_RETRY_MS | 30000 | after a failed hibernate (a full disk) the VM stays awake; the idle reaper tries again after this, ms |
- * | HIBERNATE_RETRY_MAX_MS | 600000 | that wait doubles with each failure in a row up to this, ms; a successful hibernate resets it |
- * | LOG_MAX_BYTES | 4194304 | an agent's log (console + workload output) past this size is rotated: copied to `<log>.1` (the one older generation kept), then emptied in place; bytes |
- * | LOG_ROTATE_INTERVAL_MS | 2000 | how often the host looks at its awake agents' logs (and at one on every read), ms; a log passes its limit by at most what the agent writes meanwhile |
- * | UPSTREAM_CONNECT_TIMEOUT_MS | 5000 | connecting to an agent's port, ms (the gateway's fast path reads it too) |
- * | UPSTREAM_HEADERS_TIMEOUT_MS | 300000 | from request sent to the agent's response headers, ms (504 after; the gateway's fast path reads it too) |
- * | ARTIFACT_STORE_DIR | (unset: snapshots stay on their host) | a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit |
- * | ARTIFACT_CACHE_DIR | `<DATA_DIR>/artifact-cache` | this host's verified copies of blobs it read from the store |
- */
-export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
+export const fleetAgentEnv = z.object({
+  HOST_ID: vars.optStr({ type: "id (`host_…`)", default: "derived once from the data directory (`DATA_DIR/host-id`)", doc: "this host's id" }),
+  DRIVER: vars.oneOf(["auto", "qemu", "process", "firecracker"] as const, { fallback: "auto", doc: "the VM driver; `auto`: qemu where QEMU and the guest image are usable, else process" }),
+  WAKE_QUEUE_LIMIT: vars.int({ fallback: 1000, min: 1, unit: "calls", doc: "calls that may wait for one agent's wake; beyond: `503 queue_full`" }),
+  WAKE_DEADLINE_MS: vars.int({ fallback: 60_000, min: 100, unit: "ms", doc: "how long a call waits for a wake; then `503 wake_failed`" }),
+  REAPER_INTERVAL_MS: vars.int({ fallback: 1000, min: 10, unit: "ms", doc: "how often the idle reaper looks at running VMs" }),
+  CPU_BUSY_PERCENT: vars.int({ fallback: 20, min: 1, max: 10_000, unit: "% of one core", doc: "guest CPU over the last reaper window that counts as work (keeps the VM awake)" }),
+  METER_HEARTBEAT_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "longest open meter segment: a host crash loses at most this much metered time" }),
+  HIBERNATE_RETRY_MS: vars.int({ fallback: 30_000, min: 10, unit: "ms", doc: "after a failed hibernate (a full disk, say) the VM stays awake and the idle reaper tries again after this; doubled per failure in a row" }),
+  HIBERNATE_RETRY_MAX_MS: vars.int({ fallback: 600_000, min: 10, unit: "ms", doc: "the longest wait between hibernate attempts; a successful hibernate resets it" }),
+  LOG_MAX_BYTES: vars.int({ fallback: 4_194_304, min: 4096, unit: "bytes", doc: "an agent's log (console + workload output) past this size is rotated: copied to `<log>.1` (the one older generation kept), then emptied in place" }),
+  LOG_ROTATE_INTERVAL_MS: vars.int({ fallback: 2000, min: 10, unit: "ms", doc: "how often the host looks at its awake agents' logs (and at one on every read); a log passes its limit by at most what the agent writes meanwhile" }),
+  ARTIFACT_STORE_DIR: vars.optStr({ type: "path", default: "(unset: snapshots stay on their host)", doc: "a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit" }),
+  ARTIFACT_CACHE_DIR: vars.optStr({ type: "path", default: "`DATA_DIR/artifact-cache`", doc: "this host's verified copies of blobs it read from the store" }),
+});
+
+export type FleetAgentSettings = z.output<typeof fleetAgentEnv> & z.output<typeof upstreamEnv> & z.output<typeof shutdownEnv>;
+
+export function fleetAgentConfigOf(v: FleetAgentSettings): FleetAgentConfig {
   return {
-    hostId: optStr(env, "HOST_ID"),
-    driver: oneOf(env, "DRIVER", ["auto", "qemu", "process", "firecracker"] as const, "auto"),
-    wakeQueueLimit: int(env, "WAKE_QUEUE_LIMIT", 1000, { min: 1 }),
-    wakeDeadlineMs: int(env, "WAKE_DEADLINE_MS", 60_000, { min: 100 }),
-    reaperIntervalMs: int(env, "REAPER_INTERVAL_MS", 1000, { min: 10 }),
-    cpuBusyThreshold: int(env, "CPU_BUSY_PERCENT", 20, { min: 1, max: 10_000 }) / 100,
-    drainTimeoutMs: int(env, "DRAIN_TIMEOUT_MS", 10_000, { min: 0 }),
-    meterHeartbeatMs: int(env, "METER_HEARTBEAT_MS", 10_000, { min: 100 }),
-    hibernateRetry: {
-      initialMs: int(env, "HIBERNATE_RETRY_MS", 30_000, { min: 10 }),
-      maxMs: int(env, "HIBERNATE_RETRY_MAX_MS", 600_000, { min: 10 }),
-    },
-    logs: {
-      maxBytes: int(env, "LOG_MAX_BYTES", 4_194_304, { min: 4096 }),
-      rotateIntervalMs: int(env, "LOG_ROTATE_INTERVAL_MS", 2000, { min: 10 }),
-    },
-    upstream: {
-      connectTimeoutMs: int(env, "UPSTREAM_CONNECT_TIMEOUT_MS", 5000, { min: 100 }),
-      headersTimeoutMs: int(env, "UPSTREAM_HEADERS_TIMEOUT_MS", 300_000, { min: 100 }),
-    },
-    artifacts: { storeDir: optStr(env, "ARTIFACT_STORE_DIR"), cacheDir: optStr(env, "ARTIFACT_CACHE_DIR") },
+    hostId: v.HOST_ID,
+    driver: v.DRIVER,
+    wakeQueueLimit: v.WAKE_QUEUE_LIMIT,
+    wakeDeadlineMs: v.WAKE_DEADLINE_MS,
+    reaperIntervalMs: v.REAPER_INTERVAL_MS,
+    cpuBusyThreshold: v.CPU_BUSY_PERCENT / 100,
+    drainTimeoutMs: v.DRAIN_TIMEOUT_MS,
+    meterHeartbeatMs: v.METER_HEARTBEAT_MS,
+    hibernateRetry: { initialMs: v.HIBERNATE_RETRY_MS, maxMs: v.HIBERNATE_RETRY_MAX_MS },
+    logs: { maxBytes: v.LOG_MAX_BYTES, rotateIntervalMs: v.LOG_ROTATE_INTERVAL_MS },
+    upstream: { connectTimeoutMs: v.UPSTREAM_CONNECT_TIMEOUT_MS, headersTimeoutMs: v.UPSTREAM_HEADERS_TIMEOUT_MS },
+    artifacts: { storeDir: v.ARTIFACT_STORE_DIR, cacheDir: v.ARTIFACT_CACHE_DIR },
   };
+}
+
+const allFleetAgentEnv = z.object({ ...fleetAgentEnv.shape, ...upstreamEnv.shape, ...shutdownEnv.shape });
+
+/** The host's config from these variables alone (tests that assemble a host themselves). */
+export function parseFleetAgentConfig(env: Env): FleetAgentConfig {
+  return fleetAgentConfigOf(parseEnv(allFleetAgentEnv, env));
 }

@@ -12,6 +12,7 @@ import { serverTiming } from "../contracts/fleet.ts";
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
 import { PerRunPools } from "../lib/per-run.ts";
+import { defaultUpstreamTimeouts } from "../lib/shared-env.ts";
 import type { Host } from "./host.ts";
 import { checkpointView } from "./checkpoints.ts";
 import { WebSocketRelay } from "./relay/websocket-relay.ts";
@@ -24,7 +25,7 @@ export interface LocalFleetOptions {
   headersTimeoutMs: number;
 }
 
-export const defaultLocalFleetOptions: LocalFleetOptions = { connectTimeoutMs: 5_000, headersTimeoutMs: 300_000 };
+export const defaultLocalFleetOptions: LocalFleetOptions = { ...defaultUpstreamTimeouts };
 
 /** A call's hold on an awake VM as callers see it: the ticket, without the release (that is `withHold`'s). */
 export type Hold = Omit<Ticket, "release">;

@@ -6,7 +6,7 @@ import { AppError } from "../lib/errors.ts";
 import { defaultDatabaseAppRole, defaultDbTimeouts, openPostgresDb, type Db, type DbTimeouts } from "./postgres.ts";
 
 // The Worker-safe part (types, raw queries, a postgres.js db without migrations) lives in postgres.ts.
-export { defaultDatabaseAppRole, defaultDbTimeouts, parseDatabaseAppRole, parseDbTimeouts, queryRows, type Db, type DbTimeouts, type Schema } from "./postgres.ts";
+export { databaseEnv, dbTimeoutsOf, defaultDatabaseAppRole, defaultDbTimeouts, parseDatabaseAppRole, parseDbTimeouts, type DatabaseSettings, queryRows, type Db, type DbTimeouts, type Schema } from "./postgres.ts";
 
 export interface Database {
   db: Db;

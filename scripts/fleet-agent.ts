@@ -1,15 +1,15 @@
-// `npm run fleet-agent`: one host's daemon; configuration from the environment (compose/fleet-agent.ts lists it), stopped by SIGINT/SIGTERM.
-import { oneOf } from "../lib/env.ts";
+// `npm run fleet-agent`: one host's daemon; configuration from the environment, parsed once here (compose/fleet-agent.ts: fleetAgentDaemonEnv), stopped by SIGINT/SIGTERM.
+import { parseEnv } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
 import { stopOnSignals } from "../lib/signals.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
-import { parseDaemonConfig, startFleetAgent } from "../compose/fleet-agent.ts";
+import { daemonConfigOf, fleetAgentDaemonEnv, startFleetAgent } from "../compose/fleet-agent.ts";
 
 try {
-  const env = process.env;
-  const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
-  const cfg = parseDaemonConfig(env);
-  const { driver, notice } = await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log, env });
+  const settings = parseEnv(fleetAgentDaemonEnv, process.env);
+  const log = createLogger({ level: settings.LOG_LEVEL });
+  const cfg = daemonConfigOf(settings);
+  const { driver, notice } = await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log, settings });
   if (notice) console.log(notice);
   const daemon = await startFleetAgent(cfg, { log, driver });
   console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);

@@ -1,20 +1,20 @@
 // `npm start`: the whole system in one process on an embedded database; prints the demo agent's URL and a token.
 import { resolve } from "node:path";
-import { oneOf, str } from "../lib/env.ts";
+import { parseEnv } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
 import { stopOnSignals } from "../lib/signals.ts";
-import { parseFleetAgentConfig } from "../fleet-agent/config.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
-import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
+import { allInOneConfigOf, allInOneEnv, startAllInOne } from "../compose/all-in-one.ts";
 import { ensureDashboard } from "./build-dashboard.ts";
 
-const env = process.env;
-const log = createLogger({ level: oneOf(env, "LOG_LEVEL", ["debug", "info", "warn", "error"] as const, "info") });
-const dataDir = resolve(str(env, "DATA_DIR", ".data"));
-const { driver, images, notice } = await selectDriver(parseFleetAgentConfig(env).driver, { dataDir, log, env });
+// The one read of the environment: every variable of `npm start` (compose/all-in-one.ts: allInOneEnv), parsed once.
+const settings = parseEnv(allInOneEnv, process.env);
+const log = createLogger({ level: settings.LOG_LEVEL });
+const dataDir = resolve(settings.DATA_DIR);
+const { driver, images, notice } = await selectDriver(settings.DRIVER, { dataDir, log, settings });
 if (notice) console.log(notice);
 await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
-const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log });
+const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log });
 
 const agentUrl = `${system.url}/a/${system.demo.agentId}/`;
 console.log(`

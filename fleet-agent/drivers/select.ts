@@ -1,16 +1,18 @@
-// Picks the VM driver for this host: DRIVER when set, else qemu where QEMU and the guest image are usable, else process.
+// Picks the VM driver for this host (DRIVER when set, else qemu where QEMU and the guest image are usable, else process) and builds it from the drivers' parsed variables.
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { bool, int, oneOf, type Env } from "../../lib/env.ts";
+import { z } from "zod";
 import type { Logger } from "../../lib/log.ts";
-import { customKernelFromEnv, ensureGuestImage } from "../guest/build-image.ts";
+import { ensureGuestImage } from "../guest/build-image.ts";
+import { customKernelOf, guestKernelEnv } from "../guest/kernel-env.ts";
 import type { DriverName, VmDriver } from "./driver.ts";
-import { createFirecrackerDriver } from "./firecracker/config.ts";
+import { createFirecrackerDriver, firecrackerEnv } from "./firecracker/config.ts";
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
-import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, QemuDriver } from "./qemu/driver.ts";
+import { QemuDriver } from "./qemu/driver.ts";
+import { qemuEnv, qemuOptionsOf } from "./qemu/config.ts";
 import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
-import { parseEgressConfig } from "../egress/config.ts";
+import { egressConfigOf, egressEnv } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
@@ -24,35 +26,27 @@ export interface SelectedDriver {
   notice: string | undefined;
 }
 
-/**
- * Driver-specific variables (read here, at the program's edge, through `env`):
- * | QEMU_ACCEL | auto | kvm, tcg or auto (KVM when /dev/kvm is backed by kvm_intel/kvm_amd) |
- * | QEMU_PRESTART | false | `true`: keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ~30 MB each); `paused` (with QEMU_MEMORY=file): keep the hibernated QEMU itself stopped (~80 MB anonymous + reclaimable RAM-file pages each), a wake of its snapshot is `cont` + clock fix |
- * | QEMU_PRESTART_KEEP_MS | 600000 | ms a kept QEMU (either kind of QEMU_PRESTART) waits for its VM's wake after the hibernation; then it is ended and the wake restores from the files; 0: until the wake |
- * | QEMU_PRESTART_MAX | 16 | the most QEMUs kept waiting at once; the oldest is ended first |
- * | QEMU_MEMORY | stream | stream (all guest RAM into each snapshot) or file (RAM in `<stateDir>/ram`; snapshots hold device state only) |
- * | QEMU_TEMPLATES | false | new agents start as clones of a warm template of their image (`<DATA_DIR>/templates`), built on the first cold boot of each |
- * | GUEST_KERNEL, GUEST_KERNEL_MODULES | Debian's cloud kernel | a kernel of one's own for the guest image |
- * | EGRESS_* | see fleet-agent/egress/config.ts | what the egress proxy of qemu VMs with `allowEgress` lets through |
- * | FIRECRACKER_TEMPLATES | false | new agents start as clones of a warm template of their kind (`<DATA_DIR>/firecracker/templates`), built on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next |
- * | FIRECRACKER_* | see fleet-agent/drivers/firecracker/config.ts | |
- */
-export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; env: Env }): Promise<SelectedDriver> {
-  const { dataDir, log, env } = opts;
-  const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelFromEnv(env) });
+/** Every driver's variables: the qemu driver's, Firecracker's, the egress proxy's (qemu VMs that allow egress), the guest kernel's. */
+export const driversEnv = z.object({ ...qemuEnv.shape, ...firecrackerEnv.shape, ...egressEnv.shape, ...guestKernelEnv.shape });
+
+export type DriverSettings = z.output<typeof driversEnv>;
+
+export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; settings: DriverSettings }): Promise<SelectedDriver> {
+  const { dataDir, log, settings } = opts;
+  const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelOf(settings) });
 
   if (choice === "firecracker") {
     const built = await image();
     if (!built.vmlinux) throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see the README section on Firecracker (GUEST_KERNEL)");
     const driver = createFirecrackerDriver({
-      env,
+      settings,
       dataDir,
       images: async (name) => {
         if (name !== "demo") throw new Error(`unknown image "${name}"`);
         return { kernel: built.vmlinux!, initrd: built.initrd };
       },
       logger: log,
-      ...(bool(env, "FIRECRACKER_TEMPLATES", false) ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
+      ...(settings.FIRECRACKER_TEMPLATES ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
     });
     await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker
     return { driver, images: ["demo"], notice: undefined };
@@ -66,13 +60,9 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
       const driver = new QemuDriver({
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
-        accel: oneOf(env, "QEMU_ACCEL", ["auto", "kvm", "tcg"] as const, "auto"),
-        prestart: prestartMode(env),
-        prestartKeepMs: int(env, "QEMU_PRESTART_KEEP_MS", DEFAULT_PRESTART_KEEP_MS, { min: 0 }),
-        prestartMax: int(env, "QEMU_PRESTART_MAX", DEFAULT_PRESTART_MAX, { min: 1 }),
-        memory: oneOf(env, "QEMU_MEMORY", ["stream", "file"] as const, "stream"),
-        egress: new EgressProxy(parseEgressConfig(env), { log }),
-        ...(bool(env, "QEMU_TEMPLATES", false) ? { templates: { root: join(dataDir, "templates") } } : {}),
+        ...qemuOptionsOf(settings),
+        egress: new EgressProxy(egressConfigOf(settings), { log }),
+        ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
       const reflink = await reflinkSupported(dataDir).catch(() => false);
@@ -93,9 +83,4 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     images: Object.keys(defaultProcessImages),
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
   };
-}
-
-/** QEMU_PRESTART: `false` (default), `true` (a QEMU waiting in `-incoming defer`) or `paused` (the hibernated QEMU kept stopped). */
-function prestartMode(env: Env): boolean | "paused" {
-  return env.QEMU_PRESTART?.toLowerCase() === "paused" ? "paused" : bool(env, "QEMU_PRESTART", false);
 }

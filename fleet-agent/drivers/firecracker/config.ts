@@ -1,54 +1,64 @@
-// Builds the firecracker driver from configuration (environment names below), for the program's edge to call.
-//   FIRECRACKER_BIN        firecracker binary (default: `firecracker` on PATH)
-//   FIRECRACKER_NET_CIDR   range cut into one /30 per VM (default 172.30.0.0/16)
-//   FIRECRACKER_UPLINK     host interface egress leaves through, for agents that allow egress
-//   FIRECRACKER_DIFF       true: diff snapshots after the first restore
-//   FIRECRACKER_VERIFY     false: skip the sha256 check of snapshot files before a restore
-//   FIRECRACKER_JAILER     jailer binary: run every VM under it, as FIRECRACKER_JAILER_UID/_GID (required then)
-// (FIRECRACKER_TEMPLATES is read in ../select.ts, beside QEMU_TEMPLATES, and arrives here as `templates`.)
+// The firecracker driver's variables (one zod fragment) and the driver built from them, for the program's edge to call.
 import { join, resolve } from "node:path";
-import { bool, int, optStr, str, type Env } from "../../../lib/env.ts";
+import { z } from "zod";
+import { parseEnv, vars, type Env } from "../../../lib/env.ts";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { FirecrackerDriver, type FirecrackerImage } from "./driver.ts";
 
 export const NET_SETUP_SCRIPT = resolve(import.meta.dirname, "../../../scripts/setup-firecracker-net.sh");
 
+export const firecrackerEnv = z.object({
+  FIRECRACKER_BIN: vars.str({ type: "path", fallback: "firecracker", default: "`firecracker` on PATH", doc: "the firecracker binary" }),
+  FIRECRACKER_NET_CIDR: vars.str({ type: "CIDR", fallback: "172.30.0.0/16", doc: "range cut into one /30 per VM (host `.1`, guest `.2`)" }),
+  FIRECRACKER_UPLINK: vars.optStr({ type: "interface", default: "(any non-tap interface)", doc: "the host interface egress leaves through, for agents that allow egress" }),
+  FIRECRACKER_DIFF: vars.bool({ fallback: false, doc: "diff snapshots after the first restore" }),
+  FIRECRACKER_VERIFY: vars.bool({ fallback: true, doc: "check the sha256 of snapshot files before loading them" }),
+  FIRECRACKER_JAILER: vars.optStr({ type: "path", default: "(unset: no jailer)", doc: "the jailer binary: every VM runs under it, as `FIRECRACKER_JAILER_UID`/`_GID` (required then)" }),
+  FIRECRACKER_JAILER_UID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the uid firecracker runs as under the jailer" }),
+  FIRECRACKER_JAILER_GID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the gid firecracker runs as under the jailer" }),
+  FIRECRACKER_TEMPLATES: vars.bool({ fallback: false, doc: "new agents start as clones of a warm template of their kind (`DATA_DIR/firecracker/templates`), built in the background on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next" }),
+});
+
+export type FirecrackerSettings = z.output<typeof firecrackerEnv>;
+
+/** FIRECRACKER_BIN alone (`npm run firecracker:check`). */
 export function firecrackerBinary(env: Env): string {
-  return str(env, "FIRECRACKER_BIN", "firecracker");
+  return parseEnv(firecrackerEnv.pick({ FIRECRACKER_BIN: true }), env).FIRECRACKER_BIN;
 }
 
 export function createFirecrackerDriver(opts: {
-  env: Env;
+  /** The parsed variables (a program's edge); or `env`, parsed here (tests). */
+  settings?: FirecrackerSettings;
+  env?: Env;
   dataDir: string;
   /** Kernel (ELF vmlinux) and initramfs per image name, e.g. from ensureGuestImage. */
   images: (image: string) => Promise<FirecrackerImage>;
   logger?: Logger;
-  /** Warm templates under `root` (FirecrackerDriverOptions.templates); none when absent. */
+  /** Warm templates under `root` (FirecrackerDriverOptions.templates); none when absent (FIRECRACKER_TEMPLATES decides at the edge). */
   templates?: { root: string };
 }): FirecrackerDriver {
-  const { env } = opts;
-  const uplink = optStr(env, "FIRECRACKER_UPLINK");
-  const jailer = optStr(env, "FIRECRACKER_JAILER");
+  const v = opts.settings ?? parseEnv(firecrackerEnv, opts.env ?? {});
+  const uplink = v.FIRECRACKER_UPLINK;
+  const jailer = v.FIRECRACKER_JAILER;
   return new FirecrackerDriver({
-    binary: firecrackerBinary(env),
+    binary: v.FIRECRACKER_BIN,
     images: opts.images,
     network: {
       slotsDir: join(opts.dataDir, "firecracker", "net-slots"),
-      cidr: str(env, "FIRECRACKER_NET_CIDR", "172.30.0.0/16"),
+      cidr: v.FIRECRACKER_NET_CIDR,
       setupScript: NET_SETUP_SCRIPT,
       ...(uplink ? { uplink } : {}),
     },
-    diffSnapshots: bool(env, "FIRECRACKER_DIFF", false),
-    verifyChecksums: bool(env, "FIRECRACKER_VERIFY", true),
-    ...(jailer ? { jailer: { binary: jailer, uid: requiredId(env, "FIRECRACKER_JAILER_UID"), gid: requiredId(env, "FIRECRACKER_JAILER_GID") } } : {}),
+    diffSnapshots: v.FIRECRACKER_DIFF,
+    verifyChecksums: v.FIRECRACKER_VERIFY,
+    ...(jailer ? { jailer: { binary: jailer, uid: requiredId(v.FIRECRACKER_JAILER_UID, "FIRECRACKER_JAILER_UID"), gid: requiredId(v.FIRECRACKER_JAILER_GID, "FIRECRACKER_JAILER_GID") } } : {}),
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.templates ? { templates: opts.templates } : {}),
   });
 }
 
-function requiredId(env: Env, name: string): number {
-  const id = int(env, name, -1, { min: 0 });
-  if (id < 0) throw new AppError("bad_request", `configuration: ${name} is required with FIRECRACKER_JAILER (the uid/gid firecracker runs as)`);
+function requiredId(id: number | undefined, name: string): number {
+  if (id === undefined) throw new AppError("bad_request", `configuration: ${name} is required with FIRECRACKER_JAILER (the uid/gid firecracker runs as)`);
   return id;
 }
