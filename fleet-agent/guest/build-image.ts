@@ -68,8 +68,10 @@ const IMAGE_MODULES = ["virtio_blk", "overlay"];
 const GUEST_SOURCES = import.meta.dirname;
 /** The guest agent's parts (guest-agent/agent.h says which does what), compiled together into one binary. */
 const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "probe.c"].map((f) => `guest-agent/${f}`);
+/** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
+const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
-const SOURCE_FILES = ["init.sh", ...GUEST_AGENT_SOURCES, "guest-agent/agent.h", "launch.c", "demo-agent.c", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
+const SOURCE_FILES = ["init.sh", ...GUEST_AGENT_SOURCES, "guest-agent/agent.h", "launch.c", ...DEMO_AGENT_SOURCES, "demo-agent/demo.h", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
 const BUSYBOX_CANDIDATES = ["/bin/busybox", "/usr/bin/busybox"];
 
 function run(cmd: string, args: string[], opts: { cwd?: string } = {}): string {
@@ -271,7 +273,7 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
     log("guest image: compiling guest-agent, launch and demo-agent (gcc -static -O2)");
     compile(GUEST_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "guest-agent"));
     compile([join(GUEST_SOURCES, "launch.c")], join(work, "launch"));
-    compile([join(GUEST_SOURCES, "demo-agent.c")], join(work, "demo-agent"), ["-pthread"]);
+    compile(DEMO_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "demo-agent"), ["-pthread"]);
 
     // Modules the kernel has built in are simply not found here, and skipped.
     const moduleFiles = new Map<string, string>();
