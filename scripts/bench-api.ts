@@ -25,6 +25,8 @@ import { int } from "../lib/env.ts";
 import { newId } from "../lib/ids.ts";
 import { startPostgres, type PgServer } from "./postgres-server.ts";
 import { startSystem, type StartedSystem } from "./bench-start.ts";
+import { stopChild } from "./bench/children.ts";
+import { percentile, printResult, round } from "./bench/figures.ts";
 
 const env = process.env;
 const largeCount = int(env, "BENCH_AGENTS", 10_000, { min: 200, max: 1_000_000 });
@@ -58,23 +60,10 @@ function startGateway(databaseUrl: string): Promise<StartedSystem> {
 }
 
 async function stopAll(): Promise<void> {
-  const child = gateway;
-  if (child && child.exitCode === null && child.signalCode === null) {
-    const exited = new Promise((r) => child.once("exit", r));
-    child.kill("SIGINT");
-    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  if (gateway) await stopChild(gateway, "SIGINT", 10_000);
   await pg?.stop();
   rmSync(work, { recursive: true, force: true });
 }
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
-
-const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
 
 async function main(): Promise<void> {
   pg = await startPostgres();
@@ -141,7 +130,6 @@ async function main(): Promise<void> {
       last = await list(query);
       ms.push(performance.now() - t0);
     }
-    ms.sort((a, b) => a - b);
     return { p50Ms: percentile(ms, 50), p99Ms: percentile(ms, 99), items: last.page.agents.length, bytes: last.bytes };
   }
 
@@ -193,14 +181,14 @@ async function main(): Promise<void> {
   }
   console.log(`walk of all ${walked.pages} pages at ${largeCount} agents: ${walked.ms.toFixed(0)} ms, ${walked.unique} distinct agents (none repeated or missed)`);
   const result = {
-    page_ms_100: round(small.first.p50Ms),
-    page_ms_10000: round(large.first.p50Ms),
-    ratio: round(large.first.p50Ms / small.first.p50Ms),
-    page_p99_ms_100: round(small.first.p99Ms),
-    page_p99_ms_10000: round(large.first.p99Ms),
-    middle_ms_100: round(small.middle.p50Ms),
-    middle_ms_10000: round(large.middle.p50Ms),
-    middle_p99_ms_10000: round(large.middle.p99Ms),
+    page_ms_100: round(small.first.p50Ms, 2),
+    page_ms_10000: round(large.first.p50Ms, 2),
+    ratio: round(large.first.p50Ms / small.first.p50Ms, 2),
+    page_p99_ms_100: round(small.first.p99Ms, 2),
+    page_p99_ms_10000: round(large.first.p99Ms, 2),
+    middle_ms_100: round(small.middle.p50Ms, 2),
+    middle_ms_10000: round(large.middle.p50Ms, 2),
+    middle_p99_ms_10000: round(large.middle.p99Ms, 2),
     walk_ms_10000: Math.round(walked.ms),
     agents: largeCount,
     agents_via_api: apiCount,
@@ -209,7 +197,7 @@ async function main(): Promise<void> {
     within_target: large.first.p99Ms <= 50 && large.middle.p99Ms <= 50,
   };
   await stopAll();
-  console.log(`RESULT ${JSON.stringify(result)}`);
+  printResult(result);
 }
 
 main().catch(async (err: unknown) => {

@@ -23,6 +23,9 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { int, optStr } from "../lib/env.ts";
 import { startSystem, type StartedSystem } from "./bench-start.ts";
+import { stopChild } from "./bench/children.ts";
+import { printResult, round } from "./bench/figures.ts";
+import { freePort } from "./postgres-server.ts";
 
 const env = process.env;
 const seconds = int(env, "BENCH_SECONDS", 10, { min: 1, max: 600 });
@@ -45,17 +48,6 @@ interface Load {
   non2xx: number;
   /** CPU the proxy process used per request, µs (undefined for the direct run). */
   proxyCpuUsPerReq?: number;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.on("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      s.close(() => res(typeof a === "object" && a ? a.port : 0));
-    });
-  });
 }
 
 function which(cmd: string): string | undefined {
@@ -167,14 +159,7 @@ async function startGateway(): Promise<StartedSystem> {
 }
 
 async function stopAll(): Promise<void> {
-  for (const c of children.reverse()) {
-    if (c.exitCode !== null || c.signalCode !== null) continue;
-    const exited = new Promise((r) => c.once("exit", r));
-    c.kill(c.spawnfile.endsWith("nginx") ? "SIGQUIT" : "SIGINT");
-    const timer = setTimeout(() => c.kill("SIGKILL"), 10_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  for (const c of children.reverse()) await stopChild(c, c.spawnfile.endsWith("nginx") ? "SIGQUIT" : "SIGINT", 10_000);
   rmSync(work, { recursive: true, force: true });
 }
 
@@ -241,13 +226,12 @@ async function main(): Promise<void> {
   const d = results.direct ?? none;
   const g = results.gateway ?? none;
   const n = results.nginx;
-  const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
   const result = {
     direct_rps: Math.round(d.rps),
     gateway_rps: Math.round(g.rps),
     nginx_rps: n ? Math.round(n.rps) : null,
-    gateway_vs_direct: round(g.rps / d.rps),
-    gateway_vs_nginx: n ? round(g.rps / n.rps) : null,
+    gateway_vs_direct: round(g.rps / d.rps, 3),
+    gateway_vs_nginx: n ? round(g.rps / n.rps, 3) : null,
     gateway_p99_ms: round(g.p99Ms, 2),
     direct_p99_ms: round(d.p99Ms, 2),
     nginx_p99_ms: n ? round(n.p99Ms, 2) : null,
@@ -260,7 +244,7 @@ async function main(): Promise<void> {
   };
   if (env.BENCH_DEBUG) console.log(`gateway output:\n${gatewayOutput.slice(-3000)}`);
   await stopAll();
-  console.log(`RESULT ${JSON.stringify(result)}`);
+  printResult(result);
 }
 
 main().catch(async (err: unknown) => {

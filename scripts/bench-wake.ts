@@ -18,6 +18,7 @@ import type { MemoryMode } from "../fleet-agent/drivers/qemu/args.ts";
 import { QemuDriver } from "../fleet-agent/drivers/qemu/driver.ts";
 import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
 import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
+import { printResult } from "./bench/figures.ts";
 
 const { values } = parseArgs({
   options: {
@@ -259,7 +260,7 @@ try {
     // One mode: its figures at the top level, as before; both: side by side under each mode's name.
     ...(modes.length === 1 ? figures[modes[0]!] : figures),
   };
-  console.log(`RESULT ${JSON.stringify(result)}`);
+  printResult(result);
 } finally {
   await system.stop();
   rmSync(dataDir, { recursive: true, force: true });

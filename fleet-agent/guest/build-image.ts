@@ -66,8 +66,12 @@ const WANTED_MODULES = [
 /** Loaded only when the VM has virtio block devices (a built image's drives): the demo boots without them. ext4 is built into Debian's cloud kernel. */
 const IMAGE_MODULES = ["virtio_blk", "overlay"];
 const GUEST_SOURCES = import.meta.dirname;
+/** The guest agent's parts (guest-agent/agent.h says which does what), compiled together into one binary. */
+const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "probe.c"].map((f) => `guest-agent/${f}`);
+/** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
+const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
-const SOURCE_FILES = ["init.sh", "guest-agent.c", "launch.c", "demo-agent.c", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
+const SOURCE_FILES = ["init.sh", ...GUEST_AGENT_SOURCES, "guest-agent/agent.h", "launch.c", ...DEMO_AGENT_SOURCES, "demo-agent/demo.h", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
 const BUSYBOX_CANDIDATES = ["/bin/busybox", "/usr/bin/busybox"];
 
 function run(cmd: string, args: string[], opts: { cwd?: string } = {}): string {
@@ -231,9 +235,10 @@ function walk(dir: string, out: string[] = []): string[] {
   return out;
 }
 
-function compile(source: string, output: string, extra: string[] = []): void {
-  const result = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", output, source, ...extra], { encoding: "utf8" });
-  if (result.status !== 0) throw new Error(`gcc ${basename(source)} failed:\n${result.stderr}`);
+/** Compiles and links `sources` (one program) into `output`. */
+function compile(sources: string[], output: string, extra: string[] = []): void {
+  const result = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", output, ...sources, ...extra], { encoding: "utf8" });
+  if (result.status !== 0) throw new Error(`gcc ${basename(output)} failed:\n${result.stderr}`);
 }
 
 function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (line: string) => void): GuestImage {
@@ -266,9 +271,9 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
     }
 
     log("guest image: compiling guest-agent, launch and demo-agent (gcc -static -O2)");
-    compile(join(GUEST_SOURCES, "guest-agent.c"), join(work, "guest-agent"));
-    compile(join(GUEST_SOURCES, "launch.c"), join(work, "launch"));
-    compile(join(GUEST_SOURCES, "demo-agent.c"), join(work, "demo-agent"), ["-pthread"]);
+    compile(GUEST_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "guest-agent"));
+    compile([join(GUEST_SOURCES, "launch.c")], join(work, "launch"));
+    compile(DEMO_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "demo-agent"), ["-pthread"]);
 
     // Modules the kernel has built in are simply not found here, and skipped.
     const moduleFiles = new Map<string, string>();

@@ -168,7 +168,7 @@ start_image() {
   printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n' "$addr" "$name" > /run/init/etc/hosts
   : > /run/init/etc/resolv.conf
   [ -r /etc/resolv.conf ] && while IFS= read -r line; do echo "$line"; done < /etc/resolv.conf > /run/init/etc/resolv.conf
-  # Bound as files: the guest agent's IDENTITY rewrites hostname and hosts in place (fleet-agent/guest/guest-agent.c).
+  # Bound as files: the guest agent's IDENTITY rewrites hostname and hosts in place (fleet-agent/guest/guest-agent/identity.c).
   for f in hostname hosts resolv.conf; do
     bind_file /run/init/etc/$f /etc/$f || echo "init: cannot put /etc/$f in place" >&2
   done

@@ -523,7 +523,7 @@ export class FakeFirecracker {
       case "SYNC":
         return this.behaviour.syncFails ? `${id} ERR sync: Input/output error` : `${id} OK synced`;
       case "IDENTITY": {
-        // fleet-agent/guest/guest-agent.c's checks, and what it changes: RNG (entropy mixed in), hostname, identity file.
+        // fleet-agent/guest/guest-agent/identity.c's checks, and what it changes: RNG (entropy mixed in), hostname, identity file.
         const [agentId, hostname, entropy, clonedFrom] = line.split(" ").slice(2);
         if (!/^agt_[A-Za-z0-9_-]+$/.test(agentId ?? "")) return `${id} ERR bad agent id`;
         if (!/^(?=.{1,63}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?$/i.test(hostname ?? "")) return `${id} ERR bad hostname`;

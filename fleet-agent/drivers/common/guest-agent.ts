@@ -5,7 +5,7 @@
 //                  "<id> SETTIME <sec>.<nsec9>[ same-net]"         "<id> OK <sec>.<nsec9>"       (guest clock after setting)
 //                                                                  "<id> OK stale <sec>.<nsec9>" (older than the last applied: ignored)
 //                                                                   (without same-net it also forgets unresolved neighbours: the
-//                                                                   host's forwarded addresses may have changed; guest-agent.c)
+//                                                                   host's forwarded addresses may have changed; guest-agent/clock.c)
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
 //                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
