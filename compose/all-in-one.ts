@@ -10,7 +10,7 @@ import type { Logger } from "../lib/log.ts";
 import { openDatabase, parseDatabaseAppRole, parseDbTimeouts, type Database, type DbTimeouts } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
-import { createAgentRepo } from "../gateway/agent-repo.ts";
+import { createAgentRepo } from "../gateway/agents/repo.ts";
 import { parseFleetAgentConfig, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { Host } from "../fleet-agent/host.ts";

@@ -1,6 +1,6 @@
 // The Node fast path: agent traffic (`/a/{id}/…`, `{id}.{domain}`, WebSocket upgrades) handled beside the Hono app.
 //
-// Same rules as gateway/proxy.ts (through proxy-core.ts and proxy-policy.ts), but no web Request/Response objects
+// Same rules as gateway/proxy/route.ts (through proxy/core.ts and proxy/policy.ts), but no web Request/Response objects
 // and no web streams on the way: Node's parser in, a kept-alive raw connection to the agent out, bytes passed
 // through with backpressure. Everything that is not agent traffic goes to the Hono app (the control API).
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -14,10 +14,10 @@ import { PerRunPools } from "../../../lib/per-run.ts";
 import { AppError, logFailure } from "../../../lib/errors.ts";
 import { proxiedCalls } from "../../../lib/metrics.ts";
 import { sendError, sendErrorOnSocket } from "../../../lib/node-respond.ts";
-import type { ProxyCore, ResolvedAgent } from "../../proxy-core.ts";
+import type { ProxyCore, ResolvedAgent } from "../../proxy/core.ts";
 import { upgradeRequestHeaders, upstreamRequestHeadLines, upstreamRequestHeaders } from "../../../lib/http-headers.ts";
-import { forwardCall } from "../../proxy-forward.ts";
-import { agentTarget, type AgentTarget } from "../../proxy-policy.ts";
+import { forwardCall } from "../../proxy/forward.ts";
+import { agentTarget, type AgentTarget } from "../../proxy/policy.ts";
 import type { AgentHold, NodeFleet } from "../fleet.ts";
 import { HttpExchange, type ExchangeEnv } from "./exchange.ts";
 import { sendPlain } from "./respond.ts";

@@ -1,6 +1,6 @@
 // Plain answers of the gateway's own on the Node fast path (non-waking traffic); errors go through lib/node-respond.ts.
 import type { ServerResponse } from "node:http";
-import type { PlainAnswer } from "../../proxy-policy.ts";
+import type { PlainAnswer } from "../../proxy/policy.ts";
 
 export function sendPlain(res: ServerResponse, a: PlainAnswer): void {
   const headers: string[] = [];

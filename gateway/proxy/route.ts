@@ -1,14 +1,14 @@
-// A call to an agent through the Hono app (the Worker, `app.request` tests): resolve, authorize, then forward (proxy-forward.ts).
+// A call to an agent through the Hono app (the Worker, `app.request` tests): resolve, authorize, then forward (forward.ts).
 //
 // A Node gateway takes its fast path (gateway/node/fast-path/) for the same traffic; both apply the rules of
-// proxy-core.ts and proxy-policy.ts, so an answer does not depend on the entry that gave it.
+// core.ts and policy.ts, so an answer does not depend on the entry that gave it.
 import type { Context } from "hono";
-import { AppError } from "../lib/errors.ts";
-import { proxiedCalls } from "../lib/metrics.ts";
-import type { GatewayEnv } from "../contracts/caller.ts";
-import type { ProxyCore } from "./proxy-core.ts";
-import { upstreamRequestHeaders } from "../lib/http-headers.ts";
-import { forwardCall } from "./proxy-forward.ts";
+import { AppError } from "../../lib/errors.ts";
+import { proxiedCalls } from "../../lib/metrics.ts";
+import type { GatewayEnv } from "../../contracts/caller.ts";
+import type { ProxyCore } from "./core.ts";
+import { upstreamRequestHeaders } from "../../lib/http-headers.ts";
+import { forwardCall } from "./forward.ts";
 
 export interface ProxyRouteDeps {
   core: ProxyCore;

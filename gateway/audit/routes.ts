@@ -5,7 +5,7 @@ import { AppError } from "../../lib/errors.ts";
 import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
 import type { AuditReader } from "../../schema/audit-log.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { AuditListQuery, AuditListSchema, AuditVerifyQuery, AuditVerifySchema } from "./audit-schemas.ts";
+import { AuditListQuery, AuditListSchema, AuditVerifyQuery, AuditVerifySchema } from "./api-schemas.ts";
 
 const listAuditRoute = createRoute({
   method: "get",

@@ -1,17 +1,17 @@
 // What every entry of the proxy shares (Hono route, Node fast path, WebSocket relay): agent lookup, admission, limits.
-import { AppError } from "../lib/errors.ts";
-import { isId } from "../lib/ids.ts";
-import type { Logger } from "../lib/log.ts";
-import { noopMetrics, type Metrics } from "../lib/metrics.ts";
-import type { Fleet } from "../contracts/fleet.ts";
-import type { AgentSpec } from "../contracts/agent.ts";
-import type { NonWakingRules } from "../schema/core.ts";
-import { agentSpec, type AgentRepo, type AgentRow } from "./agent-repo.ts";
-import type { Caller } from "../contracts/caller.ts";
-import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./proxy-agents.ts";
-import { TenantLimiter } from "./proxy-limits.ts";
-import type { TenantGate } from "./tenants/gate.ts";
-import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./proxy-policy.ts";
+import { AppError } from "../../lib/errors.ts";
+import { isId } from "../../lib/ids.ts";
+import type { Logger } from "../../lib/log.ts";
+import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import type { NonWakingRules } from "../../schema/core.ts";
+import { agentSpec, type AgentRepo, type AgentRow } from "../agents/repo.ts";
+import type { Caller } from "../../contracts/caller.ts";
+import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./agents.ts";
+import { TenantLimiter } from "./tenant-limiter.ts";
+import type { TenantGate } from "../tenants/gate.ts";
+import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./policy.ts";
 
 /** The proxy's global settings (environment variables in gateway/config.ts and fleet-agent/config.ts). */
 export interface ProxyConfig {

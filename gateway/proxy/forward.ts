@@ -4,9 +4,9 @@
 // (504 when the agent's headers do not come in time) and the idle timeout of the response body (cut after
 // `proxyIdleTimeoutMs` without a byte). The Node fast path enforces the same limits (from the same
 // `EffectiveLimits`) on its raw connections.
-import { AppError } from "../lib/errors.ts";
-import { withoutHopByHop } from "../lib/http-headers.ts";
-import type { ProxyCore, ResolvedAgent } from "./proxy-core.ts";
+import { AppError } from "../../lib/errors.ts";
+import { withoutHopByHop } from "../../lib/http-headers.ts";
+import type { ProxyCore, ResolvedAgent } from "./core.ts";
 
 export interface ForwardCall {
   method: string;

@@ -3,7 +3,7 @@ import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import { apiRouter, errors, json } from "../../lib/api.ts";
 import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
-import { TemplateListSchema } from "./template-schemas.ts";
+import { TemplateListSchema } from "./api-schemas.ts";
 
 const listTemplatesRoute = createRoute({
   method: "get",
