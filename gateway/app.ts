@@ -10,7 +10,8 @@ import { readinessResponse } from "../lib/readiness.ts";
 import { asDatabaseError } from "../schema/db-errors.ts";
 import { bearerToken } from "./auth.ts";
 import type { GatewayEnv } from "../contracts/caller.ts";
-import { proxyToAgent } from "./proxy/route.ts";
+import { agentProxy } from "./proxy/route.ts";
+import { createAdmission } from "./proxy/admission.ts";
 import { agentTarget } from "./proxy/policy.ts";
 import { createProxyCore, defaultProxyConfig } from "./proxy/core.ts";
 import type { GatewayDeps } from "./deps.ts";
@@ -56,7 +57,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   const app = apiRouter<GatewayEnv>();
   const { log } = deps;
   const proxy = deps.proxy ?? createProxyCore({ ...deps, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
-  const proxyDeps = { core: proxy, clientIp: deps.clientIp };
+  const proxyToAgent = agentProxy({ core: proxy, admission: createAdmission(proxy, deps.auth), clientIp: deps.clientIp });
 
   app.onError((thrown, c) => {
     const requestId = c.get("requestId") ?? newId("request");
@@ -86,8 +87,8 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.use(async (c, next) => {
     const target = agentTarget(c.req.path, c.req.header("host"), domain);
     if (!target) return next();
-    await authenticate(c);
-    return proxyToAgent(proxyDeps, c, target.agentId, target.pathInside);
+    // The caller, its tenant and the agent are the admission's (proxy/admission.ts), as on every entry.
+    return proxyToAgent(c, target.agentId, target.pathInside);
   });
   // A NUL in a path or query is 400 before any route or lookup sees it (an agent's own paths above are its business).
   app.use(refuseNul);
