@@ -1,5 +1,6 @@
 // The gateway's Hono app, built only from injected dependencies: no runtime import here (Node and Workers adapt it).
 import type { Context } from "hono";
+import { matchedRoutes } from "hono/route";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { createRoute } from "@hono/zod-openapi";
 import { apiRouter, asAppError, ErrorEnvelope, json, refuseNul, z } from "../lib/api.ts";
@@ -118,16 +119,17 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.doc31("/openapi.json", apiDocumentHead);
 
   /**
-   * A verified token's tenant must exist and be active on every route, but for an operator token on the operator's
-   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`, `/v1/hosts…`: its tenant claim need not exist): 403 tenant_not_found /
-   * tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one is created).
+   * A verified token's tenant must exist and be active on every route, but for an operator token on the routes that
+   * declare so (the operator's, whose scope gates say `tenantGate: "not-operators"`: its tenant claim need not exist):
+   * 403 tenant_not_found / tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one
+   * is created).
    */
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {
     const token = bearerToken(c.req.header("authorization"));
     if (!token) return;
     const caller = await deps.auth.verify(token);
     c.set("caller", caller);
-    if (deps.tenants && !skipsTenantCheck(caller, c.req.path)) await deps.tenants.admit(caller, c.get("requestId"));
+    if (deps.tenants && !skipsTenantCheck(caller, matchedRoutes(c))) await deps.tenants.admit(caller, c.get("requestId"));
   }
 
   /**

@@ -25,7 +25,7 @@ const verifyAuditRoute = createRoute({
   operationId: "verifyAudit",
   summary: "Recompute the audit hash chains and name the first broken row of each (operator)",
   tags: ["audit"],
-  middleware: [scopeGate("operator")],
+  middleware: [scopeGate("operator", { tenantGate: "not-operators" })],
   request: { query: AuditVerifyQuery },
   responses: { 200: json(AuditVerifySchema, "The verdict of each chain"), ...errors(400) },
 });

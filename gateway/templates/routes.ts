@@ -11,7 +11,7 @@ const listTemplatesRoute = createRoute({
   operationId: "listTemplates",
   summary: "The warm templates new agents are cloned from, on every live host: ready, building, or failed (operator)",
   tags: ["templates"],
-  middleware: [scopeGate("operator")],
+  middleware: [scopeGate("operator", { tenantGate: "not-operators" })],
   // 502/504 never: a host that does not answer is left out of the list (and logged), not the list's failure.
   responses: { 200: json(TemplateListSchema, "Every live host's templates, by host then key"), ...errors() },
 });

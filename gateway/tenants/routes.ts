@@ -28,7 +28,8 @@ export interface TenantRouteDeps {
 }
 
 const tags = ["tenants"];
-const operator = scopeGate("operator");
+// The operator's routes: an operator token's own tenant need not exist (the tenant gate reads this).
+const operator = scopeGate("operator", { tenantGate: "not-operators" });
 
 /** A VM in one of these states holds memory and answers: suspension hibernates it. */
 const awakeStates: ReadonlySet<VmState> = new Set(["booting", "running", "restoring"]);
