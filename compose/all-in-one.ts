@@ -12,7 +12,7 @@ import type { Logger } from "../lib/log.ts";
 import { databaseEnv, dbTimeoutsOf, openDatabase, type Database, type DbTimeouts } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
-import { createAgentRepo } from "../gateway/agent-repo.ts";
+import { createAgentRepo } from "../gateway/agents/repo.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";

@@ -24,15 +24,35 @@ export interface GatewayVariables {
 
 export type GatewayEnv = { Variables: GatewayVariables };
 
-/** The verified caller of a route that needs `scope`; 401 without a token, 403 without the scope. */
+/**
+ * What a route declares of its callers (on its `scopeGate`): the scope it needs, and whether the tenant gate applies
+ * to an operator token there. `"every-caller"` (the default): every verified token's tenant must exist and be active.
+ * `"not-operators"`: the operator's routes, where an operator token's tenant claim need not exist (any other token is
+ * still checked, so it is refused for its tenant before its scope). The gateway's tenant gate reads this.
+ */
+export interface RouteAccess {
+  scope: Scope;
+  tenantGate: "every-caller" | "not-operators";
+}
+
+/** A route's scope gate, carrying its declaration. */
+export type ScopeGate = MiddlewareHandler<GatewayEnv> & { readonly access: RouteAccess };
+
 /** Route middleware: the caller must hold `scope`, checked before the body is read or validated (401/403 come first). */
-export function scopeGate(scope: Scope): MiddlewareHandler<GatewayEnv> {
-  return async (c, next) => {
+export function scopeGate(scope: Scope, opts: { tenantGate?: RouteAccess["tenantGate"] } = {}): ScopeGate {
+  const gate: MiddlewareHandler<GatewayEnv> = async (c, next) => {
     requireScope(c, scope);
     await next();
   };
+  return Object.assign(gate, { access: { scope, tenantGate: opts.tenantGate ?? "every-caller" } satisfies RouteAccess });
 }
 
+/** The declaration a route handler carries, if it is a scope gate. */
+export function routeAccessOf(handler: unknown): RouteAccess | undefined {
+  return typeof handler === "function" && "access" in handler ? (handler as ScopeGate).access : undefined;
+}
+
+/** The verified caller of a route that needs `scope`; 401 without a token, 403 without the scope. */
 export function requireScope(c: Context<GatewayEnv>, scope: Scope): Caller {
   const caller = c.get("caller");
   if (!caller) throw new AppError("unauthorized", "missing or invalid bearer token");

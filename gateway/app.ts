@@ -1,5 +1,6 @@
 // The gateway's Hono app, built only from injected dependencies: no runtime import here (Node and Workers adapt it).
 import type { Context } from "hono";
+import { matchedRoutes } from "hono/route";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { createRoute } from "@hono/zod-openapi";
 import { apiRouter, asAppError, ErrorEnvelope, json, refuseNul, z } from "../lib/api.ts";
@@ -10,14 +11,15 @@ import { readinessResponse } from "../lib/readiness.ts";
 import { asDatabaseError } from "../schema/db-errors.ts";
 import { bearerToken } from "./auth.ts";
 import type { GatewayEnv } from "../contracts/caller.ts";
-import { proxyToAgent } from "./proxy.ts";
-import { agentTarget } from "./proxy-policy.ts";
-import { createProxyCore, defaultProxyConfig } from "./proxy-core.ts";
+import { agentProxy } from "./proxy/route.ts";
+import { createAdmission } from "./proxy/admission.ts";
+import { agentTarget } from "./proxy/policy.ts";
+import { createProxyCore, defaultProxyConfig } from "./proxy/core.ts";
 import type { GatewayDeps } from "./deps.ts";
-import { agentRoutes } from "./routes/agents.ts";
-import { logRoutes } from "./routes/logs.ts";
-import { auditRoutes } from "./routes/audit.ts";
-import { templateRoutes } from "./routes/templates.ts";
+import { agentRoutes } from "./agents/routes.ts";
+import { logRoutes } from "./logs/routes.ts";
+import { auditRoutes } from "./audit/routes.ts";
+import { templateRoutes } from "./templates/routes.ts";
 import { hookAgentId, skipsTenantCheck } from "./tenants/gate.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
@@ -56,7 +58,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   const app = apiRouter<GatewayEnv>();
   const { log } = deps;
   const proxy = deps.proxy ?? createProxyCore({ ...deps, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig });
-  const proxyDeps = { core: proxy, clientIp: deps.clientIp };
+  const proxyToAgent = agentProxy({ core: proxy, admission: createAdmission(proxy, deps.auth), clientIp: deps.clientIp });
 
   app.onError((thrown, c) => {
     const requestId = c.get("requestId") ?? newId("request");
@@ -86,8 +88,8 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.use(async (c, next) => {
     const target = agentTarget(c.req.path, c.req.header("host"), domain);
     if (!target) return next();
-    await authenticate(c);
-    return proxyToAgent(proxyDeps, c, target.agentId, target.pathInside);
+    // The caller, its tenant and the agent are the admission's (proxy/admission.ts), as on every entry.
+    return proxyToAgent(c, target.agentId, target.pathInside);
   });
   // A NUL in a path or query is 400 before any route or lookup sees it (an agent's own paths above are its business).
   app.use(refuseNul);
@@ -117,16 +119,17 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.doc31("/openapi.json", apiDocumentHead);
 
   /**
-   * A verified token's tenant must exist and be active on every route, but for an operator token on the operator's
-   * routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`, `/v1/hosts…`: its tenant claim need not exist): 403 tenant_not_found /
-   * tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one is created).
+   * A verified token's tenant must exist and be active on every route, but for an operator token on the routes that
+   * declare so (the operator's, whose scope gates say `tenantGate: "not-operators"`: its tenant claim need not exist):
+   * 403 tenant_not_found / tenant_suspended / tenant_deleted otherwise (or, with TENANTS_AUTO_PROVISION, an unknown one
+   * is created).
    */
   async function authenticate(c: Context<GatewayEnv>): Promise<void> {
     const token = bearerToken(c.req.header("authorization"));
     if (!token) return;
     const caller = await deps.auth.verify(token);
     c.set("caller", caller);
-    if (deps.tenants && !skipsTenantCheck(caller, c.req.path)) await deps.tenants.admit(caller, c.get("requestId"));
+    if (deps.tenants && !skipsTenantCheck(caller, matchedRoutes(c))) await deps.tenants.admit(caller, c.get("requestId"));
   }
 
   /**

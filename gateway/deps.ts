@@ -6,11 +6,11 @@ import type { Logger } from "../lib/log.ts";
 import type { Metrics } from "../lib/metrics.ts";
 import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog, AuditReader } from "../schema/audit-log.ts";
-import type { CheckpointRepo } from "./routes/checkpoint-repo.ts";
-import type { AgentRepo } from "./agent-repo.ts";
+import type { CheckpointRepo } from "./checkpoints/repo.ts";
+import type { AgentRepo } from "./agents/repo.ts";
 import type { Authenticator } from "./auth.ts";
-import type { ProxyConfig, ProxyCore } from "./proxy-core.ts";
-import type { AgentSettingsStore } from "./proxy-agents.ts";
+import type { ProxyConfig, ProxyCore } from "./proxy/core.ts";
+import type { AgentSettingsStore } from "./proxy/agents.ts";
 import type { ImageCatalog } from "../contracts/image.ts";
 import type { TenantGate, TenantGateConfig } from "./tenants/gate.ts";
 
@@ -24,7 +24,7 @@ export interface GatewayConfig {
   /** Images an agent may be created with (what the hosts' driver can run). */
   images: readonly string[];
   agentDefaults: { vcpus: number; memMiB: number; idleTimeoutMs: number; streamIdleMs: number; diskMiB?: number };
-  /** Proxy timeouts and limits (gateway/proxy-core.ts); defaults when absent. */
+  /** Proxy timeouts and limits (gateway/proxy/core.ts); defaults when absent. */
   proxy?: ProxyConfig;
   /** How tenant statuses are cached and whether unknown tenants are created on first use (gateway/tenants/gate.ts); defaults when absent. */
   tenants?: TenantGateConfig;

@@ -30,7 +30,9 @@ const rateCardRoute = createRoute({
   responses: { 200: json(RateCard, "The tenant's rate card (or the default one)"), ...errors() },
 });
 
-const operatorBody = [scopeGate("operator"), jsonBody(() => maxRateCardBodyBytes)];
+// The operator's routes: an operator token's own tenant need not exist (the gateway's tenant gate reads this).
+const operatorOnly = scopeGate("operator", { tenantGate: "not-operators" });
+const operatorBody = [operatorOnly, jsonBody(() => maxRateCardBodyBytes)];
 
 const addTenantVersionRoute = createRoute({
   method: "post",
@@ -48,7 +50,7 @@ const addTenantVersionRoute = createRoute({
 
 const listTenantVersionsRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("operator")],
+  middleware: [operatorOnly],
   path: "/v1/tenants/{id}/rate-cards",
   operationId: "listTenantRateCardVersions",
   summary: "The tenant's own card versions, newest first, and the version pricing it now (operator)",
@@ -70,7 +72,7 @@ const addDefaultVersionRoute = createRoute({
 
 const listDefaultVersionsRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("operator")],
+  middleware: [operatorOnly],
   path: "/v1/rate-cards/default",
   operationId: "listDefaultRateCardVersions",
   summary: "The default card's versions, newest first, and the one in effect now (operator)",
@@ -81,7 +83,8 @@ const listDefaultVersionsRoute = createRoute({
 
 const tenantRateCardsRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("usage:read")],
+  // A tenant's route, but an operator token here is not checked for its tenant either (as ever under /v1/rate-cards).
+  middleware: [scopeGate("usage:read", { tenantGate: "not-operators" })],
   path: "/v1/rate-cards",
   operationId: "listRateCards",
   summary: "The card version pricing the caller's tenant now, and every version that priced or will price it (past and scheduled)",

@@ -23,7 +23,8 @@ export interface HostRouteDeps {
 export const defaultHostHealth = { liveWindowMs: 30_000, maxClockSkewMs: 2_000 } as const;
 
 const tags = ["hosts"];
-const operator = scopeGate("operator");
+// The operator's routes: an operator token's own tenant need not exist (the tenant gate reads this).
+const operator = scopeGate("operator", { tenantGate: "not-operators" });
 
 const listHostsRoute = createRoute({
   method: "get",

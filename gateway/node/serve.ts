@@ -12,7 +12,7 @@ import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 import { createConnPolicy, defaultClientLimits, headCheckIntervalMs, type BodyRule, type ClientLimits } from "../../lib/node-conn-policy.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { metricsApp, metricsPath, type MetricsEndpoint } from "../../lib/metrics-endpoint.ts";
-import { agentTarget } from "../proxy-policy.ts";
+import { agentTarget } from "../proxy/policy.ts";
 
 export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
 

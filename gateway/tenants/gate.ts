@@ -1,7 +1,8 @@
 // The tenant gate: a token's tenant, and a called agent's, must exist and be active; cached statuses, first-use provisioning.
 import { AppError } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/log.ts";
-import type { Caller } from "../../contracts/caller.ts";
+import { COMPOSED_HANDLER } from "hono/utils/constants";
+import { routeAccessOf, type Caller, type RouteAccess } from "../../contracts/caller.ts";
 import type { AuditLog } from "../../schema/audit-log.ts";
 import { createTenantStatusCache, type TenantStanding } from "./status-cache.ts";
 import type { TenantRow, TenantStore } from "./store.ts";
@@ -60,12 +61,20 @@ export function tenantRefusal(tenantId: string, standing: TenantStanding): AppEr
 export const standingOf = (row: TenantRow | undefined): TenantStanding => (row ? { status: row.status, reason: row.statusReason } : { status: "missing", reason: null });
 
 /**
- * An operator token on the operator's routes (`/v1/tenants…`, `/v1/rate-cards…`, `/v1/audit/verify`, `/v1/templates`, `/v1/hosts…`): its tenant claim is not checked
- * there (an operator's need not exist). Any other token, or any other route, is checked.
+ * An operator token on a route that declares `tenantGate: "not-operators"` (the operator's routes: tenants, rate
+ * cards, the audit chain's verification, templates, hosts; see `scopeGate`): its tenant claim is not checked there (an
+ * operator's need not exist). Any other token, or any other route, is checked. `routes`: the handlers the request
+ * matched (`matchedRoutes` of hono/route), whose scope gates carry the declarations.
  */
-export function skipsTenantCheck(caller: Caller, path: string): boolean {
+export function skipsTenantCheck(caller: Caller, routes: readonly { handler: unknown }[]): boolean {
   if (!caller.scopes.has("operator")) return false;
-  return path === "/v1/tenants" || path.startsWith("/v1/tenants/") || path === "/v1/rate-cards" || path.startsWith("/v1/rate-cards/") || path === "/v1/audit/verify" || path === "/v1/templates" || path === "/v1/hosts" || path.startsWith("/v1/hosts/");
+  for (const r of routes) if (declaredAccess(r.handler)?.tenantGate === "not-operators") return true;
+  return false;
+}
+
+/** A route's declaration, also through the wrapper Hono puts around the routes of a sub-app with its own error handler. */
+function declaredAccess(handler: unknown): RouteAccess | undefined {
+  return routeAccessOf(handler) ?? (typeof handler === "function" ? routeAccessOf((handler as unknown as Record<string, unknown>)[COMPOSED_HANDLER]) : undefined);
 }
 
 export function createTenantGate(deps: TenantGateDeps): TenantGate {

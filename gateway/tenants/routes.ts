@@ -9,7 +9,7 @@ import type { VmState } from "../../contracts/agent.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import type { AuditLog } from "../../schema/audit-log.ts";
-import type { AgentRepo } from "../agent-repo.ts";
+import type { AgentRepo } from "../agents/repo.ts";
 import { CreateTenantBody, ReasonBody, TenantDeletedSchema, TenantListQuery, TenantListSchema, TenantParams, TenantSchema, TenantSuspendedSchema } from "./api-schemas.ts";
 import type { TenantGate } from "./gate.ts";
 import type { TenantRow, TenantStore } from "./store.ts";
@@ -28,7 +28,8 @@ export interface TenantRouteDeps {
 }
 
 const tags = ["tenants"];
-const operator = scopeGate("operator");
+// The operator's routes: an operator token's own tenant need not exist (the tenant gate reads this).
+const operator = scopeGate("operator", { tenantGate: "not-operators" });
 
 /** A VM in one of these states holds memory and answers: suspension hibernates it. */
 const awakeStates: ReadonlySet<VmState> = new Set(["booting", "running", "restoring"]);

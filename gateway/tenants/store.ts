@@ -2,7 +2,7 @@
 import { and, asc, eq, getTableColumns, isNull, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../../schema/db.ts";
 import { agents, tenants, type TenantStatus } from "../../schema/core.ts";
-import { microsIso } from "../agent-repo.ts";
+import { microsIso } from "../agents/repo.ts";
 
 export type TenantRow = typeof tenants.$inferSelect;
 export type { TenantStatus };

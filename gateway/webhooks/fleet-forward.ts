@@ -1,7 +1,7 @@
 // The `forward` a gateway gives the webhook module: look the agent up, check its tenant, then wake it and call it through the fleet (reason "webhook").
 import { AppError } from "../../lib/errors.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
-import { agentSpec, type AgentRepo } from "../agent-repo.ts";
+import { agentSpec, type AgentRepo } from "../agents/repo.ts";
 import type { TenantGate } from "../tenants/gate.ts";
 import type { WebhookDeps } from "./types.ts";
 

@@ -12,7 +12,7 @@ import { finalizeInvoice } from "../../billing/invoices.ts";
 import { addRateCardVersion, rateCardTimeline } from "../../billing/rates.ts";
 import type { Scope } from "../../contracts/caller.ts";
 import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
-import { createAgentRepo } from "../../gateway/agent-repo.ts";
+import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import { createGateway } from "../../gateway/app.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import { ManualClock } from "../../lib/clock.ts";

@@ -5,7 +5,7 @@ import { silentLogger } from "../../lib/log.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import { createGateway } from "../../gateway/app.ts";
-import { createAgentRepo } from "../../gateway/agent-repo.ts";
+import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";

@@ -9,7 +9,7 @@ import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { agents, checkpoints, hosts, tenants } from "../../schema/core.ts";
-import { createAgentRepo } from "../../gateway/agent-repo.ts";
+import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
 import { createRemoteFleet } from "../../gateway/remote-fleet.ts";

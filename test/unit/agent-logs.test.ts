@@ -7,7 +7,7 @@ import { ManualClock } from "../../lib/clock.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { LogRotator, openLogStream, rotateIfPast, type LogFs } from "../../fleet-agent/agent-logs.ts";
 import { capLog, LOG_MAX_BYTES, rotateLog } from "../../fleet-agent/drivers/common/vm-process.ts";
-import { defaultLogTailBytes, logEventStream, maxLogTailBytes, parseFollow, parseTail } from "../../gateway/routes/logs.ts";
+import { defaultLogTailBytes, logEventStream, maxLogTailBytes, parseFollow, parseTail } from "../../gateway/logs/routes.ts";
 
 let dir: string;
 let log: string;
@@ -272,7 +272,7 @@ describe("a follow", () => {
   });
 });
 
-describe("the gateway's framing (gateway/routes/logs.ts)", () => {
+describe("the gateway's framing (gateway/logs/routes.ts)", () => {
   const source = (chunks: string[]) => {
     const encoder = new TextEncoder();
     return new ReadableStream<Uint8Array>({

@@ -6,10 +6,10 @@ import { AppError } from "../../lib/errors.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Db } from "../../schema/postgres.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
-import { createAgentCache } from "../../gateway/proxy-agents.ts";
+import { createAgentCache } from "../../gateway/proxy/agents.ts";
 import { gatedClient } from "../../schema/db-gate.ts";
 import { readinessResponse } from "../../lib/readiness.ts";
-import type { AgentRow } from "../../gateway/agent-repo.ts";
+import type { AgentRow } from "../../gateway/agents/repo.ts";
 
 const refused = () => Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" });
 

@@ -4,7 +4,7 @@ import { generateKeyPair, exportJWK, SignJWT, type JWK } from "jose";
 import { openDatabase, type Database } from "../../schema/db.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { createGateway } from "../../gateway/app.ts";
-import { createAgentRepo } from "../../gateway/agent-repo.ts";
+import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";

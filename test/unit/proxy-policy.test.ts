@@ -2,12 +2,12 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { AppError } from "../../lib/errors.ts";
-import { agentTarget, authorizeCall, defaultNonWakingRules, matchNonWaking, nonWakingAnswer, NonWakingRulesInput } from "../../gateway/proxy-policy.ts";
+import { agentTarget, authorizeCall, defaultNonWakingRules, matchNonWaking, nonWakingAnswer, NonWakingRulesInput } from "../../gateway/proxy/policy.ts";
 import { issuesMessage, z } from "../../lib/api.ts";
 import { downstreamHeaderList, upstreamRequestHeadLines, upstreamRequestHeaders, withoutHopByHop } from "../../lib/http-headers.ts";
-import { TenantLimiter } from "../../gateway/proxy-limits.ts";
-import { createAgentCache, noOverrides } from "../../gateway/proxy-agents.ts";
-import type { AgentRow } from "../../gateway/agent-repo.ts";
+import { TenantLimiter } from "../../gateway/proxy/tenant-limiter.ts";
+import { createAgentCache, noOverrides } from "../../gateway/proxy/agents.ts";
+import type { AgentRow } from "../../gateway/agents/repo.ts";
 import type { Caller } from "../../contracts/caller.ts";
 
 describe("routing", () => {

@@ -4,7 +4,7 @@ import { exportJWK, generateKeyPair, type JWK } from "jose";
 import { openDatabase, type Database } from "../../schema/db.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { createGateway } from "../../gateway/app.ts";
-import { createAgentRepo } from "../../gateway/agent-repo.ts";
+import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import type { Fleet, TemplateView } from "../../contracts/fleet.ts";
 import { hostCallMethod, signHostCall, verifyHostCall } from "../../contracts/host-protocol.ts";

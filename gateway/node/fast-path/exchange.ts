@@ -9,7 +9,7 @@ import type { Logger } from "../../../lib/log.ts";
 import { serverTiming } from "../../../contracts/fleet.ts";
 import { rollbackHeader } from "../../../contracts/agent.ts";
 import type { AgentHold } from "../fleet.ts";
-import type { EffectiveLimits } from "../../proxy-core.ts";
+import type { EffectiveLimits } from "../../proxy/core.ts";
 import { downstreamHeaderList } from "../../../lib/http-headers.ts";
 import { ResponseParseError, ResponseParser, type ParserSink, type ResponseHead } from "./response-parser.ts";
 import { UpstreamConnectError, type ConnOwner, type UpstreamConn, type UpstreamPool } from "./upstream-pool.ts";

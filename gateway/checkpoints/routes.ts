@@ -7,11 +7,11 @@ import { isId } from "../../lib/ids.ts";
 import type { VmStatus } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
-import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agent-repo.ts";
+import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agents/repo.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { ownCheckpoint, type CheckpointPosition, type CheckpointRepo, type CheckpointRow } from "./checkpoint-repo.ts";
-import { CheckpointDeletedSchema, CheckpointListQuery, CheckpointListSchema, CheckpointParams, CheckpointSchema, CreateCheckpointBody, RestoreBody } from "./checkpoint-schemas.ts";
-import { AgentParams, AgentSchema } from "./agent-schemas.ts";
+import { ownCheckpoint, type CheckpointPosition, type CheckpointRepo, type CheckpointRow } from "./repo.ts";
+import { CheckpointDeletedSchema, CheckpointListQuery, CheckpointListSchema, CheckpointParams, CheckpointSchema, CreateCheckpointBody, RestoreBody } from "./api-schemas.ts";
+import { AgentParams, AgentSchema } from "../agents/api-schemas.ts";
 
 /** What the checkpoint routes need besides the gateway's own parts: the rows' reader (none: 501 checkpoints_unsupported). */
 export type CheckpointGatewayDeps = GatewayDeps & { checkpoints?: CheckpointRepo };

@@ -5,7 +5,7 @@ import { AppError } from "../../lib/errors.ts";
 import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
 import type { AuditReader } from "../../schema/audit-log.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { AuditListQuery, AuditListSchema, AuditVerifyQuery, AuditVerifySchema } from "./audit-schemas.ts";
+import { AuditListQuery, AuditListSchema, AuditVerifyQuery, AuditVerifySchema } from "./api-schemas.ts";
 
 const listAuditRoute = createRoute({
   method: "get",
@@ -25,7 +25,7 @@ const verifyAuditRoute = createRoute({
   operationId: "verifyAudit",
   summary: "Recompute the audit hash chains and name the first broken row of each (operator)",
   tags: ["audit"],
-  middleware: [scopeGate("operator")],
+  middleware: [scopeGate("operator", { tenantGate: "not-operators" })],
   request: { query: AuditVerifyQuery },
   responses: { 200: json(AuditVerifySchema, "The verdict of each chain"), ...errors(400) },
 });

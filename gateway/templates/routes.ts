@@ -3,7 +3,7 @@ import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import { apiRouter, errors, json } from "../../lib/api.ts";
 import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
-import { TemplateListSchema } from "./template-schemas.ts";
+import { TemplateListSchema } from "./api-schemas.ts";
 
 const listTemplatesRoute = createRoute({
   method: "get",
@@ -11,7 +11,7 @@ const listTemplatesRoute = createRoute({
   operationId: "listTemplates",
   summary: "The warm templates new agents are cloned from, on every live host: ready, building, or failed (operator)",
   tags: ["templates"],
-  middleware: [scopeGate("operator")],
+  middleware: [scopeGate("operator", { tenantGate: "not-operators" })],
   // 502/504 never: a host that does not answer is left out of the list (and logged), not the list's failure.
   responses: { 200: json(TemplateListSchema, "Every live host's templates, by host then key"), ...errors() },
 });

@@ -1,10 +1,10 @@
 // Agent settings the proxy reads on every call (rules, per-agent limits), their store, and a short-lived cache of them.
 import { eq, inArray } from "drizzle-orm";
-import type { Db } from "../schema/db.ts";
-import { asDatabaseError, isDatabaseUnavailable } from "../schema/db-errors.ts";
-import { agents, type NonWakingRules } from "../schema/core.ts";
-import { agentProxyLimits } from "../schema/proxy.ts";
-import type { AgentRepo, AgentRow } from "./agent-repo.ts";
+import type { Db } from "../../schema/db.ts";
+import { asDatabaseError, isDatabaseUnavailable } from "../../schema/db-errors.ts";
+import { agents, type NonWakingRules } from "../../schema/core.ts";
+import { agentProxyLimits } from "../../schema/proxy.ts";
+import type { AgentRepo, AgentRow } from "../agents/repo.ts";
 
 /** Per-agent overrides of the gateway's proxy limits; null = the global value. */
 export interface AgentLimitOverrides {

@@ -5,7 +5,7 @@ import { checkpoints } from "../../schema/core.ts";
 import type { Caller } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
-import { microsIso } from "../agent-repo.ts";
+import { microsIso } from "../agents/repo.ts";
 
 export type CheckpointRow = typeof checkpoints.$inferSelect;
 /** A listed checkpoint with its position in the order (the cursor after it): `createdAtUs` is µs since the epoch, as stored. */

@@ -4,9 +4,9 @@
 // (504 when the agent's headers do not come in time) and the idle timeout of the response body (cut after
 // `proxyIdleTimeoutMs` without a byte). The Node fast path enforces the same limits (from the same
 // `EffectiveLimits`) on its raw connections.
-import { AppError } from "../lib/errors.ts";
-import { withoutHopByHop } from "../lib/http-headers.ts";
-import type { ProxyCore, ResolvedAgent } from "./proxy-core.ts";
+import { AppError } from "../../lib/errors.ts";
+import { withoutHopByHop } from "../../lib/http-headers.ts";
+import type { ProxyCore, ResolvedAgent } from "./core.ts";
 
 export interface ForwardCall {
   method: string;
@@ -18,11 +18,29 @@ export interface ForwardCall {
   requestId: string;
   /** The client went away: the upstream call is aborted. */
   clientSignal?: AbortSignal;
-  /** Called once when the exchange is over, however it ended (the tenant slot's way out). */
-  done: () => void;
 }
 
-export async function forwardCall(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall): Promise<Response> {
+/**
+ * The call forwarded, as an admission scope (admission.ts): `respond` gets the agent's response; what it returns
+ * resolves once the exchange is over (the response body ended, was cut or cancelled), or rejects when no response
+ * came (504, 413, the fleet's error), without `respond`.
+ */
+export function forwardCall(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall, respond: (res: Response) => void): Promise<void> {
+  return new Promise<void>((over, failed) => {
+    exchange(core, agent, call, over).then((res) => {
+      try {
+        respond(res);
+      } catch (err) {
+        // The answer could not be written (the client is gone): the body is let go, which ends the exchange.
+        void res.body?.cancel(err).catch(() => undefined);
+        failed(err);
+      }
+    }, failed);
+  });
+}
+
+/** The response, its body watched until it is over (`done`, once); a failure before the response rejects without `done`. */
+async function exchange(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall, done: () => void): Promise<Response> {
   const { requestId } = call;
   const max = agent.limits.maxBodyBytes;
   const limit = { exceeded: false };
@@ -32,11 +50,14 @@ export async function forwardCall(core: ProxyCore, agent: ResolvedAgent, call: F
   const onClientAbort = () => abort.abort(call.clientSignal?.reason);
   call.clientSignal?.addEventListener("abort", onClientAbort, { once: true });
   let finished = false;
-  const done = () => {
+  const finish = () => {
     if (finished) return;
     finished = true;
     call.clientSignal?.removeEventListener("abort", onClientAbort);
-    call.done();
+  };
+  const over = () => {
+    finish();
+    done();
   };
   const init: RequestInit & { duplex?: "half" } = { method: call.method, headers: call.headers, signal: abort.signal };
   if (hasBody) {
@@ -50,7 +71,7 @@ export async function forwardCall(core: ProxyCore, agent: ResolvedAgent, call: F
   try {
     res = await core.fleet.forward(agent.spec, upstreamReq, { requestId, reason: "request", signal: abort.signal });
   } catch (err) {
-    done();
+    finish();
     if (limit.exceeded) throw new AppError("payload_too_large", `request body exceeds the limit of ${max} bytes`);
     if (abort.signal.reason instanceof AppError) throw abort.signal.reason;
     throw err;
@@ -60,10 +81,10 @@ export async function forwardCall(core: ProxyCore, agent: ResolvedAgent, call: F
   const out = withoutHopByHop(res.headers);
   out.set("x-request-id", requestId);
   if (!res.body) {
-    done();
+    over();
     return new Response(null, { status: res.status, statusText: res.statusText, headers: out });
   }
-  return new Response(watchBody(res.body, agent.limits.proxyIdleTimeoutMs, done, core, requestId, agent.row.id), { status: res.status, statusText: res.statusText, headers: out });
+  return new Response(watchBody(res.body, agent.limits.proxyIdleTimeoutMs, over, core, requestId, agent.row.id), { status: res.status, statusText: res.statusText, headers: out });
 }
 
 /** Passes the body through, failing the upload once it grows past `max` bytes (bodies without a length). */

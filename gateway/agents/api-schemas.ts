@@ -1,7 +1,7 @@
 // The agents API's schemas: the bodies and queries the routes validate and the answers they give, as the OpenAPI document names them.
 import { instantQuery, NextCursor, PageQuery, z } from "../../lib/api.ts";
 import type { VmState } from "../../contracts/agent.ts";
-import { NonWakingRulesInput, NonWakingRulesSchema, objectError } from "../proxy-policy.ts";
+import { NonWakingRulesInput, NonWakingRulesSchema, objectError } from "../proxy/policy.ts";
 
 /** Every state a VM can be in (contracts/agent.ts), checked complete at compile time. */
 const vmStates = ["creating", "booting", "running", "snapshotting", "hibernated", "restoring", "stopped", "failed", "destroyed"] as const satisfies readonly VmState[];

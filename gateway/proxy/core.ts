@@ -1,17 +1,17 @@
-// What every entry of the proxy shares (Hono route, Node fast path, WebSocket relay): agent lookup, admission, limits.
-import { AppError } from "../lib/errors.ts";
-import { isId } from "../lib/ids.ts";
-import type { Logger } from "../lib/log.ts";
-import { noopMetrics, type Metrics } from "../lib/metrics.ts";
-import type { Fleet } from "../contracts/fleet.ts";
-import type { AgentSpec } from "../contracts/agent.ts";
-import type { NonWakingRules } from "../schema/core.ts";
-import { agentSpec, type AgentRepo, type AgentRow } from "./agent-repo.ts";
-import type { Caller } from "../contracts/caller.ts";
-import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./proxy-agents.ts";
-import { TenantLimiter } from "./proxy-limits.ts";
-import type { TenantGate } from "./tenants/gate.ts";
-import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./proxy-policy.ts";
+// What every entry of the proxy shares (Hono route, Node fast path, WebSocket relay): agent lookup, limits, and the steps admission.ts takes.
+import { AppError } from "../../lib/errors.ts";
+import { isId } from "../../lib/ids.ts";
+import type { Logger } from "../../lib/log.ts";
+import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
+import type { Fleet } from "../../contracts/fleet.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import type { NonWakingRules } from "../../schema/core.ts";
+import { agentSpec, type AgentRepo, type AgentRow } from "../agents/repo.ts";
+import type { Caller } from "../../contracts/caller.ts";
+import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./agents.ts";
+import { TenantLimiter } from "./tenant-limiter.ts";
+import type { TenantGate } from "../tenants/gate.ts";
+import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./policy.ts";
 
 /** The proxy's global settings (environment variables in gateway/config.ts and fleet-agent/config.ts). */
 export interface ProxyConfig {
@@ -78,6 +78,7 @@ export interface ProxyCore {
   readonly log: Logger;
   /** Where every entry counts the calls it proxied (`noopMetrics` unless given). */
   readonly metrics: Metrics;
+  // The steps of admission (admission.ts runs them in its one order; an entry does not call them itself).
   /** The agent by id (cached), with its tenant's status loaded (cached): 400 for a malformed id, 404 when there is none. */
   resolve(agentId: string): Promise<ResolvedAgent>;
   /** The agent from memory without waiting, its tenant's status in memory too (undefined: ask `resolve`). */
@@ -88,8 +89,6 @@ export interface ProxyCore {
   admitCaller(caller: Caller, requestId: string): Promise<void>;
   /** 401/403/404 unless `caller` may call the agent; then 403 tenant_* unless the agent's tenant (and the caller's) is active. */
   authorize(agent: ResolvedAgent, caller: Caller | undefined): void;
-  /** The gateway's own answer when the request is non-waking traffic for this agent. */
-  nonWaking(agent: ResolvedAgent, method: string, pathInside: string, userAgent: string | undefined, requestId: string): Promise<PlainAnswer | undefined>;
   /** The gateway's answer for a request `agent.matchNonWaking` matched (it reports the agent's state). */
   nonWakingAnswer(agent: ResolvedAgent, match: NonWakingMatch, method: string, pathInside: string, requestId: string): Promise<PlainAnswer>;
   /** 413 when a declared body is over the agent's limit. */
@@ -167,10 +166,6 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
       if (!tenants) return;
       tenants.assertActive(agent.row.tenantId);
       if (caller && caller.tenantId !== agent.row.tenantId) tenants.assertActive(caller.tenantId);
-    },
-    async nonWaking(agent, method, pathInside, userAgent, requestId) {
-      const match = agent.matchNonWaking(method, pathInside, userAgent);
-      return match ? answer(agent, match, method, pathInside, requestId) : undefined;
     },
     nonWakingAnswer: answer,
     checkDeclaredBody(agent, contentLength) {

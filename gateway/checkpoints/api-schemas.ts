@@ -1,6 +1,6 @@
 // The checkpoints API's schemas: the bodies and queries its routes validate and the answers they give, as the OpenAPI document names them.
 import { NextCursor, PageQuery, z } from "../../lib/api.ts";
-import { objectError } from "../proxy-policy.ts";
+import { objectError } from "../proxy/policy.ts";
 import { checkpointNamePattern } from "../../contracts/fleet.ts";
 
 const nameHint = "1–100 letters, digits or . _ : -, starting with a letter or digit, not with ckp_";

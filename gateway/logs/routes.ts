@@ -4,9 +4,9 @@ import { apiRouter, errors, z } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import type { LogReadOptions } from "../../contracts/fleet.ts";
 import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
-import { ownAgent } from "../agent-repo.ts";
+import { ownAgent } from "../agents/repo.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { AgentParams } from "./agent-schemas.ts";
+import { AgentParams } from "../agents/api-schemas.ts";
 
 /** What `tail` is when the request does not say: the last 64 KiB. */
 export const defaultLogTailBytes = 64 << 10;

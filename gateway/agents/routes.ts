@@ -6,14 +6,14 @@ import { apiRouter, badCursor, decodeCursor, errors, json, jsonBody, jsonRequest
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import type { VmState, VmStatus } from "../../contracts/agent.ts";
-import { agentSpec, ownAgent as findOwnAgent, type AgentPosition, type AgentRow } from "../agent-repo.ts";
+import { agentSpec, ownAgent as findOwnAgent, type AgentPosition, type AgentRow } from "./repo.ts";
 import type { GatewayDeps } from "../deps.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
-import type { EffectiveLimits, ProxyCore } from "../proxy-core.ts";
-import { noOverrides, type AgentSettingsPatch } from "../proxy-agents.ts";
-import { effectiveNonWaking } from "../proxy-policy.ts";
-import { checkpointRoutes, op, repo, type CheckpointGatewayDeps } from "./checkpoints.ts";
-import { ownCheckpoint } from "./checkpoint-repo.ts";
+import type { EffectiveLimits, ProxyCore } from "../proxy/core.ts";
+import { noOverrides, type AgentSettingsPatch } from "../proxy/agents.ts";
+import { effectiveNonWaking } from "../proxy/policy.ts";
+import { checkpointRoutes, op, repo, type CheckpointGatewayDeps } from "../checkpoints/routes.ts";
+import { ownCheckpoint } from "../checkpoints/repo.ts";
 import {
   AddLeaseBody,
   AgentDeletedSchema,
@@ -30,7 +30,7 @@ import {
   LeaseSchema,
   UpdateAgentBody,
   WakeSchema,
-} from "./agent-schemas.ts";
+} from "./api-schemas.ts";
 
 const tags = ["agents"];
 

@@ -1,8 +1,8 @@
 // Pure rules of a call to an agent, shared by the Hono proxy and the Node fast path: routing, authorization, non-waking traffic.
-import { AppError } from "../lib/errors.ts";
-import type { NonWakingRules } from "../schema/core.ts";
-import type { Caller } from "../contracts/caller.ts";
-import { z } from "../lib/api.ts";
+import { AppError } from "../../lib/errors.ts";
+import type { NonWakingRules } from "../../schema/core.ts";
+import type { Caller } from "../../contracts/caller.ts";
+import { z } from "../../lib/api.ts";
 
 /** Where a request goes: an agent and the path (with query) inside it. */
 export interface AgentTarget {

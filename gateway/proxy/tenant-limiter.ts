@@ -1,5 +1,5 @@
 // The per-tenant concurrent-request limit: a counter per tenant, entered before a call is forwarded and left when it ends.
-import { AppError } from "../lib/errors.ts";
+import { AppError } from "../../lib/errors.ts";
 
 export class TenantLimiter {
   private readonly max: number;

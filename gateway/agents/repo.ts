@@ -1,11 +1,11 @@
 // Agents and tenants as the gateway reads and writes them (drizzle; Postgres or PGlite).
 import { and, asc, desc, eq, getTableColumns, isNull, lt, sql, type SQL } from "drizzle-orm";
-import type { Db } from "../schema/db.ts";
-import { agents, checkpoints, tenants, vmEvents, type NonWakingRules } from "../schema/core.ts";
-import type { AgentSpec } from "../contracts/agent.ts";
-import type { Caller } from "../contracts/caller.ts";
-import { AppError } from "../lib/errors.ts";
-import { isId } from "../lib/ids.ts";
+import type { Db } from "../../schema/db.ts";
+import { agents, checkpoints, tenants, vmEvents, type NonWakingRules } from "../../schema/core.ts";
+import type { AgentSpec } from "../../contracts/agent.ts";
+import type { Caller } from "../../contracts/caller.ts";
+import { AppError } from "../../lib/errors.ts";
+import { isId } from "../../lib/ids.ts";
 
 export type AgentRow = typeof agents.$inferSelect;
 export type NewAgent = Omit<typeof agents.$inferInsert, "createdAt" | "deletedAt" | "state" | "lastWakeAt">;
