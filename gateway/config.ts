@@ -3,6 +3,11 @@ import { z } from "zod";
 import { parseEnv, vars, type Env } from "../lib/env.ts";
 import { upstreamEnv } from "../lib/shared-env.ts";
 import type { GatewayConfig } from "./deps.ts";
+import { defaultProxyConfig } from "./proxy/core.ts";
+
+/** The `iss` and `aud` a gateway requires by default: those of the tokens `npm run token` and `npm start` mint. */
+export const devIssuer = "agentvm-dev";
+export const devAudience = "agentvm";
 
 export interface GatewayAuthConfig {
   /** JWKS URL to verify user tokens with; when unset, a JWKS document or the dev key is used. */
@@ -25,8 +30,8 @@ export const gatewayEnv = z.object({
   AGENT_DISK_MIB: vars.int({ fallback: 1024, min: 64, max: 1024 * 1024, unit: "MiB", doc: "an agent's persistent disk (the writable layer over a built image) unless its create call says" }),
   JWKS_URL: vars.optStr({ type: "URL", default: "(unset)", doc: "JWKS endpoint of the token issuer; unset: `JWKS_JSON`, `JWKS_FILE` or the signing key in `SIGNING_KEY_FILE`" }),
   JWKS_JSON: vars.optStr({ type: "JSON", default: "(unset)", doc: "a JWKS document inline, instead of `JWKS_URL`" }),
-  JWT_ISSUER: vars.str({ fallback: "agentvm-dev", doc: "required `iss` of user tokens" }),
-  JWT_AUDIENCE: vars.str({ fallback: "agentvm", doc: "required `aud` of user tokens" }),
+  JWT_ISSUER: vars.str({ fallback: devIssuer, doc: "required `iss` of user tokens" }),
+  JWT_AUDIENCE: vars.str({ fallback: devAudience, doc: "required `aud` of user tokens" }),
   JWT_ALGORITHMS: vars.list({ fallback: "ES256,EdDSA,RS256", doc: "accepted signature algorithms (anything else is refused)" }),
   TENANT_CACHE_TTL_MS: vars.int({ fallback: 5000, min: 0, max: 3_600_000, unit: "ms", doc: "how long a tenant's status (active, suspended, deleted, missing) is trusted from memory; a change made through another gateway process is seen within this (plus one refresh); 0: every check reads it" }),
   TENANTS_AUTO_PROVISION: vars.bool({ fallback: false, doc: "a verified token of a tenant that does not exist creates it (name = id, time zone UTC, audit `tenant.provision`) instead of `403 tenant_not_found`" }),
@@ -35,12 +40,12 @@ export const gatewayEnv = z.object({
 /** What the proxy holds every call and client to (with the upstream timeouts of lib/shared-env.ts). */
 export const proxyLimitsEnv = z.object({
   MAX_BODY_BYTES: vars.int({ fallback: 1024 ** 3, min: 0, unit: "bytes", default: "1073741824 (1 GiB)", doc: "largest proxied request body (per agent: `limits.maxBodyBytes`, which may only lower it); `413` beyond" }),
-  MAX_HEADER_BYTES: vars.int({ fallback: 16_384, min: 1024, max: 1024 * 1024, unit: "bytes", doc: "largest request head (request line + headers) a client may send; `431` beyond" }),
-  CLIENT_HEADERS_TIMEOUT_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "a request head must be complete this long after the connection opened (kept-alive: after the next request's first byte); `408` and the connection closed, at most a twentieth of it (≤ 0.5 s) late (Node: the fleet-agent's ingress too)" }),
-  TENANT_MAX_CONCURRENT: vars.int({ fallback: 1000, min: 1, unit: "calls", doc: "proxied calls in flight per tenant (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond" }),
-  PROXY_IDLE_TIMEOUT_MS: vars.int({ fallback: 600_000, min: 100, unit: "ms", default: "600000 (10 min)", doc: "a proxied call, stream or WebSocket that moves no bytes either way for this long is ended (per agent: `limits.proxyIdleTimeoutMs`)" }),
-  AGENT_CACHE_TTL_MS: vars.int({ fallback: 2000, min: 0, unit: "ms", default: "2000 (Workers: 0)", doc: "how long the proxy trusts an agent row from memory before re-reading it (in the background); 0: every call reads it" }),
-  PROXY_FAST_PATH: vars.bool({ fallback: true, doc: "Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets)" }),
+  MAX_HEADER_BYTES: vars.int({ fallback: defaultProxyConfig.maxHeaderBytes, min: 1024, max: 1024 * 1024, unit: "bytes", doc: "largest request head (request line + headers) a client may send; `431` beyond" }),
+  CLIENT_HEADERS_TIMEOUT_MS: vars.int({ fallback: defaultProxyConfig.clientHeadersTimeoutMs, min: 100, unit: "ms", doc: "a request head must be complete this long after the connection opened (kept-alive: after the next request's first byte); `408` and the connection closed, at most a twentieth of it (≤ 0.5 s) late (Node: the fleet-agent's ingress too)" }),
+  TENANT_MAX_CONCURRENT: vars.int({ fallback: defaultProxyConfig.tenantMaxConcurrent, min: 1, unit: "calls", doc: "proxied calls in flight per tenant (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond" }),
+  PROXY_IDLE_TIMEOUT_MS: vars.int({ fallback: defaultProxyConfig.proxyIdleTimeoutMs, min: 100, unit: "ms", default: "600000 (10 min)", doc: "a proxied call, stream or WebSocket that moves no bytes either way for this long is ended (per agent: `limits.proxyIdleTimeoutMs`)" }),
+  AGENT_CACHE_TTL_MS: vars.int({ fallback: defaultProxyConfig.agentCacheTtlMs, min: 0, unit: "ms", default: "2000 (Workers: 0)", doc: "how long the proxy trusts an agent row from memory before re-reading it (in the background); 0: every call reads it" }),
+  PROXY_FAST_PATH: vars.bool({ fallback: defaultProxyConfig.fastPath, doc: "Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets)" }),
 });
 
 export type GatewaySettings = z.output<typeof gatewayEnv> & z.output<typeof proxyLimitsEnv> & z.output<typeof upstreamEnv>;

@@ -3,6 +3,7 @@ import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
 import type { Logger } from "../../lib/log.ts";
 import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
+import { defaultUpstreamTimeouts } from "../../lib/shared-env.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { NonWakingRules } from "../../schema/core.ts";
@@ -33,11 +34,12 @@ export interface ProxyConfig {
   fastPath: boolean;
 }
 
+/** The proxy's defaults: the variables' fallbacks (gateway/config.ts) and the inert parts' configuration both read these. */
 export const defaultProxyConfig: ProxyConfig = {
   tenantMaxConcurrent: 1000,
   proxyIdleTimeoutMs: 600_000,
-  responseTimeoutMs: 300_000,
-  connectTimeoutMs: 5_000,
+  responseTimeoutMs: defaultUpstreamTimeouts.headersTimeoutMs,
+  connectTimeoutMs: defaultUpstreamTimeouts.connectTimeoutMs,
   maxHeaderBytes: 16_384,
   clientHeadersTimeoutMs: 10_000,
   agentCacheTtlMs: 2_000,
