@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { allScopes, type Scope } from "../contracts/caller.ts";
-import { devKeyPath, ensureSigningKey, mintToken } from "../compose/dev-keys.ts";
+import { devAudience, devIssuer, devKeyPath, ensureSigningKey, mintToken } from "../compose/dev-keys.ts";
 import { parseDuration } from "./duration.ts";
 import { usageError } from "./exit.ts";
 
@@ -31,7 +31,7 @@ export interface DevTokenRequest {
 
 /** The defaults both commands share: the data directory, signing key file, issuer and audience a dev gateway uses (DATA_DIR, SIGNING_KEY_FILE, JWT_ISSUER, JWT_AUDIENCE). */
 export function devTokenDefaults(env: NodeJS.ProcessEnv) {
-  return { dataDir: env.DATA_DIR ?? ".data", keyFile: env.SIGNING_KEY_FILE || undefined, issuer: env.JWT_ISSUER ?? "agentvm-dev", audience: env.JWT_AUDIENCE ?? "agentvm" };
+  return { dataDir: env.DATA_DIR ?? ".data", keyFile: env.SIGNING_KEY_FILE || undefined, issuer: env.JWT_ISSUER ?? devIssuer, audience: env.JWT_AUDIENCE ?? devAudience };
 }
 
 /** A token of the key at `keyFile`, else of the dev key under `dataDir` (created when missing, said on `notice`); bad input is a usage error. */

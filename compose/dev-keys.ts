@@ -5,14 +5,14 @@ import { dirname, join } from "node:path";
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, SignJWT, type JSONWebKeySet, type JWK } from "jose";
 import type { Scope } from "../contracts/caller.ts";
 import { AppError } from "../lib/errors.ts";
+import { devAudience, devIssuer } from "../gateway/config.ts";
 
 export interface DevKeys {
   privateJwk: JWK;
   jwks: JSONWebKeySet;
 }
 
-export const devIssuer = "agentvm-dev";
-export const devAudience = "agentvm";
+export { devAudience, devIssuer };
 
 export function devKeyPath(dataDir: string): string {
   return join(dataDir, "keys", "dev-signing-key.json");
