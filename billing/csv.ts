@@ -9,5 +9,5 @@ function cell(v: Cell): string {
 }
 
 export function toCsv(header: readonly string[], rows: readonly (readonly Cell[])[]): string {
-  return [header, ...rows].map((r) => r.map(cell).join(",")).join("\r\n") + "\r\n";
+  return `${[header, ...rows].map((r) => r.map(cell).join(",")).join("\r\n")}\r\n`;
 }

@@ -9,7 +9,7 @@ const main = new URL("../cli/main.ts", import.meta.url);
 
 /** Type stripping is on by default from Node 22.18 (and 23.6). */
 function stripsTypes() {
-  if (process.features && process.features.typescript) return true;
+  if (process.features?.typescript) return true;
   const [major, minor] = process.versions.node.split(".").map(Number);
   return major > 23 || (major === 23 && minor >= 6) || (major === 22 && minor >= 18);
 }

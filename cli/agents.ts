@@ -1,5 +1,5 @@
 // `agentvm agents ls|create|show|rm|wake|hibernate|lease`: the agents API (create also forks from a checkpoint), with progress while a wake waits.
-import { Command, Option } from "commander";
+import { type Command, Option } from "commander";
 import type { components } from "../contracts/api/types.ts";
 import { ok, type Api } from "./client.ts";
 import { contextOf, type Context } from "./context.ts";

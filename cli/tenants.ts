@@ -1,5 +1,5 @@
 // `agentvm tenants ls|create|show|suspend|resume|rm|whoami`: the operator's tenants API, and what a token says of its caller.
-import { Command, Option } from "commander";
+import { type Command, Option } from "commander";
 import { decodeJwt } from "jose";
 import type { components } from "../contracts/api/types.ts";
 import { shortTime } from "./agents.ts";

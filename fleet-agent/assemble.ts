@@ -45,7 +45,7 @@ export function resolveHostId(configured: string | undefined, dataDir: string): 
   if (existsSync(path)) return checkHostId(readFileSync(path, "utf8").trim());
   const id = newId("host");
   const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, id + "\n");
+  writeFileSync(tmp, `${id}\n`);
   renameSync(tmp, path);
   return id;
 }

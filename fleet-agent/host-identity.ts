@@ -62,7 +62,7 @@ export function ensureHostSecret(dataDir: string, hostId: string): string {
   if (text === undefined) {
     const secret = randomBytes(32).toString("base64url");
     const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
-    writeDurably(tmp, secret + "\n");
+    writeDurably(tmp, `${secret}\n`);
     renameSync(tmp, path);
     return secret;
   }

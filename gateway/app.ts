@@ -6,7 +6,6 @@ import { createRoute } from "@hono/zod-openapi";
 import { apiRouter, asAppError, ErrorEnvelope, json, refuseNul, z } from "../lib/api.ts";
 import { AppError, logFailure, toErrorResponse } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
-import type { Logger } from "../lib/log.ts";
 import { readinessResponse } from "../lib/readiness.ts";
 import { asDatabaseError } from "../schema/db-errors.ts";
 import { bearerToken } from "./auth.ts";

@@ -9,7 +9,7 @@ export function createFetchProbe(opts: { timeoutMs?: number; fetch?: (req: Reque
   const timeoutMs = opts.timeoutMs ?? 1000;
   const doFetch = opts.fetch ?? ((req: Request) => fetch(req));
   return async (host) => {
-    const url = (host.url.endsWith("/") ? host.url : `${host.url}/`) + "healthz";
+    const url = `${host.url.endsWith("/") ? host.url : `${host.url}/`}healthz`;
     try {
       const res = await doFetch(new Request(url, { signal: AbortSignal.timeout(timeoutMs) }));
       if (res.status !== 200) {

@@ -146,7 +146,7 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     const generation = Number(row.generation);
     const host = row.host_id && row.url ? { id: row.host_id, url: row.url, live: row.live === true, generation } : undefined;
     const draining = row.draining === true;
-    const healthy = host !== undefined && host.live && Math.abs(Number(row.skew ?? 0)) <= maxSkew && !draining && (await reachable(host));
+    const healthy = host?.live === true && Math.abs(Number(row.skew ?? 0)) <= maxSkew && !draining && (await reachable(host));
     return { found: true, state: row.state, host, hostId: row.host_id, generation, healthy, draining, carryable: row.carryable === true };
   }
 

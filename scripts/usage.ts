@@ -41,7 +41,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const token = values.token ?? process.env.AGENTVM_TOKEN;
   if (!token) {
-    console.error("no token: pass --token or set AGENTVM_TOKEN (a bearer token with usage:read)\n\n" + help);
+    console.error(`no token: pass --token or set AGENTVM_TOKEN (a bearer token with usage:read)\n\n${help}`);
     return 2;
   }
   const base = values.url.replace(/\/+$/, "");
@@ -52,7 +52,7 @@ async function main(argv: string[]): Promise<number> {
     q.set("month", values.invoice);
   } else {
     if (!values.from || !values.to) {
-      console.error("--from and --to are required\n\n" + help);
+      console.error(`--from and --to are required\n\n${help}`);
       return 2;
     }
     path = "/v1/usage";

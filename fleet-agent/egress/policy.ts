@@ -199,7 +199,7 @@ export function decide(address: string, port: number, rules: EgressRules, hostAd
   const deny = rules.deny.find((r) => matches(r, b, port));
   if (deny) return { allowed: false, why: `denied by ${deny.text}` };
   const cls = classifyBytes(b);
-  if (cls !== "public") return { allowed: false, why: `${address} is ${cls === "unspecified" ? "an unspecified" : cls === "reserved" ? "a reserved" : "a " + cls} address` };
+  if (cls !== "public") return { allowed: false, why: `${address} is ${cls === "unspecified" ? "an unspecified" : cls === "reserved" ? "a reserved" : `a ${cls}`} address` };
   const v4 = b.length === 4 ? b : embeddedV4(b);
   const own = hostAddresses.some((h) => {
     const hb = parseAddress(h);

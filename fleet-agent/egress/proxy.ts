@@ -176,7 +176,7 @@ export class EgressProxy {
     } catch {
       url = undefined;
     }
-    if (!url || url.protocol !== "http:") {
+    if (url?.protocol !== "http:") {
       sendError(res, new AppError("bad_request", "this is an egress proxy: send `CONNECT host:port`, or a plain HTTP request in absolute form (http://host/path)"), requestId, { closeConnection: true });
       return;
     }

@@ -113,7 +113,7 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
   const resolved = new WeakMap<AgentRow, ResolvedAgent>();
   const tenants = deps.tenants;
 
-  function limitsOf(row: AgentRow, o: AgentLimitOverrides): EffectiveLimits {
+  function limitsOf(_row: AgentRow, o: AgentLimitOverrides): EffectiveLimits {
     return {
       responseTimeoutMs: o.responseTimeoutMs ?? cfg.responseTimeoutMs,
       proxyIdleTimeoutMs: o.proxyIdleTimeoutMs ?? cfg.proxyIdleTimeoutMs,

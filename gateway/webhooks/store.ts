@@ -1,7 +1,7 @@
 // Postgres adapter of the webhook module: endpoints, the durable inbox, claims with leases, attempts, audit rows.
 import { and, desc, eq, gt, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import { agents } from "../../schema/core.ts";
-import { createDbAuditLog, type AuditEntry, type DbAuditLog } from "../../schema/audit-log.ts";
+import type { AuditEntry, DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/postgres.ts";
 import { queryRows } from "../../schema/postgres.ts";
 import {
@@ -296,7 +296,7 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
         const byId = new Map(rows.map((r) => [r.delivery.id, r]));
         return attempts.flatMap((a) => {
           const r = byId.get(a.deliveryId);
-          if (!r || !r.delivery.leaseId) return [];
+          if (!r?.delivery.leaseId) return [];
           return [
             {
               delivery: r.delivery,

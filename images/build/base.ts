@@ -175,8 +175,8 @@ function unmountUnder(dir: string): void {
   } catch {
     return;
   }
-  const unescape = (s: string) => s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
-  const points = info.split("\n").map((l) => unescape(l.split(" ")[4] ?? "")).filter((p) => p.startsWith(`${dir}/`));
+  const unescapeOctal = (s: string) => s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+  const points = info.split("\n").map((l) => unescapeOctal(l.split(" ")[4] ?? "")).filter((p) => p.startsWith(`${dir}/`));
   for (const p of points.sort((a, b) => b.length - a.length)) spawnSync("umount", ["-l", p]);
 }
 

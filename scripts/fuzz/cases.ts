@@ -1,7 +1,7 @@
 // The fuzzer's requests as data: per operation, path parameters, query strings, bodies, headers, credentials and framing.
 import fc from "fast-check";
 import type { JsonSchema, Operation, Param } from "./document.ts";
-import { valueOf } from "./schema-arb.ts";
+import { arbitraryOf } from "./schema-arb.ts";
 
 /** A path parameter: literal text (already as it goes on the wire) or the `n`-th id of a kind this run has seen. */
 export type Segment = { raw: string } | { pool: string; n: number };
@@ -112,7 +112,7 @@ const enc = (v: unknown) => encodeURIComponent(typeof v === "string" ? v : JSON.
 /** A query parameter's value: one the schema accepts, or one meant to hurt. */
 function paramValue(param: Param): fc.Arbitrary<string> {
   return fc.oneof(
-    { arbitrary: valueOf(param.schema).map((v) => (typeof v === "string" ? encodeURIComponent(v) : enc(v))), weight: 4 },
+    { arbitrary: arbitraryOf(param.schema).map((v) => (typeof v === "string" ? encodeURIComponent(v) : enc(v))), weight: 4 },
     { arbitrary: fc.constantFrom(...nastyFor(param)), weight: 4 },
     { arbitrary: fc.constantFrom(...longValues), weight: 1 },
   );
@@ -208,7 +208,7 @@ function brokenBody(valid: fc.Arbitrary<unknown>): fc.Arbitrary<BodyPlan> {
 
 function bodyOf(op: Operation | undefined): fc.Arbitrary<{ body: BodyPlan | undefined; contentType: string | undefined }> {
   const declared = op?.body[0];
-  const valid = declared ? valueOf(declared.schema) : fc.constant({});
+  const valid = declared ? arbitraryOf(declared.schema) : fc.constant({});
   const media = declared?.mediaType && declared.mediaType !== "*/*" ? declared.mediaType : "application/json";
   const ct = fc.oneof({ arbitrary: fc.constant(media), weight: 6 }, { arbitrary: fc.constantFrom(...contentTypes), weight: 2 }, { arbitrary: fc.constant(undefined), weight: 1 });
   if (!declared)

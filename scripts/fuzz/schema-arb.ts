@@ -55,17 +55,17 @@ function numberOf(schema: JsonSchema, integer: boolean): fc.Arbitrary<number> {
 }
 
 /** An arbitrary of values the schema accepts (as far as this rough reading of it goes). */
-export function valueOf(schema: JsonSchema, depth = 0): fc.Arbitrary<unknown> {
+export function arbitraryOf(schema: JsonSchema, depth = 0): fc.Arbitrary<unknown> {
   if ("const" in schema) return fc.constant(schema.const);
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return fc.constantFrom(...(schema.enum as unknown[]));
   for (const key of ["oneOf", "anyOf"] as const) {
     const alts = schema[key];
-    if (Array.isArray(alts) && alts.length > 0) return fc.oneof(...(alts as JsonSchema[]).map((s) => valueOf(s, depth)));
+    if (Array.isArray(alts) && alts.length > 0) return fc.oneof(...(alts as JsonSchema[]).map((s) => arbitraryOf(s, depth)));
   }
   if (Array.isArray(schema.allOf)) {
     const merged = Object.assign({}, ...(schema.allOf as JsonSchema[]), { ...schema, allOf: undefined }) as JsonSchema;
     delete merged.allOf;
-    return valueOf(merged, depth);
+    return arbitraryOf(merged, depth);
   }
   const ts = types(schema);
   if (ts.length === 0) return depth >= maxDepth ? fc.constant(null) : fc.jsonValue({ maxDepth: 2 });
@@ -89,13 +89,13 @@ function ofType(t: string, schema: JsonSchema, depth: number): fc.Arbitrary<unkn
       const items = (schema.items as JsonSchema | undefined) ?? {};
       const minLength = typeof schema.minItems === "number" ? schema.minItems : 0;
       const maxLength = Math.min(typeof schema.maxItems === "number" ? schema.maxItems : 5, 5);
-      return fc.array(valueOf(items, depth + 1), { minLength: Math.min(minLength, maxLength), maxLength });
+      return fc.array(arbitraryOf(items, depth + 1), { minLength: Math.min(minLength, maxLength), maxLength });
     }
     case "object": {
       if (depth >= maxDepth) return fc.constant({});
       const props = (schema.properties as Record<string, JsonSchema> | undefined) ?? {};
       const required = new Set((schema.required as string[] | undefined) ?? []);
-      const model = Object.fromEntries(Object.entries(props).map(([k, s]) => [k, valueOf(s, depth + 1)]));
+      const model = Object.fromEntries(Object.entries(props).map(([k, s]) => [k, arbitraryOf(s, depth + 1)]));
       const requiredKeys = Object.keys(props).filter((k) => required.has(k));
       return fc.record(model, { requiredKeys });
     }

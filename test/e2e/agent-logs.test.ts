@@ -26,6 +26,7 @@ function streamReader(res: Response) {
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
   const state = { text: "", done: false };
+  // biome-ignore lint/correctness/noUnusedVariables: ??= reads it: the pump starts once, at the first read
   let pump: Promise<void> | undefined;
   const read = async () => {
     for (;;) {

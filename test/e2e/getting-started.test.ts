@@ -66,7 +66,7 @@ describe("docs/getting-started.md", () => {
     expect(commands[0]).toBe("npm install");
     const startAt = commands.indexOf("npm start");
     expect(startAt, "the page starts the system with npm start").toBeGreaterThan(0);
-    const rest = commands.filter((c, i) => i !== 0 && i !== startAt);
+    const rest = commands.filter((_c, i) => i !== 0 && i !== startAt);
     expect(commands.slice(startAt + 1), "every command after npm install talks to the running system, so follows npm start").toEqual(rest);
     expect(rest.length).toBeGreaterThanOrEqual(5);
     expect(rest.join("\n"), "the page's commands use the address npm start listens on").toContain(pageUrl);

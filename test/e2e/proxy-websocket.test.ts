@@ -2,7 +2,7 @@
 // server push keeps the agent awake, close 1001 before hibernating, reconnect wakes, pings do not pin the VM.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eq } from "drizzle-orm";
-import WebSocket from "ws";
+import type WebSocket from "ws";
 import { vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { waitFor } from "../helpers/wait.ts";

@@ -272,7 +272,7 @@ describe("audit coverage of the API", () => {
       expect(requestId, op).toMatch(/^req_/);
       seen.set(op, { requestId: requestId!, actor, ...(target ? { target } : {}) });
     };
-    const a = await admin("ten_a");
+    await admin("ten_a");
     const op = await operator();
 
     await expectAudited("createTenant", await call("POST", "/v1/tenants", op, { id: "ten_cov", name: "coverage" }), "op_1", "ten_cov");

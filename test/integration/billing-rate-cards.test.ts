@@ -82,6 +82,7 @@ describe("rate-card versions", () => {
   const operator = { tenant: "ten_ops", scopes: ["operator"] as Scope[], subject: "usr_operator" };
   const tenantR = { tenant: "ten_r", scopes: ["usage:read", "agents:admin", "agents:invoke"] as Scope[], subject: "usr_r" };
   type Who = typeof operator | undefined;
+  // biome-ignore lint/suspicious/noExplicitAny: the test reads any field of any answer
   async function call(who: Who, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (who) headers.authorization = `Bearer ${await mintToken(privateJwk, who)}`;
@@ -321,7 +322,7 @@ describe("rate-card versions", () => {
       expect(inv.code).toBe(0);
       const cards = await database.db.select({ id: invoiceLines.rateCardId }).from(invoiceLines);
       const newId = cards.map((c) => c.id).find((id) => id !== "rc_default")!;
-      expect(inv.out).toMatch(new RegExp(`agt_r1 +vcpu +10800000 vCPU-ms +1000000 n¢/vCPU-second +11 ¢ +rc_default`));
+      expect(inv.out).toMatch(/agt_r1 +vcpu +10800000 vCPU-ms +1000000 n¢\/vCPU-second +11 ¢ +rc_default/);
       expect(inv.out).toMatch(new RegExp(`agt_r1 +vcpu +10800000 vCPU-ms +2000000 n¢/vCPU-second +22 ¢ +${newId}`));
       expect(inv.out).toContain(`card ${newId} priced 2026-11-15T00:00:00+00:00 to 2026-12-01T00:00:00+00:00`);
       expect(inv.out).toContain("total 0.36 USD");

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { and, eq } from "drizzle-orm";
-import WebSocket from "ws";
+import type WebSocket from "ws";
 import { componentKey } from "../../lib/host-token.ts";
 import { agents, tenants, vmEvents } from "../../schema/core.ts";
 import { hostErrorHeader, hostOpPaths, hostTokenHeader, signHostCall } from "../../contracts/host-protocol.ts";
@@ -206,7 +206,7 @@ describe("the host ingress's WebSocket route", () => {
   });
 
   it("an unknown upgrade path is 404 with the host's envelope", async () => {
-    const err = (await open(host.url.replace(/^http/, "ws") + "/v1/nothing", {}).catch((e: unknown) => e)) as Refused;
+    const err = (await open(`${host.url.replace(/^http/, "ws")}/v1/nothing`, {}).catch((e: unknown) => e)) as Refused;
     expect(err.status).toBe(404);
     expect(err.headers[hostErrorHeader]).toBe("not_found");
   });

@@ -60,7 +60,7 @@ describe("rotateLog (drivers/common/vm-process.ts)", () => {
   });
 
   it("at a process start, a log past LOG_MAX_BYTES is rotated, not lost; a smaller one is left as it is", () => {
-    writeFileSync(log, "x".repeat(LOG_MAX_BYTES) + "\nthe last run's last words\n");
+    writeFileSync(log, `${"x".repeat(LOG_MAX_BYTES)}\nthe last run's last words\n`);
     capLog(log);
     expect(statSync(log).size).toBe(0);
     expect(readFileSync(`${log}.1`, "utf8").endsWith("the last run's last words\n")).toBe(true);

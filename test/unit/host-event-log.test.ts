@@ -70,7 +70,7 @@ describe("event log", () => {
     expect(landed).toEqual(["transition:hibernated"]);
     expect(errors).toHaveLength(1);
     expect(errors[0]!.msg).toBe("event log write failed");
-    expect((errors[0]!.fields?.err as Error).message).toBe("db down");
+    expect((errors[0]!.fields!.err as Error).message).toBe("db down");
   });
   it("a hold keeps the writes queued after it back until it is released (a hibernation's or a wake's steps), in order, and never longer than its cap", async () => {
     const { store, landed } = recordingStore();

@@ -22,7 +22,7 @@ let database: Database;
 let privateJwk: JWK;
 let repo: AgentRepo;
 const calls: { path: string; method: string }[] = [];
-let state: VmStatus["state"] = "hibernated";
+const state: VmStatus["state"] = "hibernated";
 
 /** A fleet that answers from memory: `/slow` never answers, `/drip` sends one chunk then goes silent. */
 const fleet: Fleet = fakeFleet({

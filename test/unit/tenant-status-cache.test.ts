@@ -68,7 +68,7 @@ describe("tenant status cache", () => {
     let release: (v: TenantStanding) => void = () => {};
     let reads = 0;
     const cache = createTenantStatusCache(
-      (id) => {
+      (_id) => {
         reads++;
         if (reads === 2) return new Promise<TenantStanding>((r) => (release = r));
         return Promise.resolve({ status: reads === 1 ? "active" : "suspended", reason: null });

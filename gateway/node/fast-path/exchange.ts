@@ -340,7 +340,7 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     if (this.phase === "done") return;
     this.phase = "done";
     this.env.active.delete(this);
-    const { req, res, ticket } = this.i;
+    const { req, res } = this.i;
     if (this.bodyFraming !== "none") {
       req.off("data", onReqData);
       req.off("end", onReqEnd);

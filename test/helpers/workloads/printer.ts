@@ -18,7 +18,7 @@ const server = createServer((req, res) => {
     let chunk = "";
     for (let i = 0; i < n; i++) {
       const head = `line ${from + i} `;
-      chunk += head + "x".repeat(width - head.length - 1) + "\n";
+      chunk += `${head + "x".repeat(width - head.length - 1)}\n`;
       if (chunk.length > 1 << 20) {
         out.write(chunk);
         chunk = "";
