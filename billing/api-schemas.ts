@@ -27,7 +27,10 @@ function instantText(description: string, text: z.ZodString) {
       const read = readInstant(v);
       if ("problem" in read) ctx.addIssue({ code: "custom", message: read.problem });
     })
-    .openapi({ description: `${description}: an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years ${instantYears.first}–${instantYears.last})`, example: "2026-03-01" });
+    .openapi({
+      description: `${description}: an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD (years ${instantYears.first}–${instantYears.last})`,
+      example: "2026-03-01",
+    });
 }
 const requiredInstant = (description: string) => instantText(description, z.string({ error: required("an ISO 8601 instant or a YYYY-MM-DD date") }));
 const optionalInstant = (description: string) => instantText(description, z.string()).optional();
@@ -115,7 +118,11 @@ export const MonthParams = z.object({ month: MonthParam });
 export const MeterBatch = z
   .object({
     segments: z.array(
-      z.unknown().openapi({ type: "object", description: "A meter segment (contracts/meter.ts): id, hostId, vmId, seq, tenantId, agentId, runId, startedAt, endedAt, vcpus, memMiB, startReason, endReason" }),
+      z.unknown().openapi({
+        type: "object",
+        description:
+          "A meter segment (contracts/meter.ts): id, hostId, vmId, seq, tenantId, agentId, runId, startedAt, endedAt, vcpus, memMiB, startReason, endReason",
+      }),
     ),
   })
   .openapi("MeterBatch", { description: "At most 10,000 segments and 16 MiB; each is accepted, a duplicate, or rejected with its own code" });
@@ -144,7 +151,9 @@ export const Usage = z
   })
   .openapi("Usage");
 
-const timingShape = Object.fromEntries(wakeTimingKeys.map((k) => [k, z.number().optional()])) as { [K in (typeof wakeTimingKeys)[number]]: z.ZodOptional<z.ZodNumber> };
+const timingShape = Object.fromEntries(wakeTimingKeys.map((k) => [k, z.number().optional()])) as {
+  [K in (typeof wakeTimingKeys)[number]]: z.ZodOptional<z.ZodNumber>;
+};
 export const WakeTimings = z.object(timingShape).openapi("WakeTimings", { description: "The wake's parts in ms, as the host recorded them" });
 
 export const Run = z
@@ -196,7 +205,9 @@ export const Invoice = z
     finalizableAt: z.string(),
     currency: z.string(),
     rates: Rates.openapi({ description: "The card in effect at the period's start" }),
-    rateCards: z.array(InvoiceRateCard).openapi({ description: "Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned)" }),
+    rateCards: z
+      .array(InvoiceRateCard)
+      .openapi({ description: "Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned)" }),
     lines: z.array(
       z.object({
         agentId: z.string(),
@@ -206,17 +217,28 @@ export const Invoice = z
         unitPriceNanocents: z.number().int(),
         priceUnit: z.string(),
         amountCents: z.number().int(),
-        rateCardId: z.string().nullable().openapi({ description: "The card version that priced the line (one of `rateCards`; null on lines finalized before versions)" }),
+        rateCardId: z
+          .string()
+          .nullable()
+          .openapi({ description: "The card version that priced the line (one of `rateCards`; null on lines finalized before versions)" }),
       }),
     ),
     totalCents: z.number().int(),
     total: z.string().openapi({ example: "0.45" }),
-    metering: z.string().openapi({ description: "How compute was metered, and what a host lost before it shipped its meter segments costs (at most its open segment per agent, not charged)" }),
+    metering: z.string().openapi({
+      description: "How compute was metered, and what a host lost before it shipped its meter segments costs (at most its open segment per agent, not charged)",
+    }),
   })
   .openapi("Invoice");
 
 export const InvoiceSummary = z
-  .object({ id: z.string(), month: z.string(), status: z.enum(["draft", "final"]), totalCents: z.number().int().nullable().openapi({ description: "null for a draft (read it for its total)" }), currency: z.string() })
+  .object({
+    id: z.string(),
+    month: z.string(),
+    status: z.enum(["draft", "final"]),
+    totalCents: z.number().int().nullable().openapi({ description: "null for a draft (read it for its total)" }),
+    currency: z.string(),
+  })
   .openapi("InvoiceSummary");
 
 export const InvoicePage = z.object({ invoices: z.array(InvoiceSummary), nextCursor: NextCursor }).openapi("InvoicePage");
@@ -245,7 +267,10 @@ const EffectiveFromParam = z
     if ("problem" in read) ctx.addIssue({ code: "custom", message: read.problem });
     else if (!("at" in read)) ctx.addIssue({ code: "custom", message: "must be an instant with a time and Z or an offset (a bare date would need a zone)" });
   })
-  .openapi({ description: "ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now", example: "2026-11-01T00:00:00Z" });
+  .openapi({
+    description: "ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now",
+    example: "2026-11-01T00:00:00Z",
+  });
 
 export const NewRateCardVersion = z
   .strictObject({

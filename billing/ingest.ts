@@ -16,7 +16,19 @@ export interface IngestOptions {
   copy?: boolean;
 }
 
-const segmentColumns = ["id", "tenant_id", "agent_id", "run_id", "started_at", "ended_at", "vcpus", "mem_mib", "start_reason", "end_reason", "received_at"] as const;
+const segmentColumns = [
+  "id",
+  "tenant_id",
+  "agent_id",
+  "run_id",
+  "started_at",
+  "ended_at",
+  "vcpus",
+  "mem_mib",
+  "start_reason",
+  "end_reason",
+  "received_at",
+] as const;
 
 const insertSql = `
 INSERT INTO meter_segments (${segmentColumns.join(", ")})
@@ -53,7 +65,8 @@ FROM meter_segments WHERE id = ANY($1::text[])`;
  */
 export async function ingestSegments(db: Db, batch: readonly unknown[], clock: Clock, opts: IngestOptions = {}): Promise<IngestResult> {
   if (!Array.isArray(batch)) throw new AppError("bad_request", "segments must be an array");
-  if (batch.length > segmentLimits.maxBatch) throw new AppError("payload_too_large", `at most ${segmentLimits.maxBatch} segments per batch, got ${batch.length}`);
+  if (batch.length > segmentLimits.maxBatch)
+    throw new AppError("payload_too_large", `at most ${segmentLimits.maxBatch} segments per batch, got ${batch.length}`);
   const log = opts.log ?? silentLogger;
   const now = clock.now();
   const result: IngestResult = { accepted: [], duplicates: [], rejected: [] };
@@ -104,9 +117,18 @@ export async function ingestSegments(db: Db, batch: readonly unknown[], clock: C
       await runner.query(
         `INSERT INTO meter_conflicts (segment_id, received_at, incoming, existing)
          SELECT id, $2::text::timestamptz, i::jsonb, e::jsonb FROM unnest($1::text[], $3::text[], $4::text[]) AS c(id, i, e)`,
-        [conflicts.map((c) => c.incoming.id), receivedAt, conflicts.map((c) => JSON.stringify(describe(c.incoming))), conflicts.map((c) => JSON.stringify(describe(c.existing)))],
+        [
+          conflicts.map((c) => c.incoming.id),
+          receivedAt,
+          conflicts.map((c) => JSON.stringify(describe(c.incoming))),
+          conflicts.map((c) => JSON.stringify(describe(c.existing))),
+        ],
       );
-      log.warn("meter segment ids reused with different bodies", { count: conflicts.length, ids: conflicts.slice(0, 10).map((c) => c.incoming.id), hostId: opts.hostId });
+      log.warn("meter segment ids reused with different bodies", {
+        count: conflicts.length,
+        ids: conflicts.slice(0, 10).map((c) => c.incoming.id),
+        hostId: opts.hostId,
+      });
     }
   }
   if (result.rejected.length > 0) log.warn("meter segments rejected", { count: result.rejected.length, first: result.rejected[0], hostId: opts.hostId });
@@ -207,7 +229,8 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
       run.n++;
       run.first = Math.min(run.first, s.startMs);
       run.last = Math.max(run.last, s.endMs);
-    } else runs.set(s.runId, { tenantId: s.tenantId, agentId: s.agentId, active: d, vcpu: d * s.vcpus, mib: d * s.memMiB, n: 1, first: s.startMs, last: s.endMs });
+    } else
+      runs.set(s.runId, { tenantId: s.tenantId, agentId: s.agentId, active: d, vcpu: d * s.vcpus, mib: d * s.memMiB, n: 1, first: s.startMs, last: s.endMs });
   }
   const t: string[] = [];
   const b: number[] = [];

@@ -86,7 +86,13 @@ export interface FinalizeAudit {
  * minus late arrivals. `nowMs`, when given and before the cutoff, says nothing can have been received at or after it
  * yet (a draft). Answers one map per window.
  */
-export async function agentUsageByWindow(db: Db, tenantId: string, boundaries: readonly number[], cutoff: number, nowMs?: number): Promise<Map<string, UsageSums>[]> {
+export async function agentUsageByWindow(
+  db: Db,
+  tenantId: string,
+  boundaries: readonly number[],
+  cutoff: number,
+  nowMs?: number,
+): Promise<Map<string, UsageSums>[]> {
   const q = { tenantId, byAgent: true };
   const out = Array.from({ length: boundaries.length - 1 }, () => new Map<string, UsageSums>());
   if (!alignedToBuckets(boundaries)) {
@@ -116,7 +122,15 @@ export async function agentUsageBefore(db: Db, tenantId: string, start: number, 
  * each piece of the period is priced with the card version of that piece (`pieces`, from `rateCardTimeline`), one line
  * per agent × resource × version, each rounded once, half up. Lines are ordered by agent, then piece, then resource.
  */
-export async function computeLines(db: Db, tenantId: string, start: number, end: number, cutoff: number, pieces: readonly RateCardPiece[], nowMs?: number): Promise<InvoiceLine[]> {
+export async function computeLines(
+  db: Db,
+  tenantId: string,
+  start: number,
+  end: number,
+  cutoff: number,
+  pieces: readonly RateCardPiece[],
+  nowMs?: number,
+): Promise<InvoiceLine[]> {
   const until = Math.min(end, cutoff);
   const boundaries = [start, ...pieces.slice(1).map((p) => p.from), end];
   const active = await agentUsageByWindow(db, tenantId, boundaries, cutoff, nowMs);
@@ -163,7 +177,11 @@ function invoiceCards(pieces: readonly RateCardPiece[]): InvoiceRateCard[] {
 async function pricedPieces(db: Db, tenantId: string, start: number, end: number): Promise<RateCardPiece[]> {
   const pieces = await rateCardTimeline(db, tenantId, start, end);
   const currencies = [...new Set(pieces.map((p) => p.card.currency))];
-  if (currencies.length > 1) throw new AppError("conflict", `the rate cards of this period are in ${currencies.join(" and ")}: an invoice has one currency (add a version in the first currency from the period's start)`);
+  if (currencies.length > 1)
+    throw new AppError(
+      "conflict",
+      `the rate cards of this period are in ${currencies.join(" and ")}: an invoice has one currency (add a version in the first currency from the period's start)`,
+    );
   return pieces;
 }
 
@@ -177,7 +195,10 @@ type InvoiceRow = typeof invoices.$inferSelect;
 
 /** The tenant's invoice row for `month`, created on first use. */
 async function invoiceRow(db: Db, tenantId: string, month: string, clock: Clock): Promise<InvoiceRow> {
-  const [existing] = await db.select().from(invoices).where(and(eq(invoices.tenantId, tenantId), eq(invoices.month, month)));
+  const [existing] = await db
+    .select()
+    .from(invoices)
+    .where(and(eq(invoices.tenantId, tenantId), eq(invoices.month, month)));
   if (existing) return existing;
   const zone = await tenantZone(db, tenantId);
   const { start, end } = monthRange(zone, month);
@@ -186,7 +207,10 @@ async function invoiceRow(db: Db, tenantId: string, month: string, clock: Clock)
     .insert(invoices)
     .values({ id: newId("invoice"), tenantId, month, timeZone: zone, periodStart: new Date(start), periodEnd: new Date(end) })
     .onConflictDoNothing();
-  const [row] = await db.select().from(invoices).where(and(eq(invoices.tenantId, tenantId), eq(invoices.month, month)));
+  const [row] = await db
+    .select()
+    .from(invoices)
+    .where(and(eq(invoices.tenantId, tenantId), eq(invoices.month, month)));
   if (!row) throw new AppError("internal", "invoice row vanished");
   return row;
 }
@@ -234,7 +258,16 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
   const pieces = await pricedPieces(db, row.tenantId, start, end);
   const rates = ratesOf((pieces[0] as RateCardPiece).card);
   const lines = await computeLines(db, row.tenantId, start, end, cutoff, pieces, now);
-  return { ...base, status: "draft", cutoffAt: cutoff, currency: rates.currency, rates, rateCards: invoiceCards(pieces), lines, totalCents: lines.reduce((t, l) => t + l.amountCents, 0) };
+  return {
+    ...base,
+    status: "draft",
+    cutoffAt: cutoff,
+    currency: rates.currency,
+    rates,
+    rateCards: invoiceCards(pieces),
+    lines,
+    totalCents: lines.reduce((t, l) => t + l.amountCents, 0),
+  };
 }
 
 /** The tenant's invoice for `month` (`YYYY-MM` in its time zone): stored if final, computed now if draft. */
@@ -245,7 +278,10 @@ export async function invoiceForMonth(db: Db, clock: Clock, tenantId: string, mo
 
 /** An invoice by id, only if it belongs to `tenantId` (another tenant's answers not found). */
 export async function invoiceById(db: Db, clock: Clock, tenantId: string, id: string, opts: InvoiceOptions = {}): Promise<Invoice> {
-  const [row] = await db.select().from(invoices).where(and(eq(invoices.id, id), eq(invoices.tenantId, tenantId)));
+  const [row] = await db
+    .select()
+    .from(invoices)
+    .where(and(eq(invoices.id, id), eq(invoices.tenantId, tenantId)));
   if (!row) throw new AppError("not_found", "invoice not found");
   return present(db, row, clock, opts.graceMs ?? defaultInvoiceGraceMs);
 }
@@ -282,14 +318,24 @@ function samePieces(a: readonly RateCardPiece[], b: readonly RateCardPiece[]): b
  * with the cards used. Refused (409) before the grace period is over; finalizing twice returns the same invoice. Holds
  * the rate-card lock while it writes, and prices again if a version was added meanwhile.
  */
-export async function finalizeInvoice(db: Db, clock: Clock, tenantId: string, month: string, opts: InvoiceOptions & { audit?: FinalizeAudit } = {}): Promise<Invoice> {
+export async function finalizeInvoice(
+  db: Db,
+  clock: Clock,
+  tenantId: string,
+  month: string,
+  opts: InvoiceOptions & { audit?: FinalizeAudit } = {},
+): Promise<Invoice> {
   const graceMs = opts.graceMs ?? defaultInvoiceGraceMs;
   const row = await invoiceRow(db, tenantId, month, clock);
   const start = row.periodStart.getTime();
   const end = row.periodEnd.getTime();
   const cutoff = end + graceMs;
   if (row.status !== "final") {
-    if (clock.now() < cutoff) throw new AppError("conflict", `invoice ${month} can be finalized from ${new Date(cutoff).toISOString()} (month end + ${graceMs / 3_600_000} h grace for late meter segments)`);
+    if (clock.now() < cutoff)
+      throw new AppError(
+        "conflict",
+        `invoice ${month} can be finalized from ${new Date(cutoff).toISOString()} (month end + ${graceMs / 3_600_000} h grace for late meter segments)`,
+      );
     for (let attempt = 0; ; attempt++) {
       const pieces = await pricedPieces(db, tenantId, start, end);
       const lines = await computeLines(db, tenantId, start, end, cutoff, pieces);
@@ -327,7 +373,15 @@ export async function finalizeInvoice(db: Db, clock: Clock, tenantId: string, mo
           })
           .where(eq(invoices.id, row.id));
         const a = opts.audit;
-        if (a) await a.log.within(tx).record({ tenantId, actor: a.actor, action: "invoice.finalize", target: row.id, requestId: a.requestId, detail: { month, currency: rates.currency, totalCents: lines.reduce((t, l) => t + l.amountCents, 0), lines: lines.length } });
+        if (a)
+          await a.log.within(tx).record({
+            tenantId,
+            actor: a.actor,
+            action: "invoice.finalize",
+            target: row.id,
+            requestId: a.requestId,
+            detail: { month, currency: rates.currency, totalCents: lines.reduce((t, l) => t + l.amountCents, 0), lines: lines.length },
+          });
         return true;
       });
       if (written) break;

@@ -53,7 +53,12 @@ function cardOf(row: RateCardRow): RateCard {
 
 /** The prices of a card version, without its identity. */
 export function ratesOf(card: Rates): Rates {
-  return { currency: card.currency, vcpuSecondNanocents: card.vcpuSecondNanocents, gibSecondNanocents: card.gibSecondNanocents, snapshotGibMonthNanocents: card.snapshotGibMonthNanocents };
+  return {
+    currency: card.currency,
+    vcpuSecondNanocents: card.vcpuSecondNanocents,
+    gibSecondNanocents: card.gibSecondNanocents,
+    snapshotGibMonthNanocents: card.snapshotGibMonthNanocents,
+  };
 }
 
 /** Inserts the default card's first version (from 1970) unless it exists (concurrent callers are fine). */
@@ -131,7 +136,12 @@ export async function listRateCardVersions(db: Db, tenantId: string | null, opts
   const rows = await db
     .select()
     .from(rateCards)
-    .where(and(tenantId === null ? isNull(rateCards.tenantId) : eq(rateCards.tenantId, tenantId), opts.before === undefined ? undefined : lt(rateCards.effectiveFrom, new Date(opts.before))))
+    .where(
+      and(
+        tenantId === null ? isNull(rateCards.tenantId) : eq(rateCards.tenantId, tenantId),
+        opts.before === undefined ? undefined : lt(rateCards.effectiveFrom, new Date(opts.before)),
+      ),
+    )
     .orderBy(sql`${rateCards.effectiveFrom} DESC`)
     .limit(opts.limit);
   return rows.map(cardOf);
@@ -153,12 +163,14 @@ const priceKeys = ["vcpuSecondNanocents", "gibSecondNanocents", "snapshotGibMont
 
 /** Throws `bad_request` for prices that are not non-negative safe integers, a currency not 3 capitals, an instant off the quarter hours. */
 export function assertVersionInput(rates: Rates, effectiveFrom: number): void {
-  if (!currencyPattern.test(rates.currency)) throw new AppError("bad_request", `currency must be 3 upper-case letters (ISO 4217), got "${String(rates.currency).slice(0, 20)}"`);
+  if (!currencyPattern.test(rates.currency))
+    throw new AppError("bad_request", `currency must be 3 upper-case letters (ISO 4217), got "${String(rates.currency).slice(0, 20)}"`);
   for (const k of priceKeys) {
     const v = rates[k];
     if (!Number.isSafeInteger(v) || v < 0) throw new AppError("bad_request", `${k} must be a non-negative integer of nano-cents (at most 2^53 - 1)`);
   }
-  if (!Number.isSafeInteger(effectiveFrom) || effectiveFrom < 0 || effectiveFrom > latestRateInstant) throw new AppError("bad_request", "effectiveFrom must be an instant in the years 1970 to 9999");
+  if (!Number.isSafeInteger(effectiveFrom) || effectiveFrom < 0 || effectiveFrom > latestRateInstant)
+    throw new AppError("bad_request", "effectiveFrom must be an instant in the years 1970 to 9999");
   if (effectiveFrom % bucketMs !== 0) {
     throw new AppError(
       "bad_request",
@@ -182,7 +194,14 @@ export interface AddVersionOptions {
  * before the period of a final invoice the version would price, or a currency change inside a month (see
  * `assertOneCurrencyPerMonth`). The version and its audit row commit together.
  */
-export async function addRateCardVersion(db: Db, tenantId: string | null, rates: Rates, effectiveFrom: number, createdBy: string, opts: AddVersionOptions = {}): Promise<RateCard> {
+export async function addRateCardVersion(
+  db: Db,
+  tenantId: string | null,
+  rates: Rates,
+  effectiveFrom: number,
+  createdBy: string,
+  opts: AddVersionOptions = {},
+): Promise<RateCard> {
   assertVersionInput(rates, effectiveFrom);
   let zone = "UTC";
   if (tenantId !== null) {
@@ -228,7 +247,8 @@ export async function addRateCardVersion(db: Db, tenantId: string | null, rates:
   return cardOf(row);
 }
 
-const sameInstant = (at: Date) => new AppError("conflict", `this card already has a version from ${at.toISOString()} (versions are never changed: add one at another instant)`);
+const sameInstant = (at: Date) =>
+  new AppError("conflict", `this card already has a version from ${at.toISOString()} (versions are never changed: add one at another instant)`);
 
 /**
  * Final invoices never change: a tenant's version may not start inside or before the period of one of its final
@@ -245,7 +265,8 @@ async function assertNoFinalInvoiceAffected(db: Db, tenantId: string | null, eff
       .where(and(eq(invoices.tenantId, tenantId), eq(invoices.status, "final"), gt(invoices.periodEnd, at)))
       .orderBy(sql`${invoices.periodEnd} DESC`)
       .limit(1);
-    if (hit) throw new AppError("conflict", `the invoice of ${hit.month} is final: a version may start only after its period ends (final invoices never change)`);
+    if (hit)
+      throw new AppError("conflict", `the invoice of ${hit.month} is final: a version may start only after its period ends (final invoices never change)`);
     return;
   }
   const [hit] = await db
@@ -260,7 +281,11 @@ async function assertNoFinalInvoiceAffected(db: Db, tenantId: string | null, eff
       ),
     )
     .limit(1);
-  if (hit) throw new AppError("conflict", `the invoice of ${hit.month} of tenant ${hit.tenantId} is final and priced by the default card: a default version may start only after its period ends`);
+  if (hit)
+    throw new AppError(
+      "conflict",
+      `the invoice of ${hit.month} of tenant ${hit.tenantId} is final and priced by the default card: a default version may start only after its period ends`,
+    );
 }
 
 /**
@@ -279,7 +304,11 @@ async function assertOneCurrencyPerMonth(db: Db, tenantId: string | null, zone: 
   ];
   const first = changes[0];
   if (!first) return;
-  if (tenantId === null) throw new AppError("conflict", `the default card is priced in ${first.from === currency ? first.to : first.from}: its versions keep that currency (set a tenant's card for another one)`);
+  if (tenantId === null)
+    throw new AppError(
+      "conflict",
+      `the default card is priced in ${first.from === currency ? first.to : first.from}: its versions keep that currency (set a tenant's card for another one)`,
+    );
   for (const change of changes) {
     const month = monthRange(zone, monthOf(zone, change.at));
     if (month.start === change.at) continue;

@@ -138,7 +138,8 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
   for (let i = 0; i < c.length; i++) {
     const w = c.window[i] as number;
     let p = prefix[w];
-    if (p === undefined) p = prefix[w] = encode(`{"start":${JSON.stringify(fmt(t.boundaries[w] as number))},"end":${JSON.stringify(fmt(t.boundaries[w + 1] as number))},`);
+    if (p === undefined)
+      p = prefix[w] = encode(`{"start":${JSON.stringify(fmt(t.boundaries[w] as number))},"end":${JSON.stringify(fmt(t.boundaries[w + 1] as number))},`);
     const a = agentKeys && c.agent ? (agentKeys[c.agent[i] as number] as Uint8Array) : noAgent;
     const most = 1 + p.length + a.length + vcpuKey.length + mibKey.length + 3 * 17 + 1;
     if (at + most > buf.length) {
@@ -174,7 +175,11 @@ export function usageCsv(t: UsageTable): string {
     const w = c.window[i] as number;
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
-    rows.push(c.agents && c.agent ? [start, end, c.agents[c.agent[i] as number], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]] : [start, end, c.activeMs[i], c.vcpuMs[i], c.mibMs[i]]);
+    rows.push(
+      c.agents && c.agent
+        ? [start, end, c.agents[c.agent[i] as number], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]]
+        : [start, end, c.activeMs[i], c.vcpuMs[i], c.mibMs[i]],
+    );
   }
   return toCsv(header, rows);
 }
@@ -193,7 +198,14 @@ export function invoiceJson(inv: Invoice): z.infer<typeof InvoiceSchema> {
     finalizableAt: new Date(inv.finalizableAt).toISOString(),
     currency: inv.currency,
     rates: inv.rates,
-    rateCards: inv.rateCards.map((c) => ({ id: c.id, tenantId: c.tenantId, effectiveFrom: new Date(c.effectiveFrom).toISOString(), from: formatInZone(zone, c.from), to: formatInZone(zone, c.to), ...ratesOf(c) })),
+    rateCards: inv.rateCards.map((c) => ({
+      id: c.id,
+      tenantId: c.tenantId,
+      effectiveFrom: new Date(c.effectiveFrom).toISOString(),
+      from: formatInZone(zone, c.from),
+      to: formatInZone(zone, c.to),
+      ...ratesOf(c),
+    })),
     lines: inv.lines,
     totalCents: inv.totalCents,
     total: formatCents(inv.totalCents),
@@ -205,7 +217,19 @@ export function invoiceCsv(inv: Invoice): string {
   return toCsv(
     ["invoice_id", "month", "status", "agent_id", "resource", "quantity", "unit", "unit_price_nanocents", "price_unit", "amount_cents", "rate_card_id"],
     [
-      ...inv.lines.map((l) => [inv.id, inv.month, inv.status, l.agentId, l.resource, l.quantity, l.unit, l.unitPriceNanocents, l.priceUnit, l.amountCents, l.rateCardId ?? ""]),
+      ...inv.lines.map((l) => [
+        inv.id,
+        inv.month,
+        inv.status,
+        l.agentId,
+        l.resource,
+        l.quantity,
+        l.unit,
+        l.unitPriceNanocents,
+        l.priceUnit,
+        l.amountCents,
+        l.rateCardId ?? "",
+      ]),
       [inv.id, inv.month, inv.status, "", "total", "", "", "", "", inv.totalCents, ""],
     ],
   );
@@ -253,7 +277,10 @@ export function runsCsv(runs: RunReport[]): string {
 }
 
 export function invoiceListCsv(list: { id: string; month: string; status: string; totalCents: number | null; currency: string }[]): string {
-  return toCsv(["invoice_id", "month", "status", "total_cents", "currency"], list.map((i) => [i.id, i.month, i.status, i.totalCents, i.currency]));
+  return toCsv(
+    ["invoice_id", "month", "status", "total_cents", "currency"],
+    list.map((i) => [i.id, i.month, i.status, i.totalCents, i.currency]),
+  );
 }
 
 export function rateCardVersionJson(c: RateCard): z.infer<typeof RateCardVersionSchema> {

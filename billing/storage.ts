@@ -81,7 +81,11 @@ async function hibernatedStorage(db: Db, tenantId: string, from: number, to: num
     let list = byAgent.get(r.agent_id);
     if (!list) byAgent.set(r.agent_id, (list = []));
     const bytes = r.bytes === null || r.bytes === undefined ? undefined : Number(r.bytes);
-    list.push({ at: toNumber(r.at_ms), toState: r.to_state, snapshotBytes: bytes !== undefined && Number.isSafeInteger(bytes) && bytes > 0 ? bytes : undefined });
+    list.push({
+      at: toNumber(r.at_ms),
+      toState: r.to_state,
+      snapshotBytes: bytes !== undefined && Number.isSafeInteger(bytes) && bytes > 0 ? bytes : undefined,
+    });
   }
   const out = new Map<string, bigint>();
   for (const [agent, events] of byAgent) {

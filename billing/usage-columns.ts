@@ -115,7 +115,8 @@ export function columnsOf(lines: string | null | undefined | readonly (string | 
       cur.at = 0;
       for (let line = 1; cur.at < text.length; line++) {
         readRow(text, cur, row++, win, s, line);
-        if (cur.ended !== newline && cur.at <= text.length) throw new Error(`unreadable usage line ${line}: ${JSON.stringify(text.slice(cur.at - 1, cur.at + 40))}`);
+        if (cur.ended !== newline && cur.at <= text.length)
+          throw new Error(`unreadable usage line ${line}: ${JSON.stringify(text.slice(cur.at - 1, cur.at + 40))}`);
       }
     }
     return inWindowOrder(win, s, undefined, undefined);
@@ -128,11 +129,13 @@ export function columnsOf(lines: string | null | undefined | readonly (string | 
   for (const text of texts) {
     for (let p = 0; p < text.length; ) {
       const q = text.indexOf('"', p);
-      if (q < 0 || q === p || text.charCodeAt(q - 1) !== comma) throw new Error(`unreadable usage line ${starts.length + 1}: ${JSON.stringify(text.slice(p, p + 40))}`);
+      if (q < 0 || q === p || text.charCodeAt(q - 1) !== comma)
+        throw new Error(`unreadable usage line ${starts.length + 1}: ${JSON.stringify(text.slice(p, p + 40))}`);
       let e = text.indexOf("\n", q);
       if (e < 0) e = text.length;
       const quoted = text.slice(q, e);
-      if (quoted.length < 2 || quoted.charCodeAt(quoted.length - 1) !== quote) throw new Error(`unreadable usage line ${starts.length + 1}: ${JSON.stringify(quoted.slice(0, 40))}`);
+      if (quoted.length < 2 || quoted.charCodeAt(quoted.length - 1) !== quote)
+        throw new Error(`unreadable usage line ${starts.length + 1}: ${JSON.stringify(quoted.slice(0, 40))}`);
       // a JSON string: only ids with a quote, a backslash or a control character have escapes
       ids.push(quoted.includes("\\") ? (JSON.parse(quoted) as string) : quoted.slice(1, -1));
       textOf.push(text);
@@ -154,7 +157,8 @@ export function columnsOf(lines: string | null | undefined | readonly (string | 
     cur.at = starts[k] as number;
     do {
       readRow(text, cur, row, win, s, k + 1);
-      if (cur.ended !== semicolon && cur.ended !== comma) throw new Error(`unreadable usage line ${k + 1}: ${JSON.stringify(text.slice(cur.at - 1, cur.at + 40))}`);
+      if (cur.ended !== semicolon && cur.ended !== comma)
+        throw new Error(`unreadable usage line ${k + 1}: ${JSON.stringify(text.slice(cur.at - 1, cur.at + 40))}`);
       agent[row++] = agents.length - 1;
     } while (cur.ended === semicolon);
     if (text.charCodeAt(cur.at) !== quote) throw new Error(`unreadable usage line ${k + 1}: ${JSON.stringify(text.slice(cur.at - 1, cur.at + 40))}`);
@@ -163,7 +167,12 @@ export function columnsOf(lines: string | null | undefined | readonly (string | 
 }
 
 /** Rows (in agent order, when by agent) stably put in window order: one counting pass. */
-function inWindowOrder(win: Int32Array, sums: readonly [Float64Array, Float64Array, Float64Array], agents: string[] | undefined, agent: Int32Array | undefined): UsageColumns {
+function inWindowOrder(
+  win: Int32Array,
+  sums: readonly [Float64Array, Float64Array, Float64Array],
+  agents: string[] | undefined,
+  agent: Int32Array | undefined,
+): UsageColumns {
   const n = win.length;
   let windows = 0;
   for (let k = 0; k < n; k++) if ((win[k] as number) >= windows) windows = (win[k] as number) + 1;

@@ -96,12 +96,15 @@ export async function usageTable(db: Db, q: UsageQuery, opts: UsageOptions = {})
   if (!(q.to > q.from)) throw new AppError("bad_request", "the range is empty: `to` must be after `from`");
   const days = (q.to - q.from) / 86_400_000;
   if (days > usageLimits.maxRangeDays) throw new AppError("bad_request", `the range may span at most ${usageLimits.maxRangeDays} days`);
-  if (q.time === "hour" && days > usageLimits.maxHourRangeDays) throw new AppError("bad_request", `hourly usage may span at most ${usageLimits.maxHourRangeDays} days`);
+  if (q.time === "hour" && days > usageLimits.maxHourRangeDays)
+    throw new AppError("bad_request", `hourly usage may span at most ${usageLimits.maxHourRangeDays} days`);
   const boundaries = cachedWindowsOf(q);
   const wanted = opts.source ?? "auto";
   const source = wanted === "auto" ? (alignedToBuckets(boundaries) ? "rollup" : "raw") : wanted;
-  if (source === "rollup" && !alignedToBuckets(boundaries)) throw new AppError("bad_request", "these windows do not fall on 15-minute boundaries; rollups cannot answer them");
-  const columns = source === "rollup" ? await rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : await rawColumns(db, q, boundaries);
+  if (source === "rollup" && !alignedToBuckets(boundaries))
+    throw new AppError("bad_request", "these windows do not fall on 15-minute boundaries; rollups cannot answer them");
+  const columns =
+    source === "rollup" ? await rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : await rawColumns(db, q, boundaries);
   return { query: q, source, boundaries, columns, totals: sumColumns(columns) };
 }
 
@@ -112,7 +115,13 @@ export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}
   const rows: UsageRow[] = [];
   for (let i = 0; i < c.length; i++) {
     const w = c.window[i] as number;
-    const row: UsageRow = { start: t.boundaries[w] as number, end: t.boundaries[w + 1] as number, activeMs: c.activeMs[i] as number, vcpuMs: c.vcpuMs[i] as number, mibMs: c.mibMs[i] as number };
+    const row: UsageRow = {
+      start: t.boundaries[w] as number,
+      end: t.boundaries[w + 1] as number,
+      activeMs: c.activeMs[i] as number,
+      vcpuMs: c.vcpuMs[i] as number,
+      mibMs: c.mibMs[i] as number,
+    };
     if (c.agents && c.agent) row.agentId = c.agents[c.agent[i] as number];
     rows.push(row);
   }
@@ -245,7 +254,11 @@ export async function rollupColumns(
       }),
     );
     // every part numbers the windows of the whole report, and columnsOf orders the rows of all parts' lines
-    if (answers.every((a) => a?.snapshot === answers[0]?.snapshot)) return columnsOf(answers.map((a) => a?.lines), q.byAgent);
+    if (answers.every((a) => a?.snapshot === answers[0]?.snapshot))
+      return columnsOf(
+        answers.map((a) => a?.lines),
+        q.byAgent,
+      );
   }
   const { text, params } = rollupQuery(q, boundaries);
   const [row] = await runner.query<{ lines: string | null }>(text, params);

@@ -87,15 +87,20 @@ export function validateSegment(raw: unknown, index: number, nowMs: number, expe
   if (typeof s.seq !== "number" || !Number.isSafeInteger(s.seq) || s.seq < 0) return reject("invalid_segment", "seq must be a non-negative integer");
   if (s.id !== `${hostId}:${s.vmId as string}:${s.seq}`) return reject("id_mismatch", "id must be hostId:vmId:seq of the segment");
   if (expectedHost !== undefined && hostId !== expectedHost) return reject("host_mismatch", `segment of host ${hostId} shipped by host ${expectedHost}`);
-  if (typeof s.startReason !== "string" || !startReasons.has(s.startReason)) return reject("invalid_segment", `startReason must be one of ${segmentStartReasons.join("|")}`);
-  if (typeof s.endReason !== "string" || !endReasons.has(s.endReason)) return reject("invalid_segment", `endReason must be one of ${segmentEndReasons.join("|")}`);
+  if (typeof s.startReason !== "string" || !startReasons.has(s.startReason))
+    return reject("invalid_segment", `startReason must be one of ${segmentStartReasons.join("|")}`);
+  if (typeof s.endReason !== "string" || !endReasons.has(s.endReason))
+    return reject("invalid_segment", `endReason must be one of ${segmentEndReasons.join("|")}`);
   const startMs = parseUtcInstant(s.startedAt);
   const endMs = parseUtcInstant(s.endedAt);
-  if (startMs === undefined || endMs === undefined) return reject("invalid_segment", "startedAt and endedAt must be ISO 8601 UTC instants like 2026-01-01T00:00:00.000Z");
+  if (startMs === undefined || endMs === undefined)
+    return reject("invalid_segment", "startedAt and endedAt must be ISO 8601 UTC instants like 2026-01-01T00:00:00.000Z");
   if (endMs < startMs) return reject("ends_before_start", `segment ends (${s.endedAt as string}) before it starts (${s.startedAt as string})`);
   if (endMs === startMs) return reject("empty_segment", "segment has no duration");
-  if (endMs - startMs > segmentLimits.maxDurationMs) return reject("too_long", `segment lasts ${endMs - startMs} ms, more than the ${segmentLimits.maxDurationMs} ms limit`);
-  if (endMs > nowMs + segmentLimits.maxFutureMs) return reject("in_future", `segment ends ${endMs - nowMs} ms after billing's clock (limit ${segmentLimits.maxFutureMs} ms)`);
+  if (endMs - startMs > segmentLimits.maxDurationMs)
+    return reject("too_long", `segment lasts ${endMs - startMs} ms, more than the ${segmentLimits.maxDurationMs} ms limit`);
+  if (endMs > nowMs + segmentLimits.maxFutureMs)
+    return reject("in_future", `segment ends ${endMs - nowMs} ms after billing's clock (limit ${segmentLimits.maxFutureMs} ms)`);
   if (typeof s.vcpus !== "number" || !Number.isInteger(s.vcpus) || s.vcpus < 1) return reject("invalid_segment", "vcpus must be a positive integer");
   if (s.vcpus > segmentLimits.maxVcpus) return reject("too_many_vcpus", `vcpus ${s.vcpus} exceeds ${segmentLimits.maxVcpus}`);
   if (typeof s.memMiB !== "number" || !Number.isInteger(s.memMiB) || s.memMiB < 1) return reject("invalid_segment", "memMiB must be a positive integer");

@@ -27,7 +27,8 @@ function formatter(zone: string): Intl.DateTimeFormat {
 
 /** Throws `bad_request` unless `zone` is an IANA zone name this runtime knows. */
 export function assertZone(zone: string): string {
-  if (typeof zone !== "string" || zone.length === 0 || zone.length > 64) throw new AppError("bad_request", "time zone must be an IANA zone name, e.g. Europe/Berlin");
+  if (typeof zone !== "string" || zone.length === 0 || zone.length > 64)
+    throw new AppError("bad_request", "time zone must be an IANA zone name, e.g. Europe/Berlin");
   try {
     formatter(zone);
   } catch {
@@ -151,7 +152,8 @@ export function windowBoundaries(zone: string, from: number, to: number, unit: "
   let maxDate: number | undefined;
   for (const p of offsetPieces(zone, from, to)) {
     if (maxDate === undefined) maxDate = dateKey(from + p.off);
-    else if (unit === "hour") out.push(p.start); // the offset changed: a new local hour starts here
+    else if (unit === "hour")
+      out.push(p.start); // the offset changed: a new local hour starts here
     else {
       const date = dateKey(p.start + p.off);
       if (date > maxDate) {
@@ -255,10 +257,13 @@ export function readInstant(value: string): WrittenInstant | { problem: string }
   const form = `an ISO 8601 instant with Z or an offset, or a date YYYY-MM-DD; got "${value.slice(0, 40)}"`;
   if (!m) return { problem: `must be ${form}` };
   const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
-  if (year < instantYears.first || year > instantYears.last) return { problem: `must be in the years ${instantYears.first} to ${instantYears.last}; got "${value.slice(0, 40)}"` };
-  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month)) return { problem: `names a day the calendar does not have: "${value.slice(0, 40)}"` };
+  if (year < instantYears.first || year > instantYears.last)
+    return { problem: `must be in the years ${instantYears.first} to ${instantYears.last}; got "${value.slice(0, 40)}"` };
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month))
+    return { problem: `names a day the calendar does not have: "${value.slice(0, 40)}"` };
   if (m[4] === undefined) return { date: { year, month, day } };
-  if (Number(m[4]) > 23 || Number(m[5]) > 59 || Number(m[6] ?? 0) > 59 || Number(m[9] ?? 0) > 23 || Number(m[10] ?? 0) > 59) return { problem: `has a time out of range: "${value.slice(0, 40)}"` };
+  if (Number(m[4]) > 23 || Number(m[5]) > 59 || Number(m[6] ?? 0) > 59 || Number(m[9] ?? 0) > 23 || Number(m[10] ?? 0) > 59)
+    return { problem: `has a time out of range: "${value.slice(0, 40)}"` };
   return { at: Date.parse(value) };
 }
 

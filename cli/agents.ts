@@ -81,7 +81,10 @@ function showAgent(ctx: Context, a: Agent): void {
     ["leases", String(a.leases)],
     ["last wake", shortTime(a.lastWakeAt) || "never"],
     ["created", shortTime(a.createdAt)],
-    ["limits", `response ${formatDuration(a.limits.responseTimeoutMs)}, idle ${formatDuration(a.limits.proxyIdleTimeoutMs)}, body ${a.limits.maxBodyBytes} bytes`],
+    [
+      "limits",
+      `response ${formatDuration(a.limits.responseTimeoutMs)}, idle ${formatDuration(a.limits.proxyIdleTimeoutMs)}, body ${a.limits.maxBodyBytes} bytes`,
+    ],
   ];
   if (a.forkedFrom) rows.push(["forked from", a.forkedFrom]);
   if (a.lastHibernateError) rows.push(["hibernate failed", `${a.lastHibernateError.message} (${a.lastHibernateError.attempts} attempts)`]);
@@ -103,7 +106,11 @@ export function agentsCommand(program: Command): void {
     .action(async (o: { state?: string; namePrefix?: string; image?: string; limit?: number }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const api = ctx.api();
-      const filters = { ...(o.state ? { state: o.state as Agent["state"] } : {}), ...(o.namePrefix ? { namePrefix: o.namePrefix } : {}), ...(o.image ? { image: o.image } : {}) };
+      const filters = {
+        ...(o.state ? { state: o.state as Agent["state"] } : {}),
+        ...(o.namePrefix ? { namePrefix: o.namePrefix } : {}),
+        ...(o.image ? { image: o.image } : {}),
+      };
       const listed = await ctx.all(async (cursor, limit) => {
         const page = ok(await api.GET("/v1/agents", { params: { query: { ...filters, limit, ...(cursor ? { cursor } : {}) } } }));
         return { items: page.agents, nextCursor: page.nextCursor };
@@ -126,31 +133,48 @@ export function agentsCommand(program: Command): void {
     .option("--from-checkpoint <ckp>", "fork it from a checkpoint (ckp_…): its image, vcpus, memory and disk are the checkpoint's")
     .option("--wait", "wake it now and wait until it runs (progress on stderr)")
     .option("--timeout <duration>", "with --wait: give up after this long (exit 5)", duration, duration(defaultWakeTimeout))
-    .action(async (o: { name?: string; image?: string; vcpus?: number; mem?: number; disk?: number; idleTimeout?: number; public?: boolean; egress?: boolean; fromCheckpoint?: string; wait?: boolean; timeout: number }, cmd: Command) => {
-      const ctx = contextOf(cmd);
-      const api = ctx.api();
-      const body: components["schemas"]["CreateAgent"] = {
-        ...(o.name !== undefined ? { name: o.name } : {}),
-        ...(o.image !== undefined ? { image: o.image } : {}),
-        ...(o.vcpus !== undefined ? { vcpus: o.vcpus } : {}),
-        ...(o.mem !== undefined ? { memMiB: o.mem } : {}),
-        ...(o.disk !== undefined ? { diskMiB: o.disk } : {}),
-        ...(o.idleTimeout !== undefined ? { idleTimeoutMs: o.idleTimeout } : {}),
-        ...(o.public ? { public: true } : {}),
-        ...(o.egress ? { allowEgress: true } : {}),
-        ...(o.fromCheckpoint !== undefined ? { fromCheckpoint: o.fromCheckpoint } : {}),
-      };
-      let agent = ok(await api.POST("/v1/agents", { body }));
-      if (o.wait) {
-        if (!ctx.json) ctx.print(agent.id);
-        await wake(ctx, api, agent.id, o.timeout, { printJson: false });
-        agent = ok(await api.GET("/v1/agents/{id}", { params: { path: { id: agent.id } } }));
+    .action(
+      async (
+        o: {
+          name?: string;
+          image?: string;
+          vcpus?: number;
+          mem?: number;
+          disk?: number;
+          idleTimeout?: number;
+          public?: boolean;
+          egress?: boolean;
+          fromCheckpoint?: string;
+          wait?: boolean;
+          timeout: number;
+        },
+        cmd: Command,
+      ) => {
+        const ctx = contextOf(cmd);
+        const api = ctx.api();
+        const body: components["schemas"]["CreateAgent"] = {
+          ...(o.name !== undefined ? { name: o.name } : {}),
+          ...(o.image !== undefined ? { image: o.image } : {}),
+          ...(o.vcpus !== undefined ? { vcpus: o.vcpus } : {}),
+          ...(o.mem !== undefined ? { memMiB: o.mem } : {}),
+          ...(o.disk !== undefined ? { diskMiB: o.disk } : {}),
+          ...(o.idleTimeout !== undefined ? { idleTimeoutMs: o.idleTimeout } : {}),
+          ...(o.public ? { public: true } : {}),
+          ...(o.egress ? { allowEgress: true } : {}),
+          ...(o.fromCheckpoint !== undefined ? { fromCheckpoint: o.fromCheckpoint } : {}),
+        };
+        let agent = ok(await api.POST("/v1/agents", { body }));
+        if (o.wait) {
+          if (!ctx.json) ctx.print(agent.id);
+          await wake(ctx, api, agent.id, o.timeout, { printJson: false });
+          agent = ok(await api.GET("/v1/agents/{id}", { params: { path: { id: agent.id } } }));
+          if (ctx.json) ctx.printJson(agent);
+          return;
+        }
         if (ctx.json) ctx.printJson(agent);
-        return;
-      }
-      if (ctx.json) ctx.printJson(agent);
-      else ctx.print(agent.id);
-    });
+        else ctx.print(agent.id);
+      },
+    );
 
   idArg(agents.command("show").description("an agent, with its live state")).action(async (id: string, _o: unknown, cmd: Command) => {
     const ctx = contextOf(cmd);

@@ -8,7 +8,14 @@ import type { Column } from "./table.ts";
 
 type Checkpoint = components["schemas"]["Checkpoint"];
 
-const columns: Column[] = [{ header: "ID" }, { header: "NAME", shrink: true }, { header: "ORIGIN" }, { header: "BYTES", align: "right" }, { header: "PAUSED", align: "right" }, { header: "CREATED" }];
+const columns: Column[] = [
+  { header: "ID" },
+  { header: "NAME", shrink: true },
+  { header: "ORIGIN" },
+  { header: "BYTES", align: "right" },
+  { header: "PAUSED", align: "right" },
+  { header: "CREATED" },
+];
 
 function row(c: Checkpoint): string[] {
   return [c.id, c.name ?? "", c.origin, String(c.bytes), `${c.pausedMs} ms`, shortTime(c.createdAt)];
@@ -39,7 +46,9 @@ export function checkpointsCommand(program: Command): void {
     .option("--name <name>", "a name, unique among the agent's checkpoints (restore takes it instead of the id)")
     .action(async (agent: string, o: { name?: string }, cmd: Command) => {
       const ctx = contextOf(cmd);
-      const c = ok(await ctx.api().POST("/v1/agents/{id}/checkpoints", { params: { path: { id: agent } }, body: o.name !== undefined ? { name: o.name } : {} }));
+      const c = ok(
+        await ctx.api().POST("/v1/agents/{id}/checkpoints", { params: { path: { id: agent } }, body: o.name !== undefined ? { name: o.name } : {} }),
+      );
       if (ctx.json) ctx.printJson(c);
       else ctx.print(`${c.id}${c.name ? ` (${c.name})` : ""}: ${c.bytes} bytes, paused ${c.pausedMs} ms`);
     });

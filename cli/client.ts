@@ -15,7 +15,8 @@ interface Answer<T> {
 }
 
 /** How to get a token when there is none. */
-const tokenHelp = "no token: pass --token, set AGENTVM_TOKEN, or run `agentvm login --url URL --token TOKEN` (npm start prints one; `agentvm token --tenant ten_demo` mints one with the dev key)";
+const tokenHelp =
+  "no token: pass --token, set AGENTVM_TOKEN, or run `agentvm login --url URL --token TOKEN` (npm start prints one; `agentvm token --tenant ten_demo` mints one with the dev key)";
 
 /** A client of the configured gateway with its bearer token; a call that cannot reach the gateway throws exit 3. */
 export function apiClient(config: CliConfig, opts: { needToken?: boolean } = {}): Api {

@@ -71,12 +71,25 @@ function parsePageSize(raw: string, from: string): number {
 }
 
 /** The configuration: each of url and token from the first of flag, environment, config file; then the defaults. */
-export function resolveConfig(flags: { url?: string | undefined; token?: string | undefined; pageSize?: string | undefined }, env: NodeJS.ProcessEnv): CliConfig {
+export function resolveConfig(
+  flags: { url?: string | undefined; token?: string | undefined; pageSize?: string | undefined },
+  env: NodeJS.ProcessEnv,
+): CliConfig {
   const file = configFile(env);
   const stored = readStored(file);
-  const url = flags.url ? { value: flags.url, from: "--url" } : env.AGENTVM_URL ? { value: env.AGENTVM_URL, from: "AGENTVM_URL" } : stored.url ? { value: stored.url, from: file } : { value: defaultUrl, from: "the default" };
+  const url = flags.url
+    ? { value: flags.url, from: "--url" }
+    : env.AGENTVM_URL
+      ? { value: env.AGENTVM_URL, from: "AGENTVM_URL" }
+      : stored.url
+        ? { value: stored.url, from: file }
+        : { value: defaultUrl, from: "the default" };
   const token = flags.token || env.AGENTVM_TOKEN || stored.token;
-  const pageSize = flags.pageSize ? parsePageSize(flags.pageSize, "--page-size") : env.AGENTVM_PAGE_SIZE ? parsePageSize(env.AGENTVM_PAGE_SIZE, "AGENTVM_PAGE_SIZE") : defaultPageSize;
+  const pageSize = flags.pageSize
+    ? parsePageSize(flags.pageSize, "--page-size")
+    : env.AGENTVM_PAGE_SIZE
+      ? parsePageSize(env.AGENTVM_PAGE_SIZE, "AGENTVM_PAGE_SIZE")
+      : defaultPageSize;
   return { url: normalizeUrl(url.value, url.from), urlFrom: url.from, token, pageSize, file };
 }
 

@@ -31,7 +31,17 @@ function skew(ms: number): string {
 const health = (h: Host) => (h.healthy ? "healthy" : (h.why ?? "unhealthy"));
 
 function row(h: Host): string[] {
-  return [h.id, health(h), h.live ? "yes" : "no", skew(h.clockSkewMs), `${h.usedMiB}/${h.capacityMiB}`, String(h.awakeAgents), String(h.agents), h.draining ? `since ${shortTime(h.drainingAt)}` : "no", shortTime(h.lastHeartbeatAt)];
+  return [
+    h.id,
+    health(h),
+    h.live ? "yes" : "no",
+    skew(h.clockSkewMs),
+    `${h.usedMiB}/${h.capacityMiB}`,
+    String(h.awakeAgents),
+    String(h.agents),
+    h.draining ? `since ${shortTime(h.drainingAt)}` : "no",
+    shortTime(h.lastHeartbeatAt),
+  ];
 }
 
 function showHost(ctx: Context, h: Host): void {
@@ -72,24 +82,30 @@ export function hostsCommand(program: Command): void {
       ctx.printTable(columns, listed.items.map(row));
     });
 
-  idArg(hosts.command("show").description("a host: health, heartbeat, clock skew, memory, agents (operator)")).action(async (id: string, _o: unknown, cmd: Command) => {
-    const ctx = contextOf(cmd);
-    const h = ok(await ctx.api().GET("/v1/hosts/{id}", { params: { path: { id } } }));
-    if (ctx.json) ctx.printJson(h);
-    else showHost(ctx, h);
-  });
+  idArg(hosts.command("show").description("a host: health, heartbeat, clock skew, memory, agents (operator)")).action(
+    async (id: string, _o: unknown, cmd: Command) => {
+      const ctx = contextOf(cmd);
+      const h = ok(await ctx.api().GET("/v1/hosts/{id}", { params: { path: { id } } }));
+      if (ctx.json) ctx.printJson(h);
+      else showHost(ctx, h);
+    },
+  );
 
-  idArg(hosts.command("drain").description("drain a host: it takes no new agents, its agents hibernate and wake on other hosts (operator)")).action(async (id: string, _o: unknown, cmd: Command) => {
-    const ctx = contextOf(cmd);
-    const h = ok(await ctx.api().POST("/v1/hosts/{id}/drain", { params: { path: { id } } }));
-    if (ctx.json) ctx.printJson(h);
-    else ctx.print(`${h.id} draining since ${shortTime(h.drainingAt)}; ${h.agents} agent(s) on it, ${h.awakeAgents} awake`);
-  });
+  idArg(hosts.command("drain").description("drain a host: it takes no new agents, its agents hibernate and wake on other hosts (operator)")).action(
+    async (id: string, _o: unknown, cmd: Command) => {
+      const ctx = contextOf(cmd);
+      const h = ok(await ctx.api().POST("/v1/hosts/{id}/drain", { params: { path: { id } } }));
+      if (ctx.json) ctx.printJson(h);
+      else ctx.print(`${h.id} draining since ${shortTime(h.drainingAt)}; ${h.agents} agent(s) on it, ${h.awakeAgents} awake`);
+    },
+  );
 
-  idArg(hosts.command("undrain").description("stop draining a host: it takes new agents again (operator)")).action(async (id: string, _o: unknown, cmd: Command) => {
-    const ctx = contextOf(cmd);
-    const h = ok(await ctx.api().POST("/v1/hosts/{id}/undrain", { params: { path: { id } } }));
-    if (ctx.json) ctx.printJson(h);
-    else ctx.print(`${h.id} ${health(h)}`);
-  });
+  idArg(hosts.command("undrain").description("stop draining a host: it takes new agents again (operator)")).action(
+    async (id: string, _o: unknown, cmd: Command) => {
+      const ctx = contextOf(cmd);
+      const h = ok(await ctx.api().POST("/v1/hosts/{id}/undrain", { params: { path: { id } } }));
+      if (ctx.json) ctx.printJson(h);
+      else ctx.print(`${h.id} ${health(h)}`);
+    },
+  );
 }

@@ -67,12 +67,17 @@ const namePattern = /^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:\/[a-z0-9]+(?:[._-][a-z0-9]
 /** `name[:tag]` → its parts (tag `latest` when absent); without one, a name made from `fallback` (a directory's or file's name). */
 export function imageName(raw: string | undefined, fallback: string): { name: string; tag: string } {
   if (raw === undefined) {
-    const made = fallback.toLowerCase().replace(/\.(tar|tgz|tar\.gz|oci|docker)$/g, "").replace(/[^a-z0-9._-]+/g, "-").replace(/^[._-]+|[._-]+$/g, "");
+    const made = fallback
+      .toLowerCase()
+      .replace(/\.(tar|tgz|tar\.gz|oci|docker)$/g, "")
+      .replace(/[^a-z0-9._-]+/g, "-")
+      .replace(/^[._-]+|[._-]+$/g, "");
     if (!namePattern.test(made)) throw usageError(`cannot make an image name of "${fallback}": pass --name name[:tag]`);
     return { name: made, tag: "latest" };
   }
   const colon = raw.lastIndexOf(":");
   const [name, tag] = colon > raw.lastIndexOf("/") ? [raw.slice(0, colon), raw.slice(colon + 1)] : [raw, "latest"];
-  if (!namePattern.test(name) || !tag) throw usageError(`--name: "${raw}" is not name[:tag] (lowercase letters, digits and . _ - separators, optionally with /)`);
+  if (!namePattern.test(name) || !tag)
+    throw usageError(`--name: "${raw}" is not name[:tag] (lowercase letters, digits and . _ - separators, optionally with /)`);
   return { name, tag };
 }

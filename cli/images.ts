@@ -22,7 +22,12 @@ function buildFailure(e: { code: string; message: string; requestId: string }): 
 }
 
 /** Streams the upload, shows the build's events as they come, and answers the image (or throws the build's error). */
-async function upload(ctx: Context, body: ReadableStream<Uint8Array>, q: { name: string; tag: string; kind: "containerfile" | "archive"; file?: string | undefined }, timeoutMs: number | undefined): Promise<void> {
+async function upload(
+  ctx: Context,
+  body: ReadableStream<Uint8Array>,
+  q: { name: string; tag: string; kind: "containerfile" | "archive"; file?: string | undefined },
+  timeoutMs: number | undefined,
+): Promise<void> {
   const api = ctx.api();
   const progress = ctx.json ? undefined : startProgress(`${q.kind === "archive" ? "importing" : "building"} ${q.name}:${q.tag}`);
   const signal = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs);

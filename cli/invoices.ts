@@ -15,8 +15,22 @@ const monthPattern = /^\d{4}-\d{2}$/;
 
 /** An invoice: its head line, a table of its lines (each with the rate-card version that priced it), the cards, its total. */
 export function renderInvoice(inv: InvoiceBody, width?: number): string {
-  const columns: Column[] = [{ header: "agent" }, { header: "resource" }, { header: "quantity", align: "right" }, { header: "unit price", align: "right" }, { header: "amount", align: "right" }, { header: "card" }];
-  const rows = inv.lines.map((l) => [l.agentId, l.resource, `${l.quantity} ${l.unit}`, `${l.unitPriceNanocents} n¢/${l.priceUnit}`, `${l.amountCents} ¢`, l.rateCardId ?? "-"]);
+  const columns: Column[] = [
+    { header: "agent" },
+    { header: "resource" },
+    { header: "quantity", align: "right" },
+    { header: "unit price", align: "right" },
+    { header: "amount", align: "right" },
+    { header: "card" },
+  ];
+  const rows = inv.lines.map((l) => [
+    l.agentId,
+    l.resource,
+    `${l.quantity} ${l.unit}`,
+    `${l.unitPriceNanocents} n¢/${l.priceUnit}`,
+    `${l.amountCents} ¢`,
+    l.rateCardId ?? "-",
+  ]);
   const cards = (inv.rateCards ?? []).map((c) => `card ${c.id}${c.tenantId === null ? " (default)" : ""} priced ${c.from} to ${c.to}`);
   return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${renderTable(columns, rows, { width, rule: true })}\n${cards.map((c) => `${c}\n`).join("")}total ${inv.total} ${inv.currency}`;
 }
@@ -39,7 +53,12 @@ export function invoicesCommand(program: Command): void {
       if (ctx.json) return ctx.printJson({ invoices: listed.items, nextCursor: listed.nextCursor });
       ctx.printTable(
         [{ header: "ID" }, { header: "MONTH" }, { header: "STATUS" }, { header: "TOTAL", align: "right" }],
-        listed.items.map((i: InvoiceSummary) => [i.id, i.month, i.status, i.totalCents === null ? "(draft: show it)" : `${(i.totalCents / 100).toFixed(2)} ${i.currency}`]),
+        listed.items.map((i: InvoiceSummary) => [
+          i.id,
+          i.month,
+          i.status,
+          i.totalCents === null ? "(draft: show it)" : `${(i.totalCents / 100).toFixed(2)} ${i.currency}`,
+        ]),
       );
     });
 

@@ -57,7 +57,7 @@ export function logsCommand(program: Command): void {
     .argument("<id>", "the agent's id")
     .option("-f, --follow", "go on with what it writes next, until Ctrl-C")
     .option("--tail <bytes>", "start this many bytes before the end (default 65536)", integer(0, 2 ** 30))
-    .addHelpText("after", "\nWith --json, one JSON object a line: {\"line\": \"…\"} (the API's Server-Sent Events).")
+    .addHelpText("after", '\nWith --json, one JSON object a line: {"line": "…"} (the API\'s Server-Sent Events).')
     .action(async (id: string, o: { follow?: boolean; tail?: number }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const api = ctx.api();

@@ -24,5 +24,8 @@ export function duration(raw: string): number {
 
 /** A comma list option: `agent,day` → ["agent", "day"]. */
 export function list(raw: string): string[] {
-  return raw.split(",").map((s) => s.trim()).filter(Boolean);
+  return raw
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
 }

@@ -15,7 +15,10 @@ export interface FollowOptions {
 }
 
 /** The items of every page, and the cursor after the last one shown (null when the list was followed to its end). */
-export async function followPages<T>(page: (cursor: string | undefined, limit: number) => Promise<Page<T>>, opts: FollowOptions): Promise<{ items: T[]; nextCursor: string | null }> {
+export async function followPages<T>(
+  page: (cursor: string | undefined, limit: number) => Promise<Page<T>>,
+  opts: FollowOptions,
+): Promise<{ items: T[]; nextCursor: string | null }> {
   const items: T[] = [];
   const seen = new Set<string>();
   let cursor: string | undefined;

@@ -80,19 +80,27 @@ export function ratesCommand(program: Command): void {
     .requiredOption("--snapshot-gib-month <nanocents>", "nano-cents per GiB-month (730 h) of snapshot", price)
     .option("--currency <code>", "ISO 4217 code (default USD)")
     .option("--from <instant>", "ISO 8601 instant on a UTC quarter hour, like 2026-11-01T00:00:00Z (default: the next quarter hour)")
-    .action(async (o: { tenant?: string; default?: boolean; vcpuSecond: number; gibSecond: number; snapshotGibMonth: number; currency?: string; from?: string }, cmd: Command) => {
-      if ((o.tenant === undefined) === (o.default !== true)) throw usageError("name the card: --tenant <id> or --default");
-      const ctx = contextOf(cmd);
-      const api = ctx.api();
-      const body = {
-        vcpuSecondNanocents: o.vcpuSecond,
-        gibSecondNanocents: o.gibSecond,
-        snapshotGibMonthNanocents: o.snapshotGibMonth,
-        ...(o.currency !== undefined ? { currency: o.currency } : {}),
-        ...(o.from !== undefined ? { effectiveFrom: o.from } : {}),
-      };
-      const v = o.tenant !== undefined ? ok(await api.POST("/v1/tenants/{id}/rate-cards", { params: { path: { id: o.tenant } }, body })) : ok(await api.POST("/v1/rate-cards/default", { body }));
-      if (ctx.json) return ctx.printJson(v);
-      ctx.print(`${v.id}: ${o.tenant !== undefined ? `tenant ${o.tenant}` : "the default card"} from ${v.effectiveFrom}: ${pricesOf(v)}`);
-    });
+    .action(
+      async (
+        o: { tenant?: string; default?: boolean; vcpuSecond: number; gibSecond: number; snapshotGibMonth: number; currency?: string; from?: string },
+        cmd: Command,
+      ) => {
+        if ((o.tenant === undefined) === (o.default !== true)) throw usageError("name the card: --tenant <id> or --default");
+        const ctx = contextOf(cmd);
+        const api = ctx.api();
+        const body = {
+          vcpuSecondNanocents: o.vcpuSecond,
+          gibSecondNanocents: o.gibSecond,
+          snapshotGibMonthNanocents: o.snapshotGibMonth,
+          ...(o.currency !== undefined ? { currency: o.currency } : {}),
+          ...(o.from !== undefined ? { effectiveFrom: o.from } : {}),
+        };
+        const v =
+          o.tenant !== undefined
+            ? ok(await api.POST("/v1/tenants/{id}/rate-cards", { params: { path: { id: o.tenant } }, body }))
+            : ok(await api.POST("/v1/rate-cards/default", { body }));
+        if (ctx.json) return ctx.printJson(v);
+        ctx.print(`${v.id}: ${o.tenant !== undefined ? `tenant ${o.tenant}` : "the default card"} from ${v.effectiveFrom}: ${pricesOf(v)}`);
+      },
+    );
 }

@@ -37,7 +37,14 @@ export function tokenClaims(token: string): TokenClaims {
   };
 }
 
-const tenantColumns: Column[] = [{ header: "ID" }, { header: "NAME", shrink: true }, { header: "STATUS" }, { header: "TIME ZONE" }, { header: "CREATED" }, { header: "REASON", shrink: true }];
+const tenantColumns: Column[] = [
+  { header: "ID" },
+  { header: "NAME", shrink: true },
+  { header: "STATUS" },
+  { header: "TIME ZONE" },
+  { header: "CREATED" },
+  { header: "REASON", shrink: true },
+];
 
 const tenantRow = (t: Tenant): string[] => [t.id, t.name, t.status, t.timeZone, shortTime(t.createdAt), t.statusReason ?? ""];
 
@@ -60,7 +67,9 @@ function whoami(ctx: Context): void {
   if (!ctx.config.token) throw usageError("no token: pass --token, set AGENTVM_TOKEN, or run `agentvm login`");
   const claims = tokenClaims(ctx.config.token);
   if (ctx.json) return ctx.printJson({ caller: claims });
-  ctx.print(`tenant   ${claims.tenant ?? "(none in the token)"}\nsubject  ${claims.subject ?? ""}\nscopes   ${claims.scopes.join(" ")}\nissuer   ${claims.issuer ?? ""}\nexpires  ${claims.expiresAt ?? "never"}`);
+  ctx.print(
+    `tenant   ${claims.tenant ?? "(none in the token)"}\nsubject  ${claims.subject ?? ""}\nscopes   ${claims.scopes.join(" ")}\nissuer   ${claims.issuer ?? ""}\nexpires  ${claims.expiresAt ?? "never"}`,
+  );
 }
 
 const statuses = ["active", "suspended", "deleted"] as const;
@@ -81,7 +90,9 @@ export function tenantsCommand(program: Command): void {
       const ctx = contextOf(cmd);
       const api = ctx.api();
       const listed = await ctx.all(async (cursor, limit) => {
-        const page = ok(await api.GET("/v1/tenants", { params: { query: { limit, ...(o.status ? { status: o.status } : {}), ...(cursor ? { cursor } : {}) } } }));
+        const page = ok(
+          await api.GET("/v1/tenants", { params: { query: { limit, ...(o.status ? { status: o.status } : {}), ...(cursor ? { cursor } : {}) } } }),
+        );
         return { items: page.tenants, nextCursor: page.nextCursor };
       }, o.limit);
       if (ctx.json) return ctx.printJson({ tenants: listed.items, nextCursor: listed.nextCursor });
@@ -114,14 +125,18 @@ export function tenantsCommand(program: Command): void {
       else showTenant(ctx, t);
     });
 
-  idArg(tenants.command("suspend").description("suspend a tenant: its calls get 403 tenant_suspended, its awake agents hibernate, nothing is deleted (operator)"))
+  idArg(
+    tenants.command("suspend").description("suspend a tenant: its calls get 403 tenant_suspended, its awake agents hibernate, nothing is deleted (operator)"),
+  )
     .option("--reason <text>", "said to its callers in the 403 (at most 500 characters)")
     .action(async (id: string, o: { reason?: string }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const s = ok(await ctx.api().POST("/v1/tenants/{id}/suspend", { params: { path: { id } }, body: o.reason !== undefined ? { reason: o.reason } : {} }));
       if (ctx.json) return ctx.printJson(s);
       const failed = s.failed.map((f) => `\n  ${f.agentId} did not hibernate: ${f.error}`).join("");
-      ctx.print(`${s.tenant.id} ${s.tenant.status}; hibernated ${s.hibernated.length} agent(s)${s.hibernated.length ? `: ${s.hibernated.join(" ")}` : ""}${failed}`);
+      ctx.print(
+        `${s.tenant.id} ${s.tenant.status}; hibernated ${s.hibernated.length} agent(s)${s.hibernated.length ? `: ${s.hibernated.join(" ")}` : ""}${failed}`,
+      );
     });
 
   idArg(tenants.command("resume").description("resume a suspended tenant (operator)")).action(async (id: string, _o: unknown, cmd: Command) => {
@@ -131,12 +146,14 @@ export function tenantsCommand(program: Command): void {
     else ctx.print(`${t.id} ${t.status}`);
   });
 
-  idArg(tenants.command("rm").description("delete a tenant: its agents are destroyed, its usage and invoices kept (operator)")).action(async (id: string, _o: unknown, cmd: Command) => {
-    const ctx = contextOf(cmd);
-    const d = ok(await ctx.api().DELETE("/v1/tenants/{id}", { params: { path: { id } } }));
-    if (ctx.json) ctx.printJson(d);
-    else ctx.print(`${d.tenant.id} ${d.tenant.status}; destroyed ${d.destroyed.length} agent(s)${d.destroyed.length ? `: ${d.destroyed.join(" ")}` : ""}`);
-  });
+  idArg(tenants.command("rm").description("delete a tenant: its agents are destroyed, its usage and invoices kept (operator)")).action(
+    async (id: string, _o: unknown, cmd: Command) => {
+      const ctx = contextOf(cmd);
+      const d = ok(await ctx.api().DELETE("/v1/tenants/{id}", { params: { path: { id } } }));
+      if (ctx.json) ctx.printJson(d);
+      else ctx.print(`${d.tenant.id} ${d.tenant.status}; destroyed ${d.destroyed.length} agent(s)${d.destroyed.length ? `: ${d.destroyed.join(" ")}` : ""}`);
+    },
+  );
 
   tenants
     .command("whoami")

@@ -22,7 +22,13 @@ const gibSeconds = (mibMs: number) => (mibMs / 1_024_000).toFixed(3);
 /** The usage as a table with a total row and a line naming the zone and the source, fit to `width` when given. */
 export function renderUsage(body: UsageBody, width?: number): string {
   const byAgent = body.rows.some((r) => r.agentId !== undefined);
-  const columns: Column[] = [{ header: "window start" }, ...(byAgent ? [{ header: "agent" }] : []), { header: "active s", align: "right" }, { header: "vCPU-s", align: "right" }, { header: "GiB-s", align: "right" }];
+  const columns: Column[] = [
+    { header: "window start" },
+    ...(byAgent ? [{ header: "agent" }] : []),
+    { header: "active s", align: "right" },
+    { header: "vCPU-s", align: "right" },
+    { header: "GiB-s", align: "right" },
+  ];
   const rows = body.rows.map((r) => [r.start, ...(byAgent ? [r.agentId ?? ""] : []), msToSeconds(r.activeMs), msToSeconds(r.vcpuMs), gibSeconds(r.mibMs)]);
   rows.push(["total", ...(byAgent ? [""] : []), msToSeconds(body.totals.activeMs), msToSeconds(body.totals.vcpuMs), gibSeconds(body.totals.mibMs)]);
   return `${renderTable(columns, rows, { width, rule: true })}\n(time zone ${body.timeZone}, from ${body.source === "rollup" ? "15-minute rollups" : "raw segments"})`;

@@ -77,7 +77,12 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   mkdirSync(dataDir, { recursive: true });
 
   const database =
-    parts.database ?? (await openDatabase(cfg.databaseUrl ? { url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) } : { pgliteDir: join(dataDir, "db") }));
+    parts.database ??
+    (await openDatabase(
+      cfg.databaseUrl
+        ? { url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }
+        : { pgliteDir: join(dataDir, "db") },
+    ));
   const { db } = database;
 
   const hostId = resolveHostId(cfg.fleet.hostId, dataDir);
@@ -98,7 +103,18 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const metrics = processMetrics(cfg.metricsToken);
   let runtime;
   try {
-    runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir, db, driver, sink, images: (digest) => readArtifact(dataDir, digest), clock, log: log.child({ component: "fleet-agent", hostId }), metrics: metrics.metrics });
+    runtime = await startHostRuntime({
+      cfg: cfg.fleet,
+      hostId,
+      dataDir,
+      db,
+      driver,
+      sink,
+      images: (digest) => readArtifact(dataDir, digest),
+      clock,
+      log: log.child({ component: "fleet-agent", hostId }),
+      metrics: metrics.metrics,
+    });
   } catch (err) {
     identity.release();
     if (!parts.database) await database.close();
@@ -112,7 +128,16 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const existing = await db.select({ id: agents.id }).from(agents).where(eq(agents.id, demoAgentId));
   if (existing.length === 0) {
     const d = cfg.gateway.agentDefaults;
-    await repo.create({ id: demoAgentId, tenantId: demoTenantId, name: "demo", image: "demo", vcpus: d.vcpus, memMiB: d.memMiB, idleTimeoutMs: 15_000, streamIdleMs: d.streamIdleMs });
+    await repo.create({
+      id: demoAgentId,
+      tenantId: demoTenantId,
+      name: "demo",
+      image: "demo",
+      vcpus: d.vcpus,
+      memMiB: d.memMiB,
+      idleTimeoutMs: 15_000,
+      streamIdleMs: d.streamIdleMs,
+    });
   }
 
   let gateway;
@@ -189,7 +214,14 @@ export type AllInOneSettings = z.output<typeof allInOneEnv>;
  */
 export function allInOneConfigOf(v: AllInOneSettings, images: readonly string[]): AllInOneConfig {
   const gateway = nodeGatewayConfigOf(v, images);
-  return { ...gateway, metricsToken: gateway.metricsToken ?? randomMetricsToken(), databaseUrl: v.DATABASE_URL, dbTimeouts: dbTimeoutsOf(v), dbAppRole: v.DATABASE_APP_ROLE, fleet: fleetAgentConfigOf(v) };
+  return {
+    ...gateway,
+    metricsToken: gateway.metricsToken ?? randomMetricsToken(),
+    databaseUrl: v.DATABASE_URL,
+    dbTimeouts: dbTimeoutsOf(v),
+    dbAppRole: v.DATABASE_APP_ROLE,
+    fleet: fleetAgentConfigOf(v),
+  };
 }
 
 /** The all-in-one's configuration from the environment (tests, benchmarks; `npm start` parses once and keeps the variables for the driver). */

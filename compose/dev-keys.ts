@@ -64,7 +64,10 @@ export function readSigningKey(path: string): DevKeys {
     throw new AppError("bad_request", `configuration: the signing key ${path} cannot be read as JSON (${err instanceof Error ? err.message : String(err)})`);
   }
   if (jwk.kty !== "EC" || jwk.crv !== "P-256" || typeof jwk.d !== "string" || typeof jwk.kid !== "string") {
-    throw new AppError("bad_request", `configuration: ${path} is no private ES256 key with a kid (a JWK {"kty":"EC","crv":"P-256","d":…,"kid":…}, as the gateway makes it)`);
+    throw new AppError(
+      "bad_request",
+      `configuration: ${path} is no private ES256 key with a kid (a JWK {"kty":"EC","crv":"P-256","d":…,"kid":…}, as the gateway makes it)`,
+    );
   }
   return fromPrivateJwk(jwk);
 }

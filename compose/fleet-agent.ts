@@ -71,10 +71,23 @@ export type IngressLimits = Pick<ConnPolicyConfig, "headTimeoutMs" | "bodyMinByt
 /** The daemon's own variables (beside the host's, the database's and the drivers' its program schema adds). */
 export const daemonEnv = z.object({
   INGRESS_PORT: vars.int({ fallback: 8090, min: 0, max: 65535, doc: "port of the host ingress (what gateways call)" }),
-  PUBLIC_URL: vars.optStr({ type: "URL", default: "`http://<BIND_ADDRESS>:<port>`", doc: "the ingress URL gateways reach this host at (registered in `hosts.url`)" }),
+  PUBLIC_URL: vars.optStr({
+    type: "URL",
+    default: "`http://<BIND_ADDRESS>:<port>`",
+    doc: "the ingress URL gateways reach this host at (registered in `hosts.url`)",
+  }),
   HOST_CAPACITY_MIB: vars.optInt({ min: 64, unit: "MiB", default: "the machine's memory", doc: "memory this host offers to awake agents (placement's room)" }),
-  HEARTBEAT_INTERVAL_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "how often the host refreshes its heartbeat row (with its clock's skew, its used memory and awake agents), then looks whether it drains and which agents it no longer owns" }),
-  BILLING_URL: vars.optStr({ type: "URL", default: "(unset: segments go straight into the shared database)", doc: "gateway base URL meter segments are shipped to" }),
+  HEARTBEAT_INTERVAL_MS: vars.int({
+    fallback: 10_000,
+    min: 100,
+    unit: "ms",
+    doc: "how often the host refreshes its heartbeat row (with its clock's skew, its used memory and awake agents), then looks whether it drains and which agents it no longer owns",
+  }),
+  BILLING_URL: vars.optStr({
+    type: "URL",
+    default: "(unset: segments go straight into the shared database)",
+    doc: "gateway base URL meter segments are shipped to",
+  }),
 });
 
 /** `npm run fleet-agent`'s variables: one host's daemon over the shared Postgres, serving the ingress gateways call. */
@@ -126,7 +139,12 @@ export function parseDaemonConfig(env: Env): FleetAgentDaemonConfig {
 /** How far a host's clock may be from the database's, ms (MAX_CLOCK_SKEW_MS; the gateways' placement has the same default). */
 export const defaultMaxClockSkewMs = defaultHostHealth.maxClockSkewMs;
 
-const ingressLimitsOf = (l: IngressLimits): IngressLimits => ({ headTimeoutMs: l.headTimeoutMs, bodyMinBytes: l.bodyMinBytes, bodyWindowMs: l.bodyWindowMs, bodyTimeoutMs: l.bodyTimeoutMs });
+const ingressLimitsOf = (l: IngressLimits): IngressLimits => ({
+  headTimeoutMs: l.headTimeoutMs,
+  bodyMinBytes: l.bodyMinBytes,
+  bodyWindowMs: l.bodyWindowMs,
+  bodyTimeoutMs: l.bodyTimeoutMs,
+});
 
 export interface FleetAgentParts {
   log: Logger;
@@ -151,7 +169,9 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
   mkdirSync(cfg.dataDir, { recursive: true });
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
+  const database =
+    parts.database ??
+    (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
   const { driver } = parts;
   const hostId = resolveHostId(cfg.fleet.hostId, cfg.dataDir);
   const hostLog = log.child({ component: "fleet-agent", hostId });
@@ -174,19 +194,44 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
   let runtime;
   try {
-    runtime = await startHostRuntime({ cfg: cfg.fleet, hostId, dataDir: cfg.dataDir, db: database.db, driver, sink, images: (digest) => readArtifact(cfg.dataDir, digest), clock, log: hostLog, metrics });
+    runtime = await startHostRuntime({
+      cfg: cfg.fleet,
+      hostId,
+      dataDir: cfg.dataDir,
+      db: database.db,
+      driver,
+      sink,
+      images: (digest) => readArtifact(cfg.dataDir, digest),
+      clock,
+      log: hostLog,
+      metrics,
+    });
   } catch (err) {
     identity.release();
     if (!parts.database) await database.close();
     throw err;
   }
   const { host, fleet } = runtime;
-  const ingressDeps = { hostId, key: componentKey(cfg.componentSecret), fleet, log: hostLog.child({ component: "ingress" }), readiness: { database: databaseCheck(database.db) }, metrics: metricsEndpoint };
+  const ingressDeps = {
+    hostId,
+    key: componentKey(cfg.componentSecret),
+    fleet,
+    log: hostLog.child({ component: "ingress" }),
+    readiness: { database: databaseCheck(database.db) },
+    metrics: metricsEndpoint,
+  };
   const app = createIngress(ingressDeps);
   const upgrades = createIngressUpgrade(ingressDeps);
   let listening;
   try {
-    listening = await listen(app.fetch, upgrades, cfg.port, cfg.hostname, cfg.ingressLimits ?? ingressLimitsOf(defaultClientLimits), hostLog.child({ component: "ingress" }));
+    listening = await listen(
+      app.fetch,
+      upgrades,
+      cfg.port,
+      cfg.hostname,
+      cfg.ingressLimits ?? ingressLimitsOf(defaultClientLimits),
+      hostLog.child({ component: "ingress" }),
+    );
   } catch (err) {
     await runtime.stop();
     identity.release();
@@ -215,7 +260,10 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     report: () => host.load(),
     // After each beat: drain if an operator asked, and stop what the database gave to another host (fencing).
     afterBeat: () => host.afterHeartbeat(),
-    onLost: () => hostLog.error(`host ${hostId}: this process no longer owns its row; gateways do not reach it any more. Stop it (its agents belong to the other process now)`),
+    onLost: () =>
+      hostLog.error(
+        `host ${hostId}: this process no longer owns its row; gateways do not reach it any more. Stop it (its agents belong to the other process now)`,
+      ),
   });
   hostLog.info("fleet-agent ready", { url, driver: driver.name, capacityMiB: cfg.capacityMiB });
 
@@ -249,7 +297,14 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   };
 }
 
-function listen(fetch: (req: Request) => Response | Promise<Response>, upgrades: IngressUpgrade, port: number, hostname: string, limits: IngressLimits, log: Logger): Promise<{ server: Server; port: number }> {
+function listen(
+  fetch: (req: Request) => Response | Promise<Response>,
+  upgrades: IngressUpgrade,
+  port: number,
+  hostname: string,
+  limits: IngressLimits,
+  log: Logger,
+): Promise<{ server: Server; port: number }> {
   return new Promise((resolvePromise, reject) => {
     const server = serve({ fetch, port, hostname }, (info: AddressInfo) => resolvePromise({ server, port: info.port })) as Server;
     server.once("error", reject);

@@ -71,9 +71,25 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   const audit = createDbAuditLog(db);
   const tenantStore = createTenantStore(db);
   const tenants = createTenantGate({ store: tenantStore, audit, log: gatewayLog, config: deps.config.tenants ?? defaultTenantGateConfig });
-  const proxy = createProxyCore({ agents, settings, fleet, log: gatewayLog, maxBodyBytes: deps.config.maxBodyBytes, proxy: deps.config.proxy ?? defaultProxyConfig, metrics: deps.metrics, tenants });
+  const proxy = createProxyCore({
+    agents,
+    settings,
+    fleet,
+    log: gatewayLog,
+    maxBodyBytes: deps.config.maxBodyBytes,
+    proxy: deps.config.proxy ?? defaultProxyConfig,
+    metrics: deps.metrics,
+    tenants,
+  });
   // `db` too: the delivery worker counts its queue there when scraped.
-  const webhookDeps: WebhookDeps = { store: createDbWebhookStore(db, audit), db, clock, log: log.child({ component: "webhooks" }), forward: fleetForward(agents, fleet, tenants), config: deps.webhooks };
+  const webhookDeps: WebhookDeps = {
+    store: createDbWebhookStore(db, audit),
+    db,
+    clock,
+    log: log.child({ component: "webhooks" }),
+    forward: fleetForward(agents, fleet, tenants),
+    config: deps.webhooks,
+  };
   const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
   const imageRepo = createImageRepo(db);
   const images = createImageRoutes({
@@ -83,7 +99,16 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     log: log.child({ component: "images" }),
     maxUploadBytes: deps.maxImageUploadBytes ?? defaultMaxImageUploadBytes,
   });
-  const tenantRoutes = createTenantRoutes({ store: tenantStore, gate: tenants, agents, fleet, audit, log: gatewayLog, invalidateAgent: (id) => proxy.invalidate(id), maxBodyBytes: deps.config.maxApiBodyBytes });
+  const tenantRoutes = createTenantRoutes({
+    store: tenantStore,
+    gate: tenants,
+    agents,
+    fleet,
+    audit,
+    log: gatewayLog,
+    invalidateAgent: (id) => proxy.invalidate(id),
+    maxBodyBytes: deps.config.maxApiBodyBytes,
+  });
   const health = deps.hostHealth ?? defaultHostHealth;
   const hosts = hostRoutes({ hosts: createHostRepo(db, { liveWindowMs: health.liveWindowMs }), audit, clock, maxClockSkewMs: health.maxClockSkewMs });
   const app = createGateway({
@@ -106,4 +131,3 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   });
   return { app, proxy, agents, tenants, webhookDeps };
 }
-

@@ -9,11 +9,18 @@ import { createNodeMetrics } from "../lib/node-metrics.ts";
 const minTokenChars = 16;
 
 export const metricsEnv = z.object({
-  METRICS_TOKEN: envVar({ type: "secret", default: "(unset: metrics are off, `GET /metrics` answers 404; `npm start` makes a random one and prints it)", doc: `bearer token of \`GET /metrics\` (Prometheus text) on the gateway's listener and on each host's ingress, ≥ ${minTokenChars} characters, no spaces` }, (raw, fail) => {
-    if (raw === undefined || raw === "") return undefined;
-    if (raw.length < minTokenChars || /\s/.test(raw)) fail(`must be at least ${minTokenChars} characters without spaces`);
-    return raw;
-  }),
+  METRICS_TOKEN: envVar(
+    {
+      type: "secret",
+      default: "(unset: metrics are off, `GET /metrics` answers 404; `npm start` makes a random one and prints it)",
+      doc: `bearer token of \`GET /metrics\` (Prometheus text) on the gateway's listener and on each host's ingress, ≥ ${minTokenChars} characters, no spaces`,
+    },
+    (raw, fail) => {
+      if (raw === undefined || raw === "") return undefined;
+      if (raw.length < minTokenChars || /\s/.test(raw)) fail(`must be at least ${minTokenChars} characters without spaces`);
+      return raw;
+    },
+  ),
 });
 
 /** METRICS_TOKEN alone. */

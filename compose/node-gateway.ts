@@ -63,11 +63,29 @@ export interface NodeGatewayConfig {
 /** A Node gateway's own variables (beside the shared ones its program schema adds). */
 export const nodeGatewayEnv = z.object({
   PORT: vars.int({ fallback: 8080, min: 0, max: 65535, doc: "port of the gateway (0: any free port)" }),
-  SIGNING_KEY_FILE: vars.optStr({ type: "path", default: "`DATA_DIR/keys/dev-signing-key.json`", doc: "the private ES256 key (a JWK) user tokens are verified with when no `JWKS_URL`, `JWKS_JSON` or `JWKS_FILE` is set; made there at the first start (mode 0600; gateways starting at once agree on one). Point every gateway and `npm run token` at one file (a shared volume) and they accept the same tokens" }),
-  JWKS_FILE: vars.optStr({ type: "path", default: "(unset)", doc: "a JWKS document (`{\"keys\":[…]}`, public keys) to verify user tokens with, read at start: for gateways that only verify (after `JWKS_URL` and `JWKS_JSON`)" }),
+  SIGNING_KEY_FILE: vars.optStr({
+    type: "path",
+    default: "`DATA_DIR/keys/dev-signing-key.json`",
+    doc: "the private ES256 key (a JWK) user tokens are verified with when no `JWKS_URL`, `JWKS_JSON` or `JWKS_FILE` is set; made there at the first start (mode 0600; gateways starting at once agree on one). Point every gateway and `npm run token` at one file (a shared volume) and they accept the same tokens",
+  }),
+  JWKS_FILE: vars.optStr({
+    type: "path",
+    default: "(unset)",
+    doc: 'a JWKS document (`{"keys":[…]}`, public keys) to verify user tokens with, read at start: for gateways that only verify (after `JWKS_URL` and `JWKS_JSON`)',
+  }),
   HOME: vars.optStr({ type: "path", default: "the user's home directory", doc: "where `IMAGE_CACHE_DIR` is by default" }),
-  IMAGE_CACHE_DIR: vars.optStr({ type: "path", default: "`$HOME/.cache/agentvm`", doc: "where image builds keep the Debian bases and buildah's storage (reused across runs and data directories)" }),
-  IMAGE_MAX_UPLOAD_BYTES: vars.int({ fallback: defaultMaxImageUploadBytes, min: 1024, unit: "bytes", default: "4294967296 (4 GiB)", doc: "largest build context or image archive `POST /v1/images` accepts" }),
+  IMAGE_CACHE_DIR: vars.optStr({
+    type: "path",
+    default: "`$HOME/.cache/agentvm`",
+    doc: "where image builds keep the Debian bases and buildah's storage (reused across runs and data directories)",
+  }),
+  IMAGE_MAX_UPLOAD_BYTES: vars.int({
+    fallback: defaultMaxImageUploadBytes,
+    min: 1024,
+    unit: "bytes",
+    default: "4294967296 (4 GiB)",
+    doc: "largest build context or image archive `POST /v1/images` accepts",
+  }),
 });
 
 /** Every variable a Node gateway reads (the all-in-one and the standalone gateway add theirs). */
@@ -140,7 +158,12 @@ export interface NodeGatewayParts {
 }
 
 /** User tokens are verified against JWKS_URL, JWKS_JSON, JWKS_FILE, or else the signing key's public half (said once at start). */
-async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, files: { signingKeyFile: string; jwksFile: string | undefined }, log: Logger): Promise<Authenticator> {
+async function authenticatorFor(
+  cfg: GatewayAuthConfig,
+  keys: DevKeys,
+  files: { signingKeyFile: string; jwksFile: string | undefined },
+  log: Logger,
+): Promise<Authenticator> {
   const verify = { issuer: cfg.issuer, audience: cfg.audience, algorithms: cfg.algorithms };
   if (cfg.jwksUrl) return createJwtAuthenticator({ keys: { jwksUrl: cfg.jwksUrl }, ...verify });
   if (cfg.jwksJson) return createJwtAuthenticator({ keys: { jwks: JSON.parse(cfg.jwksJson) }, ...verify });
@@ -149,7 +172,9 @@ async function authenticatorFor(cfg: GatewayAuthConfig, keys: DevKeys, files: { 
     log.info(`accepting tokens of the ${jwks.keys.length} key(s) in JWKS_FILE ${files.jwksFile}`);
     return createJwtAuthenticator({ keys: { jwks }, ...verify });
   }
-  log.info(`no JWKS_URL, JWKS_JSON or JWKS_FILE: accepting tokens of the signing key ${files.signingKeyFile} (kid ${keys.privateJwk.kid}; mint with npm run token, SIGNING_KEY_FILE=${files.signingKeyFile})`);
+  log.info(
+    `no JWKS_URL, JWKS_JSON or JWKS_FILE: accepting tokens of the signing key ${files.signingKeyFile} (kid ${keys.privateJwk.kid}; mint with npm run token, SIGNING_KEY_FILE=${files.signingKeyFile})`,
+  );
   return createJwtAuthenticator({ keys: { jwks: keys.jwks }, ...verify });
 }
 
@@ -165,7 +190,8 @@ export function readJwksFile(path: string): JSONWebKeySet {
   if (!Array.isArray(keys) || keys.length === 0 || !keys.every((k) => typeof k === "object" && k !== null && typeof (k as JWK).kty === "string")) {
     throw new AppError("bad_request", `configuration: JWKS_FILE ${path} must be a JWKS document: {"keys":[…]} with at least one key`);
   }
-  if (keys.some((k) => (k as JWK).d !== undefined)) throw new AppError("bad_request", `configuration: JWKS_FILE ${path} holds a private key; it takes public keys only`);
+  if (keys.some((k) => (k as JWK).d !== undefined))
+    throw new AppError("bad_request", `configuration: JWKS_FILE ${path} holds a private key; it takes public keys only`);
   return { keys: keys as JWK[] };
 }
 

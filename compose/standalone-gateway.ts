@@ -68,7 +68,9 @@ export interface StandaloneGateway {
 export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: Logger; clock?: Clock; database?: Database }): Promise<StandaloneGateway> {
   const { log } = parts;
   const clock = parts.clock ?? systemClock;
-  const database = parts.database ?? (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
+  const database =
+    parts.database ??
+    (await openDatabase({ url: cfg.databaseUrl, timeouts: cfg.dbTimeouts, ...(cfg.dbAppRole !== undefined ? { appRole: cfg.dbAppRole } : {}) }));
   const { db } = database;
   const moves = log.child({ component: "placement" });
   const placement = createDbPlacement(db, {
@@ -82,7 +84,13 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   const fleet = createNodeRemoteFleet({ placement, key: cfg.componentKey, log: log.child({ component: "remote-fleet" }), ...cfg.hosts });
   let gateway;
   try {
-    gateway = await startNodeGateway(cfg, { db, fleet, log, clock, hostHealth: { liveWindowMs: cfg.placement.liveWindowMs, maxClockSkewMs: cfg.placement.maxClockSkewMs } });
+    gateway = await startNodeGateway(cfg, {
+      db,
+      fleet,
+      log,
+      clock,
+      hostHealth: { liveWindowMs: cfg.placement.liveWindowMs, maxClockSkewMs: cfg.placement.maxClockSkewMs },
+    });
   } catch (err) {
     await fleet.close();
     if (!parts.database) await database.close();
@@ -91,11 +99,18 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   // Rows of hosts whose lease ended: their awake agents are stopped and their open runs end at the last heartbeat, a few
   // times per live window (every gateway may do it; it is idempotent). A failed pass is logged and tried at the next.
   const leaseLog = log.child({ component: "leases" });
-  const leases = setInterval(() => {
-    expireHostLeases(db, cfg.placement.liveWindowMs)
-      .then((r) => (r.agents > 0 || r.runs > 0 ? leaseLog.warn("a host's lease ended: its awake agents' rows stopped, its open runs ended at its last heartbeat", r) : undefined))
-      .catch((err: unknown) => leaseLog.warn("lease expiry pass failed", { err: err instanceof Error ? err.message : String(err) }));
-  }, Math.max(1000, Math.floor(cfg.placement.liveWindowMs / 3)));
+  const leases = setInterval(
+    () => {
+      expireHostLeases(db, cfg.placement.liveWindowMs)
+        .then((r) =>
+          r.agents > 0 || r.runs > 0
+            ? leaseLog.warn("a host's lease ended: its awake agents' rows stopped, its open runs ended at its last heartbeat", r)
+            : undefined,
+        )
+        .catch((err: unknown) => leaseLog.warn("lease expiry pass failed", { err: err instanceof Error ? err.message : String(err) }));
+    },
+    Math.max(1000, Math.floor(cfg.placement.liveWindowMs / 3)),
+  );
   leases.unref();
   let stopped: Promise<void> | undefined;
   return {

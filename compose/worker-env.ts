@@ -51,12 +51,21 @@ const hyperdrive = z.unknown().transform((binding, ctx) => {
   ctx.addIssue({ code: "custom", message: "binding is missing (a [[hyperdrive]] binding named HYPERDRIVE in wrangler.toml)" });
   return z.NEVER;
 });
-envDocs.add(hyperdrive, { type: "Hyperdrive binding", default: "(required)", doc: "the shared Postgres through Hyperdrive (query caching off); a new postgres.js client per request" });
+envDocs.add(hyperdrive, {
+  type: "Hyperdrive binding",
+  default: "(required)",
+  doc: "the shared Postgres through Hyperdrive (query caching off); a new postgres.js client per request",
+});
 
 /** The Worker's own variables. */
 export const workerOnlyEnv = z.object({
   HYPERDRIVE: hyperdrive,
-  WEBHOOK_CRON_BUDGET_MS: vars.int({ fallback: 25_000, min: 1000, unit: "ms", doc: "wall time a cron run spends delivering webhooks before it leaves the rest to the next run" }),
+  WEBHOOK_CRON_BUDGET_MS: vars.int({
+    fallback: 25_000,
+    min: 1000,
+    unit: "ms",
+    doc: "wall time a cron run spends delivering webhooks before it leaves the rest to the next run",
+  }),
 });
 
 /** The Worker's bindings and variables (wrangler.toml `[vars]`, `wrangler secret put`): the gateway's, over hosts elsewhere. */

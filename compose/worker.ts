@@ -10,7 +10,7 @@ import { createDbPlacement } from "../gateway/placement.ts";
 import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createRemoteFleet } from "../gateway/remote-fleet.ts";
 import { defaultTenantGateConfig } from "../gateway/tenants/gate.ts";
-import { createDeliveryWorker, } from "../gateway/webhooks/index.ts";
+import { createDeliveryWorker } from "../gateway/webhooks/index.ts";
 import { assembleGatewayApp, type GatewayApp } from "./gateway-app.ts";
 import { parseWorkerEnv, type ParsedWorkerEnv, type WorkerBindings, type WorkerConfig } from "./worker-env.ts";
 

@@ -59,7 +59,16 @@ export interface WakeTimings {
 export const rollbackHeader = "x-wake-rollback";
 
 /** Every key of `WakeTimings`, in the order reports show them. */
-export const wakeTimingKeys = ["queuedMs", "restoreMs", "clockFixMs", "firstByteMs", "bootMs", "skewBeforeMs", "skewAfterMs", "rollbackMs"] as const satisfies readonly (keyof WakeTimings)[];
+export const wakeTimingKeys = [
+  "queuedMs",
+  "restoreMs",
+  "clockFixMs",
+  "firstByteMs",
+  "bootMs",
+  "skewBeforeMs",
+  "skewAfterMs",
+  "rollbackMs",
+] as const satisfies readonly (keyof WakeTimings)[];
 
 /** What a transition cost, as the VM event log keeps it: a wake's parts and its total (`wakeMs`), or a snapshot's time and size (billing prices snapshot storage from `snapshotBytes`). */
 export interface TransitionTimings extends WakeTimings {

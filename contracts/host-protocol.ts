@@ -88,8 +88,15 @@ function isHostCall(v: unknown): v is HostCall {
       return isAgentSpec(c.agent) && isReason(c.reason) && str("method") && typeof c.path === "string" && c.path.startsWith("/") && str("requestId");
     case "websocket":
       return (
-        isAgentSpec(c.agent) && isReason(c.reason) && typeof c.path === "string" && c.path.startsWith("/") && str("requestId") &&
-        Number.isInteger(c.proxyIdleTimeoutMs) && (c.proxyIdleTimeoutMs as number) > 0 && Number.isInteger(c.responseTimeoutMs) && (c.responseTimeoutMs as number) > 0
+        isAgentSpec(c.agent) &&
+        isReason(c.reason) &&
+        typeof c.path === "string" &&
+        c.path.startsWith("/") &&
+        str("requestId") &&
+        Number.isInteger(c.proxyIdleTimeoutMs) &&
+        (c.proxyIdleTimeoutMs as number) > 0 &&
+        Number.isInteger(c.responseTimeoutMs) &&
+        (c.responseTimeoutMs as number) > 0
       );
     case "wake":
       return isAgentSpec(c.agent) && isReason(c.reason);
@@ -100,7 +107,12 @@ function isHostCall(v: unknown): v is HostCall {
     case "logs":
       return str("agentId") && Number.isInteger(c.tailBytes) && (c.tailBytes as number) >= 0 && typeof c.follow === "boolean";
     case "statuses":
-      return Array.isArray(c.agentIds) && c.agentIds.length > 0 && c.agentIds.length <= maxStatusesPerCall && c.agentIds.every((id) => typeof id === "string" && id !== "");
+      return (
+        Array.isArray(c.agentIds) &&
+        c.agentIds.length > 0 &&
+        c.agentIds.length <= maxStatusesPerCall &&
+        c.agentIds.every((id) => typeof id === "string" && id !== "")
+      );
     case "checkpoint":
       return isAgentSpec(c.agent) && optStr("name") && optStr("requestId");
     case "restore-checkpoint":

@@ -24,7 +24,11 @@ export function AgentPage(props: { id: string }) {
         <Link href={hrefs.agents()}>← Agents</Link>
       </p>
       <h1>{a?.name ?? props.id}</h1>
-      {agent.error ? <p class="error" role="alert">{agent.error.message}</p> : null}
+      {agent.error ? (
+        <p class="error" role="alert">
+          {agent.error.message}
+        </p>
+      ) : null}
       {a ? (
         <dl class="facts">
           <dt>State</dt>
@@ -49,7 +53,11 @@ export function AgentPage(props: { id: string }) {
           <dd class="mono">{a.id}</dd>
         </dl>
       ) : null}
-      {a?.lastHibernateError ? <p class="error">Hibernate failing ({a.lastHibernateError.attempts}×): {a.lastHibernateError.message}</p> : null}
+      {a?.lastHibernateError ? (
+        <p class="error">
+          Hibernate failing ({a.lastHibernateError.attempts}×): {a.lastHibernateError.message}
+        </p>
+      ) : null}
       <Runs path={path} />
       <AgentUsage id={props.id} />
       <Logs path={path} />
@@ -82,7 +90,11 @@ function Runs(props: { path: string }) {
   return (
     <section>
       <h2>Runs</h2>
-      {first.error ? <p class="error" role="alert">{first.error.message}</p> : null}
+      {first.error ? (
+        <p class="error" role="alert">
+          {first.error.message}
+        </p>
+      ) : null}
       {page && shown.length === 0 ? <p class="muted">No runs yet: the first call to the agent wakes it.</p> : null}
       {shown.length > 0 ? (
         <table class="runs">
@@ -174,7 +186,11 @@ function AgentUsage(props: { id: string }) {
           </button>
         </span>
       </h2>
-      {usage.error ? <p class="error" role="alert">{usage.error.message}</p> : null}
+      {usage.error ? (
+        <p class="error" role="alert">
+          {usage.error.message}
+        </p>
+      ) : null}
       {u ? <UsagePlots rows={u.report.rows} from={u.range.fromMs} to={u.range.toMs} unit={unit} rates={u.rates} /> : null}
     </section>
   );
@@ -185,7 +201,11 @@ function Logs(props: { path: string }) {
   return (
     <section>
       <h2>Log</h2>
-      {log.error ? <p class="error" role="alert">{log.error.message}</p> : null}
+      {log.error ? (
+        <p class="error" role="alert">
+          {log.error.message}
+        </p>
+      ) : null}
       <pre class="log" data-testid="log">
         {log.data === undefined ? "" : log.data === "" ? "(nothing logged yet)" : log.data}
       </pre>

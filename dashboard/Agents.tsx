@@ -19,9 +19,15 @@ export function Agents() {
   return (
     <main>
       <h1>Agents</h1>
-      {error ? <p class="error" role="alert">{error.message}</p> : null}
+      {error ? (
+        <p class="error" role="alert">
+          {error.message}
+        </p>
+      ) : null}
       {data === undefined ? (
-        error ? null : <p class="muted">Loading…</p>
+        error ? null : (
+          <p class="muted">Loading…</p>
+        )
       ) : data.length === 0 ? (
         <p class="muted">No agents yet: create one with POST /v1/agents.</p>
       ) : (

@@ -25,7 +25,16 @@ export function SignIn(props: { notice?: string }) {
       <h1>agentvm</h1>
       <form onSubmit={submit}>
         <label for="token">API token</label>
-        <textarea id="token" name="token" rows={4} spellcheck={false} autocomplete="off" placeholder="eyJhbGciOi…" value={token} onInput={(e) => setToken((e.target as HTMLTextAreaElement).value)} />
+        <textarea
+          id="token"
+          name="token"
+          rows={4}
+          spellcheck={false}
+          autocomplete="off"
+          placeholder="eyJhbGciOi…"
+          value={token}
+          onInput={(e) => setToken((e.target as HTMLTextAreaElement).value)}
+        />
         <button type="submit" disabled={busy}>
           {busy ? "Checking…" : "Sign in"}
         </button>

@@ -16,7 +16,9 @@ export function Usage() {
     async () => {
       const invoice = await getJson<Invoice>(withQuery("/v1/invoices", { month }));
       // The invoice's own period and zone (the tenant's), so the plot and the invoice count the same days.
-      const usage = await getJson<UsageReport>(withQuery("/v1/usage", { from: invoice.periodStart, to: invoice.periodEnd, groupBy: "day", tz: invoice.timeZone }));
+      const usage = await getJson<UsageReport>(
+        withQuery("/v1/usage", { from: invoice.periodStart, to: invoice.periodEnd, groupBy: "day", tz: invoice.timeZone }),
+      );
       return { invoice, usage };
     },
     [month],
@@ -26,16 +28,20 @@ export function Usage() {
   return (
     <main>
       <h1>
-        Usage{" "}
-        <input type="month" aria-label="month" value={month} onChange={(e) => setMonth((e.target as HTMLInputElement).value || localMonth(Date.now()))} />
+        Usage <input type="month" aria-label="month" value={month} onChange={(e) => setMonth((e.target as HTMLInputElement).value || localMonth(Date.now()))} />
       </h1>
-      {data.error ? <p class="error" role="alert">{data.error.message}</p> : null}
+      {data.error ? (
+        <p class="error" role="alert">
+          {data.error.message}
+        </p>
+      ) : null}
       {d ? (
         <>
           <UsagePlots rows={d.usage.rows} from={Date.parse(d.invoice.periodStart)} to={Date.parse(d.invoice.periodEnd)} unit="day" rates={d.invoice.rates} />
           <section data-testid="invoice">
             <h2>
-              Invoice {d.invoice.month} <span class={`status status-${d.invoice.status}`}>{d.invoice.status === "draft" ? "preview (draft)" : d.invoice.status}</span>
+              Invoice {d.invoice.month}{" "}
+              <span class={`status status-${d.invoice.status}`}>{d.invoice.status === "draft" ? "preview (draft)" : d.invoice.status}</span>
             </h2>
             <p class="muted">
               {d.invoice.periodStart} to {d.invoice.periodEnd} ({d.invoice.timeZone})

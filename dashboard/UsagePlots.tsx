@@ -12,7 +12,15 @@ export function UsagePlots(props: { rows: UsageRow[]; from: number; to: number; 
   const per = props.unit === "hour" ? "hour" : "day";
   return (
     <div class="plots">
-      <Plot kind="active" title={`Active seconds per ${per}`} points={active} from={props.from} to={props.to} unit={props.unit} format={(v) => `${Number(v.toPrecision(6))} s`} />
+      <Plot
+        kind="active"
+        title={`Active seconds per ${per}`}
+        points={active}
+        from={props.from}
+        to={props.to}
+        unit={props.unit}
+        format={(v) => `${Number(v.toPrecision(6))} s`}
+      />
       {rates ? (
         <Plot
           kind="cost"

@@ -27,7 +27,9 @@ export function costMicros(usage: { vcpuMs: number; mibMs: number }, rates: { vc
 export function formatMicros(micros: bigint): string {
   const sign = micros < 0n ? "-" : "";
   const abs = micros < 0n ? -micros : micros;
-  const frac = String(abs % 1_000_000n).padStart(6, "0").replace(/0{1,4}$/, "");
+  const frac = String(abs % 1_000_000n)
+    .padStart(6, "0")
+    .replace(/0{1,4}$/, "");
   return `${sign}${abs / 1_000_000n}.${frac.padEnd(2, "0")}`;
 }
 

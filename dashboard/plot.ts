@@ -100,7 +100,8 @@ export function timeTicks(
     const prev = local(t - hourMs / 4);
     const hourEdge = l.hour !== prev.hour;
     const dayEdge = l.day !== prev.day;
-    if (unit === "hour" ? hourEdge : dayEdge) candidates.push({ t, label: unit === "hour" ? `${pad(l.hour)}:00` : `${pad(l.month)}-${pad(l.day)}`, hour: l.hour, day: l.day });
+    if (unit === "hour" ? hourEdge : dayEdge)
+      candidates.push({ t, label: unit === "hour" ? `${pad(l.hour)}:00` : `${pad(l.month)}-${pad(l.day)}`, hour: l.hour, day: l.day });
   }
   const steps = unit === "hour" ? [1, 3, 6, 12, 24] : [1, 2, 5, 7, 14, 28];
   for (const step of steps) {

@@ -69,7 +69,15 @@ export async function startHostRuntime(opts: {
   const startedAt = new Date(clock.now());
   const vmsDir = join(dataDir, "hosts", hostId, "vms");
   // Every active second is metered: segments are spooled on this host's disk, then shipped to billing.
-  const meter = Meter.open({ hostId, dataDir, sink: opts.sink, clock, heartbeatMs: cfg.meterHeartbeatMs, log: log.child({ component: "meter" }), metrics: opts.metrics });
+  const meter = Meter.open({
+    hostId,
+    dataDir,
+    sink: opts.sink,
+    clock,
+    heartbeatMs: cfg.meterHeartbeatMs,
+    log: log.child({ component: "meter" }),
+    metrics: opts.metrics,
+  });
   meter.start();
   // The event log outlives the database: writes it refuses as unavailable wait on disk and are replayed in order.
   const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
@@ -77,7 +85,11 @@ export async function startHostRuntime(opts: {
   let hostRef: Host | undefined;
   const shipper = cfg.artifacts.storeDir
     ? createSnapshotShipper({
-        store: createDirArtifactStore({ root: cfg.artifacts.storeDir, cacheDir: cfg.artifacts.cacheDir ?? join(dataDir, "artifact-cache"), log: log.child({ component: "artifacts" }) }),
+        store: createDirArtifactStore({
+          root: cfg.artifacts.storeDir,
+          cacheDir: cfg.artifacts.cacheDir ?? join(dataDir, "artifact-cache"),
+          log: log.child({ component: "artifacts" }),
+        }),
         commits: createDbCommitStore(opts.db),
         driver: opts.driver,
         stagingDir: join(dataDir, "hosts", hostId, "artifact-staging"),
@@ -169,7 +181,8 @@ function identityTaken(hostId: string, dataDir: string): AppError {
  * The host's clock minus the database's, ms, computed in SQL from the host's time at send (`hostNowMs`); clamped to
  * the column (an int holds ±24 days).
  */
-const skewSql = (hostNowMs: number) => sql`greatest(-2147483648, least(2147483647, round(${hostNowMs}::float8 - extract(epoch from now())::float8 * 1000)))::int`;
+const skewSql = (hostNowMs: number) =>
+  sql`greatest(-2147483648, least(2147483647, round(${hostNowMs}::float8 - extract(epoch from now())::float8 * 1000)))::int`;
 
 /**
  * Claims the host id before the host does anything: inserts the row (no URL yet: placement skips it) or takes one
@@ -271,14 +284,20 @@ export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: 
     if (rows.length === 0) {
       stopped = true;
       timer?.cancel();
-      log.error(`another process took host ${hostId}'s row (its secret differs from this host's): this host stops heartbeating and gets no new agents; stop it, or restart it with another HOST_ID`, { hostId });
+      log.error(
+        `another process took host ${hostId}'s row (its secret differs from this host's): this host stops heartbeating and gets no new agents; stop it, or restart it with another HOST_ID`,
+        { hostId },
+      );
       opts.onLost?.();
       return;
     }
     const skewMs = Number(rows[0]!.clock_skew_ms);
     if (Math.abs(skewMs) > opts.maxSkewMs) {
       skewed = true;
-      log.error(`this host's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the database's (allowed ${opts.maxSkewMs} ms): it takes no new agents until fixed`, { clockSkewMs: skewMs, maxClockSkewMs: opts.maxSkewMs });
+      log.error(
+        `this host's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the database's (allowed ${opts.maxSkewMs} ms): it takes no new agents until fixed`,
+        { clockSkewMs: skewMs, maxClockSkewMs: opts.maxSkewMs },
+      );
     } else if (skewed) {
       skewed = false;
       log.info(`this host's clock is back within ${opts.maxSkewMs} ms of the database's`, { clockSkewMs: skewMs });
@@ -291,7 +310,9 @@ export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: 
   }
 
   function beat(): Promise<void> {
-    const next = (inFlight ?? Promise.resolve()).then(once).catch((err: unknown) => log.error("heartbeat: a beat failed unexpectedly", { err: err instanceof Error ? err.message : String(err) }));
+    const next = (inFlight ?? Promise.resolve())
+      .then(once)
+      .catch((err: unknown) => log.error("heartbeat: a beat failed unexpectedly", { err: err instanceof Error ? err.message : String(err) }));
     const mine = next.finally(() => {
       if (inFlight === mine) inFlight = undefined;
     });

@@ -34,7 +34,6 @@ export function checkpointDir(checkpointsDir: string, id: string): string {
   return join(checkpointsDir, id);
 }
 
-
 export function createDbCheckpointStore(db: Db): CheckpointStore {
   const audit = createDbAuditLog(db);
   const live = (id: string) => and(eq(checkpoints.id, id), isNull(checkpoints.deletedAt));
@@ -76,7 +75,14 @@ export function createDbCheckpointStore(db: Db): CheckpointStore {
         const rows = await tx.update(checkpoints).set({ deletedAt: at }).where(live(id)).returning();
         const row = rows[0];
         if (!row) return false;
-        await audit.within(tx).record({ at, tenantId: row.tenantId, actor: row.hostId, action: "vm.checkpoint.delete", target: row.agentId, detail: { checkpointId: row.id, name: row.name } });
+        await audit.within(tx).record({
+          at,
+          tenantId: row.tenantId,
+          actor: row.hostId,
+          action: "vm.checkpoint.delete",
+          target: row.agentId,
+          detail: { checkpointId: row.id, name: row.name },
+        });
         return true;
       });
     },
@@ -106,7 +112,17 @@ function recordOf(row: typeof checkpoints.$inferSelect): CheckpointRecord {
 
 /** The row as the API and the fleet show it. */
 export function checkpointView(r: CheckpointRecord): CheckpointView {
-  return { id: r.id, tenantId: r.tenantId, agentId: r.agentId, hostId: r.hostId, name: r.name, origin: r.origin, bytes: r.bytes, pausedMs: r.pausedMs, createdAt: r.createdAt.toISOString() };
+  return {
+    id: r.id,
+    tenantId: r.tenantId,
+    agentId: r.agentId,
+    hostId: r.hostId,
+    name: r.name,
+    origin: r.origin,
+    bytes: r.bytes,
+    pausedMs: r.pausedMs,
+    createdAt: r.createdAt.toISOString(),
+  };
 }
 
 /**

@@ -28,17 +28,55 @@ export interface FleetAgentConfig {
 
 export const fleetAgentEnv = z.object({
   HOST_ID: vars.optStr({ type: "id (`host_…`)", default: "derived once from the data directory (`DATA_DIR/host-id`)", doc: "this host's id" }),
-  DRIVER: vars.oneOf(["auto", "qemu", "process", "firecracker"] as const, { fallback: "auto", doc: "the VM driver; `auto`: qemu where QEMU and the guest image are usable, else process" }),
+  DRIVER: vars.oneOf(["auto", "qemu", "process", "firecracker"] as const, {
+    fallback: "auto",
+    doc: "the VM driver; `auto`: qemu where QEMU and the guest image are usable, else process",
+  }),
   WAKE_QUEUE_LIMIT: vars.int({ fallback: 1000, min: 1, unit: "calls", doc: "calls that may wait for one agent's wake; beyond: `503 queue_full`" }),
   WAKE_DEADLINE_MS: vars.int({ fallback: 60_000, min: 100, unit: "ms", doc: "how long a call waits for a wake; then `503 wake_failed`" }),
   REAPER_INTERVAL_MS: vars.int({ fallback: 1000, min: 10, unit: "ms", doc: "how often the idle reaper looks at running VMs" }),
-  CPU_BUSY_PERCENT: vars.int({ fallback: 20, min: 1, max: 10_000, unit: "% of one core", doc: "guest CPU over the last reaper window that counts as work (keeps the VM awake)" }),
-  METER_HEARTBEAT_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "longest open meter segment: a host crash loses at most this much metered time" }),
-  HIBERNATE_RETRY_MS: vars.int({ fallback: 30_000, min: 10, unit: "ms", doc: "after a failed hibernate (a full disk, say) the VM stays awake and the idle reaper tries again after this; doubled per failure in a row" }),
-  HIBERNATE_RETRY_MAX_MS: vars.int({ fallback: 600_000, min: 10, unit: "ms", doc: "the longest wait between hibernate attempts; a successful hibernate resets it" }),
-  LOG_MAX_BYTES: vars.int({ fallback: 4_194_304, min: 4096, unit: "bytes", doc: "an agent's log (console + workload output) past this size is rotated: copied to `<log>.1` (the one older generation kept), then emptied in place" }),
-  LOG_ROTATE_INTERVAL_MS: vars.int({ fallback: 2000, min: 10, unit: "ms", doc: "how often the host looks at its awake agents' logs (and at one on every read); a log passes its limit by at most what the agent writes meanwhile" }),
-  ARTIFACT_STORE_DIR: vars.optStr({ type: "path", default: "(unset: snapshots stay on their host)", doc: "a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit" }),
+  CPU_BUSY_PERCENT: vars.int({
+    fallback: 20,
+    min: 1,
+    max: 10_000,
+    unit: "% of one core",
+    doc: "guest CPU over the last reaper window that counts as work (keeps the VM awake)",
+  }),
+  METER_HEARTBEAT_MS: vars.int({
+    fallback: 10_000,
+    min: 100,
+    unit: "ms",
+    doc: "longest open meter segment: a host crash loses at most this much metered time",
+  }),
+  HIBERNATE_RETRY_MS: vars.int({
+    fallback: 30_000,
+    min: 10,
+    unit: "ms",
+    doc: "after a failed hibernate (a full disk, say) the VM stays awake and the idle reaper tries again after this; doubled per failure in a row",
+  }),
+  HIBERNATE_RETRY_MAX_MS: vars.int({
+    fallback: 600_000,
+    min: 10,
+    unit: "ms",
+    doc: "the longest wait between hibernate attempts; a successful hibernate resets it",
+  }),
+  LOG_MAX_BYTES: vars.int({
+    fallback: 4_194_304,
+    min: 4096,
+    unit: "bytes",
+    doc: "an agent's log (console + workload output) past this size is rotated: copied to `<log>.1` (the one older generation kept), then emptied in place",
+  }),
+  LOG_ROTATE_INTERVAL_MS: vars.int({
+    fallback: 2000,
+    min: 10,
+    unit: "ms",
+    doc: "how often the host looks at its awake agents' logs (and at one on every read); a log passes its limit by at most what the agent writes meanwhile",
+  }),
+  ARTIFACT_STORE_DIR: vars.optStr({
+    type: "path",
+    default: "(unset: snapshots stay on their host)",
+    doc: "a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit",
+  }),
   ARTIFACT_CACHE_DIR: vars.optStr({ type: "path", default: "`DATA_DIR/artifact-cache`", doc: "this host's verified copies of blobs it read from the store" }),
 });
 

@@ -68,7 +68,10 @@ export function ensureHostSecret(dataDir: string, hostId: string): string {
   }
   const secret = text.trim();
   if (!/^[A-Za-z0-9_-]{43}$/.test(secret)) {
-    throw new AppError("conflict", `the host secret in ${path} is not one this program wrote (expected 43 base64url characters); restore it from a backup, or, if the host's row should be claimed anew, delete the file and the row (delete from hosts where id='${hostId}')`);
+    throw new AppError(
+      "conflict",
+      `the host secret in ${path} is not one this program wrote (expected 43 base64url characters); restore it from a backup, or, if the host's row should be claimed anew, delete the file and the row (delete from hosts where id='${hostId}')`,
+    );
   }
   return secret;
 }

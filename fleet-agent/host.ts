@@ -119,7 +119,18 @@ export class Host {
     this.startup = new Startup({ vmsDir, checkpointsDir, fs, driver, log, vms, ...checkpointStore });
     this.drain = new Drain({ clock, log, drainTimeoutMs: config.drainTimeoutMs, inFlight: () => vms.inFlight() });
     const leased = (spec: AgentSpec) => this.fencing.leased(spec);
-    const checkpoints = (this.checkpoints = new Checkpointer({ hostId, clock, log, driver, checkpointsDir, vms, lifecycle, metering, leased, ...checkpointStore }));
+    const checkpoints = (this.checkpoints = new Checkpointer({
+      hostId,
+      clock,
+      log,
+      driver,
+      checkpointsDir,
+      vms,
+      lifecycle,
+      metering,
+      leased,
+      ...checkpointStore,
+    }));
     const checkpointBusy = (agentId: string) => checkpoints.busy(agentId);
     const removeCheckpointsOf = (agentId: string) => checkpoints.removeCheckpointsOf(agentId);
     const eviction = (this.eviction = new Eviction({ driver, log, vms, lifecycle, metering, generations, checkpointBusy, removeCheckpointsOf }));

@@ -117,7 +117,12 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
   // Checkpoints: the local fleet's, which answers 501 checkpoints_unsupported when this host's driver keeps none.
   app.post(hostOpPaths.checkpoint, async (c) => {
     const call = await authorize(c, "checkpoint");
-    return c.json(await checkpointOps(fleet).checkpoint!(call.agent, { ...(call.name !== undefined ? { name: call.name } : {}), ...(call.requestId ? { requestId: call.requestId } : {}) }));
+    return c.json(
+      await checkpointOps(fleet).checkpoint!(call.agent, {
+        ...(call.name !== undefined ? { name: call.name } : {}),
+        ...(call.requestId ? { requestId: call.requestId } : {}),
+      }),
+    );
   });
 
   app.post(hostOpPaths["restore-checkpoint"], async (c) => {
@@ -184,8 +189,19 @@ export function createIngressUpgrade(deps: IngressDeps): IngressUpgrade {
         if (req.rawHeaders[i]!.toLowerCase() !== hostTokenHeader) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
       }
       const one = (name: string) => (typeof req.headers[name] === "string" ? (req.headers[name] as string) : undefined);
-      const headers = upgradeRequestHeaders(raw, { clientIp: undefined, proto: one("x-forwarded-proto") ?? "http", host: one("x-forwarded-host") ?? "", requestId }, { stripAuthorization: false, host: "" });
-      await fleet.upgrade(call.agent, req, socket, head, { requestId, reason: call.reason, pathInside: call.path, headers, proxyIdleTimeoutMs: call.proxyIdleTimeoutMs, responseTimeoutMs: call.responseTimeoutMs });
+      const headers = upgradeRequestHeaders(
+        raw,
+        { clientIp: undefined, proto: one("x-forwarded-proto") ?? "http", host: one("x-forwarded-host") ?? "", requestId },
+        { stripAuthorization: false, host: "" },
+      );
+      await fleet.upgrade(call.agent, req, socket, head, {
+        requestId,
+        reason: call.reason,
+        pathInside: call.path,
+        headers,
+        proxyIdleTimeoutMs: call.proxyIdleTimeoutMs,
+        responseTimeoutMs: call.responseTimeoutMs,
+      });
     } catch (err) {
       logFailure(log, err, { requestId, method: req.method ?? "GET", path: req.url ?? "" }, "ingress upgrade");
       if (socket.destroyed) return;

@@ -137,10 +137,26 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
       const relayed = withHold(agent, ctx, (hold) => {
         if (socket.destroyed) return Promise.resolve(); // the client went away while the agent woke
         const ep = hold.endpoint;
-        const headers = ctx.headers[0]?.toLowerCase() === "host" ? ["host", `${ep.host}:${ep.port}`, ...ctx.headers.slice(2)] : ["host", `${ep.host}:${ep.port}`, ...ctx.headers];
+        const headers =
+          ctx.headers[0]?.toLowerCase() === "host"
+            ? ["host", `${ep.host}:${ep.port}`, ...ctx.headers.slice(2)]
+            : ["host", `${ep.host}:${ep.port}`, ...ctx.headers];
         return new Promise<void>((closed) => {
           new WebSocketRelay(
-            { req, socket, head, requestId: ctx.requestId, agentId: agent.id, pathInside: ctx.pathInside, ticket: hold, headers, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs, handshakeDone: handshakeOver, closed },
+            {
+              req,
+              socket,
+              head,
+              requestId: ctx.requestId,
+              agentId: agent.id,
+              pathInside: ctx.pathInside,
+              ticket: hold,
+              headers,
+              proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs,
+              responseTimeoutMs: ctx.responseTimeoutMs,
+              handshakeDone: handshakeOver,
+              closed,
+            },
             { log, active: relays },
           ).start();
         });
@@ -235,7 +251,8 @@ function streamBody(body: Readable, ticket: Ticket): ReadableStream<Uint8Array> 
 export function upstreamError(err: unknown, agentId: string): unknown {
   if (err instanceof AppError) return err;
   if (err instanceof undiciErrors.HeadersTimeoutError) return new AppError("gateway_timeout", `agent ${agentId} did not answer in time`, { cause: err });
-  if (err instanceof undiciErrors.ConnectTimeoutError) return new AppError("gateway_timeout", `agent ${agentId} did not accept the connection in time`, { cause: err });
+  if (err instanceof undiciErrors.ConnectTimeoutError)
+    return new AppError("gateway_timeout", `agent ${agentId} did not accept the connection in time`, { cause: err });
   if (err instanceof undiciErrors.RequestAbortedError || (err instanceof Error && err.name === "AbortError")) return err;
   const message = err instanceof Error ? err.message : String(err);
   return new AppError("bad_gateway", `agent ${agentId} answered badly: ${message}`, { cause: err });

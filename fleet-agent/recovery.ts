@@ -126,7 +126,8 @@ export function startCrashRecovery(deps: RecoveryDeps, onRecovered: (r: Recovere
   const attempt = async (delayMs: number): Promise<void> => {
     try {
       const r = await recoverCrashes(deps);
-      if (r.agents > 0 || r.rollbacks.size > 0) deps.log.info("crash recovery done", { runsClosed: r.runsClosed, agents: r.agents, rollbacks: r.rollbacks.size });
+      if (r.agents > 0 || r.rollbacks.size > 0)
+        deps.log.info("crash recovery done", { runsClosed: r.runsClosed, agents: r.agents, rollbacks: r.rollbacks.size });
       onRecovered(r);
     } catch (err) {
       deps.log.error("crash recovery failed; retrying", { err: err instanceof Error ? err.message : String(err), retryInMs: delayMs });

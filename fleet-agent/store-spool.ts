@@ -130,7 +130,8 @@ class StoreSpool {
       try {
         const v = decode(line) as { n?: unknown; m?: unknown; a?: unknown; done?: unknown };
         if (typeof v.done === "number") written.delete(v.done);
-        else if (typeof v.n === "number" && isSpooled(v.m as string) && Array.isArray(v.a)) written.set(v.n, { n: v.n, method: v.m as SpooledMethod, args: v.a });
+        else if (typeof v.n === "number" && isSpooled(v.m as string) && Array.isArray(v.a))
+          written.set(v.n, { n: v.n, method: v.m as SpooledMethod, args: v.a });
         else corrupt++;
         this.nextN = Math.max(this.nextN, (typeof v.n === "number" ? v.n : 0) + 1);
       } catch {
@@ -205,8 +206,14 @@ class StoreSpool {
           return false;
         }
         if (!isUniqueViolation(err)) {
-          this.log.error("event log: the database refused a spooled write; kept in rejected.ndjson", { method: next.method, err: err instanceof Error ? err.message : String(err) });
-          appendFileSync(join(this.opts.dir, "rejected.ndjson"), `${encode({ at: new Date(this.clock.now()), method: next.method, args: next.args, error: err instanceof Error ? err.message : String(err) })}\n`);
+          this.log.error("event log: the database refused a spooled write; kept in rejected.ndjson", {
+            method: next.method,
+            err: err instanceof Error ? err.message : String(err),
+          });
+          appendFileSync(
+            join(this.opts.dir, "rejected.ndjson"),
+            `${encode({ at: new Date(this.clock.now()), method: next.method, args: next.args, error: err instanceof Error ? err.message : String(err) })}\n`,
+          );
         }
       }
       this.pending.shift();

@@ -161,7 +161,16 @@ export function createDbHostStore(db: Db): HostStore {
       await db.update(runs).set({ sleptAt, sleepReason: reason }).where(eq(runs.id, runId));
     },
     async leftovers(hostId, before) {
-      const runCols = { id: runs.id, agentId: runs.agentId, tenantId: runs.tenantId, hostId: runs.hostId, vmId: runs.vmId, wokeAt: runs.wokeAt, sleptAt: runs.sleptAt, sleepReason: runs.sleepReason };
+      const runCols = {
+        id: runs.id,
+        agentId: runs.agentId,
+        tenantId: runs.tenantId,
+        hostId: runs.hostId,
+        vmId: runs.vmId,
+        wokeAt: runs.wokeAt,
+        sleptAt: runs.sleptAt,
+        sleepReason: runs.sleepReason,
+      };
       const agentCols = { id: agents.id, tenantId: agents.tenantId, state: agents.state, hostId: agents.hostId };
       const open = await db
         .select({ run: runCols, agent: agentCols })
@@ -169,7 +178,10 @@ export function createDbHostStore(db: Db): HostStore {
         .leftJoin(agents, eq(agents.id, runs.agentId))
         .where(and(eq(runs.hostId, hostId), isNull(runs.sleptAt), lt(runs.wokeAt, before)));
       const onHost = and(eq(agents.hostId, hostId), isNull(agents.deletedAt));
-      const awakeAgents = await db.select(agentCols).from(agents).where(and(onHost, inArray(agents.state, [...awakeStates])));
+      const awakeAgents = await db
+        .select(agentCols)
+        .from(agents)
+        .where(and(onHost, inArray(agents.state, [...awakeStates])));
       // The latest run per agent (runs_agent_idx), for the agents placed on this host.
       const lastRuns = await db
         .selectDistinctOn([runs.agentId], runCols)
@@ -181,15 +193,37 @@ export function createDbHostStore(db: Db): HostStore {
     },
     async recordCrash(c) {
       await db.transaction(async (tx) => {
-        for (const run of c.runs) await tx.update(runs).set({ sleptAt: run.sleptAt, sleepReason: "crash" }).where(and(eq(runs.id, run.id), isNull(runs.sleptAt)));
-        await tx.insert(vmEvents).values({ at: c.at, hostId: c.hostId, agentId: c.agentId, vmId: c.vmId, runId: c.runId, fromState: c.fromState, toState: c.toState, reason: "crash", timings: null, detail: c.detail });
+        for (const run of c.runs)
+          await tx
+            .update(runs)
+            .set({ sleptAt: run.sleptAt, sleepReason: "crash" })
+            .where(and(eq(runs.id, run.id), isNull(runs.sleptAt)));
+        await tx.insert(vmEvents).values({
+          at: c.at,
+          hostId: c.hostId,
+          agentId: c.agentId,
+          vmId: c.vmId,
+          runId: c.runId,
+          fromState: c.fromState,
+          toState: c.toState,
+          reason: "crash",
+          timings: null,
+          detail: c.detail,
+        });
         if (c.setAgentState) {
           await tx
             .update(agents)
             .set({ state: c.toState })
             .where(and(eq(agents.id, c.agentId), eq(agents.hostId, c.hostId), inArray(agents.state, [...awakeStates])));
         }
-        await audit.within(tx).record({ at: c.at, tenantId: c.tenantId, actor: c.hostId, action: "vm.crash", target: c.agentId, detail: { from: c.fromState, to: c.toState, runId: c.runId, ...c.detail } });
+        await audit.within(tx).record({
+          at: c.at,
+          tenantId: c.tenantId,
+          actor: c.hostId,
+          action: "vm.crash",
+          target: c.agentId,
+          detail: { from: c.fromState, to: c.toState, runId: c.runId, ...c.detail },
+        });
       });
     },
   };
@@ -253,7 +287,9 @@ export function createMemoryHostStore(): MemoryHostStore {
     },
     async leftovers(hostId, before) {
       const all = [...runMap.values()];
-      const openRuns = all.filter((r) => r.hostId === hostId && !r.sleptAt && r.wokeAt < before).map((r) => ({ ...runRow(r), agent: agentRows.get(r.agentId) ?? null }));
+      const openRuns = all
+        .filter((r) => r.hostId === hostId && !r.sleptAt && r.wokeAt < before)
+        .map((r) => ({ ...runRow(r), agent: agentRows.get(r.agentId) ?? null }));
       const onHost = [...agentRows.values()].filter((a) => a.hostId === hostId);
       const lastRuns: RunRow[] = [];
       for (const a of onHost) {

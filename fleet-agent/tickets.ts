@@ -86,4 +86,3 @@ export function removeTicket(tickets: TicketImpl[], t: TicketImpl): void {
   }
   t.slot = -1;
 }
-

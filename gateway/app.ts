@@ -67,7 +67,12 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
     return toErrorResponse(err, requestId);
   });
   // The path is shortened: a 15 KB path must not come back as a 15 KB error.
-  app.notFound((c) => toErrorResponse(new AppError("not_found", `no route for ${c.req.method.slice(0, 20)} ${c.req.path.length > 200 ? `${c.req.path.slice(0, 200)}…` : c.req.path}`), c.get("requestId") ?? newId("request")));
+  app.notFound((c) =>
+    toErrorResponse(
+      new AppError("not_found", `no route for ${c.req.method.slice(0, 20)} ${c.req.path.length > 200 ? `${c.req.path.slice(0, 200)}…` : c.req.path}`),
+      c.get("requestId") ?? newId("request"),
+    ),
+  );
 
   app.use(async (c, next) => {
     const requestId = newId("request");

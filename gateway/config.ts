@@ -27,25 +27,81 @@ export const gatewayEnv = z.object({
   AGENT_STREAM_IDLE_MS: vars.int({ fallback: 60_000, min: 100, unit: "ms", doc: "default stream idle window of new agents" }),
   AGENT_MEM_MIB: vars.int({ fallback: 256, min: 64, unit: "MiB", doc: "default guest memory of new agents" }),
   AGENT_VCPUS: vars.int({ fallback: 1, min: 1, max: 16, unit: "vCPUs", doc: "default vCPUs of new agents" }),
-  AGENT_DISK_MIB: vars.int({ fallback: 1024, min: 64, max: 1024 * 1024, unit: "MiB", doc: "an agent's persistent disk (the writable layer over a built image) unless its create call says" }),
-  JWKS_URL: vars.optStr({ type: "URL", default: "(unset)", doc: "JWKS endpoint of the token issuer; unset: `JWKS_JSON`, `JWKS_FILE` or the signing key in `SIGNING_KEY_FILE`" }),
+  AGENT_DISK_MIB: vars.int({
+    fallback: 1024,
+    min: 64,
+    max: 1024 * 1024,
+    unit: "MiB",
+    doc: "an agent's persistent disk (the writable layer over a built image) unless its create call says",
+  }),
+  JWKS_URL: vars.optStr({
+    type: "URL",
+    default: "(unset)",
+    doc: "JWKS endpoint of the token issuer; unset: `JWKS_JSON`, `JWKS_FILE` or the signing key in `SIGNING_KEY_FILE`",
+  }),
   JWKS_JSON: vars.optStr({ type: "JSON", default: "(unset)", doc: "a JWKS document inline, instead of `JWKS_URL`" }),
   JWT_ISSUER: vars.str({ fallback: devIssuer, doc: "required `iss` of user tokens" }),
   JWT_AUDIENCE: vars.str({ fallback: devAudience, doc: "required `aud` of user tokens" }),
   JWT_ALGORITHMS: vars.list({ fallback: "ES256,EdDSA,RS256", doc: "accepted signature algorithms (anything else is refused)" }),
-  TENANT_CACHE_TTL_MS: vars.int({ fallback: 5000, min: 0, max: 3_600_000, unit: "ms", doc: "how long a tenant's status (active, suspended, deleted, missing) is trusted from memory; a change made through another gateway process is seen within this (plus one refresh); 0: every check reads it" }),
-  TENANTS_AUTO_PROVISION: vars.bool({ fallback: false, doc: "a verified token of a tenant that does not exist creates it (name = id, time zone UTC, audit `tenant.provision`) instead of `403 tenant_not_found`" }),
+  TENANT_CACHE_TTL_MS: vars.int({
+    fallback: 5000,
+    min: 0,
+    max: 3_600_000,
+    unit: "ms",
+    doc: "how long a tenant's status (active, suspended, deleted, missing) is trusted from memory; a change made through another gateway process is seen within this (plus one refresh); 0: every check reads it",
+  }),
+  TENANTS_AUTO_PROVISION: vars.bool({
+    fallback: false,
+    doc: "a verified token of a tenant that does not exist creates it (name = id, time zone UTC, audit `tenant.provision`) instead of `403 tenant_not_found`",
+  }),
 });
 
 /** What the proxy holds every call and client to (with the upstream timeouts of lib/shared-env.ts). */
 export const proxyLimitsEnv = z.object({
-  MAX_BODY_BYTES: vars.int({ fallback: 1024 ** 3, min: 0, unit: "bytes", default: "1073741824 (1 GiB)", doc: "largest proxied request body (per agent: `limits.maxBodyBytes`, which may only lower it); `413` beyond" }),
-  MAX_HEADER_BYTES: vars.int({ fallback: defaultProxyConfig.maxHeaderBytes, min: 1024, max: 1024 * 1024, unit: "bytes", doc: "largest request head (request line + headers) a client may send; `431` beyond" }),
-  CLIENT_HEADERS_TIMEOUT_MS: vars.int({ fallback: defaultProxyConfig.clientHeadersTimeoutMs, min: 100, unit: "ms", doc: "a request head must be complete this long after the connection opened (kept-alive: after the next request's first byte); `408` and the connection closed, at most a twentieth of it (≤ 0.5 s) late (Node: the fleet-agent's ingress too)" }),
-  TENANT_MAX_CONCURRENT: vars.int({ fallback: defaultProxyConfig.tenantMaxConcurrent, min: 1, unit: "calls", doc: "proxied calls in flight per tenant (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond" }),
-  PROXY_IDLE_TIMEOUT_MS: vars.int({ fallback: defaultProxyConfig.proxyIdleTimeoutMs, min: 100, unit: "ms", default: "600000 (10 min)", doc: "a proxied call, stream or WebSocket that moves no bytes either way for this long is ended (per agent: `limits.proxyIdleTimeoutMs`)" }),
-  AGENT_CACHE_TTL_MS: vars.int({ fallback: defaultProxyConfig.agentCacheTtlMs, min: 0, unit: "ms", default: "2000 (Workers: 0)", doc: "how long the proxy trusts an agent row from memory before re-reading it (in the background); 0: every call reads it" }),
-  PROXY_FAST_PATH: vars.bool({ fallback: defaultProxyConfig.fastPath, doc: "Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets)" }),
+  MAX_BODY_BYTES: vars.int({
+    fallback: 1024 ** 3,
+    min: 0,
+    unit: "bytes",
+    default: "1073741824 (1 GiB)",
+    doc: "largest proxied request body (per agent: `limits.maxBodyBytes`, which may only lower it); `413` beyond",
+  }),
+  MAX_HEADER_BYTES: vars.int({
+    fallback: defaultProxyConfig.maxHeaderBytes,
+    min: 1024,
+    max: 1024 * 1024,
+    unit: "bytes",
+    doc: "largest request head (request line + headers) a client may send; `431` beyond",
+  }),
+  CLIENT_HEADERS_TIMEOUT_MS: vars.int({
+    fallback: defaultProxyConfig.clientHeadersTimeoutMs,
+    min: 100,
+    unit: "ms",
+    doc: "a request head must be complete this long after the connection opened (kept-alive: after the next request's first byte); `408` and the connection closed, at most a twentieth of it (≤ 0.5 s) late (Node: the fleet-agent's ingress too)",
+  }),
+  TENANT_MAX_CONCURRENT: vars.int({
+    fallback: defaultProxyConfig.tenantMaxConcurrent,
+    min: 1,
+    unit: "calls",
+    doc: "proxied calls in flight per tenant (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond",
+  }),
+  PROXY_IDLE_TIMEOUT_MS: vars.int({
+    fallback: defaultProxyConfig.proxyIdleTimeoutMs,
+    min: 100,
+    unit: "ms",
+    default: "600000 (10 min)",
+    doc: "a proxied call, stream or WebSocket that moves no bytes either way for this long is ended (per agent: `limits.proxyIdleTimeoutMs`)",
+  }),
+  AGENT_CACHE_TTL_MS: vars.int({
+    fallback: defaultProxyConfig.agentCacheTtlMs,
+    min: 0,
+    unit: "ms",
+    default: "2000 (Workers: 0)",
+    doc: "how long the proxy trusts an agent row from memory before re-reading it (in the background); 0: every call reads it",
+  }),
+  PROXY_FAST_PATH: vars.bool({
+    fallback: defaultProxyConfig.fastPath,
+    doc: "Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets)",
+  }),
 });
 
 export type GatewaySettings = z.output<typeof gatewayEnv> & z.output<typeof proxyLimitsEnv> & z.output<typeof upstreamEnv>;
@@ -58,7 +114,13 @@ export function gatewayConfigOf(v: GatewaySettings, images: readonly string[]): 
       maxBodyBytes: v.MAX_BODY_BYTES,
       maxApiBodyBytes: v.MAX_API_BODY_BYTES,
       images,
-      agentDefaults: { vcpus: v.AGENT_VCPUS, memMiB: v.AGENT_MEM_MIB, idleTimeoutMs: v.AGENT_IDLE_TIMEOUT_MS, streamIdleMs: v.AGENT_STREAM_IDLE_MS, diskMiB: v.AGENT_DISK_MIB },
+      agentDefaults: {
+        vcpus: v.AGENT_VCPUS,
+        memMiB: v.AGENT_MEM_MIB,
+        idleTimeoutMs: v.AGENT_IDLE_TIMEOUT_MS,
+        streamIdleMs: v.AGENT_STREAM_IDLE_MS,
+        diskMiB: v.AGENT_DISK_MIB,
+      },
       proxy: {
         maxHeaderBytes: v.MAX_HEADER_BYTES,
         clientHeadersTimeoutMs: v.CLIENT_HEADERS_TIMEOUT_MS,

@@ -129,7 +129,16 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     /** Another host can take the agent with its state: the process driver keeps none, or its last hibernation is committed to the shared store. */
     carryable: boolean;
   }> {
-    const rows = await queryRows<{ host_id: string | null; state: string; generation: number; url: string | null; live: boolean | null; skew: number | null; draining: boolean | null; carryable: boolean | null }>(
+    const rows = await queryRows<{
+      host_id: string | null;
+      state: string;
+      generation: number;
+      url: string | null;
+      live: boolean | null;
+      skew: number | null;
+      draining: boolean | null;
+      carryable: boolean | null;
+    }>(
       db,
       sql`select a.host_id, a.state, a.generation, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live,
                  h.clock_skew_ms as skew, h.draining_at is not null as draining,
@@ -162,7 +171,14 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
             and abs(h.clock_skew_ms) <= ${maxSkew} and h.draining_at is null
           group by h.id`,
     );
-    const loads = rows.map((r) => ({ id: r.id, url: r.url, capacityMiB: r.capacity_mib, usedMiB: Number(r.used_mib), pendingMiB: Number(r.pending_mib), agents: Number(r.agents) }));
+    const loads = rows.map((r) => ({
+      id: r.id,
+      url: r.url,
+      capacityMiB: r.capacity_mib,
+      usedMiB: Number(r.used_mib),
+      pendingMiB: Number(r.pending_mib),
+      agents: Number(r.agents),
+    }));
     const ok = await Promise.all(loads.map((h) => reachable(h)));
     return loads.filter((_, i) => ok[i]);
   }
@@ -235,7 +251,10 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
           db,
           sql`select a.id, a.host_id, a.generation, h.url, h.last_heartbeat_at > now() - ${liveWindow} as live
               from agents a join hosts h on h.id = a.host_id
-              where a.id in (${sql.join(asked.map((id) => sql`${id}`), sql`, `)}) and a.deleted_at is null and h.url is not null`,
+              where a.id in (${sql.join(
+                asked.map((id) => sql`${id}`),
+                sql`, `,
+              )}) and a.deleted_at is null and h.url is not null`,
         );
         outage = false;
         for (const r of rows) out.set(r.id, remember(r.id, { id: r.host_id, url: r.url, live: r.live === true, generation: Number(r.generation) }));
@@ -275,16 +294,29 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
         const asleep = now.state === "hibernated" || now.state === "stopped";
         if (fresh ? now.healthy : now.host.live && !(now.draining && asleep && now.carryable)) return remember(agent.id, now.host);
         if (!fresh && !now.host.live && !now.carryable) {
-          throw new AppError("host_unavailable", `agent ${agent.id}'s host ${now.host.id} is not live, and its last snapshot is on that host only (no commit in the shared store): it answers again when the host is back`, { retryAfterS: 10 });
+          throw new AppError(
+            "host_unavailable",
+            `agent ${agent.id}'s host ${now.host.id} is not live, and its last snapshot is on that host only (no commit in the shared store): it answers again when the host is back`,
+            { retryAfterS: 10 },
+          );
         }
         if (!fresh) reason = now.host.live ? "drain" : "host_lost";
       } else if (now.hostId && !fresh) {
         throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
       }
-      const choice = chooseHost((await candidates()).filter((h) => h.id !== now.hostId), agent.memMiB, opts.reserveMiB);
+      const choice = chooseHost(
+        (await candidates()).filter((h) => h.id !== now.hostId),
+        agent.memMiB,
+        opts.reserveMiB,
+      );
       if (!choice) {
         if (reason === "drain") return remember(agent.id, now.host!); // nowhere to go: it stays on the draining host for now
-        if (reason) throw new AppError("host_unavailable", `agent ${agent.id}'s host ${now.host!.id} is not live, and no other host has ${agent.memMiB} MiB free for it`, { retryAfterS: 5 });
+        if (reason)
+          throw new AppError(
+            "host_unavailable",
+            `agent ${agent.id}'s host ${now.host!.id} is not live, and no other host has ${agent.memMiB} MiB free for it`,
+            { retryAfterS: 5 },
+          );
         throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
       }
       const moved = await moveAgent(agent.id, now.hostId, now.generation, choice.id, reason === "host_lost");

@@ -2,7 +2,16 @@
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
 import type { CheckpointView, Fleet, ForwardContext, TemplateView } from "../contracts/fleet.ts";
-import { hostCallMethod, hostErrorFrom, hostErrorHeader, hostOpPaths, hostTokenHeader, maxStatusesPerCall, signHostCall, type HostCall } from "../contracts/host-protocol.ts";
+import {
+  hostCallMethod,
+  hostErrorFrom,
+  hostErrorHeader,
+  hostOpPaths,
+  hostTokenHeader,
+  maxStatusesPerCall,
+  signHostCall,
+  type HostCall,
+} from "../contracts/host-protocol.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo } from "../contracts/agent.ts";
 import type { PlacedHost, Placement } from "./placement.ts";
 
@@ -128,7 +137,15 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       const host = await placement.hostFor(spec);
       const agent = leased(spec, host);
       const url = new URL(req.url);
-      const call: HostCall = { op: "websocket", agent, reason: ctx.reason, path: url.pathname + url.search, requestId: ctx.requestId, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs };
+      const call: HostCall = {
+        op: "websocket",
+        agent,
+        reason: ctx.reason,
+        path: url.pathname + url.search,
+        requestId: ctx.requestId,
+        proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs,
+        responseTimeoutMs: ctx.responseTimeoutMs,
+      };
       const headers = new Headers(req.headers);
       headers.set("upgrade", "websocket"); // the runtime's fetch makes the WebSocket handshake with the host
       return send(host, call, { headers, ...(ctx.signal ? { signal: ctx.signal } : {}) });
@@ -203,12 +220,19 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     async restoreCheckpoint(agent, checkpointId, requestId) {
       const host = await placement.currentHost(agent.id);
       if (!host) throw new AppError("not_found", `agent ${agent.id} has no host to restore on`);
-      return (await control<{ state: VmState }>(host, { op: "restore-checkpoint", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+      return (
+        await control<{ state: VmState }>(
+          host,
+          { op: "restore-checkpoint", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) },
+          undefined,
+        )
+      ).state;
     },
     async fork(agent, checkpointId, requestId) {
       const host = await placement.currentHost(agent.id);
       if (!host) throw new AppError("wake_failed", `the host of checkpoint ${checkpointId} has no ingress URL`, { retryAfterS: 10 });
-      return (await control<{ state: VmState }>(host, { op: "fork", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) }, undefined)).state;
+      return (await control<{ state: VmState }>(host, { op: "fork", agent: leased(agent, host), checkpointId, ...(requestId ? { requestId } : {}) }, undefined))
+        .state;
     },
     async deleteCheckpoint(agentId, checkpointId) {
       const host = await placement.currentHost(agentId);

@@ -17,7 +17,10 @@ export const UploadQuery = z.strictObject({
     .regex(tagPattern, "must be 1–128 letters, digits, _ . - (not starting with . or -)")
     .default("latest")
     .openapi({ description: "Tag (default latest); an existing name:tag moves to the new digest", example: "v1" }),
-  kind: z.enum(["containerfile", "archive"]).default("containerfile").openapi({ description: "containerfile: the body is a tar of the build context; archive: an OCI archive or a `docker save` tarball" }),
+  kind: z
+    .enum(["containerfile", "archive"])
+    .default("containerfile")
+    .openapi({ description: "containerfile: the body is a tar of the build context; archive: an OCI archive or a `docker save` tarball" }),
   file: z
     .string()
     .regex(filePattern, "must be a relative path inside the build context")

@@ -30,7 +30,9 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
   // What builds of an earlier process left (it died mid-build): half-written images, build results, uploads.
   const swept = sweepTemp(opts.dataDir);
   if (swept.length > 0) opts.log.info("removed half-built images an earlier process left", { dirs: swept.length });
-  void sweepBuildah(opts.cacheDir).catch((err) => opts.log.warn("sweeping buildah's storage failed", { err: err instanceof Error ? err.message : String(err) }));
+  void sweepBuildah(opts.cacheDir).catch((err) =>
+    opts.log.warn("sweeping buildah's storage failed", { err: err instanceof Error ? err.message : String(err) }),
+  );
   rmSync(uploads, { recursive: true, force: true }); // synchronously: a build may start right after this
 
   // One build at a time: buildah and mke2fs are disk- and CPU-bound, and two at once only make both slower.
@@ -52,7 +54,14 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
         record.emit({ type: "progress", phase: "build", text: "unpacking the build context" });
         await untar(file, input);
       }
-      const artifact = await buildImage({ kind: upload.kind, input, ...(upload.file ? { file: upload.file } : {}), dataDir: opts.dataDir, cacheDir: opts.cacheDir, onEvent: (e) => record.emit(e) });
+      const artifact = await buildImage({
+        kind: upload.kind,
+        input,
+        ...(upload.file ? { file: upload.file } : {}),
+        dataDir: opts.dataDir,
+        cacheDir: opts.cacheDir,
+        onEvent: (e) => record.emit(e),
+      });
       record.succeed(artifact, new Date(opts.clock.now()));
     } catch (err) {
       if (!(err instanceof AppError)) opts.log.error("image build crashed", { buildId: record.id, err: err instanceof Error ? err.stack : String(err) });
@@ -101,7 +110,8 @@ async function spool(upload: BuildUpload, dir: string): Promise<string> {
     if (err instanceof AppError) throw err;
     throw new AppError("bad_request", `the upload did not arrive whole: ${(err as Error).message}`);
   }
-  if (bytes === 0) throw new AppError("bad_request", upload.kind === "archive" ? "the body must be the image archive" : "the body must be a tar of the build context");
+  if (bytes === 0)
+    throw new AppError("bad_request", upload.kind === "archive" ? "the body must be the image archive" : "the body must be a tar of the build context");
   return path;
 }
 
@@ -112,6 +122,8 @@ function untar(file: string, into: string): Promise<void> {
     let err = "";
     p.stderr.on("data", (d: Buffer) => (err += d.toString()));
     p.on("error", (e) => reject(new AppError("internal", `tar could not run: ${e.message}`)));
-    p.on("close", (code) => (code === 0 ? resolve() : reject(new AppError("bad_request", `the build context is not a readable tar: ${err.trim().split("\n").slice(-2).join("; ")}`))));
+    p.on("close", (code) =>
+      code === 0 ? resolve() : reject(new AppError("bad_request", `the build context is not a readable tar: ${err.trim().split("\n").slice(-2).join("; ")}`)),
+    );
   });
 }

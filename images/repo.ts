@@ -30,7 +30,16 @@ export function parseImageRef(ref: string): { name: string; tag: string } {
 }
 
 export function imageRecord(row: ImageRow): ImageRecord {
-  return { id: row.id, tenantId: row.tenantId, name: row.name, tag: row.tag, digest: row.digest, sizeBytes: row.sizeBytes, config: row.config, createdAt: row.createdAt.toISOString() };
+  return {
+    id: row.id,
+    tenantId: row.tenantId,
+    name: row.name,
+    tag: row.tag,
+    digest: row.digest,
+    sizeBytes: row.sizeBytes,
+    config: row.config,
+    createdAt: row.createdAt.toISOString(),
+  };
 }
 
 export function createImageRepo(db: Db): ImageRepo {
@@ -65,10 +74,19 @@ export function createImageRepo(db: Db): ImageRepo {
       return (await db.select({ n: count() }).from(images).where(eq(images.digest, digest)))[0]?.n ?? 0;
     },
     async agentsWithDigest(digest) {
-      return (await db.select({ n: count() }).from(agents).where(and(eq(agents.imageDigest, digest), isNull(agents.deletedAt))))[0]?.n ?? 0;
+      return (
+        (
+          await db
+            .select({ n: count() })
+            .from(agents)
+            .where(and(eq(agents.imageDigest, digest), isNull(agents.deletedAt)))
+        )[0]?.n ?? 0
+      );
     },
     async resolve(tenantId, ref) {
-      const where = isImageDigest(ref) ? and(eq(images.tenantId, tenantId), eq(images.digest, ref)) : and(eq(images.tenantId, tenantId), eq(images.name, parseImageRef(ref).name), eq(images.tag, parseImageRef(ref).tag));
+      const where = isImageDigest(ref)
+        ? and(eq(images.tenantId, tenantId), eq(images.digest, ref))
+        : and(eq(images.tenantId, tenantId), eq(images.name, parseImageRef(ref).name), eq(images.tag, parseImageRef(ref).tag));
       const row = (await db.select().from(images).where(where).limit(1))[0];
       return row ? imageRecord(row) : undefined;
     },

@@ -36,15 +36,23 @@ const uploadRoute = createRoute({
   operationId: "createImage",
   summary: "Build an image from a tar of a build context (Containerfile), or import an OCI / docker save archive",
   description:
-    "Waits and answers 201 with the image, or 422 build_failed / 400 bad_archive with the reason. With `Accept: application/x-ndjson` it streams the build's events instead, one JSON object a line: first `{type:\"build\"}`, then step/log/progress events, last `{type:\"image\"}` or `{type:\"error\"}`.",
+    'Waits and answers 201 with the image, or 422 build_failed / 400 bad_archive with the reason. With `Accept: application/x-ndjson` it streams the build\'s events instead, one JSON object a line: first `{type:"build"}`, then step/log/progress events, last `{type:"image"}` or `{type:"error"}`.',
   tags,
   request: {
     query: UploadQuery,
-    body: { required: true, description: "The build context as a tar, or the image archive", content: { "application/x-tar": { schema: binary }, "application/octet-stream": { schema: binary } } },
+    body: {
+      required: true,
+      description: "The build context as a tar, or the image archive",
+      content: { "application/x-tar": { schema: binary }, "application/octet-stream": { schema: binary } },
+    },
   },
   responses: {
     201: { description: "Built and registered", headers: z.object({ "x-build-id": z.string() }), content: { "application/json": { schema: ImageBuilt } } },
-    200: { description: "The build's events as NDJSON (with Accept: application/x-ndjson)", headers: z.object({ "x-build-id": z.string() }), content: { [ndjson]: { schema: z.string().openapi({ description: "One JSON object a line" }) } } },
+    200: {
+      description: "The build's events as NDJSON (with Accept: application/x-ndjson)",
+      headers: z.object({ "x-build-id": z.string() }),
+      content: { [ndjson]: { schema: z.string().openapi({ description: "One JSON object a line" }) } },
+    },
     ...errors(400, 405, 413, 422),
   },
 });
@@ -135,7 +143,14 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
   }
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
-    return deps.audit.record({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
+    return deps.audit.record({
+      tenantId: caller.tenantId,
+      actor: caller.subject,
+      action,
+      target,
+      requestId: c.get("requestId"),
+      ...(detail ? { detail } : {}),
+    });
   }
 
   r.openapi(uploadRoute, async (c) => {
@@ -151,12 +166,29 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
     deps.log.info("image build started", { requestId: c.get("requestId"), buildId: build.id, tenantId: caller.tenantId, name, tag, kind });
     // Registered when the build succeeds, whether or not the caller is still there: the row comes after the files.
     const registered = build.done.then(async (artifact) => {
-      const row = await repo.put({ id: newId("image"), tenantId: caller.tenantId, name, tag, digest: artifact.digest, sizeBytes: artifact.sizeBytes, config: artifact.config, source: kind, buildId: build.id });
+      const row = await repo.put({
+        id: newId("image"),
+        tenantId: caller.tenantId,
+        name,
+        tag,
+        digest: artifact.digest,
+        sizeBytes: artifact.sizeBytes,
+        config: artifact.config,
+        source: kind,
+        buildId: build.id,
+      });
       await audit(c, caller, "image.create", row.id, { name, tag, digest: artifact.digest, buildId: build.id });
       deps.log.info("image registered", { buildId: build.id, imageId: row.id, digest: artifact.digest, sizeBytes: artifact.sizeBytes });
       return row;
     });
-    registered.catch((err) => deps.log.info("image build failed", { requestId: c.get("requestId"), buildId: build.id, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err) }));
+    registered.catch((err) =>
+      deps.log.info("image build failed", {
+        requestId: c.get("requestId"),
+        buildId: build.id,
+        code: err instanceof AppError ? err.code : "internal",
+        err: err instanceof Error ? err.message : String(err),
+      }),
+    );
 
     if ((c.req.header("accept") ?? "").includes(ndjson)) {
       const requestId = c.get("requestId");
@@ -193,7 +225,14 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
 
   r.openapi(buildLogRoute, (c) => {
     const build = ownBuild(c.req.valid("param").id, requireScope(c, "agents:admin"));
-    if (c.req.valid("query").follow !== "true") return c.text(build.events().map((e) => `${eventText(e)}\n`).join(""), 200);
+    if (c.req.valid("query").follow !== "true")
+      return c.text(
+        build
+          .events()
+          .map((e) => `${eventText(e)}\n`)
+          .join(""),
+        200,
+      );
     const signal = c.req.raw.signal;
     const stream = new ReadableStream<Uint8Array>({
       async start(controller) {
@@ -213,7 +252,8 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
     const row = await ownImage(c.req.valid("param").id, caller);
     const otherRows = (await repo.rowsWithDigest(row.digest)) - 1;
     const agentsUsing = await repo.agentsWithDigest(row.digest);
-    if (otherRows === 0 && agentsUsing > 0) throw new AppError("conflict", `image ${row.id} (${row.digest}) is used by ${agentsUsing} agent(s): delete them first`);
+    if (otherRows === 0 && agentsUsing > 0)
+      throw new AppError("conflict", `image ${row.id} (${row.digest}) is used by ${agentsUsing} agent(s): delete them first`);
     await repo.remove(row.id);
     if (otherRows === 0 && builder) await builder.removeFiles(row.digest);
     await audit(c, caller, "image.delete", row.id, { name: row.name, tag: row.tag, digest: row.digest });

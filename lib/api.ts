@@ -131,7 +131,14 @@ function utf8(bytes: Uint8Array): string {
 /** Hono's own exceptions (a malformed JSON body, a media type refused) as our error, so they get the envelope. */
 export function asAppError(thrown: unknown): unknown {
   if (!(thrown instanceof HTTPException)) return thrown;
-  const byStatus: Record<number, ErrorCode> = { 400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 413: "payload_too_large", 415: "unsupported_media_type" };
+  const byStatus: Record<number, ErrorCode> = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+  };
   const code = byStatus[thrown.status];
   return code ? new AppError(code, thrown.message || code.replaceAll("_", " ")) : new AppError("internal", "internal error", { cause: thrown });
 }

@@ -96,7 +96,13 @@ function rangeText(r: IntRange): string | undefined {
 /** The documentation of an integer: its bounds with it. */
 function intDoc(o: Meta & IntRange, fallback: number | undefined): EnvDoc {
   const range = rangeText(o);
-  return { type: "integer", ...(o.unit ? { unit: o.unit } : {}), doc: o.doc, default: o.default ?? (fallback === undefined ? "(unset)" : code(fallback)), ...(range ? { range } : {}) };
+  return {
+    type: "integer",
+    ...(o.unit ? { unit: o.unit } : {}),
+    doc: o.doc,
+    default: o.default ?? (fallback === undefined ? "(unset)" : code(fallback)),
+    ...(range ? { range } : {}),
+  };
 }
 
 /** The vocabulary of the fragments' schemas. */
@@ -118,7 +124,9 @@ export const vars = {
     return envVar({ type: "string", ...o }, (raw) => (unset(raw) ? undefined : raw));
   },
   oneOf<T extends string>(allowed: readonly T[], o: Meta & { fallback: T }): EnvVar<T> {
-    return envVar({ type: `one of ${allowed.map(code).join(", ")}`, ...o, default: o.default ?? code(o.fallback) }, (raw) => readOneOf(raw, allowed, o.fallback));
+    return envVar({ type: `one of ${allowed.map(code).join(", ")}`, ...o, default: o.default ?? code(o.fallback) }, (raw) =>
+      readOneOf(raw, allowed, o.fallback),
+    );
   },
   /** A comma-separated list, its entries trimmed, empty ones dropped. */
   list(o: Meta & { fallback: string }): EnvVar<string[]> {

@@ -114,6 +114,7 @@ export function logFailure(log: Logger, err: unknown, fields: { requestId: strin
   const status = err instanceof AppError ? err.status : 500;
   const cause = err instanceof AppError && err.cause !== undefined ? { cause: err.cause instanceof Error ? err.cause.message : String(err.cause) } : {};
   const entry = { ...fields, status, code: err instanceof AppError ? err.code : "internal", err: err instanceof Error ? err.message : String(err), ...cause };
-  if (status >= 500 && status !== 501) log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
+  if (status >= 500 && status !== 501)
+    log.error(`${what} failed`, { ...entry, stack: err instanceof AppError || !(err instanceof Error) ? undefined : err.stack });
   else log.info(`${what} rejected`, entry);
 }

@@ -46,24 +46,45 @@ export interface VerifyOptions {
  * reason. A token refused for its times says by how much, and which clock may be off: signer and verifier disagree
  * when the token is fresh (it is sent within a second of its signing), so its age here is about their skew.
  */
-export async function verifyComponentToken(key: Uint8Array, token: string | undefined, aud: ComponentAudience, opts: VerifyOptions = {}): Promise<ComponentClaims & { payload: Record<string, unknown> }> {
+export async function verifyComponentToken(
+  key: Uint8Array,
+  token: string | undefined,
+  aud: ComponentAudience,
+  opts: VerifyOptions = {},
+): Promise<ComponentClaims & { payload: Record<string, unknown> }> {
   if (!token) throw new AppError("unauthorized", "missing component token");
   const nowMs = (opts.now ?? Date.now)();
   const nowS = nowMs / 1000;
   let payload: Record<string, unknown>;
   try {
-    ({ payload } = await jwtVerify(token, key, { algorithms: ["HS256"], issuer, audience: aud, clockTolerance: componentClockToleranceS, currentDate: new Date(nowMs) }));
+    ({ payload } = await jwtVerify(token, key, {
+      algorithms: ["HS256"],
+      issuer,
+      audience: aud,
+      clockTolerance: componentClockToleranceS,
+      currentDate: new Date(nowMs),
+    }));
   } catch (err) {
     if (err instanceof joseErrors.JWTExpired) {
       const { exp, iat } = err.payload;
       const agoS = typeof exp === "number" ? Math.round(nowS - exp) : undefined;
       const skewS = typeof iat === "number" ? Math.round(nowS - iat) : agoS;
-      throw refusedForTime(`component token expired${agoS !== undefined ? ` ${agoS} s ago` : ""}${skewS !== undefined ? ` (this host's clock may be ahead of the signer's by about ${skewS} s)` : ""}`, skewS, aud, opts.log);
+      throw refusedForTime(
+        `component token expired${agoS !== undefined ? ` ${agoS} s ago` : ""}${skewS !== undefined ? ` (this host's clock may be ahead of the signer's by about ${skewS} s)` : ""}`,
+        skewS,
+        aud,
+        opts.log,
+      );
     }
     if (err instanceof joseErrors.JWTClaimValidationFailed && err.claim === "nbf") {
       const { nbf } = err.payload;
       const inS = typeof nbf === "number" ? Math.round(nbf - nowS) : undefined;
-      throw refusedForTime(`component token not valid yet${inS !== undefined ? ` (for another ${inS} s: this host's clock may be behind the signer's)` : ""}`, inS === undefined ? undefined : -inS, aud, opts.log);
+      throw refusedForTime(
+        `component token not valid yet${inS !== undefined ? ` (for another ${inS} s: this host's clock may be behind the signer's)` : ""}`,
+        inS === undefined ? undefined : -inS,
+        aud,
+        opts.log,
+      );
     }
     if (err instanceof joseErrors.JWTClaimValidationFailed) throw new AppError("unauthorized", `component token rejected: ${err.claim} mismatch`);
     throw new AppError("unauthorized", "component token invalid");
@@ -72,7 +93,12 @@ export async function verifyComponentToken(key: Uint8Array, token: string | unde
   const { iat } = payload;
   if (typeof iat === "number" && iat > nowS + componentClockToleranceS) {
     const aheadS = Math.round(iat - nowS);
-    throw refusedForTime(`component token issued ${aheadS} s in the future (this host's clock may be behind the signer's by about ${aheadS} s)`, -aheadS, aud, opts.log);
+    throw refusedForTime(
+      `component token issued ${aheadS} s in the future (this host's clock may be behind the signer's by about ${aheadS} s)`,
+      -aheadS,
+      aud,
+      opts.log,
+    );
   }
   return { sub: String(payload.sub), aud, payload };
 }

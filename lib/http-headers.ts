@@ -15,7 +15,12 @@ const hopByHop = new Set([
 /** Copies `headers` without hop-by-hop headers, including those the Connection header names. */
 export function withoutHopByHop(headers: Headers): Headers {
   const out = new Headers();
-  const named = new Set((headers.get("connection") ?? "").split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
+  const named = new Set(
+    (headers.get("connection") ?? "")
+      .split(",")
+      .map((s) => s.trim().toLowerCase())
+      .filter(Boolean),
+  );
   headers.forEach((value, key) => {
     if (!hopByHop.has(key) && !named.has(key)) out.append(key, value);
   });
@@ -106,7 +111,23 @@ export function downstreamHeaderList(raw: readonly string[]): string[] {
   return out;
 }
 
-const hopByHopForUpgrade = new Set(["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-for", "x-request-id", "content-length"]);
+const hopByHopForUpgrade = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "x-forwarded-proto",
+  "x-forwarded-host",
+  "x-forwarded-for",
+  "x-request-id",
+  "content-length",
+]);
 
 /** The upgrade request's headers for the agent (flat list): the header rules of proxy-headers.ts, plus Connection/Upgrade. */
 export function upgradeRequestHeaders(rawHeaders: readonly string[], from: ForwardedFrom, opts: { stripAuthorization: boolean; host: string }): string[] {

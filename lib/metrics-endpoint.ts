@@ -16,7 +16,8 @@ export const metricsPath = "/metrics";
 export async function metricsResponse(endpoint: MetricsEndpoint | undefined, authorization: string | undefined): Promise<Response> {
   if (endpoint?.token === undefined) throw new AppError("not_found", "metrics are off: set METRICS_TOKEN");
   const presented = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1];
-  if (presented === undefined || !(await sameSecret(presented, endpoint.token))) throw new AppError("unauthorized", "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>");
+  if (presented === undefined || !(await sameSecret(presented, endpoint.token)))
+    throw new AppError("unauthorized", "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>");
   return new Response(await endpoint.text(), { headers: { "content-type": endpoint.contentType, "cache-control": "no-store" } });
 }
 

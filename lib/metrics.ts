@@ -13,25 +13,70 @@ const clockFixBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 const snapshotBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
 
 export const metricCatalogue = {
-  agentvm_wakes_total: { type: "counter", help: "Wakes of agents' VMs that completed, by mode (boot, restore) and reason (request, webhook, api, boot)", labels: ["mode", "reason"] },
-  agentvm_wake_failures_total: { type: "counter", help: "Wakes that failed, by reason and error code (boot_failed: the image did not come up; wake_failed: the rest)", labels: ["reason", "code"] },
-  agentvm_wake_seconds: { type: "histogram", help: "Whole wake, from its start to the VM running and reachable, by mode", labels: ["mode"], buckets: wakeBuckets },
-  agentvm_wake_queue_seconds: { type: "histogram", help: "How long a call waited for its agent's wake (behind it, the wake included), one observation per waiting call, by mode", labels: ["mode"], buckets: wakeBuckets },
+  agentvm_wakes_total: {
+    type: "counter",
+    help: "Wakes of agents' VMs that completed, by mode (boot, restore) and reason (request, webhook, api, boot)",
+    labels: ["mode", "reason"],
+  },
+  agentvm_wake_failures_total: {
+    type: "counter",
+    help: "Wakes that failed, by reason and error code (boot_failed: the image did not come up; wake_failed: the rest)",
+    labels: ["reason", "code"],
+  },
+  agentvm_wake_seconds: {
+    type: "histogram",
+    help: "Whole wake, from its start to the VM running and reachable, by mode",
+    labels: ["mode"],
+    buckets: wakeBuckets,
+  },
+  agentvm_wake_queue_seconds: {
+    type: "histogram",
+    help: "How long a call waited for its agent's wake (behind it, the wake included), one observation per waiting call, by mode",
+    labels: ["mode"],
+    buckets: wakeBuckets,
+  },
   agentvm_wake_restore_seconds: { type: "histogram", help: "Restoring a VM from its snapshot (restore wakes)", labels: [], buckets: wakeBuckets },
-  agentvm_wake_boot_seconds: { type: "histogram", help: "Cold boot of a VM until its agent answers (boot wakes, a failed restore's fallback included)", labels: [], buckets: wakeBuckets },
+  agentvm_wake_boot_seconds: {
+    type: "histogram",
+    help: "Cold boot of a VM until its agent answers (boot wakes, a failed restore's fallback included)",
+    labels: [],
+    buckets: wakeBuckets,
+  },
   agentvm_wake_clock_fix_seconds: { type: "histogram", help: "Setting a restored guest's clock to the host's", labels: [], buckets: clockFixBuckets },
-  agentvm_wake_first_byte_seconds: { type: "histogram", help: "From a wake's start to the first response byte of the call it woke for, by mode", labels: ["mode"], buckets: wakeBuckets },
-  agentvm_proxied_calls_total: { type: "counter", help: "Calls proxied to agents (WebSocket upgrades included), by the class of the status answered (1xx…5xx; aborted: the client left before an answer)", labels: ["status_class"] },
+  agentvm_wake_first_byte_seconds: {
+    type: "histogram",
+    help: "From a wake's start to the first response byte of the call it woke for, by mode",
+    labels: ["mode"],
+    buckets: wakeBuckets,
+  },
+  agentvm_proxied_calls_total: {
+    type: "counter",
+    help: "Calls proxied to agents (WebSocket upgrades included), by the class of the status answered (1xx…5xx; aborted: the client left before an answer)",
+    labels: ["status_class"],
+  },
   agentvm_snapshot_bytes_total: { type: "counter", help: "Bytes written by hibernations (snapshots of VMs' memory and state)", labels: [] },
-  agentvm_snapshot_seconds: { type: "histogram", help: "Writing one hibernation's snapshot, by reason (idle, api, shutdown)", labels: ["reason"], buckets: snapshotBuckets },
+  agentvm_snapshot_seconds: {
+    type: "histogram",
+    help: "Writing one hibernation's snapshot, by reason (idle, api, shutdown)",
+    labels: ["reason"],
+    buckets: snapshotBuckets,
+  },
   agentvm_hibernate_failures_total: { type: "counter", help: "Hibernations whose snapshot could not be written (the VM stayed awake)", labels: [] },
   agentvm_vms_awake: { type: "gauge", help: "VMs awake on this process's hosts (running, or writing their snapshot)", labels: [] },
   agentvm_vms_hibernated: { type: "gauge", help: "VMs hibernated on this process's hosts (among the agents they have served since they started)", labels: [] },
   agentvm_meter_spool_segments: { type: "gauge", help: "Meter segments spooled on disk and not yet acknowledged by billing", labels: [] },
-  agentvm_meter_shipping_lag_seconds: { type: "gauge", help: "Age of the oldest spooled meter segment billing has not acknowledged (from its end); 0 when none waits", labels: [] },
+  agentvm_meter_shipping_lag_seconds: {
+    type: "gauge",
+    help: "Age of the oldest spooled meter segment billing has not acknowledged (from its end); 0 when none waits",
+    labels: [],
+  },
   agentvm_meter_ship_failures_total: { type: "counter", help: "Meter shipments to billing that failed (retried with backoff)", labels: [] },
   agentvm_webhook_queue_depth: { type: "gauge", help: "Webhook deliveries pending or in flight (due now or waiting for a retry)", labels: [] },
-  agentvm_webhook_attempts_total: { type: "counter", help: "Webhook delivery attempts, by result (delivered; retry: failed and scheduled again; dead: failed for the last time)", labels: ["result"] },
+  agentvm_webhook_attempts_total: {
+    type: "counter",
+    help: "Webhook delivery attempts, by result (delivered; retry: failed and scheduled again; dead: failed for the last time)",
+    labels: ["result"],
+  },
 } as const satisfies Record<string, MetricSpec>;
 
 export type MetricSpec =

@@ -124,7 +124,13 @@ export function createConnPolicy(cfg: ConnPolicyConfig, log: Logger): ConnPolicy
     refusedUnlogged++;
     const now = Date.now();
     if (now - lastRefusedLog >= refusedLogEveryMs) {
-      log.info("connection refused", { code: err.code, clientIp: key, refused: refusedUnlogged, open: total, limit: err.code === "server_busy" ? cfg.maxConnections : cfg.maxConnectionsPerIp });
+      log.info("connection refused", {
+        code: err.code,
+        clientIp: key,
+        refused: refusedUnlogged,
+        open: total,
+        limit: err.code === "server_busy" ? cfg.maxConnections : cfg.maxConnectionsPerIp,
+      });
       lastRefusedLog = now;
       refusedUnlogged = 0;
     }
@@ -143,9 +149,13 @@ export function createConnPolicy(cfg: ConnPolicyConfig, log: Logger): ConnPolicy
     const key = addressKey(socket);
     const mine = perIp.get(key) ?? 0;
     if (cfg.maxConnectionsPerIp > 0 && mine >= cfg.maxConnectionsPerIp) {
-      return new AppError("too_many_connections", `this address holds ${cfg.maxConnectionsPerIp} open connections, the most it may; close some or retry shortly`, {
-        retryAfterS: perIpRetryAfterS,
-      });
+      return new AppError(
+        "too_many_connections",
+        `this address holds ${cfg.maxConnectionsPerIp} open connections, the most it may; close some or retry shortly`,
+        {
+          retryAfterS: perIpRetryAfterS,
+        },
+      );
     }
     total++;
     perIp.set(key, mine + 1);
@@ -205,10 +215,15 @@ export function createConnPolicy(cfg: ConnPolicyConfig, log: Logger): ConnPolicy
       // A timer that fired late (the event loop was busy) runs before the bytes that arrived meanwhile are read:
       // judged again once they are (setImmediate runs after the poll phase), so a stall of ours is not the client's.
       if (!settled) return void setImmediate(onWindow, socket, w, true);
-      return cut(socket, w, new AppError("request_timeout", `the request body brought ${got} bytes in ${cfg.bodyWindowMs} ms, below the ${cfg.bodyMinBytes}-byte floor`), {
-        windowMs: cfg.bodyWindowMs,
-        windowBytes: got,
-      });
+      return cut(
+        socket,
+        w,
+        new AppError("request_timeout", `the request body brought ${got} bytes in ${cfg.bodyWindowMs} ms, below the ${cfg.bodyMinBytes}-byte floor`),
+        {
+          windowMs: cfg.bodyWindowMs,
+          windowBytes: got,
+        },
+      );
     }
     w.windowBytes = now;
     w.window.refresh();

@@ -39,8 +39,7 @@ export function createNodeMetrics(opts: { processMetrics?: boolean } = {}): Node
           },
         }),
       );
-    }
-    else if (spec.type === "histogram") histograms.set(name, new Histogram({ ...common, buckets: [...spec.buckets] }));
+    } else if (spec.type === "histogram") histograms.set(name, new Histogram({ ...common, buckets: [...spec.buckets] }));
     else {
       const callbacks = new Set<() => number | Promise<number>>();
       collectors.set(name, callbacks);

@@ -20,13 +20,25 @@ export const readinessTimeoutMs = 1000;
  */
 export async function readinessResponse(checks: ReadinessChecks, requestId: string, timeoutMs = readinessTimeoutMs): Promise<Response> {
   const names = Object.keys(checks);
-  const states = await Promise.all(names.map((name) => within(checks[name]!.check(), timeoutMs).then(() => "up" as const, () => "down" as const)));
+  const states = await Promise.all(
+    names.map((name) =>
+      within(checks[name]!.check(), timeoutMs).then(
+        () => "up" as const,
+        () => "down" as const,
+      ),
+    ),
+  );
   const details = Object.fromEntries(names.map((name, i) => [name, states[i]!]));
   const down = names.filter((_, i) => states[i] === "down");
   if (down.length === 0) {
-    return new Response(JSON.stringify({ ok: true, ...details }), { headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store", "x-request-id": requestId } });
+    return new Response(JSON.stringify({ ok: true, ...details }), {
+      headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store", "x-request-id": requestId },
+    });
   }
-  const res = toErrorResponse(new AppError(checks[down[0]!]!.code, `not ready: ${down.map((n) => `${n} down`).join(", ")}`, { retryAfterS: 2, details }), requestId);
+  const res = toErrorResponse(
+    new AppError(checks[down[0]!]!.code, `not ready: ${down.map((n) => `${n} down`).join(", ")}`, { retryAfterS: 2, details }),
+    requestId,
+  );
   res.headers.set("cache-control", "no-store");
   return res;
 }

@@ -10,13 +10,15 @@ export function stopOnSignals(stop: () => Promise<void>, log: Logger, announce?:
       announce?.(signal);
       // The clock's timers do not hold the process open; this does, until stop() is over (a drain may wait on nothing else).
       const keepAlive = setInterval(() => undefined, 1000);
-      stop().finally(() => clearInterval(keepAlive)).then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });
-          process.exit(1);
-        },
-      );
+      stop()
+        .finally(() => clearInterval(keepAlive))
+        .then(
+          () => process.exit(0),
+          (err: unknown) => {
+            log.error("shutdown failed", { err: err instanceof Error ? err.message : String(err) });
+            process.exit(1);
+          },
+        );
     });
   }
 }

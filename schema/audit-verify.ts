@@ -50,9 +50,17 @@ export interface VerifyOptions {
 export async function verifyAuditChain(db: Db, chain: string, opts: VerifyOptions = {}): Promise<AuditChainVerdict> {
   const batchRows = opts.batchRows ?? 1000;
   const tenant = sql`coalesce(tenant_id, '') = ${chain}`;
-  const [unchained] = await queryRows<{ id: string }>(db, sql`select id::text as id from audit_log where ${tenant} and (seq is null or hash is null or prev_hash is null) order by audit_log.id limit 1`);
+  const [unchained] = await queryRows<{ id: string }>(
+    db,
+    sql`select id::text as id from audit_log where ${tenant} and (seq is null or hash is null or prev_hash is null) order by audit_log.id limit 1`,
+  );
   if (unchained) {
-    const broken: AuditBrokenRow = { problem: "unchained_row", seq: null, id: Number(unchained.id), message: `row id ${unchained.id} has no seq/hash: inserted with the chain trigger disabled` };
+    const broken: AuditBrokenRow = {
+      problem: "unchained_row",
+      seq: null,
+      id: Number(unchained.id),
+      message: `row id ${unchained.id} has no seq/hash: inserted with the chain trigger disabled`,
+    };
     return { chain, ok: false, rows: 0, broken };
   }
   let prevSeq = 0;
@@ -68,8 +76,18 @@ export async function verifyAuditChain(db: Db, chain: string, opts: VerifyOption
     for (const r of batch) {
       const seq = Number(r.seq);
       const at = { seq, id: Number(r.id) };
-      if (seq !== prevSeq + 1) return broke(chain, rows, { ...at, problem: "seq_gap", message: `row id ${r.id} has seq ${seq}, expected ${prevSeq + 1}: ${seq - prevSeq - 1} row(s) missing before it` });
-      if (r.prev_hash !== prevHash) return broke(chain, rows, { ...at, problem: "prev_hash_mismatch", message: `row seq ${seq} (id ${r.id}) has prev_hash ${r.prev_hash}, the previous row's hash is ${prevHash || "'' (first row)"}` });
+      if (seq !== prevSeq + 1)
+        return broke(chain, rows, {
+          ...at,
+          problem: "seq_gap",
+          message: `row id ${r.id} has seq ${seq}, expected ${prevSeq + 1}: ${seq - prevSeq - 1} row(s) missing before it`,
+        });
+      if (r.prev_hash !== prevHash)
+        return broke(chain, rows, {
+          ...at,
+          problem: "prev_hash_mismatch",
+          message: `row seq ${seq} (id ${r.id}) has prev_hash ${r.prev_hash}, the previous row's hash is ${prevHash || "'' (first row)"}`,
+        });
       const expected = await auditRowHash(prevHash, {
         id: r.id,
         seq: r.seq!,
@@ -81,7 +99,12 @@ export async function verifyAuditChain(db: Db, chain: string, opts: VerifyOption
         requestId: r.request_id,
         detailText: r.detail_text,
       });
-      if (r.hash !== expected) return broke(chain, rows, { ...at, problem: "hash_mismatch", message: `row seq ${seq} (id ${r.id}) has hash ${r.hash}, its fields hash to ${expected}: the row was altered` });
+      if (r.hash !== expected)
+        return broke(chain, rows, {
+          ...at,
+          problem: "hash_mismatch",
+          message: `row seq ${seq} (id ${r.id}) has hash ${r.hash}, its fields hash to ${expected}: the row was altered`,
+        });
       prevSeq = seq;
       prevHash = r.hash;
       rows++;
@@ -104,7 +127,10 @@ function broke(chain: string, rows: number, broken: AuditBrokenRow): AuditChainV
 
 /** Every chain the database has (rows or heads), '' (rows without a tenant) included when present. */
 export async function auditChains(db: Db): Promise<string[]> {
-  const rows = await queryRows<{ chain: string }>(db, sql`select distinct coalesce(tenant_id, '') as chain from audit_log union select chain from audit_chain_heads order by chain`);
+  const rows = await queryRows<{ chain: string }>(
+    db,
+    sql`select distinct coalesce(tenant_id, '') as chain from audit_log union select chain from audit_chain_heads order by chain`,
+  );
   return rows.map((r) => r.chain);
 }
 

@@ -6,7 +6,19 @@ import { AppError } from "../lib/errors.ts";
 import { defaultDatabaseAppRole, defaultDbTimeouts, openPostgresDb, type Db, type DbTimeouts } from "./postgres.ts";
 
 // The Worker-safe part (types, raw queries, a postgres.js db without migrations) lives in postgres.ts.
-export { databaseEnv, dbTimeoutsOf, defaultDatabaseAppRole, defaultDbTimeouts, parseDatabaseAppRole, parseDbTimeouts, type DatabaseSettings, queryRows, type Db, type DbTimeouts, type Schema } from "./postgres.ts";
+export {
+  databaseEnv,
+  dbTimeoutsOf,
+  defaultDatabaseAppRole,
+  defaultDbTimeouts,
+  parseDatabaseAppRole,
+  parseDbTimeouts,
+  type DatabaseSettings,
+  queryRows,
+  type Db,
+  type DbTimeouts,
+  type Schema,
+} from "./postgres.ts";
 
 export interface Database {
   db: Db;
@@ -26,7 +38,9 @@ export type DatabaseTarget = { url: string; maxConnections?: number; timeouts?: 
 
 export async function openDatabase(target: DatabaseTarget, opts: { migrate?: boolean } = {}): Promise<Database> {
   const database =
-    "url" in target ? await openPostgres(target.url, target.maxConnections ?? 10, target.timeouts ?? defaultDbTimeouts, target.appRole ?? defaultDatabaseAppRole) : await openPglite(target);
+    "url" in target
+      ? await openPostgres(target.url, target.maxConnections ?? 10, target.timeouts ?? defaultDbTimeouts, target.appRole ?? defaultDatabaseAppRole)
+      : await openPglite(target);
   if (opts.migrate !== false) await migrateDatabase(database);
   return database;
 }
@@ -57,7 +71,10 @@ async function assertCanSetRole(url: string, role: string, timeouts: DbTimeouts)
     });
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
-    throw new AppError("bad_request", `configuration: DATABASE_APP_ROLE=${role}: the database user cannot run as it (${why}); create the role and grant it to that user (migration 0004 does when allowed), or set DATABASE_APP_ROLE= (empty) to run as the user itself`);
+    throw new AppError(
+      "bad_request",
+      `configuration: DATABASE_APP_ROLE=${role}: the database user cannot run as it (${why}); create the role and grant it to that user (migration 0004 does when allowed), or set DATABASE_APP_ROLE= (empty) to run as the user itself`,
+    );
   } finally {
     await client.end({ timeout: 5 });
   }

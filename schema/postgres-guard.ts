@@ -63,7 +63,8 @@ export function registerBuiltinArrayTypes(options: PostgresTypeOptions): void {
     if (options.parsers[arrayOid] && options.serializers[arrayOid]) continue;
     options.shared.typeArrayMap[element] = arrayOid;
     options.parsers[arrayOid] = (raw: string) => parseArrayLiteral(raw, options.parsers[element]);
-    options.serializers[arrayOid] = ((value: unknown) => serializeArray(value, options.serializers[element] as ((v: unknown) => unknown) | undefined, options)) as (value: never) => unknown;
+    options.serializers[arrayOid] = ((value: unknown) =>
+      serializeArray(value, options.serializers[element] as ((v: unknown) => unknown) | undefined, options)) as (value: never) => unknown;
   }
 }
 

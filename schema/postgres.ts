@@ -31,24 +31,64 @@ export const defaultDatabaseAppRole = "agentvm_app";
 
 /** The database's variables (Node programs; the Worker reaches Postgres through Hyperdrive and reads only DB_MAX_CONNECTIONS). */
 export const databaseEnv = z.object({
-  DATABASE_URL: vars.optStr({ type: "URL", default: "(unset: embedded PGlite in `DATA_DIR/db`)", doc: "the Postgres (`postgres://…`) all gateways and hosts share" }),
-  DB_CONNECT_TIMEOUT_S: vars.int({ fallback: defaultDbTimeouts.connectTimeoutS, min: 1, max: 300, unit: "s", doc: "opening a Postgres connection (also how long one probe may take before another is allowed); past it a call that needs the database gets `503 database_unavailable`" }),
-  DB_STATEMENT_TIMEOUT_MS: vars.int({ fallback: defaultDbTimeouts.statementTimeoutMs, min: 0, unit: "ms", doc: "one statement on the server (`statement_timeout`); 0: none" }),
-  DB_IDLE_TIMEOUT_S: vars.int({ fallback: defaultDbTimeouts.idleTimeoutS, min: 0, unit: "s", doc: "an idle pooled connection is closed after this long; 0: never" }),
-  DB_RECONNECT_MAX_MS: vars.int({ fallback: defaultDbTimeouts.reconnectMaxMs, min: 10, max: 60_000, unit: "ms", doc: "longest wait between connection attempts while Postgres is down: how soon calls succeed once it is back (the event-log spool replays within ~2 s of its return)" }),
-  DATABASE_APP_ROLE: envVar({ type: "role name", default: `\`${defaultDatabaseAppRole}\``, doc: "on Postgres every pooled connection runs as this role (no UPDATE/DELETE on `audit_log`); migrations run as the URL's user; empty: the URL's user for everything; unused on PGlite" }, (raw, fail) => {
-    // Unlike other variables, empty is a value here (the URL's user), not "unset".
-    const role = raw === undefined ? defaultDatabaseAppRole : raw.trim();
-    if (role !== "" && !/^[a-z_][a-z0-9_]{0,62}$/.test(role)) fail("must be a role name (lower case letters, digits, _) or empty");
-    return role;
+  DATABASE_URL: vars.optStr({
+    type: "URL",
+    default: "(unset: embedded PGlite in `DATA_DIR/db`)",
+    doc: "the Postgres (`postgres://…`) all gateways and hosts share",
   }),
+  DB_CONNECT_TIMEOUT_S: vars.int({
+    fallback: defaultDbTimeouts.connectTimeoutS,
+    min: 1,
+    max: 300,
+    unit: "s",
+    doc: "opening a Postgres connection (also how long one probe may take before another is allowed); past it a call that needs the database gets `503 database_unavailable`",
+  }),
+  DB_STATEMENT_TIMEOUT_MS: vars.int({
+    fallback: defaultDbTimeouts.statementTimeoutMs,
+    min: 0,
+    unit: "ms",
+    doc: "one statement on the server (`statement_timeout`); 0: none",
+  }),
+  DB_IDLE_TIMEOUT_S: vars.int({
+    fallback: defaultDbTimeouts.idleTimeoutS,
+    min: 0,
+    unit: "s",
+    doc: "an idle pooled connection is closed after this long; 0: never",
+  }),
+  DB_RECONNECT_MAX_MS: vars.int({
+    fallback: defaultDbTimeouts.reconnectMaxMs,
+    min: 10,
+    max: 60_000,
+    unit: "ms",
+    doc: "longest wait between connection attempts while Postgres is down: how soon calls succeed once it is back (the event-log spool replays within ~2 s of its return)",
+  }),
+  DATABASE_APP_ROLE: envVar(
+    {
+      type: "role name",
+      default: `\`${defaultDatabaseAppRole}\``,
+      doc: "on Postgres every pooled connection runs as this role (no UPDATE/DELETE on `audit_log`); migrations run as the URL's user; empty: the URL's user for everything; unused on PGlite",
+    },
+    (raw, fail) => {
+      // Unlike other variables, empty is a value here (the URL's user), not "unset".
+      const role = raw === undefined ? defaultDatabaseAppRole : raw.trim();
+      if (role !== "" && !/^[a-z_][a-z0-9_]{0,62}$/.test(role)) fail("must be a role name (lower case letters, digits, _) or empty");
+      return role;
+    },
+  ),
   DB_MAX_CONNECTIONS: vars.int({ fallback: 5, min: 1, max: 100, doc: "Worker: connections one request's client may open through Hyperdrive" }),
 });
 
 export type DatabaseSettings = z.output<typeof databaseEnv>;
 
-export function dbTimeoutsOf(v: Pick<DatabaseSettings, "DB_CONNECT_TIMEOUT_S" | "DB_STATEMENT_TIMEOUT_MS" | "DB_IDLE_TIMEOUT_S" | "DB_RECONNECT_MAX_MS">): DbTimeouts {
-  return { connectTimeoutS: v.DB_CONNECT_TIMEOUT_S, statementTimeoutMs: v.DB_STATEMENT_TIMEOUT_MS, idleTimeoutS: v.DB_IDLE_TIMEOUT_S, reconnectMaxMs: v.DB_RECONNECT_MAX_MS };
+export function dbTimeoutsOf(
+  v: Pick<DatabaseSettings, "DB_CONNECT_TIMEOUT_S" | "DB_STATEMENT_TIMEOUT_MS" | "DB_IDLE_TIMEOUT_S" | "DB_RECONNECT_MAX_MS">,
+): DbTimeouts {
+  return {
+    connectTimeoutS: v.DB_CONNECT_TIMEOUT_S,
+    statementTimeoutMs: v.DB_STATEMENT_TIMEOUT_MS,
+    idleTimeoutS: v.DB_IDLE_TIMEOUT_S,
+    reconnectMaxMs: v.DB_RECONNECT_MAX_MS,
+  };
 }
 
 const timeoutsEnv = databaseEnv.pick({ DB_CONNECT_TIMEOUT_S: true, DB_STATEMENT_TIMEOUT_MS: true, DB_IDLE_TIMEOUT_S: true, DB_RECONNECT_MAX_MS: true });

@@ -35,7 +35,16 @@ export function renderVerdict(v: AuditChainVerdict): string {
 export async function main(argv: string[], env: Env = process.env): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { tenant: { type: "string" }, all: { type: "boolean", default: false }, json: { type: "boolean", default: false }, help: { type: "boolean", short: "h", default: false } }, strict: true }));
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        tenant: { type: "string" },
+        all: { type: "boolean", default: false },
+        json: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+      strict: true,
+    }));
   } catch (err) {
     console.error(`${err instanceof Error ? err.message : String(err)}\n${help}`);
     return 2;

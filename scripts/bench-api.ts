@@ -174,12 +174,22 @@ async function main(): Promise<void> {
 
   console.log(`\nGET /v1/agents over HTTP, ${requests} sequential requests each after ${warmups} warm-up (p50 / p99 ms; items and bytes of the answer)`);
   console.log("agents   page     p50 ms   p99 ms   items    bytes");
-  for (const [n, r] of [[smallCount, small], [largeCount, large]] as const) {
-    for (const [name, t] of [["first", r.first], ["middle", r.middle]] as const) {
-      console.log(`${String(n).padStart(6)}   ${name.padEnd(6)} ${t.p50Ms.toFixed(2).padStart(8)} ${t.p99Ms.toFixed(2).padStart(8)} ${String(t.items).padStart(7)} ${String(t.bytes).padStart(8)}`);
+  for (const [n, r] of [
+    [smallCount, small],
+    [largeCount, large],
+  ] as const) {
+    for (const [name, t] of [
+      ["first", r.first],
+      ["middle", r.middle],
+    ] as const) {
+      console.log(
+        `${String(n).padStart(6)}   ${name.padEnd(6)} ${t.p50Ms.toFixed(2).padStart(8)} ${t.p99Ms.toFixed(2).padStart(8)} ${String(t.items).padStart(7)} ${String(t.bytes).padStart(8)}`,
+      );
     }
   }
-  console.log(`walk of all ${walked.pages} pages at ${largeCount} agents: ${walked.ms.toFixed(0)} ms, ${walked.unique} distinct agents (none repeated or missed)`);
+  console.log(
+    `walk of all ${walked.pages} pages at ${largeCount} agents: ${walked.ms.toFixed(0)} ms, ${walked.unique} distinct agents (none repeated or missed)`,
+  );
   const result = {
     page_ms_100: round(small.first.p50Ms, 2),
     page_ms_10000: round(large.first.p50Ms, 2),

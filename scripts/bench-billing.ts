@@ -54,9 +54,13 @@ async function main(): Promise<void> {
     const expectedMs = ready.expectedMs;
 
     // the same rows (the generator is deterministic), COPYed into the same table first, then removed
-    const settings = await queryRows<{ name: string; setting: string }>(db, sql`select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method') order by name`);
+    const settings = await queryRows<{ name: string; setting: string }>(
+      db,
+      sql`select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method') order by name`,
+    );
     const postgresSettings = Object.fromEntries(settings.map((r) => [r.name, r.setting]));
-    if (postgresSettings.fsync !== "on" || postgresSettings.synchronous_commit !== "on" || postgresSettings.full_page_writes !== "on") throw new Error(`Postgres is not durable: ${JSON.stringify(postgresSettings)}`);
+    if (postgresSettings.fsync !== "on" || postgresSettings.synchronous_commit !== "on" || postgresSettings.full_page_writes !== "on")
+      throw new Error(`Postgres is not durable: ${JSON.stringify(postgresSettings)}`);
     const copy = await copyReference(pg.url, generate(shape, oct.start, oct.end, totalSegments, 0).byHost, new Date(clock.now()).toISOString());
     if (copy.rows !== segments) throw new Error(`COPY had ${copy.rows} rows, the hosts ${segments}`);
     log(`COPY of the same ${copy.rows} rows: ${Math.round(copy.rows / (copy.ms / 1000))}/s (${Math.round(copy.ms)} ms)`);
@@ -101,8 +105,12 @@ async function main(): Promise<void> {
     }
     if (accepted !== segments) throw new Error(`accepted ${accepted} of ${segments}`);
 
-    const [counts] = await queryRows<{ n: number; ms: string }>(db, sql`select count(*)::int as n, sum(extract(epoch from ended_at - started_at) * 1000)::int8::text as ms from meter_segments`);
-    if (counts?.n !== segments || Number(counts.ms) !== expectedMs) throw new Error(`stored ${counts?.n} segments / ${counts?.ms} ms, expected ${segments} / ${expectedMs}`);
+    const [counts] = await queryRows<{ n: number; ms: string }>(
+      db,
+      sql`select count(*)::int as n, sum(extract(epoch from ended_at - started_at) * 1000)::int8::text as ms from meter_segments`,
+    );
+    if (counts?.n !== segments || Number(counts.ms) !== expectedMs)
+      throw new Error(`stored ${counts?.n} segments / ${counts?.ms} ms, expected ${segments} / ${expectedMs}`);
 
     // the month report by agent and day: rollups over HTTP, timed; then the same report from raw segments
     const timings: number[] = [];
@@ -182,7 +190,11 @@ async function main(): Promise<void> {
       copy_per_s_runs: [copy, copyAgain].map((c) => Math.round(c.rows / (c.ms / 1000))),
       ingest_vs_copy: Number((ingestPerS / copyPerS).toFixed(3)),
       // cpuUsage is per process: "billing" is the whole process (server thread + client thread), "hosts" the client thread alone
-      ingest_cpu_us_per_segment: { billing: Number(((nodeCpuUs - clientCpuUs) / segments).toFixed(2)), hosts: Number((clientCpuUs / segments).toFixed(2)), postgres: Number(((pgCpuS * 1e6) / segments).toFixed(2)) },
+      ingest_cpu_us_per_segment: {
+        billing: Number(((nodeCpuUs - clientCpuUs) / segments).toFixed(2)),
+        hosts: Number((clientCpuUs / segments).toFixed(2)),
+        postgres: Number(((pgCpuS * 1e6) / segments).toFixed(2)),
+      },
       // the month's usage report by agent and local day of all four tenants (one HTTP call each, in sequence)
       report_ms: reportMs,
       report_ms_per_tenant: Math.round(singleTenantMs),

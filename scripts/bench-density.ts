@@ -81,7 +81,9 @@ try {
               target: TARGETS.xfsDiskPerSleepingCloneMiB,
               afterFirst: xfs.diskPerSleepingCloneMiB.afterFirstHibernate,
               afterSecond: xfs.diskPerSleepingCloneMiB.afterSecondHibernate,
-              met: Math.max(xfs.diskPerSleepingCloneMiB.afterFirstHibernate, xfs.diskPerSleepingCloneMiB.afterSecondHibernate) <= TARGETS.xfsDiskPerSleepingCloneMiB,
+              met:
+                Math.max(xfs.diskPerSleepingCloneMiB.afterFirstHibernate, xfs.diskPerSleepingCloneMiB.afterSecondHibernate) <=
+                TARGETS.xfsDiskPerSleepingCloneMiB,
             },
           }
         : {}),

@@ -60,7 +60,12 @@ async function main(): Promise<void> {
   const client = new BenchClient({ gateways: cluster.gateways, token, db: cluster.db });
 
   const firstBoots: number[] = [];
-  const { failoverBoots, answered, perRoundP50s, statuses, spreads, unanswered, victimsTotal, failoverSeconds } = await killRounds(cluster, client, { rounds, agentsPerHost, answerTimeoutMs }, firstBoots);
+  const { failoverBoots, answered, perRoundP50s, statuses, spreads, unanswered, victimsTotal, failoverSeconds } = await killRounds(
+    cluster,
+    client,
+    { rounds, agentsPerHost, answerTimeoutMs },
+    firstBoots,
+  );
 
   // The drain: a steady load on one host's agents while an operator drains it.
   const drain = await drainUnderLoad(client, operator, agentsPerHost, firstBoots);
@@ -80,7 +85,12 @@ async function main(): Promise<void> {
     poll_ms: failoverPollMs,
     victims: victimsTotal,
     spreads,
-    death_to_answer_ms: { p50: Math.round(percentile(all, 50)), p99: Math.round(percentile(all, 99)), max: Math.round(all.at(-1) ?? NaN), min: Math.round(all[0] ?? NaN) },
+    death_to_answer_ms: {
+      p50: Math.round(percentile(all, 50)),
+      p99: Math.round(percentile(all, 99)),
+      max: Math.round(all.at(-1) ?? NaN),
+      min: Math.round(all[0] ?? NaN),
+    },
     per_round_p50s: perRoundP50s,
     statuses_during_failover: statuses,
     failed_calls_during_failover: failed,

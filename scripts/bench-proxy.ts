@@ -155,7 +155,14 @@ http {
 /** The gateway as `npm start` runs it, in its own process. */
 async function startGateway(): Promise<StartedSystem> {
   const nodeFlags = profileDir ? ["--cpu-prof", `--cpu-prof-dir=${resolve(profileDir)}`] : [];
-  return startSystem({ root, dataDir: join(work, "data"), env, nodeFlags, onSpawn: (child) => children.push(child), onOutput: (text) => (gatewayOutput += text) });
+  return startSystem({
+    root,
+    dataDir: join(work, "data"),
+    env,
+    nodeFlags,
+    onSpawn: (child) => children.push(child),
+    onOutput: (text) => (gatewayOutput += text),
+  });
 }
 
 async function stopAll(): Promise<void> {
@@ -195,7 +202,9 @@ async function main(): Promise<void> {
   if (lease.status !== 201) throw new Error(`lease: ${lease.status} ${await lease.text()}`);
   const warm = Math.min(5, seconds);
 
-  console.log(`wrk -t${threads} -c${connections}, ${seconds} s per target after ${warm} s of warm-up; upstream: the demo workload's GET / (${(await first.text()).length} bytes)`);
+  console.log(
+    `wrk -t${threads} -c${connections}, ${seconds} s per target after ${warm} s of warm-up; upstream: the demo workload's GET / (${(await first.text()).length} bytes)`,
+  );
   const results: Record<string, Load | undefined> = {};
   const direct = `http://127.0.0.1:${upstreamPort}/`;
   // The gateway first, right after its warm-up. (Measured first by habit: the idle-then-loaded GC penalty that
@@ -210,7 +219,9 @@ async function main(): Promise<void> {
   }
   if (nginx && targets.has("nginx")) {
     const url = `http://127.0.0.1:${nginxPort}/`;
-    const worker = spawnSync("pgrep", ["-P", String(nginx.pid)], { encoding: "utf8" }).stdout.trim().split("\n")[0];
+    const worker = spawnSync("pgrep", ["-P", String(nginx.pid)], { encoding: "utf8" })
+      .stdout.trim()
+      .split("\n")[0];
     wrk(wrkPath, url, warm, auth);
     results.nginx = wrk(wrkPath, url, seconds, auth, worker ? Number(worker) : undefined);
   }

@@ -14,7 +14,15 @@ export interface StartedSystem {
  * once its banner names the gateway and a token. `onSpawn` gets the child at once (so a failed start is still stopped);
  * `onOutput` sees everything it prints.
  */
-export function startSystem(opts: { root: string; dataDir: string; env: NodeJS.ProcessEnv; databaseUrl?: string; nodeFlags?: string[]; onSpawn?: (child: ChildProcess) => void; onOutput?: (text: string) => void }): Promise<StartedSystem> {
+export function startSystem(opts: {
+  root: string;
+  dataDir: string;
+  env: NodeJS.ProcessEnv;
+  databaseUrl?: string;
+  nodeFlags?: string[];
+  onSpawn?: (child: ChildProcess) => void;
+  onOutput?: (text: string) => void;
+}): Promise<StartedSystem> {
   const child = spawn(process.execPath, [...(opts.nodeFlags ?? []), join(opts.root, "scripts/start.ts")], {
     env: { ...opts.env, PORT: "0", DATA_DIR: opts.dataDir, DRIVER: "process", LOG_LEVEL: "warn", DATABASE_URL: opts.databaseUrl ?? "" },
     stdio: ["ignore", "pipe", "pipe"],

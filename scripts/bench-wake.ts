@@ -124,7 +124,9 @@ const round1 = (x: number) => Math.round(x * 10) / 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The per-phase timings the driver logs with "hibernated" and "restored" (qemu/phases.ts), by memory mode. */
-const phaseLog = new Map<MemoryMode, { hibernate: Record<string, number>[]; wake: Record<string, number>[] }>(modes.map((m) => [m, { hibernate: [], wake: [] }]));
+const phaseLog = new Map<MemoryMode, { hibernate: Record<string, number>[]; wake: Record<string, number>[] }>(
+  modes.map((m) => [m, { hibernate: [], wake: [] }]),
+);
 function phaseLogger(memory: MemoryMode): Logger {
   const logger: Logger = {
     ...silentLogger,
@@ -138,8 +140,18 @@ function phaseLogger(memory: MemoryMode): Logger {
       }
       const phases = fields?.phases as Record<string, number> | undefined;
       if (!phases) return;
-      if (msg === "hibernated") phaseLog.get(memory)!.hibernate.push({ ...phases, ...(memory === "file" && fields?.ramPending === false ? { durable: Number(fields.snapshotMs) } : {}) });
-      else if (msg === "restored") phaseLog.get(memory)!.wake.push({ ...phases, ...(fields?.firstAnswerMs !== undefined ? { firstAnswer: Number(fields.firstAnswerMs), guestAnswered: Number(fields.restoreMs) + Number(fields.firstAnswerMs) } : {}), clockFix: Number(fields?.clockFixMs) });
+      if (msg === "hibernated")
+        phaseLog
+          .get(memory)!
+          .hibernate.push({ ...phases, ...(memory === "file" && fields?.ramPending === false ? { durable: Number(fields.snapshotMs) } : {}) });
+      else if (msg === "restored")
+        phaseLog.get(memory)!.wake.push({
+          ...phases,
+          ...(fields?.firstAnswerMs !== undefined
+            ? { firstAnswer: Number(fields.firstAnswerMs), guestAnswered: Number(fields.restoreMs) + Number(fields.firstAnswerMs) }
+            : {}),
+          clockFix: Number(fields?.clockFixMs),
+        });
     },
     child: () => logger,
   };
@@ -148,13 +160,17 @@ function phaseLogger(memory: MemoryMode): Logger {
 /** p50 of each phase over the rounds (a phase missing from a round counts as absent there). */
 function phaseP50(rounds: Record<string, number>[]): Record<string, number> {
   const names = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
-  return Object.fromEntries(names.map((n) => [n, round1(p50(rounds.map((r) => r[n]).filter((v): v is number => typeof v === "number" && Number.isFinite(v))))]));
+  return Object.fromEntries(
+    names.map((n) => [n, round1(p50(rounds.map((r) => r[n]).filter((v): v is number => typeof v === "number" && Number.isFinite(v))))]),
+  );
 }
 
 const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]), log: say });
 const drivers = new Map(modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart, memory, log: phaseLogger(memory) })] as const));
 const qemu = drivers.get(modes[0]!)!;
-say(`accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${prestart === "paused" ? "paused" : prestart ? "on" : "off"}; memory ${modes.join(" and ")}`);
+say(
+  `accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${prestart === "paused" ? "paused" : prestart ? "on" : "off"}; memory ${modes.join(" and ")}`,
+);
 const driver = new RecordingDriver(drivers);
 const dataDir = mkdtempSync(join(tmpdir(), "bench-wake-"));
 const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
@@ -167,7 +183,12 @@ try {
   if (values.image) {
     const t0 = performance.now();
     const tar = spawn("tar", ["-c", "-C", resolve(values.image), "."], { stdio: ["ignore", "pipe", "inherit"] });
-    const built = await fetch(`${system.url}/v1/images?name=bench`, { method: "POST", headers: { authorization: headers.authorization }, body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>, duplex: "half" } as RequestInit);
+    const built = await fetch(`${system.url}/v1/images?name=bench`, {
+      method: "POST",
+      headers: { authorization: headers.authorization },
+      body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>,
+      duplex: "half",
+    } as RequestInit);
     if (built.status !== 201) throw new Error(`build ${values.image}: ${built.status} ${await built.text()}`);
     const { image: img } = (await built.json()) as { image: { sizeBytes: number; digest: string } };
     imageBuild = { build_ms: round1(performance.now() - t0), image_bytes: img.sizeBytes };

@@ -46,7 +46,8 @@ export function dashboardSourceHash(): string {
     h.update("\0");
   }
   h.update(readFileSync(fileURLToPath(import.meta.url)));
-  for (const pkg of ["esbuild", "preact"]) h.update(`${pkg}@${(JSON.parse(readOr(join(root, "node_modules", pkg, "package.json"), "{}")) as { version?: string }).version ?? "?"}\0`);
+  for (const pkg of ["esbuild", "preact"])
+    h.update(`${pkg}@${(JSON.parse(readOr(join(root, "node_modules", pkg, "package.json"), "{}")) as { version?: string }).version ?? "?"}\0`);
   return h.digest("hex");
 }
 
@@ -99,7 +100,9 @@ async function bundle(outDir: string): Promise<string[]> {
   const script = names.find((n) => n.endsWith(".js"));
   const style = names.find((n) => n.endsWith(".css"));
   if (!script || !style) throw new Error(`dashboard build: expected one .js and one .css, got ${names.join(", ")}`);
-  const html = readFileSync(join(dashboardSourceDir, "index.html"), "utf8").replace("%SCRIPT%", `/dashboard/${script}`).replace("%STYLE%", `/dashboard/${style}`);
+  const html = readFileSync(join(dashboardSourceDir, "index.html"), "utf8")
+    .replace("%SCRIPT%", `/dashboard/${script}`)
+    .replace("%STYLE%", `/dashboard/${style}`);
   writeAtomically(join(outDir, "index.html"), html);
   for (const old of readdirSync(outDir)) if (bundleFile.test(old) && !names.includes(old)) rmSync(join(outDir, old), { force: true });
   return ["index.html", ...names];

@@ -16,7 +16,8 @@ export function kernelProblem(path: string): string | undefined {
   const head = Buffer.alloc(4);
   readSync(fd, head, 0, 4, 0);
   closeSync(fd);
-  if (!head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]))) return `${path} is not an ELF vmlinux (a compressed bzImage?): Firecracker needs the uncompressed kernel`;
+  if (!head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46])))
+    return `${path} is not an ELF vmlinux (a compressed bzImage?): Firecracker needs the uncompressed kernel`;
   return undefined;
 }
 

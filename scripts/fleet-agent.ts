@@ -13,7 +13,11 @@ try {
   if (notice) console.log(notice);
   const daemon = await startFleetAgent(cfg, { log, driver });
   console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);
-  stopOnSignals(() => daemon.stop(), log, (signal) => log.info(`${signal}: stopping (draining calls, hibernating agents)`));
+  stopOnSignals(
+    () => daemon.stop(),
+    log,
+    (signal) => log.info(`${signal}: stopping (draining calls, hibernating agents)`),
+  );
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
   process.exit(1);

@@ -9,7 +9,9 @@ try {
   const settings = parseEnv(standaloneGatewayEnv, process.env);
   const log = createLogger({ level: settings.LOG_LEVEL });
   const cfg = standaloneGatewayConfigOf(settings);
-  await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
+  await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) =>
+    console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`),
+  );
   const gateway = await startGateway(cfg, { log });
   console.log(`gateway listening at ${gateway.url} (hosts: fleet-agents registered in the database)`);
   stopOnSignals(() => gateway.stop(), log);

@@ -74,7 +74,9 @@ function show(e: BuildStreamEvent, started: number): void {
     case "build":
       return console.log(`build ${e.build.id}`);
     case "image":
-      return console.log(`image ${e.image.id} ${e.image.name}:${e.image.tag} ${e.image.digest} ${mib(e.image.sizeBytes)} in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+      return console.log(
+        `image ${e.image.id} ${e.image.name}:${e.image.tag} ${e.image.digest} ${mib(e.image.sizeBytes)} in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+      );
     case "error":
       return die(`${e.error.code}: ${e.error.message} (request ${e.error.requestId})`, 1);
     default:
@@ -97,7 +99,8 @@ switch (command) {
     const res = await fetch(`${base}/v1/images`, { headers });
     await failIfError(res);
     const { images } = (await res.json()) as { images: { id: string; name: string; tag: string; digest: string; sizeBytes: number; createdAt: string }[] };
-    for (const i of images) console.log(`${i.id}  ${`${i.name}:${i.tag}`.padEnd(32)}  ${i.digest.slice(0, 19)}  ${mib(i.sizeBytes).padStart(10)}  ${i.createdAt}`);
+    for (const i of images)
+      console.log(`${i.id}  ${`${i.name}:${i.tag}`.padEnd(32)}  ${i.digest.slice(0, 19)}  ${mib(i.sizeBytes).padStart(10)}  ${i.createdAt}`);
     break;
   }
   case "rm": {

@@ -1,7 +1,8 @@
 // `npm run logs -- <agentId> [--follow] [--tail BYTES]`: prints an agent's log as the gateway at AGENTVM_URL streams it (token in AGENTVM_TOKEN); Ctrl-C ends a follow.
 import { parseArgs } from "node:util";
 
-const usage = "usage: npm run logs -- <agentId> [--follow|-f] [--tail BYTES]   (AGENTVM_URL, default http://127.0.0.1:8080; AGENTVM_TOKEN, a token with agents:admin)";
+const usage =
+  "usage: npm run logs -- <agentId> [--follow|-f] [--tail BYTES]   (AGENTVM_URL, default http://127.0.0.1:8080; AGENTVM_TOKEN, a token with agents:admin)";
 
 function die(message: string, code = 2): never {
   console.error(`logs: ${message}`);
@@ -10,7 +11,10 @@ function die(message: string, code = 2): never {
 
 let parsed;
 try {
-  parsed = parseArgs({ allowPositionals: true, options: { follow: { type: "boolean", short: "f", default: false }, tail: { type: "string" }, help: { type: "boolean", short: "h" } } });
+  parsed = parseArgs({
+    allowPositionals: true,
+    options: { follow: { type: "boolean", short: "f", default: false }, tail: { type: "string" }, help: { type: "boolean", short: "h" } },
+  });
 } catch (err) {
   die(`${(err as Error).message}\n${usage}`);
 }
@@ -24,7 +28,8 @@ if (!agentId || positionals.length > 1) die(usage);
 if (values.tail !== undefined && !/^\d+$/.test(values.tail)) die("--tail must be a number of bytes");
 const base = (process.env.AGENTVM_URL || "http://127.0.0.1:8080").replace(/\/+$/, "");
 const token = process.env.AGENTVM_TOKEN;
-if (!token) die("AGENTVM_TOKEN is not set. `npm start` prints a token for its demo tenant; mint others with `npm run token -- --tenant <tenant> --scopes agents:admin`");
+if (!token)
+  die("AGENTVM_TOKEN is not set. `npm start` prints a token for its demo tenant; mint others with `npm run token -- --tenant <tenant> --scopes agents:admin`");
 
 const url = new URL(`${base}/v1/agents/${encodeURIComponent(agentId)}/logs`);
 if (values.tail !== undefined) url.searchParams.set("tail", values.tail);

@@ -29,8 +29,13 @@ log(existsSync(chromium) ? `chromium: ${chromium}` : "chromium: missing (the das
 // The fleet test runs one host with its clock 10 minutes ahead through Debian's libfaketime (LD_PRELOAD).
 const faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 if (!existsSync(faketime) && process.getuid?.() === 0 && existsSync("/etc/debian_version")) aptInstall(["libfaketime"], log);
-if (!existsSync(faketime) && ci) throw new Error("no libfaketime for the fleet test's skewed host: install Debian's libfaketime package (as root: apt-get install libfaketime)");
-log(existsSync(faketime) ? `libfaketime: ${faketime}` : "libfaketime: missing (the skewed-clock host test says so and skips; as root: apt-get install libfaketime)");
+if (!existsSync(faketime) && ci)
+  throw new Error("no libfaketime for the fleet test's skewed host: install Debian's libfaketime package (as root: apt-get install libfaketime)");
+log(
+  existsSync(faketime)
+    ? `libfaketime: ${faketime}`
+    : "libfaketime: missing (the skewed-clock host test says so and skips; as root: apt-get install libfaketime)",
+);
 
 const kernel = customKernelFromEnv(process.env);
 await provisionVm({ ci, dataDir: resolve(process.env.DATA_DIR ?? ".data"), log, ...(kernel ? { kernel } : {}) });

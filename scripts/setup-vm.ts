@@ -32,7 +32,10 @@ function which(cmd: string): string | undefined {
 }
 
 function hasStaticBusybox(): boolean {
-  return existsSync("/bin/busybox") && spawnSync("dpkg-query", ["-W", "-f", "${Status}", "busybox-static"], { encoding: "utf8" }).stdout.includes("install ok installed");
+  return (
+    existsSync("/bin/busybox") &&
+    spawnSync("dpkg-query", ["-W", "-f", "${Status}", "busybox-static"], { encoding: "utf8" }).stdout.includes("install ok installed")
+  );
 }
 
 function isDebian(): boolean {
@@ -43,7 +46,8 @@ function isDebian(): boolean {
 export function aptInstall(packages: string[], log: (line: string) => void): boolean {
   // dpkg runs tools from sbin (ldconfig, start-stop-daemon): a restricted PATH (CI's) may not have it.
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", PATH: `${process.env.PATH ?? "/usr/bin:/bin"}:/usr/local/sbin:/usr/sbin:/sbin` };
-  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { stdio: ["ignore", "ignore", "pipe"], env, encoding: "utf8" });
+  const install = () =>
+    spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { stdio: ["ignore", "ignore", "pipe"], env, encoding: "utf8" });
   log(`setup-vm: apt-get install -y ${packages.join(" ")}`);
   let r = install();
   if (r.status !== 0) {
@@ -92,7 +96,20 @@ if (import.meta.main) {
   try {
     const kernel = customKernelFromEnv(process.env);
     const r = await provisionVm({ ci, dataDir, ...(kernel ? { kernel } : {}) });
-    console.log(JSON.stringify({ qemu: r.qemu ?? null, accel: r.accel.accel, kernel: r.image?.kernel ?? null, initrd: r.image?.initrd ?? null, vmlinux: r.image?.vmlinux ?? null, missing: r.missing }, null, 2));
+    console.log(
+      JSON.stringify(
+        {
+          qemu: r.qemu ?? null,
+          accel: r.accel.accel,
+          kernel: r.image?.kernel ?? null,
+          initrd: r.image?.initrd ?? null,
+          vmlinux: r.image?.vmlinux ?? null,
+          missing: r.missing,
+        },
+        null,
+        2,
+      ),
+    );
     process.exitCode = r.image && r.qemu ? 0 : 1;
   } catch (err) {
     console.error((err as Error).message);

@@ -35,4 +35,8 @@ Mint other tokens with: npm run token -- --tenant ${system.demo.tenantId} --scop
 Stop with Ctrl-C.
 `);
 
-stopOnSignals(() => system.stop(), log, (signal) => console.log(`\n${signal}: stopping (draining requests, hibernating agents)…`));
+stopOnSignals(
+  () => system.stop(),
+  log,
+  (signal) => console.log(`\n${signal}: stopping (draining requests, hibernating agents)…`),
+);

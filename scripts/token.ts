@@ -19,7 +19,17 @@ const { values } = parseArgs({
 });
 
 try {
-  const request = { tenant: values.tenant, scopes: values.scopes, operator: values.operator, ttl: values.ttl, subject: values.sub, dataDir: values["data-dir"], keyFile: values["key-file"], issuer: values.issuer, audience: values.audience };
+  const request = {
+    tenant: values.tenant,
+    scopes: values.scopes,
+    operator: values.operator,
+    ttl: values.ttl,
+    subject: values.sub,
+    dataDir: values["data-dir"],
+    keyFile: values["key-file"],
+    issuer: values.issuer,
+    audience: values.audience,
+  };
   console.log(await mintDevToken(request, (message) => console.error(`token: ${message}`)));
 } catch (err) {
   if (!(err instanceof CliError)) throw err;

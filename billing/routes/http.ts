@@ -11,7 +11,11 @@ const nextCursorHeader = z.object({ "x-next-cursor": z.string().optional().opena
 
 /** A 200 answer that is JSON, or CSV with `format=csv` / `Accept: text/csv`. */
 export function jsonOrCsv<T extends z.ZodType>(schema: T, description: string, opts: { paged?: boolean } = {}) {
-  return { description, ...(opts.paged ? { headers: nextCursorHeader } : {}), content: { "application/json": { schema }, "text/csv": { schema: csvText } } } as const;
+  return {
+    description,
+    ...(opts.paged ? { headers: nextCursorHeader } : {}),
+    content: { "application/json": { schema }, "text/csv": { schema: csvText } },
+  } as const;
 }
 
 export function wantsCsv(c: Context, format: "json" | "csv" | undefined): boolean {

@@ -60,7 +60,10 @@ export function addInvoiceRoutes(app: BillingRouter, deps: BillingRouteContext):
       const inv = await invoiceForMonth(deps.db, deps.clock, caller.tenantId, q.month, { graceMs });
       return csv ? csvResponse(c, invoiceCsv(inv), `invoice-${inv.month}`) : c.json(invoiceJson(inv), 200);
     }
-    const rows = await listInvoices(deps.db, caller.tenantId, { limit: q.limit + 1, ...(q.cursor !== undefined ? { afterMonth: monthPosition(q.cursor) } : {}) });
+    const rows = await listInvoices(deps.db, caller.tenantId, {
+      limit: q.limit + 1,
+      ...(q.cursor !== undefined ? { afterMonth: monthPosition(q.cursor) } : {}),
+    });
     const page = pageOf(rows, q.limit, (i) => [i.month]);
     return csv ? csvResponse(c, invoiceListCsv(page.items), "invoices", page.nextCursor) : c.json({ invoices: page.items, nextCursor: page.nextCursor }, 200);
   });
@@ -75,7 +78,13 @@ export function addInvoiceRoutes(app: BillingRouter, deps: BillingRouteContext):
     const caller = requireScope(c, "agents:admin");
     const finalizeAudit = { log: deps.audit, actor: caller.subject, requestId: c.get("requestId") ?? null };
     const inv = await finalizeInvoice(deps.db, deps.clock, caller.tenantId, c.req.valid("param").month, { graceMs, audit: finalizeAudit });
-    deps.log.info("invoice final", { tenantId: caller.tenantId, invoiceId: inv.id, month: inv.month, totalCents: inv.totalCents, requestId: c.get("requestId") });
+    deps.log.info("invoice final", {
+      tenantId: caller.tenantId,
+      invoiceId: inv.id,
+      month: inv.month,
+      totalCents: inv.totalCents,
+      requestId: c.get("requestId"),
+    });
     return c.json(invoiceJson(inv), 200);
   });
 }

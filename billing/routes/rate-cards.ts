@@ -6,8 +6,25 @@ import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller
 import { badCursor, decodeCursor, errors, json, jsonBody, jsonRequest, pageOf, type z } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { tenants } from "../../schema/core.ts";
-import { maxRateCardBodyBytes, NewRateCardVersion, RateCard, RateCardsQuery, RateCardVersion, RateCardVersionPage, TenantIdParams, TenantRateCards } from "../api-schemas.ts";
-import { addRateCardVersion, defaultRateCardAt, latestRateInstant, listRateCardVersions, nextQuarterHour, rateCardAt, tenantRateCardTimeline } from "../rates.ts";
+import {
+  maxRateCardBodyBytes,
+  NewRateCardVersion,
+  RateCard,
+  RateCardsQuery,
+  RateCardVersion,
+  RateCardVersionPage,
+  TenantIdParams,
+  TenantRateCards,
+} from "../api-schemas.ts";
+import {
+  addRateCardVersion,
+  defaultRateCardAt,
+  latestRateInstant,
+  listRateCardVersions,
+  nextQuarterHour,
+  rateCardAt,
+  tenantRateCardTimeline,
+} from "../rates.ts";
 import { rateCardVersionJson } from "../report-views.ts";
 import { parseInstant } from "../zones.ts";
 import type { BillingRouteContext, BillingRouter } from "./context.ts";
@@ -107,7 +124,13 @@ export function addRateCardRoutes(app: BillingRouter, deps: BillingRouteContext)
     const effectiveFrom = body.effectiveFrom !== undefined ? parseInstant(body.effectiveFrom, "UTC", "effectiveFrom") : nextQuarterHour(deps.clock.now());
     const { effectiveFrom: _, ...rates } = body;
     const card = await addRateCardVersion(deps.db, tenantId, rates, effectiveFrom, caller.subject, { audit, requestId: c.get("requestId") ?? null });
-    deps.log.info("rate card version", { tenantId, rateCardId: card.id, effectiveFrom: new Date(card.effectiveFrom).toISOString(), by: caller.subject, requestId: c.get("requestId") });
+    deps.log.info("rate card version", {
+      tenantId,
+      rateCardId: card.id,
+      effectiveFrom: new Date(card.effectiveFrom).toISOString(),
+      by: caller.subject,
+      requestId: c.get("requestId"),
+    });
     return rateCardVersionJson(card);
   };
 
@@ -119,7 +142,10 @@ export function addRateCardRoutes(app: BillingRouter, deps: BillingRouteContext)
   app.openapi(addDefaultVersionRoute, async (c) => c.json(await addVersion(c, null, c.req.valid("json")), 201));
 
   const versionPage = async (tenantId: string | null, q: z.infer<typeof RateCardsQuery>) => {
-    const rows = await listRateCardVersions(deps.db, tenantId, { limit: q.limit + 1, ...(q.cursor !== undefined ? { before: versionPosition(q.cursor) } : {}) });
+    const rows = await listRateCardVersions(deps.db, tenantId, {
+      limit: q.limit + 1,
+      ...(q.cursor !== undefined ? { before: versionPosition(q.cursor) } : {}),
+    });
     const page = pageOf(rows, q.limit, (v) => [v.effectiveFrom]);
     const now = deps.clock.now();
     const current = tenantId === null ? await defaultRateCardAt(deps.db, now) : await rateCardAt(deps.db, tenantId, now);
@@ -162,6 +188,21 @@ export function addRateCardRoutes(app: BillingRouter, deps: BillingRouteContext)
   app.openapi(rateCardRoute, async (c) => {
     const caller = requireScope(c, "usage:read");
     const card = await rateCardAt(deps.db, caller.tenantId, deps.clock.now());
-    return c.json({ id: card.id, tenantId: card.tenantId, currency: card.currency, vcpuSecondNanocents: card.vcpuSecondNanocents, gibSecondNanocents: card.gibSecondNanocents, snapshotGibMonthNanocents: card.snapshotGibMonthNanocents, units: { vcpuSecondNanocents: "nano-cents per vCPU-second", gibSecondNanocents: "nano-cents per GiB-second", snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)" } }, 200);
+    return c.json(
+      {
+        id: card.id,
+        tenantId: card.tenantId,
+        currency: card.currency,
+        vcpuSecondNanocents: card.vcpuSecondNanocents,
+        gibSecondNanocents: card.gibSecondNanocents,
+        snapshotGibMonthNanocents: card.snapshotGibMonthNanocents,
+        units: {
+          vcpuSecondNanocents: "nano-cents per vCPU-second",
+          gibSecondNanocents: "nano-cents per GiB-second",
+          snapshotGibMonthNanocents: "nano-cents per GiB-month (730 h)",
+        },
+      },
+      200,
+    );
   });
 }

@@ -29,12 +29,14 @@ export interface Program {
 export const programs: Program[] = [
   {
     title: "`npm start`: the whole system in one process",
-    about: "Gateway, one host (fleet-agent) and billing in one process, on the embedded database unless `DATABASE_URL` is set (`scripts/start.ts`, `compose/all-in-one.ts`).",
+    about:
+      "Gateway, one host (fleet-agent) and billing in one process, on the embedded database unless `DATABASE_URL` is set (`scripts/start.ts`, `compose/all-in-one.ts`).",
     schema: allInOneEnv,
   },
   {
     title: "`npm run gateway`: a standalone Node gateway",
-    about: "A gateway over the shared Postgres in front of fleet-agents on other processes or machines (`scripts/gateway.ts`, `compose/standalone-gateway.ts`).",
+    about:
+      "A gateway over the shared Postgres in front of fleet-agents on other processes or machines (`scripts/gateway.ts`, `compose/standalone-gateway.ts`).",
     schema: standaloneGatewayEnv,
   },
   {
@@ -44,7 +46,8 @@ export const programs: Program[] = [
   },
   {
     title: "The Cloudflare Worker",
-    about: "Bindings, `[vars]` in `wrangler.toml` and secrets (`wrangler secret put`); values typed as numbers or booleans in `wrangler.toml` are read as their text. A missing or malformed one does not crash the Worker: every request answers `500` naming all of them (`compose/worker-env.ts`). One of `JWKS_URL` and `JWKS_JSON` is required.",
+    about:
+      "Bindings, `[vars]` in `wrangler.toml` and secrets (`wrangler secret put`); values typed as numbers or booleans in `wrangler.toml` are read as their text. A missing or malformed one does not crash the Worker: every request answers `500` naming all of them (`compose/worker-env.ts`). One of `JWKS_URL` and `JWKS_JSON` is required.",
     schema: workerEnv,
   },
 ];

@@ -249,7 +249,9 @@ export function createDirArtifactStore(opts: DirArtifactStoreOptions): DirArtifa
       } catch (err) {
         if (errno(err) === "ENOENT" && !(await exists(blob))) throw new AppError("not_found", `artifact ${digest} is not in the store`, { cause: err });
         if (err instanceof DigestMismatch) {
-          throw new AppError("internal", `artifact ${digest} is corrupt in the store (${blob}): its bytes hash to sha256:${err.actual}`, { details: { digest, actual: `sha256:${err.actual}` } });
+          throw new AppError("internal", `artifact ${digest} is corrupt in the store (${blob}): its bytes hash to sha256:${err.actual}`, {
+            details: { digest, actual: `sha256:${err.actual}` },
+          });
         }
         throw err;
       }

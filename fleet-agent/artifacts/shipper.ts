@@ -120,10 +120,28 @@ export function createSnapshotShipper(opts: SnapshotShipperOptions): SnapshotShi
         bytesWritten += put.written;
       }
       const putMs = clock.monotonic() - started - checkpointMs;
-      const row: CommitRow = { agentId, hostId: opts.hostId, generation: args.generation, files, bytes, snapshotAt: args.snapshotAt, committedAt: new Date(clock.now()) };
+      const row: CommitRow = {
+        agentId,
+        hostId: opts.hostId,
+        generation: args.generation,
+        files,
+        bytes,
+        snapshotAt: args.snapshotAt,
+        committedAt: new Date(clock.now()),
+      };
       const won = await commits.upsert(row);
       const ms = clock.monotonic() - started;
-      const fields = { agentId, generation: args.generation, snapshotAt: args.snapshotAt.toISOString(), bytes, bytesAdded, bytesWritten, checkpointMs: Math.round(checkpointMs), putMs: Math.round(putMs), ms: Math.round(ms) };
+      const fields = {
+        agentId,
+        generation: args.generation,
+        snapshotAt: args.snapshotAt.toISOString(),
+        bytes,
+        bytesAdded,
+        bytesWritten,
+        checkpointMs: Math.round(checkpointMs),
+        putMs: Math.round(putMs),
+        ms: Math.round(ms),
+      };
       if (won) log.info("snapshot committed to the artifact store", fields);
       else log.warn("snapshot commit lost: the agent has a newer commit (a newer generation or snapshot)", fields);
       return { row, won, bytesAdded, bytesWritten, checkpointMs, putMs, ms };

@@ -37,7 +37,8 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
 
   if (choice === "firecracker") {
     const built = await image();
-    if (!built.vmlinux) throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see the README section on Firecracker (GUEST_KERNEL)");
+    if (!built.vmlinux)
+      throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see the README section on Firecracker (GUEST_KERNEL)");
     const driver = createFirecrackerDriver({
       settings,
       dataDir,
@@ -66,7 +67,10 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
       const reflink = await reflinkSupported(dataDir).catch(() => false);
-      log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", { dataDir, reflink });
+      log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", {
+        dataDir,
+        reflink,
+      });
       if (reflink) {
         const cow = await smallCowExtents(dataDir);
         log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });

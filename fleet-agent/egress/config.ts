@@ -23,11 +23,25 @@ const rules = (doc: string) =>
   });
 
 export const egressEnv = z.object({
-  EGRESS_ALLOW: rules("addresses or CIDRs, each optionally with one port (`10.1.2.3:8080`, `10.20.0.0/16`, `[fd00::5]:443`), that egress may reach although refused by default; an entry wins over every refusal, the host's own addresses and `EGRESS_DENY` included"),
-  EGRESS_DENY: rules("the same form: refused on top of the built-in refusals (add the host's public address if it sits behind NAT: it is not an interface address)"),
+  EGRESS_ALLOW: rules(
+    "addresses or CIDRs, each optionally with one port (`10.1.2.3:8080`, `10.20.0.0/16`, `[fd00::5]:443`), that egress may reach although refused by default; an entry wins over every refusal, the host's own addresses and `EGRESS_DENY` included",
+  ),
+  EGRESS_DENY: rules(
+    "the same form: refused on top of the built-in refusals (add the host's public address if it sits behind NAT: it is not an interface address)",
+  ),
   EGRESS_CONNECT_TIMEOUT_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "resolving a destination, and connecting to it, each; `504` after" }),
-  EGRESS_IDLE_TIMEOUT_MS: vars.int({ fallback: 600_000, min: 1000, unit: "ms", doc: "a connection through the proxy with no bytes either way for this long is cut" }),
-  EGRESS_MAX_CONNECTIONS: vars.int({ fallback: 256, min: 1, unit: "connections", doc: "connections one VM may hold open through the proxy at once (more: `429`)" }),
+  EGRESS_IDLE_TIMEOUT_MS: vars.int({
+    fallback: 600_000,
+    min: 1000,
+    unit: "ms",
+    doc: "a connection through the proxy with no bytes either way for this long is cut",
+  }),
+  EGRESS_MAX_CONNECTIONS: vars.int({
+    fallback: 256,
+    min: 1,
+    unit: "connections",
+    doc: "connections one VM may hold open through the proxy at once (more: `429`)",
+  }),
 });
 
 export type EgressSettings = z.output<typeof egressEnv>;

@@ -10,16 +10,7 @@
 // 2002::/16) are judged by the IPv4 address inside.
 import { isIP } from "node:net";
 
-export type AddressClass =
-  | "loopback"
-  | "unspecified"
-  | "link-local"
-  | "private"
-  | "shared (CGNAT)"
-  | "multicast"
-  | "reserved"
-  | "documentation"
-  | "public";
+export type AddressClass = "loopback" | "unspecified" | "link-local" | "private" | "shared (CGNAT)" | "multicast" | "reserved" | "documentation" | "public";
 
 /** An address as bytes: 4 for IPv4, 16 for IPv6. */
 type Bytes = number[];
@@ -168,7 +159,10 @@ export function parseRule(entry: string): EgressRule {
 
 /** A comma- or space-separated list of entries (empty: none). */
 export function parseRules(list: string): EgressRule[] {
-  return list.split(/[\s,]+/).filter(Boolean).map(parseRule);
+  return list
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .map(parseRule);
 }
 
 function matches(rule: EgressRule, b: Bytes, port: number): boolean {
@@ -199,7 +193,8 @@ export function decide(address: string, port: number, rules: EgressRules, hostAd
   const deny = rules.deny.find((r) => matches(r, b, port));
   if (deny) return { allowed: false, why: `denied by ${deny.text}` };
   const cls = classifyBytes(b);
-  if (cls !== "public") return { allowed: false, why: `${address} is ${cls === "unspecified" ? "an unspecified" : cls === "reserved" ? "a reserved" : `a ${cls}`} address` };
+  if (cls !== "public")
+    return { allowed: false, why: `${address} is ${cls === "unspecified" ? "an unspecified" : cls === "reserved" ? "a reserved" : `a ${cls}`} address` };
   const v4 = b.length === 4 ? b : embeddedV4(b);
   const own = hostAddresses.some((h) => {
     const hb = parseAddress(h);

@@ -33,7 +33,17 @@ export interface EgressProxyDeps {
 type Destination = { ok: true; address: string; port: number; host: string } | { ok: false; error: AppError };
 
 /** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy: never forwarded. */
-const HOP_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
+const HOP_HEADERS = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authorization",
+  "proxy-authenticate",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
 
 interface VmListener {
   server: Server;
@@ -65,7 +75,11 @@ export class EgressProxy {
     server.on("connection", (socket: Socket) => {
       if (entry.open.size >= this.config.maxConnectionsPerVm) {
         this.log.warn("egress connection refused: too many open", { vmId, open: entry.open.size });
-        sendErrorOnSocket(socket, new AppError("too_many_connections", `this agent holds ${entry.open.size} egress connections, the most it may`, { retryAfterS: 1 }), newId("request"));
+        sendErrorOnSocket(
+          socket,
+          new AppError("too_many_connections", `this agent holds ${entry.open.size} egress connections, the most it may`, { retryAfterS: 1 }),
+          newId("request"),
+        );
         return;
       }
       this.track(entry, socket);
@@ -106,7 +120,8 @@ export class EgressProxy {
   /** Where `host:port` may be reached: the first resolved address policy.ts allows, or the refusal. */
   async destination(host: string, port: number): Promise<Destination> {
     const bare = host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host;
-    if (!bare || !Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, error: new AppError("bad_request", "the target must be host:port with a port 1..65535") };
+    if (!bare || !Number.isInteger(port) || port < 1 || port > 65535)
+      return { ok: false, error: new AppError("bad_request", "the target must be host:port with a port 1..65535") };
     let addresses: ResolvedAddress[];
     if (isIP(bare)) addresses = [{ address: bare, family: isIP(bare) }];
     else {
@@ -135,7 +150,9 @@ export class EgressProxy {
   private async tunnel(vmId: string, req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
     const requestId = newId("request");
     const target = parseAuthority(req.url ?? "");
-    const dest = target ? await this.destination(target.host, target.port) : { ok: false as const, error: new AppError("bad_request", "CONNECT needs host:port") };
+    const dest = target
+      ? await this.destination(target.host, target.port)
+      : { ok: false as const, error: new AppError("bad_request", "CONNECT needs host:port") };
     if (!dest.ok) {
       this.log.info("egress refused", { vmId, target: req.url?.slice(0, 200), status: dest.error.status, why: dest.error.message });
       sendErrorOnSocket(client, dest.error, requestId);
@@ -143,7 +160,10 @@ export class EgressProxy {
     }
     const upstream = connect({ host: dest.address, port: dest.port });
     let connected = false;
-    const timer = setTimeout(() => upstream.destroy(new AppError("gateway_timeout", `connecting to ${dest.host}:${dest.port} took over ${this.config.connectTimeoutMs} ms`)), this.config.connectTimeoutMs);
+    const timer = setTimeout(
+      () => upstream.destroy(new AppError("gateway_timeout", `connecting to ${dest.host}:${dest.port} took over ${this.config.connectTimeoutMs} ms`)),
+      this.config.connectTimeoutMs,
+    );
     upstream.once("connect", () => {
       connected = true;
       clearTimeout(timer);
@@ -157,7 +177,10 @@ export class EgressProxy {
     upstream.once("error", (err) => {
       clearTimeout(timer);
       if (!connected) {
-        const e = err instanceof AppError ? err : new AppError("bad_gateway", `cannot connect to ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+        const e =
+          err instanceof AppError
+            ? err
+            : new AppError("bad_gateway", `cannot connect to ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
         this.log.info("egress connect failed", { vmId, host: dest.host, address: dest.address, port: dest.port, why: e.message });
         sendErrorOnSocket(client, e, requestId);
       } else client.destroy();
@@ -177,7 +200,12 @@ export class EgressProxy {
       url = undefined;
     }
     if (url?.protocol !== "http:") {
-      sendError(res, new AppError("bad_request", "this is an egress proxy: send `CONNECT host:port`, or a plain HTTP request in absolute form (http://host/path)"), requestId, { closeConnection: true });
+      sendError(
+        res,
+        new AppError("bad_request", "this is an egress proxy: send `CONNECT host:port`, or a plain HTTP request in absolute form (http://host/path)"),
+        requestId,
+        { closeConnection: true },
+      );
       return;
     }
     const dest = await this.destination(url.hostname, url.port ? Number(url.port) : 80);
@@ -189,18 +217,33 @@ export class EgressProxy {
     const headers: Record<string, string | string[]> = {};
     for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_HEADERS.has(k)) headers[k] = v;
     headers.host = url.host;
-    const upstream = httpRequest({ host: dest.address, port: dest.port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, agent: false, timeout: this.config.connectTimeoutMs });
+    const upstream = httpRequest({
+      host: dest.address,
+      port: dest.port,
+      method: req.method,
+      path: `${url.pathname}${url.search}`,
+      headers,
+      setHost: false,
+      agent: false,
+      timeout: this.config.connectTimeoutMs,
+    });
     res.once("close", () => upstream.destroy()); // the guest went away (or the answer is complete): nothing more to carry
-    upstream.once("timeout", () => upstream.destroy(new AppError("gateway_timeout", `${dest.host}:${dest.port} did not answer within ${this.config.connectTimeoutMs} ms`)));
+    upstream.once("timeout", () =>
+      upstream.destroy(new AppError("gateway_timeout", `${dest.host}:${dest.port} did not answer within ${this.config.connectTimeoutMs} ms`)),
+    );
     upstream.once("response", (up) => {
       upstream.setTimeout(this.config.idleTimeoutMs);
       const out: string[] = [];
-      for (let i = 0; i < up.rawHeaders.length; i += 2) if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
+      for (let i = 0; i < up.rawHeaders.length; i += 2)
+        if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
       res.writeHead(up.statusCode ?? 502, out);
       up.pipe(res);
     });
     upstream.once("error", (err) => {
-      const e = err instanceof AppError ? err : new AppError("bad_gateway", `cannot reach ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+      const e =
+        err instanceof AppError
+          ? err
+          : new AppError("bad_gateway", `cannot reach ${dest.host}:${dest.port}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
       sendError(res, e, requestId, { closeConnection: true });
     });
     req.pipe(upstream);

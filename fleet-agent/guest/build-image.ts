@@ -71,7 +71,18 @@ const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leas
 /** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
 const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
-const SOURCE_FILES = ["init.sh", ...GUEST_AGENT_SOURCES, "guest-agent/agent.h", "launch.c", ...DEMO_AGENT_SOURCES, "demo-agent/demo.h", "cpio.ts", "kmod.ts", "vmlinux.ts", "build-image.ts"];
+const SOURCE_FILES = [
+  "init.sh",
+  ...GUEST_AGENT_SOURCES,
+  "guest-agent/agent.h",
+  "launch.c",
+  ...DEMO_AGENT_SOURCES,
+  "demo-agent/demo.h",
+  "cpio.ts",
+  "kmod.ts",
+  "vmlinux.ts",
+  "build-image.ts",
+];
 const BUSYBOX_CANDIDATES = ["/bin/busybox", "/usr/bin/busybox"];
 
 function run(cmd: string, args: string[], opts: { cwd?: string } = {}): string {
@@ -141,7 +152,13 @@ function gatherInputs(custom: CustomKernel | undefined): Inputs {
     if (custom.modulesDir) {
       kernel.modulesDir = custom.modulesDir;
       // Names and sizes of the module files: enough to notice a rebuilt tree without hashing all of it.
-      kernel.modules = sha256(walk(custom.modulesDir).filter((f) => f.endsWith(".ko")).sort().map((f) => `${f}:${statSync(f).size}`).join("\n"));
+      kernel.modules = sha256(
+        walk(custom.modulesDir)
+          .filter((f) => f.endsWith(".ko"))
+          .sort()
+          .map((f) => `${f}:${statSync(f).size}`)
+          .join("\n"),
+      );
     }
   } else {
     kernel = resolveKernelPackage();
@@ -222,7 +239,8 @@ function fetchKernelDeb(cacheDir: string, kernel: { pkg: string; version: string
     result = download();
   }
   const path = join(cacheDir, file);
-  if (result.status !== 0 || !existsSync(path)) throw new Error(`apt-get download ${kernel.pkg}=${kernel.version} failed: ${(result.stderr || "").trim().split("\n").pop()}`);
+  if (result.status !== 0 || !existsSync(path))
+    throw new Error(`apt-get download ${kernel.pkg}=${kernel.version} failed: ${(result.stderr || "").trim().split("\n").pop()}`);
   return path;
 }
 
@@ -271,9 +289,16 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
     }
 
     log("guest image: compiling guest-agent, launch and demo-agent (gcc -static -O2)");
-    compile(GUEST_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "guest-agent"));
+    compile(
+      GUEST_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)),
+      join(work, "guest-agent"),
+    );
     compile([join(GUEST_SOURCES, "launch.c")], join(work, "launch"));
-    compile(DEMO_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)), join(work, "demo-agent"), ["-pthread"]);
+    compile(
+      DEMO_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)),
+      join(work, "demo-agent"),
+      ["-pthread"],
+    );
 
     // Modules the kernel has built in are simply not found here, and skipped.
     const moduleFiles = new Map<string, string>();

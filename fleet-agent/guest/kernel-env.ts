@@ -5,8 +5,16 @@ import { vars } from "../../lib/env.ts";
 import type { CustomKernel } from "./build-image.ts";
 
 export const guestKernelEnv = z.object({
-  GUEST_KERNEL: vars.optStr({ type: "path", default: "(unset: Debian's cloud kernel)", doc: "build the guest image around this kernel (ELF vmlinux or bzImage) of your own" }),
-  GUEST_KERNEL_MODULES: vars.optStr({ type: "path", default: "(unset)", doc: "`lib/modules/<release>` of `GUEST_KERNEL`, when it has the virtio drivers as modules" }),
+  GUEST_KERNEL: vars.optStr({
+    type: "path",
+    default: "(unset: Debian's cloud kernel)",
+    doc: "build the guest image around this kernel (ELF vmlinux or bzImage) of your own",
+  }),
+  GUEST_KERNEL_MODULES: vars.optStr({
+    type: "path",
+    default: "(unset)",
+    doc: "`lib/modules/<release>` of `GUEST_KERNEL`, when it has the virtio drivers as modules",
+  }),
 });
 
 export type GuestKernelSettings = z.output<typeof guestKernelEnv>;

@@ -47,7 +47,11 @@ export function normalizeModuleName(name: string): string {
  * first). `find` maps a normalized module name to its .ko path, or undefined when not shipped as a
  * module (built in, or absent) — such names are skipped.
  */
-export function moduleLoadOrder(wanted: readonly string[], find: (name: string) => string | undefined, read: (path: string) => Uint8Array = readFileSync): Array<{ name: string; path: string }> {
+export function moduleLoadOrder(
+  wanted: readonly string[],
+  find: (name: string) => string | undefined,
+  read: (path: string) => Uint8Array = readFileSync,
+): Array<{ name: string; path: string }> {
   const order: Array<{ name: string; path: string }> = [];
   const state = new Map<string, "visiting" | "done">();
   const visit = (raw: string) => {

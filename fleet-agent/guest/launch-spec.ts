@@ -29,11 +29,23 @@ export function encodeLaunchSpec(config: ImageConfig, extraEnv: string[]): Buffe
   if (argv.length === 0) throw new Error("image has no command (entrypoint and cmd are empty)");
   const workdir = config.workdir || "/";
   if (!workdir.startsWith("/")) throw new Error(`image workdir must be absolute: ${workdir}`);
-  for (const [name, id] of [["uid", config.uid], ["gid", config.gid]] as const) {
+  for (const [name, id] of [
+    ["uid", config.uid],
+    ["gid", config.gid],
+  ] as const) {
     if (!Number.isInteger(id) || id < 0 || id > 0xfffffffe) throw new Error(`image ${name} out of range: ${id}`);
   }
   const env = mergeEnv([...config.env, ...extraEnv]);
-  const strings = [LAUNCH_SPEC_MAGIC, `uid=${config.uid}`, `gid=${config.gid}`, `workdir=${workdir}`, `argc=${argv.length}`, ...argv, `envc=${env.length}`, ...env];
+  const strings = [
+    LAUNCH_SPEC_MAGIC,
+    `uid=${config.uid}`,
+    `gid=${config.gid}`,
+    `workdir=${workdir}`,
+    `argc=${argv.length}`,
+    ...argv,
+    `envc=${env.length}`,
+    ...env,
+  ];
   for (const s of strings) if (s.includes("\0")) throw new Error(`a NUL byte in the image's command or environment: ${JSON.stringify(s.slice(0, 60))}`);
   return Buffer.from(strings.map((s) => `${s}\0`).join(""), "utf8");
 }

@@ -98,7 +98,15 @@ export class Checkpointer {
         rmSync(dir, { recursive: true, force: true }); // no row, no files: a refused name leaves nothing behind
         throw err;
       }
-      this.deps.log.info("checkpoint taken", { agentId: spec.id, checkpointId: id, origin: opts.origin, bytes: info.bytes, pausedMs: info.pausedMs, ms: info.ms, copy: info.copy });
+      this.deps.log.info("checkpoint taken", {
+        agentId: spec.id,
+        checkpointId: id,
+        origin: opts.origin,
+        bytes: info.bytes,
+        pausedMs: info.pausedMs,
+        ms: info.ms,
+        copy: info.copy,
+      });
       return record;
     });
   }
@@ -121,7 +129,13 @@ export class Checkpointer {
         await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId));
         entry.hibernateFailures = 0;
         entry.lastHibernateError = undefined;
-        this.deps.lifecycle.move(entry, "placeSnapshot", "api", { snapshotBytes: record.bytes }, { restoredFrom: checkpointId, ...(requestId ? { requestId } : {}) });
+        this.deps.lifecycle.move(
+          entry,
+          "placeSnapshot",
+          "api",
+          { snapshotBytes: record.bytes },
+          { restoredFrom: checkpointId, ...(requestId ? { requestId } : {}) },
+        );
         return entry.state;
       }),
     );
@@ -140,7 +154,13 @@ export class Checkpointer {
         if (entry.state !== "creating") throw new AppError("conflict", `agent ${spec.id} already has a state of its own: only a new agent is forked`);
         this.deps.vms.attachImage(entry);
         await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId));
-        this.deps.lifecycle.move(entry, "placeSnapshot", "api", { snapshotBytes: record.bytes }, { forkedFrom: checkpointId, fromAgent: record.agentId, ...(requestId ? { requestId } : {}) });
+        this.deps.lifecycle.move(
+          entry,
+          "placeSnapshot",
+          "api",
+          { snapshotBytes: record.bytes },
+          { forkedFrom: checkpointId, fromAgent: record.agentId, ...(requestId ? { requestId } : {}) },
+        );
         return entry.state;
       }),
     );
@@ -174,7 +194,11 @@ export class Checkpointer {
         await this.checkpoint(entry.spec, { origin: "guest", ...(name !== undefined ? { name } : {}) });
       } catch (err) {
         // The workload is not told (it asked through a file): the host's log says why, and the next request is taken.
-        this.deps.log.warn("a checkpoint the guest asked for was not taken", { agentId: entry.spec.id, name, err: err instanceof Error ? err.message : String(err) });
+        this.deps.log.warn("a checkpoint the guest asked for was not taken", {
+          agentId: entry.spec.id,
+          name,
+          err: err instanceof Error ? err.message : String(err),
+        });
       }
     }
   }
@@ -187,7 +211,8 @@ export class Checkpointer {
   whileHibernated<T>(agentId: string, work: () => Promise<T>): Promise<T> {
     return this.work.run(agentId, async () => {
       const state = this.deps.vms.get(agentId)?.state;
-      if (state !== "hibernated") throw new AppError("conflict", `agent ${agentId} is ${state ?? "gone"} again: its snapshot is not committed (its next hibernation is)`);
+      if (state !== "hibernated")
+        throw new AppError("conflict", `agent ${agentId} is ${state ?? "gone"} again: its snapshot is not committed (its next hibernation is)`);
       return work();
     });
   }
@@ -224,7 +249,8 @@ export class Checkpointer {
   }
 
   private store(op: string): CheckpointStore {
-    if (!this.deps.checkpoints) throw new AppError("checkpoints_unsupported", `host ${this.deps.hostId} keeps no checkpoint records: ${op} is not possible here`);
+    if (!this.deps.checkpoints)
+      throw new AppError("checkpoints_unsupported", `host ${this.deps.hostId} keeps no checkpoint records: ${op} is not possible here`);
     return this.deps.checkpoints;
   }
 }

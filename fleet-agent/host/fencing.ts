@@ -51,11 +51,16 @@ export class Fencing {
     const known = vms.get(spec.id);
     const held = known?.generation ?? generations.read(spec.id);
     if (generation < held) {
-      throw new AppError("host_unavailable", `agent ${spec.id} runs on this host under lease generation ${held}, the call carries ${generation}: the caller's placement is stale`, { retryAfterS: 1 });
+      throw new AppError(
+        "host_unavailable",
+        `agent ${spec.id} runs on this host under lease generation ${held}, the call carries ${generation}: the caller's placement is stale`,
+        { retryAfterS: 1 },
+      );
     }
     if (generation > held) {
       if (known) await eviction.evict(known, `a call of lease generation ${generation} (this host had ${held})`);
-      else if (this.deps.fs.hasStateDir(join(this.deps.vmsDir, spec.id))) await eviction.discardStateDir(spec.id, `its files here are of lease generation ${held}, the call carries ${generation}`);
+      else if (this.deps.fs.hasStateDir(join(this.deps.vmsDir, spec.id)))
+        await eviction.discardStateDir(spec.id, `its files here are of lease generation ${held}, the call carries ${generation}`);
       generations.write(spec.id, generation);
     }
     return vms.entryFor(spec);
@@ -90,7 +95,11 @@ export class Fencing {
     }
     if (!owner || owner.deleted || owner.hostId === null) return;
     if (owner.hostId === this.deps.hostId && owner.generation <= entry.generation) return;
-    throw new AppError("host_unavailable", `agent ${id} is on host ${owner.hostId} now (lease generation ${owner.generation}); this host's copy (generation ${entry.generation}) is not woken`, { retryAfterS: 1 });
+    throw new AppError(
+      "host_unavailable",
+      `agent ${id} is on host ${owner.hostId} now (lease generation ${owner.generation}); this host's copy (generation ${entry.generation}) is not woken`,
+      { retryAfterS: 1 },
+    );
   }
 
   /**
@@ -113,7 +122,10 @@ export class Fencing {
       const entry = vms.get(id);
       const held = entry?.generation ?? this.deps.generations.read(id);
       if (owner.hostId === hostId && owner.generation <= held) continue;
-      const why = owner.hostId === hostId ? `lease generation ${owner.generation} is newer than this host's ${held}` : `it is on host ${owner.hostId} now (lease generation ${owner.generation})`;
+      const why =
+        owner.hostId === hostId
+          ? `lease generation ${owner.generation} is newer than this host's ${held}`
+          : `it is on host ${owner.hostId} now (lease generation ${owner.generation})`;
       if (entry) await eviction.evict(entry, why);
       else await eviction.discardStateDir(id, why);
       stopped++;

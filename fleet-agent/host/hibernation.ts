@@ -65,7 +65,10 @@ export class Hibernation {
           const sleptAt = metering.endRun(entry, reason);
           // In the background: the snapshot here is enough to wake here. The commit's time is the run's end, which
           // placement compares to tell whether the store has the agent's last state (gateway/placement.ts `carryable`).
-          if (sleptAt) void this.deps.shipper?.commit({ spec: entry.spec, vmSpec: entry.vmSpec, generation: entry.generation, snapshotAt: sleptAt }).catch(() => undefined);
+          if (sleptAt)
+            void this.deps.shipper
+              ?.commit({ spec: entry.spec, vmSpec: entry.vmSpec, generation: entry.generation, snapshotAt: sleptAt })
+              .catch(() => undefined);
         } else {
           lifecycle.move(entry, "resume", "cancelled");
           entry.lastActivityAt = this.deps.clock.monotonic();

@@ -187,8 +187,20 @@ export class Waking {
       if (rollback) {
         info = { ...info, timings: { ...info.timings, rollbackMs: rollback.lostMs } };
         const { crashedRunId, lastAwakeAt, snapshotAt } = rollback;
-        detail = { ...detail, rollback: { rollbackMs: rollback.lostMs, crashedRunId, lastAwakeAt: new Date(lastAwakeAt).toISOString(), snapshotAt: new Date(snapshotAt).toISOString() } };
-        this.deps.log.warn("restored a snapshot older than the agent's last awake state", { agentId: entry.spec.id, rollbackMs: rollback.lostMs, crashedRunId });
+        detail = {
+          ...detail,
+          rollback: {
+            rollbackMs: rollback.lostMs,
+            crashedRunId,
+            lastAwakeAt: new Date(lastAwakeAt).toISOString(),
+            snapshotAt: new Date(snapshotAt).toISOString(),
+          },
+        };
+        this.deps.log.warn("restored a snapshot older than the agent's last awake state", {
+          agentId: entry.spec.id,
+          rollbackMs: rollback.lostMs,
+          crashedRunId,
+        });
       }
       entry.runId = runId;
       entry.wakeStartedAt = startedAt;
@@ -247,7 +259,13 @@ export class Waking {
       if (!row) return undefined;
       await driver.restoreCheckpoint(entry.vmSpec, dir);
       const ms = round(this.deps.clock.monotonic() - started);
-      this.deps.lifecycle.move(entry, "placeSnapshot", reason, { snapshotBytes: row.bytes }, { fromStore: { hostId: row.hostId, generation: row.generation, snapshotAt: row.snapshotAt.toISOString(), fetchMs: ms } });
+      this.deps.lifecycle.move(
+        entry,
+        "placeSnapshot",
+        reason,
+        { snapshotBytes: row.bytes },
+        { fromStore: { hostId: row.hostId, generation: row.generation, snapshotAt: row.snapshotAt.toISOString(), fetchMs: ms } },
+      );
       this.deps.log.info("restoring from the shared store", { agentId: entry.spec.id, fromHost: row.hostId, bytes: row.bytes, fetchMs: ms });
       return { fromStore: row.hostId };
     } finally {

@@ -86,7 +86,14 @@ export class Meter implements ActivityListener {
     const spool = SegmentSpool.open(meterDir(opts.dataDir, opts.hostId), { log });
     const shipper = new Shipper({ ...opts.shipper, spool, sink: opts.sink, clock: opts.clock, log, metrics });
     spool.onSynced = () => shipper.notify();
-    const meter = new Meter({ hostId: opts.hostId, clock: opts.clock, spool, shipping: shipper, log, ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}) });
+    const meter = new Meter({
+      hostId: opts.hostId,
+      clock: opts.clock,
+      spool,
+      shipping: shipper,
+      log,
+      ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
+    });
     const lagMs = () => {
       const oldest = spool.oldestPendingEndedAt();
       return oldest === undefined ? 0 : Math.max(0, opts.clock.now() - oldest);
@@ -138,7 +145,8 @@ export class Meter implements ActivityListener {
       this.log.warn("meter: activity after stop ignored", { vmId: e.vmId });
       return;
     }
-    if (e.hostId !== this.hostId) this.log.warn("meter: activity reported for another host id; metering under this host", { vmId: e.vmId, eventHost: e.hostId, hostId: this.hostId });
+    if (e.hostId !== this.hostId)
+      this.log.warn("meter: activity reported for another host id; metering under this host", { vmId: e.vmId, eventHost: e.hostId, hostId: this.hostId });
     const prev = this.open.get(e.vmId);
     let wall = Math.round(e.at);
     if (prev) {

@@ -148,7 +148,12 @@ export class Shipper {
     this.stats.lastError = err instanceof Error ? err.message : String(err);
     const base = Math.min(this.o.maxBackoffMs, this.o.minBackoffMs * 2 ** (this.stats.consecutiveFailures - 1));
     const delay = Math.round(base * (0.5 + this.o.random() / 2));
-    this.o.log.warn("meter shipping failed; will retry", { err: this.stats.lastError, batchSize, retryInMs: delay, consecutiveFailures: this.stats.consecutiveFailures });
+    this.o.log.warn("meter shipping failed; will retry", {
+      err: this.stats.lastError,
+      batchSize,
+      retryInMs: delay,
+      consecutiveFailures: this.stats.consecutiveFailures,
+    });
     if (this.started) {
       this.timer?.cancel();
       this.timer = undefined;

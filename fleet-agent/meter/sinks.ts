@@ -44,7 +44,8 @@ export class HttpSink implements SegmentSink {
     const text = await res.text();
     if (!res.ok) throw new Error(`billing answered ${res.status}: ${text.slice(0, 300)}`);
     const body = JSON.parse(text) as Partial<ShipResult>;
-    if (!Array.isArray(body.accepted) || !Array.isArray(body.duplicates) || !Array.isArray(body.rejected)) throw new Error("billing answered 200 without accepted/duplicates/rejected lists");
+    if (!Array.isArray(body.accepted) || !Array.isArray(body.duplicates) || !Array.isArray(body.rejected))
+      throw new Error("billing answered 200 without accepted/duplicates/rejected lists");
     return { accepted: body.accepted, duplicates: body.duplicates, rejected: body.rejected };
   }
 }

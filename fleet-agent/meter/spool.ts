@@ -1,5 +1,19 @@
 // Durable local spool of closed meter segments (NDJSON, fsynced before shipping, trimmed by atomic rewrite after billing's ack).
-import { closeSync, existsSync, fdatasync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync, writeSync, appendFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  fdatasync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+  appendFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import type { MeterSegment } from "../../contracts/meter.ts";
@@ -289,7 +303,6 @@ export class SegmentSpool implements SegmentLog {
     rmSync(this.lockPath, { force: true });
   }
 }
-
 
 function syncDir(dir: string): void {
   const fd = openSync(dir, "r");

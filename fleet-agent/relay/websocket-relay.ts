@@ -182,7 +182,9 @@ export class WebSocketRelay {
     if (!this.open) {
       if (!this.ended && now - this.startedAt > this.i.responseTimeoutMs) {
         this.upstreamRequest?.destroy();
-        this.failHandshake(new AppError("gateway_timeout", `agent ${this.i.agentId} did not answer the WebSocket handshake within ${this.i.responseTimeoutMs} ms`));
+        this.failHandshake(
+          new AppError("gateway_timeout", `agent ${this.i.agentId} did not answer the WebSocket handshake within ${this.i.responseTimeoutMs} ms`),
+        );
       }
       return;
     }
@@ -215,7 +217,13 @@ export class WebSocketRelay {
     }
     if (!this.open) this.upstreamRequest?.destroy();
     this.i.closed();
-    this.env.log.debug("websocket closed", { requestId: this.i.requestId, agentId: this.i.agentId, why, ...this.bytes, frames: this.toClient.frames + this.toAgent.frames });
+    this.env.log.debug("websocket closed", {
+      requestId: this.i.requestId,
+      agentId: this.i.agentId,
+      why,
+      ...this.bytes,
+      frames: this.toClient.frames + this.toAgent.frames,
+    });
   }
 }
 

@@ -4,7 +4,17 @@ import type { VmState } from "../../contracts/agent.ts";
 import { NonWakingRulesInput, NonWakingRulesSchema, objectError } from "../proxy/policy.ts";
 
 /** Every state a VM can be in (contracts/agent.ts), checked complete at compile time. */
-const vmStates = ["creating", "booting", "running", "snapshotting", "hibernated", "restoring", "stopped", "failed", "destroyed"] as const satisfies readonly VmState[];
+const vmStates = [
+  "creating",
+  "booting",
+  "running",
+  "snapshotting",
+  "hibernated",
+  "restoring",
+  "stopped",
+  "failed",
+  "destroyed",
+] as const satisfies readonly VmState[];
 const everyState: Exclude<VmState, (typeof vmStates)[number]> extends never ? true : never = true;
 void everyState;
 
@@ -37,7 +47,9 @@ export const AgentLimitsInput = z
     {
       responseTimeoutMs: intIn(100, 3600_000, "the agent must send its response headers within this, ms").nullable().optional(),
       proxyIdleTimeoutMs: intIn(100, week, "a call, stream or WebSocket moving no bytes for this long is ended, ms").nullable().optional(),
-      maxBodyBytes: intIn(0, 2 ** 50, "largest request body, bytes (never above the gateway's global limit)").nullable().optional(),
+      maxBodyBytes: intIn(0, 2 ** 50, "largest request body, bytes (never above the gateway's global limit)")
+        .nullable()
+        .optional(),
     },
     { error: objectError("an object {responseTimeoutMs, proxyIdleTimeoutMs, maxBodyBytes}") },
   )
@@ -48,7 +60,9 @@ const bodyError = objectError("a JSON object");
 export const CreateAgentBody = z
   .strictObject(
     {
-      name: matching(/^[\w .:-]{1,100}$/, "1–100 letters, digits, spaces or . _ : -").optional().openapi({ description: 'Default "agent"' }),
+      name: matching(/^[\w .:-]{1,100}$/, "1–100 letters, digits, spaces or . _ : -")
+        .optional()
+        .openapi({ description: 'Default "agent"' }),
       image: matching(imageRefPattern, "a built-in image, name[:tag] of a built image, or sha256:<digest>")
         .optional()
         .openapi({ description: "A built-in image (default `demo`), `name[:tag]` of a built image (pinned by digest at creation) or `sha256:<digest>`" }),
@@ -61,16 +75,11 @@ export const CreateAgentBody = z
       allowEgress: bool().optional().openapi({ description: "The agent may open connections out (default false)" }),
       nonWaking: NonWakingRulesInput.nullable().optional().openapi({ description: "null or absent: the defaults" }),
       limits: AgentLimitsInput.optional(),
-      fromCheckpoint: z
-        .string({ error: "must be a checkpoint id (ckp_…)" })
-        .min(1)
-        .max(200)
-        .optional()
-        .openapi({
-          description:
-            "Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity",
-          example: "ckp_0123456789abcdef",
-        }),
+      fromCheckpoint: z.string({ error: "must be a checkpoint id (ckp_…)" }).min(1).max(200).optional().openapi({
+        description:
+          "Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity",
+        example: "ckp_0123456789abcdef",
+      }),
     },
     { error: bodyError },
   )
@@ -88,7 +97,9 @@ export const UpdateAgentBody = z
   )
   .openapi("UpdateAgent");
 
-export const AddLeaseBody = z.strictObject({ ttlMs: intIn(1000, 24 * 3600_000, "how long the lease keeps the agent awake, ms") }, { error: bodyError }).openapi("AddLease");
+export const AddLeaseBody = z
+  .strictObject({ ttlMs: intIn(1000, 24 * 3600_000, "how long the lease keeps the agent awake, ms") }, { error: bodyError })
+  .openapi("AddLease");
 
 export const AgentParams = z.object({ id: z.string().openapi({ param: { name: "id", in: "path" }, example: "agt_0123456789abcdef" }) });
 export const LeaseParams = AgentParams.extend({ leaseId: z.string().openapi({ param: { name: "leaseId", in: "path" }, example: "lse_0123456789abcdef" }) });
@@ -97,7 +108,8 @@ export const LeaseParams = AgentParams.extend({ leaseId: z.string().openapi({ pa
 export const AgentListQuery = z.strictObject({
   ...PageQuery.shape,
   state: VmStateSchema.optional().openapi({
-    description: "Only agents in this state as the database last recorded it (each host writes it on a transition); the `state` an agent shows is its host's live one, which may be newer",
+    description:
+      "Only agents in this state as the database last recorded it (each host writes it on a transition); the `state` an agent shows is its host's live one, which may be newer",
   }),
   namePrefix: z.string().min(1).max(100).optional().openapi({ description: "Only agents whose name starts with this (case-sensitive)" }),
   image: matching(imageRefPattern, "a built-in image, name:tag of a built image, or sha256:<digest>")
@@ -151,8 +163,13 @@ export const AgentSchema = z
     lastWakeAt: isoInstant().nullable(),
     inFlight: z.number().int(),
     leases: z.number().int(),
-    lastHibernateError: HibernateFailureSchema.nullable().openapi({ description: "The last failed hibernate (a full disk, say) until one succeeds: the agent stays awake meanwhile" }),
-    forkedFrom: z.string().nullable().openapi({ description: "The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh" }),
+    lastHibernateError: HibernateFailureSchema.nullable().openapi({
+      description: "The last failed hibernate (a full disk, say) until one succeeds: the agent stays awake meanwhile",
+    }),
+    forkedFrom: z
+      .string()
+      .nullable()
+      .openapi({ description: "The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh" }),
     createdAt: isoInstant(),
   })
   .openapi("Agent");

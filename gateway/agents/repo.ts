@@ -55,7 +55,11 @@ export interface AgentRepo {
 export function createAgentRepo(db: Db): AgentRepo {
   return {
     async get(id) {
-      const rows = await db.select().from(agents).where(and(eq(agents.id, id), isNull(agents.deletedAt))).limit(1);
+      const rows = await db
+        .select()
+        .from(agents)
+        .where(and(eq(agents.id, id), isNull(agents.deletedAt)))
+        .limit(1);
       return rows[0];
     },
     async page(tenantId, q) {
@@ -84,7 +88,10 @@ export function createAgentRepo(db: Db): AgentRepo {
       await db.transaction(async (tx) => {
         const at = new Date();
         await tx.update(agents).set({ deletedAt: at, state: "destroyed" }).where(eq(agents.id, id));
-        await tx.update(checkpoints).set({ deletedAt: at }).where(and(eq(checkpoints.agentId, id), isNull(checkpoints.deletedAt)));
+        await tx
+          .update(checkpoints)
+          .set({ deletedAt: at })
+          .where(and(eq(checkpoints.agentId, id), isNull(checkpoints.deletedAt)));
       });
     },
     events(agentId, q) {

@@ -47,7 +47,10 @@ const createAgentRoute = (body: MiddlewareHandler) =>
     middleware: [admin, body],
     request: jsonRequest(CreateAgentBody),
     // 404: `fromCheckpoint` names no checkpoint of the caller's; 501: this deployment keeps no checkpoints.
-    responses: { 201: json(AgentSchema, "The agent (with `fromCheckpoint`: hibernated on the checkpoint, `forkedFrom` set)"), ...errors(400, 404, 413, 501, 502, 504) },
+    responses: {
+      201: json(AgentSchema, "The agent (with `fromCheckpoint`: hibernated on the checkpoint, `forkedFrom` set)"),
+      ...errors(400, 404, 413, 501, 502, 504),
+    },
   });
 
 const listAgentsRoute = createRoute({
@@ -166,7 +169,14 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
   const ownAgent = (caller: Caller, id: string) => findOwnAgent(agents, caller, id);
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
-    return deps.audit.record({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), ...(detail ? { detail } : {}) });
+    return deps.audit.record({
+      tenantId: caller.tenantId,
+      actor: caller.subject,
+      action,
+      target,
+      requestId: c.get("requestId"),
+      ...(detail ? { detail } : {}),
+    });
   }
 
   r.openapi(createAgentRoute(body), async (c) => {
@@ -179,7 +189,10 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
     // A built image is pinned by digest at creation: a later build under the same tag does not change a live agent.
     const built = config.images.includes(image) ? undefined : await deps.imageCatalog?.resolve(caller.tenantId, image);
     if (!config.images.includes(image) && !built) {
-      throw new AppError("bad_request", `unknown image "${image}" (built-in: ${config.images.join(", ")}${deps.imageCatalog ? "; built images: GET /v1/images" : ""})`);
+      throw new AppError(
+        "bad_request",
+        `unknown image "${image}" (built-in: ${config.images.join(", ")}${deps.imageCatalog ? "; built images: GET /v1/images" : ""})`,
+      );
     }
     const d = config.agentDefaults;
     const row = await agents.create({
@@ -199,9 +212,19 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
     });
     if (limits && Object.keys(limits).length > 0) await settings!.update(row.id, { limits });
     proxy.invalidate(row.id);
-    await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB });
+    await audit(c, caller, "agent.create", row.id, {
+      image: row.image,
+      imageDigest: row.imageDigest,
+      vcpus: row.vcpus,
+      memMiB: row.memMiB,
+      diskMiB: row.diskMiB,
+    });
     // Placed now, by free capacity, so a burst of creates spreads over the hosts; when no host can take it yet, its first call places it.
-    await fleet.place?.(agentSpec(row)).catch((err: unknown) => deps.log.warn("agent not placed at creation; its first call places it", { agentId: row.id, err: err instanceof Error ? err.message : String(err) }));
+    await fleet
+      .place?.(agentSpec(row))
+      .catch((err: unknown) =>
+        deps.log.warn("agent not placed at creation; its first call places it", { agentId: row.id, err: err instanceof Error ? err.message : String(err) }),
+      );
     return c.json(await view((await agents.get(row.id)) ?? row, undefined), 201);
   });
 
@@ -244,7 +267,15 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
     }
     if (b.limits && Object.keys(b.limits).length > 0) await settings!.update(row.id, { limits: b.limits });
     proxy.invalidate(row.id);
-    await audit(c, caller, "agent.create", row.id, { image: row.image, imageDigest: row.imageDigest, vcpus: row.vcpus, memMiB: row.memMiB, diskMiB: row.diskMiB, forkedFrom: ckp.id, fromAgent: ckp.agentId });
+    await audit(c, caller, "agent.create", row.id, {
+      image: row.image,
+      imageDigest: row.imageDigest,
+      vcpus: row.vcpus,
+      memMiB: row.memMiB,
+      diskMiB: row.diskMiB,
+      forkedFrom: ckp.id,
+      fromAgent: ckp.agentId,
+    });
     return view(row, await fleet.status(row.id));
   }
 

@@ -29,7 +29,11 @@ export const AuditEntrySchema = z
 export const AuditListSchema = z.object({ entries: z.array(AuditEntrySchema), nextCursor: NextCursor }).openapi("AuditList");
 
 export const AuditVerifyQuery = z.strictObject({
-  tenant: z.string().max(200).optional().openapi({ description: "Verify this tenant's chain only (an empty value: the rows without a tenant); absent: every chain" }),
+  tenant: z
+    .string()
+    .max(200)
+    .optional()
+    .openapi({ description: "Verify this tenant's chain only (an empty value: the rows without a tenant); absent: every chain" }),
 });
 
 const BrokenRowSchema = z.object({

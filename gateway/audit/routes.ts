@@ -12,7 +12,8 @@ const listAuditRoute = createRoute({
   path: "/v1/audit",
   operationId: "listAudit",
   summary: "The caller's tenant's audit log, newest first, a page at a time",
-  description: "Admin actions, wakes, hibernations and webhook deliveries, each with who, what, when and the request id; every entry carries its hash chain links (`seq`, `hash`, `prevHash`).",
+  description:
+    "Admin actions, wakes, hibernations and webhook deliveries, each with who, what, when and the request id; every entry carries its hash chain links (`seq`, `hash`, `prevHash`).",
   tags: ["audit"],
   middleware: [scopeGate("agents:admin")],
   request: { query: AuditListQuery },

@@ -12,13 +12,22 @@ export const checkpointName = () =>
     .openapi({ description: "Unique among the agent's live checkpoints", example: "clean" });
 
 /** A checkpoint id (`ckp_…`) in a body; the route answers 404 for one that is not the caller's. */
-export const checkpointRef = (description: string) => z.string({ error: "must be a checkpoint id (ckp_…)" }).min(1).max(200).openapi({ description, example: "ckp_0123456789abcdef" });
+export const checkpointRef = (description: string) =>
+  z.string({ error: "must be a checkpoint id (ckp_…)" }).min(1).max(200).openapi({ description, example: "ckp_0123456789abcdef" });
 
-export const CreateCheckpointBody = z.strictObject({ name: checkpointName().optional() }, { error: objectError("a JSON object {name?}") }).openapi("CreateCheckpoint");
+export const CreateCheckpointBody = z
+  .strictObject({ name: checkpointName().optional() }, { error: objectError("a JSON object {name?}") })
+  .openapi("CreateCheckpoint");
 
 export const RestoreBody = z
   .strictObject(
-    { checkpoint: z.string({ error: "must be a checkpoint id (ckp_…) or a name of this agent's" }).min(1).max(200).openapi({ description: "A checkpoint id (`ckp_…`), or the name of one of this agent's", example: "clean" }) },
+    {
+      checkpoint: z
+        .string({ error: "must be a checkpoint id (ckp_…) or a name of this agent's" })
+        .min(1)
+        .max(200)
+        .openapi({ description: "A checkpoint id (`ckp_…`), or the name of one of this agent's", example: "clean" }),
+    },
     { error: objectError("a JSON object {checkpoint}") },
   )
   .openapi("RestoreAgent");

@@ -28,7 +28,11 @@ export interface CheckpointRepo {
 export function createCheckpointRepo(db: Db): CheckpointRepo {
   return {
     async get(id) {
-      const rows = await db.select().from(checkpoints).where(and(eq(checkpoints.id, id), isNull(checkpoints.deletedAt))).limit(1);
+      const rows = await db
+        .select()
+        .from(checkpoints)
+        .where(and(eq(checkpoints.id, id), isNull(checkpoints.deletedAt)))
+        .limit(1);
       return rows[0];
     },
     async byName(agentId, name) {

@@ -10,7 +10,15 @@ import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../con
 import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agents/repo.ts";
 import type { GatewayDeps } from "../deps.ts";
 import { ownCheckpoint, type CheckpointPosition, type CheckpointRepo, type CheckpointRow } from "./repo.ts";
-import { CheckpointDeletedSchema, CheckpointListQuery, CheckpointListSchema, CheckpointParams, CheckpointSchema, CreateCheckpointBody, RestoreBody } from "./api-schemas.ts";
+import {
+  CheckpointDeletedSchema,
+  CheckpointListQuery,
+  CheckpointListSchema,
+  CheckpointParams,
+  CheckpointSchema,
+  CreateCheckpointBody,
+  RestoreBody,
+} from "./api-schemas.ts";
 import { AgentParams, AgentSchema } from "../agents/api-schemas.ts";
 
 /** What the checkpoint routes need besides the gateway's own parts: the rows' reader (none: 501 checkpoints_unsupported). */
@@ -70,7 +78,8 @@ const restoreRoute = (body: MiddlewareHandler) =>
     method: "post",
     path: "/v1/agents/{id}/restore",
     operationId: "restoreAgent",
-    summary: "Roll the agent back to one of its checkpoints: stopped if awake, then hibernated on the checkpoint (its snapshot replaced); the next call wakes it",
+    summary:
+      "Roll the agent back to one of its checkpoints: stopped if awake, then hibernated on the checkpoint (its snapshot replaced); the next call wakes it",
     tags,
     middleware: [admin, body],
     request: { params: AgentParams, ...jsonRequest(RestoreBody) },
@@ -82,7 +91,10 @@ const restoreRoute = (body: MiddlewareHandler) =>
  * actor (`checkpoint.create`, `checkpoint.delete`, `agent.restore`); the host audits what it did (`vm.checkpoint`, the
  * transition to `hibernated`).
  */
-export function checkpointRoutes(deps: CheckpointGatewayDeps, view: (row: AgentRow, status: VmStatus | undefined) => Promise<unknown>): OpenAPIHono<GatewayEnv> {
+export function checkpointRoutes(
+  deps: CheckpointGatewayDeps,
+  view: (row: AgentRow, status: VmStatus | undefined) => Promise<unknown>,
+): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
   const { agents, fleet, config } = deps;
   const body = jsonBody(() => config.maxApiBodyBytes);
@@ -104,7 +116,8 @@ export function checkpointRoutes(deps: CheckpointGatewayDeps, view: (row: AgentR
     const row = await ownAgent(caller, c.req.valid("param").id);
     const { name } = c.req.valid("json");
     // Asked before the copy is made (the host and the unique index check again): a taken name costs nothing.
-    if (name !== undefined && (await repo(deps).byName(row.id, name))) throw new AppError("conflict", `agent ${row.id} already has a checkpoint named "${name}"`);
+    if (name !== undefined && (await repo(deps).byName(row.id, name)))
+      throw new AppError("conflict", `agent ${row.id} already has a checkpoint named "${name}"`);
     const taken = await op(fleet, "checkpoint")(agentSpec(row), { ...(name !== undefined ? { name } : {}), requestId: c.get("requestId") });
     await audit(c, caller, "checkpoint.create", row.id, { checkpointId: taken.id, name: taken.name, bytes: taken.bytes, pausedMs: taken.pausedMs });
     return c.json(checkpointJson(taken), 201);
@@ -169,7 +182,15 @@ function checkpointPosition(cursor: string): CheckpointPosition {
   return { createdAtUs, id };
 }
 
-function checkpointJson(r: { id: string; agentId: string; name: string | null; origin: "api" | "guest"; bytes: number; pausedMs: number; createdAt: Date | string }) {
+function checkpointJson(r: {
+  id: string;
+  agentId: string;
+  name: string | null;
+  origin: "api" | "guest";
+  bytes: number;
+  pausedMs: number;
+  createdAt: Date | string;
+}) {
   return {
     id: r.id,
     agentId: r.agentId,

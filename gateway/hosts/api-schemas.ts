@@ -13,7 +13,10 @@ export const HostSchema = z
     url: z.string().nullable().openapi({ description: "Base URL of the host's ingress; null when it serves only the gateway in its own process" }),
     driver: z.string().openapi({ example: "qemu" }),
     healthy: z.boolean().openapi({ description: "Live, its clock within the allowed skew, and not draining: it takes new agents" }),
-    why: z.string().nullable().openapi({ description: "Why it is not healthy, e.g. `no heartbeat for 42 s`, `clock 612 s ahead`, `draining`; null when healthy", example: "no heartbeat for 42 s" }),
+    why: z.string().nullable().openapi({
+      description: "Why it is not healthy, e.g. `no heartbeat for 42 s`, `clock 612 s ahead`, `draining`; null when healthy",
+      example: "no heartbeat for 42 s",
+    }),
     live: z.boolean().openapi({ description: "Its last heartbeat is within the live window (HOST_LIVE_WINDOW_MS)" }),
     lastHeartbeatAt: z.string(),
     heartbeatAgeMs: z.number().int().openapi({ description: "How long ago its last heartbeat was, by the database's clock, ms" }),

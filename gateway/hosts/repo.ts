@@ -101,7 +101,10 @@ export function createHostRepo(db: Db, opts: HostRepoOptions): HostRepo {
       const changed =
         at === null
           ? await queryRows<{ id: string }>(db, sql`update hosts set draining_at = null where id = ${id} and draining_at is not null returning id`)
-          : await queryRows<{ id: string }>(db, sql`update hosts set draining_at = ${at.toISOString()}::timestamptz where id = ${id} and draining_at is null returning id`);
+          : await queryRows<{ id: string }>(
+              db,
+              sql`update hosts set draining_at = ${at.toISOString()}::timestamptz where id = ${id} and draining_at is null returning id`,
+            );
       const host = await get(id);
       return host ? { host, changed: changed.length > 0 } : undefined;
     },

@@ -52,7 +52,8 @@ const drainHostRoute = createRoute({
   method: "post",
   path: "/v1/hosts/{id}/drain",
   operationId: "drainHost",
-  summary: "Drain a host: it takes no new agents, and its agents hibernate and wake on other hosts; answered once marked, the moves follow (operator; idempotent)",
+  summary:
+    "Drain a host: it takes no new agents, and its agents hibernate and wake on other hosts; answered once marked, the moves follow (operator; idempotent)",
   tags,
   middleware: [operator],
   request: { params: HostParams },
@@ -130,7 +131,10 @@ function seconds(ms: number): string {
 }
 
 /** Why a host takes no new agents, each reason once, or null when it does. */
-export function hostHealth(row: Pick<HostRow, "live" | "heartbeatAgeMs" | "clockSkewMs" | "drainingAt">, maxClockSkewMs: number): { healthy: boolean; why: string | null } {
+export function hostHealth(
+  row: Pick<HostRow, "live" | "heartbeatAgeMs" | "clockSkewMs" | "drainingAt">,
+  maxClockSkewMs: number,
+): { healthy: boolean; why: string | null } {
   const reasons: string[] = [];
   if (!row.live) reasons.push(`no heartbeat for ${seconds(row.heartbeatAgeMs)}`);
   if (Math.abs(row.clockSkewMs) > maxClockSkewMs) reasons.push(`clock ${seconds(row.clockSkewMs)} ${row.clockSkewMs > 0 ? "ahead" : "behind"}`);

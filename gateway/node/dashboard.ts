@@ -25,7 +25,8 @@ const contentTypes: Record<string, string> = {
 };
 
 /** The page may load only its own files and call only this origin (the token in sessionStorage is worth protecting). */
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const contentSecurityPolicy =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /** The file a path under /dashboard/ names, inside `dir`; undefined for anything that would leave it or is hidden. */
 export function dashboardFile(dir: string, rest: string): string | undefined {

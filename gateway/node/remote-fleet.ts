@@ -47,7 +47,8 @@ export function createNodeHostFetch(opts: NodeHostFetchOptions): HostFetch & { c
         signal: req.signal,
       });
     } catch (err) {
-      if (err instanceof undiciErrors.HeadersTimeoutError) throw new AppError("gateway_timeout", `host ${url.host} did not answer within ${opts.headersTimeoutMs} ms`, { cause: err });
+      if (err instanceof undiciErrors.HeadersTimeoutError)
+        throw new AppError("gateway_timeout", `host ${url.host} did not answer within ${opts.headersTimeoutMs} ms`, { cause: err });
       throw err;
     }
     const out = new Headers();
@@ -118,7 +119,15 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
   async function upgrade(spec: AgentSpec, req: IncomingMessage, client: Duplex, head: Buffer, ctx: UpgradeContext): Promise<void> {
     const host = await placement.hostFor(spec);
     const agent = leased(spec, host);
-    const call = { op: "websocket" as const, agent, reason: ctx.reason, path: ctx.pathInside, requestId: ctx.requestId, proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs, responseTimeoutMs: ctx.responseTimeoutMs };
+    const call = {
+      op: "websocket" as const,
+      agent,
+      reason: ctx.reason,
+      path: ctx.pathInside,
+      requestId: ctx.requestId,
+      proxyIdleTimeoutMs: ctx.proxyIdleTimeoutMs,
+      responseTimeoutMs: ctx.responseTimeoutMs,
+    };
     const token = await signHostCall(key, host.id, call, deps.tokenTtlS ?? 30);
     const url = new URL(hostOpPaths.websocket.slice(1), host.url.endsWith("/") ? host.url : `${host.url}/`);
     let lines = `${req.method ?? "GET"} ${url.pathname} HTTP/1.1\r\nhost: ${url.host}\r\n`;
@@ -130,7 +139,8 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
     lines += `${hostTokenHeader}: ${token}\r\n\r\n`;
 
     const port = Number(url.port) || (url.protocol === "https:" ? 443 : 80);
-    const socket: Socket = url.protocol === "https:" ? tlsConnect({ host: url.hostname, port, servername: url.hostname }) : netConnect({ host: url.hostname, port });
+    const socket: Socket =
+      url.protocol === "https:" ? tlsConnect({ host: url.hostname, port, servername: url.hostname }) : netConnect({ host: url.hostname, port });
     socket.setNoDelay(true);
     const answer = await new Promise<{ head: Buffer; rest: Buffer }>((resolve, reject) => {
       let buffered = Buffer.alloc(0);
@@ -147,7 +157,10 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
         fail(new AppError("host_unavailable", `host ${host.id} unreachable: ${why}`, { retryAfterS: 2 }));
       };
       const connectTimer = setTimeout(() => unreachable(`no connection within ${deps.connectTimeoutMs} ms`), deps.connectTimeoutMs);
-      const headersTimer = setTimeout(() => fail(new AppError("gateway_timeout", `host ${host.id} did not answer the WebSocket upgrade within ${deps.headersTimeoutMs} ms`)), deps.headersTimeoutMs);
+      const headersTimer = setTimeout(
+        () => fail(new AppError("gateway_timeout", `host ${host.id} did not answer the WebSocket upgrade within ${deps.headersTimeoutMs} ms`)),
+        deps.headersTimeoutMs,
+      );
       const onConnect = () => {
         connected = true;
         clearTimeout(connectTimer);
@@ -164,7 +177,10 @@ export function createNodeHostUpgrade(deps: NodeHostUpgradeDeps): NodeHostUpgrad
         socket.pause();
         resolve({ head: buffered.subarray(0, end + 4), rest: buffered.subarray(end + 4) });
       };
-      const onError = (err: Error) => (connected ? fail(new AppError("bad_gateway", `host ${host.id} failed the WebSocket upgrade: ${err.message}`, { cause: err })) : unreachable(err.message));
+      const onError = (err: Error) =>
+        connected
+          ? fail(new AppError("bad_gateway", `host ${host.id} failed the WebSocket upgrade: ${err.message}`, { cause: err }))
+          : unreachable(err.message);
       const onClose = () => fail(new AppError("bad_gateway", `host ${host.id} closed the connection before answering the WebSocket upgrade`));
       // The client went away while the agent woke: the host sees the close and releases its ticket.
       const onClientClose = () => fail(new AppError("bad_gateway", "client went away"));

@@ -92,7 +92,13 @@ export function createAdmission(core: ProxyCore, auth: Authenticator): Admission
   }
 
   /** A token to verify, a tenant to load or provision, an agent to read: then `decide`. */
-  async function resolveThenDecide<C extends ProxyCall>(call: C, entry: ProxyEntry<C>, token: string | undefined, known: Caller | undefined, peeked: ResolvedAgent | undefined): Promise<void> {
+  async function resolveThenDecide<C extends ProxyCall>(
+    call: C,
+    entry: ProxyEntry<C>,
+    token: string | undefined,
+    known: Caller | undefined,
+    peeked: ResolvedAgent | undefined,
+  ): Promise<void> {
     try {
       const caller = token === undefined ? undefined : (known ?? (await auth.verify(token)));
       // The token's tenant must be active (as on every route); its status is then in memory for `authorize`.

@@ -32,7 +32,11 @@ export interface AgentSettingsStore {
 }
 
 export function createAgentSettingsStore(db: Db): AgentSettingsStore {
-  const overridesOf = (r: typeof agentProxyLimits.$inferSelect): AgentLimitOverrides => ({ responseTimeoutMs: r.responseTimeoutMs, proxyIdleTimeoutMs: r.proxyIdleTimeoutMs, maxBodyBytes: r.maxBodyBytes });
+  const overridesOf = (r: typeof agentProxyLimits.$inferSelect): AgentLimitOverrides => ({
+    responseTimeoutMs: r.responseTimeoutMs,
+    proxyIdleTimeoutMs: r.proxyIdleTimeoutMs,
+    maxBodyBytes: r.maxBodyBytes,
+  });
   return {
     async limits(agentId) {
       const rows = await db.select().from(agentProxyLimits).where(eq(agentProxyLimits.agentId, agentId)).limit(1);
@@ -41,7 +45,10 @@ export function createAgentSettingsStore(db: Db): AgentSettingsStore {
     async limitsMany(agentIds) {
       const out = new Map<string, AgentLimitOverrides>(agentIds.map((id) => [id, noOverrides]));
       if (agentIds.length === 0) return out;
-      const rows = await db.select().from(agentProxyLimits).where(inArray(agentProxyLimits.agentId, [...agentIds]));
+      const rows = await db
+        .select()
+        .from(agentProxyLimits)
+        .where(inArray(agentProxyLimits.agentId, [...agentIds]));
       for (const r of rows) out.set(r.agentId, overridesOf(r));
       return out;
     },
@@ -168,7 +175,11 @@ export function createAgentCache(
   };
 }
 
-async function loadAgent(repo: Pick<AgentRepo, "get">, settings: Pick<AgentSettingsStore, "limits"> | undefined, agentId: string): Promise<LoadedAgent | undefined> {
+async function loadAgent(
+  repo: Pick<AgentRepo, "get">,
+  settings: Pick<AgentSettingsStore, "limits"> | undefined,
+  agentId: string,
+): Promise<LoadedAgent | undefined> {
   const row = await repo.get(agentId);
   if (!row) return undefined;
   const overrides = settings ? await settings.limits(agentId) : noOverrides;

@@ -12,7 +12,15 @@ import type { Caller } from "../../contracts/caller.ts";
 import { createAgentCache, type AgentCache, type AgentLimitOverrides, type AgentSettingsStore } from "./agents.ts";
 import { TenantLimiter } from "./tenant-limiter.ts";
 import type { TenantGate } from "../tenants/gate.ts";
-import { authorizeCall, compileNonWaking, effectiveNonWaking, nonWakingAnswer, type NonWakingMatch, type NonWakingMatcher, type PlainAnswer } from "./policy.ts";
+import {
+  authorizeCall,
+  compileNonWaking,
+  effectiveNonWaking,
+  nonWakingAnswer,
+  type NonWakingMatch,
+  type NonWakingMatcher,
+  type PlainAnswer,
+} from "./policy.ts";
 
 /** The proxy's global settings (environment variables in gateway/config.ts and fleet-agent/config.ts). */
 export interface ProxyConfig {
@@ -127,7 +135,13 @@ export function createProxyCore(deps: ProxyCoreDeps): ProxyCore {
     let r = resolved.get(loaded.row);
     if (!r) {
       const nonWaking = effectiveNonWaking(loaded.row.nonWaking);
-      r = { row: loaded.row, spec: agentSpec(loaded.row), nonWaking, matchNonWaking: compileNonWaking(nonWaking), limits: limitsOf(loaded.row, loaded.overrides) };
+      r = {
+        row: loaded.row,
+        spec: agentSpec(loaded.row),
+        nonWaking,
+        matchNonWaking: compileNonWaking(nonWaking),
+        limits: limitsOf(loaded.row, loaded.overrides),
+      };
       resolved.set(loaded.row, r);
     }
     return r;

@@ -84,7 +84,11 @@ async function exchange(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall
     over();
     return new Response(null, { status: res.status, statusText: res.statusText, headers: out });
   }
-  return new Response(watchBody(res.body, agent.limits.proxyIdleTimeoutMs, over, core, requestId, agent.row.id), { status: res.status, statusText: res.statusText, headers: out });
+  return new Response(watchBody(res.body, agent.limits.proxyIdleTimeoutMs, over, core, requestId, agent.row.id), {
+    status: res.status,
+    statusText: res.statusText,
+    headers: out,
+  });
 }
 
 /** Passes the body through, failing the upload once it grows past `max` bytes (bodies without a length). */
@@ -106,7 +110,14 @@ function limitBody(body: ReadableStream<Uint8Array>, max: number, state: { excee
 }
 
 /** The response body as it flows out: ended after `idleMs` without a byte, and `done` once it ends however it ends. */
-function watchBody(body: ReadableStream<Uint8Array>, idleMs: number, done: () => void, core: ProxyCore, requestId: string, agentId: string): ReadableStream<Uint8Array> {
+function watchBody(
+  body: ReadableStream<Uint8Array>,
+  idleMs: number,
+  done: () => void,
+  core: ProxyCore,
+  requestId: string,
+  agentId: string,
+): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   let timer: ReturnType<typeof setTimeout> | undefined;
   let finished = false;

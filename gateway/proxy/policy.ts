@@ -155,7 +155,8 @@ function ruleList(re: RegExp, hint: string) {
 
 /** An object schema's own failures in words: the unknown fields it refuses, else what it must be. */
 export function objectError(what: string) {
-  return (issue: { code?: string; keys?: string[] }) => (issue.code === "unrecognized_keys" ? `unknown field(s): ${(issue.keys ?? []).join(", ")}` : `must be ${what}`);
+  return (issue: { code?: string; keys?: string[] }) =>
+    issue.code === "unrecognized_keys" ? `unknown field(s): ${(issue.keys ?? []).join(", ")}` : `must be ${what}`;
 }
 
 /**

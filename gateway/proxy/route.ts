@@ -99,7 +99,12 @@ function honoEntry(deps: ProxyRouteDeps): ProxyEntry<HonoCall> {
         const { proxyIdleTimeoutMs, responseTimeoutMs } = agent.limits;
         return core.fleet.upgradeFetch!(agent.spec, upgrade, { requestId, reason: "request", proxyIdleTimeoutMs, responseTimeoutMs }).then(call.respond);
       }
-      return forwardCall(core, agent, { method: raw.method, pathInside: call.pathInside, headers, body: raw.body, requestId, clientSignal: raw.signal }, call.respond);
+      return forwardCall(
+        core,
+        agent,
+        { method: raw.method, pathInside: call.pathInside, headers, body: raw.body, requestId, clientSignal: raw.signal },
+        call.respond,
+      );
     },
   };
 }

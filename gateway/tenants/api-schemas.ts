@@ -45,7 +45,11 @@ export const CreateTenantBody = z
 
 export const ReasonBody = z
   .strictObject({
-    reason: z.string({ error: "must be at most 500 characters" }).max(500, { error: "must be at most 500 characters" }).optional().openapi({ description: "Shown to the tenant's callers in the 403" }),
+    reason: z
+      .string({ error: "must be at most 500 characters" })
+      .max(500, { error: "must be at most 500 characters" })
+      .optional()
+      .openapi({ description: "Shown to the tenant's callers in the 403" }),
   })
   .openapi("TenantStatusChange");
 
@@ -61,7 +65,9 @@ export const TenantSuspendedSchema = z
   .object({
     tenant: TenantSchema,
     hibernated: z.array(z.string()).openapi({ description: "Agents that were awake and are now hibernated" }),
-    failed: z.array(z.object({ agentId: z.string(), error: z.string() })).openapi({ description: "Agents whose hibernation failed (they refuse calls all the same); suspend again to retry" }),
+    failed: z
+      .array(z.object({ agentId: z.string(), error: z.string() }))
+      .openapi({ description: "Agents whose hibernation failed (they refuse calls all the same); suspend again to retry" }),
   })
   .openapi("TenantSuspended");
 

@@ -58,7 +58,8 @@ export function tenantRefusal(tenantId: string, standing: TenantStanding): AppEr
   }
 }
 
-export const standingOf = (row: TenantRow | undefined): TenantStanding => (row ? { status: row.status, reason: row.statusReason } : { status: "missing", reason: null });
+export const standingOf = (row: TenantRow | undefined): TenantStanding =>
+  row ? { status: row.status, reason: row.statusReason } : { status: "missing", reason: null };
 
 /**
  * An operator token on a route that declares `tenantGate: "not-operators"` (the operator's routes: tenants, rate
@@ -74,7 +75,9 @@ export function skipsTenantCheck(caller: Caller, routes: readonly { handler: unk
 
 /** A route's declaration, also through the wrapper Hono puts around the routes of a sub-app with its own error handler. */
 function declaredAccess(handler: unknown): RouteAccess | undefined {
-  return routeAccessOf(handler) ?? (typeof handler === "function" ? routeAccessOf((handler as unknown as Record<string, unknown>)[COMPOSED_HANDLER]) : undefined);
+  return (
+    routeAccessOf(handler) ?? (typeof handler === "function" ? routeAccessOf((handler as unknown as Record<string, unknown>)[COMPOSED_HANDLER]) : undefined)
+  );
 }
 
 export function createTenantGate(deps: TenantGateDeps): TenantGate {
@@ -100,7 +103,14 @@ export function createTenantGate(deps: TenantGateDeps): TenantGate {
     if (!tenantIdPattern.test(id)) throw new AppError("tenant_not_found", `tenant ${id.slice(0, 64)} does not exist (and is no tenant id that may be created)`);
     const row = await store.create({ id, name: id, timeZone: "UTC" });
     if (row) {
-      await deps.audit.record({ tenantId: id, actor: caller.subject, action: "tenant.provision", target: id, requestId, detail: { name: id, timeZone: "UTC" } });
+      await deps.audit.record({
+        tenantId: id,
+        actor: caller.subject,
+        action: "tenant.provision",
+        target: id,
+        requestId,
+        detail: { name: id, timeZone: "UTC" },
+      });
       deps.log.info("tenant provisioned on first use", { tenantId: id, subject: caller.subject, requestId });
     }
     // Created here, or by a concurrent first call: its row says what it is now.

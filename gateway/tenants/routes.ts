@@ -10,7 +10,16 @@ import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../con
 import type { Fleet } from "../../contracts/fleet.ts";
 import type { AuditLog } from "../../schema/audit-log.ts";
 import type { AgentRepo } from "../agents/repo.ts";
-import { CreateTenantBody, ReasonBody, TenantDeletedSchema, TenantListQuery, TenantListSchema, TenantParams, TenantSchema, TenantSuspendedSchema } from "./api-schemas.ts";
+import {
+  CreateTenantBody,
+  ReasonBody,
+  TenantDeletedSchema,
+  TenantListQuery,
+  TenantListSchema,
+  TenantParams,
+  TenantSchema,
+  TenantSuspendedSchema,
+} from "./api-schemas.ts";
 import type { TenantGate } from "./gate.ts";
 import type { TenantRow, TenantStore } from "./store.ts";
 

@@ -64,13 +64,21 @@ export function createTenantStore(db: Db): TenantStore {
     },
     async suspend(id, reason) {
       const changed = await one(
-        db.update(tenants).set({ status: "suspended", statusReason: reason, suspendedAt: new Date() }).where(and(eq(tenants.id, id), eq(tenants.status, "active"))).returning(),
+        db
+          .update(tenants)
+          .set({ status: "suspended", statusReason: reason, suspendedAt: new Date() })
+          .where(and(eq(tenants.id, id), eq(tenants.status, "active")))
+          .returning(),
       );
       return changed ?? get(id);
     },
     async resume(id) {
       const changed = await one(
-        db.update(tenants).set({ status: "active", statusReason: null, suspendedAt: null }).where(and(eq(tenants.id, id), eq(tenants.status, "suspended"))).returning(),
+        db
+          .update(tenants)
+          .set({ status: "active", statusReason: null, suspendedAt: null })
+          .where(and(eq(tenants.id, id), eq(tenants.status, "suspended")))
+          .returning(),
       );
       return changed ?? get(id);
     },
@@ -84,7 +92,11 @@ export function createTenantStore(db: Db): TenantStore {
       );
     },
     async liveAgentIds(tenantId) {
-      const rows = await db.select({ id: agents.id }).from(agents).where(and(eq(agents.tenantId, tenantId), isNull(agents.deletedAt))).orderBy(asc(agents.createdAt));
+      const rows = await db
+        .select({ id: agents.id })
+        .from(agents)
+        .where(and(eq(agents.tenantId, tenantId), isNull(agents.deletedAt)))
+        .orderBy(asc(agents.createdAt));
       return rows.map((r) => r.id);
     },
   };

@@ -126,7 +126,11 @@ const redeliverRoute = createRoute({
 export function createAdminRoutes(deps: ResolvedWebhookDeps, onQueued: () => void) {
   const app = apiRouter<GatewayEnv>();
   const { store, clock, config } = deps;
-  const auditBy = (c: Context<GatewayEnv>, caller: Caller, action: string): AuditBy => ({ actor: caller.subject, action, requestId: c.get("requestId") ?? null });
+  const auditBy = (c: Context<GatewayEnv>, caller: Caller, action: string): AuditBy => ({
+    actor: caller.subject,
+    action,
+    requestId: c.get("requestId") ?? null,
+  });
 
   /** The caller (agents:admin) and an agent of their tenant that is not deleted; 404 for anything else. */
   async function callerAndAgent(c: Context<GatewayEnv>, agentId: string): Promise<{ caller: Caller; agentId: string }> {

@@ -16,7 +16,10 @@ function staysOnAgent(value: string): boolean {
 
 export const NewEndpoint = z
   .strictObject({
-    name: z.string().regex(namePattern, "must be 1–63 letters, digits, '_', '-' or '.', starting with a letter or digit").openapi({ description: "The URL segment: deliveries go to /hooks/{agentId}/{name}", example: "stripe" }),
+    name: z
+      .string()
+      .regex(namePattern, "must be 1–63 letters, digits, '_', '-' or '.', starting with a letter or digit")
+      .openapi({ description: "The URL segment: deliveries go to /hooks/{agentId}/{name}", example: "stripe" }),
     scheme: z.enum(["standard", "github"]).openapi({ description: "standard: Standard Webhooks signatures; github: X-Hub-Signature-256" }),
     path: z
       .string()
@@ -56,7 +59,10 @@ export const WebhookEndpoint = z
     url: z.string().openapi({ description: "Where senders deliver: /hooks/{agentId}/{name}" }),
     createdAt: z.string().nullable(),
     rotatedAt: z.string().nullable(),
-    previousSecretExpiresAt: z.string().nullable().openapi({ description: "Until when the secret before the last rotation still verifies; null when only the current one does" }),
+    previousSecretExpiresAt: z
+      .string()
+      .nullable()
+      .openapi({ description: "Until when the secret before the last rotation still verifies; null when only the current one does" }),
   })
   .openapi("WebhookEndpoint");
 
@@ -95,7 +101,9 @@ export const WebhookDelivery = z
     deadAt: z.string().nullable(),
     lastError: z.string().nullable(),
     bodyBytes: z.number().int(),
-    headers: z.array(z.tuple([z.string(), z.string()])).openapi({ description: "Request headers as received (lower-case names, in order), minus hop-by-hop and credential headers" }),
+    headers: z
+      .array(z.tuple([z.string(), z.string()]))
+      .openapi({ description: "Request headers as received (lower-case names, in order), minus hop-by-hop and credential headers" }),
     attempts: z.array(WebhookAttempt),
   })
   .openapi("WebhookDelivery");

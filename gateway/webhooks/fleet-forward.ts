@@ -9,7 +9,11 @@ import type { WebhookDeps } from "./types.ts";
  * With `tenants`, a suspended or deleted tenant's agent is not woken: the attempt fails with the tenant's refusal and
  * is retried with backoff (dead-lettered after the endpoint's attempts, replayable once the tenant is resumed).
  */
-export function fleetForward(agents: Pick<AgentRepo, "get">, fleet: Pick<Fleet, "forward">, tenants?: Pick<TenantGate, "load" | "assertActive">): WebhookDeps["forward"] {
+export function fleetForward(
+  agents: Pick<AgentRepo, "get">,
+  fleet: Pick<Fleet, "forward">,
+  tenants?: Pick<TenantGate, "load" | "assertActive">,
+): WebhookDeps["forward"] {
   return async (agentId, req, ctx) => {
     const row = await agents.get(agentId);
     if (!row) throw new AppError("not_found", `agent ${agentId} not found`);

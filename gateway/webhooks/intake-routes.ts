@@ -54,11 +54,15 @@ export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => vo
       nowMs: now,
       toleranceS: config.toleranceS,
     });
-    if (verified.externalId.length > maxExternalIdLength) throw new AppError("bad_request", `the sender's delivery id is longer than ${maxExternalIdLength} characters`);
+    if (verified.externalId.length > maxExternalIdLength)
+      throw new AppError("bad_request", `the sender's delivery id is longer than ${maxExternalIdLength} characters`);
 
     const requestId = c.get("requestId") ?? null;
     const result = await orUnstored(
-      store.storeDelivery({ endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId }, config.ratePerMinute),
+      store.storeDelivery(
+        { endpoint, externalId: verified.externalId, headers: headersToStore(c.req.raw.headers), body, receivedAt: new Date(now), requestId },
+        config.ratePerMinute,
+      ),
     );
     if (result.kind === "replay") {
       throw new AppError("replay", `delivery ${verified.externalId} was already received by this endpoint`, { details: { deliveryId: result.deliveryId } });
@@ -80,7 +84,10 @@ export function createIntakeRoutes(deps: ResolvedWebhookDeps, onQueued: () => vo
       return await p;
     } catch (err) {
       if (!isDatabaseUnavailable(err)) throw err;
-      throw new AppError("database_unavailable", "the webhook was not stored: the database is unavailable; retry shortly", { retryAfterS: databaseRetryAfterS, cause: err });
+      throw new AppError("database_unavailable", "the webhook was not stored: the database is unavailable; retry shortly", {
+        retryAfterS: databaseRetryAfterS,
+        cause: err,
+      });
     }
   }
 

@@ -4,14 +4,7 @@ import { agents } from "../../schema/core.ts";
 import type { AuditEntry, DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/postgres.ts";
 import { queryRows } from "../../schema/postgres.ts";
-import {
-  webhookAttempts,
-  webhookDeliveries,
-  webhookEndpoints,
-  type AttemptOutcome,
-  type DeliveryStatus,
-  type WebhookScheme,
-} from "../../schema/webhooks.ts";
+import { webhookAttempts, webhookDeliveries, webhookEndpoints, type AttemptOutcome, type DeliveryStatus, type WebhookScheme } from "../../schema/webhooks.ts";
 import { newId } from "../../lib/ids.ts";
 import { decideRate } from "./rate-limit.ts";
 
@@ -143,7 +136,13 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
       return db
         .select()
         .from(webhookEndpoints)
-        .where(and(eq(webhookEndpoints.agentId, agentId), isNull(webhookEndpoints.deletedAt), opts.afterName === undefined ? undefined : gt(webhookEndpoints.name, opts.afterName)))
+        .where(
+          and(
+            eq(webhookEndpoints.agentId, agentId),
+            isNull(webhookEndpoints.deletedAt),
+            opts.afterName === undefined ? undefined : gt(webhookEndpoints.name, opts.afterName),
+          ),
+        )
         .orderBy(webhookEndpoints.name)
         .limit(opts.limit);
     },
@@ -157,7 +156,13 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
           .returning();
         const row = rows[0];
         if (!row) return undefined;
-        await auditLog.within(tx).record({ ...by, at: now, tenantId: input.tenantId, target: row.id, detail: { agentId: input.agentId, name: input.name, scheme: input.scheme, path: input.path } });
+        await auditLog.within(tx).record({
+          ...by,
+          at: now,
+          tenantId: input.tenantId,
+          target: row.id,
+          detail: { agentId: input.agentId, name: input.name, scheme: input.scheme, path: input.path },
+        });
         return row;
       });
     },
@@ -170,7 +175,9 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
           .where(and(eq(webhookEndpoints.id, endpoint.id), isNull(webhookEndpoints.deletedAt)))
           .returning({ id: webhookEndpoints.id });
         if (rows.length === 0) return false;
-        await auditLog.within(tx).record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { agentId: endpoint.agentId, name: endpoint.name } });
+        await auditLog
+          .within(tx)
+          .record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { agentId: endpoint.agentId, name: endpoint.name } });
         return true;
       });
     },
@@ -184,7 +191,9 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
           .returning();
         const row = rows[0];
         if (!row) return undefined;
-        await auditLog.within(tx).record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { previousSecretExpiresAt: previousExpiresAt.toISOString() } });
+        await auditLog
+          .within(tx)
+          .record({ ...by, at: now, tenantId: endpoint.tenantId, target: endpoint.id, detail: { previousSecretExpiresAt: previousExpiresAt.toISOString() } });
         return row;
       });
     },
@@ -231,7 +240,10 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
             .for("no key update");
           const decision = decideRate(locked[0]?.rateTat?.getTime(), input.receivedAt.getTime(), ratePerMinute);
           if (!decision.allowed) throw new RateLimited(decision.retryAfterS);
-          await tx.update(webhookEndpoints).set({ rateTat: new Date(decision.tatMs) }).where(eq(webhookEndpoints.id, input.endpoint.id));
+          await tx
+            .update(webhookEndpoints)
+            .set({ rateTat: new Date(decision.tatMs) })
+            .where(eq(webhookEndpoints.id, input.endpoint.id));
           return { kind: "stored", deliveryId };
         });
       } catch (err) {
@@ -346,7 +358,9 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
         .where(
           and(
             eq(webhookDeliveries.endpointId, endpointId),
-            b ? or(lt(webhookDeliveries.receivedAt, b.receivedAt), and(eq(webhookDeliveries.receivedAt, b.receivedAt), lt(webhookDeliveries.id, b.id))) : undefined,
+            b
+              ? or(lt(webhookDeliveries.receivedAt, b.receivedAt), and(eq(webhookDeliveries.receivedAt, b.receivedAt), lt(webhookDeliveries.id, b.id)))
+              : undefined,
           ),
         )
         .orderBy(desc(webhookDeliveries.receivedAt), desc(webhookDeliveries.id))
@@ -356,7 +370,11 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
     async attemptsOf(deliveryIds) {
       const byDelivery = new Map<string, AttemptRow[]>(deliveryIds.map((id) => [id, []]));
       if (deliveryIds.length === 0) return byDelivery;
-      const rows = await db.select().from(webhookAttempts).where(inArray(webhookAttempts.deliveryId, deliveryIds)).orderBy(webhookAttempts.deliveryId, webhookAttempts.attempt);
+      const rows = await db
+        .select()
+        .from(webhookAttempts)
+        .where(inArray(webhookAttempts.deliveryId, deliveryIds))
+        .orderBy(webhookAttempts.deliveryId, webhookAttempts.attempt);
       for (const r of rows) byDelivery.get(r.deliveryId)?.push(r);
       return byDelivery;
     },
@@ -377,11 +395,22 @@ export function createDbWebhookStore(db: Db, auditLog: DbAuditLog): WebhookStore
         const rows = await tx
           .update(webhookDeliveries)
           .set({ status: "pending", roundAttempts: 0, nextAttemptAt: now, leaseId: null, deadAt: null })
-          .where(and(eq(webhookDeliveries.id, delivery.id), or(eq(webhookDeliveries.status, "pending"), eq(webhookDeliveries.status, "delivered"), eq(webhookDeliveries.status, "dead"))))
+          .where(
+            and(
+              eq(webhookDeliveries.id, delivery.id),
+              or(eq(webhookDeliveries.status, "pending"), eq(webhookDeliveries.status, "delivered"), eq(webhookDeliveries.status, "dead")),
+            ),
+          )
           .returning();
         const row = rows[0];
         if (!row) return undefined;
-        await auditLog.within(tx).record({ ...by, at: now, tenantId: delivery.tenantId, target: delivery.id, detail: { previousStatus: delivery.status, attempts: delivery.attempts } });
+        await auditLog.within(tx).record({
+          ...by,
+          at: now,
+          tenantId: delivery.tenantId,
+          target: delivery.id,
+          detail: { previousStatus: delivery.status, attempts: delivery.attempts },
+        });
         return row;
       });
     },

@@ -64,7 +64,10 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
       error = "the agent was deleted";
     } else {
       const abort = new AbortController();
-      const deadline = clock.setTimeout(() => abort.abort(new AppError("gateway_timeout", `no answer within ${config.attemptTimeoutMs} ms`)), config.attemptTimeoutMs);
+      const deadline = clock.setTimeout(
+        () => abort.abort(new AppError("gateway_timeout", `no answer within ${config.attemptTimeoutMs} ms`)),
+        config.attemptTimeoutMs,
+      );
       try {
         const req = new Request(new URL(endpoint.path, agentOrigin), {
           method: "POST",
@@ -119,7 +122,14 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
           };
     const settled = await store.recordAttempt(claim, result, settlement, audit);
     if (settled) metrics.inc("agentvm_webhook_attempts_total", { result: settlement.status === "pending" ? "retry" : settlement.status });
-    const fields = { deliveryId: delivery.id, agentId: delivery.agentId, attempt: claim.attempt, statusCode, durationMs: result.durationMs, requestId: claim.attemptRequestId };
+    const fields = {
+      deliveryId: delivery.id,
+      agentId: delivery.agentId,
+      attempt: claim.attempt,
+      statusCode,
+      durationMs: result.durationMs,
+      requestId: claim.attemptRequestId,
+    };
     if (!settled) log.warn("webhook attempt finished after its lease was taken over; outcome not recorded on the delivery", { ...fields, error });
     else if (settlement.status === "delivered") log.info("webhook delivered", fields);
     else if (settlement.status === "dead") log.warn("webhook dead-lettered", { ...fields, error });
@@ -204,7 +214,10 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
 
 /** Deliveries not settled yet: due, waiting for a retry, or in flight (the due index covers exactly these). */
 async function queueDepth(db: Db): Promise<number> {
-  const [row] = await db.select({ n: count() }).from(webhookDeliveries).where(inArray(webhookDeliveries.status, ["pending", "in_flight"]));
+  const [row] = await db
+    .select({ n: count() })
+    .from(webhookDeliveries)
+    .where(inArray(webhookDeliveries.status, ["pending", "in_flight"]));
   return row?.n ?? 0;
 }
 

@@ -24,8 +24,14 @@ async function listArchive(file: string, opts: RunOptions): Promise<string[]> {
   const names: string[] = [];
   const r = await run("tar", ["-t", "-f", file], { ...opts, keepLines: 5, onLine: (l) => names.push(l) });
   if (r.code !== 0) {
-    const why = r.tail.filter((l) => l.startsWith("tar: ") && !/Exiting with failure/.test(l)).map((l) => l.slice(5)).join("; ");
-    throw new AppError("bad_archive", `the upload is not a readable tar archive (${why || `tar exited with ${r.code}`}): send an OCI archive or a \`docker save\` tarball`);
+    const why = r.tail
+      .filter((l) => l.startsWith("tar: ") && !/Exiting with failure/.test(l))
+      .map((l) => l.slice(5))
+      .join("; ");
+    throw new AppError(
+      "bad_archive",
+      `the upload is not a readable tar archive (${why || `tar exited with ${r.code}`}): send an OCI archive or a \`docker save\` tarball`,
+    );
   }
   return names;
 }
@@ -51,7 +57,11 @@ export async function importArchive(opts: ImportOptions): Promise<ArchiveFormat>
   const { skopeo } = requireTools(["skopeo"]);
   const base: RunOptions = { ...(opts.signal ? { signal: opts.signal } : {}) };
   const formats = archiveFormatsOf(await listArchive(opts.file, base));
-  if (formats.length === 0) throw new AppError("bad_archive", "the archive is neither an OCI archive (oci-layout and index.json at its root) nor a `docker save` tarball (manifest.json at its root)");
+  if (formats.length === 0)
+    throw new AppError(
+      "bad_archive",
+      "the archive is neither an OCI archive (oci-layout and index.json at its root) nor a `docker save` tarball (manifest.json at its root)",
+    );
   mkdirSync(opts.tmpDir, { recursive: true });
   const policy = join(opts.tmpDir, "policy.json");
   writeFileSync(policy, `${JSON.stringify({ default: [{ type: "insecureAcceptAnything" }] })}\n`);
@@ -61,12 +71,22 @@ export async function importArchive(opts: ImportOptions): Promise<ArchiveFormat>
     // docker save's: skopeo 1.9 keeps its layers' `tar.gzip` media type on the uncompressed bytes, which umoci refuses.
     const keep = format === "oci-archive" ? ["--dest-oci-accept-uncompressed-layers"] : [];
     const args = ["--policy", policy, "copy", "--quiet", ...keep, `${format}:${opts.file}`, `oci:${opts.layout}:${opts.ref}`];
-    const r = await run(skopeo, args, { ...base, keepLines: 20, env: { ...process.env, LC_ALL: "C", TMPDIR: opts.tmpDir }, ...(opts.onLine ? { onLine: opts.onLine } : {}) });
+    const r = await run(skopeo, args, {
+      ...base,
+      keepLines: 20,
+      env: { ...process.env, LC_ALL: "C", TMPDIR: opts.tmpDir },
+      ...(opts.onLine ? { onLine: opts.onLine } : {}),
+    });
     if (r.code === 0) return format;
     rmSync(opts.layout, { recursive: true, force: true });
     const why = tailText(r.tail, 6).replaceAll(opts.file, "<archive>").replaceAll(opts.layout, "<layout>");
     const several = /more than one image|more than one manifest|multiple images/i.test(why);
-    failure ??= new AppError("bad_archive", several ? `the archive holds more than one image; send an archive of one image:\n${why}` : `the ${format === "oci-archive" ? "OCI archive" : "`docker save` tarball"} could not be read:\n${why}`);
+    failure ??= new AppError(
+      "bad_archive",
+      several
+        ? `the archive holds more than one image; send an archive of one image:\n${why}`
+        : `the ${format === "oci-archive" ? "OCI archive" : "`docker save` tarball"} could not be read:\n${why}`,
+    );
   }
   throw failure!;
 }

@@ -77,7 +77,10 @@ interface AptEntry {
 function parseList(text: string): AptEntry[] {
   const out: AptEntry[] = [];
   for (const raw of text.split("\n")) {
-    const line = raw.replace(/#.*$/, "").replace(/\[[^\]]*\]/, " ").trim();
+    const line = raw
+      .replace(/#.*$/, "")
+      .replace(/\[[^\]]*\]/, " ")
+      .trim();
     const [type, uri, suite, ...components] = line.split(/\s+/);
     if (type === "deb" && uri && suite) out.push({ uri, suites: [suite], components });
   }
@@ -176,7 +179,10 @@ function unmountUnder(dir: string): void {
     return;
   }
   const unescapeOctal = (s: string) => s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
-  const points = info.split("\n").map((l) => unescapeOctal(l.split(" ")[4] ?? "")).filter((p) => p.startsWith(`${dir}/`));
+  const points = info
+    .split("\n")
+    .map((l) => unescapeOctal(l.split(" ")[4] ?? ""))
+    .filter((p) => p.startsWith(`${dir}/`));
   for (const p of points.sort((a, b) => b.length - a.length)) spawnSync("umount", ["-l", p]);
 }
 
@@ -186,7 +192,8 @@ function cleanRoot(root: string): void {
     for (const n of readdirSync(join(root, d))) rmSync(join(root, d, n), { recursive: true, force: true });
   };
   for (const n of readdirSync(join(root, "var/cache/apt/archives"))) if (n.endsWith(".deb")) rmSync(join(root, "var/cache/apt/archives", n));
-  for (const n of readdirSync(join(root, "var/lib/apt/lists"))) if (n !== "partial" && n !== "lock") rmSync(join(root, "var/lib/apt/lists", n), { recursive: true, force: true });
+  for (const n of readdirSync(join(root, "var/lib/apt/lists")))
+    if (n !== "partial" && n !== "lock") rmSync(join(root, "var/lib/apt/lists", n), { recursive: true, force: true });
   emptyDir("dev"); // the guest mounts devtmpfs; buildah's RUN brings its own /dev
   // debootstrap copies these from the build host; the guest writes its own.
   for (const f of ["etc/hostname", "etc/resolv.conf"]) rmSync(join(root, f), { force: true });
@@ -211,7 +218,8 @@ async function debootstrap(bin: string, spec: BaseSpec, mirror: string, target: 
     throw err;
   });
   unmountUnder(target);
-  if (r.code !== 0) throw new AppError("internal", `the ${spec.repo}:${spec.tag} base could not be built (debootstrap from ${mirror} failed):\n${tailText(r.tail, 10)}`);
+  if (r.code !== 0)
+    throw new AppError("internal", `the ${spec.repo}:${spec.tag} base could not be built (debootstrap from ${mirror} failed):\n${tailText(r.tail, 10)}`);
 }
 
 /** Copies a tree keeping everything (owners, modes, links, xattrs), reflinked where the filesystem can. */
@@ -249,7 +257,10 @@ export async function ensureBase(spec: BaseSpec, opts: EnsureBaseOptions): Promi
         await debootstrap(tools.debootstrap, spec, mirror, join(tmp, "rootfs"), opts);
         cleanRoot(join(tmp, "rootfs"));
         const seconds = (performance.now() - started) / 1000;
-        writeFileSync(join(tmp, "base.json"), `${JSON.stringify({ repo: spec.repo, tag: spec.tag, key, mirror, suite: spec.suite, include: spec.include, seconds: Math.round(seconds * 10) / 10 }, null, 2)}\n`);
+        writeFileSync(
+          join(tmp, "base.json"),
+          `${JSON.stringify({ repo: spec.repo, tag: spec.tag, key, mirror, suite: spec.suite, include: spec.include, seconds: Math.round(seconds * 10) / 10 }, null, 2)}\n`,
+        );
         rmSync(dir, { recursive: true, force: true });
         renameSync(tmp, dir);
       } finally {
@@ -268,7 +279,18 @@ export async function ensureBase(spec: BaseSpec, opts: EnsureBaseOptions): Promi
       opts.onEvent?.({ type: "progress", phase: "base", text: `committing ${name} into buildah's storage` });
       const id = await buildahCommitScratch(setup, {
         fill: (root) => copyTree(rootfs, root, opts.signal),
-        config: ["--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "--env", "LANG=C.UTF-8", "--label", `${KEY_LABEL}=${key}`, "--label", `agentvm.base=${spec.repo}:${spec.tag}`, "--workingdir", "/"],
+        config: [
+          "--env",
+          "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+          "--env",
+          "LANG=C.UTF-8",
+          "--label",
+          `${KEY_LABEL}=${key}`,
+          "--label",
+          `agentvm.base=${spec.repo}:${spec.tag}`,
+          "--workingdir",
+          "/",
+        ],
         names: baseNames(spec),
       });
       committed = true;

@@ -77,10 +77,31 @@ export function buildahSetup(cacheDir: string, tmpDir?: string): BuildahSetup {
   return {
     bin: buildah,
     dir,
-    global: ["--storage-driver", "vfs", "--root", storage, "--runroot", runroot, "--registries-conf", registries, "--registries-conf-dir", confDir, "--short-name-alias-conf", join(dir, "short-name-aliases.conf")],
+    global: [
+      "--storage-driver",
+      "vfs",
+      "--root",
+      storage,
+      "--runroot",
+      runroot,
+      "--registries-conf",
+      registries,
+      "--registries-conf-dir",
+      confDir,
+      "--short-name-alias-conf",
+      join(dir, "short-name-aliases.conf"),
+    ],
     policy: ["--signature-policy", policy],
     // TMPDIR: layers being committed or pushed are staged there (default /var/tmp), so they stay on our disk.
-    env: { ...process.env, LC_ALL: "C", TMPDIR: tmp, CONTAINERS_STORAGE_CONF: storageConf, CONTAINERS_CONF: containersConf, CONTAINERS_REGISTRIES_CONF: registries, BUILDAH_ISOLATION: "chroot" },
+    env: {
+      ...process.env,
+      LC_ALL: "C",
+      TMPDIR: tmp,
+      CONTAINERS_STORAGE_CONF: storageConf,
+      CONTAINERS_CONF: containersConf,
+      CONTAINERS_REGISTRIES_CONF: registries,
+      BUILDAH_ISOLATION: "chroot",
+    },
   };
 }
 
@@ -105,7 +126,8 @@ export interface BuildOptions {
 }
 
 /** Lines of buildah's output that say a base image could not be pulled (no registry, unknown name, no access). */
-const pullFailure = /initializing source docker:|pinging container registry|no such host|i\/o timeout|connection refused|manifest unknown|requested access to the resource is denied|short-name .* did not resolve/;
+const pullFailure =
+  /initializing source docker:|pinging container registry|no such host|i\/o timeout|connection refused|manifest unknown|requested access to the resource is denied|short-name .* did not resolve/;
 
 /**
  * `buildah bud --isolation chroot` (no OCI runtime, no network namespace: RUN steps use the host's network and
@@ -113,8 +135,33 @@ const pullFailure = /initializing source docker:|pinging container registry|no s
  * build is `build_failed` with the tail of buildah's output.
  */
 export async function buildahBuild(setup: BuildahSetup, opts: BuildOptions): Promise<string> {
-  const args = ["bud", ...setup.policy, "--isolation", "chroot", "--format", "oci", "--pull=false", "--layers=false", "--force-rm", "--timestamp", String(BUILD_TIMESTAMP), "--retry", "1", "--retry-delay", "1s", "-f", opts.containerfile, "-t", opts.tag, "--iidfile", opts.iidfile, opts.contextDir];
-  const r = await whileActive(setup, () => buildahRun(setup, args, { keepLines: 60, ...(opts.onLine ? { onLine: opts.onLine } : {}), ...(opts.signal ? { signal: opts.signal } : {}) }));
+  const args = [
+    "bud",
+    ...setup.policy,
+    "--isolation",
+    "chroot",
+    "--format",
+    "oci",
+    "--pull=false",
+    "--layers=false",
+    "--force-rm",
+    "--timestamp",
+    String(BUILD_TIMESTAMP),
+    "--retry",
+    "1",
+    "--retry-delay",
+    "1s",
+    "-f",
+    opts.containerfile,
+    "-t",
+    opts.tag,
+    "--iidfile",
+    opts.iidfile,
+    opts.contextDir,
+  ];
+  const r = await whileActive(setup, () =>
+    buildahRun(setup, args, { keepLines: 60, ...(opts.onLine ? { onLine: opts.onLine } : {}), ...(opts.signal ? { signal: opts.signal } : {}) }),
+  );
   if (r.code !== 0) {
     const tail = tailText(r.tail, 20);
     const pull = r.tail.find((l) => pullFailure.test(l));
@@ -124,7 +171,9 @@ export async function buildahBuild(setup: BuildahSetup, opts: BuildOptions): Pro
       : "the Containerfile build failed";
     throw new AppError("build_failed", `${summary}:\n${tail}`);
   }
-  const id = readFileSync(opts.iidfile, "utf8").trim().replace(/^sha256:/, "");
+  const id = readFileSync(opts.iidfile, "utf8")
+    .trim()
+    .replace(/^sha256:/, "");
   if (!/^[0-9a-f]{64}$/.test(id)) throw new AppError("internal", `buildah bud wrote no image id (${id || "empty"})`);
   return id;
 }
@@ -135,14 +184,21 @@ export async function buildahPushLayout(setup: BuildahSetup, image: string, dir:
 }
 
 /** Pushes the image as an OCI archive or a `docker save` tarball (tests make archives this way). */
-export async function buildahPushArchive(setup: BuildahSetup, image: string, file: string, format: "oci-archive" | "docker-archive", ref?: string): Promise<void> {
+export async function buildahPushArchive(
+  setup: BuildahSetup,
+  image: string,
+  file: string,
+  format: "oci-archive" | "docker-archive",
+  ref?: string,
+): Promise<void> {
   await must(setup, ["push", ...setup.policy, "--quiet", image, `${format}:${file}${ref ? `:${ref}` : ""}`], `push ${image}`);
 }
 
 /** Removes an image name (the image itself once no name is left): vfs keeps a full copy of every layer. */
 export async function buildahRemoveImage(setup: BuildahSetup, image: string): Promise<void> {
   const r = await buildahRun(setup, ["rmi", image]);
-  if (r.code !== 0 && !r.tail.some((l) => /image not known|not found|no such image/i.test(l))) throw new AppError("internal", `buildah rmi ${image} failed: ${tailText(r.tail, 3)}`);
+  if (r.code !== 0 && !r.tail.some((l) => /image not known|not found|no such image/i.test(l)))
+    throw new AppError("internal", `buildah rmi ${image} failed: ${tailText(r.tail, 3)}`);
 }
 
 /** The labels of a local image, or undefined when storage has no image of that name. */
@@ -173,7 +229,9 @@ async function commitScratch(setup: BuildahSetup, c: ScratchCommit): Promise<str
     await c.fill(root);
     await must(setup, ["config", ...c.config, container], "config");
     const [first, ...rest] = c.names;
-    const id = (await must(setup, ["commit", ...setup.policy, "--quiet", "--format", "oci", "--timestamp", String(BUILD_TIMESTAMP), container, first!], "commit")).stdout.trim();
+    const id = (
+      await must(setup, ["commit", ...setup.policy, "--quiet", "--format", "oci", "--timestamp", String(BUILD_TIMESTAMP), container, first!], "commit")
+    ).stdout.trim();
     if (rest.length > 0) await must(setup, ["tag", id, ...rest], "tag");
     return id;
   } finally {
@@ -224,7 +282,13 @@ export async function sweepBuildah(cacheDir: string, isAlive: (pid: number) => b
   }
   if (running === 0) {
     const c = await buildahRun(setup, ["containers", "--all", "--quiet"]);
-    const ids = c.code === 0 ? c.stdout.split("\n").map((l) => l.trim()).filter(Boolean) : [];
+    const ids =
+      c.code === 0
+        ? c.stdout
+            .split("\n")
+            .map((l) => l.trim())
+            .filter(Boolean)
+        : [];
     if (ids.length > 0 && (await buildahRun(setup, ["rm", ...ids])).code === 0) removed.push(...ids.map((id) => `container ${id}`));
   }
   return removed;
@@ -237,4 +301,3 @@ function safeList(dir: string): string[] {
     return [];
   }
 }
-

@@ -42,7 +42,8 @@ export function containerfileOf(context: string, file?: string): string {
   if (file !== undefined) {
     const path = resolve(root, file);
     const rel = relative(root, path);
-    if (rel === "" || rel.startsWith("..") || rel.startsWith("/")) throw new AppError("build_failed", `the Containerfile ${file} is not inside the build context`);
+    if (rel === "" || rel.startsWith("..") || rel.startsWith("/"))
+      throw new AppError("build_failed", `the Containerfile ${file} is not inside the build context`);
     if (!existsSync(path) || !statSync(path).isFile()) throw new AppError("build_failed", `the build context has no file ${file}`);
     return path;
   }
@@ -67,7 +68,8 @@ export async function buildImage(req: BuildRequest): Promise<ImageArtifact> {
   const logFd = openSync(join(tmp, BUILD_LOG), "a");
   const tail: string[] = [];
   const emit = (e: BuildEvent) => {
-    const line = e.type === "log" ? e.line : e.type === "progress" ? `[${e.phase}] ${e.text ?? ""}${e.bytes !== undefined ? ` (${e.bytes} bytes)` : ""}` : undefined;
+    const line =
+      e.type === "log" ? e.line : e.type === "progress" ? `[${e.phase}] ${e.text ?? ""}${e.bytes !== undefined ? ` (${e.bytes} bytes)` : ""}` : undefined;
     if (line !== undefined) {
       writeSync(logFd, `${line}\n`);
       tail.push(line);

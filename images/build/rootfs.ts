@@ -94,7 +94,10 @@ export function usedInodes(dumpe2fs: string): number[] {
     }
     const f = /^\s+Free inodes:\s*(.*)$/.exec(line);
     if (!f || group < 0) continue;
-    for (const range of f[1]!.split(",").map((r) => r.trim()).filter(Boolean)) {
+    for (const range of f[1]!
+      .split(",")
+      .map((r) => r.trim())
+      .filter(Boolean)) {
       const [a, b] = range.split("-").map(Number);
       for (let i = a!; i <= (b ?? a!); i++) free.add(i);
     }
@@ -143,10 +146,36 @@ export async function makeRootfsImage(opts: MakeRootfsOptions): Promise<RootfsIm
   const size = measureTree(opts.dir);
   let inodes = size.inodes + Math.max(64, Math.ceil(size.inodes / 50));
   const env = { ...process.env, LC_ALL: "C", E2FSPROGS_FAKE_TIME: String(BUILD_TIMESTAMP) };
-  const run1 = (cmd: string, args: string[]) => run(cmd, args, { env, keepLines: 20, ...(opts.signal ? { signal: opts.signal } : {}), ...(opts.onLine ? { onLine: opts.onLine } : {}) });
+  const run1 = (cmd: string, args: string[]) =>
+    run(cmd, args, { env, keepLines: 20, ...(opts.signal ? { signal: opts.signal } : {}), ...(opts.onLine ? { onLine: opts.onLine } : {}) });
   let blocks = imageBlocks(size, inodes);
   for (let attempt = 1; ; attempt++) {
-    const args = ["-q", "-F", "-t", "ext4", "-b", String(BLOCK), "-I", String(INODE_SIZE), "-N", String(inodes), "-m", "0", "-O", "^has_journal,^resize_inode", "-L", ROOTFS_LABEL, "-U", seedUuid(opts.seed, "uuid"), "-E", `hash_seed=${seedUuid(opts.seed, "hash_seed")},nodiscard`, "-d", opts.dir, opts.out, String(blocks)];
+    const args = [
+      "-q",
+      "-F",
+      "-t",
+      "ext4",
+      "-b",
+      String(BLOCK),
+      "-I",
+      String(INODE_SIZE),
+      "-N",
+      String(inodes),
+      "-m",
+      "0",
+      "-O",
+      "^has_journal,^resize_inode",
+      "-L",
+      ROOTFS_LABEL,
+      "-U",
+      seedUuid(opts.seed, "uuid"),
+      "-E",
+      `hash_seed=${seedUuid(opts.seed, "hash_seed")},nodiscard`,
+      "-d",
+      opts.dir,
+      opts.out,
+      String(blocks),
+    ];
     const r = await run1(tools.mke2fs, args);
     if (r.code === 0) break;
     if (attempt < 4 && r.tail.some((l) => noSpace.test(l))) {
@@ -166,7 +195,13 @@ export async function makeRootfsImage(opts: MakeRootfsOptions): Promise<RootfsIm
   writeFileSync(opts.scratch, fix.map((i) => `sif <${i}> ctime ${t}\nsif <${i}> atime ${t}\n`).join(""));
   // debugfs exits 0 whatever a command did: it echoes each command ("debugfs: sif …"); any other line is a complaint.
   const complaints: string[] = [];
-  const fixed = await run(tools.debugfs, ["-w", "-f", opts.scratch, opts.out], { env, keepLines: 1, onLine: (l) => l.trim() !== "" && !/^debugfs[: ]/.test(l) && complaints.push(l), ...(opts.signal ? { signal: opts.signal } : {}) });
-  if (fixed.code !== 0 || complaints.length > 0) throw new AppError("internal", `debugfs could not set the inode times: ${complaints.slice(0, 3).join("; ") || `exit ${fixed.code}`}`);
+  const fixed = await run(tools.debugfs, ["-w", "-f", opts.scratch, opts.out], {
+    env,
+    keepLines: 1,
+    onLine: (l) => l.trim() !== "" && !/^debugfs[: ]/.test(l) && complaints.push(l),
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  });
+  if (fixed.code !== 0 || complaints.length > 0)
+    throw new AppError("internal", `debugfs could not set the inode times: ${complaints.slice(0, 3).join("; ") || `exit ${fixed.code}`}`);
   return { digest: await fileDigest(opts.out), sizeBytes: statSync(opts.out).size };
 }

@@ -69,5 +69,8 @@ export function run(cmd: string, args: string[], opts: RunOptions = {}): Promise
 
 /** The last lines of a tool's output, for an error message (blank lines dropped). */
 export function tailText(lines: string[], n = 15): string {
-  return lines.filter((l) => l.trim() !== "").slice(-n).join("\n");
+  return lines
+    .filter((l) => l.trim() !== "")
+    .slice(-n)
+    .join("\n");
 }

@@ -96,7 +96,6 @@ export function removeArtifact(dataDir: string, digest: string): void {
   if (existsSync(dir)) discard(dataDir, dir);
 }
 
-
 /**
  * Removes temporary directories left by builds that died (their pid no longer runs); those of running builds and
  * of this process are kept. Answers the paths removed. Call at start, before any build of this process.

@@ -78,6 +78,7 @@ export function ensureImageTools(opts: EnsureImageToolsOptions): { missing: stri
     opts.install(pkgs);
     missing = absent();
   }
-  if (missing.length > 0) opts.log(`image tools: missing ${missing.join(", ")}: run \`sudo apt-get install -y ${[...new Set(missing.map((t) => imageTools[t]))].join(" ")}\``);
+  if (missing.length > 0)
+    opts.log(`image tools: missing ${missing.join(", ")}: run \`sudo apt-get install -y ${[...new Set(missing.map((t) => imageTools[t]))].join(" ")}\``);
   return { missing };
 }

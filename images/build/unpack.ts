@@ -55,7 +55,11 @@ export function readLayoutConfig(layout: string, ref: string): OciImageConfig {
 export async function unpackLayout(layout: string, ref: string, bundle: string, opts: RunOptions = {}): Promise<string> {
   const { umoci } = requireTools(["umoci"]);
   const r = await run(umoci, ["unpack", "--image", `${layout}:${ref}`, bundle], { ...opts, keepLines: 20, env: { ...process.env, LC_ALL: "C" } });
-  if (r.code !== 0) throw new AppError("bad_archive", `the image's layers could not be unpacked (umoci): ${tailText(r.tail, 6).replaceAll(layout, "<layout>").replaceAll(bundle, "<bundle>")}`);
+  if (r.code !== 0)
+    throw new AppError(
+      "bad_archive",
+      `the image's layers could not be unpacked (umoci): ${tailText(r.tail, 6).replaceAll(layout, "<layout>").replaceAll(bundle, "<bundle>")}`,
+    );
   return join(bundle, "rootfs");
 }
 
@@ -134,7 +138,11 @@ export function resolveUser(root: string, user: string): { uid: number; gid: num
     gid = passwd.find((a) => a.id === uid)?.gid ?? 0;
   } else {
     const entry = passwd.find((a) => a.name === u);
-    if (!entry) throw new AppError("build_failed", `the image's USER ${user}: no user ${u} in the image's /etc/passwd (use a numeric uid:gid, or create the user in the image)`);
+    if (!entry)
+      throw new AppError(
+        "build_failed",
+        `the image's USER ${user}: no user ${u} in the image's /etc/passwd (use a numeric uid:gid, or create the user in the image)`,
+      );
     uid = entry.id;
     gid = entry.gid ?? 0;
   }
@@ -164,7 +172,10 @@ export function imagePort(exposed: Record<string, unknown> | null | undefined): 
   if (tcp.size === 0) return defaultImagePort;
   if (tcp.size === 1) return [...tcp][0]!;
   if (tcp.has(defaultImagePort)) return defaultImagePort;
-  throw new AppError("build_failed", `the image EXPOSEs several TCP ports (${[...tcp].sort((a, b) => a - b).join(", ")}): an agent serves on one; EXPOSE only that one (or ${defaultImagePort} among them)`);
+  throw new AppError(
+    "build_failed",
+    `the image EXPOSEs several TCP ports (${[...tcp].sort((a, b) => a - b).join(", ")}): an agent serves on one; EXPOSE only that one (or ${defaultImagePort} among them)`,
+  );
 }
 
 export const READY_PATH_LABEL = "agentvm.ready-path";
@@ -174,14 +185,19 @@ export function imageConfigOf(oci: OciImageConfig, root: string): ImageConfig {
   const c = oci.config ?? {};
   const entrypoint = c.Entrypoint ?? [];
   const cmd = c.Cmd ?? [];
-  if (entrypoint.length === 0 && cmd.length === 0) throw new AppError("build_failed", "the image has no ENTRYPOINT and no CMD: the agent would have nothing to run (add CMD [\"node\", \"server.js\"] or the like)");
+  if (entrypoint.length === 0 && cmd.length === 0)
+    throw new AppError(
+      "build_failed",
+      'the image has no ENTRYPOINT and no CMD: the agent would have nothing to run (add CMD ["node", "server.js"] or the like)',
+    );
   const user = c.User ?? "";
   const { uid, gid } = resolveUser(root, user);
   const workdir = c.WorkingDir ? posix.resolve("/", c.WorkingDir) : "/";
   const config: ImageConfig = { entrypoint, cmd, env: c.Env ?? [], workdir, user, uid, gid, port: imagePort(c.ExposedPorts) };
   const readyPath = c.Labels?.[READY_PATH_LABEL];
   if (readyPath !== undefined) {
-    if (!/^\/[\x21-\x7e]*$/.test(readyPath)) throw new AppError("build_failed", `label ${READY_PATH_LABEL} must be a path starting with / (got ${JSON.stringify(readyPath)})`);
+    if (!/^\/[\x21-\x7e]*$/.test(readyPath))
+      throw new AppError("build_failed", `label ${READY_PATH_LABEL} must be a path starting with / (got ${JSON.stringify(readyPath)})`);
     config.readyPath = readyPath;
   }
   return config;

@@ -102,7 +102,15 @@ function materialize(plan: Plan, pool: Pool, target: Target, seq: number): WireR
   if (plan.contentType !== undefined) headers.push(["content-type", plan.contentType]);
   headers.push(...plan.headers);
   const raw = plan.transport === "raw" || headers.some(([k]) => undiciRefuses.has(k.toLowerCase())) || /[^\x21-\x7e]/.test(path);
-  return { method: plan.method, target: query ? `${path}?${query}` : path, headers, body: plan.body ? bodyBytes(plan.body) : undefined, framing: plan.framing, transport: raw ? "raw" : "undici", trickleMs: plan.trickleMs };
+  return {
+    method: plan.method,
+    target: query ? `${path}?${query}` : path,
+    headers,
+    body: plan.body ? bodyBytes(plan.body) : undefined,
+    framing: plan.framing,
+    transport: raw ? "raw" : "undici",
+    trickleMs: plan.trickleMs,
+  };
 }
 
 function describe(req: WireRequest): string {
@@ -122,7 +130,10 @@ function describeAnswer(a: Answer): string {
  * lingering: the reset the unread rest causes can destroy the answer before the client reads it).
  */
 const mayGoUnanswered = (req: WireRequest, answer: Answer) =>
-  req.framing === "short" || req.framing === "abort" || req.framing === "badChunk" || (req.body !== undefined && /EPIPE|ECONNRESET|other side closed/.test(answer.error ?? ""));
+  req.framing === "short" ||
+  req.framing === "abort" ||
+  req.framing === "badChunk" ||
+  (req.body !== undefined && /EPIPE|ECONNRESET|other side closed/.test(answer.error ?? ""));
 
 export async function runCampaign(target: Target, opts: CampaignOptions): Promise<CampaignResult> {
   const log = opts.log ?? (() => {});
@@ -131,12 +142,24 @@ export async function runCampaign(target: Target, opts: CampaignOptions): Promis
   const byId = new Map<string, Operation>(ops.map((o) => [o.id, o]));
   const pool = new Pool(new Set([target.demo.tenantId, target.demo.agentId]));
   // Idle connections are dropped well before the server's keep-alive timeout (5 s), so a reused one is never closing.
-  const dispatcher = new Agent({ connections: opts.concurrency * 2, headersTimeout: opts.requestTimeoutMs, bodyTimeout: opts.requestTimeoutMs, keepAliveTimeout: 1000, keepAliveMaxTimeout: 1000 });
-  log(`fuzz: ${ops.length} operations from GET /openapi.json; seed ${opts.seed}; warm-up ${opts.warmupRuns}, then up to ${opts.runs} requests or ${opts.seconds} s, ${opts.concurrency} at a time`);
+  const dispatcher = new Agent({
+    connections: opts.concurrency * 2,
+    headersTimeout: opts.requestTimeoutMs,
+    bodyTimeout: opts.requestTimeoutMs,
+    keepAliveTimeout: 1000,
+    keepAliveMaxTimeout: 1000,
+  });
+  log(
+    `fuzz: ${ops.length} operations from GET /openapi.json; seed ${opts.seed}; warm-up ${opts.warmupRuns}, then up to ${opts.runs} requests or ${opts.seconds} s, ${opts.concurrency} at a time`,
+  );
 
   // Ids to aim at: two agents of the demo tenant (never the demo agent itself, which is checked at the end).
   for (let i = 0; i < 2; i++) {
-    const res = await fetch(`${target.url}/v1/agents`, { method: "POST", headers: { authorization: `Bearer ${target.demo.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: `fuzz-${i}`, idleTimeoutMs: 2000 }) });
+    const res = await fetch(`${target.url}/v1/agents`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${target.demo.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: `fuzz-${i}`, idleTimeoutMs: 2000 }),
+    });
     pool.harvest(await res.json());
   }
 
@@ -154,7 +177,7 @@ export async function runCampaign(target: Target, opts: CampaignOptions): Promis
   let measuredAfterWarmup: number | undefined;
   let peak = target.rssKiB();
   const total = opts.warmupRuns + opts.runs;
-  const stopAt = () => Date.now() - started > (opts.seconds * 1000);
+  const stopAt = () => Date.now() - started > opts.seconds * 1000;
   const sampler = setInterval(() => {
     try {
       peak = Math.max(peak, target.rssKiB());
@@ -187,14 +210,27 @@ export async function runCampaign(target: Target, opts: CampaignOptions): Promis
         }
       }
       const op = plan.op ? byId.get(plan.op) : undefined;
-      const verdict = judge(answer, { documented: op?.statuses, method: req.method, framing: req.framing, mayGoUnanswered: mayGoUnanswered(req, answer), stray: plan.op === undefined });
+      const verdict = judge(answer, {
+        documented: op?.statuses,
+        method: req.method,
+        framing: req.framing,
+        mayGoUnanswered: mayGoUnanswered(req, answer),
+        stray: plan.op === undefined,
+      });
       if (!verdict.ok) {
         const fkey = `${plan.op ?? `${plan.method} ${plan.template.slice(0, 40)}`} → ${verdict.problems[0]!.replace(/\d{3,}/g, "N").slice(0, 80)}`;
         const known = findings.get(fkey);
         if (known) known.count++;
         else {
           const requestId = answer.headers["x-request-id"]?.[0];
-          findings.set(fkey, { key: fkey, count: 1, problems: verdict.problems, request: describe(req), answer: describeAnswer(answer), logged: requestId ? target.errors.filter((l) => l.line.includes(requestId)).map((l) => l.line.slice(0, 600)) : [] });
+          findings.set(fkey, {
+            key: fkey,
+            count: 1,
+            problems: verdict.problems,
+            request: describe(req),
+            answer: describeAnswer(answer),
+            logged: requestId ? target.errors.filter((l) => l.line.includes(requestId)).map((l) => l.line.slice(0, 600)) : [],
+          });
           log(`FINDING ${fkey}\n  request ${describe(req)}\n  answer  ${describeAnswer(answer)}`);
         }
       }
@@ -215,10 +251,11 @@ export async function runCampaign(target: Target, opts: CampaignOptions): Promis
   const end = target.rssKiB();
   const after = await afterChecks(target);
   await dispatcher.close();
-  for (const f of findings.values()) if (f.logged.length === 0) {
-    const id = /"requestId":"(req_\w+)"/.exec(f.answer)?.[1];
-    if (id) f.logged = target.errors.filter((l) => l.line.includes(id)).map((l) => l.line.slice(0, 600));
-  }
+  for (const f of findings.values())
+    if (f.logged.length === 0) {
+      const id = /"requestId":"(req_\w+)"/.exec(f.answer)?.[1];
+      if (id) f.logged = target.errors.filter((l) => l.line.includes(id)).map((l) => l.line.slice(0, 600));
+    }
   return {
     seed: opts.seed,
     requests: seq,
@@ -255,12 +292,16 @@ async function afterChecks(target: Target): Promise<CampaignResult["after"]> {
 /** What makes a run fail: findings, `error` lines, a check after the run, RSS grown past `rssMarginKiB` over the warm-up's. */
 export function campaignFailures(r: CampaignResult, opts: { rssMarginKiB: number; minRequests: number }): string[] {
   const out: string[] = [];
-  for (const f of r.findings) out.push(`${f.count}× ${f.key}\n    request ${f.request}\n    answer  ${f.answer}${f.logged.length ? `\n    logged  ${f.logged.join("\n            ")}` : ""}`);
+  for (const f of r.findings)
+    out.push(
+      `${f.count}× ${f.key}\n    request ${f.request}\n    answer  ${f.answer}${f.logged.length ? `\n    logged  ${f.logged.join("\n            ")}` : ""}`,
+    );
   if (r.errorLines.length > 0) out.push(`${r.errorLines.length} error lines in the gateway's log, first: ${r.errorLines.slice(0, 5).join("\n    ")}`);
   if (r.after.healthz !== 200) out.push(`GET /healthz after the run: ${r.after.healthz}`);
   if (r.after.adminList !== 200) out.push(`GET /v1/agents after the run: ${r.after.adminList}`);
   if (r.after.agentCall !== 200) out.push(`POST /a/<demo>/counter after the run: ${r.after.agentCall}`);
-  if (r.rssKiB.end > r.rssKiB.warmup + opts.rssMarginKiB) out.push(`RSS grew from ${r.rssKiB.warmup} KiB after the warm-up to ${r.rssKiB.end} KiB (margin ${opts.rssMarginKiB} KiB)`);
+  if (r.rssKiB.end > r.rssKiB.warmup + opts.rssMarginKiB)
+    out.push(`RSS grew from ${r.rssKiB.warmup} KiB after the warm-up to ${r.rssKiB.end} KiB (margin ${opts.rssMarginKiB} KiB)`);
   if (r.requests < opts.minRequests) out.push(`only ${r.requests} requests (at least ${opts.minRequests} expected)`);
   return out;
 }

@@ -49,14 +49,36 @@ export function operationsOf(document: unknown): Operation[] {
   for (const [path, item] of Object.entries(doc.paths ?? {})) {
     for (const method of methods) {
       const op = item[method] as
-        | { operationId?: string; parameters?: Param[]; requestBody?: { content?: Record<string, { schema?: JsonSchema }> }; responses?: Record<string, unknown>; security?: unknown[] }
+        | {
+            operationId?: string;
+            parameters?: Param[];
+            requestBody?: { content?: Record<string, { schema?: JsonSchema }> };
+            responses?: Record<string, unknown>;
+            security?: unknown[];
+          }
         | undefined;
       if (!op) continue;
-      const params = [...((item.parameters as Param[] | undefined) ?? []), ...(op.parameters ?? [])].map((p) => ({ ...p, required: p.required === true, schema: p.schema ?? {} }));
+      const params = [...((item.parameters as Param[] | undefined) ?? []), ...(op.parameters ?? [])].map((p) => ({
+        ...p,
+        required: p.required === true,
+        schema: p.schema ?? {},
+      }));
       const body = Object.entries(op.requestBody?.content ?? {}).map(([mediaType, c]) => ({ mediaType, schema: c.schema ?? {} }));
-      const statuses = new Set(Object.keys(op.responses ?? {}).map(Number).filter(Number.isInteger));
+      const statuses = new Set(
+        Object.keys(op.responses ?? {})
+          .map(Number)
+          .filter(Number.isInteger),
+      );
       const security = op.security ?? doc.security ?? [];
-      out.push({ id: op.operationId ?? `${method.toUpperCase()} ${path}`, method: method.toUpperCase(), path, params, body, statuses, authenticated: security.length > 0 });
+      out.push({
+        id: op.operationId ?? `${method.toUpperCase()} ${path}`,
+        method: method.toUpperCase(),
+        path,
+        params,
+        body,
+        statuses,
+        authenticated: security.length > 0,
+      });
     }
   }
   return out;

@@ -34,15 +34,20 @@ function canMatch(re: RegExp): boolean {
 }
 
 function stringOf(schema: JsonSchema): fc.Arbitrary<string> {
-  if (schema.format === "date-time") return fc.date({ min: new Date("1970-01-01T00:00:00Z"), max: new Date("2100-01-01T00:00:00Z"), noInvalidDate: true }).map((d) => d.toISOString());
-  if (schema.format === "date") return fc.date({ min: new Date("1970-01-01T00:00:00Z"), max: new Date("2100-01-01T00:00:00Z"), noInvalidDate: true }).map((d) => d.toISOString().slice(0, 10));
+  if (schema.format === "date-time")
+    return fc.date({ min: new Date("1970-01-01T00:00:00Z"), max: new Date("2100-01-01T00:00:00Z"), noInvalidDate: true }).map((d) => d.toISOString());
+  if (schema.format === "date")
+    return fc
+      .date({ min: new Date("1970-01-01T00:00:00Z"), max: new Date("2100-01-01T00:00:00Z"), noInvalidDate: true })
+      .map((d) => d.toISOString().slice(0, 10));
   const re = pattern(schema);
   const minLength = typeof schema.minLength === "number" ? schema.minLength : 0;
   const maxLength = typeof schema.maxLength === "number" ? Math.min(schema.maxLength, 200) : 40;
   const examples = [schema.example, schema.default, ...((schema.examples as unknown[] | undefined) ?? [])].filter((v): v is string => typeof v === "string");
-  const base = re && canMatch(re)
-    ? fc.stringMatching(re).filter((s) => s.length >= minLength && s.length <= (typeof schema.maxLength === "number" ? schema.maxLength : Infinity))
-    : fc.string({ minLength, maxLength: Math.max(minLength, maxLength), unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789-_ .:/") });
+  const base =
+    re && canMatch(re)
+      ? fc.stringMatching(re).filter((s) => s.length >= minLength && s.length <= (typeof schema.maxLength === "number" ? schema.maxLength : Infinity))
+      : fc.string({ minLength, maxLength: Math.max(minLength, maxLength), unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789-_ .:/") });
   return examples.length > 0 ? fc.oneof({ arbitrary: fc.constantFrom(...examples), weight: 2 }, { arbitrary: base, weight: 3 }) : base;
 }
 
@@ -50,7 +55,9 @@ function numberOf(schema: JsonSchema, integer: boolean): fc.Arbitrary<number> {
   const min = typeof schema.minimum === "number" ? schema.minimum : typeof schema.exclusiveMinimum === "number" ? schema.exclusiveMinimum + 1 : -1_000_000;
   const max = typeof schema.maximum === "number" ? schema.maximum : typeof schema.exclusiveMaximum === "number" ? schema.exclusiveMaximum - 1 : 1_000_000;
   const edges = fc.constantFrom(min, max, ...(min <= 0 && max >= 0 ? [0] : []));
-  const any = integer ? fc.integer({ min: Math.max(min, Number.MIN_SAFE_INTEGER), max: Math.min(max, Number.MAX_SAFE_INTEGER) }) : fc.double({ min, max, noNaN: true, noDefaultInfinity: true });
+  const any = integer
+    ? fc.integer({ min: Math.max(min, Number.MIN_SAFE_INTEGER), max: Math.min(max, Number.MAX_SAFE_INTEGER) })
+    : fc.double({ min, max, noNaN: true, noDefaultInfinity: true });
   return fc.oneof(edges, any);
 }
 

@@ -125,19 +125,34 @@ async function credentials(privateJwk: JWK, demoToken: string): Promise<Record<A
   const key = await importJWK(privateJwk, "ES256");
   const signed = (claims: Record<string, unknown>, opts: { exp?: number; nbf?: number } = {}) => {
     const now = Math.floor(Date.now() / 1000);
-    const jwt = new SignJWT(claims).setProtectedHeader({ alg: "ES256", kid: privateJwk.kid! }).setIssuer(devIssuer).setAudience(devAudience).setSubject("fuzz").setIssuedAt(now - 7200).setExpirationTime(opts.exp ?? now + 24 * 3600);
+    const jwt = new SignJWT(claims)
+      .setProtectedHeader({ alg: "ES256", kid: privateJwk.kid! })
+      .setIssuer(devIssuer)
+      .setAudience(devAudience)
+      .setSubject("fuzz")
+      .setIssuedAt(now - 7200)
+      .setExpirationTime(opts.exp ?? now + 24 * 3600);
     if (opts.nbf) jwt.setNotBefore(opts.nbf);
     return jwt.sign(key);
   };
   const now = Math.floor(Date.now() / 1000);
   const stranger = await generateKeyPair("ES256");
-  const wrongKey = await new SignJWT({ tenant: "ten_demo", scope: "agents:invoke agents:admin usage:read" }).setProtectedHeader({ alg: "ES256", kid: privateJwk.kid! }).setIssuer(devIssuer).setAudience(devAudience).setExpirationTime("1h").sign(stranger.privateKey);
+  const wrongKey = await new SignJWT({ tenant: "ten_demo", scope: "agents:invoke agents:admin usage:read" })
+    .setProtectedHeader({ alg: "ES256", kid: privateJwk.kid! })
+    .setIssuer(devIssuer)
+    .setAudience(devAudience)
+    .setExpirationTime("1h")
+    .sign(stranger.privateKey);
   const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
   const algNone = `${b64({ alg: "none" })}.${b64({ tenant: "ten_demo", scope: "agents:admin", iss: devIssuer, aud: devAudience, exp: now + 3600 })}.`;
   const bearer = (t: string) => `Bearer ${t}`;
   return {
     demo: [bearer(demoToken)],
-    operator: [bearer(await mintToken(privateJwk, { tenant: "ten_demo", scopes: ["agents:invoke", "agents:admin", "usage:read", "operator"], subject: "fuzz-operator" }))],
+    operator: [
+      bearer(
+        await mintToken(privateJwk, { tenant: "ten_demo", scopes: ["agents:invoke", "agents:admin", "usage:read", "operator"], subject: "fuzz-operator" }),
+      ),
+    ],
     none: [],
     garbage: ["Bearer", "Bearer x.y.z", "Basic ZnV6ejpmdXp6", `Bearer ${"A".repeat(4000)}`, "bearer  ", "Bearer eyJ.eyJ.sig"],
     otherTenant: [bearer(await signed({ tenant: "ten_fuzzother0000", scope: "agents:invoke agents:admin usage:read" }))],

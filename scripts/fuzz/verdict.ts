@@ -19,7 +19,10 @@ export const maxErrorBytes = 8 * 1024;
 const internalDetail: [string, RegExp][] = [
   ["stack frame", /\n\s+at |\bat [\w.<>]+ \(/],
   ["source path", /(?:\/[\w.-]+)+\.(?:ts|js|mjs|cjs)\b|node_modules|\/work\/|file:\/\//],
-  ["SQL", /\b(?:select .+ from|insert into|update .+ set|delete from)\b|violates|relation "|syntax error at|duplicate key|out of range for type|invalid input syntax|PostgresError|ECONNREFUSED/i],
+  [
+    "SQL",
+    /\b(?:select .+ from|insert into|update .+ set|delete from)\b|violates|relation "|syntax error at|duplicate key|out of range for type|invalid input syntax|PostgresError|ECONNREFUSED/i,
+  ],
   ["JS error", /TypeError|ReferenceError|RangeError|SyntaxError: Unexpected|Cannot read propert|is not a function|undefined is not/],
 ];
 
@@ -32,7 +35,10 @@ export interface Verdict {
  * Judges one answer. `documented`: the operation's statuses (undefined for a request no operation has: `stray`).
  * `mayGoUnanswered`: a request that broke off (aborted, body shorter than declared, a request line Node refuses).
  */
-export function judge(answer: Answer, opts: { documented: ReadonlySet<number> | undefined; method: string; framing: Framing; mayGoUnanswered: boolean; stray: boolean }): Verdict {
+export function judge(
+  answer: Answer,
+  opts: { documented: ReadonlySet<number> | undefined; method: string; framing: Framing; mayGoUnanswered: boolean; stray: boolean },
+): Verdict {
   const problems: string[] = [];
   if (answer.status === undefined) {
     if (!opts.mayGoUnanswered) problems.push(`no answer (${answer.error ?? "closed"})`);
@@ -43,7 +49,8 @@ export function judge(answer: Answer, opts: { documented: ReadonlySet<number> | 
   if (status >= 500 && !(status === 501 && opts.documented?.has(501))) problems.push(`5xx: ${status}`);
   // A path no operation has may still be one after URL normalisation (`/v1/%2e%2e/healthz` is `/healthz`), or `/`
   // (a redirect to the dashboard): any success or redirect will do there, errors must be generic ones.
-  else if (!(opts.documented?.has(status) ?? false) && !genericStatuses.has(status) && !(opts.stray && status < 400)) problems.push(`status ${status} is neither documented for the operation nor generic`);
+  else if (!(opts.documented?.has(status) ?? false) && !genericStatuses.has(status) && !(opts.stray && status < 400))
+    problems.push(`status ${status} is neither documented for the operation nor generic`);
   if (status >= 400) problems.push(...envelopeProblems(answer, opts.method));
   if (status === 503 || status === 429) if (!answer.headers["retry-after"]?.length) problems.push(`${status} without Retry-After`);
   return { ok: problems.length === 0, problems };
@@ -53,7 +60,8 @@ function envelopeProblems(answer: Answer, method: string): string[] {
   const out: string[] = [];
   const requestId = answer.headers["x-request-id"];
   if (requestId?.length !== 1) out.push(`x-request-id header: ${JSON.stringify(requestId)}`);
-  if (answer.body.length > maxErrorBytes || answer.bodyCut) out.push(`error answer of ${answer.body.length}${answer.bodyCut ? "+" : ""} bytes (limit ${maxErrorBytes})`);
+  if (answer.body.length > maxErrorBytes || answer.bodyCut)
+    out.push(`error answer of ${answer.body.length}${answer.bodyCut ? "+" : ""} bytes (limit ${maxErrorBytes})`);
   if (method === "HEAD") return out;
   const type = answer.headers["content-type"]?.[0] ?? "";
   if (!/^application\/json/.test(type)) out.push(`error content-type ${JSON.stringify(type)}`);
@@ -66,7 +74,8 @@ function envelopeProblems(answer: Answer, method: string): string[] {
     return out;
   }
   const err = (parsed as { error?: { code?: unknown; message?: unknown; requestId?: unknown } }).error;
-  if (typeof err !== "object" || err === null || typeof err.code !== "string" || typeof err.message !== "string" || typeof err.requestId !== "string") out.push(`not the envelope {error:{code,message,requestId}}: ${text.slice(0, 200)}`);
+  if (typeof err !== "object" || err === null || typeof err.code !== "string" || typeof err.message !== "string" || typeof err.requestId !== "string")
+    out.push(`not the envelope {error:{code,message,requestId}}: ${text.slice(0, 200)}`);
   else {
     if (requestId?.[0] !== err.requestId) out.push(`requestId ${err.requestId} differs from x-request-id ${requestId?.[0]}`);
     const codeStatus = (errorStatus as Record<string, number>)[err.code];

@@ -98,7 +98,14 @@ async function viaUndici(origin: string, req: WireRequest, dispatcher: Agent, ti
     }
     return { status: res.statusCode, headers, body: Buffer.concat(chunks), bodyCut, error: undefined, ms: Date.now() - started };
   } catch (err) {
-    return { status: undefined, headers: {}, body: Buffer.alloc(0), bodyCut: false, error: `${(err as Error).name}: ${(err as Error).message}`, ms: Date.now() - started };
+    return {
+      status: undefined,
+      headers: {},
+      body: Buffer.alloc(0),
+      bodyCut: false,
+      error: `${(err as Error).name}: ${(err as Error).message}`,
+      ms: Date.now() - started,
+    };
   } finally {
     clearTimeout(timer);
   }
@@ -193,7 +200,10 @@ function readAnswer(socket: Socket, head: boolean, timeoutMs: number, started: n
       socket.destroy();
       resolve({ ...a, ms: Date.now() - started });
     };
-    const timer = setTimeout(() => finish({ ...(parse(true) ?? { status: undefined, headers: {}, body: Buffer.alloc(0), bodyCut: false }), error: "timeout" }), timeoutMs);
+    const timer = setTimeout(
+      () => finish({ ...(parse(true) ?? { status: undefined, headers: {}, body: Buffer.alloc(0), bodyCut: false }), error: "timeout" }),
+      timeoutMs,
+    );
     const parse = (ended: boolean): Omit<Answer, "ms" | "error"> | undefined => {
       for (;;) {
         const end = buf.indexOf("\r\n\r\n");
@@ -214,7 +224,12 @@ function readAnswer(socket: Socket, head: boolean, timeoutMs: number, started: n
         }
         if (head || status === 204 || status === 304) return { status, headers, body: Buffer.alloc(0), bodyCut: false };
         const length = headers["content-length"]?.[0];
-        if (length !== undefined) return rest.length >= Number(length) ? { status, headers, body: rest.subarray(0, Number(length)), bodyCut: false } : ended ? { status, headers, body: rest, bodyCut: true } : undefined;
+        if (length !== undefined)
+          return rest.length >= Number(length)
+            ? { status, headers, body: rest.subarray(0, Number(length)), bodyCut: false }
+            : ended
+              ? { status, headers, body: rest, bodyCut: true }
+              : undefined;
         if (headers["transfer-encoding"]?.some((v) => /chunked/i.test(v))) {
           const decoded = dechunk(rest);
           if (decoded.complete) return { status, headers, body: decoded.body, bodyCut: false };
@@ -229,11 +244,18 @@ function readAnswer(socket: Socket, head: boolean, timeoutMs: number, started: n
       if (a) return finish({ ...a, error: undefined });
       // A success whose body keeps coming (a followed log): read it for a while, then stop.
       if (!cutTimer && buf.indexOf("\r\n\r\n") >= 0 && /^HTTP\/1\.[01] [23]/.test(buf.toString("latin1", 0, 12)))
-        cutTimer = setTimeout(() => finish({ ...(parse(true) ?? { status: undefined, headers: {}, body: buf, bodyCut: true }), bodyCut: true, error: undefined }), streamReadMs);
+        cutTimer = setTimeout(
+          () => finish({ ...(parse(true) ?? { status: undefined, headers: {}, body: buf, bodyCut: true }), bodyCut: true, error: undefined }),
+          streamReadMs,
+        );
     });
     const ended = (error: string | undefined) => () => {
       const a = parse(true);
-      finish(a ? { ...a, error: undefined } : { status: undefined, headers: {}, body: buf, bodyCut: false, error: error ?? (buf.length > 0 ? "unparsable answer" : "closed without an answer") });
+      finish(
+        a
+          ? { ...a, error: undefined }
+          : { status: undefined, headers: {}, body: buf, bodyCut: false, error: error ?? (buf.length > 0 ? "unparsable answer" : "closed without an answer") },
+      );
     };
     socket.on("end", ended(undefined));
     socket.on("close", ended(undefined));

@@ -74,7 +74,10 @@ function streamReader(res: Response) {
 function parseEvents(text: string): string[] {
   const events: string[] = [];
   for (const block of text.split("\n\n")) {
-    const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+    const data = block
+      .split("\n")
+      .filter((l) => l.startsWith("data:"))
+      .map((l) => l.slice(5).replace(/^ /, ""));
     if (data.length > 0) events.push(data.join("\n"));
   }
   return events;
@@ -251,7 +254,11 @@ describe("agent logs in one process (gateway + host)", () => {
 
   describe("npm run logs", () => {
     const cli = (args: string[], env: Record<string, string>) => {
-      const child = spawn(process.execPath, ["scripts/logs.ts", ...args], { cwd: repoRoot, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(process.execPath, ["scripts/logs.ts", ...args], {
+        cwd: repoRoot,
+        env: { ...process.env, ...env },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       const out = { stdout: "", stderr: "" };
       child.stdout.on("data", (d: Buffer) => (out.stdout += d.toString()));
       child.stderr.on("data", (d: Buffer) => (out.stderr += d.toString()));
@@ -317,7 +324,14 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
     gatewayDir = mkdtempSync(join(tmpdir(), "agentvm-gw-"));
     const keys = await ensureDevKeys(gatewayDir);
     gateway = await startGateway(
-      parseStandaloneGatewayConfig({ DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: gatewayDir, PORT: "0", AGENT_IMAGES: "printer", PLACEMENT_CACHE_MS: "0" }),
+      parseStandaloneGatewayConfig({
+        DATABASE_URL: database.url,
+        COMPONENT_SECRET: testComponentSecret,
+        DATA_DIR: gatewayDir,
+        PORT: "0",
+        AGENT_IMAGES: "printer",
+        PLACEMENT_CACHE_MS: "0",
+      }),
       { log: silentLogger, database },
     );
     token = await mintToken(keys.privateJwk, { tenant: "ten_logs", scopes: ["agents:invoke", "agents:admin"] });
@@ -329,7 +343,8 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
     if (gatewayDir) rmSync(gatewayDir, { recursive: true, force: true });
   });
 
-  const call = (path: string, init: RequestInit = {}) => fetch(gateway.url + path, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers as Record<string, string>) } });
+  const call = (path: string, init: RequestInit = {}) =>
+    fetch(gateway.url + path, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers as Record<string, string>) } });
 
   it("reads and follows the agent's log on its host, over undici and over fetch", async () => {
     const created = await call("/v1/agents", { method: "POST", body: JSON.stringify({ image: "printer" }), headers: { "content-type": "application/json" } });
@@ -351,7 +366,11 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
     await follow.cancel();
 
     // The web remote fleet (fetch, as on Workers) against the same ingress.
-    const fleet = createRemoteFleet({ placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }), key: componentKey(testComponentSecret), log: silentLogger });
+    const fleet = createRemoteFleet({
+      placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }),
+      key: componentKey(testComponentSecret),
+      log: silentLogger,
+    });
     const body = await fleet.logs(id, { tailBytes: 13, follow: false });
     expect(await new Response(body).text()).toBe("remote-late\n");
     const abort = new AbortController();
@@ -365,13 +384,22 @@ describe("agent logs through a remote host (gateway → host ingress)", () => {
 
   it("the host ingress answers 204 for an agent it does not have, and a 404 for another tenant's agent at the gateway", async () => {
     const here = { id: host.hostId, url: host.url, live: true, generation: 0 };
-    const placement: Placement = { hostFor: async () => here, currentHost: async () => here, currentHosts: async (ids) => new Map(ids.map((id) => [id, here])), forget: () => undefined };
+    const placement: Placement = {
+      hostFor: async () => here,
+      currentHost: async () => here,
+      currentHosts: async (ids) => new Map(ids.map((id) => [id, here])),
+      forget: () => undefined,
+    };
     const fleet = createRemoteFleet({ placement, key: componentKey(testComponentSecret), log: silentLogger });
     expect(await fleet.logs("agt_notonthishost99", { tailBytes: 10, follow: true })).toBeUndefined();
     await database.db.insert(tenants).values({ id: "ten_logs_other", name: "other" }).onConflictDoNothing();
     const keys = await ensureDevKeys(gatewayDir);
     const otherToken = await mintToken(keys.privateJwk, { tenant: "ten_logs_other", scopes: ["agents:admin"] });
-    const created = await fetch(`${gateway.url}/v1/agents`, { method: "POST", body: JSON.stringify({ image: "printer" }), headers: { "content-type": "application/json", authorization: `Bearer ${otherToken}` } });
+    const created = await fetch(`${gateway.url}/v1/agents`, {
+      method: "POST",
+      body: JSON.stringify({ image: "printer" }),
+      headers: { "content-type": "application/json", authorization: `Bearer ${otherToken}` },
+    });
     const theirs = ((await created.json()) as { id: string }).id;
     expect((await call(`/v1/agents/${theirs}/logs`)).status).toBe(404);
     // A bad parameter is refused before the agent is looked up: the same 400 for theirs and for one that does not exist.

@@ -29,7 +29,11 @@ describe("audit trail end to end", () => {
     const [who] = await queryRows<{ current_user: string }>(sys.database.db, sql`select current_user`);
     expect(who!.current_user).toBe("agentvm_app");
 
-    const created = await sys.call("/v1/agents", { method: "POST", body: JSON.stringify({ idleTimeoutMs: 60_000 }), headers: { "content-type": "application/json" } });
+    const created = await sys.call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ idleTimeoutMs: 60_000 }),
+      headers: { "content-type": "application/json" },
+    });
     expect(created.status).toBe(201);
     const agentId = ((await created.json()) as { id: string }).id;
     const createRequest = created.headers.get("x-request-id");
@@ -46,7 +50,11 @@ describe("audit trail end to end", () => {
     const hibRequest = hib.headers.get("x-request-id");
 
     await sys.host.flush();
-    const rowsOf = async (action: string) => sys.database.db.select().from(auditLog).where(and(eq(auditLog.target, agentId), eq(auditLog.action, action)));
+    const rowsOf = async (action: string) =>
+      sys.database.db
+        .select()
+        .from(auditLog)
+        .where(and(eq(auditLog.target, agentId), eq(auditLog.action, action)));
     await waitFor(async () => (await rowsOf("vm.hibernate")).length === 1, 10_000);
     const [wake] = await rowsOf("vm.wake");
     expect(wake).toMatchObject({ tenantId: sys.demo.tenantId, requestId: callRequest, actor: sys.host.hostId });

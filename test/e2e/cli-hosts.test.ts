@@ -8,7 +8,6 @@ import { hosts } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { cliJson, runAgentvm, type CliRun } from "../helpers/cli.ts";
 
-
 interface HostJson {
   id: string;
   healthy: boolean;
@@ -30,7 +29,9 @@ beforeAll(async () => {
   sys = await startSystem();
   home = mkdtempSync(join(tmpdir(), "agentvm-cli-hosts-home-"));
   // A second host that stopped heartbeating a minute ago, beside the system's own live one.
-  await sys.database.db.execute(sql`insert into hosts (id, url, driver, capacity_mib, last_heartbeat_at) values ('zz-gone', 'http://127.0.0.1:9', 'process', 2048, now() - interval '61 seconds')`);
+  await sys.database.db.execute(
+    sql`insert into hosts (id, url, driver, capacity_mib, last_heartbeat_at) values ('zz-gone', 'http://127.0.0.1:9', 'process', 2048, now() - interval '61 seconds')`,
+  );
 }, 60_000);
 afterAll(async () => {
   await sys?.stop();
@@ -44,7 +45,9 @@ describe("agentvm hosts", () => {
     expect(table.code, table.err).toBe(0);
     const lines = table.out.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^ID\s+HEALTH\s+LIVE\s+SKEW\s+USED\/CAP MIB\s+AWAKE\s+AGENTS\s+DRAINING\s+LAST HEARTBEAT$/);
-    expect(lines.find((l) => l.startsWith(`${hostId} `))).toMatch(/\s+healthy\s+yes\s+[-+]?\d+\.\d s\s+\d+\/\d+\s+\d+\s+\d+\s+no\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$/);
+    expect(lines.find((l) => l.startsWith(`${hostId} `))).toMatch(
+      /\s+healthy\s+yes\s+[-+]?\d+\.\d s\s+\d+\/\d+\s+\d+\s+\d+\s+no\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$/,
+    );
     expect(lines.find((l) => l.startsWith("zz-gone "))).toMatch(/^zz-gone\s+no heartbeat for 6\d s\s+no\s+0\.0 s\s+0\/2048\s+0\s+0\s+no\s+/);
 
     const paged = json<{ hosts: HostJson[] }>(await agentvm(["hosts", "ls", "--json", "--page-size", "1"]));

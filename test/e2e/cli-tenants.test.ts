@@ -6,8 +6,6 @@ import { join } from "node:path";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { cliJson, runAgentvm, type CliRun } from "../helpers/cli.ts";
 
-
-
 let sys: TestSystem;
 let home: string;
 
@@ -43,7 +41,11 @@ describe("agentvm tenants", () => {
     expect(lines.some((l) => l.startsWith("ten_demo "))).toBe(true);
     // Every page followed: three tenants, one per page.
     const paged = await agentvm(["tenants", "ls", "--json", "--page-size", "1"]);
-    expect(json<{ tenants: { id: string }[] }>(paged).tenants.map((t) => t.id).sort()).toEqual(["ten_cli", "ten_demo", generated.out.trim()].sort());
+    expect(
+      json<{ tenants: { id: string }[] }>(paged)
+        .tenants.map((t) => t.id)
+        .sort(),
+    ).toEqual(["ten_cli", "ten_demo", generated.out.trim()].sort());
 
     // The tenant's agent, so suspension has something to hibernate.
     const tenantToken = await sys.token({ tenant: "ten_cli" });
@@ -56,7 +58,9 @@ describe("agentvm tenants", () => {
     const shown = await agentvm(["tenants", "show", "ten_cli"]);
     expect(shown.out).toMatch(/^status\s+suspended$/m);
     expect(shown.out).toMatch(/^reason\s+abuse report 42$/m);
-    expect(json<{ tenants: { id: string }[] }>(await agentvm(["tenants", "ls", "--status", "suspended", "--json"])).tenants.map((t) => t.id)).toEqual(["ten_cli"]);
+    expect(json<{ tenants: { id: string }[] }>(await agentvm(["tenants", "ls", "--status", "suspended", "--json"])).tenants.map((t) => t.id)).toEqual([
+      "ten_cli",
+    ]);
     // The tenant's own CLI now says why.
     const refused = await agentvm(["agents", "ls"], tenantToken);
     expect(refused.code).toBe(1);

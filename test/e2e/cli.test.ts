@@ -25,7 +25,9 @@ let home: string;
 function agentvm(args: string[], opts: { env?: Record<string, string>; node?: string } = {}): Promise<Run> {
   const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: sys.demo.token, ...opts.env };
   return new Promise((resolve) => {
-    execFile(opts.node ?? process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
+    execFile(opts.node ?? process.execPath, [bin, ...args], { env, timeout: 60_000 }, (error, out, err) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }),
+    );
   });
 }
 
@@ -85,7 +87,10 @@ describe("agentvm: one agent's life", () => {
     const logs = await agentvm(["logs", id, "--tail", "4096"]);
     expect(logs.code, logs.err).toBe(0);
     expect(logs.out).toMatch(/^demo agent listening on 127\.0\.0\.1:\d+\n/);
-    const logLines = (await agentvm(["logs", id, "--json"])).out.trim().split("\n").map((l) => JSON.parse(l) as { line: string });
+    const logLines = (await agentvm(["logs", id, "--json"])).out
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { line: string });
     expect(logLines[0]!.line).toMatch(/^demo agent listening on/);
 
     const slept = await agentvm(["agents", "hibernate", id]);
@@ -93,10 +98,14 @@ describe("agentvm: one agent's life", () => {
     expect(slept.out).toBe(`${id} hibernated\n`);
     const range = ["--from", day(-1), "--to", day(2), "--group-by", "agent"];
     // The meter ships the closed segment to billing in the background: wait until billing has it.
-    await waitFor(async () => {
-      const r = (await (await sys.call(`/v1/usage?from=${day(-1)}&to=${day(2)}&agentId=${id}`)).json()) as { totals: { activeMs: number } };
-      return r.totals.activeMs > 0;
-    }, 10_000, "billing to have the agent's segment");
+    await waitFor(
+      async () => {
+        const r = (await (await sys.call(`/v1/usage?from=${day(-1)}&to=${day(2)}&agentId=${id}`)).json()) as { totals: { activeMs: number } };
+        return r.totals.activeMs > 0;
+      },
+      10_000,
+      "billing to have the agent's segment",
+    );
     const usage = json<{ rows: { agentId: string; activeMs: number }[]; totals: { activeMs: number } }>(await agentvm(["usage", ...range, "--json"]));
     const mine = usage.rows.find((r) => r.agentId === id);
     expect(mine?.activeMs).toBeGreaterThan(0);
@@ -123,10 +132,14 @@ describe("agentvm: what scripts rely on", () => {
     const firstPage = (await (await sys.call("/v1/agents?limit=2&namePrefix=paged-")).json()) as { agents: unknown[]; nextCursor: string | null };
     expect(firstPage.agents).toHaveLength(2);
     expect(firstPage.nextCursor).not.toBeNull();
-    const all = json<{ agents: { name: string }[]; nextCursor: null }>(await agentvm(["agents", "ls", "--json", "--name-prefix", "paged-"], { env: { AGENTVM_PAGE_SIZE: "2" } }));
+    const all = json<{ agents: { name: string }[]; nextCursor: null }>(
+      await agentvm(["agents", "ls", "--json", "--name-prefix", "paged-"], { env: { AGENTVM_PAGE_SIZE: "2" } }),
+    );
     expect(all.agents.map((a) => a.name)).toEqual(["paged-0", "paged-1", "paged-2", "paged-3", "paged-4"]);
     expect(all.nextCursor).toBeNull();
-    const some = json<{ agents: { name: string }[]; nextCursor: string | null }>(await agentvm(["agents", "ls", "--json", "--name-prefix", "paged-", "--page-size", "2", "--limit", "3"]));
+    const some = json<{ agents: { name: string }[]; nextCursor: string | null }>(
+      await agentvm(["agents", "ls", "--json", "--name-prefix", "paged-", "--page-size", "2", "--limit", "3"]),
+    );
     expect(some.agents.map((a) => a.name)).toEqual(["paged-0", "paged-1", "paged-2"]);
     expect(some.nextCursor).not.toBeNull();
     const table = await agentvm(["agents", "ls", "--name-prefix", "paged-"], { env: { AGENTVM_PAGE_SIZE: "1" } });
@@ -137,17 +150,24 @@ describe("agentvm: what scripts rely on", () => {
     const agent = await sys.createAgent({ image: "printer" });
     const print = async (text: string) => expect((await sys.call(`/a/${agent.id}/print?text=${text}`, { method: "POST" })).status).toBe(200);
     await print("before");
-    const child = spawn(process.execPath, [bin, "logs", agent.id, "-f", "--tail", "0"], { env: { PATH: process.env.PATH ?? "", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: sys.demo.token }, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [bin, "logs", agent.id, "-f", "--tail", "0"], {
+      env: { PATH: process.env.PATH ?? "", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: sys.demo.token },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
     // The follow is open once a line printed after it started arrives; until then each try prints another.
     let n = 0;
-    await waitFor(async () => {
-      await print(`follow-${++n}`);
-      await new Promise((r) => setTimeout(r, 200));
-      return out.includes("follow-");
-    }, 10_000, "the follow printing a new line");
+    await waitFor(
+      async () => {
+        await print(`follow-${++n}`);
+        await new Promise((r) => setTimeout(r, 200));
+        return out.includes("follow-");
+      },
+      10_000,
+      "the follow printing a new line",
+    );
     expect(out).not.toContain("before");
     expect(out).toMatch(/^(follow-\d+\n)+$/);
     child.kill("SIGINT");
@@ -218,7 +238,10 @@ describe("agentvm images (real buildah)", () => {
 
       const ls = await agentvm(["images", "ls"]);
       expect(ls.out).toMatch(new RegExp(`^${imageId}\\s+cli-tiny:v1\\s+sha256:[0-9a-f]{12}\\s+[\\d.]+ MiB\\s+\\d{4}-`, "m"));
-      const events = (await agentvm(["images", "build", ctx, "--name", "cli-tiny:v2", "--json"])).out.trim().split("\n").map((l) => JSON.parse(l) as { type: string });
+      const events = (await agentvm(["images", "build", ctx, "--name", "cli-tiny:v2", "--json"])).out
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { type: string });
       expect(events[0]!.type).toBe("build");
       expect(events.at(-1)!.type).toBe("image");
 

@@ -166,7 +166,11 @@ describe("the request head", () => {
 describe("request bodies", () => {
   it("an admin body trickled below the floor (1 byte per 250 ms) is 408 within a window or two, the handler fails cleanly", async () => {
     const from = logLines.length;
-    const a = await trickle(sys.port, { head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: 100\r\n`), pieces: repeat(" ", 100), everyMs: 250 });
+    const a = await trickle(sys.port, {
+      head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: 100\r\n`),
+      pieces: repeat(" ", 100),
+      everyMs: 250,
+    });
     expect(expectEnvelope(a, 408, "request_timeout").message).toContain(`${minBytes}-byte floor`);
     expect(a.closedAfterMs).toBeGreaterThanOrEqual(windowMs - 50);
     expect(a.closedAfterMs).toBeLessThan(2 * windowMs + 600);
@@ -179,7 +183,11 @@ describe("request bodies", () => {
   it("a chunked admin body that keeps above the floor but outlasts CLIENT_BODY_TIMEOUT_MS is 408 at that deadline", async () => {
     const from = logLines.length;
     const chunk = `${(100).toString(16)}\r\n${" ".repeat(100)}\r\n`;
-    const a = await trickle(sys.port, { head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n`), pieces: repeat(chunk, 100), everyMs: 200 });
+    const a = await trickle(sys.port, {
+      head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n`),
+      pieces: repeat(chunk, 100),
+      everyMs: 200,
+    });
     expect(expectEnvelope(a, 408, "request_timeout").message).toContain(`within ${apiBodyTimeoutMs} ms`);
     expect(a.closedAfterMs).toBeGreaterThanOrEqual(apiBodyTimeoutMs - 50);
     expect(a.closedAfterMs).toBeLessThan(apiBodyTimeoutMs + 600);
@@ -188,11 +196,17 @@ describe("request bodies", () => {
 
   it("bodies that arrive fast, or slowly but above the floor within the deadline, are taken", async () => {
     const body = JSON.stringify({ idleTimeoutMs: 60_000 });
-    const fast = await trickle(sys.port, { head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`) + body });
+    const fast = await trickle(sys.port, {
+      head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`) + body,
+    });
     expect(fast.status, fast.body).toBe(201);
     const padded = `${body}${" ".repeat(400 - body.length)}`;
     const pieces = padded.match(/[\s\S]{1,80}/g) ?? [];
-    const slow = await trickle(sys.port, { head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: ${padded.length}\r\nConnection: close\r\n`), pieces, everyMs: 300 });
+    const slow = await trickle(sys.port, {
+      head: postHead("/v1/agents", `${auth()}Content-Type: application/json\r\nContent-Length: ${padded.length}\r\nConnection: close\r\n`),
+      pieces,
+      everyMs: 300,
+    });
     expect(slow.status, slow.body).toBe(201);
     expect(slow.closedAfterMs).toBeGreaterThan(1000);
   });
@@ -231,7 +245,8 @@ describe("request bodies", () => {
 describe("image uploads (POST /v1/images)", () => {
   it("are held to the floor only: below it 408, above it an upload may outlast the API's body deadline", async () => {
     const from = logLines.length;
-    const head = (len: number) => postHead("/v1/images?name=slow&tag=v1", `${auth()}Content-Type: application/x-tar\r\nContent-Length: ${len}\r\nConnection: close\r\n`);
+    const head = (len: number) =>
+      postHead("/v1/images?name=slow&tag=v1", `${auth()}Content-Type: application/x-tar\r\nContent-Length: ${len}\r\nConnection: close\r\n`);
     const stalled = await trickle(sys.port, { head: head(1000), pieces: repeat("t", 100), everyMs: 250 });
     expectEnvelope(stalled, 408, "request_timeout");
     expect(stalled.closedAfterMs).toBeLessThan(2 * windowMs + 600);
@@ -249,13 +264,21 @@ describe("agent traffic", () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
     expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
     // 1200 bytes, 100 every 300 ms: 3.6 s, more than CLIENT_BODY_TIMEOUT_MS (2.5 s), above the floor in every window.
-    const steady = await trickle(sys.port, { head: postHead(`/a/${agent.id}/upload`, `${auth()}Content-Length: 1200\r\nConnection: close\r\n`), pieces: repeat("u".repeat(100), 12), everyMs: 300 });
+    const steady = await trickle(sys.port, {
+      head: postHead(`/a/${agent.id}/upload`, `${auth()}Content-Length: 1200\r\nConnection: close\r\n`),
+      pieces: repeat("u".repeat(100), 12),
+      everyMs: 300,
+    });
     expect(steady.status, steady.body).toBe(200);
     expect((JSON.parse(steady.body) as { bytes: number }).bytes).toBe(1200);
     expect(steady.closedAfterMs).toBeGreaterThan(apiBodyTimeoutMs);
 
     const from = logLines.length;
-    const stalled = await trickle(sys.port, { head: postHead(`/a/${agent.id}/upload`, `${auth()}Content-Length: 1200\r\n`), pieces: repeat("u", 100), everyMs: 250 });
+    const stalled = await trickle(sys.port, {
+      head: postHead(`/a/${agent.id}/upload`, `${auth()}Content-Length: 1200\r\n`),
+      pieces: repeat("u", 100),
+      everyMs: 250,
+    });
     expectEnvelope(stalled, 408, "request_timeout");
     expect(stalled.closedAfterMs).toBeLessThan(2 * windowMs + 600);
     expectQuietLog(from);
@@ -301,12 +324,18 @@ describe("agent traffic", () => {
     // One byte every 700 ms for 3.5 s: below the floor in every window, past the API's deadline — but the agent
     // answered at the first byte, so the exchange is a stream (bounded by the proxy's idle timeout).
     const chunk = "1\r\ne\r\n";
-    const echo = await trickle(sys.port, { head: postHead(`/a/${agent.id}/echo`, `${auth()}Transfer-Encoding: chunked\r\nConnection: close\r\n`) + chunk, pieces: [...repeat(chunk, 5), "0\r\n\r\n"], everyMs: 700 });
+    const echo = await trickle(sys.port, {
+      head: postHead(`/a/${agent.id}/echo`, `${auth()}Transfer-Encoding: chunked\r\nConnection: close\r\n`) + chunk,
+      pieces: [...repeat(chunk, 5), "0\r\n\r\n"],
+      everyMs: 700,
+    });
     expect(echo.status, echo.body).toBe(200);
     expect(echo.body).toBe("e".repeat(6));
     expect(echo.closedAfterMs).toBeGreaterThan(3000);
 
-    const sse = await trickle(sys.port, { head: `GET /a/${agent.id}/sse?n=10&intervalMs=300 HTTP/1.1\r\nHost: localhost\r\n${auth()}Connection: close\r\n\r\n` });
+    const sse = await trickle(sys.port, {
+      head: `GET /a/${agent.id}/sse?n=10&intervalMs=300 HTTP/1.1\r\nHost: localhost\r\n${auth()}Connection: close\r\n\r\n`,
+    });
     expect(sse.status).toBe(200);
     expect(sse.body.match(/^data:/gm)).toHaveLength(10);
     expect(sse.closedAfterMs).toBeGreaterThan(apiBodyTimeoutMs);
@@ -370,7 +399,11 @@ describe("connection bounds", () => {
     // The agent is created over a connection that closes at once (a kept-alive one would hold a slot).
     const body = "{}";
     const created = await trickle(bounded.port, {
-      head: postHead("/v1/agents", `Authorization: Bearer ${bounded.demo.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`) + body,
+      head:
+        postHead(
+          "/v1/agents",
+          `Authorization: Bearer ${bounded.demo.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`,
+        ) + body,
       localAddress: "127.0.0.9",
     });
     expect(created.status, created.body).toBe(201);
@@ -452,7 +485,11 @@ describe("the fleet-agent's host ingress", () => {
     expectEnvelope(head, 408, "request_timeout");
     expect(head.closedAfterMs).toBeLessThan(headTimeoutMs + lateMs);
     // Whatever the host op answers first (its token is checked before the body is read), the trickle is cut.
-    const body = await trickle(host.port, { head: postHead("/v1/wake", "Content-Type: application/json\r\nContent-Length: 100\r\n"), pieces: repeat(" ", 100), everyMs: 250 });
+    const body = await trickle(host.port, {
+      head: postHead("/v1/wake", "Content-Type: application/json\r\nContent-Length: 100\r\n"),
+      pieces: repeat(" ", 100),
+      everyMs: 250,
+    });
     expect([401, 408]).toContain(body.status);
     expect(body.closedAfterMs).toBeLessThan(2 * windowMs + 600);
     expect(hostLog.filter((l) => l.level === "error")).toEqual([]);

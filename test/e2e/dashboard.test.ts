@@ -102,7 +102,9 @@ describe.runIf(runnable)("the dashboard in headless Chromium", () => {
     await page.waitForURL(new RegExp(`/dashboard/agents/${agentId}$`));
     const run = page.locator("[data-testid=run]").first();
     await run.waitFor({ timeout: 20_000 });
-    const api = (await (await sys.call(`/v1/agents/${agentId}/runs`)).json()) as { runs: { runId: string; wakeReason: string; wakeMode: string; timings: { bootMs?: number; restoreMs?: number } }[] };
+    const api = (await (await sys.call(`/v1/agents/${agentId}/runs`)).json()) as {
+      runs: { runId: string; wakeReason: string; wakeMode: string; timings: { bootMs?: number; restoreMs?: number } }[];
+    };
     const first = api.runs[0]!;
     expect(await run.getAttribute("data-run-id")).toBe(first.runId);
     const cells = await run.locator("td").allTextContents();

@@ -72,16 +72,22 @@ beforeAll(async () => {
   // "inside.test" answers only the host's loopback; "both.test" a refused and an allowed address.
   const names: Record<string, ResolvedAddress[]> = {
     "inside.test": [{ address: "127.0.0.1", family: 4 }],
-    "both.test": [{ address: "10.9.9.9", family: 4 }, { address: "127.0.0.1", family: 4 }],
+    "both.test": [
+      { address: "10.9.9.9", family: 4 },
+      { address: "127.0.0.1", family: 4 },
+    ],
   };
-  proxy = new EgressProxy(parseEgressConfig({ EGRESS_ALLOW: `127.0.0.1:${allowedPort},127.0.0.1:${httpPort}`, EGRESS_MAX_CONNECTIONS: "3", EGRESS_CONNECT_TIMEOUT_MS: "1000" }), {
-    resolve: async (host) => {
-      resolveCalls.push(host);
-      const found = names[host];
-      if (!found) throw new Error("ENOTFOUND");
-      return found;
+  proxy = new EgressProxy(
+    parseEgressConfig({ EGRESS_ALLOW: `127.0.0.1:${allowedPort},127.0.0.1:${httpPort}`, EGRESS_MAX_CONNECTIONS: "3", EGRESS_CONNECT_TIMEOUT_MS: "1000" }),
+    {
+      resolve: async (host) => {
+        resolveCalls.push(host);
+        const found = names[host];
+        if (!found) throw new Error("ENOTFOUND");
+        return found;
+      },
     },
-  });
+  );
   socketPath = join(dir, "proxy.sock");
   await proxy.listen("vm_test", socketPath);
 });
@@ -158,7 +164,10 @@ describe("egress proxy: CONNECT", () => {
 
 describe("egress proxy: plain HTTP in absolute form", () => {
   it("forwards to an allowed address in origin form, without the proxy's own headers", async () => {
-    const answer = await exchange(socketPath, `GET http://127.0.0.1:${httpPort}/some/path?q=1 HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nProxy-Authorization: Basic eA==\r\nConnection: close\r\n\r\n`);
+    const answer = await exchange(
+      socketPath,
+      `GET http://127.0.0.1:${httpPort}/some/path?q=1 HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nProxy-Authorization: Basic eA==\r\nConnection: close\r\n\r\n`,
+    );
     expect(statusOf(answer)).toBe(200);
     expect(answer).toMatch(/x-upstream: yes/i);
     expect(answer).toMatch(/hello from \/some\/path\?q=1$/);

@@ -37,40 +37,44 @@ async function call(vm: RunningVm, path: string, method = "GET"): Promise<Record
 }
 
 describe("firecracker on KVM", () => {
-  it.skipIf(missing !== undefined)(`real microVM: boot → hibernate → wake → clock check → call${missing ? ` (skipped: ${missing})` : ""}`, { timeout: 180_000 }, async () => {
-    for (const tool of ["ip", "nft"]) expect(onPath(tool), `${tool} is needed for the tap setup: apt-get install iproute2 nftables`).toBeDefined();
-    const dataDir = resolve(process.env.DATA_DIR || join(import.meta.dirname, "../../.data"));
-    const image = await ensureGuestImage({ dataDir });
-    expect(image.vmlinux, "the guest image has no ELF vmlinux: Firecracker cannot boot the bzImage").toBeDefined();
-    const root = mkdtempSync(join(tmpdir(), "fck-"));
-    const driver = createFirecrackerDriver({
-      env: { ...process.env, FIRECRACKER_BIN: binary, FIRECRACKER_NET_CIDR: "172.30.250.0/24" },
-      dataDir: root,
-      images: async () => ({ kernel: image.vmlinux!, initrd: image.initrd }),
-    });
-    const spec: VmSpec = { vmId: "vm_fckvm", agentId: "agt_fckvm", image: "demo", vcpus: 1, memMiB: 256, allowEgress: false, stateDir: join(root, "vm") };
-    try {
-      const booted = await driver.boot(spec);
-      expect(await call(booted.vm, "/")).toEqual({ ok: true, agent: "demo" });
-      await call(booted.vm, "/counter", "POST");
-      const snap = await driver.hibernate(booted.vm);
-      expect(snap.completed).toBe(true);
-      await new Promise((r) => setTimeout(r, 5000));
-      const woke = await driver.wake(spec);
-      expect(woke.fallbackReason).toBeUndefined();
-      expect(woke.mode).toBe("restore");
-      expect(Math.abs(woke.timings.skewAfterMs)).toBeLessThan(50);
-      const guestMs = (await call(woke.vm, "/clock")).nowMs as number;
-      expect(Math.abs(guestMs - Date.now())).toBeLessThan(100);
-      expect(await call(woke.vm, "/counter")).toEqual({ count: 1 });
-      console.log(
-        `firecracker on KVM: boot ${Math.round(booted.bootMs)} ms, snapshot ${Math.round(snap.snapshotMs)} ms (${snap.bytes} bytes), ` +
-          `restore ${Math.round(woke.timings.restoreMs)} ms, clock fix ${Math.round(woke.timings.clockFixMs)} ms, ` +
-          `skew ${Math.round(woke.timings.skewBeforeMs)} → ${woke.timings.skewAfterMs.toFixed(1)} ms`,
-      );
-    } finally {
-      await driver.destroy(spec);
-      rmSync(root, { recursive: true, force: true });
-    }
-  });
+  it.skipIf(missing !== undefined)(
+    `real microVM: boot → hibernate → wake → clock check → call${missing ? ` (skipped: ${missing})` : ""}`,
+    { timeout: 180_000 },
+    async () => {
+      for (const tool of ["ip", "nft"]) expect(onPath(tool), `${tool} is needed for the tap setup: apt-get install iproute2 nftables`).toBeDefined();
+      const dataDir = resolve(process.env.DATA_DIR || join(import.meta.dirname, "../../.data"));
+      const image = await ensureGuestImage({ dataDir });
+      expect(image.vmlinux, "the guest image has no ELF vmlinux: Firecracker cannot boot the bzImage").toBeDefined();
+      const root = mkdtempSync(join(tmpdir(), "fck-"));
+      const driver = createFirecrackerDriver({
+        env: { ...process.env, FIRECRACKER_BIN: binary, FIRECRACKER_NET_CIDR: "172.30.250.0/24" },
+        dataDir: root,
+        images: async () => ({ kernel: image.vmlinux!, initrd: image.initrd }),
+      });
+      const spec: VmSpec = { vmId: "vm_fckvm", agentId: "agt_fckvm", image: "demo", vcpus: 1, memMiB: 256, allowEgress: false, stateDir: join(root, "vm") };
+      try {
+        const booted = await driver.boot(spec);
+        expect(await call(booted.vm, "/")).toEqual({ ok: true, agent: "demo" });
+        await call(booted.vm, "/counter", "POST");
+        const snap = await driver.hibernate(booted.vm);
+        expect(snap.completed).toBe(true);
+        await new Promise((r) => setTimeout(r, 5000));
+        const woke = await driver.wake(spec);
+        expect(woke.fallbackReason).toBeUndefined();
+        expect(woke.mode).toBe("restore");
+        expect(Math.abs(woke.timings.skewAfterMs)).toBeLessThan(50);
+        const guestMs = (await call(woke.vm, "/clock")).nowMs as number;
+        expect(Math.abs(guestMs - Date.now())).toBeLessThan(100);
+        expect(await call(woke.vm, "/counter")).toEqual({ count: 1 });
+        console.log(
+          `firecracker on KVM: boot ${Math.round(booted.bootMs)} ms, snapshot ${Math.round(snap.snapshotMs)} ms (${snap.bytes} bytes), ` +
+            `restore ${Math.round(woke.timings.restoreMs)} ms, clock fix ${Math.round(woke.timings.clockFixMs)} ms, ` +
+            `skew ${Math.round(woke.timings.skewBeforeMs)} → ${woke.timings.skewAfterMs.toFixed(1)} ms`,
+        );
+      } finally {
+        await driver.destroy(spec);
+        rmSync(root, { recursive: true, force: true });
+      }
+    },
+  );
 });

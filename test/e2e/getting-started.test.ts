@@ -36,7 +36,9 @@ function shCommands(markdown: string): string[] {
 function bash(script: string, env: NodeJS.ProcessEnv, timeoutMs: number): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
     // --norc: with a socket on stdin (how Node wires a child's stdio) bash would otherwise read ~/.bashrc.
-    execFile("bash", ["--noprofile", "--norc", "-c", script], { cwd: root, env, timeout: timeoutMs, maxBuffer: 16 << 20 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
+    execFile("bash", ["--noprofile", "--norc", "-c", script], { cwd: root, env, timeout: timeoutMs, maxBuffer: 16 << 20 }, (error, out, err) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }),
+    );
   });
 }
 
@@ -72,7 +74,10 @@ describe("docs/getting-started.md", () => {
     expect(rest.join("\n"), "the page's commands use the address npm start listens on").toContain(pageUrl);
 
     // `npm install` is the one command not run here: this suite runs from the tree it installed, so it is checked as done.
-    expect(existsSync(join(root, "node_modules", ".bin", "vitest")) && existsSync(join(root, "node_modules", "node", "bin", "node")), "npm install has been run").toBe(true);
+    expect(
+      existsSync(join(root, "node_modules", ".bin", "vitest")) && existsSync(join(root, "node_modules", "node", "bin", "node")),
+      "npm install has been run",
+    ).toBe(true);
 
     // `npm start` as the page says, in the background: a data directory and a port of its own, the process driver (no VM to boot).
     const port = await freeLoopbackPort();
@@ -87,10 +92,14 @@ describe("docs/getting-started.md", () => {
     let banner = "";
     server.stdout!.on("data", (d: Buffer) => (banner += d.toString()));
     server.stderr!.on("data", (d: Buffer) => (banner += d.toString()));
-    await waitFor(() => {
-      if (server!.exitCode !== null) throw new Error(`npm start exited early: ${banner}`);
-      return banner.includes("Stop with Ctrl-C");
-    }, 90_000, "npm start's banner");
+    await waitFor(
+      () => {
+        if (server!.exitCode !== null) throw new Error(`npm start exited early: ${banner}`);
+        return banner.includes("Stop with Ctrl-C");
+      },
+      90_000,
+      "npm start's banner",
+    );
     const base = `http://127.0.0.1:${port}`;
     expect(banner).toContain(`gateway     ${base}`);
     const token = /^\s+token\s+(\S+)$/m.exec(banner)?.[1];
@@ -108,7 +117,10 @@ describe("docs/getting-started.md", () => {
     const outputs = run.out.split(/\n?@@step \d+ \d+@@\n/);
     const statuses = [...run.out.matchAll(/@@step (\d+) (\d+)@@/g)].map((m) => ({ step: Number(m[1]), status: Number(m[2]) }));
     const report = `stdout:\n${run.out}\nstderr:\n${run.err}`;
-    expect(statuses.map((s) => s.step), `every command ran\n${report}`).toEqual(steps.map((_, i) => i));
+    expect(
+      statuses.map((s) => s.step),
+      `every command ran\n${report}`,
+    ).toEqual(steps.map((_, i) => i));
     for (const { step, status } of statuses) expect(status, `\`${rest[step]}\` failed\n${report}`).toBe(0);
     expect(run.code, report).toBe(0);
 

@@ -36,7 +36,17 @@ afterAll(async () => {
 describe("the HTTP API under fuzz", () => {
   it(`answers every generated request with a documented status and the envelope, and keeps serving (seed ${seed})`, { timeout: 150_000 }, async () => {
     console.log(`http-fuzz: seed ${seed} (replay with FUZZ_SEED=${seed})`);
-    const result = await runCampaign(target!, { seed, runs: 3000, seconds: 60, warmupRuns: 400, concurrency: 4, slow: true, trickleMs: { min: 50, max: 150 }, requestTimeoutMs: 30_000, log: (l) => console.log(l) });
+    const result = await runCampaign(target!, {
+      seed,
+      runs: 3000,
+      seconds: 60,
+      warmupRuns: 400,
+      concurrency: 4,
+      slow: true,
+      trickleMs: { min: 50, max: 150 },
+      requestTimeoutMs: 30_000,
+      log: (l) => console.log(l),
+    });
     const failures = campaignFailures(result, { rssMarginKiB: 64 * 1024, minRequests: 1000 });
     console.log(resultLine(result, failures));
     expect(target!.exited(), "the gateway exited during the run").toBeUndefined();

@@ -42,7 +42,9 @@ describe("a Node agent from a Containerfile on QEMU", () => {
 
   it("builds the example image through the API and lists it", async () => {
     const res = await build(example, "node-agent");
-    const body = (await res.json()) as { image: { id: string; digest: string; sizeBytes: number; config: { cmd: string[]; entrypoint: string[]; port: number } } };
+    const body = (await res.json()) as {
+      image: { id: string; digest: string; sizeBytes: number; config: { cmd: string[]; entrypoint: string[]; port: number } };
+    };
     expect(res.status, JSON.stringify(body)).toBe(201);
     expect(body.image.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
     expect([...body.image.config.entrypoint, ...body.image.config.cmd].join(" ")).toContain("server.js");
@@ -135,7 +137,10 @@ async function fixtureArchive(scratch: string, name: string, cmd: string): Promi
   try {
     const ctx = join(scratch, name);
     cpSync(fixture.dir, join(ctx, "root"), { recursive: true, verbatimSymlinks: true });
-    writeFileSync(join(ctx, "Containerfile"), `FROM scratch\nCOPY root/ /\nUSER 1000:1000\nWORKDIR /www\nEXPOSE 8081\nENTRYPOINT ["/bin/sh", "-c"]\nCMD [${JSON.stringify(cmd)}]\n`);
+    writeFileSync(
+      join(ctx, "Containerfile"),
+      `FROM scratch\nCOPY root/ /\nUSER 1000:1000\nWORKDIR /www\nEXPOSE 8081\nENTRYPOINT ["/bin/sh", "-c"]\nCMD [${JSON.stringify(cmd)}]\n`,
+    );
     const setup = buildahSetup(cacheDir, join(scratch, "buildah-tmp"));
     const tag = `localhost/agentvm-test/${name}-${randomBytes(4).toString("hex")}:1`;
     await buildahBuild(setup, { contextDir: ctx, containerfile: join(ctx, "Containerfile"), tag, iidfile: join(scratch, `${name}.iid`) });
@@ -159,7 +164,11 @@ describe("an OCI archive made with buildah, imported through the API, on QEMU", 
   afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
   const importArchive = (file: string, name: string) =>
-    sys.call(`/v1/images?name=${name}&kind=archive`, { method: "POST", body: Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>, duplex: "half" } as RequestInit);
+    sys.call(`/v1/images?name=${name}&kind=archive`, {
+      method: "POST",
+      body: Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>,
+      duplex: "half",
+    } as RequestInit);
 
   it("imports it, and an agent from it answers with its own environment", async () => {
     const archive = await fixtureArchive(scratch, "httpd", 'echo "workload-started port=$PORT"; exec httpd -f -vv -p "$PORT" -h /www');
@@ -185,7 +194,9 @@ describe("an OCI archive made with buildah, imported through the API, on QEMU", 
     expect(error.code).toBe("boot_failed");
     expect(error.message).toContain("exited with status 3");
     await sys.host.flush();
-    const events = (await (await sys.call(`/v1/agents/${agent.id}/events`)).json()) as { events: { toState: string; detail: { bootFailed?: boolean; consoleTail?: string } | null }[] };
+    const events = (await (await sys.call(`/v1/agents/${agent.id}/events`)).json()) as {
+      events: { toState: string; detail: { bootFailed?: boolean; consoleTail?: string } | null }[];
+    };
     const failed = events.events.find((e) => e.toState === "failed");
     expect(failed?.detail?.bootFailed).toBe(true);
     expect(failed?.detail?.consoleTail).toContain("going-away-now");

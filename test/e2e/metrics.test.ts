@@ -78,7 +78,13 @@ describe("the all-in-one: one registry and one /metrics for its gateway and host
     await first.text();
 
     // The first byte is recorded as the answer goes out: wait for it rather than race it.
-    await waitFor(async () => num((await scrape(sys.url, metricsToken)).m('agentvm_wake_first_byte_seconds_count{mode="boot"}')) > num(before('agentvm_wake_first_byte_seconds_count{mode="boot"}')), 5000, "first byte observed");
+    await waitFor(
+      async () =>
+        num((await scrape(sys.url, metricsToken)).m('agentvm_wake_first_byte_seconds_count{mode="boot"}')) >
+        num(before('agentvm_wake_first_byte_seconds_count{mode="boot"}')),
+      5000,
+      "first byte observed",
+    );
     let m = (await scrape(sys.url, metricsToken)).m;
     const moved = (series: string) => num(m(series)) - num(before(series));
     expect(moved('agentvm_wakes_total{mode="boot",reason="request"}')).toBe(1);
@@ -101,7 +107,10 @@ describe("the all-in-one: one registry and one /metrics for its gateway and host
     expect(moved('agentvm_snapshot_seconds_count{reason="api"}')).toBe(1);
     // The bytes the event log says the snapshot wrote (what billing prices; a frozen process writes none).
     await sys.host.flush();
-    const [event] = await sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agent.id), eq(vmEvents.toState, "hibernated")));
+    const [event] = await sys.database.db
+      .select()
+      .from(vmEvents)
+      .where(and(eq(vmEvents.agentId, agent.id), eq(vmEvents.toState, "hibernated")));
     expect(event?.timings?.snapshotBytes).toBeTypeOf("number");
     expect(moved("agentvm_snapshot_bytes_total")).toBe(event!.timings!.snapshotBytes);
     expect(m("agentvm_vms_awake")).toBe(0);
@@ -125,7 +134,10 @@ describe("the all-in-one: one registry and one /metrics for its gateway and host
     const wsUrl = `${sys.url.replace(/^http/, "ws")}/a/${agent.id}/ws/echo`;
     const { ws, response } = await openWebSocket(wsUrl, { authorization: `Bearer ${sys.demo.token}` });
     expect(response.statusCode).toBe(101);
-    const refused = await openWebSocket(wsUrl, { authorization: "Bearer not-a-jwt" }).then(() => undefined, (err: { status?: number }) => err.status);
+    const refused = await openWebSocket(wsUrl, { authorization: "Bearer not-a-jwt" }).then(
+      () => undefined,
+      (err: { status?: number }) => err.status,
+    );
     expect(refused).toBe(401);
     const closed = new Promise((done) => ws.once("close", done));
     ws.close(1000, "done");
@@ -155,7 +167,15 @@ describe("a host daemon's ingress and a standalone gateway over it: each its own
   beforeAll(async () => {
     database = await freshDatabase();
     await database.db.insert(tenants).values({ id: "ten_metrics", name: "metrics" });
-    const hostEnv = { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: dir(), INGRESS_PORT: "0", REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000", METRICS_TOKEN: hostToken };
+    const hostEnv = {
+      DATABASE_URL: database.url,
+      COMPONENT_SECRET: testComponentSecret,
+      DATA_DIR: dir(),
+      INGRESS_PORT: "0",
+      REAPER_INTERVAL_MS: "100",
+      DRAIN_TIMEOUT_MS: "2000",
+      METRICS_TOKEN: hostToken,
+    };
     host = await startFleetAgent(parseDaemonConfig(hostEnv), { log: silentLogger, driver: new ProcessDriver({}), database });
     const gatewayDir = dir();
     const gatewayEnv = { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: gatewayDir, PORT: "0", PLACEMENT_CACHE_MS: "0" };
@@ -185,7 +205,11 @@ describe("a host daemon's ingress and a standalone gateway over it: each its own
     const hostBefore = (await scrape(host.url, hostToken)).m;
     const gatewayBefore = (await scrape(gateway.url, gatewayToken)).m;
     const auth = { authorization: `Bearer ${tenantToken}` };
-    const created = await fetch(`${gateway.url}/v1/agents`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ idleTimeoutMs: 60_000 }) });
+    const created = await fetch(`${gateway.url}/v1/agents`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ idleTimeoutMs: 60_000 }),
+    });
     expect(created.status).toBe(201);
     const { id } = (await created.json()) as { id: string };
     const res = await fetch(`${gateway.url}/a/${id}/counter`, { method: "POST", headers: auth });
@@ -193,7 +217,13 @@ describe("a host daemon's ingress and a standalone gateway over it: each its own
     expect(res.headers.get("x-wake")).toBe("boot");
     await res.text();
 
-    await waitFor(async () => num((await scrape(host.url, hostToken)).m('agentvm_wake_first_byte_seconds_count{mode="boot"}')) === num(hostBefore('agentvm_wake_first_byte_seconds_count{mode="boot"}')) + 1, 5000, "first byte on the host");
+    await waitFor(
+      async () =>
+        num((await scrape(host.url, hostToken)).m('agentvm_wake_first_byte_seconds_count{mode="boot"}')) ===
+        num(hostBefore('agentvm_wake_first_byte_seconds_count{mode="boot"}')) + 1,
+      5000,
+      "first byte on the host",
+    );
     const h = (await scrape(host.url, hostToken)).m;
     expect(num(h('agentvm_wakes_total{mode="boot",reason="request"}')) - num(hostBefore('agentvm_wakes_total{mode="boot",reason="request"}'))).toBe(1);
     expect(num(h('agentvm_wake_seconds_count{mode="boot"}')) - num(hostBefore('agentvm_wake_seconds_count{mode="boot"}'))).toBe(1);

@@ -3,7 +3,21 @@
 // `busybox httpd` serving shell CGI scripts. Boot, what the agent sees, hibernate/wake (the whole process group
 // frozen), cold boots over the kept files, leases, the log, boot failures, destroy, and what the unpack preserves.
 import { execFileSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
@@ -57,16 +71,22 @@ const logLines: { msg: string; vmId?: string }[] = [];
 /** The rootfs: busybox and its applets, the CGI scripts, a start script, plus what an unpack must keep (modes, links). */
 function makeImage(dir: string): ImageArtifact {
   const root = join(dir, "root");
-  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "etc", "dev", "tmp", "www/cgi-bin", "data", "srv/shared"]) mkdirSync(join(root, d), { recursive: true });
+  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "etc", "dev", "tmp", "www/cgi-bin", "data", "srv/shared"])
+    mkdirSync(join(root, d), { recursive: true });
   writeFileSync(join(root, "bin/busybox"), readFileSync(BUSYBOX), { mode: 0o755 });
   for (const applet of execFileSync(BUSYBOX, ["--list-full"], { encoding: "utf8" }).split("\n").filter(Boolean)) {
     if (applet === "bin/busybox") continue;
     mkdirSync(join(root, dirname(applet)), { recursive: true });
     symlinkSync("/bin/busybox", join(root, applet));
   }
-  for (const [name, body] of Object.entries(CGI)) writeFileSync(join(root, "www/cgi-bin", name), `#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n${body}\n`, { mode: 0o755 });
+  for (const [name, body] of Object.entries(CGI))
+    writeFileSync(join(root, "www/cgi-bin", name), `#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n${body}\n`, { mode: 0o755 });
   // The server runs as the script's child (no exec): freezing and ending the agent must reach it too.
-  writeFileSync(join(root, "start.sh"), `#!/bin/sh\necho "workload-started port=$PORT agent=$AGENT_ID cwd=$(pwd)"\necho $$ > /tmp/start.pid\nhttpd -f -p "$PORT" -h /www\necho "httpd ended"\n`, { mode: 0o755 });
+  writeFileSync(
+    join(root, "start.sh"),
+    `#!/bin/sh\necho "workload-started port=$PORT agent=$AGENT_ID cwd=$(pwd)"\necho $$ > /tmp/start.pid\nhttpd -f -p "$PORT" -h /www\necho "httpd ended"\n`,
+    { mode: 0o755 },
+  );
   writeFileSync(join(root, "etc/passwd"), `root:x:0:0:root:/root:/bin/sh\nagent:x:${UID}:${UID}:agent:/data:/bin/sh\n`);
   writeFileSync(join(root, "etc/group"), `root:x:0:\nagent:x:${UID}:\n`);
   chownSync(join(root, "data"), UID, UID);
@@ -91,7 +111,17 @@ function makeImage(dir: string): ImageArtifact {
 }
 
 function config(o: Partial<ImageConfig> = {}): ImageConfig {
-  return { entrypoint: ["/start.sh"], cmd: [], env: ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GREETING=hello"], workdir: "/www", user: "agent", uid: UID, gid: UID, port: 8080, ...o };
+  return {
+    entrypoint: ["/start.sh"],
+    cmd: [],
+    env: ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GREETING=hello"],
+    workdir: "/www",
+    user: "agent",
+    uid: UID,
+    gid: UID,
+    port: 8080,
+    ...o,
+  };
 }
 
 beforeAll(() => {
@@ -115,7 +145,18 @@ function makeDriver(extra: Partial<ProcessDriverOptions> = {}): ProcessDriver {
 }
 
 function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
-  return { vmId: `vm_${name}`, agentId: `agt_${name}`, image: image.digest, vcpus: 1, memMiB: 128, allowEgress: false, stateDir: join(work, "vms", name), rootImage: image, diskMiB: 64, ...extra };
+  return {
+    vmId: `vm_${name}`,
+    agentId: `agt_${name}`,
+    image: image.digest,
+    vcpus: 1,
+    memMiB: 128,
+    allowEgress: false,
+    stateDir: join(work, "vms", name),
+    rootImage: image,
+    diskMiB: 64,
+    ...extra,
+  };
 }
 
 async function cgi(vm: RunningVm, script: string, timeoutMs = 5000): Promise<string> {
@@ -180,7 +221,9 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     expect(await cgi(again.vm, "read")).toBe("kept-across-hibernate");
     expect(warnings(/does NOT isolate/, s.vmId)).toHaveLength(2);
     expect(warnings(/diskMiB is not enforced/, s.vmId)).toHaveLength(1);
-    expect(logLines.filter((l) => l.msg === "image unpacked for the process driver" && (l as { dir?: string }).dir === join(s.stateDir, "rootfs"))).toHaveLength(1);
+    expect(
+      logLines.filter((l) => l.msg === "image unpacked for the process driver" && (l as { dir?: string }).dir === join(s.stateDir, "rootfs")),
+    ).toHaveLength(1);
 
     // A new driver (the fleet-agent restarted) has nothing frozen: wake boots over the same files.
     await d.stop(again.vm);
@@ -221,7 +264,9 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     const absent = { ...image, config: config({ entrypoint: ["/no/such/agent"] }) };
     const err2 = await d.boot(spec("absent", { rootImage: absent })).catch((e: unknown) => e);
     expect((err2 as AppError).code).toBe("boot_failed");
-    expect((err2 as Error).message).toMatch(/the entrypoint exited \(status 127\) \(log: launch: cannot execute \/no\/such\/agent: No such file or directory\)/);
+    expect((err2 as Error).message).toMatch(
+      /the entrypoint exited \(status 127\) \(log: launch: cannot execute \/no\/such\/agent: No such file or directory\)/,
+    );
   });
 
   it("an image that is no ext4 fails the boot, saying what debugfs said; nothing half-unpacked stays", async () => {
@@ -231,7 +276,9 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     const s = spec("garbage", { rootImage: { ...image, rootfs: garbage } });
     const err = await d.boot(s).catch((e: unknown) => e);
     expect((err as AppError).code).toBe("boot_failed");
-    expect((err as Error).message).toMatch(/^agent agt_garbage did not boot: debugfs could not unpack .*garbage\.ext4: debugfs: Bad magic number in super-block/);
+    expect((err as Error).message).toMatch(
+      /^agent agt_garbage did not boot: debugfs could not unpack .*garbage\.ext4: debugfs: Bad magic number in super-block/,
+    );
     expect(readdirSync(s.stateDir).filter((n) => n.includes("rootfs"))).toEqual([]);
   });
 
@@ -247,7 +294,9 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     expect((err as AppError).code).toBe("boot_failed");
     expect((err as Error).message).toMatch(/^agent agt_silent did not boot: nothing listened on 127\.0\.0\.1:\d+ in time \(log: not listening\)$/);
     // The shell's child (sleep) went with it.
-    const sleepers = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }).split("\n").filter((l) => l.trim() === "sleep 60");
+    const sleepers = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
+      .split("\n")
+      .filter((l) => l.trim() === "sleep 60");
     expect(sleepers).toEqual([]);
   });
 
@@ -293,7 +342,10 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     const first = makeDriver();
     const s = spec("leftover");
     const { vm } = await first.boot(s);
-    const group = execFileSync("ps", ["-o", "pid=", "-g", String(vm.pid)], { encoding: "utf8" }).split("\n").map(Number).filter(Boolean);
+    const group = execFileSync("ps", ["-o", "pid=", "-g", String(vm.pid)], { encoding: "utf8" })
+      .split("\n")
+      .map(Number)
+      .filter(Boolean);
     expect(group.length).toBeGreaterThanOrEqual(2); // start.sh and its httpd
     // The fleet-agent restarted: it knows nothing of the running agent, and reaps every VM directory with a bare spec.
     await makeDriver().reap({ vmId: s.vmId, agentId: s.agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: s.stateDir });

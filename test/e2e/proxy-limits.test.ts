@@ -33,8 +33,6 @@ async function expectError(res: Response, status: number, code: string): Promise
   return body.error;
 }
 
-
-
 describe("per-tenant concurrency", () => {
   it("the call beyond the tenant's limit is 429 with Retry-After; other tenants are unaffected; slots free up", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
@@ -141,12 +139,18 @@ describe("non-waking traffic", () => {
 
   it("GET shows the rules in force; PATCH replaces them, null restores the defaults, bad rules are refused by name", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
-    const view = (await (await sys.call(`/v1/agents/${agent.id}`)).json()) as { nonWaking: { paths: string[]; userAgents: string[] }; nonWakingDefault: boolean };
+    const view = (await (await sys.call(`/v1/agents/${agent.id}`)).json()) as {
+      nonWaking: { paths: string[]; userAgents: string[] };
+      nonWakingDefault: boolean;
+    };
     expect(view.nonWakingDefault).toBe(true);
     expect(view.nonWaking.paths).toContain("/healthz");
     expect(view.nonWaking.userAgents).toContain("UptimeRobot");
 
-    const patched = await sys.call(`/v1/agents/${agent.id}`, { method: "PATCH", body: JSON.stringify({ nonWaking: { paths: ["/status/*"], methods: [], userAgents: [] }, idleTimeoutMs: 45_000 }) });
+    const patched = await sys.call(`/v1/agents/${agent.id}`, {
+      method: "PATCH",
+      body: JSON.stringify({ nonWaking: { paths: ["/status/*"], methods: [], userAgents: [] }, idleTimeoutMs: 45_000 }),
+    });
     expect(patched.status).toBe(200);
     const after = (await patched.json()) as { nonWaking: { paths: string[] }; nonWakingDefault: boolean; idleTimeoutMs: number };
     expect(after).toMatchObject({ nonWaking: { paths: ["/status/*"] }, nonWakingDefault: false, idleTimeoutMs: 45_000 });
@@ -156,7 +160,9 @@ describe("non-waking traffic", () => {
     expect(await health.text()).toBe("ok");
     expect((await sys.call(`/a/${agent.id}/status/deep`)).headers.get("x-wake")).toBe("none");
 
-    const reset = (await (await sys.call(`/v1/agents/${agent.id}`, { method: "PATCH", body: JSON.stringify({ nonWaking: null }) })).json()) as { nonWakingDefault: boolean };
+    const reset = (await (await sys.call(`/v1/agents/${agent.id}`, { method: "PATCH", body: JSON.stringify({ nonWaking: null }) })).json()) as {
+      nonWakingDefault: boolean;
+    };
     expect(reset.nonWakingDefault).toBe(true);
     expect((await sys.call(`/a/${agent.id}/healthz`)).headers.get("x-wake")).toBe("none");
 
@@ -176,11 +182,15 @@ describe("Expect: 100-continue", () => {
     await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" });
     const result = await new Promise<{ continued: boolean; status: number; wake: string | undefined; body: string }>((resolve, reject) => {
       let continued = false;
-      const req = request(`${sys.url}/a/${agent.id}/upload`, { method: "POST", headers: { authorization: `Bearer ${sys.demo.token}`, expect: "100-continue", "content-length": 5 } }, (res) => {
-        let body = "";
-        res.on("data", (c: Buffer) => (body += c.toString()));
-        res.on("end", () => resolve({ continued, status: res.statusCode ?? 0, wake: res.headers["x-wake"] as string | undefined, body }));
-      });
+      const req = request(
+        `${sys.url}/a/${agent.id}/upload`,
+        { method: "POST", headers: { authorization: `Bearer ${sys.demo.token}`, expect: "100-continue", "content-length": 5 } },
+        (res) => {
+          let body = "";
+          res.on("data", (c: Buffer) => (body += c.toString()));
+          res.on("end", () => resolve({ continued, status: res.statusCode ?? 0, wake: res.headers["x-wake"] as string | undefined, body }));
+        },
+      );
       req.on("continue", () => {
         continued = true;
         req.end("hello");
@@ -197,11 +207,15 @@ describe("Expect: 100-continue", () => {
 /** A POST with a chunked body (no Content-Length), `chunks` pieces of `size` bytes, over a raw node:http client. */
 function rawPost(path: string, chunks: number, size: number): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(`${sys.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${sys.demo.token}`, "transfer-encoding": "chunked" } }, (res) => {
-      let body = "";
-      res.on("data", (c: Buffer) => (body += c.toString()));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-    });
+    const req = request(
+      `${sys.url}${path}`,
+      { method: "POST", headers: { authorization: `Bearer ${sys.demo.token}`, "transfer-encoding": "chunked" } },
+      (res) => {
+        let body = "";
+        res.on("data", (c: Buffer) => (body += c.toString()));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
     req.on("error", reject);
     let sent = 0;
     const next = () => {

@@ -106,11 +106,15 @@ async function growthDuring(transfer: () => Promise<void>): Promise<number> {
 function upload(bytes: number, query = "", progress = { written: 0 }): Promise<{ status: number; body: { bytes: number; sha256: string }; sha256: string }> {
   return new Promise((resolve, reject) => {
     const hash = createHash("sha256");
-    const req = request(`${base}/a/agt_demo/upload${query}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-length": bytes } }, (res) => {
-      let text = "";
-      res.on("data", (c: Buffer) => (text += c.toString()));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { bytes: number; sha256: string }, sha256: hash.digest("hex") }));
-    });
+    const req = request(
+      `${base}/a/agt_demo/upload${query}`,
+      { method: "POST", headers: { authorization: `Bearer ${token}`, "content-length": bytes } },
+      (res) => {
+        let text = "";
+        res.on("data", (c: Buffer) => (text += c.toString()));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { bytes: number; sha256: string }, sha256: hash.digest("hex") }));
+      },
+    );
     req.on("error", reject);
     const block = Buffer.alloc(256 * 1024);
     let left = bytes;
@@ -178,7 +182,9 @@ describe("large bodies through the gateway process", () => {
     });
     expect(result!.body.bytes).toBe(size);
     expect(result!.body.sha256).toBe(result!.sha256);
-    console.log(`upload to an agent stalled 2 s: client got ${(writtenDuringStall / MiB).toFixed(1)} MB out meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
+    console.log(
+      `upload to an agent stalled 2 s: client got ${(writtenDuringStall / MiB).toFixed(1)} MB out meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`,
+    );
     // Only socket buffers' worth can leave the client while nothing reads at the far end.
     expect(writtenDuringStall).toBeLessThan(inFlight);
     expect(growth).toBeLessThan(growthBound);
@@ -196,7 +202,9 @@ describe("large bodies through the gateway process", () => {
       result = await done;
     });
     expect(result).toEqual({ status: 200, received: size });
-    console.log(`download to a client paused 2 s: the agent got ${(aheadDuringPause / MiB).toFixed(1)} MB ahead of it meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`);
+    console.log(
+      `download to a client paused 2 s: the agent got ${(aheadDuringPause / MiB).toFixed(1)} MB ahead of it meanwhile; gateway RSS growth ${(growth / MiB).toFixed(1)} MB`,
+    );
     // Only socket buffers' worth can leave the agent while nothing reads at the far end.
     expect(aheadDuringPause).toBeLessThan(inFlight);
     expect(growth).toBeLessThan(growthBound);

@@ -22,7 +22,6 @@ afterAll(async () => {
   await sys?.stop();
 });
 
-
 async function aborts(id: string): Promise<number> {
   return ((await (await sys.call(`/a/${id}/stats`)).json()) as { aborted: number }).aborted;
 }
@@ -152,4 +151,3 @@ describe("timeouts", () => {
     expect((await sys.call(`/a/${agent.id}/slow?ms=600`)).status).toBe(200);
   });
 });
-

@@ -27,8 +27,6 @@ function closed(ws: WebSocket): Promise<{ code: number; reason: string; at: numb
   return new Promise((resolve) => ws.once("close", (code, reason) => resolve({ code, reason: reason.toString(), at: Date.now() })));
 }
 
-
-
 describe("WebSockets", () => {
   it("the upgrade wakes a sleeping agent; text and binary frames come back unchanged", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
@@ -128,4 +126,3 @@ describe("WebSockets", () => {
     expect((unknown as { status: number }).status).toBe(404);
   });
 });
-

@@ -36,7 +36,10 @@ const counter = async (id: string, method = "GET") => {
 
 async function running(agentId: string) {
   await sys.host.flush();
-  return sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
+  return sys.database.db
+    .select()
+    .from(vmEvents)
+    .where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
 }
 
 describe("qemu checkpoints and templates behind the gateway (file-backed RAM)", () => {
@@ -44,7 +47,13 @@ describe("qemu checkpoints and templates behind the gateway (file-backed RAM)", 
     const { id } = await sys.createAgent({ idleTimeoutMs: 600_000 });
     expect(await counter(id, "POST")).toBe(1);
     expect(await (await sys.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()).toMatchObject({ state: "hibernated" });
-    const results = await Promise.all(Array.from({ length: 50 }, () => sys.call(`/a/${id}/counter`, { method: "POST" }).then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), count: ((await r.json()) as { count: number }).count }))));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        sys
+          .call(`/a/${id}/counter`, { method: "POST" })
+          .then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), count: ((await r.json()) as { count: number }).count })),
+      ),
+    );
     expect(results.every((r) => r.status === 200 && r.wake === "restore")).toBe(true);
     expect(new Set(results.map((r) => r.count))).toEqual(new Set(Array.from({ length: 50 }, (_, i) => i + 2)));
     expect((await running(id)).filter((e) => e.fromState === "restoring")).toHaveLength(1);

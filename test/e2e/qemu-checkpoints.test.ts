@@ -19,7 +19,14 @@ const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoin
 const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
 const identity = async (vm: RunningVm) => {
   const r = await call(vm.endpoint.port, "/identity");
-  return r.status === 200 ? Object.fromEntries(r.text.trim().split("\n").map((l) => l.split("=", 2) as [string, string])) : undefined;
+  return r.status === 200
+    ? Object.fromEntries(
+        r.text
+          .trim()
+          .split("\n")
+          .map((l) => l.split("=", 2) as [string, string]),
+      )
+    : undefined;
 };
 const randomHex = async (vm: RunningVm) => (await call(vm.endpoint.port, "/random")).text.trim();
 
@@ -118,7 +125,10 @@ describe.each(["file", "stream"] as MemoryMode[])("qemu checkpoints with %s memo
     const dir = join(root, "ckp_fit");
     await driver.checkpoint(a, va, dir);
     const big = spec({ memMiB: 384 });
-    await expect(driver.restoreCheckpoint(big, dir)).rejects.toMatchObject({ code: "conflict", message: expect.stringMatching(/256 MiB of memory, the VM now has 384 MiB/) });
+    await expect(driver.restoreCheckpoint(big, dir)).rejects.toMatchObject({
+      code: "conflict",
+      message: expect.stringMatching(/256 MiB of memory, the VM now has 384 MiB/),
+    });
     expect(existsSync(join(big.stateDir, "snapshot.json"))).toBe(false);
     await expect(driver.checkpoint(a, va, dir)).rejects.toThrow(/exists/);
     await driver.stop(va);

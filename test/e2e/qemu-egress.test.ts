@@ -23,11 +23,15 @@ interface Listener {
 
 function listener(host: string): Promise<Listener> {
   return new Promise((resolve) => {
-    const l: Listener = { port: 0, accepted: 0, server: createServer((c) => {
-      l.accepted++;
-      c.on("data", (d) => c.write(`echo:${d.toString()}`));
-      c.on("error", () => undefined);
-    }) };
+    const l: Listener = {
+      port: 0,
+      accepted: 0,
+      server: createServer((c) => {
+        l.accepted++;
+        c.on("data", (d) => c.write(`echo:${d.toString()}`));
+        c.on("error", () => undefined);
+      }),
+    };
     l.server.listen(0, host, () => {
       l.port = (l.server.address() as AddressInfo).port;
       resolve(l);
@@ -36,7 +40,9 @@ function listener(host: string): Promise<Listener> {
 }
 
 /** The host's first non-loopback IPv4 address, if it has one. */
-const hostAddress = Object.values(networkInterfaces()).flatMap((l) => l ?? []).find((i) => i.family === "IPv4" && !i.internal)?.address;
+const hostAddress = Object.values(networkInterfaces())
+  .flatMap((l) => l ?? [])
+  .find((i) => i.family === "IPv4" && !i.internal)?.address;
 if (!hostAddress) console.log("qemu-egress: this host has no non-loopback IPv4 address; the probes of the host's own address are left out");
 
 const DIRECT_MS = 1500;
@@ -67,7 +73,12 @@ async function expectHostUnreachable(agent: GuestAgentClient): Promise<void> {
     ["10.0.2.2", allowed.port], // QEMU's alias for the host's loopback
     ["10.0.2.2", other.port],
     ["169.254.169.254", 80],
-    ...(own && hostAddress ? ([[hostAddress, own.port], ["10.0.2.2", own.port]] as [string, number][]) : []),
+    ...(own && hostAddress
+      ? ([
+          [hostAddress, own.port],
+          ["10.0.2.2", own.port],
+        ] as [string, number][])
+      : []),
   ];
   for (const [ip, port] of targets) {
     const r = await agent.probe(ip, port, DIRECT_MS);
@@ -81,7 +92,15 @@ async function expectHostUnreachable(agent: GuestAgentClient): Promise<void> {
 async function expectProxyFilters(agent: GuestAgentClient): Promise<void> {
   const through = await agent.probeVia(PROXY_IP, PROXY_PORT, `127.0.0.1:${allowed.port}`);
   expect(through).toEqual({ proxy: "connected", status: 200, received: Buffer.from("echo:agentvm-probe\n") });
-  const refused = [`127.0.0.1:${other.port}`, `localhost:${other.port}`, `[::1]:${other.port}`, `[::ffff:127.0.0.1]:${other.port}`, "169.254.169.254:80", "10.0.2.2:22", ...(own && hostAddress ? [`${hostAddress}:${own.port}`] : [])];
+  const refused = [
+    `127.0.0.1:${other.port}`,
+    `localhost:${other.port}`,
+    `[::1]:${other.port}`,
+    `[::ffff:127.0.0.1]:${other.port}`,
+    "169.254.169.254:80",
+    "10.0.2.2:22",
+    ...(own && hostAddress ? [`${hostAddress}:${own.port}`] : []),
+  ];
   for (const target of refused) {
     const r = await agent.probeVia(PROXY_IP, PROXY_PORT, target);
     expect(r, `CONNECT ${target} from inside the VM`).toEqual({ proxy: "connected", status: 403, received: Buffer.alloc(0) });

@@ -50,7 +50,9 @@ async function startHost(id: string): Promise<void> {
   hostProcs.set(id, await spawnNode("scripts/fleet-agent.ts", env, /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/, 120_000));
 }
 
-const title = qemuPresent ? "failover through the shared artifact store (qemu)" : "failover through the shared artifact store (qemu) — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+const title = qemuPresent
+  ? "failover through the shared artifact store (qemu)"
+  : "failover through the shared artifact store (qemu) — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
 describe.skipIf(!qemuPresent)(title, () => {
   beforeAll(async () => {
     images = dirname(dirname((await guestImage()).kernel));
@@ -63,7 +65,15 @@ describe.skipIf(!qemuPresent)(title, () => {
     const keys = await ensureDevKeys(gatewayDir);
     gateway = await spawnNode(
       "scripts/gateway.ts",
-      { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: gatewayDir, PORT: "0", HOST_LIVE_WINDOW_MS: String(liveWindowMs), PLACEMENT_CACHE_MS: "500", LOG_LEVEL: "error" },
+      {
+        DATABASE_URL: database.url,
+        COMPONENT_SECRET: testComponentSecret,
+        DATA_DIR: gatewayDir,
+        PORT: "0",
+        HOST_LIVE_WINDOW_MS: String(liveWindowMs),
+        PLACEMENT_CACHE_MS: "500",
+        LOG_LEVEL: "error",
+      },
       /gateway listening at (http:\/\/\S+)/,
     );
     token = await mintToken(keys.privateJwk, { tenant: "ten_qfail", scopes: ["agents:invoke", "agents:admin"] });
@@ -84,7 +94,11 @@ describe.skipIf(!qemuPresent)(title, () => {
   };
 
   it("kill -9 of the agent's host: the other host restores its last committed hibernation, memory intact", async () => {
-    const created = await call("/v1/agents", { method: "POST", body: JSON.stringify({ idleTimeoutMs: 120_000 }), headers: { "content-type": "application/json" } });
+    const created = await call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ idleTimeoutMs: 120_000 }),
+      headers: { "content-type": "application/json" },
+    });
     expect(created.status).toBe(201);
     const { id } = (await created.json()) as { id: string };
     for (let n = 1; n <= 3; n++) {
@@ -97,10 +111,16 @@ describe.skipIf(!qemuPresent)(title, () => {
     const first = placed!.hostId!;
     const other = first === "host_q1" ? "host_q2" : "host_q1";
     // The commit lands after the hibernation, in the background; its time is the run's end.
-    await waitFor(async () => {
-      const rows = await database.db.execute(sql`select 1 from agent_commits c where c.agent_id = ${id} and c.snapshot_at >= (select max(slept_at) from runs where agent_id = ${id})`);
-      return (rows as unknown as unknown[]).length === 1;
-    }, 60_000, "the hibernation committed to the store");
+    await waitFor(
+      async () => {
+        const rows = await database.db.execute(
+          sql`select 1 from agent_commits c where c.agent_id = ${id} and c.snapshot_at >= (select max(slept_at) from runs where agent_id = ${id})`,
+        );
+        return (rows as unknown as unknown[]).length === 1;
+      },
+      60_000,
+      "the hibernation committed to the store",
+    );
     const [commit] = await database.db.select().from(agentCommits).where(eq(agentCommits.agentId, id));
     expect(commit).toMatchObject({ hostId: first, generation: placed!.generation });
     expect(Object.keys(commit!.files).length).toBeGreaterThan(0);
@@ -122,7 +142,9 @@ describe.skipIf(!qemuPresent)(title, () => {
     const answeredMs = Math.round(performance.now() - killedAt);
     expect(res.headers.get("x-wake")).toBe("restore");
     expect(await res.json()).toEqual({ count: 4 }); // the committed memory, on another machine
-    console.log(`qemu failover: answered from ${other} ${answeredMs} ms after the kill (lease ${liveWindowMs} ms), ${seen.length - 1} × 503 before; ${res.headers.get("server-timing")}`);
+    console.log(
+      `qemu failover: answered from ${other} ${answeredMs} ms after the kill (lease ${liveWindowMs} ms), ${seen.length - 1} × 503 before; ${res.headers.get("server-timing")}`,
+    );
     const [moved] = await database.db.select().from(agents).where(eq(agents.id, id));
     expect(moved).toMatchObject({ hostId: other, generation: placed!.generation + 1 });
 

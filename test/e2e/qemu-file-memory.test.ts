@@ -157,40 +157,50 @@ describe("qemu driver with file-backed guest RAM", () => {
     va = again.vm;
   }, 120_000);
 
-  it.each(["data", "manifest"] as const)("kill -9 of QEMU during a hibernation (at its %s file): the next wake restores a complete snapshot or boots cold", async (point) => {
-    const s = a;
-    let vm = va;
-    expect(await bump(vm)).toBe(1);
-    expect((await driver.hibernate(vm)).completed).toBe(true);
-    vm = (await driver.wake(s)).vm;
-    expect(await bump(vm)).toBe(2);
-    const pid = vm.pid!;
-    let killed = false;
-    const stop = onSnapshotAttempt(
-      s.stateDir,
-      () => {
-        killed = true;
-        process.kill(pid, "SIGKILL");
-      },
-      point,
-    );
-    const exited = new Promise((r) => driver.onExit(vm, r));
-    const hib = await driver.hibernate(vm).then((r) => r.completed, (err: Error) => err.message).finally(stop);
-    expect(killed).toBe(true);
-    await kill9(pid);
-    if (hib !== true) await exited; // a crash; after a committed hibernation QEMU was on its way out anyway
-    if (point === "manifest") expect(hib).toBe(true); // its state was received: QEMU is no longer needed to commit it
-    const woke = await driver.wake(s);
-    if (woke.mode === "restore") {
-      // Only if the snapshot won the race (committed before the kill landed): then it is the complete, newest one.
-      expect(hib).toBe(true);
-      expect(await count(woke.vm)).toBe(2);
-    } else {
-      expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/); // the old snapshot's RAM moved on at the wake
-      expect(await count(woke.vm)).toBe(0);
-    }
-    va = woke.vm;
-  }, 120_000);
+  it.each(["data", "manifest"] as const)(
+    "kill -9 of QEMU during a hibernation (at its %s file): the next wake restores a complete snapshot or boots cold",
+    async (point) => {
+      const s = a;
+      let vm = va;
+      expect(await bump(vm)).toBe(1);
+      expect((await driver.hibernate(vm)).completed).toBe(true);
+      vm = (await driver.wake(s)).vm;
+      expect(await bump(vm)).toBe(2);
+      const pid = vm.pid!;
+      let killed = false;
+      const stop = onSnapshotAttempt(
+        s.stateDir,
+        () => {
+          killed = true;
+          process.kill(pid, "SIGKILL");
+        },
+        point,
+      );
+      const exited = new Promise((r) => driver.onExit(vm, r));
+      const hib = await driver
+        .hibernate(vm)
+        .then(
+          (r) => r.completed,
+          (err: Error) => err.message,
+        )
+        .finally(stop);
+      expect(killed).toBe(true);
+      await kill9(pid);
+      if (hib !== true) await exited; // a crash; after a committed hibernation QEMU was on its way out anyway
+      if (point === "manifest") expect(hib).toBe(true); // its state was received: QEMU is no longer needed to commit it
+      const woke = await driver.wake(s);
+      if (woke.mode === "restore") {
+        // Only if the snapshot won the race (committed before the kill landed): then it is the complete, newest one.
+        expect(hib).toBe(true);
+        expect(await count(woke.vm)).toBe(2);
+      } else {
+        expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/); // the old snapshot's RAM moved on at the wake
+        expect(await count(woke.vm)).toBe(0);
+      }
+      va = woke.vm;
+    },
+    120_000,
+  );
 
   it("device state is never loaded over a RAM file of another hibernation or VM; a missing RAM file boots cold", async () => {
     expect((await driver.hibernate(vb)).completed).toBe(true);
@@ -275,7 +285,7 @@ describe("qemu driver with file-backed guest RAM", () => {
   }, 180_000);
 });
 
-describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () => {
+describe('prestart "paused": the hibernated QEMU itself waits, stopped', () => {
   let driver: QemuDriver;
   const s = makeSpec();
 
@@ -306,7 +316,8 @@ describe("prestart \"paused\": the hibernated QEMU itself waits, stopped", () =>
     expect(await bump(vm)).toBe(2);
 
     // Many wakes of the same QEMU, each watched for a crash as the host does: only the current run's listener is kept.
-    const crashListeners = () => (driver as unknown as { sup: { running: Map<string, { proc: { crashListeners: unknown[] } }> } }).sup.running.get(s.vmId)!.proc.crashListeners.length;
+    const crashListeners = () =>
+      (driver as unknown as { sup: { running: Map<string, { proc: { crashListeners: unknown[] } }> } }).sup.running.get(s.vmId)!.proc.crashListeners.length;
     for (let i = 0; i < 3; i++) {
       driver.onExit(vm, () => undefined);
       expect(crashListeners()).toBe(1);
@@ -392,47 +403,51 @@ async function onNextHost(s: VmSpec, check: (driver: QemuDriver) => Promise<void
 }
 
 describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
-  it.each(["data", "manifest"] as const)("mid-hibernate (at its %s file): reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one", async (point) => {
-    const s = makeSpec();
-    const { child, exited, lines } = startChild("hibernate", s);
-    let qemuPid: number | undefined;
-    let committedBefore: SnapshotManifest | undefined;
-    for await (const line of lines) {
-      const msg = JSON.parse(line) as { step: string; pid?: number };
-      if (msg.step === "hibernating") {
-        committedBefore = manifestOf(s);
-        qemuPid = msg.pid;
-        const attempt = new Promise<void>((r) => {
-          const stop = onSnapshotAttempt(
-            s.stateDir,
-            () => {
-              child.kill("SIGKILL");
-              stop();
-              r();
-            },
-            point,
-          );
-        });
-        await Promise.race([attempt, sleep(30_000)]);
-        break;
+  it.each(["data", "manifest"] as const)(
+    "mid-hibernate (at its %s file): reap kills its QEMU; the next wake restores the complete snapshot or boots cold, never a partial one",
+    async (point) => {
+      const s = makeSpec();
+      const { child, exited, lines } = startChild("hibernate", s);
+      let qemuPid: number | undefined;
+      let committedBefore: SnapshotManifest | undefined;
+      for await (const line of lines) {
+        const msg = JSON.parse(line) as { step: string; pid?: number };
+        if (msg.step === "hibernating") {
+          committedBefore = manifestOf(s);
+          qemuPid = msg.pid;
+          const attempt = new Promise<void>((r) => {
+            const stop = onSnapshotAttempt(
+              s.stateDir,
+              () => {
+                child.kill("SIGKILL");
+                stop();
+                r();
+              },
+              point,
+            );
+          });
+          await Promise.race([attempt, sleep(30_000)]);
+          break;
+        }
       }
-    }
-    await exited;
-    expect(qemuPid).toBeGreaterThan(0);
-    await onNextHost(s, async (driver) => {
-      expect(processAlive(qemuPid!) && readFileSync(`/proc/${qemuPid}/cmdline`, "utf8") !== "").toBe(false);
-      const m = manifestOf(s);
-      const woke = await driver.wake(s);
-      if (m.file !== committedBefore!.file) {
-        expect(woke.mode).toBe("restore"); // the second snapshot was committed before the kill: complete, restorable
-        expect(await count(woke.vm)).toBe(2);
-      } else {
-        expect(woke.mode).toBe("boot"); // the first snapshot's RAM moved on at the wake: never loaded over it
-        expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
-        expect(await count(woke.vm)).toBe(0);
-      }
-    });
-  }, 180_000);
+      await exited;
+      expect(qemuPid).toBeGreaterThan(0);
+      await onNextHost(s, async (driver) => {
+        expect(processAlive(qemuPid!) && readFileSync(`/proc/${qemuPid}/cmdline`, "utf8") !== "").toBe(false);
+        const m = manifestOf(s);
+        const woke = await driver.wake(s);
+        if (m.file !== committedBefore!.file) {
+          expect(woke.mode).toBe("restore"); // the second snapshot was committed before the kill: complete, restorable
+          expect(await count(woke.vm)).toBe(2);
+        } else {
+          expect(woke.mode).toBe("boot"); // the first snapshot's RAM moved on at the wake: never loaded over it
+          expect(woke.fallbackReason).toMatch(/RAM file changed since the snapshot/);
+          expect(await count(woke.vm)).toBe(0);
+        }
+      });
+    },
+    180_000,
+  );
 
   it("mid-wake (after migrate-incoming and the generation's renewal, before cont): the next wake boots cold", async () => {
     const s = makeSpec();

@@ -24,9 +24,21 @@ const CGI_SETUP = [
   "mkdir -p /data/www/cgi-bin",
   "echo ok > /data/www/index.html",
   writeLines("/data/www/cgi-bin/identity", ["#!/bin/sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n'", "cat /run/agentvm/identity 2>&1"]),
-  writeLines("/data/www/cgi-bin/names", ["#!/bin/sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n'", "echo \"$(hostname) $(cat /etc/hostname) $(grep -c \"$(hostname)\" /etc/hosts)\""]),
-  writeLines("/data/www/cgi-bin/checkpoint", ["#!/bin/sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n'", ': > "/run/agentvm/checkpoint-requests/$QUERY_STRING" && echo requested']),
-  writeLines("/data/www/cgi-bin/lease", ["#!/bin/sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n'", 'echo $(( $(date +%s) + 60 )) > "$LEASE_DIR/cgi" && echo leased']),
+  writeLines("/data/www/cgi-bin/names", [
+    "#!/bin/sh",
+    "printf 'Content-Type: text/plain\\r\\n\\r\\n'",
+    'echo "$(hostname) $(cat /etc/hostname) $(grep -c "$(hostname)" /etc/hosts)"',
+  ]),
+  writeLines("/data/www/cgi-bin/checkpoint", [
+    "#!/bin/sh",
+    "printf 'Content-Type: text/plain\\r\\n\\r\\n'",
+    ': > "/run/agentvm/checkpoint-requests/$QUERY_STRING" && echo requested',
+  ]),
+  writeLines("/data/www/cgi-bin/lease", [
+    "#!/bin/sh",
+    "printf 'Content-Type: text/plain\\r\\n\\r\\n'",
+    'echo $(( $(date +%s) + 60 )) > "$LEASE_DIR/cgi" && echo leased',
+  ]),
   "chmod 755 /data/www/cgi-bin/*",
   'exec httpd -f -p "$PORT" -h /data/www',
 ].join(" && ");

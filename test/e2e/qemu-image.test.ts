@@ -74,7 +74,8 @@ describe("guest image", () => {
     const all = [...order, ...imageOrder];
     imageOrder.forEach((name) => {
       expect(order, `${name} is loaded for images only`).not.toContain(name);
-      for (const dep of readModinfo(file(`lib/modules/${name}.ko`).data).depends) expect(all.indexOf(dep), `${dep} before ${name}`).toBeLessThan(all.indexOf(name));
+      for (const dep of readModinfo(file(`lib/modules/${name}.ko`).data).depends)
+        expect(all.indexOf(dep), `${dep} before ${name}`).toBeLessThan(all.indexOf(name));
     });
   });
 

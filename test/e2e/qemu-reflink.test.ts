@@ -31,7 +31,10 @@ const allocated = (path: string) => statSync(path).blocks * 512;
 const sha = (path: string) =>
   new Promise<string>((resolve, reject) => {
     const h = createHash("sha256");
-    createReadStream(path).on("data", (d) => h.update(d)).on("end", () => resolve(h.digest("hex"))).on("error", reject);
+    createReadStream(path)
+      .on("data", (d) => h.update(d))
+      .on("end", () => resolve(h.digest("hex")))
+      .on("error", reject);
   });
 
 describe.skipIf(unavailable !== undefined && !mustRun)("qemu checkpoints on an XFS loop image (reflinks) and on ext4 (copies)", () => {

@@ -61,7 +61,9 @@ describe("qemu driver with a built image", () => {
   });
 
   it("runs the entrypoint as the image's user with PORT and AGENT_ID; its stdout is the console log", async () => {
-    expect(await cgi(vm, "env")).toBe("agent=agt_rootfs1 port=8081 lease=/run/agentvm/leases uid=1000 gid=1000 cwd=/www/cgi-bin path=/usr/sbin:/usr/bin:/sbin:/bin home=/");
+    expect(await cgi(vm, "env")).toBe(
+      "agent=agt_rootfs1 port=8081 lease=/run/agentvm/leases uid=1000 gid=1000 cwd=/www/cgi-bin path=/usr/sbin:/usr/bin:/sbin:/bin home=/",
+    );
     const log = readFileSync(driver.logPath(spec), "utf8");
     expect(log).toContain("workload-started port=8081 agent=agt_rootfs1");
     expect(log).toContain("url:/cgi-bin/env"); // httpd -vv on stderr: the workload's stderr is in the log too
@@ -245,12 +247,32 @@ describe("the pieces of a built image's VM, without a VM", () => {
     const demoArgs = machineArgs({ spec: demo, paths: vmPaths(stateDir), accel: "tcg", hostPort: 4000 });
     // Exactly the demo's arguments before built images (its snapshots name them).
     expect(demoArgs).toEqual([
-      "-M", "microvm,x-option-roms=off,pit=off,pic=off", "-accel", "tcg,tb-size=64", "-m", "256", "-smp", "1",
-      "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-      "-chardev", `file,id=console,path=${stateDir}/console.log,append=on`, "-serial", "chardev:console",
-      "-netdev", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080", "-device", "virtio-net-device,netdev=net0",
-      "-device", "virtio-serial-device", "-chardev", `socket,id=agent,path=${stateDir}/agent.sock,server=on,wait=off`,
-      "-device", "virtserialport,chardev=agent,name=agent",
+      "-M",
+      "microvm,x-option-roms=off,pit=off,pic=off",
+      "-accel",
+      "tcg,tb-size=64",
+      "-m",
+      "256",
+      "-smp",
+      "1",
+      "-nodefaults",
+      "-no-user-config",
+      "-nographic",
+      "-no-reboot",
+      "-chardev",
+      `file,id=console,path=${stateDir}/console.log,append=on`,
+      "-serial",
+      "chardev:console",
+      "-netdev",
+      "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080",
+      "-device",
+      "virtio-net-device,netdev=net0",
+      "-device",
+      "virtio-serial-device",
+      "-chardev",
+      `socket,id=agent,path=${stateDir}/agent.sock,server=on,wait=off`,
+      "-device",
+      "virtserialport,chardev=agent,name=agent",
     ]);
     const fixture = makeRootfsFixture();
     try {
@@ -258,9 +280,18 @@ describe("the pieces of a built image's VM, without a VM", () => {
       const args = machineArgs({ spec: img, paths: vmPaths(img.stateDir), accel: "tcg", hostPort: 4000 });
       expect(args.slice(0, demoArgs.length).join(" ")).toBe(demoArgs.join(" ").replace("-:8080", "-:8081"));
       expect(args.slice(demoArgs.length)).toEqual([
-        "-drive", `file=${fixture.artifact.rootfs},format=raw,if=none,id=image,readonly=on`, "-device", "virtio-blk-device,drive=image,serial=agentvm-image",
-        "-drive", `file=${stateDir}/disk.ext4,format=raw,if=none,id=disk,werror=report`, "-device", "virtio-blk-device,drive=disk,serial=agentvm-disk",
-        "-drive", `file=${stateDir}/launch.ext4,format=raw,if=none,id=launch,readonly=on`, "-device", "virtio-blk-device,drive=launch,serial=agentvm-launch",
+        "-drive",
+        `file=${fixture.artifact.rootfs},format=raw,if=none,id=image,readonly=on`,
+        "-device",
+        "virtio-blk-device,drive=image,serial=agentvm-image",
+        "-drive",
+        `file=${stateDir}/disk.ext4,format=raw,if=none,id=disk,werror=report`,
+        "-device",
+        "virtio-blk-device,drive=disk,serial=agentvm-disk",
+        "-drive",
+        `file=${stateDir}/launch.ext4,format=raw,if=none,id=launch,readonly=on`,
+        "-device",
+        "virtio-blk-device,drive=launch,serial=agentvm-launch",
       ]);
     } finally {
       fixture.remove();
@@ -272,7 +303,14 @@ describe("the pieces of a built image's VM, without a VM", () => {
     const spec = decodeLaunchSpec(launchSpecFor(config, { agentId: "agt_1", port: 8081 }));
     expect(spec).toEqual({
       argv: ["/bin/sh", "-c", "echo 'quoted' \"$PORT\"\nnext line"],
-      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", "PORT=8081", "A=second", "AGENT_ID=agt_1", "LEASE_DIR=/run/agentvm/leases"],
+      env: [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/",
+        "PORT=8081",
+        "A=second",
+        "AGENT_ID=agt_1",
+        "LEASE_DIR=/run/agentvm/leases",
+      ],
       workdir: "/www",
       uid: 1000,
       gid: 1000,
@@ -291,24 +329,34 @@ describe("the pieces of a built image's VM, without a VM", () => {
     expect(execFileSync(sbin("debugfs"), ["-R", "cat /hostname", path], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })).toBe("agt-launch-1\n");
   });
 
-  it.skipIf(process.getuid?.() !== 0)("the launcher on the host: chroot, workdir made, the image's user and PATH, no shell needed; 127 for a missing command (needs root for chroot)", () => {
-    const bin = join(work, "launch-bin");
-    execFileSync("gcc", ["-static", "-O2", "-Wall", "-o", bin, launchSource]);
-    const root = join(work, "root");
-    mkdirSync(join(root, "opt/tools"), { recursive: true });
-    writeFileSync(join(root, "opt/tools/busybox"), readFileSync("/bin/busybox"), { mode: 0o755 });
-    const run = (config: ReturnType<typeof fixtureConfig>) => {
-      writeFileSync(join(work, "spec"), launchSpecFor(config, { agentId: "agt_h", port: 9 }));
-      return spawnSync(bin, [root, join(work, "spec")], { encoding: "utf8" });
-    };
-    // busybox found through the image's PATH (not ours), run as 1000:1000 in a workdir that did not exist.
-    const ok = run(fixtureConfig({ entrypoint: ["busybox"], cmd: ["sh", "-c", "echo $(busybox id -u):$(busybox id -g):$(busybox pwd):$PORT:$AGENT_ID"], env: ["PATH=/opt/tools"], workdir: "/srv/app" }));
-    expect(ok.stderr).toBe("");
-    expect(ok.stdout.trim()).toBe("1000:1000:/srv/app:9:agt_h");
-    const missing = run(fixtureConfig({ entrypoint: ["no-such-program"], cmd: [], env: ["PATH=/opt/tools"] }));
-    expect(missing.status).toBe(127);
-    expect(missing.stderr).toMatch(/launch: cannot execute no-such-program/);
-  });
+  it.skipIf(process.getuid?.() !== 0)(
+    "the launcher on the host: chroot, workdir made, the image's user and PATH, no shell needed; 127 for a missing command (needs root for chroot)",
+    () => {
+      const bin = join(work, "launch-bin");
+      execFileSync("gcc", ["-static", "-O2", "-Wall", "-o", bin, launchSource]);
+      const root = join(work, "root");
+      mkdirSync(join(root, "opt/tools"), { recursive: true });
+      writeFileSync(join(root, "opt/tools/busybox"), readFileSync("/bin/busybox"), { mode: 0o755 });
+      const run = (config: ReturnType<typeof fixtureConfig>) => {
+        writeFileSync(join(work, "spec"), launchSpecFor(config, { agentId: "agt_h", port: 9 }));
+        return spawnSync(bin, [root, join(work, "spec")], { encoding: "utf8" });
+      };
+      // busybox found through the image's PATH (not ours), run as 1000:1000 in a workdir that did not exist.
+      const ok = run(
+        fixtureConfig({
+          entrypoint: ["busybox"],
+          cmd: ["sh", "-c", "echo $(busybox id -u):$(busybox id -g):$(busybox pwd):$PORT:$AGENT_ID"],
+          env: ["PATH=/opt/tools"],
+          workdir: "/srv/app",
+        }),
+      );
+      expect(ok.stderr).toBe("");
+      expect(ok.stdout.trim()).toBe("1000:1000:/srv/app:9:agt_h");
+      const missing = run(fixtureConfig({ entrypoint: ["no-such-program"], cmd: [], env: ["PATH=/opt/tools"] }));
+      expect(missing.status).toBe(127);
+      expect(missing.stderr).toMatch(/launch: cannot execute no-such-program/);
+    },
+  );
 
   it("the agent disk: made once (sparse, labelled agentvm-disk); its fingerprint moves with a write, a touch, and every new run", async () => {
     const dir = join(work, "disk");

@@ -53,7 +53,15 @@ describe.each(["file", "stream"] as MemoryMode[])("a hibernated agent with %s me
     drivers.push(driver);
     const dataDir = join(root, name);
     const store = createDirArtifactStore({ root: join(root, "store"), cacheDir: join(dataDir, "artifact-cache") });
-    const shipper = createSnapshotShipper({ store, commits: createDbCommitStore(database.db), driver, stagingDir: join(dataDir, "staging"), hostId: `host_${name}`, log: silentLogger, clock: systemClock });
+    const shipper = createSnapshotShipper({
+      store,
+      commits: createDbCommitStore(database.db),
+      driver,
+      stagingDir: join(dataDir, "staging"),
+      hostId: `host_${name}`,
+      log: silentLogger,
+      clock: systemClock,
+    });
     mkdirSync(dataDir, { recursive: true });
     const vmSpec = (agentId: string) => {
       const s = makeSpec({ agentId, stateDir: mkdtempSync(join(dataDir, "vm-")) });
@@ -70,7 +78,16 @@ describe.each(["file", "stream"] as MemoryMode[])("a hibernated agent with %s me
     const store = createDirArtifactStore({ root: join(root, "store") });
     const agentId = `agt_ship${memory}${process.pid}`;
     await database.db.insert(agents).values({ id: agentId, tenantId: "ten_ship", name: "s", image: "demo" });
-    const spec: AgentSpec = { id: agentId, tenantId: "ten_ship", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false };
+    const spec: AgentSpec = {
+      id: agentId,
+      tenantId: "ten_ship",
+      image: "demo",
+      vcpus: 1,
+      memMiB: 256,
+      idleTimeoutMs: 60_000,
+      streamIdleMs: 60_000,
+      allowEgress: false,
+    };
 
     // Host A: boot, count to 3, hibernate, commit.
     const vmA = a.vmSpec(agentId);
@@ -170,14 +187,32 @@ describe("a built image's agent (file memory, 1 GiB disk) shipped with its disk"
     const image = { image: fixture.artifact.digest, rootImage: fixture.artifact, diskMiB: 1024 };
     const agentId = `agt_shipimg${process.pid}`;
     await database.db.insert(agents).values({ id: agentId, tenantId: "ten_ship", name: "i", image: fixture.artifact.digest });
-    const spec: AgentSpec = { id: agentId, tenantId: "ten_ship", image: fixture.artifact.digest, vcpus: 1, memMiB: 256, diskMiB: 1024, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false };
+    const spec: AgentSpec = {
+      id: agentId,
+      tenantId: "ten_ship",
+      image: fixture.artifact.digest,
+      vcpus: 1,
+      memMiB: 256,
+      diskMiB: 1024,
+      idleTimeoutMs: 60_000,
+      streamIdleMs: 60_000,
+      allowEgress: false,
+    };
     const onHost = async (name: string) => {
       const driver = await makeDriver({ memory: "file" });
       drivers.push(driver);
       mkdirSync(join(root, name), { recursive: true });
       const vm = makeSpec({ ...image, agentId, stateDir: mkdtempSync(join(root, name, "vm-")) });
       specs.push([driver, vm]);
-      const shipper = createSnapshotShipper({ store: createDirArtifactStore({ root: store.root, cacheDir: join(root, name, "cache") }), commits, driver, stagingDir: join(root, name, "staging"), hostId: `host_${name}`, log: silentLogger, clock: systemClock });
+      const shipper = createSnapshotShipper({
+        store: createDirArtifactStore({ root: store.root, cacheDir: join(root, name, "cache") }),
+        commits,
+        driver,
+        stagingDir: join(root, name, "staging"),
+        hostId: `host_${name}`,
+        log: silentLogger,
+        clock: systemClock,
+      });
       return { driver, vm, shipper };
     };
     const a = await onHost("a");

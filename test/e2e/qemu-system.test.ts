@@ -17,7 +17,10 @@ afterAll(async () => {
 
 async function events(agentId: string, toState: string) {
   await sys.host.flush();
-  return sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, toState)));
+  return sys.database.db
+    .select()
+    .from(vmEvents)
+    .where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, toState)));
 }
 
 describe("qemu driver behind the gateway", () => {
@@ -34,7 +37,9 @@ describe("qemu driver behind the gateway", () => {
 
     const results = await Promise.all(
       Array.from({ length: 50 }, () =>
-        sys.call(`/a/${agent.id}/counter`, { method: "POST" }).then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), body: (await r.json()) as { count: number } })),
+        sys
+          .call(`/a/${agent.id}/counter`, { method: "POST" })
+          .then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), body: (await r.json()) as { count: number } })),
       ),
     );
     expect(results.filter((r) => r.status === 200)).toHaveLength(50);

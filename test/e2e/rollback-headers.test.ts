@@ -38,14 +38,22 @@ describe("x-wake-rollback", () => {
     expect(warm.headers.get("x-wake-rollback")).toBeNull();
 
     await sys.host.flush();
-    const events = ((await (await sys.call(`/v1/agents/${id}/events`)).json()) as { events: { toState: string; timings: Record<string, number> | null; detail: Record<string, unknown> | null }[] }).events;
+    const events = (
+      (await (await sys.call(`/v1/agents/${id}/events`)).json()) as {
+        events: { toState: string; timings: Record<string, number> | null; detail: Record<string, unknown> | null }[];
+      }
+    ).events;
     const running = events.find((e) => e.toState === "running")!; // newest first
     expect(running.timings?.rollbackMs).toBe(4321);
     expect(running.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs: 4321, crashedRunId: "run_crashed" } });
-    await waitFor(async () => {
-      const runs = ((await (await sys.call(`/v1/agents/${id}/runs`)).json()) as { runs: { timings: Record<string, number> }[] }).runs;
-      return runs[0]?.timings.rollbackMs === 4321 && runs[1]?.timings.rollbackMs === undefined;
-    }, 3000, "rollbackMs in the run's timings");
+    await waitFor(
+      async () => {
+        const runs = ((await (await sys.call(`/v1/agents/${id}/runs`)).json()) as { runs: { timings: Record<string, number> }[] }).runs;
+        return runs[0]?.timings.rollbackMs === 4321 && runs[1]?.timings.rollbackMs === undefined;
+      },
+      3000,
+      "rollbackMs in the run's timings",
+    );
 
     expect((await (await sys.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
     const again = await sys.call(`/a/${id}/`);

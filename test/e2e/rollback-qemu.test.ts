@@ -16,7 +16,9 @@ const heartbeatMs = 200;
 const slackMs = 700;
 let stack: CrashStack;
 
-const title = qemuPresent ? "rollback after a host crash (qemu)" : "rollback after a host crash (qemu) — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+const title = qemuPresent
+  ? "rollback after a host crash (qemu)"
+  : "rollback after a host crash (qemu) — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
 describe.skipIf(!qemuPresent)(title, () => {
   beforeAll(async () => {
     const images = dirname(dirname((await guestImage()).kernel)); // the suite's built guest image, not a second build

@@ -11,7 +11,11 @@ if (!qemuPresent && process.env.CI === "true") throw new Error("CI: qemu-system-
 
 async function start(dataDir: string): Promise<{ child: ChildProcess; curl: string; output: () => string }> {
   // detached: the child leads its own process group, like a shell's foreground job.
-  const child = spawn(process.execPath, ["scripts/start.ts"], { env: { ...process.env, DATA_DIR: dataDir, PORT: "0", DRIVER: "qemu", LOG_LEVEL: "warn" }, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn(process.execPath, ["scripts/start.ts"], {
+    env: { ...process.env, DATA_DIR: dataDir, PORT: "0", DRIVER: "qemu", LOG_LEVEL: "warn" },
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
   let out = "";
   child.stdout!.on("data", (d: Buffer) => (out += d.toString()));
   child.stderr!.on("data", (d: Buffer) => (out += d.toString()));
@@ -22,7 +26,14 @@ async function start(dataDir: string): Promise<{ child: ChildProcess; curl: stri
     await new Promise((r) => setTimeout(r, 100));
   }
   expect(out).toContain("driver: qemu");
-  return { child, curl: out.split("\n").find((l) => l.trim().startsWith("curl "))!.trim(), output: () => out };
+  return {
+    child,
+    curl: out
+      .split("\n")
+      .find((l) => l.trim().startsWith("curl "))!
+      .trim(),
+    output: () => out,
+  };
 }
 
 async function ctrlC(child: ChildProcess): Promise<number | null> {
@@ -36,7 +47,9 @@ function qemusUsing(dataDir: string): number {
   return r.stdout.toString().trim().split("\n").filter(Boolean).length;
 }
 
-const title = qemuPresent ? "npm start with the qemu driver" : "npm start with the qemu driver — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+const title = qemuPresent
+  ? "npm start with the qemu driver"
+  : "npm start with the qemu driver — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
 describe.skipIf(!qemuPresent)(title, () => {
   it("Ctrl-C hibernates the demo agent to a snapshot; the next start restores it with its state", async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "agentvm-startq-"));

@@ -7,7 +7,11 @@ import { join } from "node:path";
 
 function childrenOf(pid: number): number[] {
   try {
-    return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)]).toString().split("\n").map((s) => Number(s.trim())).filter(Boolean);
+    return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)])
+      .toString()
+      .split("\n")
+      .map((s) => Number(s.trim()))
+      .filter(Boolean);
   } catch {
     return [];
   }
@@ -86,7 +90,10 @@ describe("npm start", () => {
         await new Promise((r) => setTimeout(r, 100));
       }
       expect(out).toMatch(/demo agent\s+http:\/\/127\.0\.0\.1:\d+\/a\/agt_demo\//);
-      const curl = out.split("\n").find((l) => l.trim().startsWith("curl "))!.trim();
+      const curl = out
+        .split("\n")
+        .find((l) => l.trim().startsWith("curl "))!
+        .trim();
       expect(curl).toContain("Authorization: Bearer ");
       const answer = execFileSync("bash", ["-c", `${curl} -s -w ' %{http_code}'`]).toString();
       expect(answer).toBe('{"count":1} 200');

@@ -22,9 +22,6 @@ afterAll(async () => {
   await sys?.stop();
 });
 
-
-
-
 describe("wake → proxy → hibernate", () => {
   it("first call boots the agent; counter state survives hibernate and wake", async () => {
     const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
@@ -68,7 +65,11 @@ describe("wake → proxy → hibernate", () => {
     await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" });
     expect(await sys.wakes(agent.id)).toBe(1);
     const results = await Promise.all(
-      Array.from({ length: 100 }, () => sys.call(`/a/${agent.id}/counter`, { method: "POST" }).then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), body: (await r.json()) as { count: number } }))),
+      Array.from({ length: 100 }, () =>
+        sys
+          .call(`/a/${agent.id}/counter`, { method: "POST" })
+          .then(async (r) => ({ status: r.status, wake: r.headers.get("x-wake"), body: (await r.json()) as { count: number } })),
+      ),
     );
     expect(results.filter((r) => r.status === 200)).toHaveLength(100);
     expect(new Set(results.map((r) => r.body.count)).size).toBe(100);
@@ -202,7 +203,9 @@ describe("proxy behaviour", () => {
       expect(body.error).toMatchObject({ code: "bad_request", message: "more than one Host header" });
       expect(body.error.requestId).toMatch(/^req_/);
     }
-    const upgrade = await raw(`GET /a/${agent.id}/ws HTTP/1.1\r\nHost: a\r\nHost: b\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+    const upgrade = await raw(
+      `GET /a/${agent.id}/ws HTTP/1.1\r\nHost: a\r\nHost: b\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+    );
     expect(upgrade.split("\r\n")[0]).toBe("HTTP/1.1 400 Bad Request");
     expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
   });

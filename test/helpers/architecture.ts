@@ -31,7 +31,10 @@ export function parseRules(markdown: string): FolderRule[] {
     }
     if (!inTable) continue;
     if (!line.startsWith("|")) break;
-    const cells = line.split("|").slice(1, -1).map((c) => c.trim());
+    const cells = line
+      .split("|")
+      .slice(1, -1)
+      .map((c) => c.trim());
     const folder = /^`([^`]+\/)`$/.exec(cells[0] ?? "")?.[1];
     if (!folder) continue; // the |---| row
     const last = cells[cells.length - 1] ?? "";
@@ -41,7 +44,8 @@ export function parseRules(markdown: string): FolderRule[] {
   return rules;
 }
 
-const importPattern = /(?:^|\n)\s*(import|export)\s+(type\s+)?([^;'"]*?)\s*from\s*["']([^"']+)["']|(?:^|\n)\s*import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/g;
+const importPattern =
+  /(?:^|\n)\s*(import|export)\s+(type\s+)?([^;'"]*?)\s*from\s*["']([^"']+)["']|(?:^|\n)\s*import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/g;
 
 /** Static imports and re-exports, side-effect imports and literal dynamic imports of a TypeScript file. */
 export function parseImports(source: string): Omit<Import, "target">[] {
@@ -51,7 +55,14 @@ export function parseImports(source: string): Omit<Import, "target">[] {
     if (m[4]) {
       const clause = m[3] ?? "";
       const names = /\{([^}]*)\}/.exec(clause)?.[1];
-      const onlyTypeNames = names !== undefined && !/^[^{]*\w[^{]*\{/.test(clause) && names.split(",").map((n) => n.trim()).filter(Boolean).every((n) => n.startsWith("type "));
+      const onlyTypeNames =
+        names !== undefined &&
+        !/^[^{]*\w[^{]*\{/.test(clause) &&
+        names
+          .split(",")
+          .map((n) => n.trim())
+          .filter(Boolean)
+          .every((n) => n.startsWith("type "));
       out.push({ specifier: m[4], typeOnly: m[2] !== undefined || onlyTypeNames });
     } else {
       out.push({ specifier: (m[5] ?? m[6])!, typeOnly: false });
@@ -62,7 +73,16 @@ export function parseImports(source: string): Omit<Import, "target">[] {
 
 const nodeOnlyPackages = ["undici", "ws", "@hono/node-server", "@electric-sql/pglite", "postgres"];
 /** Our files that only run on Node: the gateway core must not import them (types excepted). */
-const nodeOnlyFiles = [/^lib\/node-[^/]+\.ts$/, /^schema\/db\.ts$/, /^gateway\/node\//, /^fleet-agent\//, /^compose\//, /^scripts\//, /^images\/build\//, /^images\/node-builder\.ts$/];
+const nodeOnlyFiles = [
+  /^lib\/node-[^/]+\.ts$/,
+  /^schema\/db\.ts$/,
+  /^gateway\/node\//,
+  /^fleet-agent\//,
+  /^compose\//,
+  /^scripts\//,
+  /^images\/build\//,
+  /^images\/node-builder\.ts$/,
+];
 
 /** Files the Worker bundles too: the gateway core and the image routes beside it (not the image builder). */
 function runtimeFree(path: string): boolean {
@@ -91,13 +111,22 @@ export function checkImports(files: SourceFile[], rules: FolderRule[]): string[]
     const inCore = runtimeFree(file.path);
     for (const imp of file.imports) {
       if (inCore && !imp.typeOnly) {
-        const runtime = imp.target.startsWith("node:") || nodeOnlyPackages.some((p) => imp.target === p || imp.target.startsWith(`${p}/`)) || nodeOnlyFiles.some((re) => re.test(imp.target));
-        if (runtime) problems.push(`${file.path} imports ${imp.target}: the gateway core and the image routes are runtime-free (Node code goes in gateway/node/ or images/build/)`);
+        const runtime =
+          imp.target.startsWith("node:") ||
+          nodeOnlyPackages.some((p) => imp.target === p || imp.target.startsWith(`${p}/`)) ||
+          nodeOnlyFiles.some((re) => re.test(imp.target));
+        if (runtime)
+          problems.push(
+            `${file.path} imports ${imp.target}: the gateway core and the image routes are runtime-free (Node code goes in gateway/node/ or images/build/)`,
+          );
       }
       if (!ours(imp.target) || rule.mayImport === undefined) continue;
       const own = imp.target.startsWith(rule.folder);
       const allowed = own || rule.mayImport.some((f) => imp.target.startsWith(f));
-      if (!allowed) problems.push(`${file.path} imports ${imp.target}: ${rule.folder} may import ${rule.mayImport.length ? rule.mayImport.join(", ") : "nothing of ours"} (ARCHITECTURE.md)`);
+      if (!allowed)
+        problems.push(
+          `${file.path} imports ${imp.target}: ${rule.folder} may import ${rule.mayImport.length ? rule.mayImport.join(", ") : "nothing of ours"} (ARCHITECTURE.md)`,
+        );
     }
   }
   problems.push(...cycles(files));
@@ -107,7 +136,11 @@ export function checkImports(files: SourceFile[], rules: FolderRule[]): string[]
 /** Import cycles between our files (type-only imports included: a cycle of types still ties two files together). */
 function cycles(files: SourceFile[]): string[] {
   const graph = new Map<string, string[]>();
-  for (const f of files) graph.set(f.path, f.imports.map((i) => i.target).filter((t) => ours(t)));
+  for (const f of files)
+    graph.set(
+      f.path,
+      f.imports.map((i) => i.target).filter((t) => ours(t)),
+    );
   const state = new Map<string, "open" | "done">();
   const stack: string[] = [];
   const found: string[] = [];

@@ -12,7 +12,16 @@ export function hasChromium(): boolean {
 }
 
 /** Flags known to work here: no sandbox (root), no GPU, and nothing that reaches out to Google's services. */
-const chromiumArgs = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const chromiumArgs = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
 
 export interface Browser {
   context: BrowserContext;
@@ -23,7 +32,12 @@ export interface Browser {
 export async function launchChromium(): Promise<Browser> {
   const profile = mkdtempSync(join(tmpdir(), "agentvm-chromium-"));
   try {
-    const context = await chromium.launchPersistentContext(profile, { executablePath: chromiumPath, headless: true, args: chromiumArgs, viewport: { width: 1280, height: 900 } });
+    const context = await chromium.launchPersistentContext(profile, {
+      executablePath: chromiumPath,
+      headless: true,
+      args: chromiumArgs,
+      viewport: { width: 1280, height: 900 },
+    });
     return {
       context,
       async close() {

@@ -15,7 +15,9 @@ export interface CliRun {
 export function runAgentvm(args: readonly string[], opts: { url: string; token: string; home: string }): Promise<CliRun> {
   const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: opts.home, AGENTVM_URL: opts.url, AGENTVM_TOKEN: opts.token };
   return new Promise((resolve) => {
-    execFile(process.execPath, [agentvmBin, ...args], { env, timeout: 60_000 }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
+    execFile(process.execPath, [agentvmBin, ...args], { env, timeout: 60_000 }, (error, out, err) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }),
+    );
   });
 }
 

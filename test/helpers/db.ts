@@ -6,7 +6,9 @@ import { openDatabase, type Database } from "../../schema/db.ts";
 
 export async function freshDatabase(opts: { maxConnections?: number } = {}): Promise<Database & { url: string }> {
   const adminUrl = inject("pgUrl");
-  const name = `t_${nanoid(10).toLowerCase().replace(/[^a-z0-9]/g, "x")}`;
+  const name = `t_${nanoid(10)
+    .toLowerCase()
+    .replace(/[^a-z0-9]/g, "x")}`;
   const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
   await admin.unsafe(`CREATE DATABASE ${name}`);
   await admin.end();

@@ -51,7 +51,9 @@ export class FakeCheckpointDriver extends ProcessDriver {
     if (!existsSync(file)) return [];
     const taken = `${file}.taken`;
     renameSync(file, taken); // each name once, however often the host asks
-    const names = readFileSync(taken, "utf8").split("\n").filter((l) => l !== "");
+    const names = readFileSync(taken, "utf8")
+      .split("\n")
+      .filter((l) => l !== "");
     rmSync(taken);
     return names;
   }

@@ -37,4 +37,12 @@ export const readyTemplate: FakeTemplate = {
   bootMs: 2412,
 };
 
-export const failedTemplate: FakeTemplate = { key: "ffee000000000001", image: "demo", memMiB: 512, vcpus: 2, allowEgress: true, state: "failed", error: "boot_failed: the workload never answered" };
+export const failedTemplate: FakeTemplate = {
+  key: "ffee000000000001",
+  image: "demo",
+  memMiB: 512,
+  vcpus: 2,
+  allowEgress: true,
+  state: "failed",
+  error: "boot_failed: the workload never answered",
+};

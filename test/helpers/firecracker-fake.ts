@@ -126,7 +126,14 @@ interface Config {
   vsock?: { guest_cid: number; uds_path: string };
 }
 
-const PRE_BOOT_ONLY = new Set(["putGuestBootSource", "putGuestDriveByID", "putMachineConfiguration", "putGuestNetworkInterfaceByID", "putGuestVsock", "loadSnapshot"]);
+const PRE_BOOT_ONLY = new Set([
+  "putGuestBootSource",
+  "putGuestDriveByID",
+  "putMachineConfiguration",
+  "putGuestNetworkInterfaceByID",
+  "putGuestVsock",
+  "loadSnapshot",
+]);
 
 export class FakeFirecracker {
   private readonly opts: FakeFirecrackerOptions;
@@ -196,14 +203,21 @@ export class FakeFirecracker {
       try {
         body = JSON.parse(raw);
       } catch {
-        return this.answer(res, { method, path, body: raw, schemaErrors: ["body is not JSON"] }, 400, "An error occurred when deserializing the json body of a request: not JSON");
+        return this.answer(
+          res,
+          { method, path, body: raw, schemaErrors: ["body is not JSON"] },
+          400,
+          "An error occurred when deserializing the json body of a request: not JSON",
+        );
       }
     }
     const op = this.opts.spec.operation(method, path);
-    if (!op) return this.answer(res, { method, path, body, schemaErrors: [`no such operation`] }, 400, `Invalid request method and/or path: ${method} ${path}.`);
+    if (!op)
+      return this.answer(res, { method, path, body, schemaErrors: [`no such operation`] }, 400, `Invalid request method and/or path: ${method} ${path}.`);
     schemaErrors = this.opts.spec.validateRequest(method, path, body);
     const rec = { method, path, body, schemaErrors };
-    if (schemaErrors.length > 0) return this.answer(res, rec, 400, `An error occurred when deserializing the json body of a request: ${schemaErrors.join("; ")}`);
+    if (schemaErrors.length > 0)
+      return this.answer(res, rec, 400, `An error occurred when deserializing the json body of a request: ${schemaErrors.join("; ")}`);
     const rejected = this.behaviour.rejectFields?.find((f) => isRecord(body) && f in body);
     if (rejected) return this.answer(res, rec, 400, `An error occurred when deserializing the json body of a request: unknown field \`${rejected}\`.`);
     try {
@@ -248,22 +262,28 @@ export class FakeFirecracker {
       case "putGuestBootSource":
         for (const key of ["kernel_image_path", "initrd_path"] as const) {
           const p = body[key];
-          if (typeof p === "string" && !existsSync(this.host(p))) throw new Fault(`The ${key === "kernel_image_path" ? "kernel" : "initrd"} file cannot be opened: No such file or directory (os error 2)`);
+          if (typeof p === "string" && !existsSync(this.host(p)))
+            throw new Fault(`The ${key === "kernel_image_path" ? "kernel" : "initrd"} file cannot be opened: No such file or directory (os error 2)`);
         }
         this.configuredSomething = true;
         this.config["boot-source"] = body;
         return;
       case "putGuestDriveByID":
-        if (params.drive_id !== body.drive_id) throw new Fault(`The id from the path [${params.drive_id}] does not match the id from the body [${String(body.drive_id)}]!`);
+        if (params.drive_id !== body.drive_id)
+          throw new Fault(`The id from the path [${params.drive_id}] does not match the id from the body [${String(body.drive_id)}]!`);
         if (typeof body.path_on_host === "string" && !existsSync(this.host(body.path_on_host))) {
-          throw new Fault(`Unable to create the block device: BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${body.path_on_host}")`);
+          throw new Fault(
+            `Unable to create the block device: BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${body.path_on_host}")`,
+          );
         }
-        if (body.is_root_device === true && this.config.drives.some((d) => d.is_root_device === true && d.drive_id !== body.drive_id)) throw new Fault("A root block device already exists!");
+        if (body.is_root_device === true && this.config.drives.some((d) => d.is_root_device === true && d.drive_id !== body.drive_id))
+          throw new Fault("A root block device already exists!");
         this.configuredSomething = true;
         this.config.drives = [...this.config.drives.filter((d) => d.drive_id !== body.drive_id), body];
         return;
       case "putGuestNetworkInterfaceByID":
-        if (params.iface_id !== body.iface_id) throw new Fault(`The id from the path [${params.iface_id}] does not match the id from the body [${String(body.iface_id)}]!`);
+        if (params.iface_id !== body.iface_id)
+          throw new Fault(`The id from the path [${params.iface_id}] does not match the id from the body [${String(body.iface_id)}]!`);
         this.configuredSomething = true;
         this.config["network-interfaces"] = [...this.config["network-interfaces"].filter((n) => n.iface_id !== body.iface_id), body];
         return;
@@ -377,12 +397,15 @@ export class FakeFirecracker {
     if (body.vsock_override && state.config.vsock) state.config.vsock.uds_path = String((body.vsock_override as { uds_path: string }).uds_path);
     // The vsock backend binds its UDS again: a path another VM's socket (the snapshot's source's) holds is refused.
     if (state.config.vsock && existsSync(this.host(state.config.vsock.uds_path))) {
-      throw fatal(`Cannot restore devices: VsockUnixBackend(UnixBind(Os { code: 98, kind: AddrInUse, message: "Address in use" }), "${state.config.vsock.uds_path}")`);
+      throw fatal(
+        `Cannot restore devices: VsockUnixBackend(UnixBind(Os { code: 98, kind: AddrInUse, message: "Address in use" }), "${state.config.vsock.uds_path}")`,
+      );
     }
     // The drives come back from the snapshot: their files are opened again where they were.
     for (const d of state.config.drives) {
       const p = String(d.path_on_host);
-      if (!existsSync(this.host(p))) throw fatal(`Cannot restore devices: Block(BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${p}"))`);
+      if (!existsSync(this.host(p)))
+        throw fatal(`Cannot restore devices: Block(BackingFile(Os { code: 2, kind: NotFound, message: "No such file or directory" }, "${p}"))`);
     }
     this.config = state.config;
     this.configuredSomething = true;
@@ -457,7 +480,9 @@ export class FakeFirecracker {
     if (byLabel.get("agentvm-image")!.is_read_only !== true) return failed("the image drive is not read-only");
     if (byLabel.get("agentvm-disk")!.is_read_only !== false) return failed("cannot mount the agent disk read-write");
     try {
-      const spec = execFileSync(sbin("debugfs"), ["-R", "cat /launch.spec", this.host(String(byLabel.get("agentvm-launch")!.path_on_host))], { stdio: ["ignore", "pipe", "ignore"] });
+      const spec = execFileSync(sbin("debugfs"), ["-R", "cat /launch.spec", this.host(String(byLabel.get("agentvm-launch")!.path_on_host))], {
+        stdio: ["ignore", "pipe", "ignore"],
+      });
       this.launch = decodeLaunchSpec(spec);
     } catch {
       return failed("the launch drive has no launch.spec");
@@ -530,7 +555,14 @@ export class FakeFirecracker {
         if (!/^[0-9a-f]{64}$/i.test(entropy ?? "")) return `${id} ERR entropy must be 64 hex digits`;
         if (!/^[A-Za-z0-9_-]+$/.test(clonedFrom ?? "")) return `${id} ERR bad clonedFrom`;
         const g = this.guest;
-        this.guest = { ...g, rng: createHash("sha256").update(`${g.rng}:${entropy}`).digest("hex"), agentId, hostname, clonedFrom, generation: g.generation + 1 };
+        this.guest = {
+          ...g,
+          rng: createHash("sha256").update(`${g.rng}:${entropy}`).digest("hex"),
+          agentId,
+          hostname,
+          clonedFrom,
+          generation: g.generation + 1,
+        };
         return `${id} OK identity ${this.guest.generation} credited reseeded`;
       }
       case "CHECKPOINTS": {
@@ -563,7 +595,9 @@ export class FakeFirecracker {
     if (url.pathname === "/launch") return json(this.launch ?? null);
     if (url.pathname === "/identity") {
       const g = this.guest;
-      return g.generation === 0 ? json({ error: "no identity yet" }, 404) : json({ agentId: g.agentId, hostname: g.hostname, clonedFrom: g.clonedFrom, generation: g.generation });
+      return g.generation === 0
+        ? json({ error: "no identity yet" }, 404)
+        : json({ agentId: g.agentId, hostname: g.hostname, clonedFrom: g.clonedFrom, generation: g.generation });
     }
     if (url.pathname === "/random") {
       const g = this.guest;

@@ -37,7 +37,10 @@ export interface FakeFirecrackerBinary {
   netCalls(): string[][];
 }
 
-export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string; snapshotFormat?: string; behaviour?: FakeBehaviour } = {}): FakeFirecrackerBinary {
+export function makeFakeFirecrackerBinary(
+  dir: string,
+  opts: { version?: string; snapshotFormat?: string; behaviour?: FakeBehaviour } = {},
+): FakeFirecrackerBinary {
   mkdirSync(dir, { recursive: true });
   const configPath = join(dir, "fake-config.json");
   const requestLog = join(dir, "requests.jsonl");
@@ -58,7 +61,10 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
   chmodSync(binary, 0o755);
   const jailer = join(dir, "jailer");
   const forkingJailer = join(dir, "jailer-forking");
-  for (const [path, fork] of [[jailer, false], [forkingJailer, true]] as const) {
+  for (const [path, fork] of [
+    [jailer, false],
+    [forkingJailer, true],
+  ] as const) {
     writeFileSync(path, fakeJailer(fork));
     chmodSync(path, 0o755);
   }
@@ -89,7 +95,14 @@ export function makeFakeFirecrackerBinary(dir: string, opts: { version?: string;
     },
     requests: () => readJsonLines<FakeRequestRecord>(requestLog),
     guestCommands: () => readJsonLines<FakeGuestRecord>(guestLog),
-    netCalls: () => (existsSync(netLog) ? readFileSync(netLog, "utf8").trim().split("\n").filter(Boolean).map((l) => l.split(" ")) : []),
+    netCalls: () =>
+      existsSync(netLog)
+        ? readFileSync(netLog, "utf8")
+            .trim()
+            .split("\n")
+            .filter(Boolean)
+            .map((l) => l.split(" "))
+        : [],
   };
 }
 

@@ -67,7 +67,15 @@ export async function startCrashStack(opts: {
   const startHost = async () => {
     host = await spawnNode(
       "scripts/fleet-agent.ts",
-      { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: dataDir, INGRESS_PORT: String(port), HEARTBEAT_INTERVAL_MS: "500", DRAIN_TIMEOUT_MS: "2000", ...opts.hostEnv },
+      {
+        DATABASE_URL: database.url,
+        COMPONENT_SECRET: testComponentSecret,
+        DATA_DIR: dataDir,
+        INGRESS_PORT: String(port),
+        HEARTBEAT_INTERVAL_MS: "500",
+        DRAIN_TIMEOUT_MS: "2000",
+        ...opts.hostEnv,
+      },
       /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
       opts.readyTimeoutMs,
     );

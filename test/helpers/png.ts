@@ -26,7 +26,8 @@ export function decodePng(png: Uint8Array): Pixels {
       width = view.getUint32(at + 8);
       height = view.getUint32(at + 12);
       const [bitDepth, colorType, , , interlace] = body.subarray(8, 13);
-      if (bitDepth !== 8 || interlace !== 0 || (colorType !== 2 && colorType !== 6)) throw new Error(`unsupported PNG: depth ${bitDepth}, colour type ${colorType}, interlace ${interlace}`);
+      if (bitDepth !== 8 || interlace !== 0 || (colorType !== 2 && colorType !== 6))
+        throw new Error(`unsupported PNG: depth ${bitDepth}, colour type ${colorType}, interlace ${interlace}`);
       channels = colorType === 6 ? 4 : 3;
     } else if (type === "IDAT") idat.push(body);
     else if (type === "IEND") break;

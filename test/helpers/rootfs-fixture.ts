@@ -70,7 +70,8 @@ export function fixtureConfig(overrides: Partial<ImageConfig> = {}): ImageConfig
 export function makeRootfsFixture(opts: { config?: ImageConfig; sizeMiB?: number } = {}): RootfsFixture {
   const work = mkdtempSync(join(tmpdir(), "rootfs-fixture-"));
   const dir = join(work, "root");
-  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "www/cgi-bin", "data"]) mkdirSync(join(dir, d), { recursive: true });
+  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "www/cgi-bin", "data"])
+    mkdirSync(join(dir, d), { recursive: true });
   chmodSync(join(dir, "tmp"), 0o1777);
   writeFileSync(join(dir, "bin/busybox"), readFileSync(BUSYBOX), { mode: 0o755 });
   const applets = execFileSync(BUSYBOX, ["--list-full"], { encoding: "utf8" }).split("\n").filter(Boolean);
@@ -88,7 +89,9 @@ export function makeRootfsFixture(opts: { config?: ImageConfig; sizeMiB?: number
   writeFileSync(join(dir, "www/cgi-bin/ready"), READY_CGI, { mode: 0o755 });
   chownSync(join(dir, "data"), FIXTURE_UID, FIXTURE_GID);
   const rootfs = join(work, "rootfs.ext4");
-  execFileSync(mke2fsBinary(), ["-t", "ext4", "-q", "-F", "-O", "^has_journal", "-L", "agentvm-image", "-d", dir, rootfs, `${opts.sizeMiB ?? 24}M`], { stdio: ["ignore", "ignore", "pipe"] });
+  execFileSync(mke2fsBinary(), ["-t", "ext4", "-q", "-F", "-O", "^has_journal", "-L", "agentvm-image", "-d", dir, rootfs, `${opts.sizeMiB ?? 24}M`], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   const digest = `sha256:${createHash("sha256").update(readFileSync(rootfs)).digest("hex")}`;
   return {
     artifact: { digest, rootfs, sizeBytes: statSync(rootfs).size, config: opts.config ?? fixtureConfig() },

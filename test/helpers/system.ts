@@ -49,7 +49,11 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
   const baseStop = system.stop;
 
   const token: TestSystem["token"] = (t = {}) =>
-    mintToken(base.keys.privateJwk, { tenant: t.tenant ?? base.demo.tenantId, scopes: t.scopes ?? ["agents:invoke", "agents:admin", "usage:read"], ttlS: t.ttlS ?? 3600 });
+    mintToken(base.keys.privateJwk, {
+      tenant: t.tenant ?? base.demo.tenantId,
+      scopes: t.scopes ?? ["agents:invoke", "agents:admin", "usage:read"],
+      ttlS: t.ttlS ?? 3600,
+    });
 
   const call: TestSystem["call"] = async (path, init = {}) => {
     const { token: explicit, ...rest } = init;
@@ -67,7 +71,12 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
       await base.database.db.insert(tenants).values({ id, name: id }).onConflictDoNothing();
     },
     async createAgent(body: Record<string, unknown> = {}, tok?: string) {
-      const res = await call("/v1/agents", { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" }, token: tok ?? base.demo.token });
+      const res = await call("/v1/agents", {
+        method: "POST",
+        body: JSON.stringify(body),
+        headers: { "content-type": "application/json" },
+        token: tok ?? base.demo.token,
+      });
       if (res.status !== 201) throw new Error(`create agent: ${res.status} ${await res.text()}`);
       return (await res.json()) as { id: string } & Record<string, unknown>;
     },
@@ -76,7 +85,10 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
     },
     async wakes(agentId: string) {
       await base.host.flush();
-      const rows = await base.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
+      const rows = await base.database.db
+        .select()
+        .from(vmEvents)
+        .where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
       return rows.length;
     },
     async stop() {

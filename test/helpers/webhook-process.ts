@@ -35,5 +35,8 @@ const server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, (info
 });
 process.on("SIGTERM", () => {
   server.close();
-  void worker.stop().then(() => database.close()).then(() => process.exit(0));
+  void worker
+    .stop()
+    .then(() => database.close())
+    .then(() => process.exit(0));
 });

@@ -39,7 +39,14 @@ export async function startWorker(opts: { pgUrl: string; vars?: Record<string, s
   const worker = await unstable_startWorker({
     config: join(repoRoot, "wrangler.toml"),
     bindings,
-    dev: { server: { hostname: "127.0.0.1", port: 0 }, inspector: false, watch: false, persist: false, logLevel: process.env.WORKER_TEST_LOGS ? "log" : "none", testScheduled: true },
+    dev: {
+      server: { hostname: "127.0.0.1", port: 0 },
+      inspector: false,
+      watch: false,
+      persist: false,
+      logLevel: process.env.WORKER_TEST_LOGS ? "log" : "none",
+      testScheduled: true,
+    },
   });
   await worker.ready;
   const url = await worker.url;

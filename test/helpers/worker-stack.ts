@@ -36,7 +36,10 @@ export interface InProcessHost extends FleetAgentDaemon {
 }
 
 /** A fleet-agent (process driver, or `driver`) in this process, serving its ingress on a loopback port, over `database`. */
-export async function startHostInProcess(database: Database & { url: string }, opts: { images?: ProcessImages; env?: Record<string, string>; debug?: boolean; driver?: VmDriver } = {}): Promise<InProcessHost> {
+export async function startHostInProcess(
+  database: Database & { url: string },
+  opts: { images?: ProcessImages; env?: Record<string, string>; debug?: boolean; driver?: VmDriver } = {},
+): Promise<InProcessHost> {
   const dataDir = mkdtempSync(join(tmpdir(), "agentvm-host-"));
   const env = { REAPER_INTERVAL_MS: "100", DRAIN_TIMEOUT_MS: "2000", ...opts.env };
   const daemon = await startFleetAgent(
@@ -75,7 +78,11 @@ export interface Child {
 
 /** Runs `node <script>` from the repository root with `env`, resolving once its output matches `ready`. */
 export async function spawnNode(script: string, env: Record<string, string>, ready: RegExp, timeoutMs = 30_000): Promise<Child & { match: RegExpMatchArray }> {
-  const proc = spawn(process.execPath, [join(repoRoot, script)], { cwd: repoRoot, env: { ...process.env, LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, [join(repoRoot, script)], {
+    cwd: repoRoot,
+    env: { ...process.env, LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => resolve(code)));
   const match = await new Promise<RegExpMatchArray>((resolve, reject) => {

@@ -58,7 +58,13 @@ beforeAll(async () => {
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
     settings: createAgentSettingsStore(db),
-    config: { domain: undefined, maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo", "other"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+    config: {
+      domain: undefined,
+      maxBodyBytes: 1000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo", "other"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+    },
   });
 });
 afterAll(async () => {
@@ -92,7 +98,10 @@ async function allPages(query: string, tenant = "ten_a"): Promise<Page[]> {
   let cursor: string | null = null;
   do {
     const sep = query ? "&" : "";
-    const { status, body }: { status: number; body: Page } = await get<Page>(`/v1/agents?${query}${cursor ? `${sep}cursor=${encodeURIComponent(cursor)}` : ""}`, tenant);
+    const { status, body }: { status: number; body: Page } = await get<Page>(
+      `/v1/agents?${query}${cursor ? `${sep}cursor=${encodeURIComponent(cursor)}` : ""}`,
+      tenant,
+    );
     expect(status).toBe(200);
     pages.push(body);
     cursor = body.nextCursor;
@@ -101,7 +110,10 @@ async function allPages(query: string, tenant = "ten_a"): Promise<Page[]> {
 }
 
 /** Agents inserted the way the API stores them, in one statement, with the given creation instants and columns. */
-async function insertAgents(tenantId: string, rows: { createdAt: string; name?: string; state?: string; image?: string; imageDigest?: string; deleted?: boolean }[]): Promise<string[]> {
+async function insertAgents(
+  tenantId: string,
+  rows: { createdAt: string; name?: string; state?: string; image?: string; imageDigest?: string; deleted?: boolean }[],
+): Promise<string[]> {
   const ids = rows.map(() => newId("agent"));
   await client`insert into agents ${client(
     rows.map((r, i) => ({
@@ -185,7 +197,10 @@ describe("GET /v1/agents pages with a cursor", () => {
 describe("the order is exact where Postgres's clock is finer than JavaScript's", () => {
   it("agents created in the same millisecond, or the same microsecond, are each listed once", async () => {
     const instants = ["2030-01-01T00:00:00.000100Z", "2030-01-01T00:00:00.000200Z", "2030-01-01T00:00:00.000900Z", "2030-01-01T00:00:00.001000Z"];
-    const ids = await insertAgents("ten_c", [...instants, ...instants, ...instants].map((createdAt) => ({ createdAt })));
+    const ids = await insertAgents(
+      "ten_c",
+      [...instants, ...instants, ...instants].map((createdAt) => ({ createdAt })),
+    );
     const pages = await allPages("limit=1", "ten_c");
     const listed = pages.flatMap((p) => p.agents.map((a) => a.id));
     expect(listed).toHaveLength(ids.length);
@@ -235,7 +250,19 @@ describe("a page costs the same number of queries at any size", () => {
 describe("bad paging input is a 400 with the envelope", () => {
   it("limits out of range, cursors this list did not give", async () => {
     const cursorOf = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
-    for (const q of ["limit=0", "limit=1001", "limit=x", "limit=1.5", "cursor=%%%", `cursor=${cursorOf([1, 2, 3])}`, `cursor=${cursorOf(["x", "y"])}`, `cursor=${cursorOf([-1, "agt_x"])}`, `cursor=${cursorOf([1e300, "agt_x"])}`, "state=asleep", "image=Not%20An%20Image"]) {
+    for (const q of [
+      "limit=0",
+      "limit=1001",
+      "limit=x",
+      "limit=1.5",
+      "cursor=%%%",
+      `cursor=${cursorOf([1, 2, 3])}`,
+      `cursor=${cursorOf(["x", "y"])}`,
+      `cursor=${cursorOf([-1, "agt_x"])}`,
+      `cursor=${cursorOf([1e300, "agt_x"])}`,
+      "state=asleep",
+      "image=Not%20An%20Image",
+    ]) {
       const res = await app.request(`/v1/agents?${q}`, { headers: await auth() });
       expect(res.status, q).toBe(400);
       const body = (await res.json()) as { error: { code: string; message: string; requestId: string } };
@@ -250,14 +277,25 @@ describe("GET /v1/agents/{id}/events pages newest first and filters by time", ()
     const [agentId] = await insertAgents("ten_e", [{ createdAt: "2030-06-01T00:00:00Z", name: "events" }]);
     const at = (i: number) => new Date(Date.parse("2030-06-01T00:00:00Z") + i * 60_000).toISOString();
     await client`insert into vm_events ${client(
-      Array.from({ length: 25 }, (_, i) => ({ at: at(i), host_id: "host_x", agent_id: agentId!, vm_id: "vm_x", from_state: "hibernated", to_state: "running", reason: "request" })),
+      Array.from({ length: 25 }, (_, i) => ({
+        at: at(i),
+        host_id: "host_x",
+        agent_id: agentId!,
+        vm_id: "vm_x",
+        from_state: "hibernated",
+        to_state: "running",
+        reason: "request",
+      })),
     )}`;
     type Events = { events: { id: number; at: string }[]; nextCursor: string | null };
     const seen: { id: number; at: string }[] = [];
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const { status, body }: { status: number; body: Events } = await get<Events>(`/v1/agents/${agentId}/events?limit=10${cursor ? `&cursor=${cursor}` : ""}`, "ten_e");
+      const { status, body }: { status: number; body: Events } = await get<Events>(
+        `/v1/agents/${agentId}/events?limit=10${cursor ? `&cursor=${cursor}` : ""}`,
+        "ten_e",
+      );
       expect(status).toBe(200);
       seen.push(...body.events);
       cursor = body.nextCursor;

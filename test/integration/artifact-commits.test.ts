@@ -124,8 +124,25 @@ describe("the snapshot shipper over the directory store", () => {
   const store = createDirArtifactStore({ root: join(root, "store") });
   const clock = new ManualClock();
   const log = createLogger({ level: "error" });
-  const vmOf = (agentId: string, host: string): VmSpec => ({ vmId: `vm_${agentId}`, agentId, image: "demo", vcpus: 1, memMiB: 256, allowEgress: false, stateDir: join(root, host, agentId) });
-  const specOf = (id: string): AgentSpec => ({ id, tenantId: "ten_ship", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000, allowEgress: false });
+  const vmOf = (agentId: string, host: string): VmSpec => ({
+    vmId: `vm_${agentId}`,
+    agentId,
+    image: "demo",
+    vcpus: 1,
+    memMiB: 256,
+    allowEgress: false,
+    stateDir: join(root, host, agentId),
+  });
+  const specOf = (id: string): AgentSpec => ({
+    id,
+    tenantId: "ten_ship",
+    image: "demo",
+    vcpus: 1,
+    memMiB: 256,
+    idleTimeoutMs: 1000,
+    streamIdleMs: 1000,
+    allowEgress: false,
+  });
   const hibernate = (vm: VmSpec, state: string, ram: Buffer) => {
     mkdirSync(vm.stateDir, { recursive: true });
     writeFileSync(join(vm.stateDir, "state.bin"), state);
@@ -207,9 +224,12 @@ describe("the snapshot shipper over the directory store", () => {
   it("runs the checkpoint step under `exclusive` (the host's per-agent queue) and the puts and the row after it", async () => {
     const fake = copyingDriver();
     const order: string[] = [];
-    const tracking = { ...fake.driver, checkpoint: async (...a: Parameters<NonNullable<VmDriver["checkpoint"]>>) => (order.push("checkpoint"), fake.driver.checkpoint!(...a)) } as VmDriver;
+    const tracking = {
+      ...fake.driver,
+      checkpoint: async (...a: Parameters<NonNullable<VmDriver["checkpoint"]>>) => (order.push("checkpoint"), fake.driver.checkpoint!(...a)),
+    } as VmDriver;
     const tracked: CommitStore = { upsert: async (r) => (order.push("upsert"), commits.upsert(r)), get: (id) => commits.get(id) };
-    const exclusive = async <T,>(agentId: string, work: () => Promise<T>): Promise<T> => {
+    const exclusive = async <T>(agentId: string, work: () => Promise<T>): Promise<T> => {
       order.push(`enter ${agentId}`);
       try {
         return await work();
@@ -217,7 +237,16 @@ describe("the snapshot shipper over the directory store", () => {
         order.push(`leave ${agentId}`);
       }
     };
-    const shipper = createSnapshotShipper({ store, commits: tracked, driver: tracking, stagingDir: join(root, "x", "staging"), hostId: "host_x", log, clock, exclusive });
+    const shipper = createSnapshotShipper({
+      store,
+      commits: tracked,
+      driver: tracking,
+      stagingDir: join(root, "x", "staging"),
+      hostId: "host_x",
+      log,
+      clock,
+      exclusive,
+    });
     const id = await agent();
     const vm = vmOf(id, "x");
     hibernate(vm, "x", Buffer.from("y"));
@@ -228,7 +257,15 @@ describe("the snapshot shipper over the directory store", () => {
   it("a driver that cannot checkpoint ships nothing: commit answers undefined", async () => {
     const lines: string[] = [];
     const driver = { name: "process", isolated: false } as unknown as VmDriver;
-    const shipper = createSnapshotShipper({ store, commits, driver, stagingDir: join(root, "p"), hostId: "host_p", log: createLogger({ write: (l) => lines.push(l) }), clock });
+    const shipper = createSnapshotShipper({
+      store,
+      commits,
+      driver,
+      stagingDir: join(root, "p"),
+      hostId: "host_p",
+      log: createLogger({ write: (l) => lines.push(l) }),
+      clock,
+    });
     const id = await agent();
     expect(await shipper.commit({ spec: specOf(id), vmSpec: vmOf(id, "p"), generation: 1, snapshotAt: at(1) })).toBeUndefined();
     expect(await shipper.commit({ spec: specOf(id), vmSpec: vmOf(id, "p"), generation: 1, snapshotAt: at(2) })).toBeUndefined();

@@ -38,7 +38,12 @@ class InstantBuilder implements ImageBuilder {
     void (async () => {
       const text = await new Response(upload.body).text();
       const digest = `sha256:${Buffer.from(text.padEnd(32, "x").slice(0, 32)).toString("hex")}`;
-      const artifact: ImageArtifact = { digest, rootfs: `/nowhere/${digest}`, sizeBytes: 1, config: { entrypoint: [], cmd: ["true"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 } };
+      const artifact: ImageArtifact = {
+        digest,
+        rootfs: `/nowhere/${digest}`,
+        sizeBytes: 1,
+        config: { entrypoint: [], cmd: ["true"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 },
+      };
       record.succeed(artifact, new Date());
     })();
     return record;
@@ -59,7 +64,18 @@ beforeAll(async () => {
       addLease: async () => ({ leaseId: "lse_cov", expiresAt: Date.now() + 60_000 }),
       dropLease: async () => true,
       async checkpoint(agent, opts) {
-        const r: CheckpointRecord = { id: newId("checkpoint"), tenantId: agent.tenantId, agentId: agent.id, hostId: "host_cov", name: opts.name ?? null, origin: "api", bytes: 1, pausedMs: 0, createdAt: new Date(), requestId: opts.requestId ?? null };
+        const r: CheckpointRecord = {
+          id: newId("checkpoint"),
+          tenantId: agent.tenantId,
+          agentId: agent.id,
+          hostId: "host_cov",
+          name: opts.name ?? null,
+          origin: "api",
+          bytes: 1,
+          pausedMs: 0,
+          createdAt: new Date(),
+          requestId: opts.requestId ?? null,
+        };
         await createDbCheckpointStore(database.db).insert(r);
         return checkpointView(r);
       },
@@ -69,7 +85,13 @@ beforeAll(async () => {
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
     clock: systemClock,
-    config: { domain: undefined, maxBodyBytes: 10_000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+    config: {
+      domain: undefined,
+      maxBodyBytes: 10_000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+    },
     webhooks: defaultWebhookConfig,
     componentKey: componentKey(testComponentSecret),
     imageBuilder: new InstantBuilder(),
@@ -88,7 +110,10 @@ const admin = (tenant = "ten_a") => token(tenant, ["agents:admin", "agents:invok
 const operator = () => token("ten_ops", ["operator"], "op_1");
 
 async function call(method: string, path: string, bearer: string, body?: unknown, headers: Record<string, string> = {}) {
-  const init: RequestInit = { method, headers: { authorization: `Bearer ${bearer}`, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers } };
+  const init: RequestInit = {
+    method,
+    headers: { authorization: `Bearer ${bearer}`, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+  };
   if (body !== undefined) init.body = typeof body === "string" ? body : JSON.stringify(body);
   return app.request(path, init);
 }
@@ -113,7 +138,15 @@ interface Page {
 describe("GET /v1/audit", () => {
   beforeAll(async () => {
     const audit = createDbAuditLog(database.db);
-    for (let i = 0; i < 25; i++) await audit.record({ at: new Date(Date.UTC(2026, 0, 1, 0, i)), tenantId: "ten_b", actor: "user_b", action: i % 2 ? "agent.update" : "agent.create", target: `agt_b${i % 3}`, requestId: `req_b${i}` });
+    for (let i = 0; i < 25; i++)
+      await audit.record({
+        at: new Date(Date.UTC(2026, 0, 1, 0, i)),
+        tenantId: "ten_b",
+        actor: "user_b",
+        action: i % 2 ? "agent.update" : "agent.create",
+        target: `agt_b${i % 3}`,
+        requestId: `req_b${i}`,
+      });
     for (let i = 0; i < 5; i++) await audit.record({ tenantId: "ten_a", actor: "user_a", action: "agent.create", target: `agt_a${i}`, requestId: `req_a${i}` });
   });
 
@@ -136,7 +169,14 @@ describe("GET /v1/audit", () => {
     expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 25 }, (_, i) => 25 - i));
     for (let i = 0; i + 1 < all.length; i++) expect(all[i]!.prevHash).toBe(all[i + 1]!.hash);
     expect(all.at(-1)!.prevHash).toBe("");
-    expect(all[0]).toMatchObject({ actor: "user_b", action: "agent.create", target: "agt_b0", requestId: "req_b24", at: "2026-01-01T00:24:00.000Z", detail: null });
+    expect(all[0]).toMatchObject({
+      actor: "user_b",
+      action: "agent.create",
+      target: "agt_b0",
+      requestId: "req_b24",
+      at: "2026-01-01T00:24:00.000Z",
+      detail: null,
+    });
     expect(all[0]!.hash).toMatch(/^[0-9a-f]{64}$/);
   });
 
@@ -161,7 +201,16 @@ describe("GET /v1/audit", () => {
   });
 
   it("refuses bad input with 400 and the envelope, and needs agents:admin", async () => {
-    for (const q of ["since=0000-01-01T00:00:00Z", "until=2026-01-01", "cursor=nope", "limit=0", "limit=1001", "unknown=1", `action=${"x".repeat(201)}`, `cursor=${Buffer.from("[0]").toString("base64url")}`]) {
+    for (const q of [
+      "since=0000-01-01T00:00:00Z",
+      "until=2026-01-01",
+      "cursor=nope",
+      "limit=0",
+      "limit=1001",
+      "unknown=1",
+      `action=${"x".repeat(201)}`,
+      `cursor=${Buffer.from("[0]").toString("base64url")}`,
+    ]) {
       const res = await call("GET", `/v1/audit?${q}`, await admin("ten_b"));
       expect(res.status, q).toBe(400);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe("bad_request");
@@ -218,7 +267,8 @@ describe("verification: GET /v1/audit/verify (operator) and npm run audit:verify
 
 /** Mutating operations that write no audit row, and why. */
 const exempt: Record<string, string> = {
-  deliverWebhook: "webhook intake: unauthenticated senders, stored as deliveries; each attempt's outcome (webhook.delivery.delivered / dead_lettered) is audited by the delivery worker (test/integration/webhook-delivery.test.ts)",
+  deliverWebhook:
+    "webhook intake: unauthenticated senders, stored as deliveries; each attempt's outcome (webhook.delivery.delivered / dead_lettered) is audited by the delivery worker (test/integration/webhook-delivery.test.ts)",
   ingestMeterSegments: "meter ingest: hosts ship usage data (idempotent, signed with the component key), not an admin action",
 };
 
@@ -252,9 +302,12 @@ const auditedAs: Record<string, string> = {
 };
 
 function mutatingOperations(): string[] {
-  const doc = JSON.parse(readFileSync(join(import.meta.dirname, "../../contracts/api/openapi.json"), "utf8")) as { paths: Record<string, Record<string, { operationId?: string }>> };
+  const doc = JSON.parse(readFileSync(join(import.meta.dirname, "../../contracts/api/openapi.json"), "utf8")) as {
+    paths: Record<string, Record<string, { operationId?: string }>>;
+  };
   const ops: string[] = [];
-  for (const methods of Object.values(doc.paths)) for (const [method, op] of Object.entries(methods)) if (method !== "get" && op.operationId) ops.push(op.operationId);
+  for (const methods of Object.values(doc.paths))
+    for (const [method, op] of Object.entries(methods)) if (method !== "get" && op.operationId) ops.push(op.operationId);
   return ops.sort();
 }
 
@@ -293,7 +346,12 @@ describe("audit coverage of the API", () => {
     const hook = await app.request(`/hooks/${agentId}/gh`, {
       method: "POST",
       body: hookBody,
-      headers: { "content-type": "application/json", "x-github-delivery": "d-1", "x-github-event": "ping", "x-hub-signature-256": await signGithub(ep.secret, hookBody) },
+      headers: {
+        "content-type": "application/json",
+        "x-github-delivery": "d-1",
+        "x-github-event": "ping",
+        "x-hub-signature-256": await signGithub(ep.secret, hookBody),
+      },
     });
     expect(hook.status, await hook.clone().text()).toBe(202);
     const deliveryId = ((await hook.json()) as { deliveryId?: string; id?: string }).deliveryId;
@@ -308,7 +366,11 @@ describe("audit coverage of the API", () => {
     await expectAudited("restoreAgent", await call("POST", `/v1/agents/${agentId}/restore`, c, { checkpoint: "cov" }), "user_cov", agentId);
     await expectAudited("deleteCheckpoint", await call("DELETE", `/v1/agents/${agentId}/checkpoints/${checkpointId}`, c), "user_cov", agentId);
 
-    const image = await app.request("/v1/images?name=cov&tag=v1", { method: "POST", body: "context", headers: { authorization: `Bearer ${c}`, "content-type": "application/x-tar" } });
+    const image = await app.request("/v1/images?name=cov&tag=v1", {
+      method: "POST",
+      body: "context",
+      headers: { authorization: `Bearer ${c}`, "content-type": "application/x-tar" },
+    });
     const imageId = ((await image.clone().json()) as { image: { id: string } }).image.id;
     await expectAudited("createImage", image, "user_cov", imageId);
     await expectAudited("deleteImage", await call("DELETE", `/v1/images/${imageId}`, c), "user_cov", imageId);
@@ -329,7 +391,10 @@ describe("audit coverage of the API", () => {
     for (const [operation, want] of seen) {
       const rows = await database.db.select().from(auditLog).where(eq(auditLog.requestId, want.requestId));
       const row = rows.find((r) => r.action === auditedAs[operation]);
-      expect(row, `${operation}: no ${auditedAs[operation]} row with request id ${want.requestId} (found ${rows.map((r) => r.action).join(", ") || "none"})`).toBeDefined();
+      expect(
+        row,
+        `${operation}: no ${auditedAs[operation]} row with request id ${want.requestId} (found ${rows.map((r) => r.action).join(", ") || "none"})`,
+      ).toBeDefined();
       expect(row!.actor, operation).toBe(want.actor);
       if (want.target) expect(row!.target, operation).toBe(want.target);
       expect(row!.seq, operation).toBeGreaterThan(0);

@@ -71,7 +71,15 @@ async function failure(p: Promise<unknown>): Promise<string> {
 
 async function seed(db: Db, tenantId: string | null, n: number, actor = "sub_test"): Promise<void> {
   const audit = createDbAuditLog(db);
-  for (let i = 0; i < n; i++) await audit.record({ tenantId, actor, action: "agent.update", target: `agt_${i}`, requestId: `req_${i}`, detail: { i, note: "é ü \u0001 \"q\"", nested: { b: 1.5, a: [1, 2] } } });
+  for (let i = 0; i < n; i++)
+    await audit.record({
+      tenantId,
+      actor,
+      action: "agent.update",
+      target: `agt_${i}`,
+      requestId: `req_${i}`,
+      detail: { i, note: 'é ü \u0001 "q"', nested: { b: 1.5, a: [1, 2] } },
+    });
 }
 
 describe.each([postgresBackend, pgliteBackend])("audit chain on $name", (backend) => {
@@ -94,7 +102,9 @@ describe.each([postgresBackend, pgliteBackend])("audit chain on $name", (backend
     await seed(database.db, tenantA, 5);
     await seed(database.db, tenantB, 3);
     await seed(database.db, null, 2, "host_1");
-    const rows = await owner.run<{ seq: string; prev_hash: string; hash: string }>(`select seq::text, prev_hash, hash from audit_log where tenant_id = '${tenantA}' order by audit_log.seq`);
+    const rows = await owner.run<{ seq: string; prev_hash: string; hash: string }>(
+      `select seq::text, prev_hash, hash from audit_log where tenant_id = '${tenantA}' order by audit_log.seq`,
+    );
     expect(rows.map((r) => Number(r.seq))).toEqual([1, 2, 3, 4, 5]);
     expect(rows[0]!.prev_hash).toBe("");
     for (let i = 1; i < rows.length; i++) expect(rows[i]!.prev_hash).toBe(rows[i - 1]!.hash);
@@ -103,7 +113,13 @@ describe.each([postgresBackend, pgliteBackend])("audit chain on $name", (backend
     expect(head).toEqual({ seq: "5", hash: rows[4]!.hash });
     expect(await verifyAuditChain(database.db, tenantA)).toEqual({ chain: tenantA, ok: true, rows: 5, headSeq: 5, headHash: rows[4]!.hash });
     const all = await verifyAllAuditChains(database.db);
-    expect(all.map((v) => [v.chain, v.ok, v.rows])).toEqual(expect.arrayContaining([[tenantA, true, 5], [tenantB, true, 3], ["", true, 2]]));
+    expect(all.map((v) => [v.chain, v.ok, v.rows])).toEqual(
+      expect.arrayContaining([
+        [tenantA, true, 5],
+        [tenantB, true, 3],
+        ["", true, 2],
+      ]),
+    );
   });
 
   it("does not depend on session settings: rows written under another TimeZone, DateStyle and extra_float_digits verify", async () => {
@@ -122,7 +138,9 @@ describe.each([postgresBackend, pgliteBackend])("audit chain on $name", (backend
     expect(await failure(owner.run(`truncate audit_log`))).toMatch(/audit_log is append-only: TRUNCATE refused/);
     expect(await failure(owner.run(`delete from audit_chain_heads`))).toMatch(/audit_chain_heads is append-only/);
     // A seq or hash the writer supplies is overwritten by the trigger.
-    await owner.run(`insert into audit_log (tenant_id, actor, action, target, seq, prev_hash, hash) values ('${tenantA}', 'sub_x', 'forge', 't', 99, 'p', 'h')`);
+    await owner.run(
+      `insert into audit_log (tenant_id, actor, action, target, seq, prev_hash, hash) values ('${tenantA}', 'sub_x', 'forge', 't', 99, 'p', 'h')`,
+    );
     const [forged] = await owner.run<{ seq: string; hash: string }>(`select seq::text, hash from audit_log where action = 'forge'`);
     expect(forged!.seq).toBe("6");
     expect(forged!.hash).not.toBe("h");
@@ -144,7 +162,9 @@ describe.each([postgresBackend, pgliteBackend])("audit chain on $name", (backend
     it("an altered row whose hash was recomputed too: the next row's prev_hash names the break", async () => {
       const t = `ten_${nanoid(8).toLowerCase()}`;
       await seed(database.db, t, 4);
-      await tamper(`update audit_log set actor = 'someone_else', hash = audit_row_hash(prev_hash, id, seq, tenant_id, at, 'someone_else', action, target, request_id, detail) where tenant_id = '${t}' and seq = 2`);
+      await tamper(
+        `update audit_log set actor = 'someone_else', hash = audit_row_hash(prev_hash, id, seq, tenant_id, at, 'someone_else', action, target, request_id, detail) where tenant_id = '${t}' and seq = 2`,
+      );
       expect(await verifyAuditChain(database.db, t)).toMatchObject({ ok: false, broken: { problem: "prev_hash_mismatch", seq: 3 } });
     });
 
@@ -233,7 +253,9 @@ describe("the application role on real Postgres", () => {
   });
 
   it("DATABASE_APP_ROLE naming a role the user cannot run as fails at open, naming the fix", async () => {
-    await expect(openDatabase({ url: database.url, appRole: "nosuch_role" })).rejects.toThrow(/DATABASE_APP_ROLE=nosuch_role: the database user cannot run as it .*role "nosuch_role" does not exist/);
+    await expect(openDatabase({ url: database.url, appRole: "nosuch_role" })).rejects.toThrow(
+      /DATABASE_APP_ROLE=nosuch_role: the database user cannot run as it .*role "nosuch_role" does not exist/,
+    );
   });
 });
 
@@ -266,8 +288,18 @@ describe("migration 0004 backfills the chains of rows written before it, in id o
       await pgliteMigrate(db, { migrationsFolder });
       const asDb = db as unknown as Db;
       const rows = await queryRows<{ tenant_id: string | null; seq: string }>(asDb, sql`select tenant_id, seq::text from audit_log order by id`);
-      expect(rows.map((r) => [r.tenant_id, Number(r.seq)])).toEqual([["ten_a", 1], [null, 1], ["ten_a", 2], ["ten_b", 1], ["ten_a", 3]]);
-      expect((await verifyAllAuditChains(asDb)).map((v) => [v.chain, v.ok, v.rows])).toEqual([["", true, 1], ["ten_a", true, 3], ["ten_b", true, 1]]);
+      expect(rows.map((r) => [r.tenant_id, Number(r.seq)])).toEqual([
+        ["ten_a", 1],
+        [null, 1],
+        ["ten_a", 2],
+        ["ten_b", 1],
+        ["ten_a", 3],
+      ]);
+      expect((await verifyAllAuditChains(asDb)).map((v) => [v.chain, v.ok, v.rows])).toEqual([
+        ["", true, 1],
+        ["ten_a", true, 3],
+        ["ten_b", true, 1],
+      ]);
       await seed(asDb, "ten_a", 1);
       expect(await verifyAuditChain(asDb, "ten_a")).toMatchObject({ ok: true, rows: 4 });
     } finally {
@@ -279,7 +311,9 @@ describe("migration 0004 backfills the chains of rows written before it, in id o
   it("on real Postgres", async () => {
     const before = migrationsBefore0004();
     const adminUrl = inject("pgUrl");
-    const name = `t_bf_${nanoid(8).toLowerCase().replace(/[^a-z0-9]/g, "x")}`;
+    const name = `t_bf_${nanoid(8)
+      .toLowerCase()
+      .replace(/[^a-z0-9]/g, "x")}`;
     const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
     await admin.unsafe(`create database ${name}`);
     const client = postgres(adminUrl.replace(/\/postgres$/, `/${name}`), { max: 1, onnotice: () => {} });
@@ -289,7 +323,11 @@ describe("migration 0004 backfills the chains of rows written before it, in id o
       await client.unsafe(legacyRows);
       await pgMigrate(db, { migrationsFolder });
       const asDb = db as unknown as Db;
-      expect((await verifyAllAuditChains(asDb)).map((v) => [v.chain, v.ok, v.rows])).toEqual([["", true, 1], ["ten_a", true, 3], ["ten_b", true, 1]]);
+      expect((await verifyAllAuditChains(asDb)).map((v) => [v.chain, v.ok, v.rows])).toEqual([
+        ["", true, 1],
+        ["ten_a", true, 3],
+        ["ten_b", true, 1],
+      ]);
     } finally {
       await client.end();
       await admin.end();

@@ -20,7 +20,9 @@ const cli = fileURLToPath(new URL("../../scripts/usage.ts", import.meta.url));
 
 function run(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [cli, ...args], { env: { ...process.env, ...env } }, (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }));
+    execFile(process.execPath, [cli, ...args], { env: { ...process.env, ...env } }, (error, out, err) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, out, err }),
+    );
   });
 }
 
@@ -32,8 +34,24 @@ describe("npm run usage", () => {
     database = await freshDatabase();
     await seedTenant(database.db, "ten_cli", "Europe/Berlin", ["agt_c1", "agt_c2"]);
     const clock = new ManualClock(Date.UTC(2026, 3, 1, 12)); // after March, inside its grace period
-    await ingestSegments(database.db, runSegments({ tenantId: "ten_cli", agentId: "agt_c1", vmId: "vm_c1", start: Date.UTC(2026, 2, 28, 22, 30), durationMs: 3_600_000, vcpus: 2, memMiB: 1024 }), clock);
-    await ingestSegments(database.db, runSegments({ tenantId: "ten_cli", agentId: "agt_c2", vmId: "vm_c2", start: Date.UTC(2026, 2, 29, 12), durationMs: 1_234_567 }), clock);
+    await ingestSegments(
+      database.db,
+      runSegments({
+        tenantId: "ten_cli",
+        agentId: "agt_c1",
+        vmId: "vm_c1",
+        start: Date.UTC(2026, 2, 28, 22, 30),
+        durationMs: 3_600_000,
+        vcpus: 2,
+        memMiB: 1024,
+      }),
+      clock,
+    );
+    await ingestSegments(
+      database.db,
+      runSegments({ tenantId: "ten_cli", agentId: "agt_c2", vmId: "vm_c2", start: Date.UTC(2026, 2, 29, 12), durationMs: 1_234_567 }),
+      clock,
+    );
     // stand-in for the gateway's auth: `Bearer test:<tenant>` is a caller of that tenant
     const app = new Hono<GatewayEnv>();
     app.use(async (c, next) => {
@@ -54,7 +72,10 @@ describe("npm run usage", () => {
   });
 
   it("prints usage by agent and local day as a table with exact seconds and a total", async () => {
-    const r = await run(["--url", url, "--from", "2026-03-28", "--to", "2026-03-31", "--tz", "Europe/Berlin", "--group-by", "agent,day", "--tenant", "ten_cli"], { AGENTVM_TOKEN: "test:ten_cli" });
+    const r = await run(
+      ["--url", url, "--from", "2026-03-28", "--to", "2026-03-31", "--tz", "Europe/Berlin", "--group-by", "agent,day", "--tenant", "ten_cli"],
+      { AGENTVM_TOKEN: "test:ten_cli" },
+    );
     expect(r.err).toBe("");
     expect(r.code).toBe(0);
     const lines = r.out.trim().split("\n");
@@ -70,7 +91,9 @@ describe("npm run usage", () => {
 
   it("passes CSV through, prints invoices, and fails clearly without a valid token", async () => {
     const csv = await run(["--url", url, "--token", "test:ten_cli", "--from", "2026-03-01", "--to", "2026-04-01", "--csv"]);
-    expect(csv.out).toBe("window_start,window_end,active_ms,vcpu_ms,mib_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152\r\n".replace(/Z/g, "+00:00"));
+    expect(csv.out).toBe(
+      "window_start,window_end,active_ms,vcpu_ms,mib_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152\r\n".replace(/Z/g, "+00:00"),
+    );
     const inv = await run(["--url", url, "--token", "test:ten_cli", "--invoice", "2026-03"]);
     expect(inv.code).toBe(0);
     expect(inv.out).toMatch(/^invoice inv_\w+ for 2026-03 \(draft; segments received before /);

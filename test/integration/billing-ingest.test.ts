@@ -48,8 +48,27 @@ for (const v of variants) {
     const ingest = (batch: unknown[], hostId?: string) => ingestSegments(database.db, batch, clock, { copy: v.copy, ...(hostId ? { hostId } : {}) });
 
     it("counts a batch once when it is shipped again, shuffled, and concurrently from two shippers", async () => {
-      const runA = runSegments({ tenantId: "ten_1", agentId: "agt_1", vmId: "vm_1", runId: "run_1", start: t0 + 123, durationMs: 3 * 3_600_000 + 4_321, vcpus: 2, memMiB: 512 });
-      const runB = runSegments({ tenantId: "ten_1", agentId: "agt_2", vmId: "vm_2", runId: "run_2", start: t0 + 7 * 60_000 + 5, durationMs: 1_800_000, vcpus: 1, memMiB: 256, heartbeatMs: 7_000 });
+      const runA = runSegments({
+        tenantId: "ten_1",
+        agentId: "agt_1",
+        vmId: "vm_1",
+        runId: "run_1",
+        start: t0 + 123,
+        durationMs: 3 * 3_600_000 + 4_321,
+        vcpus: 2,
+        memMiB: 512,
+      });
+      const runB = runSegments({
+        tenantId: "ten_1",
+        agentId: "agt_2",
+        vmId: "vm_2",
+        runId: "run_2",
+        start: t0 + 7 * 60_000 + 5,
+        durationMs: 1_800_000,
+        vcpus: 1,
+        memMiB: 256,
+        heartbeatMs: 7_000,
+      });
       const all = [...runA, ...runB];
       const first = await ingest(all.slice(0, 500));
       expect(first.accepted).toHaveLength(500);
@@ -67,11 +86,19 @@ for (const v of variants) {
 
       const expectedMs = 3 * 3_600_000 + 4_321 + 1_800_000;
       const totals = await rawTotals(database.db, "ten_1");
-      expect(totals).toEqual({ n: all.length, activeMs: expectedMs, vcpuMs: 2 * (3 * 3_600_000 + 4_321) + 1_800_000, mibMs: 512 * (3 * 3_600_000 + 4_321) + 256 * 1_800_000 });
+      expect(totals).toEqual({
+        n: all.length,
+        activeMs: expectedMs,
+        vcpuMs: 2 * (3 * 3_600_000 + 4_321) + 1_800_000,
+        mibMs: 512 * (3 * 3_600_000 + 4_321) + 256 * 1_800_000,
+      });
       const report = await usageReport(database.db, { tenantId: "ten_1", from: Date.UTC(2026, 2, 1), to: Date.UTC(2026, 2, 2), zone: "UTC", byAgent: false });
       expect(report.source).toBe("rollup");
       expect(report.totals.activeMs).toBe(expectedMs);
-      const runRows = await queryRows<{ run_id: string; active_ms: string | number; segments: number }>(database.db, sql`select run_id, active_ms, segments from run_usage order by run_id`);
+      const runRows = await queryRows<{ run_id: string; active_ms: string | number; segments: number }>(
+        database.db,
+        sql`select run_id, active_ms, segments from run_usage order by run_id`,
+      );
       expect(runRows.map((r) => [r.run_id, Number(r.active_ms), Number(r.segments)])).toEqual([
         ["run_1", 3 * 3_600_000 + 4_321, runA.length],
         ["run_2", 1_800_000, runB.length],

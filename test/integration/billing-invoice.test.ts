@@ -38,12 +38,60 @@ describe("invoices", () => {
 
   it("counts what was received before the cutoff, and rollups minus late arrivals equal the raw scan", async () => {
     // a run across the start of the month (only its October part counts), one across the DST change
-    await ingestAt(oct.start + hour, runSegments({ hostId: "host_1", vmId: "vm_1", tenantId: "ten_i", agentId: "agt_i1", runId: "run_1", start: oct.start - 1800_000, durationMs: hour, vcpus: 2, memMiB: 1024 }));
-    await ingestAt(Date.UTC(2026, 9, 25, 3), runSegments({ hostId: "host_1", vmId: "vm_1", tenantId: "ten_i", agentId: "agt_i1", runId: "run_2", start: Date.UTC(2026, 9, 24, 23, 30), durationMs: 2 * hour, vcpus: 2, memMiB: 1024, firstSeq: 1000 }));
+    await ingestAt(
+      oct.start + hour,
+      runSegments({
+        hostId: "host_1",
+        vmId: "vm_1",
+        tenantId: "ten_i",
+        agentId: "agt_i1",
+        runId: "run_1",
+        start: oct.start - 1800_000,
+        durationMs: hour,
+        vcpus: 2,
+        memMiB: 1024,
+      }),
+    );
+    await ingestAt(
+      Date.UTC(2026, 9, 25, 3),
+      runSegments({
+        hostId: "host_1",
+        vmId: "vm_1",
+        tenantId: "ten_i",
+        agentId: "agt_i1",
+        runId: "run_2",
+        start: Date.UTC(2026, 9, 24, 23, 30),
+        durationMs: 2 * hour,
+        vcpus: 2,
+        memMiB: 1024,
+        firstSeq: 1000,
+      }),
+    );
     const beforeLate = clock.now();
     // a host that was cut off delivers late: 36 h after the month ended (inside the grace), then 3 days after (outside)
-    const late1 = runSegments({ hostId: "host_2", vmId: "vm_2", tenantId: "ten_i", agentId: "agt_i2", runId: "run_3", start: oct.end - 2 * hour, durationMs: hour, vcpus: 1, memMiB: 512 });
-    const late2 = runSegments({ hostId: "host_2", vmId: "vm_2", tenantId: "ten_i", agentId: "agt_i2", runId: "run_4", start: oct.end - 4 * hour, durationMs: 1800_000, vcpus: 1, memMiB: 512, firstSeq: 500 });
+    const late1 = runSegments({
+      hostId: "host_2",
+      vmId: "vm_2",
+      tenantId: "ten_i",
+      agentId: "agt_i2",
+      runId: "run_3",
+      start: oct.end - 2 * hour,
+      durationMs: hour,
+      vcpus: 1,
+      memMiB: 512,
+    });
+    const late2 = runSegments({
+      hostId: "host_2",
+      vmId: "vm_2",
+      tenantId: "ten_i",
+      agentId: "agt_i2",
+      runId: "run_4",
+      start: oct.end - 4 * hour,
+      durationMs: 1800_000,
+      vcpus: 1,
+      memMiB: 512,
+      firstSeq: 500,
+    });
     await ingestAt(oct.end + 36 * hour, late1);
     await ingestAt(oct.end + 72 * hour, late2);
 
@@ -64,7 +112,13 @@ describe("invoices", () => {
     const draft = await invoiceForMonth(database.db, clock, "ten_i", "2026-10");
     expect(draft.status).toBe("draft");
     expect(draft.cutoffAt).toBe(Math.min(clock.now() + 1, oct.end + 48 * hour));
-    await addRateCardVersion(database.db, "ten_i", { currency: "USD", vcpuSecondNanocents: 2_000_000, gibSecondNanocents: 200_000, snapshotGibMonthNanocents: 0 }, oct.start, "usr_test");
+    await addRateCardVersion(
+      database.db,
+      "ten_i",
+      { currency: "USD", vcpuSecondNanocents: 2_000_000, gibSecondNanocents: 200_000, snapshotGibMonthNanocents: 0 },
+      oct.start,
+      "usr_test",
+    );
     const final = await finalizeInvoice(database.db, clock, "ten_i", "2026-10");
     expect(final.status).toBe("final");
     expect(final.cutoffAt).toBe(oct.end + 48 * hour);
@@ -81,7 +135,11 @@ describe("invoices", () => {
     const dearer = { currency: "USD", vcpuSecondNanocents: 9_000_000, gibSecondNanocents: 0, snapshotGibMonthNanocents: 0 };
     await expect(addRateCardVersion(database.db, "ten_i", dearer, oct.start + 3 * hour, "usr_test")).rejects.toMatchObject({ code: "conflict" });
     await addRateCardVersion(database.db, "ten_i", dearer, oct.end, "usr_test");
-    await ingestSegments(database.db, runSegments({ hostId: "host_3", vmId: "vm_3", tenantId: "ten_i", agentId: "agt_i2", runId: "run_5", start: oct.start + 5 * hour, durationMs: hour }), clock);
+    await ingestSegments(
+      database.db,
+      runSegments({ hostId: "host_3", vmId: "vm_3", tenantId: "ten_i", agentId: "agt_i2", runId: "run_5", start: oct.start + 5 * hour, durationMs: hour }),
+      clock,
+    );
     const again = await finalizeInvoice(database.db, clock, "ten_i", "2026-10");
     expect(again).toEqual(final);
     expect(await invoiceForMonth(database.db, clock, "ten_i", "2026-10")).toEqual(final);
@@ -91,21 +149,58 @@ describe("invoices", () => {
     const gib = 1024 ** 3;
     const nov = monthRange("UTC", "2026-11");
     await database.db.insert(vmEvents).values([
-      { at: new Date(nov.start - 10 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "snapshotting", toState: "hibernated", reason: "idle", timings: { snapshotBytes: 2 * gib } },
-      { at: new Date(nov.start + 73 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "hibernated", toState: "restoring", reason: "request" },
+      {
+        at: new Date(nov.start - 10 * hour),
+        hostId: "host_j",
+        agentId: "agt_j1",
+        vmId: "vm_j",
+        fromState: "snapshotting",
+        toState: "hibernated",
+        reason: "idle",
+        timings: { snapshotBytes: 2 * gib },
+      },
+      {
+        at: new Date(nov.start + 73 * hour),
+        hostId: "host_j",
+        agentId: "agt_j1",
+        vmId: "vm_j",
+        fromState: "hibernated",
+        toState: "restoring",
+        reason: "request",
+      },
       // the host's own key spelling (fleet-agent/host.ts) counts as well
-      { at: new Date(nov.start + 74 * hour), hostId: "host_j", agentId: "agt_j1", vmId: "vm_j", fromState: "snapshotting", toState: "hibernated", reason: "idle", timings: { snapshotMs: 800, snapshotBytes: gib } },
+      {
+        at: new Date(nov.start + 74 * hour),
+        hostId: "host_j",
+        agentId: "agt_j1",
+        vmId: "vm_j",
+        fromState: "snapshotting",
+        toState: "hibernated",
+        reason: "idle",
+        timings: { snapshotMs: 800, snapshotBytes: gib },
+      },
     ]);
     clock.advance(Math.max(0, nov.end + 49 * hour - clock.now()));
     const inv = await finalizeInvoice(database.db, clock, "ten_j", "2026-11");
     // 2 GiB × 73 h + 1 GiB × (720 − 74) h = 792 GiB-hours = 792/730 GiB-months × 10 ¢ = 10.849… ¢ → 11 ¢
     expect(inv.lines).toEqual([
-      { agentId: "agt_j1", resource: "snapshot_storage", quantity: (BigInt(2 * gib) * BigInt(73 * hour) + BigInt(gib) * BigInt(646 * hour)).toString(), unit: "byte-ms", unitPriceNanocents: 10_000_000_000, priceUnit: "GiB-month", amountCents: 11, rateCardId: "rc_default" },
+      {
+        agentId: "agt_j1",
+        resource: "snapshot_storage",
+        quantity: (BigInt(2 * gib) * BigInt(73 * hour) + BigInt(gib) * BigInt(646 * hour)).toString(),
+        unit: "byte-ms",
+        unitPriceNanocents: 10_000_000_000,
+        priceUnit: "GiB-month",
+        amountCents: 11,
+        rateCardId: "rc_default",
+      },
     ]);
   });
 
   it("serves invoices over HTTP to their tenant only, as JSON or CSV, and finalizes with the admin scope", async () => {
-    const app = appWithCaller(createBillingRoutes({ db: database.db, clock, log: silentLogger, componentKey: componentKey("a-component-secret-of-at-least-32-chars!") }));
+    const app = appWithCaller(
+      createBillingRoutes({ db: database.db, clock, log: silentLogger, componentKey: componentKey("a-component-secret-of-at-least-32-chars!") }),
+    );
     const as = (tenant: string, scopes?: string) => ({ headers: { "x-test-tenant": tenant, ...(scopes ? { "x-test-scopes": scopes } : {}) } });
     const res = await app.request("/v1/invoices?month=2026-10", as("ten_i"));
     expect(res.status).toBe(200);

@@ -71,7 +71,13 @@ describe("rate-card versions", () => {
       audit: createDbAuditLog(db),
       auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
       log: silentLogger,
-      config: { domain: undefined, maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+      config: {
+        domain: undefined,
+        maxBodyBytes: 1000,
+        maxApiBodyBytes: 10_000,
+        images: ["demo"],
+        agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+      },
       routes: [createBillingRoutes({ db, clock, log: silentLogger, componentKey: componentKey("a-component-secret-of-at-least-32-chars!") })],
     });
   });
@@ -101,7 +107,13 @@ describe("rate-card versions", () => {
 
     const created = await call(operator, "POST", "/v1/tenants/ten_r/rate-cards", body);
     expect(created.status).toBe(201);
-    expect(created.body).toMatchObject({ tenantId: "ten_r", currency: "USD", ...newCard, effectiveFrom: "2026-11-15T00:00:00.000Z", createdBy: "usr_operator" });
+    expect(created.body).toMatchObject({
+      tenantId: "ten_r",
+      currency: "USD",
+      ...newCard,
+      effectiveFrom: "2026-11-15T00:00:00.000Z",
+      createdBy: "usr_operator",
+    });
     expect(created.body.id).toMatch(/^rc_/);
 
     const again = await call(operator, "POST", "/v1/tenants/ten_r/rate-cards", { ...body, vcpuSecondNanocents: 5 });
@@ -126,7 +138,10 @@ describe("rate-card versions", () => {
     expect(soon.status).toBe(201);
     expect(soon.body.effectiveFrom).toBe("2026-11-10T09:15:00.000Z");
 
-    const audited = await database.db.select().from(auditLog).where(and(eq(auditLog.action, "rate_card.create"), eq(auditLog.target, created.body.id)));
+    const audited = await database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.action, "rate_card.create"), eq(auditLog.target, created.body.id)));
     expect(audited).toHaveLength(1);
     expect(audited[0]).toMatchObject({ tenantId: "ten_r", actor: "usr_operator", target: created.body.id });
     expect(audited[0]!.requestId).toMatch(/^req_/);
@@ -169,7 +184,8 @@ describe("rate-card versions", () => {
 
   it("prices usage before a version's instant with the old card and after it with the new one, in the draft and once final", async () => {
     const ingest = async (segs: ReturnType<typeof runSegments>) => expect((await ingestSegments(database.db, segs, clock)).rejected).toEqual([]);
-    const run = (runId: string, start: number, firstSeq: number) => runSegments({ hostId: "host_r", vmId: "vm_r", tenantId: "ten_r", agentId: "agt_r1", runId, start, durationMs: hour, vcpus: 2, memMiB: 1024, firstSeq });
+    const run = (runId: string, start: number, firstSeq: number) =>
+      runSegments({ hostId: "host_r", vmId: "vm_r", tenantId: "ten_r", agentId: "agt_r1", runId, start, durationMs: hour, vcpus: 2, memMiB: 1024, firstSeq });
     clock.advance(Date.UTC(2026, 10, 20) - clock.now());
     await ingest(run("run_a", Date.UTC(2026, 10, 14, 10), 0)); // before
     await ingest(run("run_b", nov15 - hour / 2, 1000)); // half before, half after
@@ -216,12 +232,17 @@ describe("rate-card versions", () => {
     expect(inside.body.error.message).toMatch(/2026-11 is final/);
     expect((await call(operator, "POST", "/v1/tenants/ten_r/rate-cards", { ...newCard, effectiveFrom: "2026-10-01T00:00:00Z" })).status).toBe(409);
     expect((await call(operator, "POST", "/v1/rate-cards/default", { ...newCard, effectiveFrom: "2026-11-03T00:00:00Z" })).status).toBe(409);
-    expect((await call(operator, "POST", "/v1/tenants/ten_r/rate-cards", { ...newCard, vcpuSecondNanocents: 7_000_000, effectiveFrom: "2026-12-01T00:00:00Z" })).status).toBe(201);
+    expect(
+      (await call(operator, "POST", "/v1/tenants/ten_r/rate-cards", { ...newCard, vcpuSecondNanocents: 7_000_000, effectiveFrom: "2026-12-01T00:00:00Z" }))
+        .status,
+    ).toBe(201);
     // a default version after the tenant's own first version does not touch its final invoice
     expect((await call(operator, "POST", "/v1/rate-cards/default", { ...newCard, effectiveFrom: "2026-11-20T00:00:00Z" })).status).toBe(201);
     const reread = await call(tenantR, "GET", `/v1/invoices/${final.body.id}`);
     expect(reread.body).toEqual(final.body);
-    const csv = await (await app.request(`/v1/invoices/${final.body.id}?format=csv`, { headers: { authorization: `Bearer ${await mintToken(privateJwk, tenantR)}` } })).text();
+    const csv = await (
+      await app.request(`/v1/invoices/${final.body.id}?format=csv`, { headers: { authorization: `Bearer ${await mintToken(privateJwk, tenantR)}` } })
+    ).text();
     expect(csv).toContain(`${final.body.id},2026-11,final,agt_r1,vcpu,10800000,vCPU-ms,2000000,vCPU-second,22,${newId}`);
 
     // December's draft: the 7_000_000 version from its first instant
@@ -249,7 +270,19 @@ describe("rate-card versions", () => {
     for (let i = 0; i < 6; i++) {
       const tenantId = `ten_race${i}`;
       await seedTenant(database.db, tenantId, "UTC", [`agt_race${i}`]);
-      await ingestSegments(database.db, runSegments({ hostId: "host_x", vmId: `vm_race${i}`, tenantId, agentId: `agt_race${i}`, runId: `run_race${i}`, start: Date.UTC(2026, 9, 20), durationMs: hour }), clock);
+      await ingestSegments(
+        database.db,
+        runSegments({
+          hostId: "host_x",
+          vmId: `vm_race${i}`,
+          tenantId,
+          agentId: `agt_race${i}`,
+          runId: `run_race${i}`,
+          start: Date.UTC(2026, 9, 20),
+          durationMs: hour,
+        }),
+        clock,
+      );
       const [version, final] = await Promise.allSettled([
         addRateCardVersion(database.db, tenantId, { currency: "USD", ...newCard }, Date.UTC(2026, 9, 10), "usr_race"),
         finalizeInvoice(database.db, clock, tenantId, "2026-10"),
@@ -266,7 +299,20 @@ describe("rate-card versions", () => {
     try {
       await seedTenant(lite.db, "ten_l", "UTC", ["agt_l"]);
       const liteClock = new ManualClock(Date.UTC(2026, 9, 20));
-      await ingestSegments(lite.db, runSegments({ tenantId: "ten_l", agentId: "agt_l", vmId: "vm_l", runId: "run_l", start: Date.UTC(2026, 9, 9, 23, 30), durationMs: hour, vcpus: 1, memMiB: 1024 }), liteClock);
+      await ingestSegments(
+        lite.db,
+        runSegments({
+          tenantId: "ten_l",
+          agentId: "agt_l",
+          vmId: "vm_l",
+          runId: "run_l",
+          start: Date.UTC(2026, 9, 9, 23, 30),
+          durationMs: hour,
+          vcpus: 1,
+          memMiB: 1024,
+        }),
+        liteClock,
+      );
       const v = await addRateCardVersion(lite.db, "ten_l", { currency: "USD", ...newCard }, Date.UTC(2026, 9, 10), "usr_lite");
       liteClock.advance(Date.UTC(2026, 10, 4) - liteClock.now());
       const inv = await finalizeInvoice(lite.db, liteClock, "ten_l", "2026-10");
@@ -277,7 +323,9 @@ describe("rate-card versions", () => {
         ["vcpu", 4, v.id],
         ["memory", 1, v.id],
       ]);
-      await expect(addRateCardVersion(lite.db, "ten_l", { currency: "USD", ...newCard }, Date.UTC(2026, 9, 20), "usr_lite")).rejects.toMatchObject({ code: "conflict" });
+      await expect(addRateCardVersion(lite.db, "ten_l", { currency: "USD", ...newCard }, Date.UTC(2026, 9, 20), "usr_lite")).rejects.toMatchObject({
+        code: "conflict",
+      });
     } finally {
       await lite.close();
     }
@@ -300,14 +348,39 @@ describe("rate-card versions", () => {
     const agentvm = async (who: typeof operator, args: string[]) => runAgentvm(args, { url, token: await mintToken(privateJwk, who), home });
 
     it("sets a version as an operator, refuses a tenant token, and shows versions and the card of each invoice line", async () => {
-      const set = await agentvm(operator, ["rates", "set", "--tenant", "ten_t", "--vcpu-second", "4000000", "--gib-second", "0", "--snapshot-gib-month", "0", "--from", "2027-03-01T00:00:00Z"]);
+      const set = await agentvm(operator, [
+        "rates",
+        "set",
+        "--tenant",
+        "ten_t",
+        "--vcpu-second",
+        "4000000",
+        "--gib-second",
+        "0",
+        "--snapshot-gib-month",
+        "0",
+        "--from",
+        "2027-03-01T00:00:00Z",
+      ]);
       expect(set.err).toBe("");
       expect(set.code).toBe(0);
       expect(set.out).toMatch(/^rc_\w+: tenant ten_t from 2027-03-01T00:00:00.000Z: 4000000 n¢\/vCPU-s, 0 n¢\/GiB-s, 0 n¢\/GiB-month USD/);
       const refused = await agentvm(tenantR, ["rates", "set", "--tenant", "ten_r", "--vcpu-second", "1", "--gib-second", "1", "--snapshot-gib-month", "1"]);
       expect(refused.code).not.toBe(0);
       expect(refused.err).toMatch(/operator/);
-      const unaligned = await agentvm(operator, ["rates", "set", "--default", "--vcpu-second", "1", "--gib-second", "1", "--snapshot-gib-month", "1", "--from", "2027-03-01T00:10:00Z"]);
+      const unaligned = await agentvm(operator, [
+        "rates",
+        "set",
+        "--default",
+        "--vcpu-second",
+        "1",
+        "--gib-second",
+        "1",
+        "--snapshot-gib-month",
+        "1",
+        "--from",
+        "2027-03-01T00:10:00Z",
+      ]);
       expect(unaligned.code).not.toBe(0);
       expect(unaligned.err).toMatch(/quarter-hour/);
 
@@ -316,7 +389,10 @@ describe("rate-card versions", () => {
       expect(shown.out).toMatch(/^now: rc_\w+ from 2026-12-01T00:00:00.000Z: 7000000 n¢\/vCPU-s/);
       expect(shown.out).toContain("rc_default (default)");
       const ops = await agentvm(operator, ["--json", "rates", "show", "--tenant", "ten_t"]);
-      expect((JSON.parse(ops.out) as { versions: Version[] }).versions.map((v) => v.effectiveFrom)).toEqual(["2027-03-01T00:00:00.000Z", "2026-11-10T09:15:00.000Z"]);
+      expect((JSON.parse(ops.out) as { versions: Version[] }).versions.map((v) => v.effectiveFrom)).toEqual([
+        "2027-03-01T00:00:00.000Z",
+        "2026-11-10T09:15:00.000Z",
+      ]);
 
       const inv = await agentvm(tenantR, ["invoices", "show", "2026-11"]);
       expect(inv.code).toBe(0);

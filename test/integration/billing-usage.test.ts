@@ -30,7 +30,14 @@ function workload(): MeterSegment[] {
     seed = (seed * 1103515245 + 12345) & 0x7fffffff;
     return seed % n;
   };
-  const around = [Date.UTC(2026, 2, 8, 7), Date.UTC(2026, 2, 29, 1), Date.UTC(2026, 3, 4, 15), Date.UTC(2026, 9, 3, 15, 30), Date.UTC(2026, 9, 25, 1), Date.UTC(2026, 10, 1, 6)];
+  const around = [
+    Date.UTC(2026, 2, 8, 7),
+    Date.UTC(2026, 2, 29, 1),
+    Date.UTC(2026, 3, 4, 15),
+    Date.UTC(2026, 9, 3, 15, 30),
+    Date.UTC(2026, 9, 25, 1),
+    Date.UTC(2026, 10, 1, 6),
+  ];
   const out: MeterSegment[] = [];
   let seq = 0;
   for (const t of around) {
@@ -38,7 +45,18 @@ function workload(): MeterSegment[] {
       let start = t - 30 * hour + rnd(3 * hour);
       for (let r = 0; r < 12; r++) {
         const durationMs = 1 + rnd(2 * hour);
-        const segs = runSegments({ tenantId: "ten_u", agentId: agent, vmId: `vm_${agent}`, runId: `run_${agent}_${seq}`, start, durationMs, firstSeq: seq, heartbeatMs: 10_000 + rnd(5000), vcpus: 1 + rnd(4), memMiB: 128 * (1 + rnd(8)) });
+        const segs = runSegments({
+          tenantId: "ten_u",
+          agentId: agent,
+          vmId: `vm_${agent}`,
+          runId: `run_${agent}_${seq}`,
+          start,
+          durationMs,
+          firstSeq: seq,
+          heartbeatMs: 10_000 + rnd(5000),
+          vcpus: 1 + rnd(4),
+          memMiB: 128 * (1 + rnd(8)),
+        });
         seq += segs.length;
         out.push(...segs);
         start += durationMs + rnd(6 * hour);
@@ -57,7 +75,11 @@ describe("usage", () => {
     await seedTenant(database.db, "ten_o", "UTC", ["agt_o1"]);
     segs = workload();
     for (let i = 0; i < segs.length; i += 2000) await ingestSegments(database.db, segs.slice(i, i + 2000), clock);
-    await ingestSegments(database.db, [segment({ tenantId: "ten_o", agentId: "agt_o1", vmId: "vm_o", hostId: "host_o", start: Date.UTC(2026, 2, 8, 12), end: Date.UTC(2026, 2, 8, 12, 30) })], clock);
+    await ingestSegments(
+      database.db,
+      [segment({ tenantId: "ten_o", agentId: "agt_o1", vmId: "vm_o", hostId: "host_o", start: Date.UTC(2026, 2, 8, 12), end: Date.UTC(2026, 2, 8, 12, 30) })],
+      clock,
+    );
   });
   afterAll(async () => {
     await database.close();
@@ -83,12 +105,26 @@ describe("usage", () => {
         }
       }
     }
-    const all = await usageReport(database.db, { tenantId: "ten_u", from: Date.UTC(2026, 0, 1), to: Date.UTC(2027, 0, 1), zone: "Australia/Lord_Howe", byAgent: true, time: "day" });
+    const all = await usageReport(database.db, {
+      tenantId: "ten_u",
+      from: Date.UTC(2026, 0, 1),
+      to: Date.UTC(2027, 0, 1),
+      zone: "Australia/Lord_Howe",
+      byAgent: true,
+      time: "day",
+    });
     expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs });
   });
 
   it("answers ranges that are not on quarter hours from raw segments, still conserving every millisecond", async () => {
-    const q: UsageQuery = { tenantId: "ten_u", from: Date.UTC(2026, 2, 7, 10, 7, 3, 17), to: Date.UTC(2026, 2, 9, 22, 59, 59, 999), zone: "America/New_York", byAgent: true, time: "hour" };
+    const q: UsageQuery = {
+      tenantId: "ten_u",
+      from: Date.UTC(2026, 2, 7, 10, 7, 3, 17),
+      to: Date.UTC(2026, 2, 9, 22, 59, 59, 999),
+      zone: "America/New_York",
+      byAgent: true,
+      time: "hour",
+    };
     const report = await usageReport(database.db, q);
     expect(report.source).toBe("raw");
     const b = windowsOf(q);
@@ -190,7 +226,12 @@ describe("usage", () => {
     it("groups by agent and local day in the requested zone, as JSON and as CSV", async () => {
       const res = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day");
       expect(res.status).toBe(200);
-      const body = (await res.json()) as { rows: { start: string; end: string; agentId: string; activeMs: number }[]; totals: { activeMs: number }; source: string; timeZone: string };
+      const body = (await res.json()) as {
+        rows: { start: string; end: string; agentId: string; activeMs: number }[];
+        totals: { activeMs: number };
+        source: string;
+        timeZone: string;
+      };
       expect(body.timeZone).toBe("America/New_York");
       expect(body.source).toBe("rollup");
       expect(new Set(body.rows.map((r) => r.start))).toEqual(new Set(["2026-03-07T00:00:00-05:00", "2026-03-08T00:00:00-05:00", "2026-03-09T00:00:00-04:00"]));
@@ -202,12 +243,22 @@ describe("usage", () => {
       expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms");
       expect(lines.length - 1).toBe(body.rows.length);
       const first = body.rows[0]!;
-      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${(body.rows[0] as unknown as { vcpuMs: number }).vcpuMs},${(body.rows[0] as unknown as { mibMs: number }).mibMs}`);
+      expect(lines[1]).toBe(
+        `${first.start},${first.end},${first.agentId},${first.activeMs},${(body.rows[0] as unknown as { vcpuMs: number }).vcpuMs},${(body.rows[0] as unknown as { mibMs: number }).mibMs}`,
+      );
       expect((await get("/v1/usage?from=2026-03-07&to=2026-03-10&format=csv")).headers.get("content-type")).toMatch(/^text\/csv/);
     });
 
     it("refuses bad parameters with 400", async () => {
-      for (const q of ["from=2026-03-01", "from=2026-03-01&to=2026-04-01&groupBy=week", "from=2026-03-01&to=2026-04-01&tz=Mars/Base", "from=2026-04-01&to=2026-03-01", "from=yesterday&to=2026-04-01", "from=2026-01-01&to=2026-12-01&groupBy=hour", "from=2026-03-01&to=2026-04-01&groupBy=hour,day"]) {
+      for (const q of [
+        "from=2026-03-01",
+        "from=2026-03-01&to=2026-04-01&groupBy=week",
+        "from=2026-03-01&to=2026-04-01&tz=Mars/Base",
+        "from=2026-04-01&to=2026-03-01",
+        "from=yesterday&to=2026-04-01",
+        "from=2026-01-01&to=2026-12-01&groupBy=hour",
+        "from=2026-03-01&to=2026-04-01&groupBy=hour,day",
+      ]) {
         const res = await get(`/v1/usage?${q}`);
         expect(res.status, q).toBe(400);
         expect(((await res.json()) as { error: { code: string } }).error.code).toBe("bad_request");
@@ -216,13 +267,39 @@ describe("usage", () => {
 
     it("ingests over HTTP only with a billing component token, and only the host's own segments", async () => {
       const body = (s: MeterSegment[]) => JSON.stringify({ segments: s });
-      const s1 = segment({ hostId: "host_h", vmId: "vm_h", tenantId: "ten_o", agentId: "agt_o1", start: Date.UTC(2026, 5, 1), end: Date.UTC(2026, 5, 1, 0, 1) });
-      const s2 = segment({ hostId: "host_other", vmId: "vm_h", tenantId: "ten_o", agentId: "agt_o1", start: Date.UTC(2026, 5, 1), end: Date.UTC(2026, 5, 1, 0, 1) });
-      const post = (auth: string | undefined, payload: string) => app().request("/v1/meter-segments", { method: "POST", headers: { "content-type": "application/json", ...(auth ? { authorization: auth } : {}) }, body: payload });
+      const s1 = segment({
+        hostId: "host_h",
+        vmId: "vm_h",
+        tenantId: "ten_o",
+        agentId: "agt_o1",
+        start: Date.UTC(2026, 5, 1),
+        end: Date.UTC(2026, 5, 1, 0, 1),
+      });
+      const s2 = segment({
+        hostId: "host_other",
+        vmId: "vm_h",
+        tenantId: "ten_o",
+        agentId: "agt_o1",
+        start: Date.UTC(2026, 5, 1),
+        end: Date.UTC(2026, 5, 1, 0, 1),
+      });
+      const post = (auth: string | undefined, payload: string) =>
+        app().request("/v1/meter-segments", {
+          method: "POST",
+          headers: { "content-type": "application/json", ...(auth ? { authorization: auth } : {}) },
+          body: payload,
+        });
       expect((await post(undefined, body([s1]))).status).toBe(401);
       expect((await post(undefined, "{nope")).status).toBe(401); // the token is checked before the body is read
       expect((await post(`Bearer ${await signComponentToken(key, { sub: "host_h", aud: "host:host_h" })}`, body([s1]))).status).toBe(401);
-      expect((await post(`Bearer ${await signComponentToken(componentKey("another-secret-that-is-32-chars-long!!"), { sub: "host_h", aud: "billing" })}`, body([s1]))).status).toBe(401);
+      expect(
+        (
+          await post(
+            `Bearer ${await signComponentToken(componentKey("another-secret-that-is-32-chars-long!!"), { sub: "host_h", aud: "billing" })}`,
+            body([s1]),
+          )
+        ).status,
+      ).toBe(401);
       const token = `Bearer ${await signComponentToken(key, { sub: "host_h", aud: "billing" })}`;
       expect((await post(token, "{nope")).status).toBe(400);
       expect((await post(token, JSON.stringify({ segs: [] }))).status).toBe(400);
@@ -250,8 +327,13 @@ describe("usage", () => {
       const text = await res.text();
       const q: UsageQuery = { tenantId: "ten_big", from: day1, to: day1 + 48 * hour, zone: "America/New_York", byAgent: true, time: "day" };
       expect(text).toBe(JSON.stringify(usageJson(await usageTable(database.db, q), ["agent", "day"])));
-      const body = JSON.parse(text) as { rows: { start: string; agentId: string; activeMs: number; vcpuMs: number; mibMs: number }[]; totals: { vcpuMs: number } };
-      const cOrder = (await database.db.execute(sql`select distinct agent_id from usage_quarter_hours where tenant_id = 'ten_big' order by agent_id`)) as unknown as { agent_id: string }[];
+      const body = JSON.parse(text) as {
+        rows: { start: string; agentId: string; activeMs: number; vcpuMs: number; mibMs: number }[];
+        totals: { vcpuMs: number };
+      };
+      const cOrder = (await database.db.execute(
+        sql`select distinct agent_id from usage_quarter_hours where tenant_id = 'ten_big' order by agent_id`,
+      )) as unknown as { agent_id: string }[];
       expect(body.rows.filter((r) => r.start.startsWith("2026-07-01")).map((r) => r.agentId)).toEqual(cOrder.map((r) => r.agent_id));
       for (const [k, agentId] of ids.entries()) {
         const first = body.rows.find((r) => r.agentId === agentId && r.start.startsWith("2026-07-01"))!;
@@ -261,7 +343,9 @@ describe("usage", () => {
       }
       expect(body.rows).toHaveLength(2 * ids.length);
       // a sum that reaches 2^53 is refused, as before (the answer would not be exact in JSON)
-      await database.db.insert(usageQuarterHours).values({ tenantId: "ten_big", agentId: "agt_b", bucketStart: new Date(day1 + hour), activeMs: 1, vcpuMs: 1, mibMs: 0 }); // agt_b: 2^53 - 1 + 1
+      await database.db
+        .insert(usageQuarterHours)
+        .values({ tenantId: "ten_big", agentId: "agt_b", bucketStart: new Date(day1 + hour), activeMs: 1, vcpuMs: 1, mibMs: 0 }); // agt_b: 2^53 - 1 + 1
       await expect(usageTable(database.db, q)).rejects.toThrow(/exceeds 2\^53/);
       expect((await get(path, { "x-test-tenant": "ten_big" })).status).toBe(500);
     });
@@ -269,10 +353,46 @@ describe("usage", () => {
     it("lists an agent's runs with wake reason, mode, timing breakdown, sleep reason and metered time", async () => {
       const woke = Date.UTC(2026, 5, 2, 8);
       await database.db.insert(runs).values([
-        { id: "run_r1", agentId: "agt_u1", tenantId: "ten_u", hostId: "host_r", vmId: "vm_r", wokeAt: new Date(woke), wakeReason: "webhook", wakeMode: "restore", timings: { queuedMs: 3, restoreMs: 850, clockFixMs: 2, firstByteMs: 910 }, sleptAt: new Date(woke + 95_000), sleepReason: "idle" },
-        { id: "run_r2", agentId: "agt_u1", tenantId: "ten_u", hostId: "host_r", vmId: "vm_r", wokeAt: new Date(woke + hour), wakeReason: "request", wakeMode: "boot", timings: { queuedMs: 1, bootMs: 3900 } },
+        {
+          id: "run_r1",
+          agentId: "agt_u1",
+          tenantId: "ten_u",
+          hostId: "host_r",
+          vmId: "vm_r",
+          wokeAt: new Date(woke),
+          wakeReason: "webhook",
+          wakeMode: "restore",
+          timings: { queuedMs: 3, restoreMs: 850, clockFixMs: 2, firstByteMs: 910 },
+          sleptAt: new Date(woke + 95_000),
+          sleepReason: "idle",
+        },
+        {
+          id: "run_r2",
+          agentId: "agt_u1",
+          tenantId: "ten_u",
+          hostId: "host_r",
+          vmId: "vm_r",
+          wokeAt: new Date(woke + hour),
+          wakeReason: "request",
+          wakeMode: "boot",
+          timings: { queuedMs: 1, bootMs: 3900 },
+        },
       ]);
-      await ingestSegments(database.db, runSegments({ hostId: "host_r", vmId: "vm_r", tenantId: "ten_u", agentId: "agt_u1", runId: "run_r1", start: woke, durationMs: 95_000, vcpus: 2, memMiB: 512 }), clock);
+      await ingestSegments(
+        database.db,
+        runSegments({
+          hostId: "host_r",
+          vmId: "vm_r",
+          tenantId: "ten_u",
+          agentId: "agt_u1",
+          runId: "run_r1",
+          start: woke,
+          durationMs: 95_000,
+          vcpus: 2,
+          memMiB: 512,
+        }),
+        clock,
+      );
       const res = await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03");
       expect(res.status).toBe(200);
       const body = (await res.json()) as { runs: Record<string, unknown>[] };
@@ -294,7 +414,9 @@ describe("usage", () => {
         }),
       ]);
       const csv = await (await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03&format=csv")).text();
-      expect(csv.split("\r\n")[0]).toBe("run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,segments");
+      expect(csv.split("\r\n")[0]).toBe(
+        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,segments",
+      );
       expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,10");
     });
   });
@@ -309,8 +431,32 @@ describe("on embedded PGlite (the all-in-one npm start)", () => {
     try {
       await seedTenant(lite.db, "ten_l", "Asia/Kolkata", ["agt_l"]);
       const liteClock = new ManualClock(Date.UTC(2026, 3, 1, 12));
-      await lite.db.insert(runs).values({ id: "run_l", agentId: "agt_l", tenantId: "ten_l", hostId: "host_l", vmId: "vm_l", wokeAt: new Date(Date.UTC(2026, 2, 10, 18)), wakeReason: "api", wakeMode: "boot", timings: { bootMs: 3500 } });
-      const r = await ingestSegments(lite.db, runSegments({ hostId: "host_l", vmId: "vm_l", tenantId: "ten_l", agentId: "agt_l", runId: "run_l", start: Date.UTC(2026, 2, 10, 18), durationMs: 2 * hour, vcpus: 2, memMiB: 512 }), liteClock);
+      await lite.db.insert(runs).values({
+        id: "run_l",
+        agentId: "agt_l",
+        tenantId: "ten_l",
+        hostId: "host_l",
+        vmId: "vm_l",
+        wokeAt: new Date(Date.UTC(2026, 2, 10, 18)),
+        wakeReason: "api",
+        wakeMode: "boot",
+        timings: { bootMs: 3500 },
+      });
+      const r = await ingestSegments(
+        lite.db,
+        runSegments({
+          hostId: "host_l",
+          vmId: "vm_l",
+          tenantId: "ten_l",
+          agentId: "agt_l",
+          runId: "run_l",
+          start: Date.UTC(2026, 2, 10, 18),
+          durationMs: 2 * hour,
+          vcpus: 2,
+          memMiB: 512,
+        }),
+        liteClock,
+      );
       expect(r.accepted).toHaveLength(720);
       const q: UsageQuery = { tenantId: "ten_l", from: Date.UTC(2026, 2, 1), to: Date.UTC(2026, 3, 1), zone: "Asia/Kolkata", byAgent: true, time: "day" };
       const rollup = await usageReport(lite.db, q);

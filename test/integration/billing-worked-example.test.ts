@@ -28,7 +28,8 @@ describe("the billing worked example of docs/billing.md", () => {
   let database: Database;
   let dataDir: string;
   const clock = new ManualClock(Date.parse("2026-02-20T17:00:00.000Z"));
-  const app = () => appWithCaller(createBillingRoutes({ db: database.db, clock, log: silentLogger, componentKey: componentKey("a-component-secret-of-at-least-32-chars!") }));
+  const app = () =>
+    appWithCaller(createBillingRoutes({ db: database.db, clock, log: silentLogger, componentKey: componentKey("a-component-secret-of-at-least-32-chars!") }));
   const get = async (path: string) => {
     const res = await app().request(path, { headers: { "x-test-tenant": "ten_example", "x-test-scopes": "usage:read,agents:admin" } });
     expect(res.status, path).toBe(200);
@@ -39,7 +40,16 @@ describe("the billing worked example of docs/billing.md", () => {
     database = await freshDatabase();
     dataDir = mkdtempSync(join(tmpdir(), "billing-example-"));
     await seedTenant(database.db, "ten_example", "America/New_York", ["agt_example"]);
-    const event = (at: string, fromState: string, toState: string, reason: string, timings?: Record<string, number>) => ({ at: new Date(at), hostId: "host_ex", agentId: "agt_example", vmId: "vm_ex", fromState, toState, reason, ...(timings ? { timings } : {}) });
+    const event = (at: string, fromState: string, toState: string, reason: string, timings?: Record<string, number>) => ({
+      at: new Date(at),
+      hostId: "host_ex",
+      agentId: "agt_example",
+      vmId: "vm_ex",
+      fromState,
+      toState,
+      reason,
+      ...(timings ? { timings } : {}),
+    });
     await database.db.insert(vmEvents).values(event("2026-02-20T17:00:00.000Z", "snapshotting", "hibernated", "idle", { snapshot_bytes: snapshotBytes }));
 
     const meter = Meter.open({ hostId: "host_ex", dataDir, sink: billingSink(database.db, clock), clock, heartbeatMs: 10_000 });
@@ -47,12 +57,35 @@ describe("the billing worked example of docs/billing.md", () => {
     const until = (iso: string) => clock.advance(Date.parse(iso) - clock.now());
     for (const r of timeline) {
       until(r.wokeAt);
-      meter.active({ at: clock.now(), mono: clock.monotonic(), hostId: "host_ex", vmId: "vm_ex", agentId: "agt_example", tenantId: "ten_example", runId: r.runId, vcpus: 2, memMiB: 2048, reason: r.wake });
+      meter.active({
+        at: clock.now(),
+        mono: clock.monotonic(),
+        hostId: "host_ex",
+        vmId: "vm_ex",
+        agentId: "agt_example",
+        tenantId: "ten_example",
+        runId: r.runId,
+        vcpus: 2,
+        memMiB: 2048,
+        reason: r.wake,
+      });
       await database.db.insert(vmEvents).values(event(r.wokeAt, "hibernated", "restoring", r.wake));
       until(r.sleptAt);
       meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_ex", reason: r.sleep });
       await database.db.insert(vmEvents).values(event(r.sleptAt, "running", "hibernated", r.sleep, { snapshot_bytes: snapshotBytes }));
-      await database.db.insert(runs).values({ id: r.runId, agentId: "agt_example", tenantId: "ten_example", hostId: "host_ex", vmId: "vm_ex", wokeAt: new Date(r.wokeAt), wakeReason: r.wake, wakeMode: "restore", timings: { queuedMs: 2, restoreMs: 870, clockFixMs: 3, firstByteMs: 1010 }, sleptAt: new Date(r.sleptAt), sleepReason: r.sleep });
+      await database.db.insert(runs).values({
+        id: r.runId,
+        agentId: "agt_example",
+        tenantId: "ten_example",
+        hostId: "host_ex",
+        vmId: "vm_ex",
+        wokeAt: new Date(r.wokeAt),
+        wakeReason: r.wake,
+        wakeMode: "restore",
+        timings: { queuedMs: 2, restoreMs: 870, clockFixMs: 3, firstByteMs: 1010 },
+        sleptAt: new Date(r.sleptAt),
+        sleepReason: r.sleep,
+      });
     }
     await meter.stop(); // ships everything left in the spool
   });
@@ -62,14 +95,22 @@ describe("the billing worked example of docs/billing.md", () => {
   });
 
   it("reports usage by local day, DST day included, exactly as documented", async () => {
-    const body = (await (await get("/v1/usage?from=2026-03-01&to=2026-04-02&tz=America/New_York&groupBy=day")).json()) as { rows: { start: string; end: string; activeMs: number; vcpuMs: number; mibMs: number }[] };
-    const table = ["| local day (America/New_York) | window | active ms | vCPU-ms | MiB-ms |", "|---|---|---:|---:|---:|", ...body.rows.map((r) => `| ${r.start.slice(0, 10)} | ${r.start} → ${r.end} | ${r.activeMs} | ${r.vcpuMs} | ${r.mibMs} |`)].join("\n");
+    const body = (await (await get("/v1/usage?from=2026-03-01&to=2026-04-02&tz=America/New_York&groupBy=day")).json()) as {
+      rows: { start: string; end: string; activeMs: number; vcpuMs: number; mibMs: number }[];
+    };
+    const table = [
+      "| local day (America/New_York) | window | active ms | vCPU-ms | MiB-ms |",
+      "|---|---|---:|---:|---:|",
+      ...body.rows.map((r) => `| ${r.start.slice(0, 10)} | ${r.start} → ${r.end} | ${r.activeMs} | ${r.vcpuMs} | ${r.mibMs} |`),
+    ].join("\n");
     expect(docs).toContain(table);
     expect(body.rows.map((r) => r.activeMs)).toEqual([4_350_250, 1_800_000, 9_000_000, 3_600_000, 2_700_000]);
   });
 
   it("reports the hours of the spring-forward night, where 2 a.m. does not exist", async () => {
-    const body = (await (await get("/v1/usage?from=2026-03-08&to=2026-03-09&tz=America/New_York&groupBy=hour")).json()) as { rows: { start: string; activeMs: number }[] };
+    const body = (await (await get("/v1/usage?from=2026-03-08&to=2026-03-09&tz=America/New_York&groupBy=hour")).json()) as {
+      rows: { start: string; activeMs: number }[];
+    };
     expect(body.rows.map((r) => [r.start, r.activeMs])).toEqual([
       ["2026-03-08T00:00:00-05:00", 3_600_000],
       ["2026-03-08T01:00:00-05:00", 3_600_000],
@@ -78,18 +119,36 @@ describe("the billing worked example of docs/billing.md", () => {
   });
 
   it("lists the runs with their metered seconds", async () => {
-    const body = (await (await get("/v1/agents/agt_example/runs")).json()) as { runs: { runId: string; wakeReason: string; sleepReason: string; activeMs: number; segments: number }[] };
-    const table = ["| run | woke by | slept by | active ms | segments |", "|---|---|---|---:|---:|", ...[...body.runs].reverse().map((r) => `| ${r.runId} | ${r.wakeReason} | ${r.sleepReason} | ${r.activeMs} | ${r.segments} |`)].join("\n");
+    const body = (await (await get("/v1/agents/agt_example/runs")).json()) as {
+      runs: { runId: string; wakeReason: string; sleepReason: string; activeMs: number; segments: number }[];
+    };
+    const table = [
+      "| run | woke by | slept by | active ms | segments |",
+      "|---|---|---|---:|---:|",
+      ...[...body.runs].reverse().map((r) => `| ${r.runId} | ${r.wakeReason} | ${r.sleepReason} | ${r.activeMs} | ${r.segments} |`),
+    ].join("\n");
     expect(docs).toContain(table);
   });
 
   it("invoices March: a draft until April 3, then final with the documented lines and total", async () => {
-    const early = await app().request("/v1/invoices/2026-03/finalize", { method: "POST", headers: { "x-test-tenant": "ten_example", "x-test-scopes": "agents:admin" } });
+    const early = await app().request("/v1/invoices/2026-03/finalize", {
+      method: "POST",
+      headers: { "x-test-tenant": "ten_example", "x-test-scopes": "agents:admin" },
+    });
     expect(early.status).toBe(409);
     clock.advance(Date.parse("2026-04-03T04:00:00.000Z") - clock.now());
-    const res = await app().request("/v1/invoices/2026-03/finalize", { method: "POST", headers: { "x-test-tenant": "ten_example", "x-test-scopes": "agents:admin" } });
+    const res = await app().request("/v1/invoices/2026-03/finalize", {
+      method: "POST",
+      headers: { "x-test-tenant": "ten_example", "x-test-scopes": "agents:admin" },
+    });
     expect(res.status).toBe(200);
-    const inv = (await res.json()) as { status: string; cutoffAt: string; lines: { resource: string; quantity: string; unit: string; unitPriceNanocents: number; priceUnit: string; amountCents: number }[]; totalCents: number; total: string };
+    const inv = (await res.json()) as {
+      status: string;
+      cutoffAt: string;
+      lines: { resource: string; quantity: string; unit: string; unitPriceNanocents: number; priceUnit: string; amountCents: number }[];
+      totalCents: number;
+      total: string;
+    };
     expect(inv.status).toBe("final");
     expect(inv.cutoffAt).toBe("2026-04-03T04:00:00.000Z");
     const table = [

@@ -26,7 +26,8 @@ interface Checkpoint {
 }
 
 const json = { "content-type": "application/json" };
-const post = (path: string, body: unknown, token?: string) => sys.call(path, { method: "POST", headers: json, body: JSON.stringify(body), ...(token !== undefined ? { token } : {}) });
+const post = (path: string, body: unknown, token?: string) =>
+  sys.call(path, { method: "POST", headers: json, body: JSON.stringify(body), ...(token !== undefined ? { token } : {}) });
 const stateDir = (agentId: string) => join(sys.dataDir, "hosts", sys.host.hostId, "vms", agentId);
 const checkpointDirOf = (id: string) => join(sys.dataDir, "hosts", sys.host.hostId, "checkpoints", id);
 
@@ -71,7 +72,15 @@ describe("checkpoints", () => {
     expect(ckp.id).toMatch(/^ckp_/);
     expect(ckp.bytes).toBeGreaterThan(0);
     const [row] = await sys.database.db.select().from(checkpoints).where(eq(checkpoints.id, ckp.id));
-    expect(row).toMatchObject({ agentId, hostId: sys.host.hostId, tenantId: sys.demo.tenantId, origin: "api", bytes: ckp.bytes, requestId: res.headers.get("x-request-id"), deletedAt: null });
+    expect(row).toMatchObject({
+      agentId,
+      hostId: sys.host.hostId,
+      tenantId: sys.demo.tenantId,
+      origin: "api",
+      bytes: ckp.bytes,
+      requestId: res.headers.get("x-request-id"),
+      deletedAt: null,
+    });
     expect(JSON.parse(readFileSync(join(checkpointDirOf(ckp.id), "checkpoint.json"), "utf8"))).toEqual({ agentId, running: true });
     const audits = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, agentId));
     expect(audits.map((a) => a.action)).toEqual(expect.arrayContaining(["checkpoint.create", "vm.checkpoint"]));
@@ -102,7 +111,10 @@ describe("checkpoints", () => {
     const first = (await (await sys.call(`/v1/agents/${agentId}/checkpoints?limit=1`)).json()) as { checkpoints: Checkpoint[]; nextCursor: string | null };
     expect(first.checkpoints.map((c) => c.id)).toEqual([a.id]);
     expect(first.nextCursor).not.toBeNull();
-    const second = (await (await sys.call(`/v1/agents/${agentId}/checkpoints?limit=1&cursor=${first.nextCursor}`)).json()) as { checkpoints: Checkpoint[]; nextCursor: string | null };
+    const second = (await (await sys.call(`/v1/agents/${agentId}/checkpoints?limit=1&cursor=${first.nextCursor}`)).json()) as {
+      checkpoints: Checkpoint[];
+      nextCursor: string | null;
+    };
     expect(second.checkpoints.map((c) => c.id)).toEqual([b.id]);
     expect(second.nextCursor).toBeNull();
     expect(((await (await sys.call(`/v1/agents/${agentId}/checkpoints/${b.id}`)).json()) as Checkpoint).id).toBe(b.id);
@@ -139,9 +151,15 @@ describe("checkpoints", () => {
       ["stopped", "hibernated", "api"],
     ]);
     expect(events.at(-1)?.detail).toMatchObject({ restoredFrom: ckp.id });
-    const open = await sys.database.db.select().from(runs).where(and(eq(runs.agentId, agentId), isNull(runs.sleptAt)));
+    const open = await sys.database.db
+      .select()
+      .from(runs)
+      .where(and(eq(runs.agentId, agentId), isNull(runs.sleptAt)));
     expect(open).toHaveLength(0);
-    const audits = await sys.database.db.select().from(auditLog).where(and(eq(auditLog.target, agentId), eq(auditLog.action, "agent.restore")));
+    const audits = await sys.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.target, agentId), eq(auditLog.action, "agent.restore")));
     expect(audits).toHaveLength(1);
     // The next call wakes it (the process driver boots over the restored files).
     expect((await sys.call(`/a/${agentId}/counter`)).status).toBe(200);
@@ -202,7 +220,11 @@ describe("checkpoints", () => {
   it("takes a checkpoint the workload asks for from inside, once, recorded like an API one (origin guest)", async () => {
     const agentId = await awakeAgent();
     writeFileSync(join(stateDir(agentId), checkpointRequestsFile), "episode-1\n");
-    const guestRows = () => sys.database.db.select().from(checkpoints).where(and(eq(checkpoints.agentId, agentId), eq(checkpoints.origin, "guest")));
+    const guestRows = () =>
+      sys.database.db
+        .select()
+        .from(checkpoints)
+        .where(and(eq(checkpoints.agentId, agentId), eq(checkpoints.origin, "guest")));
     await until("the guest's checkpoint", async () => (await guestRows()).length > 0);
     await new Promise((r) => setTimeout(r, 500)); // several more reaper passes (100 ms apart)
     const rows = await guestRows();
@@ -211,7 +233,10 @@ describe("checkpoints", () => {
     expect(existsSync(checkpointDirOf(rows[0]!.id))).toBe(true);
     const listed = (await (await sys.call(`/v1/agents/${agentId}/checkpoints`)).json()) as { checkpoints: Checkpoint[] };
     expect(listed.checkpoints.map((c) => [c.name, c.origin])).toEqual([["episode-1", "guest"]]);
-    const audits = await sys.database.db.select().from(auditLog).where(and(eq(auditLog.target, agentId), eq(auditLog.action, "vm.checkpoint")));
+    const audits = await sys.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.target, agentId), eq(auditLog.action, "vm.checkpoint")));
     expect(audits).toHaveLength(1);
     expect(audits[0]?.actor).toBe(sys.host.hostId);
   });
@@ -248,8 +273,29 @@ describe("checkpoints", () => {
     const t0 = Date.UTC(2026, 0, 1);
     // 1000 bytes from 01:00 to 03:00 (deleted), 10 bytes from 02:00 on (live): over [00:00, 04:00).
     await db.insert(checkpoints).values([
-      { id: newId("checkpoint"), tenantId: "ten_bill", agentId, hostId: "host_x", name: null, origin: "api", bytes: 1000, pausedMs: 1, createdAt: new Date(t0 + h), deletedAt: new Date(t0 + 3 * h) },
-      { id: newId("checkpoint"), tenantId: "ten_bill", agentId, hostId: "host_x", name: "live", origin: "guest", bytes: 10, pausedMs: 1, createdAt: new Date(t0 + 2 * h) },
+      {
+        id: newId("checkpoint"),
+        tenantId: "ten_bill",
+        agentId,
+        hostId: "host_x",
+        name: null,
+        origin: "api",
+        bytes: 1000,
+        pausedMs: 1,
+        createdAt: new Date(t0 + h),
+        deletedAt: new Date(t0 + 3 * h),
+      },
+      {
+        id: newId("checkpoint"),
+        tenantId: "ten_bill",
+        agentId,
+        hostId: "host_x",
+        name: "live",
+        origin: "guest",
+        bytes: 10,
+        pausedMs: 1,
+        createdAt: new Date(t0 + 2 * h),
+      },
     ]);
     const expected = 1000n * BigInt(2 * h) + 10n * BigInt(2 * h);
     expect((await checkpointStorage(db, "ten_bill", t0, t0 + 4 * h)).get(agentId)).toBe(expected);

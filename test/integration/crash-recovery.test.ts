@@ -68,7 +68,8 @@ describe("host crash (kill -9) and restart", () => {
     expect((await stack.call(`/a/${ids.fresh}/`)).status).toBe(200);
     // The host writes a run's start through its event spool: on a loaded machine that can lag the wake. What is under
     // test is what recovery does with the runs the database had, so the kill waits until it has them.
-    const inDb = async () => (await Promise.all((["idle", "streaming", "fresh"] as const).map(async (k) => (await stack.runs(ids[k])).length === 1))).every(Boolean);
+    const inDb = async () =>
+      (await Promise.all((["idle", "streaming", "fresh"] as const).map(async (k) => (await stack.runs(ids[k])).length === 1))).every(Boolean);
     await waitFor(inDb, 15_000, "the awake agents' runs in the database");
     const booting = stack.call(`/a/${ids.booting}/`).catch(() => undefined); // killed mid-wake
     await sleep(40);

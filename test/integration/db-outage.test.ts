@@ -46,7 +46,16 @@ beforeAll(async () => {
   [host, gateway] = await Promise.all([
     spawnNode(
       "scripts/fleet-agent.ts",
-      { ...common, DATA_DIR: hostDir, INGRESS_PORT: "0", DRIVER: "process", REAPER_INTERVAL_MS: "100", HEARTBEAT_INTERVAL_MS: "500", METER_HEARTBEAT_MS: "1000", DRAIN_TIMEOUT_MS: "2000" },
+      {
+        ...common,
+        DATA_DIR: hostDir,
+        INGRESS_PORT: "0",
+        DRIVER: "process",
+        REAPER_INTERVAL_MS: "100",
+        HEARTBEAT_INTERVAL_MS: "500",
+        METER_HEARTBEAT_MS: "1000",
+        DRAIN_TIMEOUT_MS: "2000",
+      },
       /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
     ),
     spawnNode("scripts/gateway.ts", { ...common, DATA_DIR: gatewayDir, PORT: "0", PLACEMENT_CACHE_MS: "500" }, /gateway listening at (http:\/\/\S+)/),
@@ -114,7 +123,11 @@ async function webhook(agentId: string, secret: string, id: string): Promise<Ans
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const byStatus = (answers: Answer[]) => answers.reduce<Record<string, number>>((acc, a) => ((acc[`${a.status}${a.code ? ` ${a.code}` : ""}`] = (acc[`${a.status}${a.code ? ` ${a.code}` : ""}`] ?? 0) + 1), acc), {});
+const byStatus = (answers: Answer[]) =>
+  answers.reduce<Record<string, number>>(
+    (acc, a) => ((acc[`${a.status}${a.code ? ` ${a.code}` : ""}`] = (acc[`${a.status}${a.code ? ` ${a.code}` : ""}`] ?? 0) + 1), acc),
+    {},
+  );
 const longest = (answers: Answer[]) => Math.round(Math.max(...answers.map((a) => a.ms)));
 
 describe("Postgres down under load", () => {
@@ -127,7 +140,11 @@ describe("Postgres down under load", () => {
     const secret = (hook.body as { secret: string }).secret;
     expect((await api(`/a/${awake}/counter`, { method: "POST" })).status).toBe(200);
     expect((await api(`/a/${sleeper}/counter`, { method: "POST" })).status).toBe(200);
-    await waitFor(async () => (await database.db.select({ state: agents.state }).from(agents).where(eq(agents.id, sleeper)))[0]?.state === "hibernated", 10_000, "the sleeper hibernated");
+    await waitFor(
+      async () => (await database.db.select({ state: agents.state }).from(agents).where(eq(agents.id, sleeper)))[0]?.state === "hibernated",
+      10_000,
+      "the sleeper hibernated",
+    );
     const eventsBefore = await database.db.select({ id: vmEvents.id }).from(vmEvents).where(eq(vmEvents.agentId, sleeper));
     const lastBefore = Math.max(...eventsBefore.map((e) => e.id));
     expect((await timed(`${gatewayUrl}/readyz`)).body).toEqual({ ok: true, database: "up" });
@@ -136,7 +153,14 @@ describe("Postgres down under load", () => {
     // Down, under a bounded load: one call per target every 100 ms.
     await pg.halt();
     const downAt = Date.now();
-    const load: Record<"awake" | "sleeper" | "intake" | "dbOnly" | "readyz" | "hostReadyz", Answer[]> = { awake: [], sleeper: [], intake: [], dbOnly: [], readyz: [], hostReadyz: [] };
+    const load: Record<"awake" | "sleeper" | "intake" | "dbOnly" | "readyz" | "hostReadyz", Answer[]> = {
+      awake: [],
+      sleeper: [],
+      intake: [],
+      dbOnly: [],
+      readyz: [],
+      hostReadyz: [],
+    };
     const dbOnlyRoutes: [string, RequestInit][] = [
       ["/v1/agents", {}],
       ["/v1/agents", { method: "POST", body: JSON.stringify({}) }],
@@ -169,12 +193,20 @@ describe("Postgres down under load", () => {
     const upAt = Date.now();
     const recovered = await waitFor(async () => (await api("/v1/agents")).status === 200, 10_000, "the admin API back");
     const intakeBack = await waitFor(async () => (await webhook(awake, secret, `msg_after_${Date.now()}`)).status === 202, 10_000, "webhook intake back");
-    const readyBack = await waitFor(async () => {
-      const [g, h] = [await timed(`${gatewayUrl}/readyz`), await timed(`${hostUrl}/readyz`)];
-      return g.status === 200 && h.status === 200;
-    }, 10_000, "/readyz up");
+    const readyBack = await waitFor(
+      async () => {
+        const [g, h] = [await timed(`${gatewayUrl}/readyz`), await timed(`${hostUrl}/readyz`)];
+        return g.status === 200 && h.status === 200;
+      },
+      10_000,
+      "/readyz up",
+    );
     const summary = Object.fromEntries(Object.entries(load).map(([k, v]) => [k, { byStatus: byStatus(v), longestMs: longest(v) }]));
-    console.log(`outage ${outageMs} ms:`, JSON.stringify(summary), `recovery: admin ${recovered} ms, intake ${intakeBack} ms, readyz ${readyBack} ms; host spool held ${spoolSeen} writes`);
+    console.log(
+      `outage ${outageMs} ms:`,
+      JSON.stringify(summary),
+      `recovery: admin ${recovered} ms, intake ${intakeBack} ms, readyz ${readyBack} ms; host spool held ${spoolSeen} writes`,
+    );
 
     // The agent that stayed awake answered every call (placement and agent row from memory); so did the one that woke.
     expect(load.awake.length).toBeGreaterThan(outageMs / tickMs / 2);
@@ -207,7 +239,12 @@ describe("Postgres down under load", () => {
       (await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, sleeper)).orderBy(asc(vmEvents.id))).filter((e) => e.id > lastBefore);
     await waitFor(async () => (await outageEvents()).at(-1)?.toState === "hibernated", 10_000, "the outage's transitions replayed");
     const during = await outageEvents();
-    expect(during.map((e) => `${e.fromState}→${e.toState}:${e.reason}`)).toEqual(["hibernated→restoring:request", "restoring→running:request", "running→snapshotting:idle", "snapshotting→hibernated:idle"]);
+    expect(during.map((e) => `${e.fromState}→${e.toState}:${e.reason}`)).toEqual([
+      "hibernated→restoring:request",
+      "restoring→running:request",
+      "running→snapshotting:idle",
+      "snapshotting→hibernated:idle",
+    ]);
     for (const e of during) {
       expect(e.at.getTime()).toBeGreaterThanOrEqual(downAt - 50);
       expect(e.at.getTime()).toBeLessThanOrEqual(upAt);
@@ -234,7 +271,10 @@ describe("Postgres down under load", () => {
     // postgres.js 3.4.x alone exits the process here, two ways: a rollback written on a closed connection (see
     // schema/db-gate.ts), and its per-connection type query failing with the connection (`read ECONNRESET`, an unhandled
     // rejection: see schema/postgres-guard.ts; with that fetch on, 15 of 19 runs of this stress crashed on a busy machine).
-    const child = spawn(process.execPath, [join(repoRoot, "test/integration/db-outage-child.ts")], { env: { ...process.env, DATABASE_URL: pg.url }, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [join(repoRoot, "test/integration/db-outage-child.ts")], {
+      env: { ...process.env, DATABASE_URL: pg.url },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));

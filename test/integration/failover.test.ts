@@ -57,7 +57,15 @@ beforeAll(async () => {
     gateways.push(
       await spawnNode(
         "scripts/gateway.ts",
-        { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: gatewayDir, PORT: "0", HOST_LIVE_WINDOW_MS: String(liveWindowMs), PLACEMENT_CACHE_MS: "500", LOG_LEVEL: "error" },
+        {
+          DATABASE_URL: database.url,
+          COMPONENT_SECRET: testComponentSecret,
+          DATA_DIR: gatewayDir,
+          PORT: "0",
+          HOST_LIVE_WINDOW_MS: String(liveWindowMs),
+          PLACEMENT_CACHE_MS: "500",
+          LOG_LEVEL: "error",
+        },
         /gateway listening at (http:\/\/\S+)/,
       ),
     );
@@ -72,7 +80,8 @@ afterAll(async () => {
   // Workloads a killed host left and no restart reaped (a test that failed midway): ended through their pid files.
   for (const [id, dir] of hostDirs) {
     const vms = join(dir, "hosts", id, "vms");
-    for (const agentDir of existsSync(vms) ? readdirSync(vms) : []) await killLeftover(processFiles(join(vms, agentDir), "workload").pidFile).catch(() => undefined);
+    for (const agentDir of existsSync(vms) ? readdirSync(vms) : [])
+      await killLeftover(processFiles(join(vms, agentDir), "workload").pidFile).catch(() => undefined);
   }
   await database?.close();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -85,7 +94,10 @@ function call(i: number, path: string, init: RequestInit = {}): Promise<Response
 }
 
 async function hostsOf(ids: readonly string[]): Promise<Map<string, { hostId: string | null; generation: number }>> {
-  const rows = await database.db.select({ id: agents.id, hostId: agents.hostId, generation: agents.generation }).from(agents).where(inArray(agents.id, [...ids]));
+  const rows = await database.db
+    .select({ id: agents.id, hostId: agents.hostId, generation: agents.generation })
+    .from(agents)
+    .where(inArray(agents.id, [...ids]));
   return new Map(rows.map((r) => [r.id, { hostId: r.hostId, generation: r.generation }]));
 }
 
@@ -94,7 +106,11 @@ describe("failover across hosts", () => {
 
   it("30 agents created through two gateways spread over 3 hosts within one of even", async () => {
     for (let i = 0; i < 30; i++) {
-      const res = await call(i, "/v1/agents", { method: "POST", body: JSON.stringify({ idleTimeoutMs: 60_000 }), headers: { "content-type": "application/json" } });
+      const res = await call(i, "/v1/agents", {
+        method: "POST",
+        body: JSON.stringify({ idleTimeoutMs: 60_000 }),
+        headers: { "content-type": "application/json" },
+      });
       expect(res.status).toBe(201);
       ids.push(((await res.json()) as { id: string }).id);
     }
@@ -148,7 +164,9 @@ describe("failover across hosts", () => {
     );
     expect(statuses.get(502) ?? 0).toBe(0);
     answeredAfterMs.sort((a, b) => a - b);
-    console.log(`failover: ${victims.length} agents answered again after p50 ${Math.round(answeredAfterMs[answeredAfterMs.length >> 1]!)} ms, max ${Math.round(answeredAfterMs.at(-1)!)} ms (lease ${liveWindowMs} ms); statuses ${JSON.stringify(Object.fromEntries(statuses))}`);
+    console.log(
+      `failover: ${victims.length} agents answered again after p50 ${Math.round(answeredAfterMs[answeredAfterMs.length >> 1]!)} ms, max ${Math.round(answeredAfterMs.at(-1)!)} ms (lease ${liveWindowMs} ms); statuses ${JSON.stringify(Object.fromEntries(statuses))}`,
+    );
     // Not before the lease ended: nobody else may run them while the dead host could still be alive.
     expect(answeredAfterMs[0]!).toBeGreaterThan(liveWindowMs - 1000);
 
@@ -187,7 +205,11 @@ describe("failover across hosts", () => {
       return rows as unknown as { id: string; billed: number; awake: number }[];
     };
     // Its spool ships after the restart: an agent awake longer than a meter heartbeat has closed segments, and they arrive.
-    await waitFor(async () => (await gap()).every((r) => (r.awake < 1000 || r.billed > 0) && Math.abs(r.awake - r.billed) <= 600), 15_000, "billed time within one meter heartbeat of awake time on the dead host").catch(async (err: unknown) => {
+    await waitFor(
+      async () => (await gap()).every((r) => (r.awake < 1000 || r.billed > 0) && Math.abs(r.awake - r.billed) <= 600),
+      15_000,
+      "billed time within one meter heartbeat of awake time on the dead host",
+    ).catch(async (err: unknown) => {
       throw new Error(`${(err as Error).message}: ${JSON.stringify(await gap())}`);
     });
   }, 120_000);
@@ -219,11 +241,17 @@ describe("failover across hosts", () => {
     const moved = await hostsOf(victims);
     for (const id of victims) expect(moved.get(id)!.hostId).not.toBe("host_f3");
     // Its meter closed their segments as `moved` (none goes on after), and its spooled transitions changed no row.
-    await waitFor(async () => {
-      const rows = await database.db.execute(sql`select agent_id, max(ended_at) as last, bool_or(end_reason = 'moved') as moved from meter_segments where id like 'host_f3:%' and agent_id in ${victims} group by agent_id`);
-      const list = rows as unknown as { agent_id: string; last: Date | string; moved: boolean }[];
-      return list.length === victims.length && list.every((r) => r.moved && new Date(r.last).getTime() < resumedAt + 5000);
-    }, 15_000, "host_f3's segments of the moved agents closed as moved");
+    await waitFor(
+      async () => {
+        const rows = await database.db.execute(
+          sql`select agent_id, max(ended_at) as last, bool_or(end_reason = 'moved') as moved from meter_segments where id like 'host_f3:%' and agent_id in ${victims} group by agent_id`,
+        );
+        const list = rows as unknown as { agent_id: string; last: Date | string; moved: boolean }[];
+        return list.length === victims.length && list.every((r) => r.moved && new Date(r.last).getTime() < resumedAt + 5000);
+      },
+      15_000,
+      "host_f3's segments of the moved agents closed as moved",
+    );
     for (const [i, id] of victims.entries()) {
       const res = await call(i, `/a/${id}/counter`, { method: "POST" });
       expect(res.headers.get("x-wake")).toBe("warm");
@@ -252,7 +280,11 @@ describe("failover across hosts", () => {
     await new Promise((r) => setTimeout(r, 500));
     const drain = await fetch(`${gateways[0]!.match[1]}/v1/hosts/host_f2/drain`, { method: "POST", headers: { authorization: `Bearer ${operator}` } });
     expect(drain.status).toBe(202);
-    await waitFor(async () => [...(await hostsOf(onHost)).values()].every((h) => h.hostId !== "host_f2"), 30_000, "every loaded agent moved off the draining host");
+    await waitFor(
+      async () => [...(await hostsOf(onHost)).values()].every((h) => h.hostId !== "host_f2"),
+      30_000,
+      "every loaded agent moved off the draining host",
+    );
     stop = true;
     await load;
     expect([...statuses.keys()]).toEqual([200]);
@@ -274,17 +306,31 @@ describe("failover across hosts", () => {
       dirs.push(dir);
       hostDirs.set(id, dir);
     }
-    hostProcs.set("host_dark", await spawnNode("scripts/fleet-agent.ts", { ...hostEnv("host_dark"), PUBLIC_URL: "http://127.0.0.1:9" }, /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/));
+    hostProcs.set(
+      "host_dark",
+      await spawnNode(
+        "scripts/fleet-agent.ts",
+        { ...hostEnv("host_dark"), PUBLIC_URL: "http://127.0.0.1:9" },
+        /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
+      ),
+    );
     const ahead = await spawnNode(
       "scripts/fleet-agent.ts",
       { ...hostEnv("host_ahead"), LD_PRELOAD: faketime, FAKETIME: "+10m", FAKETIME_DONT_FAKE_MONOTONIC: "1", LOG_LEVEL: "error" },
       /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
     );
     hostProcs.set("host_ahead", ahead);
-    await waitFor(async () => {
-      const rows = await database.db.select().from(hosts).where(inArray(hosts.id, ["host_dark", "host_ahead"]));
-      return rows.length === 2 && rows.every((r) => r.lastHeartbeatAt.getTime() > Date.now() - 1000);
-    }, 10_000, "both new hosts heartbeating");
+    await waitFor(
+      async () => {
+        const rows = await database.db
+          .select()
+          .from(hosts)
+          .where(inArray(hosts.id, ["host_dark", "host_ahead"]));
+        return rows.length === 2 && rows.every((r) => r.lastHeartbeatAt.getTime() > Date.now() - 1000);
+      },
+      10_000,
+      "both new hosts heartbeating",
+    );
     const [skewed] = await database.db.select().from(hosts).where(eq(hosts.id, "host_ahead"));
     expect(Math.abs(skewed!.clockSkewMs - 600_000)).toBeLessThan(5000);
     await waitFor(() => /ahead of the database/.test(ahead.output()), 5000, "the skewed host's error line");

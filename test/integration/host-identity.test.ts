@@ -59,14 +59,19 @@ describe("host identity", () => {
     expect(Buffer.from(secret, "base64url")).toHaveLength(32);
     expect(statSync(hostSecretPath(a, "h1")).mode & 0o777).toBe(0o600);
     expect(idA.secretHash).toBe(secretHashOf(secret));
-    await registerHost(database.db, { id: "h1", url: "http://127.0.0.1:1111", driver: "process", capacityMiB: 1024, secretHash: idA.secretHash }, { dataDir: a });
+    await registerHost(
+      database.db,
+      { id: "h1", url: "http://127.0.0.1:1111", driver: "process", capacityMiB: 1024, secretHash: idA.secretHash },
+      { dataDir: a },
+    );
     expect(await row("h1")).toMatchObject({ secretHash: idA.secretHash, url: "http://127.0.0.1:1111" });
 
     const idB = openHostIdentity(b, "h1");
     expect(idB.secretHash).not.toBe(idA.secretHash);
     const before = await row("h1");
     for (const attempt of [
-      () => registerHost(database.db, { id: "h1", url: "http://127.0.0.1:2222", driver: "process", capacityMiB: 2048, secretHash: idB.secretHash }, { dataDir: b }),
+      () =>
+        registerHost(database.db, { id: "h1", url: "http://127.0.0.1:2222", driver: "process", capacityMiB: 2048, secretHash: idB.secretHash }, { dataDir: b }),
       () => claimHost(database.db, { id: "h1", driver: "process", capacityMiB: 2048, secretHash: idB.secretHash }, { dataDir: b }),
     ]) {
       const err = await refusal(attempt());
@@ -84,7 +89,11 @@ describe("host identity", () => {
     const again = openHostIdentity(a, "h1");
     expect(again.secretHash).toBe(idA.secretHash);
     await claimHost(database.db, { id: "h1", driver: "process", capacityMiB: 1024, secretHash: again.secretHash }, { dataDir: a });
-    await registerHost(database.db, { id: "h1", url: "http://127.0.0.1:3333", driver: "process", capacityMiB: 1024, secretHash: again.secretHash }, { dataDir: a });
+    await registerHost(
+      database.db,
+      { id: "h1", url: "http://127.0.0.1:3333", driver: "process", capacityMiB: 1024, secretHash: again.secretHash },
+      { dataDir: a },
+    );
     expect((await row("h1"))?.url).toBe("http://127.0.0.1:3333");
     again.release();
   });
@@ -112,7 +121,9 @@ describe("host identity", () => {
     const dir = tempDir("lock");
     const held = openHostIdentity(dir, "h_lock");
     const err = await refusal(() => openHostIdentity(dir, "h_lock"));
-    expect(err.message).toBe(`host h_lock: another process (pid ${process.pid}) runs on the data directory ${dir} (it holds ${hostLockPath(dir, "h_lock")}); stop it first, or give this one another DATA_DIR and HOST_ID`);
+    expect(err.message).toBe(
+      `host h_lock: another process (pid ${process.pid}) runs on the data directory ${dir} (it holds ${hostLockPath(dir, "h_lock")}); stop it first, or give this one another DATA_DIR and HOST_ID`,
+    );
     held.release();
     expect(existsSync(hostLockPath(dir, "h_lock"))).toBe(false);
 
@@ -139,7 +150,11 @@ describe("heartbeat", () => {
     const dir = tempDir("skew");
     const id = openHostIdentity(dir, "h_skew");
     const clock = aheadBy(600_000);
-    const registered = await registerHost(database.db, { id: "h_skew", url: "http://127.0.0.1:6666", driver: "process", capacityMiB: 4096, secretHash: id.secretHash }, { dataDir: dir, clock });
+    const registered = await registerHost(
+      database.db,
+      { id: "h_skew", url: "http://127.0.0.1:6666", driver: "process", capacityMiB: 4096, secretHash: id.secretHash },
+      { dataDir: dir, clock },
+    );
     expect(Math.abs(registered.clockSkewMs - 600_000)).toBeLessThan(1000);
     let load = { usedMiB: 768, awakeAgents: 3 };
     let afterBeats = 0;
@@ -167,7 +182,9 @@ describe("heartbeat", () => {
     expect(last).toMatchObject({ usedMiB: 256, awakeAgents: 1 });
     expect(last!.lastHeartbeatAt.getTime()).toBeGreaterThan(first!.lastHeartbeatAt.getTime());
     expect(afterBeats).toBe(3);
-    const skewErrors = lines.filter((l) => l.level === "error" && /^this host's clock is \d+ ms ahead of the database's \(allowed 2000 ms\): it takes no new agents until fixed$/.test(l.msg));
+    const skewErrors = lines.filter(
+      (l) => l.level === "error" && /^this host's clock is \d+ ms ahead of the database's \(allowed 2000 ms\): it takes no new agents until fixed$/.test(l.msg),
+    );
     expect(skewErrors).toHaveLength(3);
     expect(Math.abs((skewErrors[0]!.clockSkewMs as number) - 600_000)).toBeLessThan(1000);
     expect(lines.filter((l) => l.msg === "heartbeat: afterBeat failed")).toHaveLength(1);
@@ -177,12 +194,18 @@ describe("heartbeat", () => {
   it("a clock behind is said so; an in-bounds clock logs no error and records a small skew", async () => {
     const dir = tempDir("behind");
     const id = openHostIdentity(dir, "h_behind");
-    await registerHost(database.db, { id: "h_behind", url: "http://127.0.0.1:7777", driver: "process", capacityMiB: 4096, secretHash: id.secretHash }, { dataDir: dir });
+    await registerHost(
+      database.db,
+      { id: "h_behind", url: "http://127.0.0.1:7777", driver: "process", capacityMiB: 4096, secretHash: id.secretHash },
+      { dataDir: dir },
+    );
     const behind = captured();
     const hb = startHeartbeat(database.db, "h_behind", 60_000, behind.log, { secretHash: id.secretHash, clock: aheadBy(-30_000), maxSkewMs: 2000 });
     await hb.beat();
     await hb.stop();
-    expect(behind.lines.find((l) => l.level === "error")?.msg).toMatch(/^this host's clock is 3\d{4} ms behind the database's \(allowed 2000 ms\): it takes no new agents until fixed$/);
+    expect(behind.lines.find((l) => l.level === "error")?.msg).toMatch(
+      /^this host's clock is 3\d{4} ms behind the database's \(allowed 2000 ms\): it takes no new agents until fixed$/,
+    );
     expect((await row("h_behind"))!.clockSkewMs).toBeLessThan(-29_000);
 
     const fine = captured();
@@ -199,7 +222,11 @@ describe("heartbeat", () => {
   it("a heartbeat after another secret took the row logs loudly, stops beating and calls onLost once", async () => {
     const dir = tempDir("lost");
     const id = openHostIdentity(dir, "h_lost");
-    await registerHost(database.db, { id: "h_lost", url: "http://127.0.0.1:8888", driver: "process", capacityMiB: 4096, secretHash: id.secretHash }, { dataDir: dir });
+    await registerHost(
+      database.db,
+      { id: "h_lost", url: "http://127.0.0.1:8888", driver: "process", capacityMiB: 4096, secretHash: id.secretHash },
+      { dataDir: dir },
+    );
     let lost = 0;
     const { lines, log } = captured();
     const hb = startHeartbeat(database.db, "h_lost", 60_000, log, { secretHash: id.secretHash, clock: systemClock, maxSkewMs: 2000, onLost: () => lost++ });
@@ -208,7 +235,11 @@ describe("heartbeat", () => {
     // The row deleted by an operator and registered by another data directory.
     await database.db.delete(hosts).where(eq(hosts.id, "h_lost"));
     const other = openHostIdentity(tempDir("thief"), "h_lost");
-    await registerHost(database.db, { id: "h_lost", url: "http://127.0.0.1:9999", driver: "process", capacityMiB: 4096, secretHash: other.secretHash }, { dataDir: "elsewhere" });
+    await registerHost(
+      database.db,
+      { id: "h_lost", url: "http://127.0.0.1:9999", driver: "process", capacityMiB: 4096, secretHash: other.secretHash },
+      { dataDir: "elsewhere" },
+    );
     await database.db.update(hosts).set({ lastHeartbeatAt: sql`now() - interval '1 hour'` }).where(eq(hosts.id, "h_lost"));
     await hb.beat();
     await hb.beat();
@@ -228,7 +259,16 @@ describe("the fleet-agent daemon with a taken HOST_ID", () => {
   it("a second daemon with the same HOST_ID on another data directory exits non-zero with the message and meters nothing; one on the same data directory is refused too", async () => {
     const a = tempDir("daemon-a");
     const b = tempDir("daemon-b");
-    const env = (dataDir: string) => ({ DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: dataDir, HOST_ID: "host_twin", INGRESS_PORT: "0", DRIVER: "process", HEARTBEAT_INTERVAL_MS: "300", LOG_LEVEL: "info" });
+    const env = (dataDir: string) => ({
+      DATABASE_URL: database.url,
+      COMPONENT_SECRET: testComponentSecret,
+      DATA_DIR: dataDir,
+      HOST_ID: "host_twin",
+      INGRESS_PORT: "0",
+      DRIVER: "process",
+      HEARTBEAT_INTERVAL_MS: "300",
+      LOG_LEVEL: "info",
+    });
     const ready = /fleet-agent (host_twin) serving gateways at (http:\/\/\S+)/;
     const first = await spawnNode("scripts/fleet-agent.ts", env(a), ready);
     children.push(first);

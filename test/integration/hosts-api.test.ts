@@ -52,7 +52,13 @@ beforeAll(async () => {
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
     clock,
-    config: { domain: undefined, maxBodyBytes: 10_000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+    config: {
+      domain: undefined,
+      maxBodyBytes: 10_000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+    },
     webhooks: defaultWebhookConfig,
     componentKey: componentKey(testComponentSecret),
     onWebhookQueued: () => {},
@@ -97,7 +103,20 @@ describe("GET /v1/hosts", () => {
     expect(res.body.hosts.map((h) => h.id)).toEqual(["h-both", "h-live", "h-skewed", "h-stale"]);
 
     const live = byId.get("h-live")!;
-    expect(live).toMatchObject({ url: "http://127.0.0.1:9001", driver: "process", healthy: true, why: null, live: true, clockSkewMs: 40, capacityMiB: 4096, usedMiB: 512, awakeAgents: 2, agents: 3, draining: false, drainingAt: null });
+    expect(live).toMatchObject({
+      url: "http://127.0.0.1:9001",
+      driver: "process",
+      healthy: true,
+      why: null,
+      live: true,
+      clockSkewMs: 40,
+      capacityMiB: 4096,
+      usedMiB: 512,
+      awakeAgents: 2,
+      agents: 3,
+      draining: false,
+      drainingAt: null,
+    });
     expect(live.heartbeatAgeMs).toBeGreaterThanOrEqual(2000);
     expect(live.heartbeatAgeMs).toBeLessThan(20_000);
     expect(Date.parse(live.startedAt)).toBeLessThan(Date.parse(live.lastHeartbeatAt));
@@ -116,7 +135,11 @@ describe("GET /v1/hosts", () => {
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const res: { status: number; body: { hosts: HostJson[]; nextCursor: string | null } } = await call("GET", `/v1/hosts?limit=3${cursor ? `&cursor=${cursor}` : ""}`, op);
+      const res: { status: number; body: { hosts: HostJson[]; nextCursor: string | null } } = await call(
+        "GET",
+        `/v1/hosts?limit=3${cursor ? `&cursor=${cursor}` : ""}`,
+        op,
+      );
       expect(res.status).toBe(200);
       seen.push(...res.body.hosts.map((h) => h.id));
       cursor = res.body.nextCursor;
@@ -164,7 +187,14 @@ describe("drain and undrain", () => {
     const op = await operator();
     const drained = await call<HostJson>("POST", "/v1/hosts/h-live/drain", op);
     expect(drained.status, JSON.stringify(drained.body)).toBe(202);
-    expect(drained.body).toMatchObject({ id: "h-live", draining: true, drainingAt: new Date(clock.now()).toISOString(), healthy: false, why: "draining", agents: 3 });
+    expect(drained.body).toMatchObject({
+      id: "h-live",
+      draining: true,
+      drainingAt: new Date(clock.now()).toISOString(),
+      healthy: false,
+      why: "draining",
+      agents: 3,
+    });
     expect((await drainingAtOf("h-live"))?.toISOString()).toBe(new Date(clock.now()).toISOString());
 
     // Again, later: the first drain's time stands.
@@ -172,7 +202,10 @@ describe("drain and undrain", () => {
     clock.advance(60_000);
     const again = await call<HostJson>("POST", "/v1/hosts/h-live/drain", op);
     expect([again.status, again.body.drainingAt]).toEqual([202, first]);
-    expect((await call<{ hosts: HostJson[] }>("GET", "/v1/hosts", op)).body.hosts.find((h) => h.id === "h-live")).toMatchObject({ draining: true, why: "draining" });
+    expect((await call<{ hosts: HostJson[] }>("GET", "/v1/hosts", op)).body.hosts.find((h) => h.id === "h-live")).toMatchObject({
+      draining: true,
+      why: "draining",
+    });
 
     const undrained = await call<HostJson>("POST", "/v1/hosts/h-live/undrain", op);
     expect(undrained.status).toBe(200);
@@ -181,7 +214,11 @@ describe("drain and undrain", () => {
     const twice = await call<HostJson>("POST", "/v1/hosts/h-live/undrain", op);
     expect([twice.status, twice.body.draining]).toEqual([200, false]);
 
-    const rows = await database.db.select().from(auditLog).where(and(eq(auditLog.target, "h-live"))).orderBy(asc(auditLog.id));
+    const rows = await database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.target, "h-live")))
+      .orderBy(asc(auditLog.id));
     expect(rows.map((r) => [r.action, r.actor, r.tenantId, (r.detail as { changed: boolean }).changed])).toEqual([
       ["host.drain", "op_1", null, true],
       ["host.drain", "op_1", null, false],

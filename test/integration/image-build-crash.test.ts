@@ -31,7 +31,10 @@ beforeAll(() => {
   context = join(scratch, "ctx");
   cpSync(fixture.dir, join(context, "root"), { recursive: true, verbatimSymlinks: true });
   fixture.remove();
-  writeFileSync(join(context, "Containerfile"), 'FROM scratch\nCOPY root/ /\nRUN ["/bin/busybox", "dd", "if=/dev/urandom", "of=/data/blob", "bs=1M", "count=24"]\nCMD ["/bin/httpd", "-f", "-p", "8080"]\n');
+  writeFileSync(
+    join(context, "Containerfile"),
+    'FROM scratch\nCOPY root/ /\nRUN ["/bin/busybox", "dd", "if=/dev/urandom", "of=/data/blob", "bs=1M", "count=24"]\nCMD ["/bin/httpd", "-f", "-p", "8080"]\n',
+  );
 });
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 

@@ -9,7 +9,16 @@ import { AppError } from "../../lib/errors.ts";
 import { imageDir, type ImageConfig } from "../../contracts/image.ts";
 import { archiveFormatsOf } from "../../images/build/archive.ts";
 import { aptMirror, baseFor, baseNames, ensureBase, fromImages } from "../../images/build/base.ts";
-import { buildahBuild, buildahImageLabels, buildahPushArchive, buildahRemoveImage, buildahRun, buildahSetup, parseStep, sweepBuildah } from "../../images/build/buildah.ts";
+import {
+  buildahBuild,
+  buildahImageLabels,
+  buildahPushArchive,
+  buildahRemoveImage,
+  buildahRun,
+  buildahSetup,
+  parseStep,
+  sweepBuildah,
+} from "../../images/build/buildah.ts";
 import { buildImage, type BuildEvent, type BuildRequest } from "../../images/build/index.ts";
 import { usedInodes } from "../../images/build/rootfs.ts";
 import { readArtifact, removeArtifact, sweepTemp } from "../../images/build/store.ts";
@@ -22,7 +31,12 @@ const repo = join(import.meta.dirname, "..", "..");
 const cacheDir = process.env.AGENTVM_CACHE_DIR ?? join(homedir(), ".cache", "agentvm");
 const ci = process.env.CI === "true";
 const missingTools = (Object.keys(imageTools) as ImageTool[]).filter((t) => !toolPath(t));
-const why = missingTools.length > 0 ? `${missingTools.join(", ")} missing (apt-get install -y buildah skopeo umoci debootstrap)` : process.getuid?.() !== 0 ? "buildah and umoci run as root here" : undefined;
+const why =
+  missingTools.length > 0
+    ? `${missingTools.join(", ")} missing (apt-get install -y buildah skopeo umoci debootstrap)`
+    : process.getuid?.() !== 0
+      ? "buildah and umoci run as root here"
+      : undefined;
 if (why && ci) throw new Error(`CI: image builds cannot run: ${why} (npm test provisions the tools: scripts/provision.ts)`);
 const title = `image builds with buildah, skopeo, umoci and mke2fs${why ? ` — skipped: ${why}` : ""}`;
 
@@ -107,7 +121,10 @@ describe("pieces of the build (no tools)", () => {
     const etc = mkdtempSync(join(tmpdir(), "image-apt-"));
     try {
       mkdirSync(join(etc, "sources.list.d"));
-      writeFileSync(join(etc, "sources.list.d", "a.sources"), "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\nComponents: main\n\nTypes: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\nComponents: main\n");
+      writeFileSync(
+        join(etc, "sources.list.d", "a.sources"),
+        "Types: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\nComponents: main\n\nTypes: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\nComponents: main\n",
+      );
       writeFileSync(join(etc, "sources.list.d", "b.list.disabled"), "deb http://wrong.example/debian bookworm main\n");
       expect(aptMirror("bookworm", etc)).toBe("http://mirror.example/debian");
       writeFileSync(join(etc, "sources.list"), "# x\ndeb [arch=amd64] http://first.example/debian bookworm main contrib\n");
@@ -116,7 +133,8 @@ describe("pieces of the build (no tools)", () => {
     } finally {
       rmSync(etc, { recursive: true, force: true });
     }
-    const dump = "Inode count:              16\nInodes per group:         8\nFree inodes:              9\nGroup 0: (Blocks 0-99)\n  Free inodes: 5-6, 8\nGroup 1: (Blocks 100-199)\n  Free inodes: 10-16\n";
+    const dump =
+      "Inode count:              16\nInodes per group:         8\nFree inodes:              9\nGroup 0: (Blocks 0-99)\n  Free inodes: 5-6, 8\nGroup 1: (Blocks 100-199)\n  Free inodes: 10-16\n";
     expect(usedInodes(dump)).toEqual([1, 2, 3, 4, 7, 9]);
   });
 });
@@ -163,7 +181,17 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
     const events: BuildEvent[] = [];
     const artifact = await buildImage({ kind: "containerfile", input: join(repo, "examples/node-agent"), dataDir, cacheDir, onEvent: (e) => events.push(e) });
 
-    expect(artifact.config).toEqual({ entrypoint: [], cmd: ["node", "/app/server.js"], env: expect.arrayContaining([expect.stringMatching(/^PATH=/)]), workdir: "/app", user: "", uid: 0, gid: 0, port: 8080, readyPath: "/" } satisfies ImageConfig);
+    expect(artifact.config).toEqual({
+      entrypoint: [],
+      cmd: ["node", "/app/server.js"],
+      env: expect.arrayContaining([expect.stringMatching(/^PATH=/)]),
+      workdir: "/app",
+      user: "",
+      uid: 0,
+      gid: 0,
+      port: 8080,
+      readyPath: "/",
+    } satisfies ImageConfig);
     const dir = imageDir(dataDir, artifact.digest);
     expect(artifact.rootfs).toBe(join(dir, "rootfs.ext4"));
     const json = JSON.parse(readFileSync(join(dir, "image.json"), "utf8"));
@@ -206,13 +234,18 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
       writeFileSync(join(d, "hello.txt"), "hello\n");
       return d;
     };
-    const run = await failure({ kind: "containerfile", input: ctx("run", "FROM agentvm/node:bookworm\nRUN echo about-to-fail && exit 3\nCMD [\"node\"]\n"), dataDir, cacheDir });
+    const run = await failure({
+      kind: "containerfile",
+      input: ctx("run", 'FROM agentvm/node:bookworm\nRUN echo about-to-fail && exit 3\nCMD ["node"]\n'),
+      dataDir,
+      cacheDir,
+    });
     expect(run.code).toBe("build_failed");
     expect(run.message).toContain("about-to-fail");
     expect(run.message).toMatch(/exit status 3/);
 
     const started = performance.now();
-    const pull = await failure({ kind: "containerfile", input: ctx("pull", "FROM registry.invalid/none/such:1\nCMD [\"x\"]\n"), dataDir, cacheDir });
+    const pull = await failure({ kind: "containerfile", input: ctx("pull", 'FROM registry.invalid/none/such:1\nCMD ["x"]\n'), dataDir, cacheDir });
     expect(pull.code).toBe("build_failed");
     expect(pull.message).toMatch(/could not be pulled/);
     expect(pull.message).toContain("registry.invalid");
@@ -239,7 +272,17 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
   describe("archives", () => {
     let ociArchive: string;
     let dockerArchive: string;
-    const expected: ImageConfig = { entrypoint: ["/hello"], cmd: ["--greet"], env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GREETING=hi"], workdir: "/srv", user: "agent", uid: 1234, gid: 1300, port: 9000, readyPath: "/healthz" };
+    const expected: ImageConfig = {
+      entrypoint: ["/hello"],
+      cmd: ["--greet"],
+      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GREETING=hi"],
+      workdir: "/srv",
+      user: "agent",
+      uid: 1234,
+      gid: 1300,
+      port: 9000,
+      readyPath: "/healthz",
+    };
 
     beforeAll(async () => {
       // A FROM scratch image of static files, made with buildah and pushed both ways.
@@ -248,7 +291,10 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
       writeFileSync(join(ctx, "hello.txt"), "hello from an archive\n");
       writeFileSync(join(ctx, "etc/passwd"), "root:x:0:0::/root:/bin/sh\nagent:x:1234:1300::/srv:/bin/sh\n");
       writeFileSync(join(ctx, "etc/group"), "root:x:0:\nstaff:x:1300:\n");
-      writeFileSync(join(ctx, "Containerfile"), 'FROM scratch\nCOPY etc /etc\nCOPY hello.txt /srv/hello.txt\nENV GREETING=hi\nWORKDIR /srv\nUSER agent\nEXPOSE 9000/tcp\nEXPOSE 53/udp\nLABEL agentvm.ready-path=/healthz\nENTRYPOINT ["/hello"]\nCMD ["--greet"]\n');
+      writeFileSync(
+        join(ctx, "Containerfile"),
+        'FROM scratch\nCOPY etc /etc\nCOPY hello.txt /srv/hello.txt\nENV GREETING=hi\nWORKDIR /srv\nUSER agent\nEXPOSE 9000/tcp\nEXPOSE 53/udp\nLABEL agentvm.ready-path=/healthz\nENTRYPOINT ["/hello"]\nCMD ["--greet"]\n',
+      );
       const setup = buildahSetup(cacheDir, join(scratch, "buildah-tmp"));
       const tag = `localhost/agentvm-test/archive-${randomBytes(4).toString("hex")}:1`;
       await buildahBuild(setup, { contextDir: ctx, containerfile: join(ctx, "Containerfile"), tag, iidfile: join(scratch, "iid") });

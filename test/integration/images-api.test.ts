@@ -45,7 +45,12 @@ class ScriptedBuilder implements ImageBuilder {
       if (text.startsWith("bad")) return record.fail(new AppError("build_failed", "STEP 2/2: RUN false: exit status 1"), new Date());
       if (text.startsWith("corrupt")) return record.fail(new AppError("bad_archive", "not an OCI archive or docker save tarball"), new Date());
       const digest = `sha256:${Buffer.from(text.padEnd(32, "x").slice(0, 32)).toString("hex")}`;
-      const artifact: ImageArtifact = { digest, rootfs: `/nowhere/${digest}`, sizeBytes: 1234, config: { entrypoint: [], cmd: ["node", "/app/server.js"], env: ["PATH=/usr/bin"], workdir: "/app", user: "", uid: 0, gid: 0, port: 8080 } };
+      const artifact: ImageArtifact = {
+        digest,
+        rootfs: `/nowhere/${digest}`,
+        sizeBytes: 1234,
+        config: { entrypoint: [], cmd: ["node", "/app/server.js"], env: ["PATH=/usr/bin"], workdir: "/app", user: "", uid: 0, gid: 0, port: 8080 },
+      };
       record.emit({ type: "step", step: 2, total: 2, text: "COPY . /app" });
       record.succeed(artifact, new Date());
     })();
@@ -75,7 +80,13 @@ beforeAll(async () => {
     audit,
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
-    config: { domain: undefined, maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000, diskMiB: 512 } },
+    config: {
+      domain: undefined,
+      maxBodyBytes: 1000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000, diskMiB: 512 },
+    },
     routes: [createImageRoutes({ repo: imageRepo, builder, audit, log: silentLogger, maxUploadBytes: 1000 })],
     imageCatalog: imageRepo,
   });
@@ -144,7 +155,10 @@ describe("image API", () => {
     const res = await upload("name=streamed", "context-two", { accept: "application/x-ndjson" });
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toContain("application/x-ndjson");
-    const lines = (await res.text()).trim().split("\n").map((l) => JSON.parse(l) as { type: string; image?: ImageJson });
+    const lines = (await res.text())
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { type: string; image?: ImageJson });
     expect(lines[0]!.type).toBe("build");
     expect(lines.filter((l) => l.type === "step").length).toBe(2);
     expect(lines.at(-1)!.type).toBe("image");
@@ -156,7 +170,8 @@ describe("image API", () => {
 
   it("an agent names an image by name:tag, name or digest and is pinned to the digest", async () => {
     const built = (await (await upload("name=pinned", "context-three")).json()) as { image: ImageJson };
-    const create = async (image: string, extra: Record<string, unknown> = {}) => app.request("/v1/agents", { method: "POST", body: JSON.stringify({ image, ...extra }), headers: await auth() });
+    const create = async (image: string, extra: Record<string, unknown> = {}) =>
+      app.request("/v1/agents", { method: "POST", body: JSON.stringify({ image, ...extra }), headers: await auth() });
     for (const ref of ["pinned:latest", "pinned", built.image.digest]) {
       const res = await create(ref);
       expect(res.status, ref).toBe(201);
@@ -178,7 +193,9 @@ describe("image API", () => {
 
   it("deleting an image in use is 409; once its agents are gone the row and the files go", async () => {
     const built = (await (await upload("name=used", "context-four")).json()) as { image: ImageJson };
-    const agent = (await (await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ image: "used" }), headers: await auth() })).json()) as { id: string };
+    const agent = (await (await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ image: "used" }), headers: await auth() })).json()) as {
+      id: string;
+    };
     const refused = await app.request(`/v1/images/${built.image.id}`, { method: "DELETE", headers: await auth() });
     expect(refused.status).toBe(409);
     expect(builder.removed).not.toContain(built.image.digest);
@@ -195,7 +212,17 @@ describe("image API", () => {
     const refs = ["alpha:1", "alpha:2", "alpha:10", "beta:latest", "beta/sub:latest", "gamma:a", "gamma:b"];
     for (const ref of refs) {
       const [name, tag] = ref.split(":") as [string, string];
-      await repo.put({ id: newId("image"), tenantId: "ten_b", name, tag, digest: `sha256:${"c".repeat(64)}`, sizeBytes: 1, config, source: "archive", buildId: newId("build") });
+      await repo.put({
+        id: newId("image"),
+        tenantId: "ten_b",
+        name,
+        tag,
+        digest: `sha256:${"c".repeat(64)}`,
+        sizeBytes: 1,
+        config,
+        source: "archive",
+        buildId: newId("build"),
+      });
     }
     const seen: string[][] = [];
     let cursor: string | null = null;
@@ -216,7 +243,19 @@ describe("image API", () => {
   });
 
   it("is described in /openapi.json: the upload's binary body, JSON or NDJSON answers, the paged list", async () => {
-    const doc = (await (await app.request("/openapi.json")).json()) as { paths: Record<string, Record<string, { operationId: string; requestBody?: { content: Record<string, { schema: { format?: string } }> }; responses: Record<string, { content?: Record<string, unknown> }> }>> };
+    const doc = (await (await app.request("/openapi.json")).json()) as {
+      paths: Record<
+        string,
+        Record<
+          string,
+          {
+            operationId: string;
+            requestBody?: { content: Record<string, { schema: { format?: string } }> };
+            responses: Record<string, { content?: Record<string, unknown> }>;
+          }
+        >
+      >;
+    };
     const upload = doc.paths["/v1/images"]!.post!;
     expect(upload.operationId).toBe("createImage");
     expect(upload.requestBody!.content["application/octet-stream"]!.schema.format).toBe("binary");

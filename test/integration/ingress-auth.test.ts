@@ -82,7 +82,10 @@ describe("a host refuses calls that bypass the gateway", () => {
 
   it("a token signed with another secret, or by another issuer", async () => {
     const agent = spec();
-    await expectRefused(await send("/v1/forward", { token: await handToken(forwardCall(agent), { secret: "another-secret-of-at-least-32-characters!" }) }), /invalid/);
+    await expectRefused(
+      await send("/v1/forward", { token: await handToken(forwardCall(agent), { secret: "another-secret-of-at-least-32-characters!" }) }),
+      /invalid/,
+    );
     await expectRefused(await send("/v1/forward", { token: await handToken(forwardCall(agent), { iss: "someone" }) }), /iss mismatch/);
     await expectRefused(await send("/v1/forward", { token: "not.a.jwt" }), /invalid/);
   });

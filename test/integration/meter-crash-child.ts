@@ -36,7 +36,18 @@ const now = Date.now();
 for (const s of config.schedule) {
   if (s.end <= now) continue;
   const activate = () =>
-    meter.active({ at: Date.now(), mono: performance.now(), hostId: config.hostId, vmId: s.vmId, agentId: `agt_${s.vmId}`, tenantId: "ten_crash", runId: s.runId, vcpus: 1, memMiB: 256, reason: s.start < now ? "boot" : "request" });
+    meter.active({
+      at: Date.now(),
+      mono: performance.now(),
+      hostId: config.hostId,
+      vmId: s.vmId,
+      agentId: `agt_${s.vmId}`,
+      tenantId: "ten_crash",
+      runId: s.runId,
+      vcpus: 1,
+      memMiB: 256,
+      reason: s.start < now ? "boot" : "request",
+    });
   if (s.start <= now) activate();
   else setTimeout(activate, s.start - now);
   setTimeout(() => meter.inactive({ at: Date.now(), mono: performance.now(), vmId: s.vmId, reason: "idle" }), s.end - now);

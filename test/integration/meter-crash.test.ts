@@ -34,7 +34,10 @@ function overlap(a: Interval, b: Interval): number {
 }
 
 function startChild(config: CrashChildConfig): { child: ChildProcess; ready: Promise<number>; exited: Promise<number | null> } {
-  const child = spawn(process.execPath, [childScript], { env: { ...process.env, METER_CHILD_CONFIG: JSON.stringify(config) }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [childScript], {
+    env: { ...process.env, METER_CHILD_CONFIG: JSON.stringify(config) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   let err = "";
   child.stderr?.on("data", (d: Buffer) => (err += d.toString()));
@@ -61,7 +64,11 @@ describe("meter crash (kill -9) and restart", () => {
     database = await freshDatabase();
     dataDir = mkdtempSync(join(tmpdir(), "meter-crash-"));
     const port = await freePort();
-    server = serve({ fetch: appWithCaller(createBillingRoutes({ db: database.db, clock: systemClock, log: silentLogger, componentKey: componentKey(secret) })).fetch, port, hostname: "127.0.0.1" });
+    server = serve({
+      fetch: appWithCaller(createBillingRoutes({ db: database.db, clock: systemClock, log: silentLogger, componentKey: componentKey(secret) })).fetch,
+      port,
+      hostname: "127.0.0.1",
+    });
     billingUrl = `http://127.0.0.1:${port}`;
   });
   afterAll(async () => {

@@ -62,7 +62,18 @@ describe("meter → HTTP → billing, while billing is down", () => {
     const expected = new Map<string, number>();
     const run = (vmId: string, runId: string) => {
       const mono = performance.now();
-      meter.active({ at: Date.now(), mono, hostId: "host_h", vmId, agentId: `agt_${vmId}`, tenantId: "ten_h", runId, vcpus: 1, memMiB: 256, reason: "request" });
+      meter.active({
+        at: Date.now(),
+        mono,
+        hostId: "host_h",
+        vmId,
+        agentId: `agt_${vmId}`,
+        tenantId: "ten_h",
+        runId,
+        vcpus: 1,
+        memMiB: 256,
+        reason: "request",
+      });
       return () => {
         const end = performance.now();
         meter.inactive({ at: Date.now(), mono: end, vmId, reason: "idle" });
@@ -94,7 +105,10 @@ describe("meter → HTTP → billing, while billing is down", () => {
     stopA2();
     await meter.stop();
 
-    const rows = await queryRows<{ id: string; ms: string | number }>(database.db, sql`select id, (extract(epoch from ended_at - started_at) * 1000)::int8 as ms from meter_segments`);
+    const rows = await queryRows<{ id: string; ms: string | number }>(
+      database.db,
+      sql`select id, (extract(epoch from ended_at - started_at) * 1000)::int8 as ms from meter_segments`,
+    );
     const byVm = new Map<string, { ms: number; seqs: number[] }>();
     for (const r of rows) {
       const [, vm, seq] = r.id.split(":");

@@ -126,15 +126,23 @@ describe("built-in array types without the fetch", () => {
 
   it("match the server's catalog", async () => {
     const elements = Object.keys(builtinArrayTypes).map(Number);
-    const rows = await queryRows<{ typelem: number; oid: number }>(pg.db, sql`select typelem::int4 as typelem, oid::int4 as oid from pg_type where typcategory = 'A' and typelem = any(${sql.param(elements)}::int4[])`);
-    expect(Object.fromEntries(rows.map((r) => [r.typelem, r.oid]))).toEqual(Object.fromEntries(Object.entries(builtinArrayTypes).map(([k, v]) => [Number(k), v])));
+    const rows = await queryRows<{ typelem: number; oid: number }>(
+      pg.db,
+      sql`select typelem::int4 as typelem, oid::int4 as oid from pg_type where typcategory = 'A' and typelem = any(${sql.param(elements)}::int4[])`,
+    );
+    expect(Object.fromEntries(rows.map((r) => [r.typelem, r.oid]))).toEqual(
+      Object.fromEntries(Object.entries(builtinArrayTypes).map(([k, v]) => [Number(k), v])),
+    );
   });
 
   it("go out and come back as postgres.js's fetched ones do", async () => {
     const text = ["plain", 'quo"te', "back\\slash", "com,ma", "{brace}", "", "NULL", "sp ace", "ünï"];
     const ints = [1, -2, 2147483647];
     const big = ["9007199254740993", "-1"];
-    const nested = [[1, 2], [3, 4]];
+    const nested = [
+      [1, 2],
+      [3, 4],
+    ];
     const when = '{"2026-01-02T03:04:05.678Z"}'; // drizzle passes date arrays through as text, either way
     const json = [{ a: [1, "x"] }, { b: null }]; // no NULL element: postgres.js's own parser throws on one (ours gives null, below)
     const query = `select $1::text[] as text, $2::int4[] as ints, $3::int8[] as big, $4::int4[] as nested, $5::timestamptz[] as when, $6::jsonb[] as json, '{}'::text[] as empty, '{t,f}'::bool[] as bools`;
@@ -151,9 +159,12 @@ describe("built-in array types without the fetch", () => {
     expect(a!.json).toEqual(json);
   });
 
-  it("parse NULL elements as null, and quoted \"NULL\" as text", () => {
+  it('parse NULL elements as null, and quoted "NULL" as text', () => {
     expect(parseArrayLiteral('{a,NULL,"NULL",null}', undefined)).toEqual(["a", null, "NULL", null]);
     expect(parseArrayLiteral("[0:1]={1,2}", Number)).toEqual([1, 2]);
-    expect(parseArrayLiteral("{{1,2},{3,NULL}}", Number)).toEqual([[1, 2], [3, null]]);
+    expect(parseArrayLiteral("{{1,2},{3,NULL}}", Number)).toEqual([
+      [1, 2],
+      [3, null],
+    ]);
   });
 });

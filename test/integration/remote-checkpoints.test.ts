@@ -33,7 +33,11 @@ afterAll(async () => {
 });
 
 const fleet = () =>
-  createRemoteFleet({ placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }), key: componentKey(testComponentSecret), log: silentLogger });
+  createRemoteFleet({
+    placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }),
+    key: componentKey(testComponentSecret),
+    log: silentLogger,
+  });
 
 async function agent(hostId?: string): Promise<AgentSpec> {
   const id = newId("agent");
@@ -78,7 +82,10 @@ describe("checkpoints over the host protocol", () => {
     const a = await agent();
     await f.wake(a, "api");
     const ckp = await f.checkpoint!(a, { name: "before-outage" });
-    await database.db.update(hosts).set({ lastHeartbeatAt: new Date(Date.now() - 3_600_000) }).where(eq(hosts.id, daemon.hostId));
+    await database.db
+      .update(hosts)
+      .set({ lastHeartbeatAt: new Date(Date.now() - 3_600_000) })
+      .where(eq(hosts.id, daemon.hostId));
     try {
       await f.remove(a.id); // the host is not live: nothing is asked of it
       await createAgentRepo(database.db).markDeleted(a.id);

@@ -49,7 +49,10 @@ async function agent(image: string): Promise<AgentSpec> {
 
 const ctx = () => ({ requestId: newId("request"), reason: "request" as const });
 
-for (const [name, hostFetch] of [["undici (Node gateway)", nodeFetch], ["fetch (as on Workers)", fetchFetch]] as const) {
+for (const [name, hostFetch] of [
+  ["undici (Node gateway)", nodeFetch],
+  ["fetch (as on Workers)", fetchFetch],
+] as const) {
   describe(`remote fleet over ${name}`, () => {
     it("forwards method, path, query, headers and body; keeps x-wake and server-timing", async () => {
       const a = await agent("inspect");
@@ -65,7 +68,12 @@ for (const [name, hostFetch] of [["undici (Node gateway)", nodeFetch], ["fetch (
       expect(res.headers.get("x-custom")).toBe("yes");
       const seen = (await res.json()) as { method: string; url: string; headers: Record<string, string>; bytes: number };
       expect(seen).toMatchObject({ method: "PUT", url: "/some/path?q=1&r=2", bytes: 70_000 });
-      expect(seen.headers).toMatchObject({ "x-forwarded-for": "203.0.113.9", "x-request-id": "req_abcdefgh1234", authorization: "Basic agent-own", "content-type": "text/plain" });
+      expect(seen.headers).toMatchObject({
+        "x-forwarded-for": "203.0.113.9",
+        "x-request-id": "req_abcdefgh1234",
+        authorization: "Basic agent-own",
+        "content-type": "text/plain",
+      });
       expect(Object.keys(seen.headers).filter((h) => h.startsWith("x-agentvm"))).toEqual([]);
     });
 
@@ -102,7 +110,9 @@ for (const [name, hostFetch] of [["undici (Node gateway)", nodeFetch], ["fetch (
 
     it("a gateway with another secret gets 502, not the caller's 401", async () => {
       const a = await agent("inspect");
-      const err = await fleetWith(hostFetch, "a-different-secret-of-32-characters-or-more").forward(a, new Request("http://agent/"), ctx()).catch((e: unknown) => e);
+      const err = await fleetWith(hostFetch, "a-different-secret-of-32-characters-or-more")
+        .forward(a, new Request("http://agent/"), ctx())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(AppError);
       expect(err).toMatchObject({ code: "bad_gateway", message: expect.stringMatching(/refused the gateway's component token/) });
       expect(host.host.status(a.id)).toBeUndefined();
@@ -125,7 +135,12 @@ describe("remote fleet specifics", () => {
     const a = await agent("inspect");
     await database.db.execute(sql`update agents set host_id = 'host_gone', state = 'hibernated' where id = ${a.id}`);
     const fleet = fleetWith(nodeFetch);
-    await expect(fleet.forward(a, new Request("http://agent/"), ctx())).rejects.toMatchObject({ code: "host_unavailable", status: 503, retryAfterS: 2, message: expect.stringMatching(/host host_gone unreachable/) });
+    await expect(fleet.forward(a, new Request("http://agent/"), ctx())).rejects.toMatchObject({
+      code: "host_unavailable",
+      status: 503,
+      retryAfterS: 2,
+      message: expect.stringMatching(/host host_gone unreachable/),
+    });
     expect(await fleet.status(a.id)).toBeUndefined();
     await expect(fleet.hibernate(a.id)).rejects.toMatchObject({ code: "host_unavailable" });
     await database.db.execute(sql`update hosts set last_heartbeat_at = now() - interval '1 hour' where id = 'host_gone'`);

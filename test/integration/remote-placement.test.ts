@@ -26,7 +26,10 @@ beforeEach(async () => {
 
 const db = () => database.db;
 
-async function addHost(id: string, opts: { ageS?: number; capacityMiB?: number; usedMiB?: number; url?: string | null; clockSkewMs?: number; draining?: boolean; driver?: string } = {}): Promise<void> {
+async function addHost(
+  id: string,
+  opts: { ageS?: number; capacityMiB?: number; usedMiB?: number; url?: string | null; clockSkewMs?: number; draining?: boolean; driver?: string } = {},
+): Promise<void> {
   await db()
     .insert(hosts)
     .values({
@@ -44,7 +47,9 @@ async function addHost(id: string, opts: { ageS?: number; capacityMiB?: number; 
 async function addAgent(opts: { memMiB?: number; hostId?: string; state?: string } = {}): Promise<AgentSpec> {
   const id = newId("agent");
   const memMiB = opts.memMiB ?? 256;
-  await db().insert(agents).values({ id, tenantId: "ten_p", name: "a", image: "demo", memMiB, hostId: opts.hostId ?? null, state: opts.state ?? "creating" });
+  await db()
+    .insert(agents)
+    .values({ id, tenantId: "ten_p", name: "a", image: "demo", memMiB, hostId: opts.hostId ?? null, state: opts.state ?? "creating" });
   return { id, tenantId: "ten_p", image: "demo", vcpus: 1, memMiB, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false };
 }
 
@@ -56,7 +61,14 @@ async function hostOf(agentId: string): Promise<string | null> {
 const placement = (cacheTtlMs = 0) => createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs, clock: systemClock });
 
 describe("chooseHost", () => {
-  const h = (id: string, capacityMiB: number, usedMiB: number, pendingMiB = 0, agents = 0): HostLoad => ({ id, url: "http://x", capacityMiB, usedMiB, pendingMiB, agents });
+  const h = (id: string, capacityMiB: number, usedMiB: number, pendingMiB = 0, agents = 0): HostLoad => ({
+    id,
+    url: "http://x",
+    capacityMiB,
+    usedMiB,
+    pendingMiB,
+    agents,
+  });
 
   it("takes the host with the most free memory, counting agents placed there that have not run yet", () => {
     expect(chooseHost([h("a", 1024, 512), h("b", 1024, 0), h("c", 1024, 256)], 256)?.id).toBe("b");
@@ -86,7 +98,9 @@ describe("createDbPlacement", () => {
     await addHost("host_nourl", { url: null });
     await addHost("host_small", { capacityMiB: 128 });
     const agent = await addAgent({ memMiB: 256 });
-    const err = await placement().hostFor(agent).catch((e: unknown) => e);
+    const err = await placement()
+      .hostFor(agent)
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(AppError);
     expect(err).toMatchObject({ code: "wake_failed", status: 503, retryAfterS: 10 });
     expect(await hostOf(agent.id)).toBeNull();
@@ -111,7 +125,11 @@ describe("createDbPlacement", () => {
     const p = placement();
     for (let i = 0; i < 30; i++) await p.hostFor(await addAgent());
     const rows = await db().execute(sql`select host_id, count(*)::int as n from agents where deleted_at is null group by host_id order by host_id`);
-    expect([...(rows as unknown as { host_id: string; n: number }[])].map((r) => [r.host_id, r.n])).toEqual([["host_x1", 10], ["host_x2", 10], ["host_x3", 10]]);
+    expect([...(rows as unknown as { host_id: string; n: number }[])].map((r) => [r.host_id, r.n])).toEqual([
+      ["host_x1", 10],
+      ["host_x2", 10],
+      ["host_x3", 10],
+    ]);
   });
 
   it("hosts that are unhealthy take no new agents: a skewed clock, draining, unreachable from here", async () => {
@@ -120,7 +138,13 @@ describe("createDbPlacement", () => {
     await addHost("host_dark");
     await addHost("host_good", { usedMiB: 3000 });
     const probed: string[] = [];
-    const p = createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock, maxClockSkewMs: 2000, probe: async (h) => (probed.push(h.id), h.id !== "host_dark") });
+    const p = createDbPlacement(db(), {
+      liveWindowMs: 30_000,
+      cacheTtlMs: 0,
+      clock: systemClock,
+      maxClockSkewMs: 2000,
+      probe: async (h) => (probed.push(h.id), h.id !== "host_dark"),
+    });
     for (let i = 0; i < 3; i++) expect((await p.hostFor(await addAgent())).id).toBe("host_good");
     expect(probed).toContain("host_dark");
     expect(probed).not.toContain("host_skewed");
@@ -139,7 +163,16 @@ describe("createDbPlacement", () => {
     expect((await placement().hostFor(fresh)).id).toBe("host_alive");
     expect(await hostOf(fresh.id)).toBe("host_alive");
     const slept = await addAgent({ hostId: "host_dead", state: "running" });
-    await db().insert(runs).values({ id: "run_open00000001", agentId: slept.id, tenantId: "ten_p", hostId: "host_dead", vmId: "vm_x", wokeAt: sql`now() - interval '2 hours'`, wakeReason: "request", wakeMode: "boot" });
+    await db().insert(runs).values({
+      id: "run_open00000001",
+      agentId: slept.id,
+      tenantId: "ten_p",
+      hostId: "host_dead",
+      vmId: "vm_x",
+      wokeAt: sql`now() - interval '2 hours'`,
+      wakeReason: "request",
+      wakeMode: "boot",
+    });
     const moves: AgentMove[] = [];
     const p = createDbPlacement(db(), { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock, onMove: (m) => void moves.push(m) });
     expect(await p.hostFor(slept)).toEqual({ id: "host_alive", url: "http://host_alive.invalid:8090", live: true, generation: 1 });
@@ -162,12 +195,24 @@ describe("createDbPlacement", () => {
     await addHost("host_qdead", { ageS: 3600, driver: "qemu" });
     await addHost("host_qlive", { driver: "qemu" });
     const waiting = await addAgent({ hostId: "host_qdead", state: "hibernated" });
-    await db().insert(runs).values({ id: "run_slept0000001", agentId: waiting.id, tenantId: "ten_p", hostId: "host_qdead", vmId: "vm_w", wokeAt: sql`now() - interval '1 hour'`, sleptAt: sql`now() - interval '50 minutes'`, wakeReason: "request", wakeMode: "boot" });
+    await db().insert(runs).values({
+      id: "run_slept0000001",
+      agentId: waiting.id,
+      tenantId: "ten_p",
+      hostId: "host_qdead",
+      vmId: "vm_w",
+      wokeAt: sql`now() - interval '1 hour'`,
+      sleptAt: sql`now() - interval '50 minutes'`,
+      wakeReason: "request",
+      wakeMode: "boot",
+    });
     await expect(placement().hostFor(waiting)).rejects.toMatchObject({ code: "host_unavailable", status: 503 });
     expect(await hostOf(waiting.id)).toBe("host_qdead");
     // A commit older than its last hibernation is not its state either.
     const files = { "state.bin": { digest: "sha256:00", bytes: 1 } };
-    await db().insert(agentCommits).values({ agentId: waiting.id, hostId: "host_qdead", generation: 0, files, bytes: 1, snapshotAt: sql`now() - interval '55 minutes'` });
+    await db()
+      .insert(agentCommits)
+      .values({ agentId: waiting.id, hostId: "host_qdead", generation: 0, files, bytes: 1, snapshotAt: sql`now() - interval '55 minutes'` });
     await expect(placement().hostFor(waiting)).rejects.toMatchObject({ code: "host_unavailable" });
     await db().update(agentCommits).set({ snapshotAt: sql`now() - interval '50 minutes'` }).where(eq(agentCommits.agentId, waiting.id));
     expect(await placement().hostFor(waiting)).toMatchObject({ id: "host_qlive", generation: 1 });
@@ -194,11 +239,26 @@ describe("createDbPlacement", () => {
     const lapsed = await addAgent({ hostId: "host_lapsed", state: "running" });
     const asleep = await addAgent({ hostId: "host_lapsed", state: "hibernated" });
     const fine = await addAgent({ hostId: "host_beating", state: "running" });
-    for (const [id, agent, host] of [["run_lapsed000001", lapsed, "host_lapsed"], ["run_fine00000001", fine, "host_beating"]] as const) {
-      await db().insert(runs).values({ id, agentId: agent.id, tenantId: "ten_p", hostId: host, vmId: "vm_e", wokeAt: sql`now() - interval '2 hours'`, wakeReason: "request", wakeMode: "boot" });
+    for (const [id, agent, host] of [
+      ["run_lapsed000001", lapsed, "host_lapsed"],
+      ["run_fine00000001", fine, "host_beating"],
+    ] as const) {
+      await db().insert(runs).values({
+        id,
+        agentId: agent.id,
+        tenantId: "ten_p",
+        hostId: host,
+        vmId: "vm_e",
+        wokeAt: sql`now() - interval '2 hours'`,
+        wakeReason: "request",
+        wakeMode: "boot",
+      });
     }
     expect(await expireHostLeases(db(), 30_000)).toEqual({ agents: 1, runs: 1 });
-    const states = await db().select({ id: agents.id, state: agents.state, hostId: agents.hostId }).from(agents).where(sql`${agents.id} in (${lapsed.id}, ${asleep.id}, ${fine.id})`);
+    const states = await db()
+      .select({ id: agents.id, state: agents.state, hostId: agents.hostId })
+      .from(agents)
+      .where(sql`${agents.id} in (${lapsed.id}, ${asleep.id}, ${fine.id})`);
     expect(Object.fromEntries(states.map((r) => [r.id, [r.state, r.hostId]]))).toEqual({
       [lapsed.id]: ["stopped", "host_lapsed"],
       [asleep.id]: ["hibernated", "host_lapsed"],
@@ -218,10 +278,16 @@ describe("createDbPlacement", () => {
     const gateways = [placement(), placement(), placement()];
     // Shuffle heartbeats while they race so different gateways could see different "freshest" hosts.
     const answers = await Promise.all(
-      specs.flatMap((s, i) => gateways.map(async (g, j) => {
-        if ((i + j) % 3 === 0) await db().update(hosts).set({ lastHeartbeatAt: sql`now()` }).where(eq(hosts.id, `host_${(i + j) % 4}`));
-        return { agentId: s.id, hostId: (await g.hostFor(s)).id };
-      })),
+      specs.flatMap((s, i) =>
+        gateways.map(async (g, j) => {
+          if ((i + j) % 3 === 0)
+            await db()
+              .update(hosts)
+              .set({ lastHeartbeatAt: sql`now()` })
+              .where(eq(hosts.id, `host_${(i + j) % 4}`));
+          return { agentId: s.id, hostId: (await g.hostFor(s)).id };
+        }),
+      ),
     );
     for (const s of specs) {
       const recorded = await hostOf(s.id);

@@ -26,7 +26,16 @@ beforeAll(async () => {
   dirs.push(hostDir, gatewayDir);
   const host = await spawnNode(
     "scripts/fleet-agent.ts",
-    { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: hostDir, INGRESS_PORT: "0", DRIVER: "process", REAPER_INTERVAL_MS: "100", HEARTBEAT_INTERVAL_MS: "500", DRAIN_TIMEOUT_MS: "2000" },
+    {
+      DATABASE_URL: database.url,
+      COMPONENT_SECRET: testComponentSecret,
+      DATA_DIR: hostDir,
+      INGRESS_PORT: "0",
+      DRIVER: "process",
+      REAPER_INTERVAL_MS: "100",
+      HEARTBEAT_INTERVAL_MS: "500",
+      DRAIN_TIMEOUT_MS: "2000",
+    },
     /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
   );
   hostProc = host;
@@ -40,7 +49,10 @@ beforeAll(async () => {
   gatewayProc = gateway;
   gatewayUrl = gateway.match[1]!;
   token = await mintToken(keys.privateJwk, { tenant: "ten_remote", scopes: ["agents:invoke", "agents:admin"] });
-  await database.db.insert(tenants).values([{ id: "ten_remote", name: "remote" }, { id: "ten_other", name: "other" }]);
+  await database.db.insert(tenants).values([
+    { id: "ten_remote", name: "remote" },
+    { id: "ten_other", name: "other" },
+  ]);
 }, 120_000);
 
 afterAll(async () => {
@@ -73,10 +85,14 @@ describe("gateway process → fleet-agent process", () => {
     expect(row?.url).toBe(hostProc.match[2]);
     expect(row?.driver).toBe("process");
     const first = row!.lastHeartbeatAt.getTime();
-    await waitFor(async () => {
-      const [again] = await database.db.select().from(hosts).where(eq(hosts.id, hostId));
-      return again!.lastHeartbeatAt.getTime() > first;
-    }, 5000, "a newer heartbeat");
+    await waitFor(
+      async () => {
+        const [again] = await database.db.select().from(hosts).where(eq(hosts.id, hostId));
+        return again!.lastHeartbeatAt.getTime() > first;
+      },
+      5000,
+      "a newer heartbeat",
+    );
   });
 
   it("wake → call → hibernate → wake across the process boundary; the agent is placed on the host", async () => {
@@ -104,7 +120,11 @@ describe("gateway process → fleet-agent process", () => {
 
     const wake = await call(`/v1/agents/${id}/wake`, { method: "POST" });
     expect(await wake.json()).toMatchObject({ state: "running", wake: "warm" });
-    const lease = await call(`/v1/agents/${id}/leases`, { method: "POST", body: JSON.stringify({ ttlMs: 60_000 }), headers: { "content-type": "application/json" } });
+    const lease = await call(`/v1/agents/${id}/leases`, {
+      method: "POST",
+      body: JSON.stringify({ ttlMs: 60_000 }),
+      headers: { "content-type": "application/json" },
+    });
     expect(lease.status).toBe(201);
     const { leaseId } = (await lease.json()) as { leaseId: string };
     expect((await call(`/v1/agents/${id}/leases/${leaseId}`, { method: "DELETE" })).status).toBe(200);
@@ -177,11 +197,17 @@ describe("gateway process → fleet-agent process", () => {
     const id = await createAgent();
     expect((await call(`/a/${id}/`)).status).toBe(200);
     expect(await hostProc.stop()).toBe(0);
-    const rows = await database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, id), eq(vmEvents.toState, "hibernated")));
+    const rows = await database.db
+      .select()
+      .from(vmEvents)
+      .where(and(eq(vmEvents.agentId, id), eq(vmEvents.toState, "hibernated")));
     expect(rows.map((r) => r.reason)).toEqual(["shutdown"]);
     const res = await call(`/a/${id}/`);
     expect(res.status).toBe(503);
     expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
-    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "host_unavailable", message: expect.stringMatching(/unreachable/) });
+    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: "host_unavailable",
+      message: expect.stringMatching(/unreachable/),
+    });
   });
 });

@@ -42,7 +42,9 @@ beforeAll(async () => {
   b = await startHost();
   // A host with a fresh heartbeat whose ingress is gone (crashed since its last beat), and one whose heartbeat stopped long ago.
   await database.db.insert(hosts).values({ id: "hst_gone", url: `http://127.0.0.1:${await closedPort()}`, driver: "qemu", capacityMiB: 1024 });
-  await database.db.insert(hosts).values({ id: "hst_stale", url: "http://127.0.0.1:9", driver: "qemu", capacityMiB: 1024, lastHeartbeatAt: new Date(Date.now() - 3_600_000) });
+  await database.db
+    .insert(hosts)
+    .values({ id: "hst_stale", url: "http://127.0.0.1:9", driver: "qemu", capacityMiB: 1024, lastHeartbeatAt: new Date(Date.now() - 3_600_000) });
 }, 60_000);
 
 afterAll(async () => {

@@ -30,7 +30,15 @@ beforeAll(async () => {
   const keys = await ensureDevKeys(gatewayDir);
   gateway = await spawnNode(
     "scripts/gateway.ts",
-    { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: gatewayDir, PORT: "0", AGENT_IMAGES: "demo", LOG_LEVEL: "error", PLACEMENT_CACHE_MS: "0" },
+    {
+      DATABASE_URL: database.url,
+      COMPONENT_SECRET: testComponentSecret,
+      DATA_DIR: gatewayDir,
+      PORT: "0",
+      AGENT_IMAGES: "demo",
+      LOG_LEVEL: "error",
+      PLACEMENT_CACHE_MS: "0",
+    },
     /gateway listening at (http:\/\/\S+)/,
   );
   gatewayUrl = gateway.match[1]!;
@@ -125,7 +133,10 @@ describe("WebSockets: standalone gateway → host ingress", () => {
     expect(reason).toBe("agent hibernating");
     await waitFor(() => host.host.status(id)?.state === "hibernated", 3000, "hibernated");
     await host.host.flush();
-    const events = await database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, id), eq(vmEvents.toState, "hibernated")));
+    const events = await database.db
+      .select()
+      .from(vmEvents)
+      .where(and(eq(vmEvents.agentId, id), eq(vmEvents.toState, "hibernated")));
     expect(events[0]?.reason).toBe("idle");
 
     const again = await open(viaGateway(`/a/${id}/ws/echo`));
@@ -171,16 +182,40 @@ describe("the host ingress's WebSocket route", () => {
     const id = await createAgent({ idleTimeoutMs: 60_000 });
     const [row] = await database.db.select().from(agents).where(eq(agents.id, id));
     // With the lease generation its placement at creation gave it: a host wakes no copy of an older generation.
-    return { id, tenantId: row!.tenantId, image: row!.image, vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false, generation: row!.generation };
+    return {
+      id,
+      tenantId: row!.tenantId,
+      image: row!.image,
+      vcpus: 1,
+      memMiB: 256,
+      idleTimeoutMs: 60_000,
+      streamIdleMs: 60_000,
+      allowEgress: false,
+      generation: row!.generation,
+    };
   }
-  const websocketCall = (agent: AgentSpec) => ({ op: "websocket" as const, agent, reason: "request" as const, path: "/ws/echo", requestId: "req_direct0001", proxyIdleTimeoutMs: 60_000, responseTimeoutMs: 30_000 });
+  const websocketCall = (agent: AgentSpec) => ({
+    op: "websocket" as const,
+    agent,
+    reason: "request" as const,
+    path: "/ws/echo",
+    requestId: "req_direct0001",
+    proxyIdleTimeoutMs: 60_000,
+    responseTimeoutMs: 30_000,
+  });
 
   it("refuses an upgrade without a token, with another secret's token or with another op's token: 401 envelope, no wake", async () => {
     const agent = await spec();
     const wrongKey = await signHostCall(componentKey("another-component-secret-0123456789abcdef"), host.hostId, websocketCall(agent));
     const otherOp = await signHostCall(componentKey(testComponentSecret), host.hostId, { op: "wake", agent, reason: "request" });
     const otherHost = await signHostCall(componentKey(testComponentSecret), "host_elsewhere", websocketCall(agent));
-    const attempts: Record<string, string>[] = [{}, { [hostTokenHeader]: wrongKey }, { [hostTokenHeader]: otherOp }, { [hostTokenHeader]: otherHost }, { [hostTokenHeader]: "not-a-token" }];
+    const attempts: Record<string, string>[] = [
+      {},
+      { [hostTokenHeader]: wrongKey },
+      { [hostTokenHeader]: otherOp },
+      { [hostTokenHeader]: otherHost },
+      { [hostTokenHeader]: "not-a-token" },
+    ];
     for (const headers of attempts) {
       const err = (await open(viaHost(), headers).catch((e: unknown) => e)) as Refused;
       expect(err.status).toBe(401);

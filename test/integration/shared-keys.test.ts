@@ -32,7 +32,15 @@ afterAll(async () => {
 function startGateway(name: string, env: Record<string, string>) {
   return spawnNode(
     "scripts/gateway.ts",
-    { DATABASE_URL: database.url, COMPONENT_SECRET: testComponentSecret, DATA_DIR: join(root, name), PORT: "0", AGENT_IMAGES: "demo", LOG_LEVEL: "error", ...env },
+    {
+      DATABASE_URL: database.url,
+      COMPONENT_SECRET: testComponentSecret,
+      DATA_DIR: join(root, name),
+      PORT: "0",
+      AGENT_IMAGES: "demo",
+      LOG_LEVEL: "error",
+      ...env,
+    },
     /gateway listening at (http:\/\/\S+)/,
   ).then((c) => {
     children.push(c);
@@ -67,7 +75,19 @@ describe("one signing key file for several gateways", () => {
     const token = stdout.trim();
     for (const url of [one, two]) expect((await listAgents(url, token)).status).toBe(200);
     // The CLI's --key-file mints with the same key; the gateways' own data directories got no dev key of their own.
-    const viaOption = await mintDevToken({ tenant: "ten_shared", scopes: "agents:admin", ttl: "10m", subject: "t", dataDir: join(root, "elsewhere"), keyFile, issuer: "agentvm-dev", audience: "agentvm" }, () => {});
+    const viaOption = await mintDevToken(
+      {
+        tenant: "ten_shared",
+        scopes: "agents:admin",
+        ttl: "10m",
+        subject: "t",
+        dataDir: join(root, "elsewhere"),
+        keyFile,
+        issuer: "agentvm-dev",
+        audience: "agentvm",
+      },
+      () => {},
+    );
     for (const url of [one, two]) expect((await listAgents(url, viaOption)).status).toBe(200);
     expect(() => statSync(devKeyPath(join(root, "gw1")))).toThrow();
 

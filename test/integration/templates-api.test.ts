@@ -10,7 +10,6 @@ import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { runAgentvm, type CliRun } from "../helpers/cli.ts";
 import { FakeTemplateDriver, failedTemplate, readyTemplate } from "../helpers/fake-template-driver.ts";
 
-
 let sys: TestSystem;
 let driver: FakeTemplateDriver;
 let home: string;
@@ -54,7 +53,10 @@ describe("GET /v1/templates", () => {
     driver.templates = [readyTemplate];
     const tenant = await sys.call("/v1/templates");
     expect(tenant.status).toBe(403);
-    expect(((await tenant.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "forbidden", message: expect.stringContaining("operator") });
+    expect(((await tenant.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: "forbidden",
+      message: expect.stringContaining("operator"),
+    });
     expect((await sys.call("/v1/templates", { token: "" })).status).toBe(401);
     // An operator token whose tenant exists nowhere: the operator's routes skip the tenant check (this path among them).
     const stranger = await mintToken(sys.keys.privateJwk, { tenant: "ten_nowhere_at_all", scopes: ["operator"] });
@@ -71,8 +73,12 @@ describe("agentvm templates ls", () => {
     expect(table.code, table.err).toBe(0);
     const lines = table.out.trimEnd().split("\n");
     expect(lines[0]).toMatch(/^HOST\s+KEY\s+IMAGE\s+STATE\s+VCPUS\s+MEM MIB\s+EGRESS\s+BOOT\s+BYTES\s+CREATED\s+ERROR$/);
-    expect(lines[1]).toMatch(new RegExp(`^${sys.host.hostId}\\s+0a1b2c3d4e5f6071\\s+demo\\s+ready\\s+1\\s+256\\s+no\\s+2412 ms\\s+268500000\\s+2026-12-01 10:00:00Z$`));
-    expect(lines[2]).toMatch(new RegExp(`^${sys.host.hostId}\\s+ffee000000000001\\s+demo\\s+failed\\s+2\\s+512\\s+yes\\s+boot_failed: the workload never answered$`));
+    expect(lines[1]).toMatch(
+      new RegExp(`^${sys.host.hostId}\\s+0a1b2c3d4e5f6071\\s+demo\\s+ready\\s+1\\s+256\\s+no\\s+2412 ms\\s+268500000\\s+2026-12-01 10:00:00Z$`),
+    );
+    expect(lines[2]).toMatch(
+      new RegExp(`^${sys.host.hostId}\\s+ffee000000000001\\s+demo\\s+failed\\s+2\\s+512\\s+yes\\s+boot_failed: the workload never answered$`),
+    );
 
     const json = await agentvm(["templates", "ls", "--json"]);
     expect(json.code, json.err).toBe(0);
@@ -91,7 +97,10 @@ describe("agentvm templates ls", () => {
 describe("a clone's wake", () => {
   async function runningDetails(agentId: string): Promise<Record<string, unknown>[]> {
     await sys.host.flush();
-    const rows = await sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
+    const rows = await sys.database.db
+      .select()
+      .from(vmEvents)
+      .where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
     return rows.map((r) => r.detail ?? {});
   }
 

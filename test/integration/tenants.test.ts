@@ -56,7 +56,11 @@ async function createTenant(body: Record<string, unknown>): Promise<TenantJson> 
 }
 
 async function auditActions(tenantId: string): Promise<string[]> {
-  const rows = await sys.database.db.select().from(auditLog).where(and(eq(auditLog.tenantId, tenantId), eq(auditLog.target, tenantId))).orderBy(asc(auditLog.id));
+  const rows = await sys.database.db
+    .select()
+    .from(auditLog)
+    .where(and(eq(auditLog.tenantId, tenantId), eq(auditLog.target, tenantId)))
+    .orderBy(asc(auditLog.id));
   return rows.map((r) => `${r.action}:${r.actor}:${r.requestId ? "req" : "-"}`);
 }
 
@@ -101,12 +105,25 @@ describe("tenants", () => {
 
   it("create: a generated ten_ id or an explicit one, 409 when it exists, bad input 400; then the tenant's token works", async () => {
     const generated = await createTenant({ name: "Generated" });
-    expect(generated).toMatchObject({ id: expect.stringMatching(/^ten_[0-9a-z]{16}$/), name: "Generated", timeZone: "UTC", status: "active", statusReason: null });
+    expect(generated).toMatchObject({
+      id: expect.stringMatching(/^ten_[0-9a-z]{16}$/),
+      name: "Generated",
+      timeZone: "UTC",
+      status: "active",
+      statusReason: null,
+    });
     const explicit = await createTenant({ id: "acme-corp.eu", name: "Acme", timeZone: "Europe/Berlin" });
     expect(explicit).toMatchObject({ id: "acme-corp.eu", timeZone: "Europe/Berlin", status: "active" });
     const again = await answer<ErrorBody>(await sys.call("/v1/tenants", jsonInit("POST", { id: "acme-corp.eu", name: "Other" }, operator)));
     expect([again.status, again.body.error.code]).toEqual([409, "conflict"]);
-    for (const bad of [{}, { name: "" }, { name: "x", id: "../etc" }, { name: "x", id: "a".repeat(65) }, { name: "x", timeZone: "Mars/Olympus" }, { name: "x", extra: 1 }]) {
+    for (const bad of [
+      {},
+      { name: "" },
+      { name: "x", id: "../etc" },
+      { name: "x", id: "a".repeat(65) },
+      { name: "x", timeZone: "Mars/Olympus" },
+      { name: "x", extra: 1 },
+    ]) {
       const res = await answer<ErrorBody>(await sys.call("/v1/tenants", jsonInit("POST", bad, operator)));
       expect([JSON.stringify(bad), res.status, res.body.error.code]).toEqual([JSON.stringify(bad), 400, "bad_request"]);
     }
@@ -148,7 +165,9 @@ describe("tenants", () => {
     const token = await tenantToken("ten_susp");
     const privateAgent = await sys.createAgent({ idleTimeoutMs: 600_000 }, token);
     const publicAgent = await sys.createAgent({ idleTimeoutMs: 600_000, public: true }, token);
-    const hook = await answer<{ secret: string }>(await sys.call(`/v1/agents/${privateAgent.id}/webhooks`, jsonInit("POST", { name: "events", scheme: "standard", path: "/counter" }, token)));
+    const hook = await answer<{ secret: string }>(
+      await sys.call(`/v1/agents/${privateAgent.id}/webhooks`, jsonInit("POST", { name: "events", scheme: "standard", path: "/counter" }, token)),
+    );
     expect(hook.status).toBe(201);
     expect((await sys.call(`/a/${privateAgent.id}/counter`, { method: "POST", token })).status).toBe(200);
     expect((await sys.call(`/a/${publicAgent.id}/`, { token: "" })).status).toBe(200);
@@ -172,7 +191,10 @@ describe("tenants", () => {
       expect([what, a.status, a.body.error.code, a.body.error.message]).toEqual([what, 403, refused.code, refused.message]);
     };
     await expectRefused(await sys.call(`/a/${privateAgent.id}/counter`, { method: "POST", token }), "private agent, fast path");
-    await expectRefused(await sys.app.request(`/a/${privateAgent.id}/counter`, { method: "POST", headers: { authorization: `Bearer ${token}` } }), "private agent, Hono path");
+    await expectRefused(
+      await sys.app.request(`/a/${privateAgent.id}/counter`, { method: "POST", headers: { authorization: `Bearer ${token}` } }),
+      "private agent, Hono path",
+    );
     await expectRefused(await sys.call(`/a/${publicAgent.id}/`, { token: "" }), "public agent, no token, fast path");
     await expectRefused(await sys.app.request(`/a/${publicAgent.id}/`), "public agent, no token, Hono path");
     await expectRefused(await sys.call(`/a/${publicAgent.id}/`), "public agent, another tenant's token");
@@ -180,12 +202,22 @@ describe("tenants", () => {
     await expectRefused(await sys.call("/v1/agents", jsonInit("POST", {}, token)), "create");
     await expectRefused(await sys.call(`/v1/agents/${privateAgent.id}/webhooks`, { token }), "webhook admin");
     const body = JSON.stringify({ type: "ping" });
-    await expectRefused(await sys.call(`/hooks/${privateAgent.id}/events`, { method: "POST", headers: await standardHeaders(hook.body.secret, body, { timestampS: Math.floor(Date.now() / 1000) }), body, token: "" }), "webhook intake");
+    await expectRefused(
+      await sys.call(`/hooks/${privateAgent.id}/events`, {
+        method: "POST",
+        headers: await standardHeaders(hook.body.secret, body, { timestampS: Math.floor(Date.now() / 1000) }),
+        body,
+        token: "",
+      }),
+      "webhook intake",
+    );
     expect(await sys.database.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.agentId, privateAgent.id))).toEqual([]);
     // Nothing woke them.
     for (const id of [privateAgent.id, publicAgent.id]) expect((await sys.host.status(id))?.state).toBe("hibernated");
     // Idempotent: suspending again keeps the first instant and reason.
-    const twice = await answer<{ tenant: TenantJson; hibernated: string[] }>(await sys.call("/v1/tenants/ten_susp/suspend", jsonInit("POST", { reason: "other" }, operator)));
+    const twice = await answer<{ tenant: TenantJson; hibernated: string[] }>(
+      await sys.call("/v1/tenants/ten_susp/suspend", jsonInit("POST", { reason: "other" }, operator)),
+    );
     expect(twice.body.tenant).toEqual(suspended.body.tenant);
     expect(twice.body.hibernated).toEqual([]);
 
@@ -195,7 +227,13 @@ describe("tenants", () => {
     expect((await sys.call(`/a/${privateAgent.id}/counter`, { method: "POST", token })).status).toBe(200);
     expect((await sys.call(`/a/${publicAgent.id}/`, { token: "" })).status).toBe(200);
     expect((await sys.call("/v1/agents", { token })).status).toBe(200);
-    expect(await auditActions("ten_susp")).toEqual(["tenant.create:dev:req", "tenant.suspend:dev:req", "tenant.suspend:dev:req", "tenant.resume:dev:req", "tenant.resume:dev:req"]);
+    expect(await auditActions("ten_susp")).toEqual([
+      "tenant.create:dev:req",
+      "tenant.suspend:dev:req",
+      "tenant.suspend:dev:req",
+      "tenant.resume:dev:req",
+      "tenant.resume:dev:req",
+    ]);
   }, 60_000);
 
   it("delete → its agents are destroyed, the tenant row is kept as deleted with its usage; its calls get 403 tenant_deleted", async () => {
@@ -205,7 +243,11 @@ describe("tenants", () => {
     const a2 = await sys.createAgent({}, token);
     expect((await sys.call(`/a/${a1.id}/counter`, { method: "POST", token })).status).toBe(200);
     // The awake agent's metered time reaches billing (heartbeat 500 ms).
-    await waitFor(async () => (await sys.database.db.select().from(meterSegments).where(eq(meterSegments.agentId, a1.id))).length > 0, 15_000, "meter segments of the awake agent");
+    await waitFor(
+      async () => (await sys.database.db.select().from(meterSegments).where(eq(meterSegments.agentId, a1.id))).length > 0,
+      15_000,
+      "meter segments of the awake agent",
+    );
 
     const deleted = await answer<{ tenant: TenantJson; destroyed: string[] }>(await op("/v1/tenants/ten_gone", { method: "DELETE" }));
     expect(deleted.status).toBe(200);
@@ -243,7 +285,10 @@ describe("first-use provisioning (TENANTS_AUTO_PROVISION=true)", () => {
     expect(agent).toMatchObject({ tenantId: "ten_newcomer" });
     const row = (await auto.database.db.select().from(tenants).where(eq(tenants.id, "ten_newcomer")))[0];
     expect(row).toMatchObject({ name: "ten_newcomer", timeZone: "UTC", status: "active" });
-    const audit = await auto.database.db.select().from(auditLog).where(and(eq(auditLog.tenantId, "ten_newcomer"), eq(auditLog.action, "tenant.provision")));
+    const audit = await auto.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.tenantId, "ten_newcomer"), eq(auditLog.action, "tenant.provision")));
     expect(audit.map((a) => [a.actor, a.target])).toEqual([["dev", "ten_newcomer"]]);
     // On the fast path too (first call of another new tenant straight to a public agent).
     const other = await auto.token({ tenant: "ten_walkin", scopes: ["agents:invoke"] });

@@ -15,7 +15,17 @@ import { createDbWebhookStore } from "../../gateway/webhooks/store.ts";
 import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { defaultWebhookConfig, type WebhookConfig, type WebhookDeps } from "../../gateway/webhooks/types.ts";
 import { freshDatabase } from "../helpers/db.ts";
-import { caller, deleteAgent, fetchForward, seedAgent, seedEndpoint, standardHeaders, startAgentServer, withTestAuth, type AgentServer } from "../helpers/webhook-fixtures.ts";
+import {
+  caller,
+  deleteAgent,
+  fetchForward,
+  seedAgent,
+  seedEndpoint,
+  standardHeaders,
+  startAgentServer,
+  withTestAuth,
+  type AgentServer,
+} from "../helpers/webhook-fixtures.ts";
 
 const servers: AgentServer[] = [];
 const databases: { close(): Promise<void> }[] = [];
@@ -41,12 +51,26 @@ async function testDb(): Promise<Db> {
 }
 
 /** An agent, an endpoint, routes and a worker over `upstream`, able to receive a webhook. */
-async function setup(opts: { upstream: AgentServer; clock?: Clock; config?: Partial<WebhookConfig>; forward?: WebhookDeps["forward"]; body?: string; db?: Db }) {
+async function setup(opts: {
+  upstream: AgentServer;
+  clock?: Clock;
+  config?: Partial<WebhookConfig>;
+  forward?: WebhookDeps["forward"];
+  body?: string;
+  db?: Db;
+}) {
   const db = opts.db ?? (await testDb());
   const clock = opts.clock ?? new ManualClock(Date.UTC(2026, 3, 1));
   const agent = await seedAgent(db);
   const endpoint = await seedEndpoint(db, agent, { path: "/inbox?from=webhook" });
-  const deps: WebhookDeps = { db, clock, log: silentLogger, forward: opts.forward ?? fetchForward(opts.upstream.url), config: { ...config, ...opts.config }, random: () => 0.5 };
+  const deps: WebhookDeps = {
+    db,
+    clock,
+    log: silentLogger,
+    forward: opts.forward ?? fetchForward(opts.upstream.url),
+    config: { ...config, ...opts.config },
+    random: () => 0.5,
+  };
   const app = withTestAuth(createWebhookRoutes(deps), { admin: caller(agent.tenantId) });
   const send = async (body = opts.body ?? '{"event":"ping"}', id?: string) => {
     const headers = await standardHeaders(endpoint.secret, body, { timestampS: Math.floor(clock.now() / 1000), ...(id ? { id } : {}) });
@@ -142,7 +166,11 @@ describe("delivery worker", () => {
     row = await delivery(db, deliveryId);
     expect(row.status).toBe("delivered");
     expect(row.attempts).toBe(4);
-    expect((await audits(db, deliveryId)).map((a) => a.action)).toEqual(["webhook.delivery.dead_lettered", "webhook.delivery.redeliver", "webhook.delivery.delivered"]);
+    expect((await audits(db, deliveryId)).map((a) => a.action)).toEqual([
+      "webhook.delivery.dead_lettered",
+      "webhook.delivery.redeliver",
+      "webhook.delivery.delivered",
+    ]);
 
     const view = (await (await app.request(`/v1/webhook-deliveries/${deliveryId}`, { headers: { authorization: "Bearer admin" } })).json()) as {
       attempts: { outcome: string; statusCode: number | null }[];
@@ -219,7 +247,15 @@ describe("delivery worker", () => {
     }
     const seenIds = upstream.seen.map((s) => String(s.headers["x-webhook-delivery-id"]));
     expect(seenIds.sort()).toEqual([...ids].sort());
-    const workers = new Set((await db.select({ worker: webhookAttempts.worker }).from(webhookAttempts).innerJoin(webhookDeliveries, eq(webhookDeliveries.id, webhookAttempts.deliveryId)).where(eq(webhookDeliveries.endpointId, (await delivery(db, [...ids][0]!)).endpointId))).map((r) => r.worker));
+    const workers = new Set(
+      (
+        await db
+          .select({ worker: webhookAttempts.worker })
+          .from(webhookAttempts)
+          .innerJoin(webhookDeliveries, eq(webhookDeliveries.id, webhookAttempts.deliveryId))
+          .where(eq(webhookDeliveries.endpointId, (await delivery(db, [...ids][0]!)).endpointId))
+      ).map((r) => r.worker),
+    );
     expect(workers).toEqual(new Set(["a", "b"]));
   });
 
@@ -284,7 +320,10 @@ describe("on embedded PGlite (npm start without DATABASE_URL)", () => {
       expect((await delivery(db, deliveryId)).status).toBe("delivered");
       expect(upstream.seen.map((s) => s.headers["x-webhook-delivery-id"])).toEqual([deliveryId, deliveryId]);
       expect(Buffer.from(upstream.seen[1]!.body).toString()).toBe('{"lite":"\u00e9\r\n"}');
-      const done = await db.select().from(auditLog).where(and(eq(auditLog.target, deliveryId), eq(auditLog.action, "webhook.delivery.delivered")));
+      const done = await db
+        .select()
+        .from(auditLog)
+        .where(and(eq(auditLog.target, deliveryId), eq(auditLog.action, "webhook.delivery.delivered")));
       expect(done).toHaveLength(1);
     } finally {
       await lite.close();

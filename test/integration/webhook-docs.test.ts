@@ -26,9 +26,14 @@ function example(name: string): string {
 function runBash(script: string, env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     // --norc: with a socket on stdin (how Node wires a child's stdio) bash would otherwise read ~/.bashrc.
-    execFile("bash", ["--noprofile", "--norc", "-c", `set -euo pipefail\n${script}`], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
+    execFile(
+      "bash",
+      ["--noprofile", "--norc", "-c", `set -euo pipefail\n${script}`],
+      { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, timeout: 30_000 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -39,7 +44,13 @@ let env: Record<string, string>;
 beforeAll(async () => {
   database = await freshDatabase();
   const agent = await seedAgent(database.db);
-  const routes = createWebhookRoutes({ db: database.db, clock: systemClock, log: silentLogger, forward: () => Promise.reject(new Error("unused")), config: defaultWebhookConfig });
+  const routes = createWebhookRoutes({
+    db: database.db,
+    clock: systemClock,
+    log: silentLogger,
+    forward: () => Promise.reject(new Error("unused")),
+    config: defaultWebhookConfig,
+  });
   const app = withTestAuth(routes, { "docs-token": caller(agent.tenantId) });
   await new Promise<void>((resolve) => {
     server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
@@ -74,7 +85,10 @@ describe("the examples of docs/webhooks.md", () => {
   });
 
   it("a wrong secret in the same one-liner is refused, so the example really is what verifies", async () => {
-    const tampered = example("standard").replace('"${SECRET#whsec_}"', '"c2VjcmV0LW5vdC1pdA=="').replace('"name":"orders"', '"name":"orders-2"').replaceAll("/orders\"", '/orders-2"');
+    const tampered = example("standard")
+      .replace('"${SECRET#whsec_}"', '"c2VjcmV0LW5vdC1pdA=="')
+      .replace('"name":"orders"', '"name":"orders-2"')
+      .replaceAll('/orders"', '/orders-2"');
     expect(tampered).toContain("c2VjcmV0LW5vdC1pdA==");
     const { code, stdout } = await runBash(tampered, env);
     expect(code).not.toBe(0);

@@ -88,7 +88,10 @@ describe("admin API", () => {
     expect(gh.res.status).toBe(201);
     expect(gh.json.secret).toMatch(/^[0-9a-f]{64}$/);
 
-    const audit = await database.db.select().from(auditLog).where(and(eq(auditLog.action, "webhook.endpoint.create"), eq(auditLog.target, json.id as string)));
+    const audit = await database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.action, "webhook.endpoint.create"), eq(auditLog.target, json.id as string)));
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ tenantId: agent.tenantId, actor: "tester" });
   });
@@ -156,7 +159,10 @@ describe("admin API lists and bodies", () => {
     }
     // An empty body is {}: the default overlap.
     expect((await admin(`/v1/agents/${agent.agentId}/webhooks/rot/rotate`, { method: "POST" })).status).toBe(200);
-    const declared = await admin(`/v1/agents/${agent.agentId}/webhooks`, { method: "POST", body: JSON.stringify({ name: "big", scheme: "standard", path: `/${"p".repeat(maxAdminBodyBytes)}` }) });
+    const declared = await admin(`/v1/agents/${agent.agentId}/webhooks`, {
+      method: "POST",
+      body: JSON.stringify({ name: "big", scheme: "standard", path: `/${"p".repeat(maxAdminBodyBytes)}` }),
+    });
     expect(declared.status).toBe(413);
     expect(await declared.json()).toMatchObject({ error: { code: "payload_too_large" } });
   });
@@ -164,9 +170,26 @@ describe("admin API lists and bodies", () => {
 
 describe("the OpenAPI document", () => {
   it("describes intake as signed (no bearer) with a raw body, and the admin routes with their bodies and errors", () => {
-    const routes = createWebhookRoutes({ db: database.db, clock, log: silentLogger, forward: () => Promise.reject(new Error("unused")), config: defaultWebhookConfig });
+    const routes = createWebhookRoutes({
+      db: database.db,
+      clock,
+      log: silentLogger,
+      forward: () => Promise.reject(new Error("unused")),
+      config: defaultWebhookConfig,
+    });
     const doc = routes.getOpenAPI31Document({ openapi: "3.1.0", info: { title: "t", version: "1" } });
-    const paths = doc.paths as Record<string, Record<string, { operationId: string; security?: unknown[]; requestBody?: { content: Record<string, { schema: Record<string, unknown> }> }; responses: Record<string, unknown> }>>;
+    const paths = doc.paths as Record<
+      string,
+      Record<
+        string,
+        {
+          operationId: string;
+          security?: unknown[];
+          requestBody?: { content: Record<string, { schema: Record<string, unknown> }> };
+          responses: Record<string, unknown>;
+        }
+      >
+    >;
     const intake = paths["/hooks/{agentId}/{endpointName}"]!.post!;
     expect(intake.security).toEqual([]);
     expect(intake.requestBody!.content["*/*"]!.schema).toMatchObject({ type: "string", format: "binary" });
@@ -278,7 +301,9 @@ describe("intake", () => {
     expect(streamed.status).toBe(413);
 
     const atLimit = "y".repeat(1024);
-    expect((await app.request(hook(), { method: "POST", headers: await standardHeaders(endpoint.secret, atLimit, { timestampS: nowS() }), body: atLimit })).status).toBe(202);
+    expect(
+      (await app.request(hook(), { method: "POST", headers: await standardHeaders(endpoint.secret, atLimit, { timestampS: nowS() }), body: atLimit })).status,
+    ).toBe(202);
   });
 
   it("answers 404 for an unknown agent, endpoint, deleted endpoint or malformed id, and 405 for other methods", async () => {
@@ -323,7 +348,9 @@ describe("intake", () => {
 
     const post = async (secret: string) => {
       const body = `{"t":${clock.now()}}`;
-      return (await app.request(`/hooks/${agent.agentId}/rotating`, { method: "POST", headers: await standardHeaders(secret, body, { timestampS: nowS() }), body })).status;
+      return (
+        await app.request(`/hooks/${agent.agentId}/rotating`, { method: "POST", headers: await standardHeaders(secret, body, { timestampS: nowS() }), body })
+      ).status;
     };
     expect(await post(oldSecret)).toBe(202);
     expect(await post(rj.secret)).toBe(202);
@@ -373,13 +400,22 @@ describe("deliveries API", () => {
     for (let i = 0; i < 3; i++) {
       clock.advance(1000);
       const body = `{"i":${i}}`;
-      const res = await app.request(`/hooks/${agent.agentId}/listed`, { method: "POST", headers: await standardHeaders(ep.secret, body, { timestampS: nowS() }), body });
+      const res = await app.request(`/hooks/${agent.agentId}/listed`, {
+        method: "POST",
+        headers: await standardHeaders(ep.secret, body, { timestampS: nowS() }),
+        body,
+      });
       ids.push(((await res.json()) as { deliveryId: string }).deliveryId);
     }
-    const page1 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2`)).json()) as { deliveries: { id: string; attempts: unknown[] }[]; nextCursor: string };
+    const page1 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2`)).json()) as {
+      deliveries: { id: string; attempts: unknown[] }[];
+      nextCursor: string;
+    };
     expect(page1.deliveries.map((d) => d.id)).toEqual([ids[2], ids[1]]);
     expect(page1.deliveries[0]!.attempts).toEqual([]);
-    const page2 = (await (await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2&cursor=${encodeURIComponent(page1.nextCursor)}`)).json()) as { deliveries: { id: string }[]; nextCursor: null };
+    const page2 = (await (
+      await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?limit=2&cursor=${encodeURIComponent(page1.nextCursor)}`)
+    ).json()) as { deliveries: { id: string }[]; nextCursor: null };
     expect(page2.deliveries.map((d) => d.id)).toEqual([ids[0]]);
     expect(page2.nextCursor).toBeNull();
 
@@ -388,7 +424,11 @@ describe("deliveries API", () => {
     clock.advance(1000);
     for (let i = 0; i < 4; i++) {
       const body = `{"same":${i}}`;
-      const res = await app.request(`/hooks/${agent.agentId}/listed`, { method: "POST", headers: await standardHeaders(ep.secret, body, { timestampS: nowS() }), body });
+      const res = await app.request(`/hooks/${agent.agentId}/listed`, {
+        method: "POST",
+        headers: await standardHeaders(ep.secret, body, { timestampS: nowS() }),
+        body,
+      });
       sameMs.push(((await res.json()) as { deliveryId: string }).deliveryId);
     }
     const paged: string[] = [];
@@ -406,7 +446,8 @@ describe("deliveries API", () => {
       expect(res.status, bad).toBe(400);
       expect(await res.json()).toMatchObject({ error: { code: "bad_request", message: expect.stringContaining("cursor") } });
     }
-    for (const q of ["limit=0", "limit=1001", "before=2026-03-01T12:00:00Z"]) expect((await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?${q}`)).status, q).toBe(400);
+    for (const q of ["limit=0", "limit=1001", "before=2026-03-01T12:00:00Z"])
+      expect((await admin(`/v1/agents/${agent.agentId}/webhooks/listed/deliveries?${q}`)).status, q).toBe(400);
 
     const one = await admin(`/v1/webhook-deliveries/${ids[0]}`);
     expect(one.status).toBe(200);
@@ -435,7 +476,10 @@ describe("through a real HTTP server", () => {
   });
 
   /** A raw node:http POST, so the test controls chunking and Content-Length exactly. */
-  function rawPost(headers: Record<string, string>, chunks: Uint8Array[]): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+  function rawPost(
+    headers: Record<string, string>,
+    chunks: Uint8Array[],
+  ): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
     return new Promise((resolve, reject) => {
       const req = httpRequest(base, { method: "POST", headers }, (res) => {
         let body = "";
@@ -477,11 +521,15 @@ describe("through a real HTTP server", () => {
     const admins = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agents/${agent.agentId}/webhooks`;
     const post = (chunks: string[]) =>
       new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const req = httpRequest(admins, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "transfer-encoding": "chunked" } }, (res) => {
-          let body = "";
-          res.on("data", (d: Buffer) => (body += d.toString()));
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-        });
+        const req = httpRequest(
+          admins,
+          { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "transfer-encoding": "chunked" } },
+          (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
         req.on("error", reject);
         for (const c of chunks) req.write(c);
         req.end();
@@ -499,7 +547,13 @@ describe("through a real HTTP server", () => {
 
   it("answers 429 with Retry-After over HTTP too", async () => {
     const limited = withTestAuth(
-      createWebhookRoutes({ db: database.db, clock, log: silentLogger, forward: () => Promise.reject(new Error("unused")), config: { ...defaultWebhookConfig, ratePerMinute: 1 } }),
+      createWebhookRoutes({
+        db: database.db,
+        clock,
+        log: silentLogger,
+        forward: () => Promise.reject(new Error("unused")),
+        config: { ...defaultWebhookConfig, ratePerMinute: 1 },
+      }),
       {},
     );
     const lep = await seedEndpoint(database.db, agent, { name: "http-limited" });

@@ -18,7 +18,10 @@ afterAll(async () => {
 
 async function runningTransitions(agentId: string) {
   await sys.host.flush();
-  return sys.database.db.select().from(vmEvents).where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
+  return sys.database.db
+    .select()
+    .from(vmEvents)
+    .where(and(eq(vmEvents.agentId, agentId), eq(vmEvents.toState, "running")));
 }
 
 async function counter(agentId: string): Promise<number> {

@@ -29,8 +29,18 @@ describe("Worker bundle", () => {
       const sources = (JSON.parse(readFileSync(join(outdir, "worker.js.map"), "utf8")) as { sources: string[] }).sources;
       expect(sources.some((s) => s.includes("compose/worker.ts"))).toBe(true);
       expect(sources.some((s) => s.includes("gateway/remote-fleet.ts"))).toBe(true);
-      for (const nodeOnly of ["@electric-sql/pglite", "node_modules/undici", "fleet-agent/host.ts", "fleet-agent/local-fleet.ts", "gateway/node/", "@hono/node-server"]) {
-        expect(sources.filter((s) => s.includes(nodeOnly)), nodeOnly).toEqual([]);
+      for (const nodeOnly of [
+        "@electric-sql/pglite",
+        "node_modules/undici",
+        "fleet-agent/host.ts",
+        "fleet-agent/local-fleet.ts",
+        "gateway/node/",
+        "@hono/node-server",
+      ]) {
+        expect(
+          sources.filter((s) => s.includes(nodeOnly)),
+          nodeOnly,
+        ).toEqual([]);
       }
     } finally {
       rmSync(outdir, { recursive: true, force: true });

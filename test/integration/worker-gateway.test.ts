@@ -32,7 +32,10 @@ async function userToken(tenant: string, scope = "agents:invoke agents:admin"): 
 
 beforeAll(async () => {
   database = await freshDatabase();
-  await database.db.insert(tenants).values([{ id: "ten_edge", name: "edge" }, { id: "ten_other", name: "other" }]);
+  await database.db.insert(tenants).values([
+    { id: "ten_edge", name: "edge" },
+    { id: "ten_other", name: "other" },
+  ]);
   host = await startHostInProcess(database, { images: { gzip: gzipAgentImage } });
   const pair = await generateKeyPair("ES256");
   signingKey = pair.privateKey;
@@ -138,13 +141,21 @@ describe("gateway Worker in workerd", () => {
     expect(created.status).toBe(201);
     const { secret } = (await created.json()) as { secret: string };
     const body = JSON.stringify({ event: "ping" });
-    const res = await worker.fetch(`/hooks/${id}/tick`, { method: "POST", headers: await standardHeaders(secret, body, { timestampS: Math.floor(Date.now() / 1000) }), body });
+    const res = await worker.fetch(`/hooks/${id}/tick`, {
+      method: "POST",
+      headers: await standardHeaders(secret, body, { timestampS: Math.floor(Date.now() / 1000) }),
+      body,
+    });
     expect(res.status).toBe(202);
     const { deliveryId } = (await res.json()) as { deliveryId: string };
-    await waitFor(async () => {
-      const [row] = await database.db.select({ status: webhookDeliveries.status }).from(webhookDeliveries).where(eq(webhookDeliveries.id, deliveryId));
-      return row?.status === "delivered";
-    }, 15_000, "delivery");
+    await waitFor(
+      async () => {
+        const [row] = await database.db.select({ status: webhookDeliveries.status }).from(webhookDeliveries).where(eq(webhookDeliveries.id, deliveryId));
+        return row?.status === "delivered";
+      },
+      15_000,
+      "delivery",
+    );
     expect(host.host.status(id)?.state).toBe("running");
     expect(await counter(id)).toBe(1); // the delivery POSTed /counter once
   });
@@ -167,7 +178,9 @@ describe("gateway Worker in workerd", () => {
     expect((await (await call(`/v1/agents/${id}`)).json()) as { state: string }).toMatchObject({ state: "running" });
     ws.close();
     // Another tenant cannot open it: the same 404 as for a call.
-    const other = new WebSocket(`${worker.url.replace(/^http/, "ws")}/a/${id}/ws/echo`, { headers: { authorization: `Bearer ${await userToken("ten_other")}` } });
+    const other = new WebSocket(`${worker.url.replace(/^http/, "ws")}/a/${id}/ws/echo`, {
+      headers: { authorization: `Bearer ${await userToken("ten_other")}` },
+    });
     const status = await new Promise<number>((resolve) => {
       other.once("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0));
       other.once("open", () => resolve(101));
@@ -187,14 +200,24 @@ describe("gateway Worker in workerd", () => {
     const store = createDbWebhookStore(database.db, createDbAuditLog(database.db));
     const endpoint = await store.findIntakeEndpoint(id, "later");
     const stored = await store.storeDelivery(
-      { endpoint: endpoint!, externalId: "ext-1", headers: [["content-type", "application/json"]], body: new TextEncoder().encode("{}"), receivedAt: new Date(), requestId: null },
+      {
+        endpoint: endpoint!,
+        externalId: "ext-1",
+        headers: [["content-type", "application/json"]],
+        body: new TextEncoder().encode("{}"),
+        receivedAt: new Date(),
+        requestId: null,
+      },
       600,
     );
     expect(stored.kind).toBe("stored");
     const deliveryId = (stored as { deliveryId: string }).deliveryId;
     expect(host.host.status(id)).toBeUndefined();
     await worker.cron();
-    const rows = await database.db.select({ status: webhookDeliveries.status }).from(webhookDeliveries).where(inArray(webhookDeliveries.id, [deliveryId]));
+    const rows = await database.db
+      .select({ status: webhookDeliveries.status })
+      .from(webhookDeliveries)
+      .where(inArray(webhookDeliveries.id, [deliveryId]));
     expect(rows[0]?.status).toBe("delivered");
     expect(await counter(id)).toBe(1);
   });

@@ -56,7 +56,9 @@ describe.skipIf(unavailable !== undefined && !mustRun)("copy-on-write extents of
     expect(await smallCowExtents(hinted)).toEqual({ set: 1 });
     const withHint = await costOfScatteredWrites(join(hinted, "hosts", "h", "vms", "agt_x"), 500);
     const without = await costOfScatteredWrites(join(xfs.mount, "plain", "agt_y"), 500);
-    console.log(`xfs-cow-extent: 500 × 4 KiB into a reflinked 64 MiB file: ${(withHint / MiB).toFixed(1)} MiB with the hint, ${(without / MiB).toFixed(1)} MiB without`);
+    console.log(
+      `xfs-cow-extent: 500 × 4 KiB into a reflinked 64 MiB file: ${(withHint / MiB).toFixed(1)} MiB with the hint, ${(without / MiB).toFixed(1)} MiB without`,
+    );
     expect(withHint).toBeLessThan(4 * MiB);
     expect(without).toBeGreaterThan(3 * withHint);
   }, 120_000);

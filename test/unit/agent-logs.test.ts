@@ -285,14 +285,22 @@ describe("the gateway's framing (gateway/logs/routes.ts)", () => {
 
   it("one event per line, whatever ends it (LF, CRLF, CR), also when a chunk splits a CRLF or a UTF-8 character", async () => {
     const euro = new TextEncoder().encode("€"); // 3 bytes, split across two chunks below
-    const parts = [new TextEncoder().encode("a\r"), new TextEncoder().encode("\nb\rc"), new Uint8Array([...new TextEncoder().encode("\n"), euro[0]!]), new Uint8Array([euro[1]!, euro[2]!, 0x0a]), new TextEncoder().encode("\n: not a comment\npartial")];
+    const parts = [
+      new TextEncoder().encode("a\r"),
+      new TextEncoder().encode("\nb\rc"),
+      new Uint8Array([...new TextEncoder().encode("\n"), euro[0]!]),
+      new Uint8Array([euro[1]!, euro[2]!, 0x0a]),
+      new TextEncoder().encode("\n: not a comment\npartial"),
+    ];
     const stream = new ReadableStream<Uint8Array>({
       start(c) {
         for (const p of parts) c.enqueue(p);
         c.close();
       },
     });
-    expect(await new Response(logEventStream(stream, 0)).text()).toBe("data: a\n\ndata: b\n\ndata: c\n\ndata: €\n\ndata: \n\ndata: : not a comment\n\ndata: partial\n\n");
+    expect(await new Response(logEventStream(stream, 0)).text()).toBe(
+      "data: a\n\ndata: b\n\ndata: c\n\ndata: €\n\ndata: \n\ndata: : not a comment\n\ndata: partial\n\n",
+    );
   });
 
   it("a follow's quiet stream carries keepalive comments; cancelling it cancels the source", async () => {

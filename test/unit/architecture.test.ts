@@ -14,7 +14,13 @@ function sources(dir = root): SourceFile[] {
       if (!skipDirs.has(entry.name) && !entry.name.startsWith(".")) out.push(...sources(join(dir, entry.name)));
     } else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts")) {
       const path = relative(root, join(dir, entry.name));
-      out.push({ path, imports: parseImports(readFileSync(join(dir, entry.name), "utf8")).map((i) => ({ ...i, target: i.specifier.startsWith(".") ? normalize(join(dirname(path), i.specifier)) : i.specifier })) });
+      out.push({
+        path,
+        imports: parseImports(readFileSync(join(dir, entry.name), "utf8")).map((i) => ({
+          ...i,
+          target: i.specifier.startsWith(".") ? normalize(join(dirname(path), i.specifier)) : i.specifier,
+        })),
+      });
     }
   }
   return out;
@@ -26,7 +32,11 @@ describe("the layout of ARCHITECTURE.md", () => {
 
   it("has a row for every top-level folder with code", () => {
     const tops = new Set(files.map((f) => f.path.split("/")[0]!).filter((t) => !t.endsWith(".ts")));
-    for (const top of tops) expect(rules.some((r) => r.folder === `${top}/`), `ARCHITECTURE.md has no row for ${top}/`).toBe(true);
+    for (const top of tops)
+      expect(
+        rules.some((r) => r.folder === `${top}/`),
+        `ARCHITECTURE.md has no row for ${top}/`,
+      ).toBe(true);
     expect(files.length).toBeGreaterThan(100);
   });
 
@@ -37,8 +47,20 @@ describe("the layout of ARCHITECTURE.md", () => {
   it("catches each kind of violation (the checker itself)", () => {
     const probe: SourceFile[] = [
       { path: "billing/x.ts", imports: [{ specifier: "../gateway/auth.ts", target: "gateway/auth.ts", typeOnly: true }] },
-      { path: "gateway/a.ts", imports: [{ specifier: "./b.ts", target: "gateway/b.ts", typeOnly: false }, { specifier: "node:fs", target: "node:fs", typeOnly: false }] },
-      { path: "gateway/b.ts", imports: [{ specifier: "./a.ts", target: "gateway/a.ts", typeOnly: true }, { specifier: "../lib/node-respond.ts", target: "lib/node-respond.ts", typeOnly: false }] },
+      {
+        path: "gateway/a.ts",
+        imports: [
+          { specifier: "./b.ts", target: "gateway/b.ts", typeOnly: false },
+          { specifier: "node:fs", target: "node:fs", typeOnly: false },
+        ],
+      },
+      {
+        path: "gateway/b.ts",
+        imports: [
+          { specifier: "./a.ts", target: "gateway/a.ts", typeOnly: true },
+          { specifier: "../lib/node-respond.ts", target: "lib/node-respond.ts", typeOnly: false },
+        ],
+      },
       { path: "gateway/c.ts", imports: [{ specifier: "undici", target: "undici", typeOnly: true }] },
     ];
     const problems = checkImports(probe, rules);

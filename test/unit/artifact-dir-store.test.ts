@@ -174,7 +174,15 @@ describe("the directory artifact store", () => {
         expect(allocated(copy), copy).toBeLessThanOrEqual(allocated(src) + slack);
       }
       expect(allocated(blob)).toBeLessThan(size / 8);
-      figures.push({ file: src.includes("ram") ? "256 MiB RAM file, 4 MiB data" : "1 GiB ext4 disk", allocatedMiB: +(allocated(src) / MiB).toFixed(1), blobMiB: +(allocated(blob) / MiB).toFixed(1), writtenMiB: +(put.written / MiB).toFixed(1), putMs: Math.round(putMs), getMs: Math.round(getMs), getCachedMs: Math.round(cachedMs) });
+      figures.push({
+        file: src.includes("ram") ? "256 MiB RAM file, 4 MiB data" : "1 GiB ext4 disk",
+        allocatedMiB: +(allocated(src) / MiB).toFixed(1),
+        blobMiB: +(allocated(blob) / MiB).toFixed(1),
+        writtenMiB: +(put.written / MiB).toFixed(1),
+        putMs: Math.round(putMs),
+        getMs: Math.round(getMs),
+        getCachedMs: Math.round(cachedMs),
+      });
     }
     console.log("artifact store, sparse files:", JSON.stringify(figures));
   }, 120_000);

@@ -4,7 +4,17 @@ import { describe, expect, it } from "vitest";
 import { auditRowHash, canonicalAuditRow, type AuditHashFields } from "../../schema/audit-hash.ts";
 import { parseDatabaseAppRole } from "../../schema/postgres.ts";
 
-const row: AuditHashFields = { id: "12", seq: "3", chain: "ten_a", atMicros: "1767225600000001", actor: "ü", action: "agent.create", target: "agt_1", requestId: null, detailText: '{"a": 1}' };
+const row: AuditHashFields = {
+  id: "12",
+  seq: "3",
+  chain: "ten_a",
+  atMicros: "1767225600000001",
+  actor: "ü",
+  action: "agent.create",
+  target: "agt_1",
+  requestId: null,
+  detailText: '{"a": 1}',
+};
 
 describe("audit row hash", () => {
   it("writes each field as <UTF-8 byte length>:<text>, null as ~, after the version tag", () => {
@@ -12,7 +22,11 @@ describe("audit row hash", () => {
   });
 
   it("is hex sha256 of the previous hash and the canonical row, so fields cannot slide into each other", async () => {
-    expect(await auditRowHash("ab", row)).toBe(createHash("sha256").update(`ab${canonicalAuditRow(row)}`).digest("hex"));
+    expect(await auditRowHash("ab", row)).toBe(
+      createHash("sha256")
+        .update(`ab${canonicalAuditRow(row)}`)
+        .digest("hex"),
+    );
     const shifted = { ...row, action: "agent.", target: "createagt_1" };
     expect(await auditRowHash("ab", shifted)).not.toBe(await auditRowHash("ab", row));
     expect(await auditRowHash("ab", { ...row, requestId: "" })).not.toBe(await auditRowHash("ab", row));

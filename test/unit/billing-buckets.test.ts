@@ -9,7 +9,14 @@ const hour = 3_600_000;
 const base = Date.UTC(2026, 0, 1);
 
 /** Ranges around the 2026 DST changes of the four zones, so transitions fall inside often. */
-const transitions = [Date.UTC(2026, 2, 8, 7), Date.UTC(2026, 10, 1, 6), Date.UTC(2026, 2, 29, 1), Date.UTC(2026, 9, 25, 1), Date.UTC(2026, 3, 4, 15), Date.UTC(2026, 9, 3, 15, 30)];
+const transitions = [
+  Date.UTC(2026, 2, 8, 7),
+  Date.UTC(2026, 10, 1, 6),
+  Date.UTC(2026, 2, 29, 1),
+  Date.UTC(2026, 9, 25, 1),
+  Date.UTC(2026, 3, 4, 15),
+  Date.UTC(2026, 9, 3, 15, 30),
+];
 
 const segmentArb = fc.record({ offset: fc.integer({ min: -2 * 24 * hour, max: 4 * 24 * hour }), duration: fc.integer({ min: 1, max: hour }) });
 

@@ -12,10 +12,28 @@ const sign = (n: number) => Math.sign(n);
 const line = (w: number, a: number, v: number, m: number) => `${w},${a},${v},${m}`;
 
 /** What `asLines` makes Postgres write for one agent's rows (`[w, active, vcpu, mib]` each) when grouped by agent. */
-const agentLine = (agent: string, rows: readonly (readonly [number, number, number, number])[]) => `${rows.map((r) => r.join(",")).join(";")},${JSON.stringify(agent)}`;
+const agentLine = (agent: string, rows: readonly (readonly [number, number, number, number])[]) =>
+  `${rows.map((r) => r.join(",")).join(";")},${JSON.stringify(agent)}`;
 
 /** Agent ids that sort differently in UTF-16 and in code points, and that need escapes in JSON. */
-const awkwardIds = ["agt_b", "agt_B", "agt_a", "agt_a.", "\u{1F600}", "\uFFFD", "\uE000", "é", 'q"uote', "back\\slash", "new\nline", "tab\t", "\u0001", "semi;colon", "com,ma", '";'];
+const awkwardIds = [
+  "agt_b",
+  "agt_B",
+  "agt_a",
+  "agt_a.",
+  "\u{1F600}",
+  "\uFFFD",
+  "\uE000",
+  "é",
+  'q"uote',
+  "back\\slash",
+  "new\nline",
+  "tab\t",
+  "\u0001",
+  "semi;colon",
+  "com,ma",
+  '";',
+];
 
 function table(columns: UsageColumns, zone = "America/New_York", agentId?: string): UsageTable {
   const { start, end } = monthRange(zone, "2026-03");
@@ -25,7 +43,11 @@ function table(columns: UsageColumns, zone = "America/New_York", agentId?: strin
     source: "rollup",
     boundaries,
     columns,
-    totals: { activeMs: columns.activeMs.reduce((t, x) => t + x, 0), vcpuMs: columns.vcpuMs.reduce((t, x) => t + x, 0), mibMs: columns.mibMs.reduce((t, x) => t + x, 0) },
+    totals: {
+      activeMs: columns.activeMs.reduce((t, x) => t + x, 0),
+      vcpuMs: columns.vcpuMs.reduce((t, x) => t + x, 0),
+      mibMs: columns.mibMs.reduce((t, x) => t + x, 0),
+    },
   };
 }
 
@@ -47,7 +69,10 @@ describe("columnsOf", () => {
     const rows: [number, string][] = [];
     for (let w = 0; w < 4; w++) for (const id of awkwardIds) rows.push([w, id]);
     // a deterministic shuffle, as a hash aggregate answers; each row's sums name its place in the shuffle
-    const shuffled = rows.map((r, i) => ({ r, k: (i * 7919) % rows.length })).sort((x, y) => x.k - y.k).map((x) => x.r);
+    const shuffled = rows
+      .map((r, i) => ({ r, k: (i * 7919) % rows.length }))
+      .sort((x, y) => x.k - y.k)
+      .map((x) => x.r);
     const sums = (k: number) => [k + 1, 2 * (k + 1), 2 ** 40 + k] as const;
     // an agent's rows in the order they were shuffled to; every other agent's rows in two lines (a report in parts)
     const lines: string[] = [];
@@ -56,7 +81,11 @@ describe("columnsOf", () => {
       if (a % 2 === 0) lines.push(agentLine(id, mine));
       else lines.push(agentLine(id, mine.slice(0, 1)), agentLine(id, mine.slice(1)));
     });
-    const text = lines.map((l, i) => ({ l, k: (i * 31) % lines.length })).sort((x, y) => x.k - y.k).map((x) => x.l).join("\n");
+    const text = lines
+      .map((l, i) => ({ l, k: (i * 31) % lines.length }))
+      .sort((x, y) => x.k - y.k)
+      .map((x) => x.l)
+      .join("\n");
     const c = columnsOf(text, true);
     expect(c.length).toBe(rows.length);
     expect(c.agents).toEqual([...awkwardIds].sort(bytesOrder));
@@ -73,16 +102,22 @@ describe("columnsOf", () => {
   it("reads any agents' lines as the rows they hold, in (window, agent) order", () => {
     const row = fc.tuple(fc.nat({ max: 40 }), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat());
     fc.assert(
-      fc.property(fc.uniqueArray(fc.tuple(fc.string({ unit: "grapheme", minLength: 1 }), fc.uniqueArray(row, { minLength: 1, maxLength: 6, selector: (r) => r[0] })), { maxLength: 8, selector: ([id]) => id }), (agents) => {
-        const c = columnsOf(agents.map(([id, rs]) => agentLine(id, rs)).join("\n"), true);
-        const want = agents.flatMap(([id, rs]) => rs.map((r) => [r[0], id, r[1], r[2], r[3]] as const)).sort((x, y) => x[0] - y[0] || bytesOrder(x[1], y[1]));
-        expect(Array.from({ length: c.length }, (_, i) => [c.window[i], c.agents![c.agent![i]!], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]])).toEqual(want);
-        expect(c.agents).toEqual(agents.map(([id]) => id).sort(bytesOrder));
-        // the same lines as two texts (a report in parts), empty ones and nulls among them
-        const lines = agents.map(([id, rs]) => agentLine(id, rs));
-        const half = lines.length >> 1;
-        expect(columnsOf([lines.slice(0, half).join("\n"), null, "", lines.slice(half).join("\n")], true)).toEqual(c);
-      }),
+      fc.property(
+        fc.uniqueArray(fc.tuple(fc.string({ unit: "grapheme", minLength: 1 }), fc.uniqueArray(row, { minLength: 1, maxLength: 6, selector: (r) => r[0] })), {
+          maxLength: 8,
+          selector: ([id]) => id,
+        }),
+        (agents) => {
+          const c = columnsOf(agents.map(([id, rs]) => agentLine(id, rs)).join("\n"), true);
+          const want = agents.flatMap(([id, rs]) => rs.map((r) => [r[0], id, r[1], r[2], r[3]] as const)).sort((x, y) => x[0] - y[0] || bytesOrder(x[1], y[1]));
+          expect(Array.from({ length: c.length }, (_, i) => [c.window[i], c.agents![c.agent![i]!], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]])).toEqual(want);
+          expect(c.agents).toEqual(agents.map(([id]) => id).sort(bytesOrder));
+          // the same lines as two texts (a report in parts), empty ones and nulls among them
+          const lines = agents.map(([id, rs]) => agentLine(id, rs));
+          const half = lines.length >> 1;
+          expect(columnsOf([lines.slice(0, half).join("\n"), null, "", lines.slice(half).join("\n")], true)).toEqual(c);
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -122,30 +157,46 @@ describe("usageJsonBytes", () => {
   const decode = (b: Uint8Array) => new TextDecoder().decode(b);
 
   it("writes exactly what JSON.stringify(usageJson(…)) writes, for any ids and integers below 2^53", () => {
-    const sum = fc.oneof(fc.integer({ min: 0, max: 1e9 }), fc.constantFrom(0, 9, 10, 99_999_999, 1e8, 1e8 + 1, 2 ** 31, 2 ** 32 + 7, 1e15, Number.MAX_SAFE_INTEGER), fc.maxSafeNat(), fc.integer({ min: -1e12, max: -1 }));
+    const sum = fc.oneof(
+      fc.integer({ min: 0, max: 1e9 }),
+      fc.constantFrom(0, 9, 10, 99_999_999, 1e8, 1e8 + 1, 2 ** 31, 2 ** 32 + 7, 1e15, Number.MAX_SAFE_INTEGER),
+      fc.maxSafeNat(),
+      fc.integer({ min: -1e12, max: -1 }),
+    );
     const row = fc.record({ w: fc.integer({ min: 0, max: 30 }), agent: fc.integer({ min: 0, max: 5 }), a: sum, v: sum, m: sum });
     fc.assert(
-      fc.property(fc.array(row, { maxLength: 60 }), fc.array(fc.oneof(fc.constantFrom(...awkwardIds), fc.string({ unit: "grapheme", minLength: 1 })), { minLength: 6, maxLength: 6 }), fc.boolean(), (rows, ids, byAgent) => {
-        const c: UsageColumns = {
-          length: rows.length,
-          window: Int32Array.from(rows, (r) => r.w),
-          activeMs: Float64Array.from(rows, (r) => r.a),
-          vcpuMs: Float64Array.from(rows, (r) => r.v),
-          mibMs: Float64Array.from(rows, (r) => r.m),
-        };
-        if (byAgent) {
-          c.agents = ids;
-          c.agent = Int32Array.from(rows, (r) => r.agent);
-        }
-        const t = table(c);
-        expect(decode(usageJsonBytes(t, byAgent ? ["agent", "day"] : ["day"]))).toBe(JSON.stringify(usageJson(t, byAgent ? ["agent", "day"] : ["day"])));
-      }),
+      fc.property(
+        fc.array(row, { maxLength: 60 }),
+        fc.array(fc.oneof(fc.constantFrom(...awkwardIds), fc.string({ unit: "grapheme", minLength: 1 })), { minLength: 6, maxLength: 6 }),
+        fc.boolean(),
+        (rows, ids, byAgent) => {
+          const c: UsageColumns = {
+            length: rows.length,
+            window: Int32Array.from(rows, (r) => r.w),
+            activeMs: Float64Array.from(rows, (r) => r.a),
+            vcpuMs: Float64Array.from(rows, (r) => r.v),
+            mibMs: Float64Array.from(rows, (r) => r.m),
+          };
+          if (byAgent) {
+            c.agents = ids;
+            c.agent = Int32Array.from(rows, (r) => r.agent);
+          }
+          const t = table(c);
+          expect(decode(usageJsonBytes(t, byAgent ? ["agent", "day"] : ["day"]))).toBe(JSON.stringify(usageJson(t, byAgent ? ["agent", "day"] : ["day"])));
+        },
+      ),
       { numRuns: 300 },
     );
   });
 
   it("keeps the optional agentId of the query and the head's field order, for an empty answer too", () => {
-    const empty: UsageColumns = { length: 0, window: new Int32Array(0), activeMs: new Float64Array(0), vcpuMs: new Float64Array(0), mibMs: new Float64Array(0) };
+    const empty: UsageColumns = {
+      length: 0,
+      window: new Int32Array(0),
+      activeMs: new Float64Array(0),
+      vcpuMs: new Float64Array(0),
+      mibMs: new Float64Array(0),
+    };
     const t = table(empty, "Asia/Kolkata", "agt_1");
     const text = decode(usageJsonBytes(t, ["day"]));
     expect(text).toBe(JSON.stringify(usageJson(t, ["day"])));

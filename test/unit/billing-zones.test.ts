@@ -55,10 +55,16 @@ describe("windowBoundaries", () => {
 
   it("puts every boundary of these zones on a 15-minute UTC edge when the range's ends are on one", () => {
     fc.assert(
-      fc.property(fc.constantFrom(...zones), fc.integer({ min: y2020 / 900_000, max: y2030 / 900_000 }), fc.integer({ min: 1, max: 3000 }), fc.constantFrom("hour" as const, "day" as const), (zone, q, quarters, unit) => {
-        const from = q * 900_000;
-        expect(alignedToBuckets(windowBoundaries(zone, from, from + quarters * 900_000, unit))).toBe(true);
-      }),
+      fc.property(
+        fc.constantFrom(...zones),
+        fc.integer({ min: y2020 / 900_000, max: y2030 / 900_000 }),
+        fc.integer({ min: 1, max: 3000 }),
+        fc.constantFrom("hour" as const, "day" as const),
+        (zone, q, quarters, unit) => {
+          const from = q * 900_000;
+          expect(alignedToBuckets(windowBoundaries(zone, from, from + quarters * 900_000, unit))).toBe(true);
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -83,9 +89,23 @@ describe("windowBoundaries", () => {
     const from = startOfLocalDay("America/New_York", 2026, 11, 1);
     const b = windowBoundaries("America/New_York", from, startOfLocalDay("America/New_York", 2026, 11, 2), "hour");
     expect(b.length - 1).toBe(25);
-    expect(b.slice(0, 4).map((t) => formatInZone("America/New_York", t))).toEqual(["2026-11-01T00:00:00-04:00", "2026-11-01T01:00:00-04:00", "2026-11-01T01:00:00-05:00", "2026-11-01T02:00:00-05:00"]);
-    const springDay = windowBoundaries("America/New_York", startOfLocalDay("America/New_York", 2026, 3, 8), startOfLocalDay("America/New_York", 2026, 3, 9), "hour");
-    expect(springDay.slice(1, 4).map((t) => formatInZone("America/New_York", t))).toEqual(["2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"]);
+    expect(b.slice(0, 4).map((t) => formatInZone("America/New_York", t))).toEqual([
+      "2026-11-01T00:00:00-04:00",
+      "2026-11-01T01:00:00-04:00",
+      "2026-11-01T01:00:00-05:00",
+      "2026-11-01T02:00:00-05:00",
+    ]);
+    const springDay = windowBoundaries(
+      "America/New_York",
+      startOfLocalDay("America/New_York", 2026, 3, 8),
+      startOfLocalDay("America/New_York", 2026, 3, 9),
+      "hour",
+    );
+    expect(springDay.slice(1, 4).map((t) => formatInZone("America/New_York", t))).toEqual([
+      "2026-03-08T01:00:00-05:00",
+      "2026-03-08T03:00:00-04:00",
+      "2026-03-08T04:00:00-04:00",
+    ]);
   });
 
   it("starts a day whose midnight is skipped at the first instant of that date", () => {

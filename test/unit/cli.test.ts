@@ -21,7 +21,11 @@ describe("tables", () => {
   ];
 
   it("are as wide as their widest cells, numbers right-aligned, nothing cut without a width", () => {
-    expect(renderTable(columns, rows)).toBe(["ID      NAME                               N", "agt_1   a rather long agent name indeed    7", "agt_22  short                            123"].join("\n"));
+    expect(renderTable(columns, rows)).toBe(
+      ["ID      NAME                               N", "agt_1   a rather long agent name indeed    7", "agt_22  short                            123"].join(
+        "\n",
+      ),
+    );
   });
 
   it("fit a terminal's width by cutting the shrinkable columns with …", () => {
@@ -76,12 +80,25 @@ describe("paging", () => {
 
 describe("durations", () => {
   it("read 30s, 5m, 1h30m, 250ms and bare seconds; refuse anything else as a usage error", () => {
-    expect([parseDuration("30s", "x"), parseDuration("5m", "x"), parseDuration("1h30m", "x"), parseDuration("250ms", "x"), parseDuration("45", "x"), parseDuration("1.5s", "x")]).toEqual([30_000, 300_000, 5_400_000, 250, 45_000, 1500]);
-    for (const bad of ["", "5 minutes", "m5", "5x", "1h 30m"]) expect(() => parseDuration(bad, "--ttl")).toThrow(expect.objectContaining({ exitCode: exitCodes.usage }));
+    expect([
+      parseDuration("30s", "x"),
+      parseDuration("5m", "x"),
+      parseDuration("1h30m", "x"),
+      parseDuration("250ms", "x"),
+      parseDuration("45", "x"),
+      parseDuration("1.5s", "x"),
+    ]).toEqual([30_000, 300_000, 5_400_000, 250, 45_000, 1500]);
+    for (const bad of ["", "5 minutes", "m5", "5x", "1h 30m"])
+      expect(() => parseDuration(bad, "--ttl")).toThrow(expect.objectContaining({ exitCode: exitCodes.usage }));
   });
 
   it("print at the scale a person reads", () => {
-    expect([formatDuration(850), formatDuration(3400), formatDuration(125_000), formatDuration(3_780_000)]).toEqual(["850 ms", "3.4 s", "2 min 5 s", "1 h 3 min"]);
+    expect([formatDuration(850), formatDuration(3400), formatDuration(125_000), formatDuration(3_780_000)]).toEqual([
+      "850 ms",
+      "3.4 s",
+      "2 min 5 s",
+      "1 h 3 min",
+    ]);
   });
 
   it("--since 1h is an hour before now; an instant passes as written", () => {
@@ -101,8 +118,15 @@ describe("configuration", () => {
       expect(resolveConfig({}, env)).toMatchObject({ url: defaultUrl, urlFrom: "the default", token: undefined, pageSize: 100 });
       writeConfig(configFile(env), { url: "http://file:1/", token: "from-file" });
       expect(resolveConfig({}, env)).toMatchObject({ url: "http://file:1", token: "from-file" });
-      expect(resolveConfig({}, { ...env, AGENTVM_URL: "http://env:2", AGENTVM_TOKEN: "from-env", AGENTVM_PAGE_SIZE: "7" })).toMatchObject({ url: "http://env:2", urlFrom: "AGENTVM_URL", token: "from-env", pageSize: 7 });
-      expect(resolveConfig({ url: "http://flag:3", token: "from-flag", pageSize: "2" }, { ...env, AGENTVM_URL: "http://env:2", AGENTVM_TOKEN: "from-env" })).toMatchObject({ url: "http://flag:3", urlFrom: "--url", token: "from-flag", pageSize: 2 });
+      expect(resolveConfig({}, { ...env, AGENTVM_URL: "http://env:2", AGENTVM_TOKEN: "from-env", AGENTVM_PAGE_SIZE: "7" })).toMatchObject({
+        url: "http://env:2",
+        urlFrom: "AGENTVM_URL",
+        token: "from-env",
+        pageSize: 7,
+      });
+      expect(
+        resolveConfig({ url: "http://flag:3", token: "from-flag", pageSize: "2" }, { ...env, AGENTVM_URL: "http://env:2", AGENTVM_TOKEN: "from-env" }),
+      ).toMatchObject({ url: "http://flag:3", urlFrom: "--url", token: "from-flag", pageSize: 2 });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

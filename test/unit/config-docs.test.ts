@@ -12,7 +12,9 @@ const script = fileURLToPath(new URL("../../scripts/docs.ts", import.meta.url));
 const committed = fileURLToPath(new URL("../../docs/configuration.md", import.meta.url));
 
 function docs(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolve) => execFile(process.execPath, [script, ...args], (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })));
+  return new Promise((resolve) =>
+    execFile(process.execPath, [script, ...args], (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })),
+  );
 }
 
 describe("npm run docs", () => {

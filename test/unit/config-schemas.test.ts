@@ -53,14 +53,19 @@ describe("the configuration schemas", () => {
     const names = [...definitions().keys()];
     // build-image.ts's text is the guest image's cache key: its reader for the provisioning scripts stays (fleet-agent/guest/kernel-env.ts is the programs').
     // The demo workload's PORT is the one its driver gives the agent, not configuration.
-    const allowed = new Set(["fleet-agent/guest/build-image.ts:GUEST_KERNEL", "fleet-agent/guest/build-image.ts:GUEST_KERNEL_MODULES", "fleet-agent/workloads/demo.ts:PORT"]);
+    const allowed = new Set([
+      "fleet-agent/guest/build-image.ts:GUEST_KERNEL",
+      "fleet-agent/guest/build-image.ts:GUEST_KERNEL_MODULES",
+      "fleet-agent/workloads/demo.ts:PORT",
+    ]);
     const reads: string[] = [];
     for (const folder of ["lib", "contracts", "schema", "billing", "images", "gateway", "fleet-agent", "compose"]) {
       for (const file of sources(join(root, folder))) {
         const text = readFileSync(file, "utf8");
         const path = relative(root, file);
         for (const name of names) {
-          if (new RegExp(`env\\.${name}\\b|env\\[["']${name}["']\\]|\\(env, ["']${name}["']`).test(text) && !allowed.has(`${path}:${name}`)) reads.push(`${path} reads ${name}`);
+          if (new RegExp(`env\\.${name}\\b|env\\[["']${name}["']\\]|\\(env, ["']${name}["']`).test(text) && !allowed.has(`${path}:${name}`))
+            reads.push(`${path} reads ${name}`);
         }
       }
     }
@@ -90,12 +95,16 @@ describe("the configuration schemas", () => {
     expect(allInOne({ QEMU_PRESTART: "sometimes" })).toThrow(/QEMU_PRESTART must be true or false/);
     expect(allInOne({ COMPONENT_SECRET: "short" })).toThrow(/COMPONENT_SECRET must be at least 32 characters/);
     expect(allInOne({ EGRESS_ALLOW: "nope" })).toThrow(/EGRESS_ALLOW/);
-    expect(allInOne({ WEBHOOK_LEASE_MS: "1000", WEBHOOK_ATTEMPT_TIMEOUT_MS: "5000" })).toThrow(/WEBHOOK_LEASE_MS \(1000\) must exceed WEBHOOK_ATTEMPT_TIMEOUT_MS/);
+    expect(allInOne({ WEBHOOK_LEASE_MS: "1000", WEBHOOK_ATTEMPT_TIMEOUT_MS: "5000" })).toThrow(
+      /WEBHOOK_LEASE_MS \(1000\) must exceed WEBHOOK_ATTEMPT_TIMEOUT_MS/,
+    );
     // Every refused variable in the one error.
     expect(allInOne({ PORT: "x", CPU_BUSY_PERCENT: "0" })).toThrow(/PORT must be an integer.*; CPU_BUSY_PERCENT must be ≥ 1/);
     expect(() => parseDaemonConfig({ COMPONENT_SECRET: secret })).toThrow(/DATABASE_URL is required/);
     expect(() => parseStandaloneGatewayConfig({ DATABASE_URL: "postgres://x" })).toThrow(/COMPONENT_SECRET is required/);
-    expect(() => parseDaemonConfig({ DATABASE_URL: "postgres://x", COMPONENT_SECRET: secret, HOST_CAPACITY_MIB: "10" })).toThrow(/HOST_CAPACITY_MIB must be ≥ 64/);
+    expect(() => parseDaemonConfig({ DATABASE_URL: "postgres://x", COMPONENT_SECRET: secret, HOST_CAPACITY_MIB: "10" })).toThrow(
+      /HOST_CAPACITY_MIB must be ≥ 64/,
+    );
   });
 
   it("give the Worker every problem at once, without throwing", () => {
@@ -106,7 +115,17 @@ describe("the configuration schemas", () => {
     expect(problems).toMatch(/COMPONENT_SECRET is required/);
     expect(problems).toMatch(/MAX_BODY_BYTES must be an integer/);
     expect(problems).toMatch(/JWKS_URL or JWKS_JSON is missing/);
-    const ok = parseWorkerEnv({ HYPERDRIVE: { connectionString: "postgres://x" }, COMPONENT_SECRET: secret, JWKS_URL: "https://issuer.example/jwks", AGENT_IMAGES: "a, b", DB_MAX_CONNECTIONS: 3 });
-    expect(ok.ok && { images: ok.config.gateway.images, db: ok.config.dbMaxConnections, keys: ok.config.keys }).toEqual({ images: ["a", "b"], db: 3, keys: { jwksUrl: "https://issuer.example/jwks" } });
+    const ok = parseWorkerEnv({
+      HYPERDRIVE: { connectionString: "postgres://x" },
+      COMPONENT_SECRET: secret,
+      JWKS_URL: "https://issuer.example/jwks",
+      AGENT_IMAGES: "a, b",
+      DB_MAX_CONNECTIONS: 3,
+    });
+    expect(ok.ok && { images: ok.config.gateway.images, db: ok.config.dbMaxConnections, keys: ok.config.keys }).toEqual({
+      images: ["a", "b"],
+      db: 3,
+      keys: { jwksUrl: "https://issuer.example/jwks" },
+    });
   });
 });

@@ -135,7 +135,8 @@ describe("the dashboard's routes", () => {
   it("serves only files inside the build, none hidden", () => {
     const dir = "/srv/dist/dashboard";
     expect(dashboardFile(dir, "app-ABC123.js")).toBe(join(dir, "app-ABC123.js"));
-    for (const bad of ["../package.json", "%2e%2e/package.json", "..%2fpackage.json", ".build-stamp.json", "x/.hidden", "a%00b", "%E0%A4%A"]) expect(dashboardFile(dir, bad), bad).toBeUndefined();
+    for (const bad of ["../package.json", "%2e%2e/package.json", "..%2fpackage.json", ".build-stamp.json", "x/.hidden", "a%00b", "%E0%A4%A"])
+      expect(dashboardFile(dir, bad), bad).toBeUndefined();
   });
 });
 

@@ -94,7 +94,7 @@ describe("agent cache during an outage", () => {
     expect(await codeOf(unknown)).toBe("database_unavailable");
     // Back: the next refresh succeeds and clears the outage.
     state.down = false;
-    expect((await cache.get("agt_b"))).toBeUndefined();
+    expect(await cache.get("agt_b")).toBeUndefined();
   });
 });
 
@@ -145,6 +145,8 @@ describe("/readyz", () => {
     expect(performance.now() - started).toBeLessThan(1000);
     expect(hung.status).toBe(503);
     expect(hung.headers.get("retry-after")).toBe("2");
-    expect(await hung.json()).toMatchObject({ error: { code: "database_unavailable", message: "not ready: database down", requestId: "req_ready2", details: { database: "down" } } });
+    expect(await hung.json()).toMatchObject({
+      error: { code: "database_unavailable", message: "not ready: database down", requestId: "req_ready2", details: { database: "down" } },
+    });
   });
 });

@@ -128,7 +128,8 @@ describe("rules and configuration", () => {
     expect(parseRule("[fd00::5]:443")).toMatchObject({ bits: 128, port: 443 });
     expect(parseRule("fd00::/8")).toMatchObject({ bits: 8 });
     expect(parseRule("[fd00::/8]:22")).toMatchObject({ bits: 8, port: 22 });
-    for (const bad of ["example.com", "10.0.0.0/33", "10.1.2.3:0", "10.1.2.3:65536", "[fd00::1]:x", "fd00::/129", "10.0.0.0/x"]) expect(() => parseRule(bad), bad).toThrow(/egress rule/);
+    for (const bad of ["example.com", "10.0.0.0/33", "10.1.2.3:0", "10.1.2.3:65536", "[fd00::1]:x", "fd00::/129", "10.0.0.0/x"])
+      expect(() => parseRule(bad), bad).toThrow(/egress rule/);
     expect(parseRules(" ")).toEqual([]);
   });
 

@@ -28,7 +28,12 @@ describe("exec stubs", () => {
 
   it("becomes the command, with exactly the environment and directory given", async () => {
     stubs.fill();
-    const child = stubs.take({ command: "sh", args: ["-c", 'echo "foo=$FOO home=${HOME:-none}" >&2; pwd >&2; read x; echo "stdin=${x:-eof}" >&2; exit 3'], env: { FOO: "bar baz", PATH: process.env.PATH }, cwd: dir });
+    const child = stubs.take({
+      command: "sh",
+      args: ["-c", 'echo "foo=$FOO home=${HOME:-none}" >&2; pwd >&2; read x; echo "stdin=${x:-eof}" >&2; exit 3'],
+      env: { FOO: "bar baz", PATH: process.env.PATH },
+      cwd: dir,
+    });
     expect(child).toBeDefined();
     const pid = child!.pid;
     const out = await stderrOf(child!);
@@ -63,7 +68,15 @@ describe("exec stubs", () => {
   it("is what VmProcess.spawn starts from when given (stderr relayed to the log, exit seen)", async () => {
     const log = join(dir, "vm.log");
     const stubPid = await waiting(stubs);
-    const proc = VmProcess.spawn({ vmId: "vm_stub", command: "sh", args: ["-c", "echo from-the-vm >&2; exit 7"], log, output: "stderr", relayStderr: true, stubs });
+    const proc = VmProcess.spawn({
+      vmId: "vm_stub",
+      command: "sh",
+      args: ["-c", "echo from-the-vm >&2; exit 7"],
+      log,
+      output: "stderr",
+      relayStderr: true,
+      stubs,
+    });
     expect(proc.pid).toBe(stubPid);
     const exit = await proc.exited;
     expect(exit.code).toBe(7);

@@ -110,7 +110,9 @@ describe.skipIf(specMissing)("Firecracker API client", () => {
 
     const configured = await start();
     await configured.client.putMachineConfig({ vcpu_count: 1, mem_size_mib: 128 });
-    expect((await fault(configured.client.loadSnapshot(load))).faultMessage).toBe("Loading a microVM snapshot not allowed after configuring boot-specific resources.");
+    expect((await fault(configured.client.loadSnapshot(load))).faultMessage).toBe(
+      "Loading a microVM snapshot not allowed after configuring boot-specific resources.",
+    );
     expect(configured.exits).toEqual([]);
 
     const broken = await start();

@@ -30,7 +30,8 @@ const bump = (vm: RunningVm) => call(vm, "/counter", "POST");
 /** A file's digest: comparing 16 MiB disks byte by byte in expect() takes seconds. */
 const digest = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 const ckDir = (name: string) => join(host.root, "checkpoints", `ckp_${name}`);
-const mutating = (rs: FakeRequestRecord[]) => rs.filter((r) => r.method !== "GET").map((r) => `${r.method} ${r.path}${r.path === "/vm" ? ` ${(r.body as { state: string }).state}` : ""}`);
+const mutating = (rs: FakeRequestRecord[]) =>
+  rs.filter((r) => r.method !== "GET").map((r) => `${r.method} ${r.path}${r.path === "/vm" ? ` ${(r.body as { state: string }).state}` : ""}`);
 
 describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker", () => {
   it("checkpoints a running VM: Paused → Full snapshot → Resumed, clock set, files moved into the checkpoint; the VM runs on", async () => {
@@ -54,13 +55,26 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     expect(create.mem_file_path).toMatch(/\.mem\.tmp$/);
     // The guest's clock stood still while paused: set through the guest agent after the resume.
     const resumedAt = reqs.find((r) => r.path === "/vm" && (r.body as { state: string }).state === "Resumed")!.at;
-    expect(host.fake.guestCommands().slice(guestSince).some((c) => c.command === "SETTIME" && c.at > resumedAt)).toBe(true);
+    expect(
+      host.fake
+        .guestCommands()
+        .slice(guestSince)
+        .some((c) => c.command === "SETTIME" && c.at > resumedAt),
+    ).toBe(true);
 
     expect(readdirSync(dir).sort()).toEqual(["checkpoint.json", "mem", "state"]);
     expect(readdirSync(join(host.root, "checkpoints")).filter((n) => n.includes(".tmp-"))).toEqual([]);
     expect(readdirSync(join(s.stateDir, "snapshots")).filter((n) => n.includes("ckpt"))).toEqual([]);
     const { manifest: c } = await readCheckpoint(dir);
-    expect(c).toMatchObject({ driver: "firecracker", image: "demo", vcpus: 1, memMiB: 128, takenOf: "running", sourceAgentId: "agt_run", firecrackerVersion: "1.10.1" });
+    expect(c).toMatchObject({
+      driver: "firecracker",
+      image: "demo",
+      vcpus: 1,
+      memMiB: 128,
+      takenOf: "running",
+      sourceAgentId: "agt_run",
+      firecrackerVersion: "1.10.1",
+    });
     expect(c!.net.guestIp).toBe(vm.endpoint.host);
     expect(c!.vsock).toBe(join(s.stateDir, "vsock.sock"));
     const sizes = ["state", "mem"].map((f) => readFileSync(join(dir, f)).length);
@@ -96,7 +110,14 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     await d.restoreCheckpoint(s, dir);
     const snapDir = join(s.stateDir, "snapshots");
     const { manifest: m } = await readManifest(snapDir);
-    expect(m).toMatchObject({ generation: 1, type: "Full", clonedFrom: "ckp_back", guestIp: vm.endpoint.host, state: { file: "snap-1.state" }, mem: { file: "snap-1.mem" } });
+    expect(m).toMatchObject({
+      generation: 1,
+      type: "Full",
+      clonedFrom: "ckp_back",
+      guestIp: vm.endpoint.host,
+      state: { file: "snap-1.state" },
+      mem: { file: "snap-1.mem" },
+    });
     expect(readdirSync(snapDir).sort()).toEqual(["snap-1.mem", "snap-1.state", "snapshot.json"]); // the old generation is gone
     expect(readFileSync(join(snapDir, "snap-1.mem"))).toEqual(readFileSync(join(dir, "mem")));
 
@@ -104,11 +125,21 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     const guestSince = host.fake.guestCommands().length;
     const woke = await d.wake(s);
     expect(woke.mode).toBe("restore");
-    const load = host.fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
+    const load = host.fake
+      .requests()
+      .slice(since)
+      .find((r) => r.path === "/snapshot/load")!;
     expect(load.status).toBe(204);
-    expect(load.body).toMatchObject({ snapshot_path: join(snapDir, "snap-1.state"), mem_backend: { backend_type: "File", backend_path: join(snapDir, "snap-1.mem") }, resume_vm: true });
+    expect(load.body).toMatchObject({
+      snapshot_path: join(snapDir, "snap-1.state"),
+      mem_backend: { backend_type: "File", backend_path: join(snapDir, "snap-1.mem") },
+      resume_vm: true,
+    });
     expect(load.body).not.toHaveProperty("vsock_override"); // its own socket path
-    const identity = host.fake.guestCommands().slice(guestSince).find((c) => c.command === "IDENTITY");
+    const identity = host.fake
+      .guestCommands()
+      .slice(guestSince)
+      .find((c) => c.command === "IDENTITY");
     expect(identity?.answer).toMatch(/^OK identity 1 /);
     expect(await count(woke.vm)).toBe(1); // the memory of the checkpoint, not of the last hibernation
     expect(await call(woke.vm, "/identity")).toEqual({ agentId: "agt_back", hostname: "agt-back", clonedFrom: "ckp_back", generation: 1 });
@@ -147,7 +178,10 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
       const since = host.fake.requests().length;
       const woke = await d.wake(f);
       expect(woke.mode).toBe("restore");
-      const load = host.fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
+      const load = host.fake
+        .requests()
+        .slice(since)
+        .find((r) => r.path === "/snapshot/load")!;
       expect(load.body).toMatchObject({
         snapshot_path: join(f.stateDir, "snapshots", "snap-1.state"),
         mem_backend: { backend_type: "File", backend_path: join(f.stateDir, "snapshots", "snap-1.mem") },
@@ -220,8 +254,16 @@ describe.skipIf(specMissing)("firecracker checkpoints against a fake firecracker
     const dir = ckDir("img");
     await d.checkpoint(s, vm, dir);
     // The guest flushes its disk before the pause.
-    const pausedAt = host.fake.requests().slice(since).find((r) => r.path === "/vm")!.at;
-    expect(host.fake.guestCommands().slice(guestSince).some((c) => c.command === "SYNC" && c.at < pausedAt)).toBe(true);
+    const pausedAt = host.fake
+      .requests()
+      .slice(since)
+      .find((r) => r.path === "/vm")!.at;
+    expect(
+      host.fake
+        .guestCommands()
+        .slice(guestSince)
+        .some((c) => c.command === "SYNC" && c.at < pausedAt),
+    ).toBe(true);
     expect(readdirSync(dir).sort()).toEqual(["checkpoint.json", "disk.ext4", "mem", "state"]);
     const disk = join(s.stateDir, "disk.ext4");
     const atCheckpoint = digest(disk);
@@ -280,7 +322,10 @@ process.exit(0);
         expect(await count(woke.vm)).toBe(0);
       }
       // Leftover temporary files were taken away by the wake (removeStaleSnapshotFiles).
-      expect(readdirSync(join(s.stateDir, "snapshots")).filter((n) => n.endsWith(".tmp")), step).toEqual([]);
+      expect(
+        readdirSync(join(s.stateDir, "snapshots")).filter((n) => n.endsWith(".tmp")),
+        step,
+      ).toEqual([]);
       await bump(woke.vm);
       await bump(woke.vm);
       await d.hibernate(woke.vm); // an ordinary snapshot again before the next crash

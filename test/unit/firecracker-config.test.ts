@@ -13,7 +13,11 @@ describe("firecracker driver configuration", () => {
   });
 
   it("FIRECRACKER_JAILER puts the VM's files into the chroot and marks the process by its --id", () => {
-    const d = createFirecrackerDriver({ env: { FIRECRACKER_BIN: "/opt/fc/firecracker", FIRECRACKER_JAILER: "/opt/fc/jailer", FIRECRACKER_JAILER_UID: "123", FIRECRACKER_JAILER_GID: "456" }, dataDir: "/data", images });
+    const d = createFirecrackerDriver({
+      env: { FIRECRACKER_BIN: "/opt/fc/firecracker", FIRECRACKER_JAILER: "/opt/fc/jailer", FIRECRACKER_JAILER_UID: "123", FIRECRACKER_JAILER_GID: "456" },
+      dataDir: "/data",
+      images,
+    });
     const p = d.paths(spec);
     expect(p.root).toBe(`${spec.stateDir}/jail/firecracker/vm-x/root`);
     expect(p.vm(p.vsock)).toBe("/vsock.sock");
@@ -21,7 +25,9 @@ describe("firecracker driver configuration", () => {
   });
 
   it("a jailer without its uid/gid is a configuration error naming the variable", () => {
-    expect(() => createFirecrackerDriver({ env: { FIRECRACKER_JAILER: "/opt/fc/jailer" }, dataDir: "/data", images })).toThrow(/FIRECRACKER_JAILER_UID is required/);
+    expect(() => createFirecrackerDriver({ env: { FIRECRACKER_JAILER: "/opt/fc/jailer" }, dataDir: "/data", images })).toThrow(
+      /FIRECRACKER_JAILER_UID is required/,
+    );
     expect(() => createFirecrackerDriver({ env: { FIRECRACKER_DIFF: "maybe" }, dataDir: "/data", images })).toThrow(/FIRECRACKER_DIFF must be true or false/);
   });
 });

@@ -52,7 +52,10 @@ function requestsOf(pid: number | undefined): FakeRequestRecord[] {
 }
 
 function loadRequests(since: number): FakeRequestRecord[] {
-  return fake.requests().slice(since).filter((r) => r.path === "/snapshot/load");
+  return fake
+    .requests()
+    .slice(since)
+    .filter((r) => r.path === "/snapshot/load");
 }
 
 async function gone(pid: number | undefined, stateDir: string): Promise<boolean> {
@@ -138,10 +141,16 @@ describe.skipIf(specMissing)("firecracker driver against a fake firecracker", ()
     });
     expect(manifest!.mem.sha256).toMatch(/^[0-9a-f]{64}$/);
     expect(readdirSync(vmPaths(s.stateDir).snapDir).sort()).toEqual(["snap-1.mem", "snap-1.state", "snapshot.json"]);
-    const hib = requestsOf(vm.pid).filter((r) => r.method !== "GET").slice(-2);
+    const hib = requestsOf(vm.pid)
+      .filter((r) => r.method !== "GET")
+      .slice(-2);
     expect(hib.map((r) => [r.method, r.path, r.body])).toEqual([
       ["PATCH", "/vm", { state: "Paused" }],
-      ["PUT", "/snapshot/create", { snapshot_type: "Full", snapshot_path: expect.stringMatching(/snap-1\.state\.tmp$/), mem_file_path: expect.stringMatching(/snap-1\.mem\.tmp$/) }],
+      [
+        "PUT",
+        "/snapshot/create",
+        { snapshot_type: "Full", snapshot_path: expect.stringMatching(/snap-1\.state\.tmp$/), mem_file_path: expect.stringMatching(/snap-1\.mem\.tmp$/) },
+      ],
     ]);
 
     await new Promise((r) => setTimeout(r, 1200));
@@ -163,7 +172,12 @@ describe.skipIf(specMissing)("firecracker driver against a fake firecracker", ()
       method: "PUT",
       path: "/snapshot/load",
       status: 204,
-      body: { snapshot_path: expect.stringMatching(/snap-1\.state$/), mem_backend: { backend_type: "File", backend_path: expect.stringMatching(/snap-1\.mem$/) }, resume_vm: true, clock_realtime: true },
+      body: {
+        snapshot_path: expect.stringMatching(/snap-1\.state$/),
+        mem_backend: { backend_type: "File", backend_path: expect.stringMatching(/snap-1\.mem$/) },
+        resume_vm: true,
+        clock_realtime: true,
+      },
     });
     await d.stop(woke.vm);
     fake.setBehaviour({});
@@ -408,8 +422,7 @@ describe.skipIf(specMissing)("firecracker driver against a fake firecracker", ()
 describe.skipIf(specMissing)("firecracker driver under the jailer (fake jailer)", () => {
   for (const variant of ["jailer", "forkingJailer"] as const) {
     it(`${variant}: files go into the chroot, the API sees chroot paths, hibernate/wake/crash/reap work`, async () => {
-      const jailed = () =>
-        makeDriver({ jailer: { binary: fake[variant], uid: process.getuid!(), gid: process.getgid!() } });
+      const jailed = () => makeDriver({ jailer: { binary: fake[variant], uid: process.getuid!(), gid: process.getgid!() } });
       const d = jailed();
       const s = spec(`jail-${variant}`);
       const { vm } = await d.boot(s);
@@ -467,6 +480,9 @@ describe.skipIf(specMissing)("the contract", () => {
     expect(all.filter((r) => r.schemaErrors.length > 0)).toEqual([]);
     // The only refusals are the ones provoked on purpose above.
     const refused = all.filter((r) => r.status >= 400).map((r) => r.fault);
-    expect(refused).toEqual([expect.stringMatching(/unknown field `clock_realtime`/), expect.stringMatching(/^Load snapshot error: Failed to restore vCPU state/)]);
+    expect(refused).toEqual([
+      expect.stringMatching(/unknown field `clock_realtime`/),
+      expect.stringMatching(/^Load snapshot error: Failed to restore vCPU state/),
+    ]);
   });
 });

@@ -36,7 +36,11 @@ describe("firecracker host check", () => {
   });
 
   it("reads the CPU identity of the first processor", () => {
-    expect(parseCpuInfo("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9654\n\nprocessor\t: 1\nvendor_id\t: Other\n")).toEqual({
+    expect(
+      parseCpuInfo(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9654\n\nprocessor\t: 1\nvendor_id\t: Other\n",
+      ),
+    ).toEqual({
       vendor: "AuthenticAMD",
       family: "25",
       model: "17",
@@ -47,7 +51,12 @@ describe("firecracker host check", () => {
   it("answers the facts a snapshot is bound to when everything is there", async () => {
     const kvm = join(root, "kvm");
     writeFileSync(kvm, "");
-    const facts = await checkFirecrackerHost({ binary: fakeBinary("fc-ok", "Firecracker v1.10.1"), kvmPath: kvm, cpuinfoPath: writeCpuinfo(join(root, "cpuinfo")), hostKernel: "6.1.0" });
+    const facts = await checkFirecrackerHost({
+      binary: fakeBinary("fc-ok", "Firecracker v1.10.1"),
+      kvmPath: kvm,
+      cpuinfoPath: writeCpuinfo(join(root, "cpuinfo")),
+      hostKernel: "6.1.0",
+    });
     expect(facts).toMatchObject({ firecrackerVersion: "1.10.1", snapshotFormat: "5.0.0", hostKernel: "6.1.0", cpu: { vendor: "GenuineTest" } });
   });
 
@@ -62,7 +71,9 @@ describe("firecracker host check", () => {
   it("refuses releases older than 1.8.0 and binaries that print no version", async () => {
     const kvm = join(root, "kvm2");
     writeFileSync(kvm, "");
-    await expect(checkFirecrackerHost({ binary: fakeBinary("fc-old", "Firecracker v1.5.0"), kvmPath: kvm })).rejects.toThrow(/firecracker 1\.5\.0 is older than 1\.8\.0/);
+    await expect(checkFirecrackerHost({ binary: fakeBinary("fc-old", "Firecracker v1.5.0"), kvmPath: kvm })).rejects.toThrow(
+      /firecracker 1\.5\.0 is older than 1\.8\.0/,
+    );
     await expect(checkFirecrackerHost({ binary: fakeBinary("fc-odd", "hello"), kvmPath: kvm })).rejects.toThrow(/printed no version/);
   });
 

@@ -16,7 +16,14 @@ import { FirecrackerDriver, type FirecrackerDriverOptions, vmPaths } from "../..
 import { stageImageFiles } from "../../fleet-agent/drivers/firecracker/image-drives.ts";
 import { readManifest } from "../../fleet-agent/drivers/firecracker/snapshot.ts";
 import type { FakeRequestRecord } from "../helpers/firecracker-fake.ts";
-import { callGuest, fakeDriverOptions, makeFakeFirecrackerBinary, makeFakeImage, writeCpuinfo, type FakeFirecrackerBinary } from "../helpers/firecracker-harness.ts";
+import {
+  callGuest,
+  fakeDriverOptions,
+  makeFakeFirecrackerBinary,
+  makeFakeImage,
+  writeCpuinfo,
+  type FakeFirecrackerBinary,
+} from "../helpers/firecracker-harness.ts";
 import { firecrackerSpecMissing } from "../helpers/firecracker-spec.ts";
 
 const specMissing = firecrackerSpecMissing("test/unit/firecracker-image.test.ts");
@@ -57,7 +64,18 @@ function makeDriver(extra: Partial<FirecrackerDriverOptions> = {}): FirecrackerD
 
 function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
   const rootImage = extra.rootImage ?? image;
-  return { vmId: `vm_${name}`, agentId: `agt_${name}`, image: rootImage.digest, vcpus: 1, memMiB: 128, allowEgress: false, stateDir: join(root, name), rootImage, diskMiB: 16, ...extra };
+  return {
+    vmId: `vm_${name}`,
+    agentId: `agt_${name}`,
+    image: rootImage.digest,
+    vcpus: 1,
+    memMiB: 128,
+    allowEgress: false,
+    stateDir: join(root, name),
+    rootImage,
+    diskMiB: 16,
+    ...extra,
+  };
 }
 
 const call = (vm: RunningVm, path: string, method = "GET") => callGuest<unknown>(vm, path, method);
@@ -120,7 +138,9 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
     const { manifest } = await readManifest(vmPaths(s.stateDir).snapDir);
     expect(manifest!.image).toEqual({
       digest: image.digest,
-      drives: configCalls(vm.pid).filter((r) => r.path.startsWith("/drives/")).map((r) => r.body),
+      drives: configCalls(vm.pid)
+        .filter((r) => r.path.startsWith("/drives/"))
+        .map((r) => r.body),
       disk: await diskFingerprint(agentDiskPath(s.stateDir)),
     });
     expect(manifest!.image!.disk.generation).not.toBe("");
@@ -201,7 +221,12 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
     rmSync(moved);
     const before = fake.requests().length;
     const err = await d.wake({ ...s, rootImage: { ...other, rootfs: moved }, image: other.digest }).catch((e: unknown) => e);
-    expect(fake.requests().slice(before).filter((r) => r.path === "/snapshot/load")).toEqual([]);
+    expect(
+      fake
+        .requests()
+        .slice(before)
+        .filter((r) => r.path === "/snapshot/load"),
+    ).toEqual([]);
     expect(err).toBeInstanceOf(AppError);
     expect((err as AppError).code).toBe("boot_failed");
     expect((err as Error).message).toMatch(/Unable to create the block device.*moved\.ext4/);
@@ -216,7 +241,9 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
     expect(performance.now() - t0).toBeLessThan(5000);
     expect(err).toBeInstanceOf(AppError);
     expect((err as AppError).code).toBe("boot_failed");
-    expect((err as Error).message).toMatch(/^agent agt_exits did not boot: the image's entrypoint exited with status 3 \(console: .*agentvm: entrypoint started \| agentvm: entrypoint exited with status 3\)$/);
+    expect((err as Error).message).toMatch(
+      /^agent agt_exits did not boot: the image's entrypoint exited with status 3 \(console: .*agentvm: entrypoint started \| agentvm: entrypoint exited with status 3\)$/,
+    );
   });
 
   it("an image the init cannot find (wrong label) fails the boot at once, naming the drive", async () => {
@@ -239,7 +266,9 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
 
     fake.setBehaviour({ readyAfterMs: 60_000 });
     const t0 = performance.now();
-    const err = await makeDriver({ bootTimeoutMs: 3000 }).boot(spec("never", { rootImage: withReady })).catch((e: unknown) => e);
+    const err = await makeDriver({ bootTimeoutMs: 3000 })
+      .boot(spec("never", { rootImage: withReady }))
+      .catch((e: unknown) => e);
     fake.setBehaviour({});
     const took = performance.now() - t0;
     expect(took).toBeGreaterThan(2900);
@@ -257,7 +286,10 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
     fake.setBehaviour({});
     expect((await d.hibernate(vm)).completed).toBe(true);
     expect(lines.map((l) => JSON.parse(l) as { msg: string; err: { message: string } })).toContainEqual(
-      expect.objectContaining({ msg: "guest sync before the snapshot failed; snapshotting anyway", err: expect.objectContaining({ message: "guest agent: sync: Input/output error" }) }),
+      expect.objectContaining({
+        msg: "guest sync before the snapshot failed; snapshotting anyway",
+        err: expect.objectContaining({ message: "guest agent: sync: Input/output error" }),
+      }),
     );
     expect((await d.wake(s)).mode).toBe("restore");
     await d.destroy(s);
@@ -278,7 +310,9 @@ describe.skipIf(specMissing)("firecracker driver with a built image (fake firecr
     const s = spec("jailed");
     const { vm } = await d.boot(s);
     const paths = d.paths(s);
-    const drives = configCalls(vm.pid).filter((r) => r.path.startsWith("/drives/")).map((r) => r.body);
+    const drives = configCalls(vm.pid)
+      .filter((r) => r.path.startsWith("/drives/"))
+      .map((r) => r.body);
     expect(drives).toEqual([
       { drive_id: "image", is_root_device: false, is_read_only: true, path_on_host: "/image.ext4" },
       { drive_id: "disk", is_root_device: false, is_read_only: false, path_on_host: "/disk.ext4" },
@@ -304,7 +338,9 @@ describe.skipIf(specMissing)("the contract with images", () => {
     const all = fake.requests();
     expect(all.filter((r) => r.path.startsWith("/drives/")).length).toBeGreaterThanOrEqual(30);
     expect(all.filter((r) => r.schemaErrors.length > 0)).toEqual([]);
-    expect(all.filter((r) => r.status >= 400).map((r) => r.fault)).toEqual([expect.stringMatching(/^Unable to create the block device: BackingFile.*moved\.ext4/)]);
+    expect(all.filter((r) => r.status >= 400).map((r) => r.fault)).toEqual([
+      expect.stringMatching(/^Unable to create the block device: BackingFile.*moved\.ext4/),
+    ]);
   });
 });
 
@@ -320,7 +356,12 @@ describe.skipIf(!otherFs)("staging the drive files in a jailer's chroot across f
       mkdirSync(state, { recursive: true });
       writeFileSync(files.disk, "disk");
       writeFileSync(files.launch, "launch");
-      const opts = { root: chroot, vm: (p: string) => `/${p.slice(chroot.length + 1)}`, jailer: { uid: process.getuid!(), gid: process.getgid!() }, imageDigest: image.digest };
+      const opts = {
+        root: chroot,
+        vm: (p: string) => `/${p.slice(chroot.length + 1)}`,
+        jailer: { uid: process.getuid!(), gid: process.getgid!() },
+        imageDigest: image.digest,
+      };
       // The disk lives with the VM's state; in a chroot on another filesystem it cannot be the same file: refused.
       await expect(stageImageFiles(files, opts)).rejects.toThrow(/cannot link .*disk\.ext4 into the jailer's chroot/);
       const sameFsDisk = join(chroot, "disk-src.ext4");

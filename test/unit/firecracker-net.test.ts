@@ -37,7 +37,8 @@ describe("firecracker VM networking", () => {
 
   it("setup script: egress denied unless allowed; the guest reaches no host service; ingress mapping optional", () => {
     const script = join(import.meta.dirname, "../../scripts/setup-firecracker-net.sh");
-    const dry = (...args: string[]) => execFileSync("bash", [script, ...args], { env: { ...process.env, DRY_RUN: "1" }, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    const dry = (...args: string[]) =>
+      execFileSync("bash", [script, ...args], { env: { ...process.env, DRY_RUN: "1" }, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
     const denied = dry("up", "--tap", "fcvm3", "--host-ip", "172.30.0.13", "--guest-ip", "172.30.0.14");
     expect(denied).toContain("+ ip tuntap add dev fcvm3 mode tap");
     expect(denied).toContain("+ ip addr replace 172.30.0.13/30 dev fcvm3");
@@ -46,7 +47,20 @@ describe("firecracker VM networking", () => {
     expect(denied).not.toContain("masquerade");
     expect(denied).not.toMatch(/iifname "fcvm3" oifname .* accept/);
 
-    const allowed = dry("up", "--tap", "fcvm3", "--host-ip", "172.30.0.13", "--guest-ip", "172.30.0.14", "--allow-egress", "--uplink", "eth0", "--host-port", "18080");
+    const allowed = dry(
+      "up",
+      "--tap",
+      "fcvm3",
+      "--host-ip",
+      "172.30.0.13",
+      "--guest-ip",
+      "172.30.0.14",
+      "--allow-egress",
+      "--uplink",
+      "eth0",
+      "--host-port",
+      "18080",
+    );
     expect(allowed).toContain('iifname "fcvm3" oifname "eth0" accept');
     expect(allowed).toContain('ip saddr 172.30.0.14 oifname "eth0" masquerade');
     expect(allowed).toContain("tcp dport 18080 dnat ip to 172.30.0.14:8080");

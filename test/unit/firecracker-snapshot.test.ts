@@ -117,7 +117,9 @@ describe("firecracker snapshot files", () => {
     expect(incompatibility(m, host, { vcpus: 1, memMiB: 128 })).toBe(`snapshot runs image ${a}, the agent now runs the built-in image`);
     const builtIn = await take(dir("builtin"), 1, "m");
     expect(builtIn).not.toHaveProperty("image");
-    expect(incompatibility(builtIn, host, { vcpus: 1, memMiB: 128, rootImage: { digest: a } })).toBe(`snapshot runs the built-in image, the agent now runs image ${a}`);
+    expect(incompatibility(builtIn, host, { vcpus: 1, memMiB: 128, rootImage: { digest: a } })).toBe(
+      `snapshot runs the built-in image, the agent now runs image ${a}`,
+    );
   });
 
   it("drives: the same paths and modes are no change; any other path or mode is, naming both", () => {

@@ -19,13 +19,15 @@ describe.skipIf(specMissing)("firecracker.yaml validator", () => {
 
   it("accepts the bodies the driver sends", () => {
     expect(spec.validateRequest("PUT", "/machine-config", { vcpu_count: 2, mem_size_mib: 256, smt: false, track_dirty_pages: true })).toEqual([]);
-    expect(spec.validateRequest("PUT", "/snapshot/load", {
-      snapshot_path: "/s",
-      mem_backend: { backend_type: "File", backend_path: "/m" },
-      resume_vm: true,
-      clock_realtime: true,
-      network_overrides: [{ iface_id: "eth0", host_dev_name: "fcvm1" }],
-    })).toEqual([]);
+    expect(
+      spec.validateRequest("PUT", "/snapshot/load", {
+        snapshot_path: "/s",
+        mem_backend: { backend_type: "File", backend_path: "/m" },
+        resume_vm: true,
+        clock_realtime: true,
+        network_overrides: [{ iface_id: "eth0", host_dev_name: "fcvm1" }],
+      }),
+    ).toEqual([]);
     expect(spec.validateRequest("PUT", "/actions", { action_type: "InstanceStart" })).toEqual([]);
   });
 
@@ -47,9 +49,9 @@ describe.skipIf(specMissing)("firecracker.yaml validator", () => {
 
   it("fails unknown properties, also inside $ref'd and array items", () => {
     expect(spec.validateRequest("PUT", "/boot-source", { kernel_image_path: "/k", kernel_args: "x" })).toEqual(['body: unknown property "kernel_args"']);
-    expect(spec.validateRequest("PUT", "/snapshot/load", { snapshot_path: "/s", mem_backend: { backend_type: "File", backend_path: "/m", extra: 1 } })).toEqual([
-      'body.mem_backend: unknown property "extra"',
-    ]);
+    expect(spec.validateRequest("PUT", "/snapshot/load", { snapshot_path: "/s", mem_backend: { backend_type: "File", backend_path: "/m", extra: 1 } })).toEqual(
+      ['body.mem_backend: unknown property "extra"'],
+    );
     expect(spec.validateRequest("PUT", "/snapshot/load", { snapshot_path: "/s", network_overrides: [{ iface_id: "eth0" }] })).toEqual([
       'body.network_overrides[0]: missing required property "host_dev_name"',
     ]);

@@ -28,7 +28,11 @@ function templatedDriver(name: string, extra: Parameters<typeof host.makeDriver>
 
 const call = <T = Record<string, unknown>>(vm: RunningVm, path: string, method = "GET") => callGuest<T>(vm, path, method);
 /** The snapshot loads the fake answered since `since` into this VM's snapshot directory. */
-const loadsOf = (s: VmSpec, since: number): FakeRequestRecord[] => host.fake.requests().slice(since).filter((r) => r.path === "/snapshot/load" && JSON.stringify(r.body).includes(s.stateDir));
+const loadsOf = (s: VmSpec, since: number): FakeRequestRecord[] =>
+  host.fake
+    .requests()
+    .slice(since)
+    .filter((r) => r.path === "/snapshot/load" && JSON.stringify(r.body).includes(s.stateDir));
 const ready = async (d: FirecrackerDriver): Promise<DriverTemplate[]> => (await d.listTemplates()).filter((t) => t.state === "ready");
 const templateDir = async (d: FirecrackerDriver, key: string) => (await d.templates!.list()).find((t) => t.key === key)!.dir!;
 
@@ -67,16 +71,31 @@ describe.skipIf(specMissing)("firecracker templates against a fake firecracker",
     const clone = await d.boot(b);
     expect(clone.template).toBe(t!.key);
     const snapDir = join(b.stateDir, "snapshots");
-    const load = host.fake.requests().slice(since).find((r) => r.path === "/snapshot/load")!;
+    const load = host.fake
+      .requests()
+      .slice(since)
+      .find((r) => r.path === "/snapshot/load")!;
     expect(load).toMatchObject({ status: 204, schemaErrors: [] });
-    expect(load.body).toMatchObject({ snapshot_path: join(snapDir, "snap-1.state"), mem_backend: { backend_path: join(snapDir, "snap-1.mem") }, vsock_override: { uds_path: join(b.stateDir, "vsock.sock") } });
+    expect(load.body).toMatchObject({
+      snapshot_path: join(snapDir, "snap-1.state"),
+      mem_backend: { backend_path: join(snapDir, "snap-1.mem") },
+      vsock_override: { uds_path: join(b.stateDir, "vsock.sock") },
+    });
     // Not booted: no InstanceStart on the clone's process.
-    expect(host.fake.requests().slice(since).filter((r) => r.pid === load.pid && r.path === "/actions")).toEqual([]);
+    expect(
+      host.fake
+        .requests()
+        .slice(since)
+        .filter((r) => r.pid === load.pid && r.path === "/actions"),
+    ).toEqual([]);
     // The guest's address is in the template's memory: the clone has the template's network slot.
     expect(clone.vm.endpoint.host).toBe(c!.net.guestIp);
     expect(clone.vm.endpoint.host).not.toBe(first.vm.endpoint.host);
     // A fresh identity: its own id and hostname, the clone marker, entropy of its own mixed into the copied RNG.
-    const identity = host.fake.guestCommands().slice(guestSince).find((g) => g.command === "IDENTITY");
+    const identity = host.fake
+      .guestCommands()
+      .slice(guestSince)
+      .find((g) => g.command === "IDENTITY");
     expect(identity?.answer).toMatch(/^OK identity 1 /);
     expect(await call(clone.vm, "/identity")).toEqual({ agentId: "agt_tpl-b", hostname: "agt-tpl-b", clonedFrom: basename(dir), generation: 1 });
     expect((await call<{ hex: string }>(clone.vm, "/random")).hex).not.toBe(drawWithoutEntropy(join(dir, "mem")));
@@ -108,7 +127,10 @@ describe.skipIf(specMissing)("firecracker templates against a fake firecracker",
     const big = spec("kind-big", { memMiB: 256 });
     const booted = await d.boot(big);
     expect(booted.template).toBeUndefined();
-    const mine = host.fake.requests().slice(since).filter((r) => r.path === "/machine-config" && (r.body as { mem_size_mib: number }).mem_size_mib === 256);
+    const mine = host.fake
+      .requests()
+      .slice(since)
+      .filter((r) => r.path === "/machine-config" && (r.body as { mem_size_mib: number }).mem_size_mib === 256);
     expect(mine.length).toBeGreaterThanOrEqual(1); // booted from the kernel, as 256 MiB
     await d.templates!.settle();
     const list = await ready(d);

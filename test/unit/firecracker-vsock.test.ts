@@ -146,6 +146,8 @@ describe("hybrid vsock", () => {
   it("gives up at the deadline, or at once when told the VM is gone", async () => {
     const dev = await device({ listening: [] });
     await expect(waitForGuestAgent(dev.path, 1024, { deadlineMs: 300 })).rejects.toThrow(/did not answer within 300 ms: .*closed before OK/);
-    await expect(waitForGuestAgent(dev.path, 1024, { deadlineMs: 5000, gaveUp: () => "firecracker exited" })).rejects.toThrow("guest agent unreachable: firecracker exited");
+    await expect(waitForGuestAgent(dev.path, 1024, { deadlineMs: 5000, gaveUp: () => "firecracker exited" })).rejects.toThrow(
+      "guest agent unreachable: firecracker exited",
+    );
   });
 });

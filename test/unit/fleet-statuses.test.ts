@@ -42,7 +42,12 @@ describe("remote fleet statuses", () => {
         if (call.op !== "statuses") throw new Error(`unexpected ${call.op}`);
         calls.push({ host: host.id, ids: call.agentIds });
         if (host.id === "host_b") throw new TypeError("fetch failed");
-        const statuses = Object.fromEntries(call.agentIds.map((agentId): [string, VmStatus] => [agentId, { agentId, vmId: "vm_x", state: "running", inFlight: 0, leases: 0, runId: undefined, lastWakeAt: undefined, lastActivityAt: undefined }]));
+        const statuses = Object.fromEntries(
+          call.agentIds.map((agentId): [string, VmStatus] => [
+            agentId,
+            { agentId, vmId: "vm_x", state: "running", inFlight: 0, leases: 0, runId: undefined, lastWakeAt: undefined, lastActivityAt: undefined },
+          ]),
+        );
         return Response.json({ statuses });
       },
     });
@@ -66,7 +71,12 @@ describe("remote fleet statuses", () => {
     const host: PlacedHost = { id: "host_one", url: "http://one.hosts.test/", live: true, generation: 0 };
     const sizes: number[] = [];
     const fleet = createRemoteFleet({
-      placement: { hostFor: () => Promise.reject(new Error("not used")), currentHost: () => Promise.reject(new Error("not used")), currentHosts: async (asked) => new Map(asked.map((id) => [id, host])), forget: () => undefined },
+      placement: {
+        hostFor: () => Promise.reject(new Error("not used")),
+        currentHost: () => Promise.reject(new Error("not used")),
+        currentHosts: async (asked) => new Map(asked.map((id) => [id, host])),
+        forget: () => undefined,
+      },
       key,
       log: silentLogger,
       fetch: async (req) => {

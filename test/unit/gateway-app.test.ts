@@ -38,12 +38,19 @@ beforeAll(async () => {
     audit: createDbAuditLog(database.db),
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
-    config: { domain: "agents.test", maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+    config: {
+      domain: "agents.test",
+      maxBodyBytes: 1000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+    },
   });
 });
 afterAll(async () => database?.close());
 
-const token = (tenant = "ten_a", scopes: ("agents:invoke" | "agents:admin" | "usage:read")[] = ["agents:invoke", "agents:admin"]) => mintToken(privateJwk, { tenant, scopes });
+const token = (tenant = "ten_a", scopes: ("agents:invoke" | "agents:admin" | "usage:read")[] = ["agents:invoke", "agents:admin"]) =>
+  mintToken(privateJwk, { tenant, scopes });
 const auth = async (t?: string) => ({ authorization: `Bearer ${t ?? (await token())}` });
 
 async function create(body: Record<string, unknown> = {}) {
@@ -81,7 +88,9 @@ describe("gateway app", () => {
     expect(otherList.agents).toHaveLength(0);
     expect((await app.request(`/v1/agents/${agent.id}`, { headers: await auth(await token("ten_b")) })).status).toBe(404);
     expect(await (await app.request(`/v1/agents/${agent.id}/wake`, { method: "POST", headers: await auth() })).json()).toMatchObject({ wake: "boot" });
-    expect(await (await app.request(`/v1/agents/${agent.id}/hibernate`, { method: "POST", headers: await auth() })).json()).toMatchObject({ state: "hibernated" });
+    expect(await (await app.request(`/v1/agents/${agent.id}/hibernate`, { method: "POST", headers: await auth() })).json()).toMatchObject({
+      state: "hibernated",
+    });
     expect((await app.request(`/v1/agents/${agent.id}`, { method: "DELETE", headers: await auth() })).status).toBe(200);
     expect((await app.request(`/v1/agents/${agent.id}`, { headers: await auth() })).status).toBe(404);
     expect((await app.request(`/a/${agent.id}/`, { headers: await auth() })).status).toBe(404);
@@ -96,7 +105,13 @@ describe("gateway app", () => {
   });
 
   it("refuses a token with an algorithm outside the allowlist, and a non-Bearer scheme", async () => {
-    const hs = await new SignJWT({ tenant: "ten_a", scope: "agents:admin" }).setProtectedHeader({ alg: "HS256" }).setIssuer("agentvm-dev").setAudience("agentvm").setSubject("x").setExpirationTime("1h").sign(new TextEncoder().encode("x".repeat(32)));
+    const hs = await new SignJWT({ tenant: "ten_a", scope: "agents:admin" })
+      .setProtectedHeader({ alg: "HS256" })
+      .setIssuer("agentvm-dev")
+      .setAudience("agentvm")
+      .setSubject("x")
+      .setExpirationTime("1h")
+      .sign(new TextEncoder().encode("x".repeat(32)));
     const res = await app.request("/v1/agents", { headers: { authorization: `Bearer ${hs}` } });
     expect(res.status).toBe(401);
     const basic = await app.request("/v1/agents", { headers: { authorization: "Basic dXNlcjpwYXNz" } });
@@ -118,7 +133,10 @@ describe("gateway app", () => {
     const h = await auth();
     expect((await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ colour: "red" }), headers: h })).status).toBe(400);
     expect((await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ vcpus: 0 }), headers: h })).status).toBe(400);
-    expect((await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ name: "x".repeat(20_000) }), headers: { ...h, "content-length": "20012" } })).status).toBe(413);
+    expect(
+      (await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ name: "x".repeat(20_000) }), headers: { ...h, "content-length": "20012" } }))
+        .status,
+    ).toBe(413);
   });
 
   it("names what is wrong with a body: each field, unknown fields, the body itself", async () => {
@@ -140,7 +158,9 @@ describe("gateway app", () => {
     expect(await message(JSON.stringify({ limits: { maxBodyBytes: -1 } }))).toBe("limits.maxBodyBytes: must be an integer from 0 to 1125899906842624");
     expect(await message(JSON.stringify({ limits: { other: 1 } }))).toBe("limits: unknown field(s): other");
     expect(await message(JSON.stringify({ limits: null }))).toMatch(/^limits: must be an object/);
-    expect(await message(JSON.stringify({ nonWaking: { methods: ["get"] } }))).toMatch(/^nonWaking.methods.0: must be a list of at most 100 upper-case HTTP methods/);
+    expect(await message(JSON.stringify({ nonWaking: { methods: ["get"] } }))).toMatch(
+      /^nonWaking.methods.0: must be a list of at most 100 upper-case HTTP methods/,
+    );
     expect(await message("[1]")).toBe("must be a JSON object");
     expect(await message("{not json")).toMatch(/JSON/i);
     // A body naming thousands of unknown fields is not echoed back whole.
@@ -191,7 +211,11 @@ describe("gateway app", () => {
   it("the scope is checked before the body: no token is a 401 whatever the body", async () => {
     const res = await app.request("/v1/agents", { method: "POST", body: JSON.stringify({ colour: "red" }) });
     expect(res.status).toBe(401);
-    const lease = await app.request("/v1/agents/agt_0000000000000000/leases", { method: "POST", body: "x".repeat(20_000), headers: await auth(await token("ten_a", ["agents:invoke"])) });
+    const lease = await app.request("/v1/agents/agt_0000000000000000/leases", {
+      method: "POST",
+      body: "x".repeat(20_000),
+      headers: await auth(await token("ten_a", ["agents:invoke"])),
+    });
     expect(lease.status).toBe(403);
     expect((await app.request("/v1/agents?limit=0")).status).toBe(401);
     expect((await app.request("/v1/agents/agt_0000000000000000/logs?tail=x")).status).toBe(401);
@@ -215,13 +239,37 @@ describe("gateway app", () => {
     expect(res.status).toBe(200);
     const doc = (await res.json()) as {
       openapi: string;
-      paths: Record<string, Record<string, { operationId: string; tags: string[]; summary: string; parameters?: { name: string; in: string; schema: Record<string, unknown> }[]; responses: Record<string, { content?: Record<string, unknown> }> }>>;
+      paths: Record<
+        string,
+        Record<
+          string,
+          {
+            operationId: string;
+            tags: string[];
+            summary: string;
+            parameters?: { name: string; in: string; schema: Record<string, unknown> }[];
+            responses: Record<string, { content?: Record<string, unknown> }>;
+          }
+        >
+      >;
       components: { schemas: Record<string, { properties?: Record<string, Record<string, unknown>>; additionalProperties?: unknown }> };
     };
     expect(doc.openapi).toBe("3.1.0");
     const ops = Object.values(doc.paths).flatMap((p) => Object.values(p));
     const agentOps = ops.filter((o) => o.tags?.includes("agents")).map((o) => o.operationId);
-    expect(agentOps.sort()).toEqual(["addAgentLease", "createAgent", "deleteAgent", "dropAgentLease", "getAgent", "getAgentLogs", "hibernateAgent", "listAgentEvents", "listAgents", "updateAgent", "wakeAgent"]);
+    expect(agentOps.sort()).toEqual([
+      "addAgentLease",
+      "createAgent",
+      "deleteAgent",
+      "dropAgentLease",
+      "getAgent",
+      "getAgentLogs",
+      "hibernateAgent",
+      "listAgentEvents",
+      "listAgents",
+      "updateAgent",
+      "wakeAgent",
+    ]);
     for (const o of ops.filter((x) => x.tags?.includes("agents"))) expect(o.summary, o.operationId).toBeTruthy();
     const list = doc.paths["/v1/agents"]!.get!;
     const limit = list.parameters!.find((p) => p.name === "limit")!;
@@ -231,7 +279,8 @@ describe("gateway app", () => {
     const events = doc.paths["/v1/agents/{id}/events"]!.get!;
     expect(events.parameters!.map((p) => `${p.in}:${p.name}`).sort()).toEqual(["path:id", "query:cursor", "query:limit", "query:since", "query:until"]);
     expect(Object.keys(doc.paths["/v1/agents/{id}/logs"]!.get!.responses["200"]!.content!).sort()).toEqual(["text/event-stream", "text/plain"]);
-    for (const name of ["Agent", "AgentList", "AgentEvent", "AgentEventList", "CreateAgent", "UpdateAgent", "Lease", "Wake", "NonWakingRules", "Error"]) expect(doc.components.schemas, name).toHaveProperty(name);
+    for (const name of ["Agent", "AgentList", "AgentEvent", "AgentEventList", "CreateAgent", "UpdateAgent", "Lease", "Wake", "NonWakingRules", "Error"])
+      expect(doc.components.schemas, name).toHaveProperty(name);
     // Bodies refuse unknown fields, and the document says so.
     expect(doc.components.schemas.CreateAgent!.additionalProperties).toBe(false);
     expect(doc.components.schemas.CreateAgent!.properties!.memMiB).toMatchObject({ type: "integer", minimum: 64, maximum: 65536 });

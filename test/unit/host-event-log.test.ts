@@ -5,10 +5,32 @@ import { EventLog } from "../../fleet-agent/event-log.ts";
 import type { HostStore, RunStart, TransitionRecord } from "../../fleet-agent/store.ts";
 
 function record(toState: string): TransitionRecord {
-  return { at: new Date(0), hostId: "host_t", agentId: "agt_a", tenantId: "ten_a", vmId: "vm_a", runId: null, fromState: "x", toState, reason: "request", timings: null, detail: null };
+  return {
+    at: new Date(0),
+    hostId: "host_t",
+    agentId: "agt_a",
+    tenantId: "ten_a",
+    vmId: "vm_a",
+    runId: null,
+    fromState: "x",
+    toState,
+    reason: "request",
+    timings: null,
+    detail: null,
+  };
 }
 
-const run: RunStart = { id: "run_1", agentId: "agt_a", tenantId: "ten_a", hostId: "host_t", vmId: "vm_a", wokeAt: new Date(0), wakeReason: "request", wakeMode: "boot", timings: {} };
+const run: RunStart = {
+  id: "run_1",
+  agentId: "agt_a",
+  tenantId: "ten_a",
+  hostId: "host_t",
+  vmId: "vm_a",
+  wokeAt: new Date(0),
+  wakeReason: "request",
+  wakeMode: "boot",
+  timings: {},
+};
 
 /** A store that notes each write as it lands; `hold` makes the write for one state wait until `release` is called. */
 function recordingStore(opts: { hold?: string; fail?: string } = {}) {

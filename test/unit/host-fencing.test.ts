@@ -36,7 +36,11 @@ class CountingDriver implements VmDriver {
   }
   async wake(spec: VmSpec): Promise<WakeResult> {
     this.wakes++;
-    return { vm: { spec, endpoint: { host: "127.0.0.1", port: 1 }, pid: 1 }, mode: "restore", timings: { restoreMs: 1, clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 } };
+    return {
+      vm: { spec, endpoint: { host: "127.0.0.1", port: 1 }, pid: 1 },
+      mode: "restore",
+      timings: { restoreMs: 1, clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 },
+    };
   }
   async stop(_vm: RunningVm) {
     this.stops++;
@@ -86,7 +90,17 @@ function setup() {
   return { vmsDir, driver, store, host, ends };
 }
 
-const spec = (generation?: number): AgentSpec => ({ id: "agt_fence0001", tenantId: "ten_a", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 2000, allowEgress: false, ...(generation === undefined ? {} : { generation }) });
+const spec = (generation?: number): AgentSpec => ({
+  id: "agt_fence0001",
+  tenantId: "ten_a",
+  image: "demo",
+  vcpus: 1,
+  memMiB: 256,
+  idleTimeoutMs: 60_000,
+  streamIdleMs: 2000,
+  allowEgress: false,
+  ...(generation === undefined ? {} : { generation }),
+});
 
 describe("host fencing by lease generation", () => {
   it("refuses a call of an older generation than the one it runs the agent under (503, retry)", async () => {

@@ -12,7 +12,16 @@ import type { AgentSpec } from "../../contracts/agent.ts";
 import { serverTiming } from "../../contracts/fleet.ts";
 
 const MiB = 1024 * 1024;
-const agent: AgentSpec = { id: "agt_hib00001", tenantId: "ten_h", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000, allowEgress: false };
+const agent: AgentSpec = {
+  id: "agt_hib00001",
+  tenantId: "ten_h",
+  image: "demo",
+  vcpus: 1,
+  memMiB: 256,
+  idleTimeoutMs: 1000,
+  streamIdleMs: 1000,
+  allowEgress: false,
+};
 
 /** Snapshots answer from a queue the test fills: an Error rejects, `true` completes. */
 function fakeDriver() {
@@ -33,7 +42,12 @@ function fakeDriver() {
     },
     wake: async (spec) =>
       wakeAs === "boot"
-        ? { vm: vm(spec), mode: "boot", fallbackReason: "snapshot checksum mismatch", timings: { restoreMs: 40, bootMs: 2500, clockFixMs: 2, skewBeforeMs: 300, skewAfterMs: 1 } }
+        ? {
+            vm: vm(spec),
+            mode: "boot",
+            fallbackReason: "snapshot checksum mismatch",
+            timings: { restoreMs: 40, bootMs: 2500, clockFixMs: 2, skewBeforeMs: 300, skewAfterMs: 1 },
+          }
         : { vm: vm(spec), mode: "restore", timings: { restoreMs: 150, clockFixMs: 2, skewBeforeMs: 9000, skewAfterMs: 1 } },
     stop: async () => {
       calls.stop++;
@@ -100,7 +114,13 @@ describe("host: a failed hibernate", () => {
     expect(String(first!.detail!.error)).toMatch(/no space for the snapshot/);
     expect(activity.inactive).toEqual(["idle"]);
     expect(activity.active).toEqual(["request", "request"]); // metered as awake again at once
-    expect(host.status(agent.id)?.lastHibernateError).toMatchObject({ code: "ENOSPC", neededBytes: 288 * MiB, freeBytes: 20 * MiB, attempts: 1, retryAt: clock.now() + 1000 });
+    expect(host.status(agent.id)?.lastHibernateError).toMatchObject({
+      code: "ENOSPC",
+      neededBytes: 288 * MiB,
+      freeBytes: 20 * MiB,
+      attempts: 1,
+      retryAt: clock.now() + 1000,
+    });
 
     // A call during the backoff is served warm by the same run.
     const warm = await host.acquire(agent, "request");

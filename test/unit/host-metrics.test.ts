@@ -11,7 +11,16 @@ import type { RunningVm, VmDriver, VmSpec } from "../../fleet-agent/drivers/driv
 import type { AgentSpec } from "../../contracts/agent.ts";
 
 const MiB = 1024 * 1024;
-const spec = (id: string): AgentSpec => ({ id, tenantId: "ten_m", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 60_000, streamIdleMs: 60_000, allowEgress: false });
+const spec = (id: string): AgentSpec => ({
+  id,
+  tenantId: "ten_m",
+  image: "demo",
+  vcpus: 1,
+  memMiB: 256,
+  idleTimeoutMs: 60_000,
+  streamIdleMs: 60_000,
+  allowEgress: false,
+});
 
 function setup() {
   const clock = new ManualClock();
@@ -41,7 +50,15 @@ function setup() {
   };
   const metrics = createNodeMetrics({ processMetrics: false });
   const host = new Host({
-    config: { hostId: "host_m", vmsDir: "/nonexistent/agentvm-metrics-test", wakeQueueLimit: 10, wakeDeadlineMs: 60_000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
+    config: {
+      hostId: "host_m",
+      vmsDir: "/nonexistent/agentvm-metrics-test",
+      wakeQueueLimit: 10,
+      wakeDeadlineMs: 60_000,
+      reaperIntervalMs: 100,
+      cpuBusyThreshold: 0.2,
+      drainTimeoutMs: 0,
+    },
     driver,
     store: createMemoryHostStore(),
     clock,

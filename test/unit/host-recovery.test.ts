@@ -121,7 +121,18 @@ describe("crash recovery", () => {
     try {
       const clock = new ManualClock(T);
       const first = new Meter({ hostId: "host_a", clock, spool: SegmentSpool.open(dir), heartbeatMs: 1000 });
-      first.active({ at: T, mono: clock.monotonic(), hostId: "host_a", vmId: "vm_a", agentId: "agt_a", tenantId: "ten_1", runId: "run_1", vcpus: 1, memMiB: 256, reason: "request" });
+      first.active({
+        at: T,
+        mono: clock.monotonic(),
+        hostId: "host_a",
+        vmId: "vm_a",
+        agentId: "agt_a",
+        tenantId: "ten_1",
+        runId: "run_1",
+        vcpus: 1,
+        memMiB: 256,
+        reason: "request",
+      });
       clock.advance(2500); // two heartbeats, then a "crash": no stop
       const again = new Meter({ hostId: "host_a", clock, spool: SegmentSpool.open(dir) });
       expect(again.lastAwakeAt("vm_a", "run_1")).toBe(T + 2000);

@@ -27,9 +27,31 @@ const refused = () => Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:54
 const serverError = (code: string, message: string) => Object.assign(new Error(message), { name: "PostgresError", severity: "ERROR", code });
 
 function record(toState: string, at = 0): TransitionRecord {
-  return { at: new Date(Date.UTC(2026, 0, 1) + at), hostId: "host_t", agentId: "agt_a", tenantId: "ten_a", vmId: "vm_a", runId: null, fromState: "x", toState, reason: "request", timings: null, detail: null };
+  return {
+    at: new Date(Date.UTC(2026, 0, 1) + at),
+    hostId: "host_t",
+    agentId: "agt_a",
+    tenantId: "ten_a",
+    vmId: "vm_a",
+    runId: null,
+    fromState: "x",
+    toState,
+    reason: "request",
+    timings: null,
+    detail: null,
+  };
 }
-const run: RunStart = { id: "run_1", agentId: "agt_a", tenantId: "ten_a", hostId: "host_t", vmId: "vm_a", wokeAt: new Date(Date.UTC(2026, 0, 1)), wakeReason: "request", wakeMode: "boot", timings: { bootMs: 5 } };
+const run: RunStart = {
+  id: "run_1",
+  agentId: "agt_a",
+  tenantId: "ten_a",
+  hostId: "host_t",
+  vmId: "vm_a",
+  wokeAt: new Date(Date.UTC(2026, 0, 1)),
+  wakeReason: "request",
+  wakeMode: "boot",
+  timings: { bootMs: 5 },
+};
 
 /** A memory store behind a switch: `down` makes every write fail like a stopped Postgres; `refuse` fails one state for good. */
 function switchedStore() {
@@ -160,7 +182,10 @@ describe("spooled host store", () => {
     state.down = false;
     expect(await spooled.replay()).toBe(true);
     expect(memory.transitions.map((t) => t.toState)).toEqual(["booting"]);
-    const rejected = readFileSync(join(dir, "rejected.ndjson"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { method: string; error: string });
+    const rejected = readFileSync(join(dir, "rejected.ndjson"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { method: string; error: string });
     expect(rejected).toEqual([expect.objectContaining({ method: "transition", error: expect.stringMatching(/foreign key/) })]);
   });
 
@@ -194,7 +219,10 @@ describe("spooled host store", () => {
     const { store, memory } = switchedStore();
     const dir = tempDir();
     createSpooledHostStore(store, { dir, log: silentLogger, clock: new ManualClock() }).close();
-    writeFileSync(join(dir, "store.ndjson"), `not json\n${JSON.stringify({ n: 1, m: "transition", a: [{ ...record("running"), at: { $date: "2026-01-01T00:00:00.000Z" } }] })}\n`);
+    writeFileSync(
+      join(dir, "store.ndjson"),
+      `not json\n${JSON.stringify({ n: 1, m: "transition", a: [{ ...record("running"), at: { $date: "2026-01-01T00:00:00.000Z" } }] })}\n`,
+    );
     const spooled = createSpooledHostStore(store, { dir, log: silentLogger, clock: new ManualClock() });
     expect(spooled.corruptLines).toBe(1);
     await spooled.replay();

@@ -12,7 +12,13 @@ const signedAtS = Date.UTC(2026, 0, 1, 12) / 1000;
 
 /** What signComponentToken makes (iss agentvm, a 60 s lifetime), signed at a fixed time. */
 function tokenAt(iatS: number, k = key, extra: { nbfS?: number } = {}): Promise<string> {
-  const jwt = new SignJWT({}).setProtectedHeader({ alg: "HS256" }).setIssuer("agentvm").setSubject("gateway").setAudience(aud).setIssuedAt(iatS).setExpirationTime(iatS + 60);
+  const jwt = new SignJWT({})
+    .setProtectedHeader({ alg: "HS256" })
+    .setIssuer("agentvm")
+    .setSubject("gateway")
+    .setAudience(aud)
+    .setIssuedAt(iatS)
+    .setExpirationTime(iatS + 60);
   if (extra.nbfS !== undefined) jwt.setNotBefore(extra.nbfS);
   return jwt.sign(k);
 }
@@ -49,7 +55,9 @@ describe("component token skew", () => {
     expect(err.message).toBe("component token expired 552 s ago (this host's clock may be ahead of the signer's by about 612 s)");
     expect(lines).toEqual([expect.objectContaining({ level: "warn", msg: err.message, aud, clockSkewS: 612 })]);
     // Just past the lifetime and the tolerance: refused too.
-    expect((await refusal(verifyComponentToken(key, token, aud, { now: at(signedAtS + 66) }))).message).toBe("component token expired 6 s ago (this host's clock may be ahead of the signer's by about 66 s)");
+    expect((await refusal(verifyComponentToken(key, token, aud, { now: at(signedAtS + 66) }))).message).toBe(
+      "component token expired 6 s ago (this host's clock may be ahead of the signer's by about 66 s)",
+    );
   });
 
   it("a token issued in the future (this host behind) is refused with the skew; jose alone would accept it", async () => {
@@ -63,7 +71,9 @@ describe("component token skew", () => {
 
   it("a token not valid yet (nbf) says so; no logger is fine; a forged token says nothing about times", async () => {
     const early = await tokenAt(signedAtS, key, { nbfS: signedAtS + 30 });
-    expect((await refusal(verifyComponentToken(key, early, aud, { now: at(signedAtS) }))).message).toBe("component token not valid yet (for another 30 s: this host's clock may be behind the signer's)");
+    expect((await refusal(verifyComponentToken(key, early, aud, { now: at(signedAtS) }))).message).toBe(
+      "component token not valid yet (for another 30 s: this host's clock may be behind the signer's)",
+    );
     const forged = await tokenAt(signedAtS, componentKey("another-component-secret-0123456789abcdef"));
     const { lines, log } = captured();
     expect((await refusal(verifyComponentToken(key, forged, aud, { now: at(signedAtS + 612), log }))).message).toBe("component token invalid");

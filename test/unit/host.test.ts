@@ -72,15 +72,42 @@ class ScriptedDriver implements VmDriver {
   async close() {}
 }
 
-const spec: AgentSpec = { id: "agt_test0001", tenantId: "ten_a", image: "demo", vcpus: 1, memMiB: 256, idleTimeoutMs: 5000, streamIdleMs: 2000, allowEgress: false };
+const spec: AgentSpec = {
+  id: "agt_test0001",
+  tenantId: "ten_a",
+  image: "demo",
+  vcpus: 1,
+  memMiB: 256,
+  idleTimeoutMs: 5000,
+  streamIdleMs: 2000,
+  allowEgress: false,
+};
 
 function setup(overrides: Partial<HostConfig> = {}, fs?: HostFs) {
   const clock = new ManualClock();
   const driver = new ScriptedDriver();
   const store = createMemoryHostStore();
-  const activity = { starts: [] as ActivityStart[], ends: [] as ActivityEnd[], active(e: ActivityStart) { this.starts.push(e); }, inactive(e: ActivityEnd) { this.ends.push(e); } };
+  const activity = {
+    starts: [] as ActivityStart[],
+    ends: [] as ActivityEnd[],
+    active(e: ActivityStart) {
+      this.starts.push(e);
+    },
+    inactive(e: ActivityEnd) {
+      this.ends.push(e);
+    },
+  };
   const host = new Host({
-    config: { hostId: "host_t", vmsDir: "/nonexistent/agentvm-test", wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0, ...overrides },
+    config: {
+      hostId: "host_t",
+      vmsDir: "/nonexistent/agentvm-test",
+      wakeQueueLimit: 10,
+      wakeDeadlineMs: 1000,
+      reaperIntervalMs: 100,
+      cpuBusyThreshold: 0.2,
+      drainTimeoutMs: 0,
+      ...overrides,
+    },
     driver,
     store,
     clock,
@@ -249,7 +276,12 @@ describe("host", () => {
 
   it("a built image reaches the driver as its files and disk size; an image this host lacks is boot_failed, not a driver call", async () => {
     const digest = `sha256:${"ab".repeat(32)}`;
-    const artifact = { digest, rootfs: "/images/rootfs.ext4", sizeBytes: 1, config: { entrypoint: [], cmd: ["/agent"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 } };
+    const artifact = {
+      digest,
+      rootfs: "/images/rootfs.ext4",
+      sizeBytes: 1,
+      config: { entrypoint: [], cmd: ["/agent"], env: [], workdir: "/", user: "", uid: 0, gid: 0, port: 8080 },
+    };
     let present = false;
     const clock = new ManualClock();
     const driver = new ScriptedDriver();
@@ -259,8 +291,20 @@ describe("host", () => {
     const tails: string[] = [];
     const fs: HostFs = { vmDirs: () => [], hasStateDir: () => false, tail: (path) => (tails.push(path), path.endsWith(".1") ? "" : "console says why") };
     const host = new Host({
-      config: { hostId: "host_t", vmsDir: "/nonexistent/agentvm-test", wakeQueueLimit: 10, wakeDeadlineMs: 1000, reaperIntervalMs: 100, cpuBusyThreshold: 0.2, drainTimeoutMs: 0 },
-      driver, store: createMemoryHostStore(), clock, log: silentLogger, fs,
+      config: {
+        hostId: "host_t",
+        vmsDir: "/nonexistent/agentvm-test",
+        wakeQueueLimit: 10,
+        wakeDeadlineMs: 1000,
+        reaperIntervalMs: 100,
+        cpuBusyThreshold: 0.2,
+        drainTimeoutMs: 0,
+      },
+      driver,
+      store: createMemoryHostStore(),
+      clock,
+      log: silentLogger,
+      fs,
       activity: { active() {}, inactive() {} },
       images: (d) => (present && d === digest ? artifact : undefined),
     });
@@ -369,7 +413,14 @@ async function stopDuringRequest(drainTimeoutMs: number) {
 
 describe("VM lifecycle table", () => {
   it("allows the DESIGN.md cycle and refuses shortcuts", () => {
-    for (const [a, b] of [["creating", "booting"], ["booting", "running"], ["running", "snapshotting"], ["snapshotting", "hibernated"], ["hibernated", "restoring"], ["restoring", "running"]] as const) {
+    for (const [a, b] of [
+      ["creating", "booting"],
+      ["booting", "running"],
+      ["running", "snapshotting"],
+      ["snapshotting", "hibernated"],
+      ["hibernated", "restoring"],
+      ["restoring", "running"],
+    ] as const) {
       expect(canTransition(a, b)).toBe(true);
     }
     expect(canTransition("hibernated", "running")).toBe(false);

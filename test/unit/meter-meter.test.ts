@@ -30,7 +30,19 @@ class MemorySpool implements SegmentLog {
 const startWall = Date.UTC(2026, 2, 1, 12, 0, 0);
 
 function start(clock: Clock, over: Partial<ActivityStart> = {}): ActivityStart {
-  return { at: clock.now(), mono: clock.monotonic(), hostId: "host_1", vmId: "vm_1", agentId: "agt_1", tenantId: "ten_1", runId: "run_1", vcpus: 2, memMiB: 512, reason: "request", ...over };
+  return {
+    at: clock.now(),
+    mono: clock.monotonic(),
+    hostId: "host_1",
+    vmId: "vm_1",
+    agentId: "agt_1",
+    tenantId: "ten_1",
+    runId: "run_1",
+    vcpus: 2,
+    memMiB: 512,
+    reason: "request",
+    ...over,
+  };
 }
 
 const span = (s: MeterSegment) => [Date.parse(s.startedAt) - startWall, Date.parse(s.endedAt) - startWall, s.startReason, s.endReason];
@@ -49,7 +61,16 @@ describe("Meter", () => {
       [20_000, 25_000, "heartbeat", "idle"],
     ]);
     expect(spool.segments.map((s) => s.id)).toEqual(["host_1:vm_1:0", "host_1:vm_1:1", "host_1:vm_1:2"]);
-    expect(spool.segments[0]).toMatchObject({ tenantId: "ten_1", agentId: "agt_1", runId: "run_1", vcpus: 2, memMiB: 512, hostId: "host_1", vmId: "vm_1", seq: 0 });
+    expect(spool.segments[0]).toMatchObject({
+      tenantId: "ten_1",
+      agentId: "agt_1",
+      runId: "run_1",
+      vcpus: 2,
+      memMiB: 512,
+      hostId: "host_1",
+      vmId: "vm_1",
+      seq: 0,
+    });
     // no timer left: time passing adds nothing
     clock.advance(60_000);
     expect(spool.segments).toHaveLength(3);

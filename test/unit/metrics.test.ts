@@ -127,7 +127,10 @@ describe("noopMetrics", () => {
 describe("GET /metrics", () => {
   const endpoint = { token: "s3cret-metrics-token", text: async () => "agentvm_vms_awake 1\n", contentType: "text/plain; version=0.0.4; charset=utf-8" };
   const refusal = async (p: Promise<unknown>) => {
-    const err = await p.then(() => undefined, (e: unknown) => e);
+    const err = await p.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(AppError);
     return { code: (err as AppError).code, message: (err as AppError).message };
   };
@@ -141,7 +144,10 @@ describe("GET /metrics", () => {
     for (const header of [undefined, "", "Bearer", "Bearer s3cret-metrics-tokeN", "Bearer s3cret-metrics-token2", "Basic s3cret-metrics-token"]) {
       expect((await refusal(metricsResponse(endpoint, header))).code).toBe("unauthorized");
     }
-    expect(await refusal(metricsResponse({ ...endpoint, token: undefined }, "Bearer s3cret-metrics-token"))).toEqual({ code: "not_found", message: "metrics are off: set METRICS_TOKEN" });
+    expect(await refusal(metricsResponse({ ...endpoint, token: undefined }, "Bearer s3cret-metrics-token"))).toEqual({
+      code: "not_found",
+      message: "metrics are off: set METRICS_TOKEN",
+    });
     expect((await refusal(metricsResponse(undefined, undefined))).code).toBe("not_found");
   });
 

@@ -10,7 +10,9 @@ import { apiDocument } from "../../compose/api-document.ts";
 const script = fileURLToPath(new URL("../../scripts/openapi.ts", import.meta.url));
 
 function openapi(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolve) => execFile(process.execPath, [script, ...args], (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })));
+  return new Promise((resolve) =>
+    execFile(process.execPath, [script, ...args], (error, out, err) => resolve({ code: error ? Number(error.code ?? 1) : 0, out, err })),
+  );
 }
 
 describe("npm run openapi", () => {
@@ -39,7 +41,17 @@ describe("npm run openapi", () => {
   it("is the running gateway's document: built over inert parts it touches none, and lists the routes the CLI calls", () => {
     const doc = apiDocument(); // the inert db, fleet, auth and builder throw on any use
     const paths = Object.keys(doc.paths ?? {});
-    for (const p of ["/v1/agents", "/v1/agents/{id}", "/v1/agents/{id}/wake", "/v1/agents/{id}/logs", "/v1/agents/{id}/events", "/v1/usage", "/v1/invoices", "/v1/images"]) expect(paths).toContain(p);
+    for (const p of [
+      "/v1/agents",
+      "/v1/agents/{id}",
+      "/v1/agents/{id}/wake",
+      "/v1/agents/{id}/logs",
+      "/v1/agents/{id}/events",
+      "/v1/usage",
+      "/v1/invoices",
+      "/v1/images",
+    ])
+      expect(paths).toContain(p);
     expect(doc.openapi).toBe("3.1.0");
     const committed = JSON.parse(readFileSync(fileURLToPath(new URL("../../contracts/api/openapi.json", import.meta.url)), "utf8")) as unknown;
     expect(committed).toEqual(JSON.parse(JSON.stringify(doc)));

@@ -15,7 +15,9 @@ const undocumented = new Set(["GET /openapi.json"]);
 describe("the OpenAPI document", () => {
   const doc = apiDocument();
   const operations = Object.entries(doc.paths ?? {}).flatMap(([path, item]) =>
-    methods.filter((m) => (item as Record<string, unknown>)[m]).map((m) => ({ key: `${m.toUpperCase()} ${path}`, op: (item as Record<string, Operation>)[m]! })),
+    methods
+      .filter((m) => (item as Record<string, unknown>)[m])
+      .map((m) => ({ key: `${m.toUpperCase()} ${path}`, op: (item as Record<string, Operation>)[m]! })),
   );
 
   it("validates as OpenAPI 3.1", async () => {
@@ -34,8 +36,14 @@ describe("the OpenAPI document", () => {
         .filter((k) => !undocumented.has(k)),
     );
     const described = new Set(operations.map((o) => o.key));
-    expect([...routes].filter((k) => !described.has(k)), "routes missing from the document").toEqual([]);
-    expect([...described].filter((k) => !routes.has(k)), "operations no route answers").toEqual([]);
+    expect(
+      [...routes].filter((k) => !described.has(k)),
+      "routes missing from the document",
+    ).toEqual([]);
+    expect(
+      [...described].filter((k) => !routes.has(k)),
+      "operations no route answers",
+    ).toEqual([]);
     expect(routes.size).toBeGreaterThan(25);
   });
 

@@ -100,7 +100,9 @@ describe("the launcher build", () => {
       [1, 2, 3].map(
         () =>
           new Promise<string>((resolve, reject) =>
-            execFile(process.execPath, ["--input-type=module", "-e", code], (err, stdout, stderr) => (err ? reject(new Error(stderr || err.message)) : resolve(stdout.trim()))),
+            execFile(process.execPath, ["--input-type=module", "-e", code], (err, stdout, stderr) =>
+              err ? reject(new Error(stderr || err.message)) : resolve(stdout.trim()),
+            ),
           ),
       ),
     );
@@ -113,7 +115,9 @@ describe("the launcher build", () => {
   it("no compiler: a clear error naming what to install", async () => {
     const source = join(root, "launch-c.c");
     writeFileSync(source, "int main(void) { return 3; }\n");
-    await expect(ensureLauncher(join(root, "cache3"), { source, cc: join(root, "no-such-cc") })).rejects.toThrow(/no-such-cc is not installed \(apt-get install gcc libc6-dev\)/);
+    await expect(ensureLauncher(join(root, "cache3"), { source, cc: join(root, "no-such-cc") })).rejects.toThrow(
+      /no-such-cc is not installed \(apt-get install gcc libc6-dev\)/,
+    );
     expect(readdirSync(join(root, "cache3"))).toEqual([]);
   });
 });

@@ -59,7 +59,17 @@ const auth: Authenticator = {
   peek: () => undefined,
 };
 
-const call = (over: Partial<ProxyCall> = {}): ProxyCall => ({ agentId: "agt_a", method: "GET", pathInside: "/x", authorization: undefined, userAgent: undefined, contentLength: undefined, requestId: "req_1", upgrade: false, ...over });
+const call = (over: Partial<ProxyCall> = {}): ProxyCall => ({
+  agentId: "agt_a",
+  method: "GET",
+  pathInside: "/x",
+  authorization: undefined,
+  userAgent: undefined,
+  contentLength: undefined,
+  requestId: "req_1",
+  upgrade: false,
+  ...over,
+});
 
 /** An entry that records what it was asked; `forward` is the test's. */
 function entry(forward: ProxyEntry<ProxyCall>["forward"], relaysUpgrades = true) {

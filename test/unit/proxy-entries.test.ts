@@ -66,7 +66,15 @@ beforeAll(async () => {
   repo = createAgentRepo(database.db);
   await repo.ensureTenant("ten_a", "A");
   auth = createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] });
-  app = createGateway({ agents: repo, fleet, audit: createDbAuditLog(database.db), auth, log: silentLogger, config, settings: createAgentSettingsStore(database.db) });
+  app = createGateway({
+    agents: repo,
+    fleet,
+    audit: createDbAuditLog(database.db),
+    auth,
+    log: silentLogger,
+    config,
+    settings: createAgentSettingsStore(database.db),
+  });
 });
 afterAll(async () => database?.close());
 
@@ -192,7 +200,9 @@ describe("the Node fast path over a fleet without withHold (remote hosts)", () =
     expect(res.status).toBe(504);
     const { request } = await import("node:http");
     const refusal = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = request(`${base}/a/${agent.id}/ws`, { headers: { connection: "Upgrade", upgrade: "websocket", "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version": "13" } });
+      const req = request(`${base}/a/${agent.id}/ws`, {
+        headers: { connection: "Upgrade", upgrade: "websocket", "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version": "13" },
+      });
       req.on("response", (r) => {
         let body = "";
         r.on("data", (c: Buffer) => (body += c.toString()));

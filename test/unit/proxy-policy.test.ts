@@ -87,7 +87,11 @@ describe("non-waking traffic", () => {
     expect(parse({})).toBeUndefined();
     expect(parse({ nonWaking: null })).toBeNull();
     expect(parse({ nonWaking: { paths: ["/x"] } })).toEqual({ paths: ["/x"], methods: [], userAgents: [] });
-    expect(parse({ nonWaking: { paths: ["/api/*"], methods: ["OPTIONS"], userAgents: ["kube-probe"] } })).toEqual({ paths: ["/api/*"], methods: ["OPTIONS"], userAgents: ["kube-probe"] });
+    expect(parse({ nonWaking: { paths: ["/api/*"], methods: ["OPTIONS"], userAgents: ["kube-probe"] } })).toEqual({
+      paths: ["/api/*"],
+      methods: ["OPTIONS"],
+      userAgents: ["kube-probe"],
+    });
     expect(() => parse({ nonWaking: { paths: ["x"] } })).toThrow(/nonWaking.paths/);
     expect(() => parse({ nonWaking: { paths: [`/${"a".repeat(201)}`] } })).toThrow(/nonWaking.paths/);
     expect(() => parse({ nonWaking: { paths: ["/a b"] } })).toThrow(/nonWaking.paths/);
@@ -116,7 +120,23 @@ describe("header rules: the fast path's raw lines agree with the Headers version
   }
 
   it("same headers on both entries (property), apart from host, content-length and expect which the fast path sets itself", () => {
-    const name = fc.constantFrom("x-a", "X-B", "connection", "keep-alive", "te", "upgrade", "authorization", "x-forwarded-for", "x-request-id", "cookie", "proxy-authorization", "accept", "host", "expect", "content-length");
+    const name = fc.constantFrom(
+      "x-a",
+      "X-B",
+      "connection",
+      "keep-alive",
+      "te",
+      "upgrade",
+      "authorization",
+      "x-forwarded-for",
+      "x-request-id",
+      "cookie",
+      "proxy-authorization",
+      "accept",
+      "host",
+      "expect",
+      "content-length",
+    );
     const value = fc.constantFrom("1", "two", "x-a", "keep-alive, x-b", "close", "10.1.1.1", "a=b");
     fc.assert(
       fc.property(fc.array(fc.tuple(name, value), { maxLength: 12 }), fc.boolean(), (pairs, strip) => {
@@ -138,7 +158,22 @@ describe("header rules: the fast path's raw lines agree with the Headers version
   });
 
   it("response headers: hop-by-hop and Connection-named ones dropped, set-cookie kept apart, on both entries", () => {
-    const raw = ["Content-Type", "text/plain", "Connection", "close, X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5", "Set-Cookie", "a=1", "Set-Cookie", "b=2", "Transfer-Encoding", "chunked"];
+    const raw = [
+      "Content-Type",
+      "text/plain",
+      "Connection",
+      "close, X-Hop",
+      "X-Hop",
+      "1",
+      "Keep-Alive",
+      "timeout=5",
+      "Set-Cookie",
+      "a=1",
+      "Set-Cookie",
+      "b=2",
+      "Transfer-Encoding",
+      "chunked",
+    ];
     expect(downstreamHeaderList(raw)).toEqual(["Content-Type", "text/plain", "Set-Cookie", "a=1", "Set-Cookie", "b=2"]);
     const h = new Headers();
     for (let i = 0; i < raw.length; i += 2) h.append(raw[i]!, raw[i + 1]!);

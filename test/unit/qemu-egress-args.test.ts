@@ -8,7 +8,15 @@ import type { VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { kernelCmdline, machineArgs, netdevArg, qemuArgs, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
 import { forwardedAddresses, hardware } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 
-const spec = (allowEgress: boolean): VmSpec => ({ vmId: "vm_a", agentId: "agt_a", image: "demo", vcpus: 1, memMiB: 256, allowEgress, stateDir: "/var/lib/agentvm/vms/agt_a" });
+const spec = (allowEgress: boolean): VmSpec => ({
+  vmId: "vm_a",
+  agentId: "agt_a",
+  image: "demo",
+  vcpus: 1,
+  memMiB: 256,
+  allowEgress,
+  stateDir: "/var/lib/agentvm/vms/agt_a",
+});
 const paths = vmPaths("/var/lib/agentvm/vms/agt_a");
 const relay = "/tmp/agentvm-qemu-0/egress-relay-abc";
 

@@ -22,7 +22,10 @@ interface Fake {
  * Behaves like QEMU's monitor: greeting first, every command but qmp_capabilities refused until
  * capabilities are negotiated, answers carry the request id, events interleave.
  */
-async function fakeQmp(handlers: Record<string, (args: unknown) => { return: unknown } | { error: { class: string; desc: string } } | "hang"> = {}, opts: { path?: string; listen?: boolean } = {}): Promise<Fake> {
+async function fakeQmp(
+  handlers: Record<string, (args: unknown) => { return: unknown } | { error: { class: string; desc: string } } | "hang"> = {},
+  opts: { path?: string; listen?: boolean } = {},
+): Promise<Fake> {
   const dir = mkdtempSync(join(tmpdir(), "qmp-test-"));
   const path = opts.path ?? join(dir, "qmp.sock");
   const received: Fake["received"] = [];

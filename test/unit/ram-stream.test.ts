@@ -41,7 +41,11 @@ function stream() {
 function split(data: Buffer, chunk: number) {
   const out: Buffer[] = [];
   const pages: { offset: number; fill: number | undefined; first: number | undefined }[] = [];
-  const s = new RamStreamSplitter((c) => out.push(Buffer.from(c)), { page: (offset, d, fill) => pages.push({ offset, fill: d ? undefined : fill, first: d?.[0] }) }, { ramBlock: "mem", ignoreShared: true });
+  const s = new RamStreamSplitter(
+    (c) => out.push(Buffer.from(c)),
+    { page: (offset, d, fill) => pages.push({ offset, fill: d ? undefined : fill, first: d?.[0] }) },
+    { ramBlock: "mem", ignoreShared: true },
+  );
   for (let i = 0; i < data.length; i += chunk) s.push(data.subarray(i, i + chunk));
   s.end();
   return { out: Buffer.concat(out), pages, blocks: s.blocks };

@@ -33,11 +33,19 @@ function app(fleet: Fleet) {
     audit: createDbAuditLog(database.db),
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
     log: silentLogger,
-    config: { domain: "agents.test", maxBodyBytes: 1000, maxApiBodyBytes: 10_000, images: ["demo"], agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 } },
+    config: {
+      domain: "agents.test",
+      maxBodyBytes: 1000,
+      maxApiBodyBytes: 10_000,
+      images: ["demo"],
+      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
+    },
   });
 }
 
-const bearer = async (scopes: ("operator" | "agents:admin" | "agents:invoke" | "usage:read")[]) => ({ authorization: `Bearer ${await mintToken(privateJwk, { tenant: "ten_a", scopes })}` });
+const bearer = async (scopes: ("operator" | "agents:admin" | "agents:invoke" | "usage:read")[]) => ({
+  authorization: `Bearer ${await mintToken(privateJwk, { tenant: "ten_a", scopes })}`,
+});
 
 describe("GET /v1/templates", () => {
   it("answers the fleet's templates to an operator token", async () => {
@@ -56,7 +64,9 @@ describe("GET /v1/templates", () => {
 
   it("refuses a token without the operator scope (403) before asking the fleet", async () => {
     let asked = 0;
-    const res = await app(fakeFleet({ templates: async () => (asked++, [view]) })).request("/v1/templates", { headers: await bearer(["agents:admin", "agents:invoke", "usage:read"]) });
+    const res = await app(fakeFleet({ templates: async () => (asked++, [view]) })).request("/v1/templates", {
+      headers: await bearer(["agents:admin", "agents:invoke", "usage:read"]),
+    });
     expect(res.status).toBe(403);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("forbidden");
     expect(asked).toBe(0);

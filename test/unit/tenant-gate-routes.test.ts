@@ -9,7 +9,14 @@ const tenant: Caller = { tenantId: "ten_a", subject: "u", scopes: new Set(["agen
 
 /** The rule as gateway/tenants/gate.ts wrote it before the routes declared it: eight path strings. */
 const listedBefore = (path: string) =>
-  path === "/v1/tenants" || path.startsWith("/v1/tenants/") || path === "/v1/rate-cards" || path.startsWith("/v1/rate-cards/") || path === "/v1/audit/verify" || path === "/v1/templates" || path === "/v1/hosts" || path.startsWith("/v1/hosts/");
+  path === "/v1/tenants" ||
+  path.startsWith("/v1/tenants/") ||
+  path === "/v1/rate-cards" ||
+  path.startsWith("/v1/rate-cards/") ||
+  path === "/v1/audit/verify" ||
+  path === "/v1/templates" ||
+  path === "/v1/hosts" ||
+  path.startsWith("/v1/hosts/");
 
 describe("the tenant gate over the routes' declarations", () => {
   it("exempts an operator token on exactly the routes the path list named, and no other token anywhere", () => {

@@ -121,9 +121,21 @@ describe("tenant status cache", () => {
 
   it("names why a tenant is refused", () => {
     expect(tenantRefusal("ten_a", { status: "active", reason: null })).toBeUndefined();
-    expect(tenantRefusal("ten_a", { status: "missing", reason: null })).toMatchObject({ code: "tenant_not_found", status: 403, message: "tenant ten_a does not exist" });
-    expect(tenantRefusal("ten_a", { status: "suspended", reason: "unpaid" })).toMatchObject({ code: "tenant_suspended", status: 403, message: "tenant ten_a is suspended: unpaid" });
+    expect(tenantRefusal("ten_a", { status: "missing", reason: null })).toMatchObject({
+      code: "tenant_not_found",
+      status: 403,
+      message: "tenant ten_a does not exist",
+    });
+    expect(tenantRefusal("ten_a", { status: "suspended", reason: "unpaid" })).toMatchObject({
+      code: "tenant_suspended",
+      status: 403,
+      message: "tenant ten_a is suspended: unpaid",
+    });
     expect(tenantRefusal("ten_a", { status: "suspended", reason: null })).toMatchObject({ message: "tenant ten_a is suspended" });
-    expect(tenantRefusal("ten_a", { status: "deleted", reason: null })).toMatchObject({ code: "tenant_deleted", status: 403, message: "tenant ten_a was deleted" });
+    expect(tenantRefusal("ten_a", { status: "deleted", reason: null })).toMatchObject({
+      code: "tenant_deleted",
+      status: 403,
+      message: "tenant ten_a was deleted",
+    });
   });
 });

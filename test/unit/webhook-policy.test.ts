@@ -97,7 +97,11 @@ describe("body limit", () => {
   it("counts streamed bytes when the length is not declared, and stops reading once over", async () => {
     let cancelled = false;
     const chunk = new Uint8Array(4);
-    const req = new Request("http://x/", { method: "POST", body: streamOf([chunk, chunk, chunk, chunk, chunk], () => void (cancelled = true)), duplex: "half" } as RequestInit);
+    const req = new Request("http://x/", {
+      method: "POST",
+      body: streamOf([chunk, chunk, chunk, chunk, chunk], () => void (cancelled = true)),
+      duplex: "half",
+    } as RequestInit);
     const err = await readBodyLimited(req, 10).catch((e: unknown) => e);
     expect((err as AppError).code).toBe("payload_too_large");
     expect(cancelled).toBe(true);

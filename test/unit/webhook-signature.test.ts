@@ -31,9 +31,7 @@ function standardInput(overrides: InputOverrides = {}): VerifyInput {
     nowMs: spec.timestamp * 1000,
     toleranceS: 300,
     ...overrides,
-    headers: new Headers(
-      overrides.headers ?? { "webhook-id": spec.id, "webhook-timestamp": String(spec.timestamp), "webhook-signature": spec.expected },
-    ),
+    headers: new Headers(overrides.headers ?? { "webhook-id": spec.id, "webhook-timestamp": String(spec.timestamp), "webhook-signature": spec.expected }),
   };
 }
 
@@ -63,7 +61,9 @@ describe("Standard Webhooks", () => {
     const headers = { "webhook-id": "msg_other", "webhook-timestamp": String(spec.timestamp), "webhook-signature": spec.expected };
     expect((await refusal(verifyWebhook(standardInput({ headers })))).code).toBe("invalid_signature");
     const shifted = { "webhook-id": spec.id, "webhook-timestamp": String(spec.timestamp + 1), "webhook-signature": spec.expected };
-    expect((await refusal(verifyWebhook(standardInput({ headers: shifted, nowMs: (spec.timestamp + 1) * 1000 })))).message).toMatch(/no webhook-signature entry matches/);
+    expect((await refusal(verifyWebhook(standardInput({ headers: shifted, nowMs: (spec.timestamp + 1) * 1000 })))).message).toMatch(
+      /no webhook-signature entry matches/,
+    );
   });
 
   it("refuses stale and future timestamps outside the tolerance, and accepts them at its edge", async () => {

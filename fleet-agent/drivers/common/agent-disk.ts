@@ -129,5 +129,3 @@ async function readGeneration(path: string): Promise<string> {
     return "";
   }
 }
-
-

@@ -84,7 +84,8 @@ export interface IdentityApplied {
  * character would change the request. Anything else goes to the guest, which is the one that validates the values.
  */
 export function protocolToken(name: string, value: string): string {
-  if (value.length === 0 || /[\s\x00-\x1f\x7f]/.test(value)) throw new AppError("bad_request", `guest agent: ${name} must be one non-empty token without spaces or control characters`);
+  if (value.length === 0 || /[\s\x00-\x1f\x7f]/.test(value))
+    throw new AppError("bad_request", `guest agent: ${name} must be one non-empty token without spaces or control characters`);
   return value;
 }
 

@@ -35,7 +35,12 @@ export class ConsoleWatch {
   /** The last lines written since the watch began, joined by " | " (for error messages). */
   tail(): string {
     this.read();
-    const lines = this.text.replace(/\r/g, "").split("\n").map((l) => l.trimEnd()).filter(Boolean).slice(-TAIL_LINES);
+    const lines = this.text
+      .replace(/\r/g, "")
+      .split("\n")
+      .map((l) => l.trimEnd())
+      .filter(Boolean)
+      .slice(-TAIL_LINES);
     const joined = lines.join(" | ");
     return joined.length > TAIL_CHARS ? `…${joined.slice(-TAIL_CHARS)}` : joined;
   }
@@ -73,7 +78,11 @@ function fileSize(path: string): number {
  * GET /healthz (under QEMU's user networking an accepted TCP connection proves nothing: the host side accepts it
  * before the guest does).
  */
-export function waitImageReady(endpoint: VmEndpoint, config: Pick<ImageConfig, "readyPath" | "port">, opts: { deadline: number; gaveUp: () => string | undefined }): Promise<void> {
+export function waitImageReady(
+  endpoint: VmEndpoint,
+  config: Pick<ImageConfig, "readyPath" | "port">,
+  opts: { deadline: number; gaveUp: () => string | undefined },
+): Promise<void> {
   const path = config.readyPath ?? "/healthz";
   const okStatus = config.readyPath ? (s: number) => s >= 200 && s < 500 : () => true;
   return pollUntil(

@@ -54,7 +54,11 @@ export function launchSpecFor(config: ImageConfig, id: LaunchIdentity): Buffer {
 
 /** A hostname made of the agent id: lowercase letters, digits and `-`, at most 63 characters. */
 export function guestHostname(agentId: string): string {
-  const name = agentId.toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 63);
+  const name = agentId
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, "-")
+    .replace(/^-+|-+$/g, "")
+    .slice(0, 63);
   return name || "agent";
 }
 
@@ -73,7 +77,24 @@ export async function makeLaunchDrive(stateDir: string, config: ImageConfig, id:
     // 1 KiB blocks; room for the files twice over plus the filesystem's own few blocks.
     const kib = Math.max(256, Math.ceil((spec.length * 2) / 1024) + 128);
     await rm(tmp, { force: true });
-    await runTool(mke2fsBinary(), ["-t", "ext4", "-q", "-F", "-O", "^has_journal", "-b", "1024", "-N", "16", "-L", LAUNCH_DRIVE_LABEL, "-d", content, tmp, `${kib}k`]);
+    await runTool(mke2fsBinary(), [
+      "-t",
+      "ext4",
+      "-q",
+      "-F",
+      "-O",
+      "^has_journal",
+      "-b",
+      "1024",
+      "-N",
+      "16",
+      "-L",
+      LAUNCH_DRIVE_LABEL,
+      "-d",
+      content,
+      tmp,
+      `${kib}k`,
+    ]);
     await rename(tmp, path);
   } finally {
     await rm(content, { recursive: true, force: true });

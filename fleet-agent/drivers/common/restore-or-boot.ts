@@ -71,14 +71,22 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
       try {
         const agent = await restored.guestAgent();
         restoreMs = performance.now() - started;
-        const first = restored.firstAnswerWithinMs !== undefined ? { firstAnswerWithinMs: restored.firstAnswerWithinMs, onFirstAnswer: (ms: number) => void (firstAnswerMs = ms) } : {};
+        const first =
+          restored.firstAnswerWithinMs !== undefined
+            ? { firstAnswerWithinMs: restored.firstAnswerWithinMs, onFirstAnswer: (ms: number) => void (firstAnswerMs = ms) }
+            : {};
         clock = await fixGuestClock(agent, { targetMs: opts.clockTargetMs ?? 50, sameNetwork: restored.sameNetwork, ...first });
       } catch (err) {
         throw new RestoreFailed(`restored guest did not answer: ${(err as Error).message}`, { cause: err });
       }
       if (Math.abs(clock.skewAfterMs) >= (opts.clockTargetMs ?? 50)) log.warn("guest clock still off after the fix", { vmId, skewAfterMs: clock.skewAfterMs });
     }
-    log.info("restored", { vmId, pid: restored.vm.pid, ...restored.detail, ...rounded({ restoreMs, ...clock, ...(firstAnswerMs !== undefined ? { firstAnswerMs } : {}) }) });
+    log.info("restored", {
+      vmId,
+      pid: restored.vm.pid,
+      ...restored.detail,
+      ...rounded({ restoreMs, ...clock, ...(firstAnswerMs !== undefined ? { firstAnswerMs } : {}) }),
+    });
     return { vm: restored.vm, mode: "restore", timings: { restoreMs, ...clock } };
   } catch (err) {
     for (const step of undo.reverse()) {
@@ -94,7 +102,12 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
   const attemptMs = performance.now() - started;
   log.warn("restore not possible; booting cold", { vmId, reason });
   const booted = await opts.boot();
-  return { vm: booted.vm, mode: "boot", fallbackReason: reason, timings: { restoreMs: attemptMs, bootMs: performance.now() - started, ...(booted.clock ?? NO_CLOCK_FIX) } };
+  return {
+    vm: booted.vm,
+    mode: "boot",
+    fallbackReason: reason,
+    timings: { restoreMs: attemptMs, bootMs: performance.now() - started, ...(booted.clock ?? NO_CLOCK_FIX) },
+  };
 }
 
 function rounded(o: Record<string, number>): Record<string, number> {

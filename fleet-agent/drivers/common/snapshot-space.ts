@@ -33,7 +33,14 @@ export class SnapshotNoSpace extends Error {
 }
 
 /** What the host records of a failed snapshot: the message, and for a full disk its code and byte figures. */
-export function snapshotFailureDetail(err: unknown): { error: string; code?: string; neededBytes?: number; freeBytes?: number; writtenBytes?: number; dir?: string } {
+export function snapshotFailureDetail(err: unknown): {
+  error: string;
+  code?: string;
+  neededBytes?: number;
+  freeBytes?: number;
+  writtenBytes?: number;
+  dir?: string;
+} {
   const error = err instanceof Error ? err.message : String(err);
   if (!(err instanceof SnapshotNoSpace)) return { error };
   return {

@@ -43,7 +43,13 @@ export async function bootFromTemplate(s: TemplateBootSteps): Promise<BootResult
       await s.clone(template);
       const woke = await s.wake();
       const bootMs = performance.now() - s.started;
-      log.info("cloned from a template", { vmId: spec.vmId, template: template.key, mode: woke.mode, fallbackReason: woke.fallbackReason, bootMs: Math.round(bootMs) });
+      log.info("cloned from a template", {
+        vmId: spec.vmId,
+        template: template.key,
+        mode: woke.mode,
+        fallbackReason: woke.fallbackReason,
+        bootMs: Math.round(bootMs),
+      });
       return { vm: woke.vm, bootMs, ...(woke.mode === "restore" ? { template: template.key } : {}) };
     } catch (err) {
       log.warn("clone from a template failed; booting cold", { vmId: spec.vmId, template: template.key, err });

@@ -60,7 +60,14 @@ export class VmTemplates {
 
   async key(spec: VmSpec): Promise<string> {
     const env = await this.deps.environment(spec);
-    const what = { image: spec.image, memMiB: spec.memMiB, vcpus: spec.vcpus, allowEgress: spec.allowEgress, diskMiB: spec.rootImage ? (spec.diskMiB ?? null) : null, env };
+    const what = {
+      image: spec.image,
+      memMiB: spec.memMiB,
+      vcpus: spec.vcpus,
+      allowEgress: spec.allowEgress,
+      diskMiB: spec.rootImage ? (spec.diskMiB ?? null) : null,
+      env,
+    };
     return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 16);
   }
 
@@ -107,7 +114,19 @@ export class VmTemplates {
     const out = new Map<string, TemplateInfo>();
     for (const key of await readdir(this.deps.root).catch(() => [] as string[])) {
       const r = await this.record(key);
-      if (r) out.set(key, { key, image: r.image, memMiB: r.memMiB, vcpus: r.vcpus, allowEgress: r.allowEgress, state: "ready", dir: r.dir, createdAt: r.createdAt, bytes: r.bytes, bootMs: r.bootMs });
+      if (r)
+        out.set(key, {
+          key,
+          image: r.image,
+          memMiB: r.memMiB,
+          vcpus: r.vcpus,
+          allowEgress: r.allowEgress,
+          state: "ready",
+          dir: r.dir,
+          createdAt: r.createdAt,
+          bytes: r.bytes,
+          bootMs: r.bootMs,
+        });
     }
     for (const [key, b] of this.building) if (!out.has(key)) out.set(key, b.info);
     for (const [key, f] of this.failed) if (!out.has(key)) out.set(key, f.info);
@@ -157,15 +176,27 @@ export class VmTemplates {
       // instead keep the template (and every reflinked copy of it) to what the guest really holds. Before any clone
       // maps it; a filesystem that cannot punch holes keeps the file as it is. `ram`: QEMU's; `mem`: Firecracker's.
       for (const ram of [join(dir, "ram"), join(dir, "mem")]) {
-        if (existsSync(ram)) await punchZeroPages(ram).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
+        if (existsSync(ram))
+          await punchZeroPages(ram).catch((err: Error) => this.deps.log.warn("template RAM file kept without holes", { key, err: err.message }));
       }
-      const record: TemplateRecord = { key, image: like.image, memMiB: like.memMiB, vcpus: like.vcpus, allowEgress: like.allowEgress, dir, createdAt: new Date().toISOString(), bytes: taken.bytes, bootMs };
+      const record: TemplateRecord = {
+        key,
+        image: like.image,
+        memMiB: like.memMiB,
+        vcpus: like.vcpus,
+        allowEgress: like.allowEgress,
+        dir,
+        createdAt: new Date().toISOString(),
+        bytes: taken.bytes,
+        bootMs,
+      };
       await commitManifest(join(home, "template.json"), record);
       this.deps.log.info("template ready", { key, image: like.image, bootMs, bytes: taken.bytes, copy: taken.copy, pausedMs: Math.round(taken.pausedMs) });
     } finally {
       await this.deps.destroy(spec);
     }
     // Older builds: a clone never needs them again once it ran (its RAM is its own), at worst one boots cold.
-    for (const name of await readdir(home)) if (name.startsWith("tpl_") && join(home, name) !== dir) await rm(join(home, name), { recursive: true, force: true });
+    for (const name of await readdir(home))
+      if (name.startsWith("tpl_") && join(home, name) !== dir) await rm(join(home, name), { recursive: true, force: true });
   }
 }

@@ -83,7 +83,10 @@ export class VmProcess {
     try {
       // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
-      const viaStub = opts.stubs && opts.output === "stderr" && opts.relayStderr ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd }) : undefined;
+      const viaStub =
+        opts.stubs && opts.output === "stderr" && opts.relayStderr
+          ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd })
+          : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
       const child = spawn(opts.command, [...opts.args], {
         stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],

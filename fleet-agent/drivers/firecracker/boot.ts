@@ -31,7 +31,8 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
   const { opts, vms } = deps;
   await deps.ready();
   const image = await opts.images(spec.rootImage ? IMAGE_GUEST : spec.image);
-  if (spec.rootImage && image.rootfs) throw new Error(`guest image "${IMAGE_GUEST}" has a root drive: a built image needs the initramfs as the root (its init mounts the image)`);
+  if (spec.rootImage && image.rootfs)
+    throw new Error(`guest image "${IMAGE_GUEST}" has a root drive: a built image needs the initramfs as the root (its init mounts the image)`);
   const net = await prepareNet(opts.network, spec);
   // A built image's disk (made on its first boot) starts a new generation: no earlier snapshot pairs with it now.
   const files = spec.rootImage ? await prepareImageFiles(spec, "boot", deps.log) : undefined;
@@ -51,7 +52,13 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
     const kernel = await visible(opts.jailer, paths, image.kernel, "vmlinux");
     const initrd = image.initrd ? await visible(opts.jailer, paths, image.initrd, "initrd") : undefined;
     await api.putBootSource({ kernel_image_path: kernel, ...(initrd ? { initrd_path: initrd } : {}), boot_args: bootArgs });
-    if (image.rootfs) await api.putDrive({ drive_id: "rootfs", is_root_device: true, path_on_host: await visible(opts.jailer, paths, image.rootfs, "rootfs"), is_read_only: true });
+    if (image.rootfs)
+      await api.putDrive({
+        drive_id: "rootfs",
+        is_root_device: true,
+        path_on_host: await visible(opts.jailer, paths, image.rootfs, "rootfs"),
+        is_read_only: true,
+      });
     if (files) {
       live.drives = imageDrives(await stageDrives(spec, paths, files, opts.jailer));
       for (const drive of live.drives) await api.putDrive(drive);
@@ -83,7 +90,12 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
     }
     throw withLogTail(new Error(`firecracker boot of ${spec.vmId} failed: ${(err as Error).message}`, { cause: err }), paths.log, "firecracker log");
   }
-  deps.log.info("firecracker vm booted", { vmId: spec.vmId, pid: live.vm.pid, ...(spec.rootImage ? { image: spec.rootImage.digest } : {}), bootMs: Math.round(performance.now() - started) });
+  deps.log.info("firecracker vm booted", {
+    vmId: spec.vmId,
+    pid: live.vm.pid,
+    ...(spec.rootImage ? { image: spec.rootImage.digest } : {}),
+    bootMs: Math.round(performance.now() - started),
+  });
   return { vm: live.vm, bootMs: performance.now() - started };
 }
 

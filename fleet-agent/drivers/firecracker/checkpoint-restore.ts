@@ -40,7 +40,12 @@ export async function restoreCheckpoint(deps: RestoreCheckpointDeps, spec: VmSpe
   const { manifest: c, problem } = await readCheckpoint(dir);
   if (!c) throw new AppError("conflict", `checkpoint ${name} cannot be used: ${problem ?? "no manifest"}`);
   const from = checkpointFiles(dir);
-  const diskBytes = c.disk ? await stat(from.disk).then((st) => st.size, () => -1) : 0;
+  const diskBytes = c.disk
+    ? await stat(from.disk).then(
+        (st) => st.size,
+        () => -1,
+      )
+    : 0;
   const bad =
     checkpointMismatch(c, host, spec) ??
     (await verifyFiles(dir, c, { checksums: true })) ??

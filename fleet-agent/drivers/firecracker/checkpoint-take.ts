@@ -48,7 +48,11 @@ export async function takeCheckpoint(deps: TakeCheckpointDeps, spec: VmSpec, vm:
   try {
     const copies: CopyKind[] = [];
     let pausedMs = 0;
-    let taken: Pick<CheckpointManifest, "net" | "vsock" | "takenOf" | "sourceGeneration"> & { state: { sha256: string; bytes: number }; mem: { sha256: string; bytes: number }; drives?: Drive[] };
+    let taken: Pick<CheckpointManifest, "net" | "vsock" | "takenOf" | "sourceGeneration"> & {
+      state: { sha256: string; bytes: number };
+      mem: { sha256: string; bytes: number };
+      drives?: Drive[];
+    };
     if (vm) {
       const live = vms.owned(vm);
       const neededBytes = snapshotBytesNeeded(spec.memMiB);
@@ -85,7 +89,10 @@ export async function takeCheckpoint(deps: TakeCheckpointDeps, spec: VmSpec, vm:
       }
       await fixClockAfterPause(live, deps);
       copies.push("copy"); // Firecracker wrote every byte of guest memory
-      for (const [from, to] of [[written.state, out.state], [written.mem, out.mem]] as const) {
+      for (const [from, to] of [
+        [written.state, out.state],
+        [written.mem, out.mem],
+      ] as const) {
         const moved = await moveFile(from, to);
         if (moved) copies.push(moved);
       }
@@ -101,12 +108,16 @@ export async function takeCheckpoint(deps: TakeCheckpointDeps, spec: VmSpec, vm:
       const bad = incompatibility(manifest, host, spec) ?? (await verifyFiles(paths.snapDir, manifest, { checksums: true }));
       if (bad) throw noState(bad);
       if (manifest.image) {
-        const changed = diskChange(manifest.image.disk, await diskFingerprint(agentDiskPath(resolve(spec.stateDir))).catch((): DiskFingerprint | undefined => undefined));
+        const changed = diskChange(
+          manifest.image.disk,
+          await diskFingerprint(agentDiskPath(resolve(spec.stateDir))).catch((): DiskFingerprint | undefined => undefined),
+        );
         if (changed) throw noState(changed);
       }
       const net = await recordedNet(spec.stateDir);
       if (!net) throw noState("its network slot is not recorded");
-      if (manifest.guestIp && manifest.guestIp !== net.guestIp) throw noState(`its snapshot's guest has address ${manifest.guestIp}, not its slot's ${net.guestIp}`);
+      if (manifest.guestIp && manifest.guestIp !== net.guestIp)
+        throw noState(`its snapshot's guest has address ${manifest.guestIp}, not its slot's ${net.guestIp}`);
       copies.push(await cowCopy(join(paths.snapDir, manifest.state.file), out.state));
       copies.push(await cowCopy(join(paths.snapDir, manifest.mem.file), out.mem));
       if (manifest.image) copies.push(await cowCopy(agentDiskPath(resolve(spec.stateDir)), out.disk));
@@ -148,7 +159,15 @@ export async function takeCheckpoint(deps: TakeCheckpointDeps, spec: VmSpec, vm:
     };
     await publishDirectory(tmp, out.manifest, manifest, dir);
     const ms = performance.now() - started;
-    deps.log.info("checkpoint taken", { vmId: spec.vmId, dir, takenOf: taken.takenOf, bytes: totalBytes, copy, pausedMs: Math.round(pausedMs * 10) / 10, ms: Math.round(ms) });
+    deps.log.info("checkpoint taken", {
+      vmId: spec.vmId,
+      dir,
+      takenOf: taken.takenOf,
+      bytes: totalBytes,
+      copy,
+      pausedMs: Math.round(pausedMs * 10) / 10,
+      ms: Math.round(ms),
+    });
     return { bytes: totalBytes, pausedMs, ms, copy };
   } catch (err) {
     await rm(tmp, { recursive: true, force: true });

@@ -71,7 +71,12 @@ export function checkpointMismatch(
 ): string | undefined {
   if (c.format !== CHECKPOINT_FORMAT) return `checkpoint format ${c.format}, this driver reads ${CHECKPOINT_FORMAT}`;
   if (c.image !== spec.image) return `checkpoint is of image ${c.image}, the agent runs ${spec.image}`;
-  if (!c.disk !== !spec.rootImage) return c.disk ? "checkpoint has a built image's disk, the agent runs the built-in image" : "checkpoint has no disk, the agent runs a built image";
+  if (!c.disk !== !spec.rootImage)
+    return c.disk ? "checkpoint has a built image's disk, the agent runs the built-in image" : "checkpoint has no disk, the agent runs a built image";
   const { firecrackerVersion, snapshotFormat, cpu, hostKernel, vcpus, memMiB } = c;
-  return incompatibility({ firecrackerVersion, snapshotFormat, cpu, hostKernel, vcpus, memMiB, ...(c.disk ? { image: { digest: c.disk.digest } } : {}) }, host, spec);
+  return incompatibility(
+    { firecrackerVersion, snapshotFormat, cpu, hostKernel, vcpus, memMiB, ...(c.disk ? { image: { digest: c.disk.digest } } : {}) },
+    host,
+    spec,
+  );
 }

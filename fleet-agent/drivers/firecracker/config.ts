@@ -11,13 +11,24 @@ export const NET_SETUP_SCRIPT = resolve(import.meta.dirname, "../../../scripts/s
 export const firecrackerEnv = z.object({
   FIRECRACKER_BIN: vars.str({ type: "path", fallback: "firecracker", default: "`firecracker` on PATH", doc: "the firecracker binary" }),
   FIRECRACKER_NET_CIDR: vars.str({ type: "CIDR", fallback: "172.30.0.0/16", doc: "range cut into one /30 per VM (host `.1`, guest `.2`)" }),
-  FIRECRACKER_UPLINK: vars.optStr({ type: "interface", default: "(any non-tap interface)", doc: "the host interface egress leaves through, for agents that allow egress" }),
+  FIRECRACKER_UPLINK: vars.optStr({
+    type: "interface",
+    default: "(any non-tap interface)",
+    doc: "the host interface egress leaves through, for agents that allow egress",
+  }),
   FIRECRACKER_DIFF: vars.bool({ fallback: false, doc: "diff snapshots after the first restore" }),
   FIRECRACKER_VERIFY: vars.bool({ fallback: true, doc: "check the sha256 of snapshot files before loading them" }),
-  FIRECRACKER_JAILER: vars.optStr({ type: "path", default: "(unset: no jailer)", doc: "the jailer binary: every VM runs under it, as `FIRECRACKER_JAILER_UID`/`_GID` (required then)" }),
+  FIRECRACKER_JAILER: vars.optStr({
+    type: "path",
+    default: "(unset: no jailer)",
+    doc: "the jailer binary: every VM runs under it, as `FIRECRACKER_JAILER_UID`/`_GID` (required then)",
+  }),
   FIRECRACKER_JAILER_UID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the uid firecracker runs as under the jailer" }),
   FIRECRACKER_JAILER_GID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the gid firecracker runs as under the jailer" }),
-  FIRECRACKER_TEMPLATES: vars.bool({ fallback: false, doc: "new agents start as clones of a warm template of their kind (`DATA_DIR/firecracker/templates`), built in the background on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next" }),
+  FIRECRACKER_TEMPLATES: vars.bool({
+    fallback: false,
+    doc: "new agents start as clones of a warm template of their kind (`DATA_DIR/firecracker/templates`), built in the background on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next",
+  }),
 });
 
 export type FirecrackerSettings = z.output<typeof firecrackerEnv>;
@@ -52,7 +63,15 @@ export function createFirecrackerDriver(opts: {
     },
     diffSnapshots: v.FIRECRACKER_DIFF,
     verifyChecksums: v.FIRECRACKER_VERIFY,
-    ...(jailer ? { jailer: { binary: jailer, uid: requiredId(v.FIRECRACKER_JAILER_UID, "FIRECRACKER_JAILER_UID"), gid: requiredId(v.FIRECRACKER_JAILER_GID, "FIRECRACKER_JAILER_GID") } } : {}),
+    ...(jailer
+      ? {
+          jailer: {
+            binary: jailer,
+            uid: requiredId(v.FIRECRACKER_JAILER_UID, "FIRECRACKER_JAILER_UID"),
+            gid: requiredId(v.FIRECRACKER_JAILER_GID, "FIRECRACKER_JAILER_GID"),
+          },
+        }
+      : {}),
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.templates ? { templates: opts.templates } : {}),
   });

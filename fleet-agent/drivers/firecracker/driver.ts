@@ -71,7 +71,13 @@ export class FirecrackerDriver implements VmDriver {
     this.opts = opts;
     this.binary = opts.binary ?? "firecracker";
     this.log = (opts.logger ?? silentLogger).child({ driver: "firecracker" });
-    this.vms = new FirecrackerProcesses({ binary: this.binary, jailer: opts.jailer, workloadPort: opts.workloadPort, stopGraceMs: opts.stopGraceMs, log: this.log });
+    this.vms = new FirecrackerProcesses({
+      binary: this.binary,
+      jailer: opts.jailer,
+      workloadPort: opts.workloadPort,
+      stopGraceMs: opts.stopGraceMs,
+      log: this.log,
+    });
     if (opts.templates) {
       this.templates = new VmTemplates({
         root: opts.templates.root,

@@ -46,7 +46,10 @@ export async function syncGuest(live: GuestOf, deps: GuestDeps<"syncTimeoutMs">)
 /** After a pause the guest's clock is behind by it (as after a wake): reconnected and set; a failure is logged only. */
 export async function fixClockAfterPause(live: GuestOf, deps: GuestDeps<"restoreTimeoutMs" | "clockTargetMs">): Promise<void> {
   try {
-    live.agent = await waitForGuestAgent(live.paths.vsock, deps.agentPort, { deadlineMs: deps.opts.restoreTimeoutMs ?? 10_000, gaveUp: () => live.proc.exitedWhy("firecracker") });
+    live.agent = await waitForGuestAgent(live.paths.vsock, deps.agentPort, {
+      deadlineMs: deps.opts.restoreTimeoutMs ?? 10_000,
+      gaveUp: () => live.proc.exitedWhy("firecracker"),
+    });
     const clock = await fixGuestClock(live.agent, { targetMs: deps.opts.clockTargetMs ?? 50, sameNetwork: true }); // the same process
     deps.log.debug("guest clock fixed after a pause", { vmId: live.vm.spec.vmId, ...clock });
   } catch (err) {

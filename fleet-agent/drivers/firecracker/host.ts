@@ -54,10 +54,13 @@ export async function checkFirecrackerHost(opts: HostCheckOptions): Promise<Fire
     version = parseFirecrackerVersion(out);
     if (!version) problems.push(`"${opts.binary} --version" printed no version: ${JSON.stringify(out.slice(0, 120))}`);
   } catch (err) {
-    problems.push(`firecracker binary "${opts.binary}" cannot run (${(err as Error).message}); install a release binary and set FIRECRACKER_BIN or put it on PATH (see the README section on Firecracker)`);
+    problems.push(
+      `firecracker binary "${opts.binary}" cannot run (${(err as Error).message}); install a release binary and set FIRECRACKER_BIN or put it on PATH (see the README section on Firecracker)`,
+    );
   }
   const min = opts.minVersion ?? MIN_FIRECRACKER_VERSION;
-  if (version && compareVersions(version, min) < 0) problems.push(`firecracker ${version} is older than ${min} (needed: ACPI device discovery, snapshot format checks)`);
+  if (version && compareVersions(version, min) < 0)
+    problems.push(`firecracker ${version} is older than ${min} (needed: ACPI device discovery, snapshot format checks)`);
   if (version && compareVersions(version, min) >= 0) {
     try {
       snapshotFormat = parseSnapshotFormat(await run(opts.binary, ["--snapshot-version"]));
@@ -114,8 +117,14 @@ export function parseSnapshotFormat(text: string): string | undefined {
 
 /** Numeric comparison of x.y.z versions (pre-release suffixes ignored). */
 export function compareVersions(a: string, b: string): number {
-  const pa = a.split(/[.-]/).slice(0, 3).map((p) => Number.parseInt(p, 10) || 0);
-  const pb = b.split(/[.-]/).slice(0, 3).map((p) => Number.parseInt(p, 10) || 0);
+  const pa = a
+    .split(/[.-]/)
+    .slice(0, 3)
+    .map((p) => Number.parseInt(p, 10) || 0);
+  const pb = b
+    .split(/[.-]/)
+    .slice(0, 3)
+    .map((p) => Number.parseInt(p, 10) || 0);
   for (let i = 0; i < 3; i++) {
     const d = (pa[i] ?? 0) - (pb[i] ?? 0);
     if (d !== 0) return d;

@@ -21,13 +21,24 @@ export async function prepareImageFiles(spec: VmSpec, purpose: "boot" | "restore
   const stateDir = resolve(spec.stateDir); // Firecracker runs in the stateDir: every path it is given is absolute
   const disk = await ensureAgentDisk(stateDir, spec.diskMiB ?? DEFAULT_DISK_MIB, log.child({ vmId: spec.vmId }));
   const kept = join(stateDir, LAUNCH_DRIVE_FILE);
-  const launch = purpose === "restore" && existsSync(kept) ? kept : await makeLaunchDrive(stateDir, image.config, { agentId: spec.agentId, port: image.config.port });
+  const launch =
+    purpose === "restore" && existsSync(kept) ? kept : await makeLaunchDrive(stateDir, image.config, { agentId: spec.agentId, port: image.config.port });
   return { image: resolve(image.rootfs), disk, launch };
 }
 
 /** The drive files where the Firecracker process opens them (in the jailer's chroot, when jailed). */
-export function stageDrives(spec: VmSpec, paths: Pick<VmPaths, "root" | "vm">, files: ImageDriveFiles, jailer: JailerOptions | undefined): Promise<ImageDriveFiles> {
-  return stageImageFiles(files, { root: paths.root, vm: paths.vm, imageDigest: spec.rootImage!.digest, ...(jailer ? { jailer: { uid: jailer.uid, gid: jailer.gid } } : {}) });
+export function stageDrives(
+  spec: VmSpec,
+  paths: Pick<VmPaths, "root" | "vm">,
+  files: ImageDriveFiles,
+  jailer: JailerOptions | undefined,
+): Promise<ImageDriveFiles> {
+  return stageImageFiles(files, {
+    root: paths.root,
+    vm: paths.vm,
+    imageDigest: spec.rootImage!.digest,
+    ...(jailer ? { jailer: { uid: jailer.uid, gid: jailer.gid } } : {}),
+  });
 }
 
 /** The disk as the paused guest left it: on stable storage before a manifest pairs memory with it, and its fingerprint. */

@@ -63,7 +63,9 @@ async function restore(deps: RestoreDeps, spec: VmSpec, host: FirecrackerHostFac
   const net = await prepareNet(opts.network, spec);
   // The guest's address is in its memory (init.sh applied the boot's `ip=` once): only its own slot carries it.
   if (manifest.guestIp && manifest.guestIp !== net.guestIp) {
-    throw new RestoreFailed(`the snapshot's guest has address ${manifest.guestIp}, this VM's network slot gives ${net.guestIp} (a restored guest cannot be re-addressed)`);
+    throw new RestoreFailed(
+      `the snapshot's guest has address ${manifest.guestIp}, this VM's network slot gives ${net.guestIp} (a restored guest cannot be re-addressed)`,
+    );
   }
   const live = await vms.spawn(spec, net);
   live.drives = drives;

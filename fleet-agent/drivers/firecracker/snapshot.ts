@@ -70,7 +70,10 @@ export function generationFiles(dir: string, generation: number): { state: strin
 
 /** The committed manifest, undefined when there is none; a manifest that does not parse is reported as such. */
 export function readManifest(dir: string): Promise<{ manifest?: SnapshotManifest; problem?: string }> {
-  return readManifestFile<SnapshotManifest>(join(dir, MANIFEST_FILE), (m) => m.format === 1 && typeof m.generation === "number" && !!m.state?.file && !!m.mem?.file);
+  return readManifestFile<SnapshotManifest>(
+    join(dir, MANIFEST_FILE),
+    (m) => m.format === 1 && typeof m.generation === "number" && !!m.state?.file && !!m.mem?.file,
+  );
 }
 
 /** Why this snapshot cannot be restored on this host for this spec (undefined when it can). */
@@ -79,22 +82,28 @@ export function incompatibility(
   host: FirecrackerHostFacts,
   spec: { vcpus: number; memMiB: number; rootImage?: { digest: string } | undefined },
 ): string | undefined {
-  if (m.firecrackerVersion !== host.firecrackerVersion) return `snapshot made by firecracker ${m.firecrackerVersion}, this host runs ${host.firecrackerVersion}`;
+  if (m.firecrackerVersion !== host.firecrackerVersion)
+    return `snapshot made by firecracker ${m.firecrackerVersion}, this host runs ${host.firecrackerVersion}`;
   if (m.snapshotFormat !== host.snapshotFormat) return `snapshot data format ${m.snapshotFormat}, this firecracker reads ${host.snapshotFormat}`;
   const a = describeCpu(m.cpu);
   const b = describeCpu(host.cpu);
   if (a !== b) return `snapshot made on CPU ${a}, this host has ${b}`;
   if (m.hostKernel !== host.hostKernel) return `snapshot made on host kernel ${m.hostKernel}, this host runs ${host.hostKernel}`;
-  if (m.vcpus !== spec.vcpus || m.memMiB !== spec.memMiB) return `snapshot has ${m.vcpus} vCPU / ${m.memMiB} MiB, the agent now asks for ${spec.vcpus} vCPU / ${spec.memMiB} MiB`;
+  if (m.vcpus !== spec.vcpus || m.memMiB !== spec.memMiB)
+    return `snapshot has ${m.vcpus} vCPU / ${m.memMiB} MiB, the agent now asks for ${spec.vcpus} vCPU / ${spec.memMiB} MiB`;
   const had = m.image?.digest;
   const wants = spec.rootImage?.digest;
-  if (had !== wants) return `snapshot runs ${had ? `image ${had}` : "the built-in image"}, the agent now runs ${wants ? `image ${wants}` : "the built-in image"}`;
+  if (had !== wants)
+    return `snapshot runs ${had ? `image ${had}` : "the built-in image"}, the agent now runs ${wants ? `image ${wants}` : "the built-in image"}`;
   return undefined;
 }
 
 /** Why the files do not match the manifest (missing, wrong size, wrong checksum), or undefined when they do. */
 export async function verifyFiles(dir: string, m: Pick<SnapshotManifest, "state" | "mem">, opts: { checksums: boolean }): Promise<string | undefined> {
-  for (const [what, f] of [["state", m.state], ["memory", m.mem]] as const) {
+  for (const [what, f] of [
+    ["state", m.state],
+    ["memory", m.mem],
+  ] as const) {
     const path = join(dir, f.file);
     let size: number;
     try {
@@ -130,7 +139,10 @@ export async function commitSnapshot(input: CommitInput): Promise<SnapshotManife
   await fsyncPath(f.stateTmp);
   await fsyncPath(f.memTmp);
   const [state, mem] = input.known
-    ? [{ ...input.known.state, file: basename(f.state) }, { ...input.known.mem, file: basename(f.mem) }]
+    ? [
+        { ...input.known.state, file: basename(f.state) },
+        { ...input.known.mem, file: basename(f.mem) },
+      ]
     : await Promise.all([describeFile(f.stateTmp, f.state), describeFile(f.memTmp, f.mem)]);
   await rename(f.stateTmp, f.state);
   await rename(f.memTmp, f.mem);

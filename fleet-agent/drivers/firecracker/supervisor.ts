@@ -100,13 +100,20 @@ export class FirecrackerProcesses {
       ? [
           jailer.binary,
           [
-            "--id", firecrackerId(spec.vmId),
-            "--exec-file", resolveOnPath(this.opts.binary),
-            "--uid", String(jailer.uid),
-            "--gid", String(jailer.gid),
-            "--chroot-base-dir", resolve(spec.stateDir, "jail"),
+            "--id",
+            firecrackerId(spec.vmId),
+            "--exec-file",
+            resolveOnPath(this.opts.binary),
+            "--uid",
+            String(jailer.uid),
+            "--gid",
+            String(jailer.gid),
+            "--chroot-base-dir",
+            resolve(spec.stateDir, "jail"),
             ...(jailer.extraArgs ?? []),
-            "--", "--api-sock", paths.vm(paths.apiSock),
+            "--",
+            "--api-sock",
+            paths.vm(paths.apiSock),
           ],
         ]
       : [this.opts.binary, ["--api-sock", paths.apiSock, "--id", firecrackerId(spec.vmId)]];
@@ -225,5 +232,9 @@ function resolveOnPath(binary: string): string {
 
 /** Resolves once Firecracker's API socket answers. */
 function waitForApi(api: FirecrackerClient, timeoutMs: number, gaveUp: () => string | undefined): Promise<void> {
-  return pollUntil(() => api.describeInstance().then(() => true), { deadline: performance.now() + timeoutMs, gaveUp, timeout: `no answer within ${timeoutMs} ms` }).then(() => undefined);
+  return pollUntil(() => api.describeInstance().then(() => true), {
+    deadline: performance.now() + timeoutMs,
+    gaveUp,
+    timeout: `no answer within ${timeoutMs} ms`,
+  }).then(() => undefined);
 }

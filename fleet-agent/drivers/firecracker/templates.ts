@@ -35,7 +35,12 @@ export async function usableTemplate(deps: TemplateSlotDeps, spec: VmSpec): Prom
   if (!c) throw new Error(`template ${template.key} is unreadable: ${problem ?? "no manifest"}`);
   const holder = await slotOwner(opts.network, c.net.slot);
   if (holder === undefined) return template;
-  deps.log.info("template's network slot is taken; booting cold, building a new template", { vmId: spec.vmId, template: template.key, slot: c.net.slot, holder });
+  deps.log.info("template's network slot is taken; booting cold, building a new template", {
+    vmId: spec.vmId,
+    template: template.key,
+    slot: c.net.slot,
+    holder,
+  });
   await templates.renew(spec);
   return undefined;
 }
@@ -58,5 +63,15 @@ export async function templateEnvironment(deps: TemplateEnvironmentDeps, spec: V
     }),
   );
   const { firecrackerVersion, snapshotFormat, cpu, hostKernel } = host;
-  return JSON.stringify([firecrackerVersion, snapshotFormat, cpu, hostKernel, files, image.bootArgs ?? null, opts.extraBootArgs ?? null, !!opts.jailer, !!opts.diffSnapshots]);
+  return JSON.stringify([
+    firecrackerVersion,
+    snapshotFormat,
+    cpu,
+    hostKernel,
+    files,
+    image.bootArgs ?? null,
+    opts.extraBootArgs ?? null,
+    !!opts.jailer,
+    !!opts.diffSnapshots,
+  ]);
 }

@@ -42,7 +42,8 @@ export function connectVsock(udsPath: string, port: number, opts: { timeoutMs?: 
       buffered = Buffer.concat([buffered, chunk]);
       const nl = buffered.indexOf(0x0a);
       if (nl < 0) {
-        if (buffered.length > 64) fail(new VsockConnectError(`vsock CONNECT ${port}: unexpected answer ${JSON.stringify(buffered.toString("latin1").slice(0, 64))}`));
+        if (buffered.length > 64)
+          fail(new VsockConnectError(`vsock CONNECT ${port}: unexpected answer ${JSON.stringify(buffered.toString("latin1").slice(0, 64))}`));
         return;
       }
       const line = buffered.subarray(0, nl).toString("latin1").replace(/\r$/, "");

@@ -75,7 +75,8 @@ export class ProcessDriver implements VmDriver {
     if (spec.rootImage) return this.bootImage(spec);
     const started = performance.now();
     const command = this.images[spec.image];
-    if (!command || command.length === 0) throw new Error(`unknown image "${spec.image}" for the process driver (known: ${Object.keys(this.images).join(", ")})`);
+    if (!command || command.length === 0)
+      throw new Error(`unknown image "${spec.image}" for the process driver (known: ${Object.keys(this.images).join(", ")})`);
     mkdirSync(join(spec.stateDir, "leases"), { recursive: true });
     const { pidFile, log } = processFiles(spec.stateDir, "workload");
     const port = await freeLoopbackPort();
@@ -123,14 +124,21 @@ export class ProcessDriver implements VmDriver {
         `agent ${spec.agentId}: the process driver runs a built image only as root (it chroots into the image's files); run the fleet-agent as root, or use the qemu driver`,
       );
     }
-    this.log.warn("the process driver does NOT isolate the agent: its image runs as a host process in a chroot (host kernel, network and resources; root inside can leave)", {
-      vmId: spec.vmId,
-      agentId: spec.agentId,
-      image: image.digest,
-    });
+    this.log.warn(
+      "the process driver does NOT isolate the agent: its image runs as a host process in a chroot (host kernel, network and resources; root inside can leave)",
+      {
+        vmId: spec.vmId,
+        agentId: spec.agentId,
+        image: image.digest,
+      },
+    );
     if (!this.diskWarned.has(spec.vmId)) {
       this.diskWarned.add(spec.vmId);
-      this.log.warn("diskMiB is not enforced by the process driver: the agent's files are a plain directory", { vmId: spec.vmId, diskMiB: spec.diskMiB, dir: rootfsPath(spec.stateDir) });
+      this.log.warn("diskMiB is not enforced by the process driver: the agent's files are a plain directory", {
+        vmId: spec.vmId,
+        diskMiB: spec.diskMiB,
+        dir: rootfsPath(spec.stateDir),
+      });
     }
     const stateDir = resolve(spec.stateDir);
     mkdirSync(stateDir, { recursive: true });
@@ -172,7 +180,8 @@ export class ProcessDriver implements VmDriver {
     });
     try {
       const deadline = performance.now() + this.bootTimeoutMs;
-      const gaveUp = () => (proc.exit ? `the entrypoint exited (${proc.exit.signal ? `signal ${proc.exit.signal}` : `status ${proc.exit.code}`})` : proc.spawnError?.message);
+      const gaveUp = () =>
+        proc.exit ? `the entrypoint exited (${proc.exit.signal ? `signal ${proc.exit.signal}` : `status ${proc.exit.code}`})` : proc.spawnError?.message;
       if (image.config.readyPath) await waitImageReady(vm.endpoint, { readyPath: image.config.readyPath, port }, { deadline, gaveUp });
       else await waitForTcp(vm.endpoint, { deadline, gaveUp });
     } catch (err) {

@@ -38,7 +38,10 @@ async function compile(source: string, binary: string, cc: string): Promise<stri
     await new Promise<void>((resolve, reject) => {
       execFile(cc, ["-static", "-O2", "-o", tmp, source], { timeout: 120_000 }, (err, _stdout, stderr) => {
         if (!err) return resolve();
-        const why = (err as NodeJS.ErrnoException).code === "ENOENT" ? `${cc} is not installed (apt-get install gcc libc6-dev)` : stderr.trim().slice(-600) || err.message;
+        const why =
+          (err as NodeJS.ErrnoException).code === "ENOENT"
+            ? `${cc} is not installed (apt-get install gcc libc6-dev)`
+            : stderr.trim().slice(-600) || err.message;
         reject(new Error(`cannot build the image launcher from ${source}: ${why}`));
       });
     });

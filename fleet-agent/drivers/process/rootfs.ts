@@ -32,7 +32,8 @@ function run(cmd: string, args: readonly string[], opts: { input?: string } = {}
   return new Promise((resolve, reject) => {
     const child = execFile(cmd, [...args], { maxBuffer: 256 << 20, timeout: 600_000 }, (err, stdout, stderr) => {
       if (err) {
-        const why = (err as NodeJS.ErrnoException).code === "ENOENT" ? `${cmd} is not installed (e2fsprogs, coreutils)` : stderr.trim().slice(-600) || err.message;
+        const why =
+          (err as NodeJS.ErrnoException).code === "ENOENT" ? `${cmd} is not installed (e2fsprogs, coreutils)` : stderr.trim().slice(-600) || err.message;
         reject(new Error(`${cmd} ${args.join(" ")}: ${why}`));
       } else resolve({ stdout, stderr });
     });
@@ -49,7 +50,12 @@ export async function ensureRootfs(stateDir: string, image: { digest: string; ro
   const dir = rootfsPath(stateDir);
   if (await stat(dir).catch(() => undefined)) {
     const was = await readFile(join(stateDir, ROOTFS_IMAGE_FILE), "utf8").catch(() => "");
-    if (was.trim() !== image.digest) log.warn("the agent's files were unpacked from another image; they are kept and the new image is not applied", { dir, was: was.trim(), now: image.digest });
+    if (was.trim() !== image.digest)
+      log.warn("the agent's files were unpacked from another image; they are kept and the new image is not applied", {
+        dir,
+        was: was.trim(),
+        now: image.digest,
+      });
     return dir;
   }
   const started = performance.now();

@@ -133,7 +133,8 @@ export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress =
 export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "egressRelay">): string {
   const port = l.spec.rootImage ? l.spec.rootImage.config.port : DEMO_PORT;
   const parts = ["user", "id=net0", "restrict=on", `hostfwd=tcp:127.0.0.1:${l.hostPort}-:${port}`];
-  if (hasEgress(l)) parts.push(`guestfwd=tcp:${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}-cmd:${opt(`${shellQuote(l.egressRelay!)} ${shellQuote(l.paths.egress)}`)}`);
+  if (hasEgress(l))
+    parts.push(`guestfwd=tcp:${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}-cmd:${opt(`${shellQuote(l.egressRelay!)} ${shellQuote(l.paths.egress)}`)}`);
   return parts.join(",");
 }
 
@@ -145,21 +146,37 @@ export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "ho
   const image = l.spec.rootImage;
   const file = l.memory === "file";
   return [
-    "-M", file ? `${MACHINE},memory-backend=mem` : MACHINE,
+    "-M",
+    file ? `${MACHINE},memory-backend=mem` : MACHINE,
     // share=on: QEMU writes guest RAM straight into the file (page cache), so a hibernation only has to make it durable.
-    ...(file ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.templateRam ?? l.paths.ram)},share=${l.templateRam ? "off" : "on"}`] : []),
-    "-accel", l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
+    ...(file
+      ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.templateRam ?? l.paths.ram)},share=${l.templateRam ? "off" : "on"}`]
+      : []),
+    "-accel",
+    l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
     ...(l.accel === "kvm" ? ["-cpu", "host"] : []),
-    "-m", String(l.spec.memMiB),
-    "-smp", String(l.spec.vcpus),
-    "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-    "-chardev", `file,id=console,path=${opt(l.paths.console)},append=on`,
-    "-serial", "chardev:console",
-    "-netdev", netdevArg(l),
-    "-device", "virtio-net-device,netdev=net0",
-    "-device", "virtio-serial-device",
-    "-chardev", `socket,id=agent,path=${opt(l.paths.agent)},server=on,wait=off`,
-    "-device", "virtserialport,chardev=agent,name=agent",
+    "-m",
+    String(l.spec.memMiB),
+    "-smp",
+    String(l.spec.vcpus),
+    "-nodefaults",
+    "-no-user-config",
+    "-nographic",
+    "-no-reboot",
+    "-chardev",
+    `file,id=console,path=${opt(l.paths.console)},append=on`,
+    "-serial",
+    "chardev:console",
+    "-netdev",
+    netdevArg(l),
+    "-device",
+    "virtio-net-device,netdev=net0",
+    "-device",
+    "virtio-serial-device",
+    "-chardev",
+    `socket,id=agent,path=${opt(l.paths.agent)},server=on,wait=off`,
+    "-device",
+    "virtserialport,chardev=agent,name=agent",
     ...(image ? imageDrives(image.rootfs, l.paths) : []),
   ];
 }
@@ -176,8 +193,10 @@ export const DEMO_PORT = 8080;
 function imageDrives(rootfs: string, paths: VmPaths): string[] {
   const drive = (id: string, file: string, label: string, readonly: boolean) => [
     // werror=report on the agent's disk: a full host disk under the sparse file is an I/O error in the guest, not a VM paused for ever.
-    "-drive", `file=${opt(file)},format=raw,if=none,id=${id}${readonly ? ",readonly=on" : ",werror=report"}`,
-    "-device", `virtio-blk-device,drive=${id},serial=${label}`,
+    "-drive",
+    `file=${opt(file)},format=raw,if=none,id=${id}${readonly ? ",readonly=on" : ",werror=report"}`,
+    "-device",
+    `virtio-blk-device,drive=${id},serial=${label}`,
   ];
   return [
     ...drive("image", rootfs, IMAGE_LABEL, true),
@@ -196,9 +215,12 @@ export function qemuArgs(l: QemuLaunch): string[] {
     // into fw_cfg, which the guest reads at boot alone (a reboot ends QEMU, `-no-reboot`). Reading them cost each
     // restore ~10 ms of QEMU's start-up under TCG.
     ...(l.incoming ? [] : ["-kernel", l.kernel, "-initrd", l.initrd, "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l))]),
-    "-chardev", `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
-    "-mon", "chardev=qmp,mode=control",
-    "-pidfile", l.paths.pid,
+    "-chardev",
+    `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
+    "-mon",
+    "chardev=qmp,mode=control",
+    "-pidfile",
+    l.paths.pid,
     ...(l.incoming ? ["-incoming", "defer"] : []),
   ];
 }

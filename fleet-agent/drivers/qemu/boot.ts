@@ -78,7 +78,14 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
     await waitImageReady(runningVm(vp).endpoint, config, { deadline, gaveUp });
     await holes.recached;
     d.sup.running.set(spec.vmId, vp);
-    d.log.info("booted", { vmId: spec.vmId, image: spec.rootImage!.digest, pid: vp.proc.pid, port: vp.hostPort, bootMs: Math.round(performance.now() - started), ...holes.done });
+    d.log.info("booted", {
+      vmId: spec.vmId,
+      image: spec.rootImage!.digest,
+      pid: vp.proc.pid,
+      port: vp.hostPort,
+      bootMs: Math.round(performance.now() - started),
+      ...holes.done,
+    });
     return { vm: runningVm(vp), clock };
   } catch (err) {
     if (vp) await vp.proc.kill();
@@ -116,4 +123,3 @@ async function holesAfterBoot(d: BootDeps, vp: QemuVm): Promise<{ done?: { holes
   const done = { holesMs: Math.round(performance.now() - t0), ramAllocatedMiB: [mib(before), mib(await allocatedBytes(vp.paths.ram))] as [number, number] };
   return { done, recached: d.sup.smallPages(vp.spec, vp.paths.ram) };
 }
-

@@ -63,7 +63,11 @@ export function portableHardware(args: readonly string[], paths: Pick<VmPaths, "
 }
 
 /** Why this checkpoint cannot become the snapshot of a VM like `target`; undefined when it can. */
-export function checkpointMismatch(c: CheckpointManifest, target: RestoreTarget & { image: string; memory: MemoryMode }, targetHardware: string[]): string | undefined {
+export function checkpointMismatch(
+  c: CheckpointManifest,
+  target: RestoreTarget & { image: string; memory: MemoryMode },
+  targetHardware: string[],
+): string | undefined {
   if (c.version !== CHECKPOINT_VERSION) return `checkpoint version ${c.version}, this driver reads ${CHECKPOINT_VERSION}`;
   if (c.image !== target.image) return `checkpoint is of image ${c.image}, the agent runs ${target.image}`;
   if (c.memory !== target.memory) return `checkpoint was taken with ${c.memory} memory, this host keeps ${target.memory} memory`;
@@ -71,5 +75,8 @@ export function checkpointMismatch(c: CheckpointManifest, target: RestoreTarget 
 }
 
 export function readCheckpoint(dir: string): Promise<{ manifest?: CheckpointManifest; problem?: string }> {
-  return readManifest<CheckpointManifest>(checkpointFiles(dir).manifest, (m) => typeof m.sha256 === "string" && Array.isArray(m.hardware) && typeof m.image === "string");
+  return readManifest<CheckpointManifest>(
+    checkpointFiles(dir).manifest,
+    (m) => typeof m.sha256 === "string" && Array.isArray(m.hardware) && typeof m.image === "string",
+  );
 }

@@ -128,7 +128,16 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
   mkdirSync(spec.stateDir, { recursive: true });
   const paths = vmPaths(spec.stateDir);
   const args = machineArgs({ spec, paths, accel: d.host.accel, hostPort: 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
-  const target = { qemuVersion: d.host.qemuVersion, accel: d.host.accel, hostCpu: d.host.hostCpu, memMiB: spec.memMiB, vcpus: spec.vcpus, machineArgs: args, image: spec.image, memory: d.host.memory };
+  const target = {
+    qemuVersion: d.host.qemuVersion,
+    accel: d.host.accel,
+    hostCpu: d.host.hostCpu,
+    memMiB: spec.memMiB,
+    vcpus: spec.vcpus,
+    machineArgs: args,
+    image: spec.image,
+    memory: d.host.memory,
+  };
   const bad = checkpointMismatch(c, target, portableHardware(args, paths, spec.stateDir));
   if (bad) throw new AppError("conflict", `checkpoint ${basename(dir)} does not fit agent ${spec.agentId}: ${bad}`);
   const from = checkpointFiles(dir);

@@ -62,7 +62,10 @@ export class QemuDriver implements VmDriver {
     const hostCpu = hostCpuModel();
     const bootId = currentBootId();
     // Made first: bounds it refuses fail the driver before QEMU is asked anything. It hands what it evicts to the supervisor.
-    const waiting = new WaitingPool<QemuVm>({ keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX }, (id, vp, why) => this.sup.endKept(id, vp, why));
+    const waiting = new WaitingPool<QemuVm>(
+      { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX },
+      (id, vp, why) => this.sup.endKept(id, vp, why),
+    );
     const binary = opts.qemuBinary ?? "qemu-system-x86_64";
     this.memory = opts.memory ?? "stream";
     this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });

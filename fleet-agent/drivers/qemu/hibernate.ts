@@ -171,7 +171,11 @@ export class QemuHibernation {
         this.d.log.info("hibernate cancelled; VM resumed", { vmId: spec.vmId });
         return notDone();
       }
-      this.d.log.error("snapshot failed; VM resumed, previous snapshot kept", { vmId: spec.vmId, err: failure.message, qemuLogError: vp.proc.logWriteError?.message });
+      this.d.log.error("snapshot failed; VM resumed, previous snapshot kept", {
+        vmId: spec.vmId,
+        err: failure.message,
+        qemuLogError: vp.proc.logWriteError?.message,
+      });
       throw failure;
     }
     // The snapshot is committed. The stateDir is final when the hibernation answers (older snapshots removed); the
@@ -194,7 +198,14 @@ export class QemuHibernation {
     }
     if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started);
     const snapshotMs = performance.now() - started;
-    this.d.log.info("hibernated", { vmId: spec.vmId, bytes: committed.bytes, snapshotMs: Math.round(snapshotMs), ramPending: committed.ramPending !== undefined, ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}), phases: phases.ms });
+    this.d.log.info("hibernated", {
+      vmId: spec.vmId,
+      bytes: committed.bytes,
+      snapshotMs: Math.round(snapshotMs),
+      ramPending: committed.ramPending !== undefined,
+      ...(ramSyncMs !== undefined ? { ramSyncMs: Math.round(ramSyncMs * 10) / 10 } : {}),
+      phases: phases.ms,
+    });
     return { completed: true, snapshotMs, bytes: committed.bytes };
   }
 
@@ -204,7 +215,10 @@ export class QemuHibernation {
    */
   private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number): void {
     const done = (async () => {
-      const err = await synced.then(() => undefined, (e: Error) => e);
+      const err = await synced.then(
+        () => undefined,
+        (e: Error) => e,
+      );
       if (!err) {
         await markRamDurable(paths, manifest.file, manifest.ram!.generation);
         this.d.log.info("RAM file durable", { vmId: spec.vmId, file: manifest.file, durableMs: Math.round((performance.now() - started) * 10) / 10 });
@@ -228,13 +242,26 @@ export class QemuHibernation {
    * pipe" (its writer, cat, died); cat's own words reach us through the relayed stderr, and statfs shows the disk full:
    * then a SnapshotNoSpace with the bytes needed, free when it began, and written when the disk filled.
    */
-  private async snapshotError(vp: QemuVm, err: Error, f: { neededBytes: number; freeBefore: number | undefined; data: string; outputMark: number }): Promise<Error> {
+  private async snapshotError(
+    vp: QemuVm,
+    err: Error,
+    f: { neededBytes: number; freeBefore: number | undefined; data: string; outputMark: number },
+  ): Promise<Error> {
     const said = vp.proc.recentOutput(f.outputMark);
-    const written = await stat(f.data).then((s) => s.size, () => 0);
+    const written = await stat(f.data).then(
+      (s) => s.size,
+      () => 0,
+    );
     const freeNow = await freeBytes(vp.spec.stateDir);
     if (saysNoSpace(said) || saysNoSpace(err.message) || (written > 0 && freeNow !== undefined && freeNow < 1 << 20)) {
       return new SnapshotNoSpace(
-        { dir: vp.spec.stateDir, neededBytes: Math.max(f.neededBytes, snapshotBytesNeeded(vp.spec.memMiB)), freeBytes: f.freeBefore ?? written, writtenBytes: written, said: [err.message, said].filter(Boolean).join("; qemu: ") },
+        {
+          dir: vp.spec.stateDir,
+          neededBytes: Math.max(f.neededBytes, snapshotBytesNeeded(vp.spec.memMiB)),
+          freeBytes: f.freeBefore ?? written,
+          writtenBytes: written,
+          said: [err.message, said].filter(Boolean).join("; qemu: "),
+        },
         { cause: err },
       );
     }

@@ -44,7 +44,10 @@ export async function migrateToFile(vp: QemuVm, to: { data: string; done: string
  * asks QEMU to migrate; the state is written at its end and its fsync is `durable`, for the caller to await beside
  * the manifest's own write (the manifest is renamed into place only after both).
  */
-export async function socketMigration(vp: QemuVm, dataPath: string): Promise<{
+export async function socketMigration(
+  vp: QemuVm,
+  dataPath: string,
+): Promise<{
   run(signal?: AbortSignal, phases?: Phases): Promise<{ sha256: string; bytes: number; durable: Promise<void> }>;
   close(): Promise<void>;
 }> {
@@ -96,7 +99,9 @@ export async function socketMigration(vp: QemuVm, dataPath: string): Promise<{
       phases?.mark("migrateCmd");
       const info = await waitMigration(vp, { signal, timeoutMs: 120_000 });
       if (info.status !== "completed") throw new Error(`snapshot migration ${info.status}: ${info["error-desc"] ?? "no detail"}`);
-      const late = sleep(10_000, undefined, { signal: timeout.signal }).then(() => Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")));
+      const late = sleep(10_000, undefined, { signal: timeout.signal }).then(() =>
+        Promise.reject(new Error("the migration stream did not end within 10 s of QEMU's completion")),
+      );
       late.catch(() => undefined);
       await Promise.race([received, late]);
       phases?.mark("migrate");
@@ -140,7 +145,13 @@ export async function copyTemplateRam(vp: QemuVm, to?: string): Promise<{ file: 
  * Migrates the stopped VM over a unix socket into `dataPath` and `ramFile` (ram-stream.ts): device state to the
  * first, the guest RAM's pages that differ from the template's into the second (a copy of it). Both are synced.
  */
-export async function migrateSplitting(vp: QemuVm, dataPath: string, ramFile: string, log: Logger, signal?: AbortSignal): Promise<{ sha256: string; bytes: number; pages: number }> {
+export async function migrateSplitting(
+  vp: QemuVm,
+  dataPath: string,
+  ramFile: string,
+  log: Logger,
+  signal?: AbortSignal,
+): Promise<{ sha256: string; bytes: number; pages: number }> {
   const sock = join(vp.paths.socketDir, "mig.sock"); // no longer than agent.sock: it fits where that one does
   rmSync(sock, { force: true });
   const hash = createHash("sha256");
@@ -302,6 +313,9 @@ export async function resumeAfterSnapshot(vp: QemuVm, aborted: boolean, log: Log
     vp.proc.signal("SIGKILL");
   }
   // The guest clock stood still while the VM was stopped.
-  if (!vp.proc.exit) await fixGuestClock(vp.agent!, { sameNetwork: true }).catch((err: unknown) => log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }));
+  if (!vp.proc.exit)
+    await fixGuestClock(vp.agent!, { sameNetwork: true }).catch((err: unknown) =>
+      log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }),
+    );
   await removePartialSnapshots(vp.spec.stateDir);
 }

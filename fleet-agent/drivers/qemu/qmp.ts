@@ -178,10 +178,13 @@ export class QmpClient {
     if (this.closedError) return Promise.reject(this.closedError);
     const id = `q${this.nextId++}`;
     return new Promise((resolve, reject) => {
-      const timer = timeoutMs > 0 ? setTimeout(() => {
-        this.pending.delete(id);
-        reject(new QmpClosedError(`QMP ${command} did not answer within ${timeoutMs} ms`));
-      }, timeoutMs) : undefined;
+      const timer =
+        timeoutMs > 0
+          ? setTimeout(() => {
+              this.pending.delete(id);
+              reject(new QmpClosedError(`QMP ${command} did not answer within ${timeoutMs} ms`));
+            }, timeoutMs)
+          : undefined;
       this.pending.set(id, { command, resolve: resolve as (v: unknown) => void, reject, timer });
       const message: Record<string, unknown> = { execute: command, id };
       if (args !== undefined) message.arguments = args;

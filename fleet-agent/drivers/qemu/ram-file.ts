@@ -74,9 +74,16 @@ export async function markRamDurable(paths: Pick<VmPaths, "ram">, file: string, 
  * Why the snapshot's RAM file may not hold what its device state pairs with although its fingerprint matches (the
  * write-back of its pages may have been cut short by a reboot); undefined when it does. See the file's opening.
  */
-export async function ramDurability(paths: Pick<VmPaths, "ram">, m: { file: string; ram?: RamFingerprint | undefined; ramPending?: RamPending | undefined }, bootId: string): Promise<string | undefined> {
+export async function ramDurability(
+  paths: Pick<VmPaths, "ram">,
+  m: { file: string; ram?: RamFingerprint | undefined; ramPending?: RamPending | undefined },
+  bootId: string,
+): Promise<string | undefined> {
   if (!m.ramPending || !m.ram) return undefined;
-  const mark = await readFile(syncedPath(paths), "utf8").then((t) => t.trim(), () => "");
+  const mark = await readFile(syncedPath(paths), "utf8").then(
+    (t) => t.trim(),
+    () => "",
+  );
   if (mark === syncedMark(m.file, m.ram.generation)) return undefined;
   if (bootId !== "" && m.ramPending.bootId === bootId) return undefined; // the page cache still holds every page
   return "the host restarted before the RAM file's pages of this snapshot were durable (they may be torn)";
@@ -95,7 +102,10 @@ export interface RamFingerprint {
 export async function ramFingerprint(paths: Pick<VmPaths, "ram" | "ramGeneration">): Promise<RamFingerprint | undefined> {
   const s = await stat(paths.ram, { bigint: true }).catch(() => undefined);
   if (!s) return undefined;
-  const generation = await readFile(paths.ramGeneration, "utf8").then((t) => t.trim(), () => "");
+  const generation = await readFile(paths.ramGeneration, "utf8").then(
+    (t) => t.trim(),
+    () => "",
+  );
   return { bytes: Number(s.size), mtimeNs: s.mtimeNs.toString(), ino: s.ino.toString(), generation };
 }
 
@@ -103,8 +113,10 @@ export async function ramFingerprint(paths: Pick<VmPaths, "ram" | "ramGeneration
 export function ramChange(recorded: RamFingerprint | undefined, now: RamFingerprint | undefined, memMiB: number): string | undefined {
   if (!recorded) return "snapshot records no RAM file (taken with streamed memory)";
   if (!now) return "RAM file is missing";
-  if (now.bytes !== memMiB * 1024 * 1024 || recorded.bytes !== now.bytes) return `RAM file has ${now.bytes} bytes, the snapshot ${recorded.bytes}, the VM ${memMiB} MiB`;
-  if (recorded.generation !== now.generation) return "RAM file changed since the snapshot (another generation: the guest ran on it after it was taken, or it is another's)";
+  if (now.bytes !== memMiB * 1024 * 1024 || recorded.bytes !== now.bytes)
+    return `RAM file has ${now.bytes} bytes, the snapshot ${recorded.bytes}, the VM ${memMiB} MiB`;
+  if (recorded.generation !== now.generation)
+    return "RAM file changed since the snapshot (another generation: the guest ran on it after it was taken, or it is another's)";
   if (recorded.ino !== now.ino || recorded.mtimeNs !== now.mtimeNs) return "RAM file changed since the snapshot (replaced or written from outside)";
   return undefined;
 }

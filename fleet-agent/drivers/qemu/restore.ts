@@ -42,7 +42,14 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
   if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
   const targetArgs = machineArgs({ spec, paths, accel: d.host.accel, hostPort: hostPort ?? 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
-  const bad = incompatibility(manifest, { qemuVersion: d.host.qemuVersion, accel: d.host.accel, hostCpu: d.host.hostCpu, memMiB: spec.memMiB, vcpus: spec.vcpus, machineArgs: targetArgs });
+  const bad = incompatibility(manifest, {
+    qemuVersion: d.host.qemuVersion,
+    accel: d.host.accel,
+    hostCpu: d.host.hostCpu,
+    memMiB: spec.memMiB,
+    vcpus: spec.vcpus,
+    machineArgs: targetArgs,
+  });
   if (bad) throw new RestoreFailed(bad);
   const file = join(spec.stateDir, manifest.file);
   if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
@@ -50,7 +57,9 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   if (stale) throw new RestoreFailed(stale);
   const plan = ramPlan(d.host.memory, manifest);
   const mismatch = (r: { sha256: string; bytes: number }) =>
-    r.sha256 === manifest.sha256 && r.bytes === manifest.bytes ? undefined : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`;
+    r.sha256 === manifest.sha256 && r.bytes === manifest.bytes
+      ? undefined
+      : `snapshot checksum mismatch (${r.bytes} bytes, sha256 ${r.sha256.slice(0, 12)}…, manifest says ${manifest.sha256.slice(0, 12)}…)`;
   // Device state only (file-backed RAM): read and verified before QEMU sees it, then handed over a socket
   // (`sendIncoming`). All of guest RAM (streamed): QEMU reads the file itself while it is checksummed beside it.
   let state: Buffer | undefined;
@@ -158,7 +167,12 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
 }
 
 /** Why the snapshot no longer pairs with the VM's disk or RAM file (something ran on them since); undefined when it does. */
-export async function snapshotStale(host: Pick<QemuHost, "memory" | "bootId">, spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest): Promise<string | undefined> {
+export async function snapshotStale(
+  host: Pick<QemuHost, "memory" | "bootId">,
+  spec: VmSpec,
+  paths: VmPaths,
+  manifest: SnapshotManifest,
+): Promise<string | undefined> {
   // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
   if (spec.rootImage) {
     const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);

@@ -155,7 +155,12 @@ export class QemuSupervisor {
     // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
     const egress = spec.allowEgress && this.host.egressRelay !== undefined;
     if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
-    if (spec.rootImage) await makeLaunchDrive(spec.stateDir, spec.rootImage.config, { agentId: spec.agentId, port: spec.rootImage.config.port, ...(egress ? { egressProxy: egressProxyUrl } : {}) });
+    if (spec.rootImage)
+      await makeLaunchDrive(spec.stateDir, spec.rootImage.config, {
+        agentId: spec.agentId,
+        port: spec.rootImage.config.port,
+        ...(egress ? { egressProxy: egressProxyUrl } : {}),
+      });
     // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once).
     if (egress) await this.deps.egress.listen(spec.vmId, paths.egress);
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
@@ -174,7 +179,10 @@ export class QemuSupervisor {
         // Sent together (QEMU answers in order). `events`: MIGRATION status events, which waitMigration waits on. Both
         // sides, file-backed RAM: the shared RAM file is not migrated, only the device state (`x-ignore-shared`).
         const capabilities = [{ capability: "events", state: true }, ...(this.host.memory === "file" ? [{ capability: "x-ignore-shared", state: true }] : [])];
-        await Promise.all([vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH }), vp.qmp.execute("migrate-set-capabilities", { capabilities })]);
+        await Promise.all([
+          vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH }),
+          vp.qmp.execute("migrate-set-capabilities", { capabilities }),
+        ]);
         phases?.mark("qmpSetup");
         return vp;
       } catch (err) {
@@ -193,13 +201,45 @@ export class QemuSupervisor {
   private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean, templateRam: string | undefined): QemuVm {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
-    const launch = { spec, paths, accel: this.host.accel, hostPort, kernel: image.kernel, initrd: image.initrd, tscKhz: this.host.tscKhz, incoming, memory: this.host.memory, egressRelay: this.host.egressRelay, templateRam };
+    const launch = {
+      spec,
+      paths,
+      accel: this.host.accel,
+      hostPort,
+      kernel: image.kernel,
+      initrd: image.initrd,
+      tscKhz: this.host.tscKhz,
+      incoming,
+      memory: this.host.memory,
+      egressRelay: this.host.egressRelay,
+      templateRam,
+    };
     const templateFd = templateRam ? openSync(templateRam, "r") : undefined;
     const env = { ...process.env };
     if (this.host.preload) env.LD_PRELOAD = [this.host.preload, env.LD_PRELOAD].filter(Boolean).join(" ");
     // QEMU's stderr is relayed through us (see `relayStderr`): its log shares the disk a snapshot may have filled.
-    const proc = VmProcess.spawn({ vmId: spec.vmId, command: this.host.binary, args: qemuArgs(launch), log: paths.qemuLog, output: "stderr", relayStderr: true, env, stubs: this.deps.stubs });
-    const vp: QemuVm = { spec, paths, hostPort, machineArgs: machineArgs(launch), proc, qmp: undefined, agent: undefined, agentOpen: false, templateRam, templateFd };
+    const proc = VmProcess.spawn({
+      vmId: spec.vmId,
+      command: this.host.binary,
+      args: qemuArgs(launch),
+      log: paths.qemuLog,
+      output: "stderr",
+      relayStderr: true,
+      env,
+      stubs: this.deps.stubs,
+    });
+    const vp: QemuVm = {
+      spec,
+      paths,
+      hostPort,
+      machineArgs: machineArgs(launch),
+      proc,
+      qmp: undefined,
+      agent: undefined,
+      agentOpen: false,
+      templateRam,
+      templateFd,
+    };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
     return vp;
@@ -216,7 +256,9 @@ export class QemuSupervisor {
     if (this.waiting.get(id) === vp) this.waiting.delete(id);
     if (vp.proc.spawnError) this.log.error("QEMU failed to start", { vmId: id, err: vp.proc.spawnError });
     else if (vp.proc.crashed && wasRunning) {
-      void vp.proc.finalOutput().then((said) => this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: said }));
+      void vp.proc
+        .finalOutput()
+        .then((said) => this.log.error("QEMU exited unexpectedly", { vmId: id, pid: vp.proc.pid, code: exit.code, signal: exit.signal, log: said }));
     }
   }
 
@@ -248,7 +290,8 @@ export class QemuSupervisor {
   async smallPages(spec: VmSpec, ram: string): Promise<void> {
     const helper = smallPagesTool();
     if (!("path" in helper)) {
-      if (!this.smallPagesMissingSaid) this.log.warn("RAM files keep the kernel's large page-cache folios: hibernations write back more", { why: helper.error });
+      if (!this.smallPagesMissingSaid)
+        this.log.warn("RAM files keep the kernel's large page-cache folios: hibernations write back more", { why: helper.error });
       this.smallPagesMissingSaid = true;
       return;
     }

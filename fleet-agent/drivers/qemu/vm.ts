@@ -78,7 +78,12 @@ export function openAgent(vp: QemuVm): Promise<void> {
 }
 
 /** Pings over the agent port (reconnecting when it closed) until the guest agent answers. */
-export function waitAgent(vp: QemuVm, deadline: number, timeout: string, gaveUp: () => string | undefined = () => vp.proc.exitedWhy("QEMU")): Promise<GuestAgentClient> {
+export function waitAgent(
+  vp: QemuVm,
+  deadline: number,
+  timeout: string,
+  gaveUp: () => string | undefined = () => vp.proc.exitedWhy("QEMU"),
+): Promise<GuestAgentClient> {
   return pollUntil(
     async (remaining) => {
       await openAgent(vp);

@@ -135,7 +135,10 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
       this.requestSent();
       return;
     }
-    conn.socket.write(`${head}${this.bodyFraming === "chunked" ? "transfer-encoding: chunked\r\n" : `content-length: ${req.headers["content-length"]}\r\n`}\r\n`, "latin1");
+    conn.socket.write(
+      `${head}${this.bodyFraming === "chunked" ? "transfer-encoding: chunked\r\n" : `content-length: ${req.headers["content-length"]}\r\n`}\r\n`,
+      "latin1",
+    );
     this.phase = "sending";
     req.on("data", onReqData);
     req.on("end", onReqEnd);
@@ -275,7 +278,13 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
   clientClosed(): void {
     if (this.phase === "done") return;
     // The client went away before the end: the agent must see it at once (its socket closes).
-    this.env.log.info("client went away", { requestId: this.i.requestId, agentId: this.i.agentId, phase: this.phase, bytesIn: this.bytesIn, bytesOut: this.bytesOut });
+    this.env.log.info("client went away", {
+      requestId: this.i.requestId,
+      agentId: this.i.agentId,
+      phase: this.phase,
+      bytesIn: this.bytesIn,
+      bytesOut: this.bytesOut,
+    });
     this.finish(false);
   }
 
@@ -322,7 +331,8 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
   }
 
   private connectError(err: Error | undefined): AppError {
-    if (err instanceof UpstreamConnectError && err.timedOut) return new AppError("gateway_timeout", `agent ${this.i.agentId} did not accept the connection in time`, { cause: err });
+    if (err instanceof UpstreamConnectError && err.timedOut)
+      return new AppError("gateway_timeout", `agent ${this.i.agentId} did not accept the connection in time`, { cause: err });
     return new AppError("bad_gateway", `agent ${this.i.agentId} could not be reached: ${err?.message ?? "no connection"}`, { cause: err });
   }
 

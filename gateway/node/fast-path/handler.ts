@@ -144,7 +144,21 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       return new Promise<void>((over) => {
         const ep = hold.endpoint;
         const head = `${call.method} ${call.pathInside} HTTP/1.1\r\n${upstreamRequestHeadLines(req.rawHeaders, forwardedFrom(req, requestId), { stripAuthorization: caller !== undefined, host: `${ep.host}:${ep.port}` })}`;
-        new HttpExchange({ req, res, requestId, agentId: agent.row.id, ticket: hold, pool: poolFor(agent.row.id, hold), head, limits: agent.limits, done: over, expectContinue: call.expectContinue }, env).start();
+        new HttpExchange(
+          {
+            req,
+            res,
+            requestId,
+            agentId: agent.row.id,
+            ticket: hold,
+            pool: poolFor(agent.row.id, hold),
+            head,
+            limits: agent.limits,
+            done: over,
+            expectContinue: call.expectContinue,
+          },
+          env,
+        ).start();
       });
     });
   }
@@ -164,7 +178,9 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     res.on("close", () => {
       if (!finished) clientGone.abort();
     });
-    const headers = upstreamRequestHeaders(new Headers(req.headers as Record<string, string>), forwardedFrom(req, requestId), { stripAuthorization: caller !== undefined });
+    const headers = upstreamRequestHeaders(new Headers(req.headers as Record<string, string>), forwardedFrom(req, requestId), {
+      stripAuthorization: caller !== undefined,
+    });
     headers.delete("host");
     const hasBody = method !== "GET" && method !== "HEAD" && (req.headers["content-length"] !== undefined || req.headers["transfer-encoding"] !== undefined);
     const body = hasBody ? (Readable.toWeb(req) as ReadableStream<Uint8Array>) : null;
@@ -202,7 +218,14 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       const { req, requestId } = call;
       const headers = upgradeRequestHeaders(req.rawHeaders, forwardedFrom(req, requestId), { stripAuthorization: caller !== undefined, host: "" });
       const { proxyIdleTimeoutMs, responseTimeoutMs } = agent.limits;
-      return fleet.upgrade!(agent.spec, req, call.socket, call.head, { requestId, reason: "request", pathInside: call.pathInside, headers, proxyIdleTimeoutMs, responseTimeoutMs });
+      return fleet.upgrade!(agent.spec, req, call.socket, call.head, {
+        requestId,
+        reason: "request",
+        pathInside: call.pathInside,
+        headers,
+        proxyIdleTimeoutMs,
+        responseTimeoutMs,
+      });
     },
   };
 
@@ -224,7 +247,22 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       return sendErrorOnSocket(socket, err, requestId);
     }
     const { authorization, "user-agent": userAgent, "content-length": contentLength } = req.headers;
-    admission.admit<UpgradeCall>({ agentId: target.agentId, method: req.method ?? "GET", pathInside: target.pathInside, authorization, userAgent, contentLength, requestId, upgrade: true, req, socket, head }, upgradeEntry);
+    admission.admit<UpgradeCall>(
+      {
+        agentId: target.agentId,
+        method: req.method ?? "GET",
+        pathInside: target.pathInside,
+        authorization,
+        userAgent,
+        contentLength,
+        requestId,
+        upgrade: true,
+        req,
+        socket,
+        head,
+      },
+      upgradeEntry,
+    );
   }
 
   return {
@@ -233,7 +271,22 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       if (!target) return false;
       res.on("close", countAnswer);
       const { authorization, "user-agent": userAgent, "content-length": contentLength } = req.headers;
-      admission.admit<FastCall>({ agentId: target.agentId, method: req.method ?? "GET", pathInside: target.pathInside, authorization, userAgent, contentLength, requestId: newId("request"), upgrade: false, req, res, expectContinue }, httpEntry);
+      admission.admit<FastCall>(
+        {
+          agentId: target.agentId,
+          method: req.method ?? "GET",
+          pathInside: target.pathInside,
+          authorization,
+          userAgent,
+          contentLength,
+          requestId: newId("request"),
+          upgrade: false,
+          req,
+          res,
+          expectContinue,
+        },
+        httpEntry,
+      );
       return true;
     },
     upgrade(req, socket, head) {

@@ -166,7 +166,8 @@ export class ResponseParser {
       this.sink.onEnd();
       return;
     }
-    if (this.state !== "done" && this.state !== "idle") throw new ResponseParseError(this.state === "head" ? "connection closed before a response" : "connection closed mid-response");
+    if (this.state !== "done" && this.state !== "idle")
+      throw new ResponseParseError(this.state === "head" ? "connection closed before a response" : "connection closed mid-response");
   }
 
   private feedHead(chunk: Buffer, from: number): number {

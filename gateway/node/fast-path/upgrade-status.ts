@@ -18,7 +18,8 @@ export function watchAnswerStatus(socket: Duplex): () => number | undefined {
   const peek = (chunk: unknown): void => {
     if (typeof chunk !== "string" && !(chunk instanceof Uint8Array)) return;
     restore();
-    const head = typeof chunk === "string" ? chunk.slice(0, 16) : Buffer.from(chunk.buffer, chunk.byteOffset, Math.min(16, chunk.byteLength)).toString("latin1");
+    const head =
+      typeof chunk === "string" ? chunk.slice(0, 16) : Buffer.from(chunk.buffer, chunk.byteOffset, Math.min(16, chunk.byteLength)).toString("latin1");
     const m = statusLine.exec(head);
     if (m) status = Number(m[1]);
   };

@@ -17,13 +17,19 @@ export async function rawReportsMatch(db: Db, api: ReportRows, repeats: number):
     const raws: UsageRow[][] = [];
     for (let i = 0; i < zones.length; i++) {
       const range = monthRange(zones[i]!, month);
-      raws.push((await usageReport(db, { tenantId: `ten_${i}`, from: range.start, to: range.end, zone: zones[i]!, byAgent: true, time: "day" }, { source: "raw" })).rows);
+      raws.push(
+        (await usageReport(db, { tenantId: `ten_${i}`, from: range.start, to: range.end, zone: zones[i]!, byAgent: true, time: "day" }, { source: "raw" }))
+          .rows,
+      );
     }
     rawTimings.push(performance.now() - t);
     for (let i = 0; i < zones.length; i++) {
       const rows = api[i]!.rows;
       const raw = raws[i]!;
-      if (rows.length !== raw.length || rows.some((r, j) => r.agentId !== raw[j]!.agentId || r.activeMs !== raw[j]!.activeMs || r.vcpuMs !== raw[j]!.vcpuMs || r.mibMs !== raw[j]!.mibMs)) {
+      if (
+        rows.length !== raw.length ||
+        rows.some((r, j) => r.agentId !== raw[j]!.agentId || r.activeMs !== raw[j]!.activeMs || r.vcpuMs !== raw[j]!.vcpuMs || r.mibMs !== raw[j]!.mibMs)
+      ) {
         identical = false;
         log(`report of ten_${i} differs from the raw scan (${rows.length} vs ${raw.length} rows)`);
       }
@@ -37,8 +43,11 @@ export async function naiveGroupBy(db: Db, fromUtc: { start: number; end: number
   const naive: number[] = [];
   for (let k = 0; k < 3; k++) {
     const t = performance.now();
-    await queryRows(db, sql`select tenant_id, agent_id, date_trunc('day', started_at) as d, sum(extract(epoch from ended_at - started_at) * 1000)::int8, count(*)
-      from meter_segments where started_at >= ${new Date(fromUtc.start).toISOString()}::timestamptz and started_at < ${new Date(fromUtc.end).toISOString()}::timestamptz group by 1, 2, 3`);
+    await queryRows(
+      db,
+      sql`select tenant_id, agent_id, date_trunc('day', started_at) as d, sum(extract(epoch from ended_at - started_at) * 1000)::int8, count(*)
+      from meter_segments where started_at >= ${new Date(fromUtc.start).toISOString()}::timestamptz and started_at < ${new Date(fromUtc.end).toISOString()}::timestamptz group by 1, 2, 3`,
+    );
     naive.push(performance.now() - t);
   }
   return naive;

@@ -23,7 +23,12 @@ export async function seedTenantsAndAgents(db: Db, agentCount: number): Promise<
   for (let i = 0; i < zones.length; i++) await db.insert(tenants).values({ id: `ten_${i}`, name: `tenant ${i}`, timeZone: zones[i]! });
   for (let a = 0; a < agentCount; a += 500) {
     await db.insert(agents).values(
-      Array.from({ length: Math.min(500, agentCount - a) }, (_, k) => ({ id: `agt_${String(a + k).padStart(6, "0")}`, tenantId: `ten_${(a + k) % zones.length}`, name: `agent ${a + k}`, image: "demo" })),
+      Array.from({ length: Math.min(500, agentCount - a) }, (_, k) => ({
+        id: `agt_${String(a + k).padStart(6, "0")}`,
+        tenantId: `ten_${(a + k) % zones.length}`,
+        name: `agent ${a + k}`,
+        image: "demo",
+      })),
     );
   }
 }

@@ -35,7 +35,9 @@ async function hosts(base: string, shape: BenchShape): Promise<void> {
         const out: ReportRows = [];
         for (let i = 0; i < zones.length; i++) {
           const ti = performance.now();
-          const res = await fetch(`${base}/v1/usage?from=${month}-01&to=2026-11-01&tz=${encodeURIComponent(zones[i]!)}&groupBy=agent,day`, { headers: { "x-bench-tenant": `ten_${i}` } });
+          const res = await fetch(`${base}/v1/usage?from=${month}-01&to=2026-11-01&tz=${encodeURIComponent(zones[i]!)}&groupBy=agent,day`, {
+            headers: { "x-bench-tenant": `ten_${i}` },
+          });
           if (!res.ok) throw new Error(`usage ${res.status}: ${await res.text()}`);
           out.push((await res.json()) as ReportRows[number]);
           perTenant.push(performance.now() - ti);
@@ -76,7 +78,11 @@ async function hosts(base: string, shape: BenchShape): Promise<void> {
             const i = next++;
             if (i >= until) return;
             const b = batches[i]!;
-            const res = await fetch(`${base}/v1/meter-segments`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${await token(b.hostId)}` }, body: b.body });
+            const res = await fetch(`${base}/v1/meter-segments`, {
+              method: "POST",
+              headers: { "content-type": "application/json", authorization: `Bearer ${await token(b.hostId)}` },
+              body: b.body,
+            });
             const body = (await res.json()) as { accepted: string[]; rejected: unknown[] };
             if (!res.ok || body.rejected.length > 0) throw new Error(`ingest ${res.status}: ${JSON.stringify(body.rejected ?? body).slice(0, 500)}`);
             accepted += body.accepted.length;

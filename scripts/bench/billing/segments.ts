@@ -11,7 +11,13 @@ function lcg(seed: number): (n: number) => number {
 }
 
 /** Each agent wakes, runs a few minutes in 10 s heartbeat segments, sleeps, over the month: as meters cut it. */
-export function generate(shape: Pick<BenchShape, "agents" | "hosts">, monthStart: number, monthEnd: number, count: number, seqBase: number): { byHost: MeterSegment[][]; expectedMs: number } {
+export function generate(
+  shape: Pick<BenchShape, "agents" | "hosts">,
+  monthStart: number,
+  monthEnd: number,
+  count: number,
+  seqBase: number,
+): { byHost: MeterSegment[][]; expectedMs: number } {
   const { agents: agentCount, hosts: hostCount } = shape;
   const rnd = lcg(7);
   const byHost: MeterSegment[][] = Array.from({ length: hostCount }, () => []);

@@ -16,8 +16,19 @@ export function benchClock(startWall: number): Clock {
 }
 
 /** Serves billing's routes on 127.0.0.1; a request's `x-bench-tenant` header makes it that tenant's, with every scope. */
-export async function serveBilling(opts: { db: Db; clock: Clock; componentKey: Uint8Array; reportParts: number | undefined }): Promise<{ base: string; close(): void }> {
-  const routes = createBillingRoutes({ db: opts.db, clock: opts.clock, log: silentLogger, componentKey: opts.componentKey, ...(opts.reportParts === undefined ? {} : { usageParts: opts.reportParts }) });
+export async function serveBilling(opts: {
+  db: Db;
+  clock: Clock;
+  componentKey: Uint8Array;
+  reportParts: number | undefined;
+}): Promise<{ base: string; close(): void }> {
+  const routes = createBillingRoutes({
+    db: opts.db,
+    clock: opts.clock,
+    log: silentLogger,
+    componentKey: opts.componentKey,
+    ...(opts.reportParts === undefined ? {} : { usageParts: opts.reportParts }),
+  });
   const app = new Hono<GatewayEnv>();
   app.use(async (c, next) => {
     c.set("requestId", "req_bench");

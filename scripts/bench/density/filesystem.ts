@@ -34,7 +34,15 @@ export async function benchOne(run: DensityRun, fs: "ext4" | "xfs") {
   // As a host does at start (drivers/select.ts): on XFS, 4 KiB copy-on-write extents for what is made under the data dir.
   if (reflinks) say(`${fs}: copy-on-write extent hint ${JSON.stringify(await smallCowExtents(dataDir))}`);
   const vmDir = (name: string) => join(dataDir, "vms", name);
-  const specOf = (name: string): VmSpec => ({ vmId: newId("vm"), agentId: newId("agent"), image: "demo", vcpus: 1, memMiB: MEM_MIB, allowEgress: false, stateDir: vmDir(name) });
+  const specOf = (name: string): VmSpec => ({
+    vmId: newId("vm"),
+    agentId: newId("agent"),
+    image: "demo",
+    vcpus: 1,
+    memMiB: MEM_MIB,
+    allowEgress: false,
+    stateDir: vmDir(name),
+  });
 
   // The reference: independent agents, each booted cold (a driver without templates), measured side by side.
   const { coldMs, coldMem, coldCpu } = await coldReference(run, fs, specOf);
@@ -55,8 +63,12 @@ export async function benchOne(run: DensityRun, fs: "ext4" | "xfs") {
   const trickleP99 = percentile(trickle.latencies, 99);
   const referencePssKiB = (coldMem.pssKiB / coldMem.counted) * n;
   const memoryRatio = cloneMem.pssKiB / referencePssKiB;
-  say(`${fs}: ${cloneMem.counted} clones: PSS ${mib(cloneMem.pssKiB * 1024)} MiB (RSS ${mib(cloneMem.rssKiB * 1024)} MiB) vs ${n} independent agents ≈ ${mib(referencePssKiB * 1024)} MiB (${coldCount} cold agents' PSS scaled ×${r1(n / coldCount)}): ratio ${memoryRatio.toFixed(3)}`);
-  say(`${fs}: the QEMUs keep ${cloneCpu.cpuCores} cores busy (load ${cloneCpu.load1}); trickle calls ${trickle.latencies.length}, p50 ${r1(trickleP50)} ms, p99 ${r1(trickleP99)} ms, ${trickle.failures} failed${trickle.lastError ? ` (${trickle.lastError})` : ""}`);
+  say(
+    `${fs}: ${cloneMem.counted} clones: PSS ${mib(cloneMem.pssKiB * 1024)} MiB (RSS ${mib(cloneMem.rssKiB * 1024)} MiB) vs ${n} independent agents ≈ ${mib(referencePssKiB * 1024)} MiB (${coldCount} cold agents' PSS scaled ×${r1(n / coldCount)}): ratio ${memoryRatio.toFixed(3)}`,
+  );
+  say(
+    `${fs}: the QEMUs keep ${cloneCpu.cpuCores} cores busy (load ${cloneCpu.load1}); trickle calls ${trickle.latencies.length}, p50 ${r1(trickleP50)} ms, p99 ${r1(trickleP99)} ms, ${trickle.failures} failed${trickle.lastError ? ` (${trickle.lastError})` : ""}`,
+  );
 
   const asleep = await hibernateClones(run, fs, dataDir, driver, clones, trickle);
 

@@ -59,7 +59,10 @@ export class Trickle {
     };
     const timer = setTimeout(() => {
       void tick();
-      this.timers.set(vm.spec.vmId, setInterval(() => void tick(), this.trickleMs));
+      this.timers.set(
+        vm.spec.vmId,
+        setInterval(() => void tick(), this.trickleMs),
+      );
     }, Math.random() * this.trickleMs);
     this.timers.set(vm.spec.vmId, timer);
   }

@@ -6,7 +6,14 @@ import { percentile } from "../figures.ts";
 import { allocatedBytes, call, mib, r1, usedBytes, type Trickle } from "./measure.ts";
 import type { DensityRun } from "./run.ts";
 
-export async function hibernateClones(run: DensityRun, fs: "ext4" | "xfs", dataDir: string, driver: QemuDriver, clones: { spec: VmSpec; vm: RunningVm }[], trickle: Trickle) {
+export async function hibernateClones(
+  run: DensityRun,
+  fs: "ext4" | "xfs",
+  dataDir: string,
+  driver: QemuDriver,
+  clones: { spec: VmSpec; vm: RunningVm }[],
+  trickle: Trickle,
+) {
   const { say, cleanups } = run;
   const n = clones.length;
   // A few calls to each, then all hibernate: a clone's first hibernation gives it a RAM file of its own (the driver's
@@ -30,7 +37,9 @@ export async function hibernateClones(run: DensityRun, fs: "ext4" | "xfs", dataD
   // sees others' writes, and without reflinks every allocated block is the clone's own.
   const method = fs === "xfs" ? "statfs" : "allocated";
   const ownFirst = method === "statfs" ? statfsFirst : percentile(perCloneFirst, 50);
-  say(`${fs}: hibernated ${n} clones (a clone's first: its RAM file made from the template's and the pages it changed): snapshot p50 ${Math.round(percentile(firstSnap, 50))} ms, ${mib(percentile(firstBytes, 50))} MiB each; each clone adds ${mib(ownFirst)} MiB on disk (${method}; allocated blocks p50 ${mib(percentile(perCloneFirst, 50))} MiB, statfs ${mib(statfsFirst)} MiB per clone)`);
+  say(
+    `${fs}: hibernated ${n} clones (a clone's first: its RAM file made from the template's and the pages it changed): snapshot p50 ${Math.round(percentile(firstSnap, 50))} ms, ${mib(percentile(firstBytes, 50))} MiB each; each clone adds ${mib(ownFirst)} MiB on disk (${method}; allocated blocks p50 ${mib(percentile(perCloneFirst, 50))} MiB, statfs ${mib(statfsFirst)} MiB per clone)`,
+  );
 
   // Wake and hibernate each once more: now ordinary file-backed VMs (RAM in <stateDir>/ram, device state only).
   const wakeMs: number[] = [];
@@ -52,7 +61,9 @@ export async function hibernateClones(run: DensityRun, fs: "ext4" | "xfs", dataD
   const perCloneSecond = clones.map((c) => allocatedBytes(c.spec.stateDir));
   const statfsSecond = ((await usedBytes(dataDir)) - usedBeforeSleep) / n;
   const ownSecond = method === "statfs" ? statfsSecond : percentile(perCloneSecond, 50);
-  say(`${fs}: woke and hibernated each again (restore p50 ${Math.round(percentile(wakeMs, 50))} ms${wokeCold ? `, ${wokeCold} booted cold` : ""}${lostState ? `, ${lostState} lost their counter` : ""}): snapshot p50 ${r1(percentile(secondSnap, 50))} ms, ${r1(percentile(secondBytes, 50) / 1024)} KiB each; each clone adds ${mib(ownSecond)} MiB on disk (${method}; allocated blocks p50 ${mib(percentile(perCloneSecond, 50))} MiB, statfs ${mib(statfsSecond)} MiB per clone)`);
+  say(
+    `${fs}: woke and hibernated each again (restore p50 ${Math.round(percentile(wakeMs, 50))} ms${wokeCold ? `, ${wokeCold} booted cold` : ""}${lostState ? `, ${lostState} lost their counter` : ""}): snapshot p50 ${r1(percentile(secondSnap, 50))} ms, ${r1(percentile(secondBytes, 50) / 1024)} KiB each; each clone adds ${mib(ownSecond)} MiB on disk (${method}; allocated blocks p50 ${mib(percentile(perCloneSecond, 50))} MiB, statfs ${mib(statfsSecond)} MiB per clone)`,
+  );
 
   return {
     diskPerSleepingCloneMiB: {
@@ -67,7 +78,13 @@ export async function hibernateClones(run: DensityRun, fs: "ext4" | "xfs", dataD
     },
     hibernate: {
       first: { p50Ms: Math.round(percentile(firstSnap, 50)), p50MiB: mib(percentile(firstBytes, 50)) },
-      second: { p50Ms: r1(percentile(secondSnap, 50)), p50KiB: r1(percentile(secondBytes, 50) / 1024), restoreP50Ms: Math.round(percentile(wakeMs, 50)), wokeCold, lostState },
+      second: {
+        p50Ms: r1(percentile(secondSnap, 50)),
+        p50KiB: r1(percentile(secondBytes, 50) / 1024),
+        restoreP50Ms: Math.round(percentile(wakeMs, 50)),
+        wokeCold,
+        lostState,
+      },
     },
   };
 }

@@ -39,7 +39,10 @@ export class BenchClient {
   }
 
   async hostsOf(ids: readonly string[]): Promise<Map<string, string | null>> {
-    const rows = await this.db.select({ id: agents.id, hostId: agents.hostId }).from(agents).where(inArray(agents.id, [...ids]));
+    const rows = await this.db
+      .select({ id: agents.id, hostId: agents.hostId })
+      .from(agents)
+      .where(inArray(agents.id, [...ids]));
     return new Map(rows.map((r) => [r.id, r.hostId]));
   }
 
@@ -47,7 +50,11 @@ export class BenchClient {
   async createAndWake(n: number, boots: number[]): Promise<{ ids: string[]; byHost: Map<string, string[]> }> {
     const ids: string[] = [];
     for (let i = 0; i < n; i++) {
-      const { status, res } = await this.call(i, "/v1/agents", { method: "POST", body: JSON.stringify({ idleTimeoutMs: 120_000 }), headers: { "content-type": "application/json" } });
+      const { status, res } = await this.call(i, "/v1/agents", {
+        method: "POST",
+        body: JSON.stringify({ idleTimeoutMs: 120_000 }),
+        headers: { "content-type": "application/json" },
+      });
       if (status !== "201") throw new Error(`POST /v1/agents: ${status} ${await res?.text()}`);
       ids.push(((await res!.json()) as { id: string }).id);
     }

@@ -70,7 +70,15 @@ export class Cluster {
     for (let i = 0; i < 2; i++) {
       const g = await this.spawnUntil(
         "scripts/gateway.ts",
-        { DATABASE_URL: pg.url, COMPONENT_SECRET: secret, DATA_DIR: gatewayDir, PORT: "0", HOST_LIVE_WINDOW_MS: String(this.opts.leaseMs), PLACEMENT_CACHE_MS: "500", LOG_LEVEL: "error" },
+        {
+          DATABASE_URL: pg.url,
+          COMPONENT_SECRET: secret,
+          DATA_DIR: gatewayDir,
+          PORT: "0",
+          HOST_LIVE_WINDOW_MS: String(this.opts.leaseMs),
+          PLACEMENT_CACHE_MS: "500",
+          LOG_LEVEL: "error",
+        },
         /gateway listening at (http:\/\/\S+)/,
       );
       this.gateways.push(g.match[1]!);
@@ -80,7 +88,10 @@ export class Cluster {
 
   /** Starts the host `id` (again: same HOST_ID and data directory); resolves once it serves gateways. */
   async startHost(id: string): Promise<void> {
-    this.hostProcs.set(id, await this.spawnUntil("scripts/fleet-agent.ts", this.hostEnv(id), /fleet-agent (host_[0-9a-z_]+) serving gateways at (http:\/\/\S+)/));
+    this.hostProcs.set(
+      id,
+      await this.spawnUntil("scripts/fleet-agent.ts", this.hostEnv(id), /fleet-agent (host_[0-9a-z_]+) serving gateways at (http:\/\/\S+)/),
+    );
   }
 
   /** Kills the host `id` with SIGKILL: no hibernation, no goodbye. */
@@ -125,7 +136,11 @@ export class Cluster {
   /** Runs `node <script>` from the repository root with `extra` over our environment, resolving once its output matches `ready`. */
   private spawnUntil(script: string, extra: Record<string, string>, ready: RegExp, timeoutMs = 60_000): Promise<Child> {
     const { root } = this.opts;
-    const proc = spawn(process.execPath, [join(root, script)], { cwd: root, env: { ...process.env, LOG_LEVEL: "warn", ...extra }, stdio: ["ignore", "pipe", "pipe"] });
+    const proc = spawn(process.execPath, [join(root, script)], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: "warn", ...extra },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     this.children.add(proc);
     proc.once("exit", () => this.children.delete(proc));
     let out = "";

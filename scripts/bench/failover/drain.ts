@@ -7,7 +7,6 @@ import { hostIds, log } from "./cluster.ts";
 /** How often each loaded agent is called during the drain, ms. */
 const drainPollMs = 150;
 
-
 /** Creates a round's worth of agents, loads the host holding the most, drains it (`POST /v1/hosts/{id}/drain`, as `operator`) and waits (60 s at most) until every loaded agent answered from another host. */
 export async function drainUnderLoad(client: BenchClient, operator: string, agentsPerHost: number, firstBoots: number[]) {
   const { byHost } = await client.createAndWake(agentsPerHost * hostIds.length, firstBoots);
@@ -50,7 +49,9 @@ export async function drainUnderLoad(client: BenchClient, operator: string, agen
   await Promise.all([load, watch]);
   const drainCalls = Object.values(drainStatuses).reduce((a, b) => a + b, 0);
   const drainFailed = drainCalls - (drainStatuses["200"] ?? 0);
-  log(`drain of ${drainHost}: ${loaded.length} agents answered from other hosts after ${Math.round(drainDoneAt - drainAt)} ms (all moved in the database after ${Math.round(allMovedAt - drainAt)} ms); statuses ${JSON.stringify(drainStatuses)}`);
+  log(
+    `drain of ${drainHost}: ${loaded.length} agents answered from other hosts after ${Math.round(drainDoneAt - drainAt)} ms (all moved in the database after ${Math.round(allMovedAt - drainAt)} ms); statuses ${JSON.stringify(drainStatuses)}`,
+  );
   return {
     failed: drainFailed,
     result: {

@@ -14,7 +14,6 @@ export const failoverPollMs = 100;
  */
 const gatewayProbeTtlMs = 5000;
 
-
 export interface RoundsOptions {
   rounds: number;
   agentsPerHost: number;
