@@ -20,7 +20,7 @@ import {
   WebhookEndpointWithSecret,
 } from "./api-schemas.ts";
 import { generateSecret } from "./signature.ts";
-import type { AuditBy, EndpointRow } from "./store.ts";
+import type { AuditBy, EndpointRow } from "./store-types.ts";
 import { deliveryDetailView, deliveryView, endpointView } from "./views.ts";
 import type { ResolvedWebhookDeps } from "./types.ts";
 

@@ -10,7 +10,8 @@ export { createWebhookRoutes, type WebhookRouteOptions } from "./routes.ts";
 export { createDeliveryWorker, type DeliveryWorker } from "./worker.ts";
 export { webhookConfigFromEnv, validateWebhookConfig } from "./config.ts";
 export { defaultWebhookConfig, type WebhookConfig, type WebhookDeps, type ForwardContext } from "./types.ts";
-export { createDbWebhookStore, type WebhookStore } from "./store.ts";
+export { createDbWebhookStore } from "./store.ts";
+export type { WebhookStore } from "./store-types.ts";
 export { fleetForward } from "./fleet-forward.ts";
 export { signStandard, signGithub, verifyWebhook } from "./signature.ts";
 

@@ -2,7 +2,7 @@
 import type { Db } from "../../schema/db.ts";
 import type { Clock } from "../../lib/clock.ts";
 import type { Logger } from "../../lib/log.ts";
-import type { WebhookStore } from "./store.ts";
+import type { WebhookStore } from "./store-types.ts";
 
 export interface WebhookConfig {
   /** Largest body accepted at intake (413 above it). */

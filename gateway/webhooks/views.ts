@@ -2,7 +2,7 @@
 import type { z } from "../../lib/api.ts";
 import type { WebhookAttempt, WebhookDelivery, WebhookEndpoint } from "./api-schemas.ts";
 import { base64Encode } from "./bytes.ts";
-import type { AttemptRow, DeliveryRow, EndpointRow } from "./store.ts";
+import type { AttemptRow, DeliveryRow, EndpointRow } from "./store-types.ts";
 
 const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 

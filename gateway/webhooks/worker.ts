@@ -9,7 +9,7 @@ import { validateWebhookConfig } from "./config.ts";
 import { forwardRequestHeaders } from "./forward-headers.ts";
 import type { AuditEntry } from "../../schema/audit-log.ts";
 import { withWebhookStore } from "./deps.ts";
-import type { AttemptResult, ClaimedDelivery, Settlement } from "./store.ts";
+import type { AttemptResult, ClaimedDelivery, Settlement } from "./store-types.ts";
 import type { WebhookDeps } from "./types.ts";
 
 export interface DeliveryWorker {

@@ -2,7 +2,8 @@
 import fc from "fast-check";
 import { Agent } from "undici";
 import { fetchOperations, type Operation } from "./document.ts";
-import { planArbitrary, type Plan, type Segment } from "./cases.ts";
+import { planArbitrary } from "./cases.ts";
+import type { Plan, Segment } from "./plan.ts";
 import type { Target } from "./target.ts";
 import { judge } from "./verdict.ts";
 import { bodyBytes, send, type Answer, type WireRequest } from "./wire.ts";

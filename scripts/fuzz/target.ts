@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair, SignJWT, type JWK } from "jose";
 import { devAudience, devIssuer, devKeyPath, mintToken } from "../../compose/dev-keys.ts";
-import type { AuthKind } from "./cases.ts";
+import type { AuthKind } from "./plan.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 

@@ -1,6 +1,6 @@
 // What every answer must be: a status the document lists (or a generic one), the one error envelope, small, with nothing internal.
 import { errorStatus } from "../../lib/errors.ts";
-import type { Framing } from "./cases.ts";
+import type { Framing } from "./plan.ts";
 import type { Answer } from "./wire.ts";
 
 /**

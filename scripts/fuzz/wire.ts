@@ -2,7 +2,7 @@
 import { connect, type Socket } from "node:net";
 import { Readable } from "node:stream";
 import { Agent, request } from "undici";
-import type { BodyPlan, Framing } from "./cases.ts";
+import type { BodyPlan, Framing } from "./plan.ts";
 
 /** A request as it goes on the wire. */
 export interface WireRequest {
