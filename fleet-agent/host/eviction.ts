@@ -28,8 +28,19 @@ export class Eviction {
     this.deps = deps;
   }
 
-  /** Stops the agent's VM and removes everything it left on disk. */
-  async remove(agentId: string): Promise<void> {
+  /** Removals under way: a second delete of the agent while one runs joins it (the VM is stopped and destroyed once). */
+  private readonly removing = new Map<string, Promise<void>>();
+
+  /** Stops the agent's VM and removes everything it left on disk; a removal already under way is joined, not repeated. */
+  remove(agentId: string): Promise<void> {
+    const under = this.removing.get(agentId);
+    if (under) return under;
+    const removal = this.removeOnce(agentId).finally(() => this.removing.delete(agentId));
+    this.removing.set(agentId, removal);
+    return removal;
+  }
+
+  private async removeOnce(agentId: string): Promise<void> {
     const { driver, log, vms } = this.deps;
     const entry = vms.get(agentId);
     if (!entry) return this.deps.removeCheckpointsOf(agentId);

@@ -127,6 +127,18 @@ function deferred() {
 const flush = () => new Promise((r) => setImmediate(r));
 
 describe("host", () => {
+  it("two deletes of one agent at once are one removal: both answer, the VM is stopped and destroyed once", async () => {
+    const { host, driver } = setup();
+    let stops = 0;
+    let destroys = 0;
+    driver.stop = async () => void stops++;
+    driver.destroy = async () => void destroys++;
+    (await host.acquire(spec, "request")).release();
+    await Promise.all([host.remove(spec.id), host.remove(spec.id)]);
+    expect({ stops, destroys }).toEqual({ stops: 1, destroys: 1 });
+    expect(host.status(spec.id)).toBeUndefined();
+  });
+
   it("N concurrent acquires of a sleeping VM cause exactly one boot", async () => {
     const { host, driver } = setup();
     const gate = deferred();
