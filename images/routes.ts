@@ -7,7 +7,7 @@ import { AppError } from "../lib/errors.ts";
 import { isId, newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../contracts/caller.ts";
-import type { AuditLog } from "../schema/audit-log.ts";
+import { type AuditLog, callerAction } from "../schema/audit-log.ts";
 import { Build, BuildIdParams, BuildLogQuery, ImageBuilt, ImageDeleted, ImageIdParams, ImagePage, ImagesQuery, Image, UploadQuery } from "./api-schemas.ts";
 import { eventText, type BuildRecord, type ImageBuilder } from "./builds.ts";
 import { imageRecord, type ImageRepo, type ImageRow } from "./repo.ts";
@@ -143,14 +143,7 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
   }
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
-    return deps.audit.record({
-      tenantId: caller.tenantId,
-      actor: caller.subject,
-      action,
-      target,
-      requestId: c.get("requestId"),
-      ...(detail ? { detail } : {}),
-    });
+    return deps.audit.record(callerAction(caller, c.get("requestId"), action, target, detail));
   }
 
   r.openapi(uploadRoute, async (c) => {

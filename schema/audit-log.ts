@@ -1,6 +1,7 @@
 // The append-only audit log as one port: every admin action, wake, hibernation and webhook delivery is recorded through it.
 import { and, desc, eq, gte, lt, sql, type SQL } from "drizzle-orm";
 import { verifyAllAuditChains, verifyAuditChain, type AuditChainVerdict } from "./audit-verify.ts";
+import type { Caller } from "../contracts/caller.ts";
 import { auditLog } from "./core.ts";
 import type { Db } from "./postgres.ts";
 
@@ -19,6 +20,17 @@ export interface AuditEntry {
 
 export interface AuditLog {
   record(entry: AuditEntry): Promise<void>;
+}
+
+/** What an API route records of a caller's action on something of its tenant (`detail` left out when absent). */
+export function callerAction(
+  caller: Pick<Caller, "tenantId" | "subject">,
+  requestId: string | undefined,
+  action: string,
+  target: string,
+  detail?: Record<string, unknown>,
+): AuditEntry {
+  return { tenantId: caller.tenantId, actor: caller.subject, action, target, requestId, ...(detail ? { detail } : {}) };
 }
 
 /** A transaction on a `Db`, as `db.transaction(async (tx) => …)` hands it out. */

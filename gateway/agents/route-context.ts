@@ -3,6 +3,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import type { VmStatus } from "../../contracts/agent.ts";
 import { jsonBody } from "../../lib/api.ts";
 import { scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
+import { callerAction } from "../../schema/audit-log.ts";
 import type { CheckpointGatewayDeps } from "../checkpoints/routes.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { ProxyCore } from "../proxy/core.ts";
@@ -38,14 +39,7 @@ export function agentRouteContext(deps: GatewayDeps & CheckpointGatewayDeps, pro
   const ownAgent = (caller: Caller, id: string) => findOwnAgent(agents, caller, id);
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail?: Record<string, unknown>) {
-    return deps.audit.record({
-      tenantId: caller.tenantId,
-      actor: caller.subject,
-      action,
-      target,
-      requestId: c.get("requestId"),
-      ...(detail ? { detail } : {}),
-    });
+    return deps.audit.record(callerAction(caller, c.get("requestId"), action, target, detail));
   }
 
   return { deps, proxy, body, view, ownAgent, audit };

@@ -7,6 +7,7 @@ import { isId } from "../../lib/ids.ts";
 import type { VmStatus } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
+import { callerAction } from "../../schema/audit-log.ts";
 import { agentSpec, ownAgent as findOwnAgent, type AgentRow } from "../agents/repo.ts";
 import type { GatewayDeps } from "../deps.ts";
 import { ownCheckpoint, type CheckpointPosition, type CheckpointRepo, type CheckpointRow } from "./repo.ts";
@@ -101,7 +102,7 @@ export function checkpointRoutes(
   const ownAgent = (caller: Caller, id: string) => findOwnAgent(agents, caller, id);
 
   function audit(c: Context<GatewayEnv>, caller: Caller, action: string, target: string, detail: Record<string, unknown>) {
-    return deps.audit.record({ tenantId: caller.tenantId, actor: caller.subject, action, target, requestId: c.get("requestId"), detail });
+    return deps.audit.record(callerAction(caller, c.get("requestId"), action, target, detail));
   }
 
   /** The agent's own checkpoint, by id; 404 for another agent's (or tenant's). */
