@@ -1,6 +1,10 @@
 // What every component knows of an agent's VM: the spec a host runs, VM states, wake and sleep reasons, wake timings.
 
-export type VmState = "creating" | "booting" | "running" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
+/**
+ * `dozing`: the VM's process and connections stay but its vCPUs are stopped, because every call it has open waits on
+ * an outbound call through the host's egress proxy (issue 30; `fleet-agent/host/doze.ts`). Not active time.
+ */
+export type VmState = "creating" | "booting" | "running" | "dozing" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
 
 /** Why a VM woke (or booted). */
 export type WakeReason = "request" | "webhook" | "api" | "boot";
@@ -12,7 +16,14 @@ export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete" | "mo
  * snapshot), or `hibernate_failed` (the snapshot could not be written: the VM went back to running, its previous
  * snapshot kept; the transition's `detail` says why, e.g. `code: "ENOSPC"` with the bytes needed and free).
  */
-export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hibernate_failed";
+export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hibernate_failed" | DozeReason | ResumeReason;
+/** Why a running VM dozed: every open call waits on an outbound call (the doze rule of fleet-agent/host/doze.ts). */
+export type DozeReason = "doze";
+/**
+ * Why a dozing VM runs again: an outbound response's first byte (`upstream`), a new inbound call (`request`), a webhook,
+ * an API wake or lease (`api`), or `DOZE_MAX_MS` (`doze_max`, the guest's own timers get a turn).
+ */
+export type ResumeReason = "upstream" | "request" | "webhook" | "api" | "doze_max";
 
 /** The part of an agent row a host needs to run it. */
 export interface AgentSpec {

@@ -2,13 +2,16 @@
 import type { SleepReason, WakeReason } from "./agent.ts";
 
 /** Why a segment starts: the run's wake reason for its first segment, `heartbeat` for every continuation. */
-export type SegmentStartReason = WakeReason | "heartbeat";
+export type SegmentStartReason = WakeReason | "heartbeat" | "doze" | "resume";
 /** Why a segment ends: the VM stopped being active (the sleep reason), or the periodic `heartbeat` cut. */
-export type SegmentEndReason = SleepReason | "heartbeat";
+export type SegmentEndReason = SleepReason | "heartbeat" | "doze" | "resume";
 
-export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "boot", "heartbeat"];
+export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "boot", "heartbeat", "doze", "resume"];
 /** Every end reason, checked both ways: a sleep reason added to contracts/agent.ts and not here fails to compile. */
-const endReasonSet = { idle: 1, api: 1, crash: 1, heartbeat: 1, shutdown: 1, delete: 1, moved: 1, drain: 1 } satisfies Record<SegmentEndReason, 1>;
+const endReasonSet = { idle: 1, api: 1, crash: 1, heartbeat: 1, shutdown: 1, delete: 1, moved: 1, drain: 1, doze: 1, resume: 1 } satisfies Record<
+  SegmentEndReason,
+  1
+>;
 export const segmentEndReasons: readonly SegmentEndReason[] = Object.keys(endReasonSet) as SegmentEndReason[];
 
 export interface MeterSegment {
@@ -28,7 +31,15 @@ export interface MeterSegment {
   memMiB: number;
   startReason: SegmentStartReason;
   endReason: SegmentEndReason;
+  /**
+   * `dozing`: the VM's vCPUs were stopped while every open call waited on an outbound call (priced apart: no vCPU by
+   * default, memory at the snapshot rate). Absent: `active` (so segments spooled before dozing existed stay valid).
+   * A run's segments alternate: an active one ends `doze`, the dozing one starts `doze` and ends `resume`.
+   */
+  state?: SegmentState;
 }
+
+export type SegmentState = "active" | "dozing";
 
 export function segmentId(hostId: string, vmId: string, seq: number): string {
   return `${hostId}:${vmId}:${seq}`;

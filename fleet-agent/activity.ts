@@ -22,7 +22,17 @@ export interface ActivityEnd {
   reason: SleepReason;
 }
 
+/** A running VM dozed (`dozing: true`) or ran again: the run goes on, its time is cut into a segment of the other state. */
+export interface ActivityDoze {
+  at: number;
+  mono: number;
+  vmId: string;
+  dozing: boolean;
+}
+
 export interface ActivityListener {
   active(e: ActivityStart): void;
   inactive(e: ActivityEnd): void;
+  /** Between `active` and `inactive`: the VM dozes or runs again (fleet-agent/host/doze.ts). Absent: a listener that does not tell them apart. */
+  doze?(e: ActivityDoze): void;
 }

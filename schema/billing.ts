@@ -26,6 +26,8 @@ export const meterSegments = pgTable(
     memMiB: integer("mem_mib").notNull(),
     startReason: text("start_reason").notNull(),
     endReason: text("end_reason").notNull(),
+    /** active: the VM ran; dozing: its vCPUs were stopped while every open call waited on an outbound call (priced apart). */
+    state: text("state").$type<"active" | "dozing">().notNull().default("active"),
     /** Billing's clock when the segment was written: invoices count segments received before their cutoff. */
     receivedAt: tz("received_at").notNull(),
   },
@@ -47,6 +49,9 @@ export const usageQuarterHours = pgTable(
     vcpuMs: count("vcpu_ms").notNull(),
     /** Memory-time in MiB-milliseconds. */
     mibMs: count("mib_ms").notNull(),
+    /** Dozing time (not in the active columns above) and its memory-time in MiB-milliseconds. */
+    dozedMs: count("dozed_ms").notNull().default(0),
+    dozedMibMs: count("dozed_mib_ms").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.bucketStart, t.agentId] })],
 );
@@ -59,6 +64,8 @@ export const runUsage = pgTable("run_usage", {
   activeMs: count("active_ms").notNull(),
   vcpuMs: count("vcpu_ms").notNull(),
   mibMs: count("mib_ms").notNull(),
+  dozedMs: count("dozed_ms").notNull().default(0),
+  dozedMibMs: count("dozed_mib_ms").notNull().default(0),
   segments: integer("segments").notNull(),
   firstStartedAt: tz("first_started_at").notNull(),
   lastEndedAt: tz("last_ended_at").notNull(),
@@ -91,6 +98,9 @@ export const rateCards = pgTable(
     vcpuSecondNanocents: count("vcpu_second_nanocents").notNull(),
     gibSecondNanocents: count("gib_second_nanocents").notNull(),
     snapshotGibMonthNanocents: count("snapshot_gib_month_nanocents").notNull(),
+    /** Dozing: vCPU-seconds (default 0) and GiB-seconds of memory (null: the snapshot rate, per second of a 30-day month). */
+    dozeVcpuSecondNanocents: count("doze_vcpu_second_nanocents").notNull().default(0),
+    dozeGibSecondNanocents: count("doze_gib_second_nanocents"),
     /** When this version was written. */
     updatedAt: tz("updated_at").notNull().defaultNow(),
     /** The instant this version applies from. */

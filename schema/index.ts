@@ -4,3 +4,4 @@ export * from "./webhooks.ts";
 export * from "./billing.ts";
 export * from "./proxy.ts";
 export * from "./images.ts";
+export * from "./operations.ts";

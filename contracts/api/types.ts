@@ -283,7 +283,7 @@ export type components = {
      * @description Its host's live state when the host knows the agent, else the one the database last recorded
      * @enum {string}
      */
-    VmState: "creating" | "booting" | "running" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
+    VmState: "creating" | "booting" | "running" | "dozing" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
     /** @description The last failed hibernate (a full disk, say) until one succeeds: the agent stays awake meanwhile */
     HibernateFailure: {
       /** @description Wall clock of the failure, ms since the epoch */

@@ -129,6 +129,17 @@ export interface VmDriver {
   guestCheckpointRequests?(vm: RunningVm): Promise<string[]>;
   /** The warm templates new VMs are cloned from (ready, building, recently failed); absent: the driver keeps none. */
   listTemplates?(): Promise<DriverTemplate[]>;
+  /**
+   * Stops the VM's vCPUs (QEMU `stop`, Firecracker `PATCH /vm Paused`, the process driver SIGSTOP of the workload's
+   * group) and keeps everything else: its process, memory, network state and every open connection. A doze.
+   * Absent: the driver cannot (its VMs never doze).
+   */
+  pause?(vm: RunningVm): Promise<void>;
+  /**
+   * Runs a paused VM again and fixes its guest clock (it stopped with the vCPUs) before it resolves; answers how long
+   * the clock fix took (ms, 0 where the driver needs none).
+   */
+  resume?(vm: RunningVm): Promise<{ clockFixMs: number }>;
   /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
   stop(vm: RunningVm): Promise<void>;
   /** Remove everything the VM left on disk. */

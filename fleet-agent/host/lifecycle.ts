@@ -12,17 +12,20 @@ import type { VmEntry } from "../vm-entry.ts";
  * - `placeSnapshot`: the driver made the state directory a snapshot to wake from (a fork, a checkpoint restore, a
  *   commit of the shared store);
  * - `stop`: the VM's process ends without a snapshot (a checkpoint restore, a failed snapshot at shutdown);
- * - `fail`: a wake failed or the VM crashed; `destroy`: the agent is deleted (or its copy here evicted).
+ * - `fail`: a wake failed or the VM crashed; `destroy`: the agent is deleted (or its copy here evicted);
+ * - `doze`: the VM's vCPUs stop while every open call waits on an outbound call (host/doze.ts); `resume` from
+ *   `dozing`: they run again.
  */
-export type VmEvent = "boot" | "restore" | "woke" | "snapshot" | "snapshotted" | "resume" | "placeSnapshot" | "stop" | "fail" | "destroy";
+export type VmEvent = "boot" | "restore" | "woke" | "snapshot" | "snapshotted" | "resume" | "placeSnapshot" | "stop" | "fail" | "destroy" | "doze";
 
 // `placeSnapshot` from creating (a fork), stopped, failed and hibernated itself (a restore to a checkpoint): the driver
-// made the state directory a snapshot to wake from. A state added later (the doze of the outbound-calls issue:
-// running ⇄ dozing) is a row here and the events that lead to and from it; nothing else decides what may follow what.
+// made the state directory a snapshot to wake from. A dozing VM is never snapshotted, checkpointed or stopped as it is:
+// it resumes first (host/doze.ts), so its only ways out besides `resume` are a crash and a delete.
 const table: Record<VmState, Readonly<Partial<Record<VmEvent, VmState>>>> = {
   creating: { boot: "booting", placeSnapshot: "hibernated", destroy: "destroyed" },
   booting: { woke: "running", fail: "failed", destroy: "destroyed" },
-  running: { snapshot: "snapshotting", stop: "stopped", fail: "failed", destroy: "destroyed" },
+  running: { snapshot: "snapshotting", stop: "stopped", fail: "failed", destroy: "destroyed", doze: "dozing" },
+  dozing: { resume: "running", fail: "failed", destroy: "destroyed" },
   snapshotting: { snapshotted: "hibernated", resume: "running", fail: "failed", destroy: "destroyed" },
   hibernated: { restore: "restoring", destroy: "destroyed", stop: "stopped", placeSnapshot: "hibernated" },
   restoring: { woke: "running", boot: "booting", fail: "failed", destroy: "destroyed" },

@@ -8,6 +8,7 @@ const vmStates = [
   "creating",
   "booting",
   "running",
+  "dozing",
   "snapshotting",
   "hibernated",
   "restoring",

@@ -41,7 +41,7 @@ const tags = ["tenants"];
 const operator = scopeGate("operator", { tenantGate: "not-operators" });
 
 /** A VM in one of these states holds memory and answers: suspension hibernates it. */
-const awakeStates: ReadonlySet<VmState> = new Set(["booting", "running", "restoring"]);
+const awakeStates: ReadonlySet<VmState> = new Set(["booting", "running", "dozing", "restoring"]);
 
 const createTenantRoute = (body: MiddlewareHandler) =>
   createRoute({
