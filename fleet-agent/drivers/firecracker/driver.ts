@@ -160,10 +160,6 @@ export class FirecrackerDriver implements VmDriver {
     return askAgent(this.vms.owned(vm), this.deps.agentPort, (agent) => agent.checkpointRequests());
   }
 
-  resume(_vm: RunningVm): Promise<{ clockFixMs: number }> {
-    return Promise.reject(new Error("resume: not implemented yet"));
-  }
-
   stop(vm: RunningVm): Promise<void> {
     return this.vms.stop(vm);
   }

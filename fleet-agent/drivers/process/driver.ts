@@ -218,10 +218,6 @@ export class ProcessDriver implements VmDriver {
     });
   }
 
-  resume(_vm: RunningVm): Promise<{ clockFixMs: number }> {
-    return Promise.reject(new Error("resume: not implemented yet"));
-  }
-
   async stop(vm: RunningVm): Promise<void> {
     const owned = this.owned.get(vm.spec.vmId);
     if (owned) await this.kill(owned);

@@ -152,10 +152,6 @@ export class QemuDriver implements VmDriver {
     });
   }
 
-  resume(_vm: RunningVm): Promise<{ clockFixMs: number }> {
-    return Promise.reject(new Error("resume: not implemented yet"));
-  }
-
   async stop(vm: RunningVm): Promise<void> {
     await this.sup.settled(vm.spec.vmId);
     const vp = this.sup.running.get(vm.spec.vmId);
