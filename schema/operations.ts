@@ -53,6 +53,8 @@ export const operations = pgTable(
     /** sha256 (hex) of method, path, the body and the headers that shape the answer (content-type, accept). */
     requestHash: text("request_hash").notNull(),
     idempotencyKey: text("idempotency_key"),
+    /** Async: the request's headers as the agent sent them (hop-by-hop and the secret headers' names removed), for the call made later. */
+    requestHeaders: jsonb("request_headers").$type<[string, string][]>(),
     mode: text("mode").$type<OperationMode>().notNull(),
     state: text("state").$type<OperationState>().notNull(),
     /** The upstream's status (null: no answer: the error says why). */

@@ -12,7 +12,11 @@ const bytea = customType<{ data: Uint8Array; driverData: Uint8Array }>({
   fromDriver: (value) => new Uint8Array(value.buffer, value.byteOffset, value.byteLength),
 });
 
-export type WebhookScheme = "standard" | "github";
+/**
+ * standard / github: a sender's signed webhooks. operations: the hidden endpoint (one per agent, named `.operations`,
+ * no intake) through which the outcomes of an agent's async upstream calls are delivered to it (fleet-agent/operations/).
+ */
+export type WebhookScheme = "standard" | "github" | "operations";
 /** pending (due at nextAttemptAt) → in_flight (leased until nextAttemptAt) → delivered | pending (retry) | dead. */
 export type DeliveryStatus = "pending" | "in_flight" | "delivered" | "dead";
 /** in_flight while running; lease_expired when its worker vanished and another one took the delivery over. */

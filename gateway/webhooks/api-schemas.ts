@@ -54,7 +54,9 @@ export const WebhookEndpoint = z
     id: z.string(),
     agentId: z.string(),
     name: z.string(),
-    scheme: z.enum(["standard", "github"]),
+    scheme: z.enum(["standard", "github", "operations"]).openapi({
+      description: "operations: the hidden endpoint that delivers an agent's async upstream outcomes (never listed)",
+    }),
     path: z.string(),
     url: z.string().openapi({ description: "Where senders deliver: /hooks/{agentId}/{name}" }),
     createdAt: z.string().nullable(),

@@ -1,5 +1,5 @@
 // Postgres adapter of the webhook endpoints: lookups for intake and admin, the keyset list, create, delete and secret rotation (each audited).
-import { and, eq, gt, isNull, sql } from "drizzle-orm";
+import { and, eq, gt, isNull, ne, sql } from "drizzle-orm";
 import { agents } from "../../schema/core.ts";
 import type { DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/postgres.ts";
@@ -11,6 +11,9 @@ export type EndpointStore = Pick<
   WebhookStore,
   "tenantOwnsLiveAgent" | "findIntakeEndpoint" | "findEndpoint" | "listEndpoints" | "createEndpoint" | "deleteEndpoint" | "rotateSecret"
 >;
+
+/** The hidden `.operations` endpoint of an agent (fleet-agent/operations/) takes no intake and is no admin's to see or change. */
+const signedEndpoint = ne(webhookEndpoints.scheme, "operations");
 
 export function createDbEndpointStore(db: Db, auditLog: DbAuditLog): EndpointStore {
   return {
@@ -27,7 +30,15 @@ export function createDbEndpointStore(db: Db, auditLog: DbAuditLog): EndpointSto
         .select({ endpoint: webhookEndpoints })
         .from(webhookEndpoints)
         .innerJoin(agents, eq(agents.id, webhookEndpoints.agentId))
-        .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt), isNull(agents.deletedAt)));
+        .where(
+          and(
+            eq(webhookEndpoints.agentId, agentId),
+            eq(webhookEndpoints.name, name),
+            isNull(webhookEndpoints.deletedAt),
+            isNull(agents.deletedAt),
+            signedEndpoint,
+          ),
+        );
       return rows[0]?.endpoint;
     },
 
@@ -35,7 +46,7 @@ export function createDbEndpointStore(db: Db, auditLog: DbAuditLog): EndpointSto
       const rows = await db
         .select()
         .from(webhookEndpoints)
-        .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt)));
+        .where(and(eq(webhookEndpoints.agentId, agentId), eq(webhookEndpoints.name, name), isNull(webhookEndpoints.deletedAt), signedEndpoint));
       return rows[0];
     },
 
@@ -47,6 +58,7 @@ export function createDbEndpointStore(db: Db, auditLog: DbAuditLog): EndpointSto
           and(
             eq(webhookEndpoints.agentId, agentId),
             isNull(webhookEndpoints.deletedAt),
+            signedEndpoint,
             opts.afterName === undefined ? undefined : gt(webhookEndpoints.name, opts.afterName),
           ),
         )

@@ -33,6 +33,7 @@ function forwarded(name: string): boolean {
     name === "user-agent" ||
     name.startsWith("webhook-") ||
     name.startsWith("x-github-") ||
+    name.startsWith("x-agentvm-operation-") ||
     name.startsWith("x-hub-signature")
   );
 }

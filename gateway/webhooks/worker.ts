@@ -4,7 +4,7 @@ import { AppError } from "../../lib/errors.ts";
 import { noopMetrics, type Metrics } from "../../lib/metrics.ts";
 import type { Db } from "../../schema/db.ts";
 import { webhookDeliveries } from "../../schema/webhooks.ts";
-import { parseRetryAfterMs, retryDelayMs } from "./backoff.ts";
+import { parseRetryAfterMs, retryDelayMs } from "../../lib/backoff.ts";
 import { validateWebhookConfig } from "./config.ts";
 import { forwardRequestHeaders } from "./forward-headers.ts";
 import type { AuditEntry } from "../../schema/audit-log.ts";
@@ -31,6 +31,11 @@ const errorSnippetBytes = 512;
 const drainLimitBytes = 64 * 1024;
 /** Requests to the agent name only a path: the host part is a placeholder the forwarder ignores. */
 const agentOrigin = "http://agent.invalid";
+
+/** Where a delivery goes: the endpoint's path; an operation's outcome to `<path>/<operation id>` (its external id). */
+export function deliveryPath(endpoint: { path: string; scheme: string }, externalId: string): string {
+  return endpoint.scheme === "operations" ? `${endpoint.path.replace(/\/+$/, "")}/${encodeURIComponent(externalId)}` : endpoint.path;
+}
 
 /**
  * `metrics`: every attempt is counted by its result (delivered, retry, dead), and while the worker runs, the queue's
@@ -69,7 +74,7 @@ export function createDeliveryWorker(deps: WebhookDeps, opts: { workerId?: strin
         config.attemptTimeoutMs,
       );
       try {
-        const req = new Request(new URL(endpoint.path, agentOrigin), {
+        const req = new Request(new URL(deliveryPath(endpoint, delivery.externalId), agentOrigin), {
           method: "POST",
           headers: forwardRequestHeaders(delivery.headers, delivery.id, claim.attempt, claim.attemptRequestId),
           body: delivery.body as Uint8Array<ArrayBuffer>,

@@ -9,6 +9,7 @@ CREATE TABLE "operations" (
 	"path" text NOT NULL,
 	"request_hash" text NOT NULL,
 	"idempotency_key" text,
+	"request_headers" jsonb,
 	"mode" text NOT NULL,
 	"state" text NOT NULL,
 	"status" integer,

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { AppError } from "../../lib/errors.ts";
 import { decideRate } from "../../gateway/webhooks/rate-limit.ts";
-import { parseRetryAfterMs, retryDelayMs } from "../../gateway/webhooks/backoff.ts";
+import { parseRetryAfterMs, retryDelayMs } from "../../lib/backoff.ts";
 import { readBodyLimited } from "../../lib/body.ts";
 import { forwardRequestHeaders, headersToStore } from "../../gateway/webhooks/forward-headers.ts";
 import { webhookConfigFromEnv } from "../../gateway/webhooks/config.ts";

@@ -1,17 +1,18 @@
-// When to try a failed delivery again: exponential backoff with jitter, stretched to what the agent asked for.
-import type { WebhookConfig } from "./types.ts";
+// When to try a failed attempt again (a webhook delivery, an async upstream call): exponential backoff with jitter, stretched to what the far side asked for.
+
+export interface Backoff {
+  /** The first retry's step, ms (doubling after each failure). */
+  backoffBaseMs: number;
+  /** No delay is longer, ms. */
+  backoffMaxMs: number;
+}
 
 /**
  * Delay before the next attempt after `attemptsDone` failed attempts of this round (1 = the first failed).
  * The exponential step is jittered to 50–100 % of itself ("equal jitter": spread out, yet never close to zero),
- * then raised to the agent's `Retry-After` hint, and capped at `backoffMaxMs`.
+ * then raised to the far side's `Retry-After` hint, and capped at `backoffMaxMs`.
  */
-export function retryDelayMs(
-  attemptsDone: number,
-  config: Pick<WebhookConfig, "backoffBaseMs" | "backoffMaxMs">,
-  random: number,
-  retryAfterHintMs?: number,
-): number {
+export function retryDelayMs(attemptsDone: number, config: Backoff, random: number, retryAfterHintMs?: number): number {
   const exponent = Math.min(Math.max(0, attemptsDone - 1), 40);
   const step = Math.min(config.backoffMaxMs, config.backoffBaseMs * 2 ** exponent);
   const jittered = step / 2 + (Math.min(Math.max(random, 0), 1) * step) / 2;
