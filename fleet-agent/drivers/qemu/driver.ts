@@ -231,6 +231,11 @@ export class QemuDriver implements VmDriver {
     return vp.lastLeases;
   }
 
+  /** QEMU's run state of a running VM (`query-status`: `running`, `paused`, …), for diagnostics and tests. */
+  async runState(vm: RunningVm): Promise<string> {
+    return (await this.sup.mustBeRunning(vm).qmp!.execute("query-status")).status;
+  }
+
   /** The guest agent connection of a running VM (diagnostics and tests; the driver owns it). */
   guestAgent(vm: RunningVm): GuestAgentClient {
     return this.sup.mustBeRunning(vm).agent!;
