@@ -201,7 +201,15 @@ describe("doze on the process driver", () => {
   };
 
   it("pause stops the workload's whole group (it answers nothing, spends nothing); resume answers what waited", async () => {
-    const spec: VmSpec = { vmId: "vm_dozeproc", agentId: "agt_dozeproc", image: "grouped", vcpus: 1, memMiB: 128, allowEgress: false, stateDir: join(root, "a") };
+    const spec: VmSpec = {
+      vmId: "vm_dozeproc",
+      agentId: "agt_dozeproc",
+      image: "grouped",
+      vcpus: 1,
+      memMiB: 128,
+      allowEgress: false,
+      stateDir: join(root, "a"),
+    };
     const { vm } = await driver.boot(spec);
     groups.push(vm.pid!);
     const port = vm.endpoint.port;
