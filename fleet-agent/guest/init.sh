@@ -69,10 +69,13 @@ if [ -e /sys/class/net/eth0 ]; then
 else
   echo "init: no eth0" >&2
 fi
-# The demo's processes learn the proxy the usual way (a built image's entrypoint gets the same from its launch spec).
+# The demo's processes learn the proxy the usual way (a built image's entrypoint gets the same from its launch spec;
+# egress/guest-address.ts `egressProxyEnv` says why each variable, NODE_USE_ENV_PROXY for Node ≥ 24's fetch).
 if [ -n "$egress_proxy" ]; then
   export HTTP_PROXY="$egress_proxy" HTTPS_PROXY="$egress_proxy" http_proxy="$egress_proxy" https_proxy="$egress_proxy"
-  export NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
+  proxy_host="${egress_proxy#http://}"
+  proxy_host="${proxy_host%%[:/]*}"
+  export NO_PROXY="localhost,127.0.0.1,$proxy_host" no_proxy="localhost,127.0.0.1,$proxy_host" NODE_USE_ENV_PROXY=1
 fi
 
 # udev would name virtio-serial ports as /dev/virtio-ports/<name>; there is no udev here.

@@ -76,8 +76,9 @@ describe("how the guest learns the proxy", () => {
       "HTTPS_PROXY=http://10.0.2.100:3128",
       "http_proxy=http://10.0.2.100:3128",
       "https_proxy=http://10.0.2.100:3128",
-      "NO_PROXY=localhost,127.0.0.1",
-      "no_proxy=localhost,127.0.0.1",
+      "NO_PROXY=localhost,127.0.0.1,10.0.2.100",
+      "no_proxy=localhost,127.0.0.1,10.0.2.100",
+      "NODE_USE_ENV_PROXY=1",
     ]);
     expect(launchEnv({ agentId: "agt_a", port: 8080 }).some((e) => /proxy/i.test(e))).toBe(false);
   });

@@ -35,7 +35,8 @@ export interface LaunchIdentity {
 
 /**
  * `PORT`, `AGENT_ID`, `LEASE_DIR`, and with egress `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy`,
- * `NO_PROXY`, `no_proxy`: what the host adds after the image's own environment (these win over it).
+ * `NO_PROXY`, `no_proxy`, `NODE_USE_ENV_PROXY` (egress/guest-address.ts): what the host adds after the image's own
+ * environment (these win over it).
  */
 export function launchEnv(id: LaunchIdentity): string[] {
   return [`PORT=${id.port}`, `AGENT_ID=${id.agentId}`, `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`, ...(id.egressProxy ? egressProxyEnv(id.egressProxy) : [])];

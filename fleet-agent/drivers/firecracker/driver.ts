@@ -24,8 +24,10 @@
 //            address is in the template's memory, so a clone needs the template's network slot: the first clone takes
 //            it and a new template is built (on a free slot) in the background; while none is usable, boots are cold.
 //
+// doze:      PATCH /vm Paused; PATCH /vm Resumed → clock fix over the vsock channel kept through the pause (doze.ts).
+//
 // Where each phase is: boot.ts (cold boot, a built image's drives, the jailer's chroot), restore.ts (wake: load, vsock
-// and tap overrides, a clone's identity; the clock fix is common/restore-or-boot.ts), hibernate.ts, checkpoint-take.ts
+// and tap overrides, a clone's identity; the clock fix is common/restore-or-boot.ts), hibernate.ts, doze.ts, checkpoint-take.ts
 // and checkpoint-restore.ts (checkpoints, forks), templates.ts (which template a boot clones, else boots cold),
 // supervisor.ts (the Firecracker and jailer processes, their exits, leftovers), guest.ts (the guest agent of a running
 // VM), image-files.ts (a built image's drive files), options.ts and paths.ts. This class composes them behind
@@ -38,6 +40,7 @@ import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotRes
 import { coldBoot, type BootDeps } from "./boot.ts";
 import { restoreCheckpoint, type RestoreCheckpointDeps } from "./checkpoint-restore.ts";
 import { takeCheckpoint, type TakeCheckpointDeps } from "./checkpoint-take.ts";
+import { endDozeFor, pauseVm, resumeVm, type DozeDeps } from "./doze.ts";
 import { askAgent } from "./guest.ts";
 import { hibernate, type HibernateDeps } from "./hibernate.ts";
 import { checkFirecrackerHost, type FirecrackerHostFacts } from "./host.ts";
@@ -133,8 +136,24 @@ export class FirecrackerDriver implements VmDriver {
     });
   }
 
-  hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
+  async hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
+    const live = this.vms.get(vm.spec.vmId);
+    if (live) await endDozeFor(live, this.dozeDeps(), "hibernation");
     return hibernate(this.deps, vm, signal);
+  }
+
+  /** A doze: PATCH /vm Paused (doze.ts). */
+  pause(vm: RunningVm): Promise<void> {
+    return pauseVm(this.vms.owned(vm));
+  }
+
+  /** The doze's end: PATCH /vm Resumed, then the guest clock set as after a wake (doze.ts). */
+  resume(vm: RunningVm): Promise<{ clockFixMs: number }> {
+    return resumeVm(this.vms.owned(vm), this.dozeDeps());
+  }
+
+  private dozeDeps(): DozeDeps {
+    return { log: this.log, agentPort: this.deps.agentPort, clockTargetMs: this.opts.clockTargetMs ?? 50 };
   }
 
   wake(spec: VmSpec): Promise<WakeResult> {
@@ -142,7 +161,9 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   /** An immutable copy of the VM (checkpoint-take.ts): paused for it while running, copied from its snapshot while hibernated. */
-  checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+  async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+    const live = vm && this.vms.get(vm.spec.vmId);
+    if (live) await endDozeFor(live, this.dozeDeps(), "checkpoint");
     return takeCheckpoint(this.deps, spec, vm, dir);
   }
 
@@ -157,7 +178,9 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
-    return askAgent(this.vms.owned(vm), this.deps.agentPort, (agent) => agent.checkpointRequests());
+    const live = this.vms.owned(vm);
+    if (live.dozing) return []; // a stopped guest asks for nothing; what it asked before the doze was polled then
+    return askAgent(live, this.deps.agentPort, (agent) => agent.checkpointRequests());
   }
 
   stop(vm: RunningVm): Promise<void> {
@@ -184,7 +207,10 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   async guestLeases(vm: RunningVm): Promise<number> {
-    return askAgent(this.vms.owned(vm), this.deps.agentPort, (agent) => agent.leases());
+    const live = this.vms.owned(vm);
+    if (live.dozing) return live.lastLeases ?? 0; // a stopped guest cannot take or drop one: as it last said
+    live.lastLeases = await askAgent(live, this.deps.agentPort, (agent) => agent.leases());
+    return live.lastLeases;
   }
 
   onExit(vm: RunningVm, listener: (exit: VmExit) => void): void {

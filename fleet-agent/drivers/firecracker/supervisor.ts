@@ -31,6 +31,10 @@ export interface Live {
   diffBase: number | undefined;
   /** A built image's VM: its drives as Firecracker was given them (recorded in its snapshots). */
   drives: Drive[] | undefined;
+  /** Its vCPUs are stopped by a doze (doze.ts); process, memory and connections stay. */
+  dozing?: boolean;
+  /** The guest's keep-awake leases as it last answered: what a dozing guest holds (it cannot change them stopped). */
+  lastLeases?: number;
 }
 
 export interface SupervisorOptions {
@@ -194,6 +198,9 @@ export class FirecrackerProcesses {
     if (!live) return;
     live.agent?.close();
     live.agent = undefined;
+    // A dozing guest must run to take Ctrl-Alt-Del (its clock does not matter any more).
+    if (live.dozing) await live.api.resume().catch(() => undefined);
+    live.dozing = false;
     // Ctrl-Alt-Del makes the guest reboot, which with reboot=k ends Firecracker; a hung guest gets SIGKILL.
     await live.proc.stop(() => live.api.action("SendCtrlAltDel"), this.opts.stopGraceMs ?? 1000);
     await this.kill(live);

@@ -1,4 +1,6 @@
 // The `process` driver: a workload is a plain host process. NOT isolated; hibernate = SIGSTOP, wake = SIGCONT.
+// A doze (pause/resume) is the same pair of signals to the workload's whole process group, and needs no clock fix:
+// the workload runs on the host's clock.
 //
 // A built image (`spec.rootImage`) runs here too, still NOT isolated: its ext4 is unpacked once into
 // `<stateDir>/rootfs` (rootfs.ts), the agent's persistent copy from then on, and its entrypoint is started in it by
@@ -49,7 +51,10 @@ const LAUNCH_SPEC_FILE = "launch.spec";
 interface Owned {
   proc: VmProcess;
   vm: RunningVm;
+  /** Hibernated (SIGSTOP): the next wake thaws it. */
   frozen: boolean;
+  /** Dozing (SIGSTOP of its group): the next resume thaws it; apart from that it is a running VM. */
+  dozing: boolean;
 }
 
 export class ProcessDriver implements VmDriver {
@@ -90,7 +95,7 @@ export class ProcessDriver implements VmDriver {
       cpuIncludesChildren: true,
     });
     const vm: RunningVm = { spec, endpoint: { host: "127.0.0.1", port }, pid: proc.pid };
-    const owned: Owned = { proc, vm, frozen: false };
+    const owned: Owned = { proc, vm, frozen: false, dozing: false };
     this.owned.set(spec.vmId, owned);
     this.processes.add(proc);
     // The whole command line is the marker: the pid of a workload only counts while it runs that command.
@@ -167,7 +172,7 @@ export class ProcessDriver implements VmDriver {
       cpuIncludesChildren: true,
     });
     const vm: RunningVm = { spec, endpoint: { host: "127.0.0.1", port }, pid: proc.pid };
-    const owned: Owned = { proc, vm, frozen: false };
+    const owned: Owned = { proc, vm, frozen: false, dozing: false };
     this.owned.set(spec.vmId, owned);
     this.processes.add(proc);
     // The launcher execs the entrypoint in place: from then on the pid's command line is the image's command.
@@ -211,11 +216,30 @@ export class ProcessDriver implements VmDriver {
         if (!owned?.frozen || owned.proc.exit) throw new RestoreFailed("no frozen process (the process driver keeps no snapshot across host restarts)");
         this.signal(owned, "SIGCONT");
         owned.frozen = false;
+        owned.dozing = false; // a VM hibernated while dozing runs again as a whole
         // The workload runs on the host's clock: there is nothing to fix (no guest agent).
         return { vm: owned.vm };
       },
       boot: () => this.boot(spec),
     });
+  }
+
+  /**
+   * A doze: SIGSTOP to the workload's process group (it leads one: VmProcess spawns it detached), so whatever it
+   * started stops with it. Its sockets stay open; the kernel keeps accepting and buffering for it meanwhile.
+   */
+  async pause(vm: RunningVm): Promise<void> {
+    const owned = this.runningOwned(vm);
+    this.signal(owned, "SIGSTOP", { group: true });
+    owned.dozing = true;
+  }
+
+  /** The doze's end: SIGCONT to the group. No clock to fix: the workload runs on the host's clock. */
+  async resume(vm: RunningVm): Promise<{ clockFixMs: number }> {
+    const owned = this.runningOwned(vm);
+    this.signal(owned, "SIGCONT", { group: true });
+    owned.dozing = false;
+    return { clockFixMs: 0 };
   }
 
   async stop(vm: RunningVm): Promise<void> {
@@ -281,6 +305,8 @@ export class ProcessDriver implements VmDriver {
   }
 
   private async kill(owned: Owned): Promise<void> {
+    // A dozing group runs again first: its other processes were stopped with it and would stay stopped.
+    if (owned.dozing) this.signal(owned, "SIGCONT", { group: true });
     // A frozen process only sees SIGTERM once it runs again.
     await owned.proc.stop(() => {
       this.signal(owned, "SIGTERM");
@@ -290,14 +316,21 @@ export class ProcessDriver implements VmDriver {
     if (owned.vm.spec.rootImage) this.signal(owned, "SIGKILL");
   }
 
+  /** The workload of a VM that runs here (not hibernated, not gone). */
+  private runningOwned(vm: RunningVm): Owned {
+    const owned = this.owned.get(vm.spec.vmId);
+    if (!owned || owned.frozen || owned.proc.exit) throw new Error(`VM ${vm.spec.vmId} is not running`);
+    return owned;
+  }
+
   /**
    * A built image's signals go to its whole process group (the launcher leads it, the entrypoint keeps it): an
    * entrypoint script that starts its server as a child is frozen, thawed and ended as one. The demo keeps its
-   * one-process signals.
+   * one-process signals, except for a doze (`group`), which stops every process of the workload.
    */
-  private signal(owned: Owned, sig: NodeJS.Signals): void {
+  private signal(owned: Owned, sig: NodeJS.Signals, opts: { group?: boolean } = {}): void {
     const pid = owned.proc.pid;
-    if (!owned.vm.spec.rootImage || pid === undefined) return owned.proc.signal(sig);
+    if (!(owned.vm.spec.rootImage || opts.group) || pid === undefined) return owned.proc.signal(sig);
     try {
       process.kill(-pid, sig);
     } catch {

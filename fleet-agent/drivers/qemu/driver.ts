@@ -9,8 +9,10 @@
 // freshly booted VM per kind, which `boot` clones.
 // Networking is QEMU's user network with `restrict=on` for every VM; one with `allowEgress` reaches out only through
 // the host's egress proxy (fleet-agent/egress/), listening for it while its QEMU may run (args.ts `netdevArg`).
+// A doze (pause/resume) is QMP stop/cont with the wake's clock fix (doze.ts, which also says how the rest of the driver
+// treats a dozing VM).
 // The class composes the phases, each in a file of its own: boot.ts (cold boot), restore.ts (a wake's restore),
-// hibernate.ts, checkpointing.ts (checkpoints, restore and fork of one, template clones; templates by
+// hibernate.ts, doze.ts, checkpointing.ts (checkpoints, restore and fork of one, template clones; templates by
 // common/template-boot.ts), supervisor.ts (QEMU processes: launch, exits, kept QEMUs), over migration.ts and vm.ts.
 import { rm, stat } from "node:fs/promises";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
@@ -27,6 +29,7 @@ import { vmPaths, type Accel, type MemoryMode } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { coldBoot, type BootDeps } from "./boot.ts";
 import { materialize, takeCheckpoint, type CheckpointDeps } from "./checkpointing.ts";
+import { endDozeFor, pauseVm, resumeVm } from "./doze.ts";
 import { QemuHibernation } from "./hibernate.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./options.ts";
@@ -135,8 +138,20 @@ export class QemuDriver implements VmDriver {
     });
   }
 
-  hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
+  async hibernate(vm: RunningVm, signal?: AbortSignal): Promise<SnapshotResult> {
+    const vp = this.sup.running.get(vm.spec.vmId);
+    if (vp) await endDozeFor(vp, this.log, "hibernation");
     return this.hibernation.hibernate(vm, signal);
+  }
+
+  /** A doze: the vCPUs stopped (QMP `stop`, confirmed by `query-status`); everything else stays (doze.ts). */
+  pause(vm: RunningVm): Promise<void> {
+    return pauseVm(this.sup.mustBeRunning(vm));
+  }
+
+  /** The doze's end: `cont`, then the guest clock set as after a wake (doze.ts). */
+  resume(vm: RunningVm): Promise<{ clockFixMs: number }> {
+    return resumeVm(this.sup.mustBeRunning(vm), this.log);
   }
 
   async wake(spec: VmSpec): Promise<WakeResult> {
@@ -178,7 +193,9 @@ export class QemuDriver implements VmDriver {
    * and disk are copied (reflinks where the filesystem has them: then the pause is the migration's few ms), then runs
    * on with its clock fixed; a hibernated one is copied from its snapshot, which must still pair with its files.
    */
-  checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+  async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
+    const vp = vm && this.sup.running.get(vm.spec.vmId);
+    if (vp) await endDozeFor(vp, this.log, "checkpoint");
     return takeCheckpoint(this.checkpointDeps, spec, vm, dir);
   }
 
@@ -193,7 +210,9 @@ export class QemuDriver implements VmDriver {
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
-    return this.sup.mustBeRunning(vm).agent!.checkpointRequests();
+    const vp = this.sup.mustBeRunning(vm);
+    if (vp.dozing) return []; // a stopped guest asks for nothing; what it asked before the doze was polled then
+    return vp.agent!.checkpointRequests();
   }
 
   /** The templates of QemuDriverOptions.templates (none when they are off); the host drops their paths before the API sees them. */
@@ -207,7 +226,14 @@ export class QemuDriver implements VmDriver {
 
   async guestLeases(vm: RunningVm): Promise<number> {
     const vp = this.sup.mustBeRunning(vm);
-    return vp.agent!.leases();
+    if (vp.dozing) return vp.lastLeases ?? 0; // a stopped guest cannot take or drop one: as it last said
+    vp.lastLeases = await vp.agent!.leases();
+    return vp.lastLeases;
+  }
+
+  /** QEMU's run state of a running VM (`query-status`: `running`, `paused`, …), for diagnostics and tests. */
+  async runState(vm: RunningVm): Promise<string> {
+    return (await this.sup.mustBeRunning(vm).qmp!.execute("query-status")).status;
   }
 
   /** The guest agent connection of a running VM (diagnostics and tests; the driver owns it). */

@@ -16,7 +16,7 @@ import type { EgressProxy } from "../../egress/proxy.ts";
 import { machineArgs, opt, qemuArgs, vmPaths, type VmPaths } from "./args.ts";
 import { IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./options.ts";
 import type { Phases } from "./phases.ts";
-import { QmpClient } from "./qmp.ts";
+import { contAfterMigration, QmpClient } from "./qmp.ts";
 import { freshRamFile } from "./ram-file.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots } from "./snapshot.ts";
@@ -262,9 +262,18 @@ export class QemuSupervisor {
     }
   }
 
-  /** Ends a running VM that is not hibernated: a built image's guest flushes its disk first (briefly), then QEMU quits. */
+  /**
+   * Ends a running VM that is not hibernated: a built image's guest flushes its disk first (briefly; a dozing one runs
+   * again for it, its clock left as it is), then QEMU quits. A dozing demo just quits.
+   */
   async quitRunning(vp: QemuVm): Promise<void> {
-    if (vp.spec.rootImage && vp.agentOpen && !vp.proc.exit) await syncGuest(vp, this.log, STOP_SYNC_TIMEOUT_MS);
+    if (vp.spec.rootImage && vp.agentOpen && !vp.proc.exit) {
+      if (vp.dozing) {
+        await contAfterMigration(vp.qmp!).catch((err: unknown) => this.log.warn("a dozing VM did not run again for its flush", { vmId: vp.spec.vmId, err }));
+        vp.dozing = false;
+      }
+      await syncGuest(vp, this.log, STOP_SYNC_TIMEOUT_MS);
+    }
     await this.quit(vp);
   }
 

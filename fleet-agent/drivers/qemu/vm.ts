@@ -44,6 +44,10 @@ export interface QemuVm {
   templateFd: number | undefined;
   /** Kept stopped after its hibernation (`prestart: "paused"`): `<file>:<sha256>` of the snapshot it holds in memory. */
   pausedAt?: string;
+  /** A running VM whose vCPUs are stopped by a doze (doze.ts); its process, memory and connections stay. */
+  dozing?: boolean;
+  /** The guest's keep-awake leases as it last answered: what a dozing guest holds (it cannot change them stopped). */
+  lastLeases?: number;
 }
 
 /** How long a hibernation or checkpoint waits for the guest's flush (SYNC) when QemuDriverOptions.syncTimeoutMs is not given. */

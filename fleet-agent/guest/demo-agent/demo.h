@@ -1,6 +1,6 @@
 /* The demo agent's parts (fleet-agent/guest/demo-agent/, compiled together by build-image.ts): HTTP/1.1 requests read and
- * answered (http.c), the routes of the contract (routes.c, listed in main.c), the clocks (clock.c); main.c accepts
- * connections, one thread each. */
+ * answered (http.c), the routes of the contract (routes.c, listed in main.c), the outbound call (fetch.c), the clocks
+ * (clock.c); main.c accepts connections, one thread each. */
 #ifndef DEMO_AGENT_H
 #define DEMO_AGENT_H
 
@@ -44,5 +44,8 @@ int query_text(const char *query, const char *name, char *out, size_t cap);
 
 /* routes.c */
 int route(struct conn *c, struct request *r);
+
+/* fetch.c */
+int serve_fetch(struct conn *c, struct request *r);
 
 #endif

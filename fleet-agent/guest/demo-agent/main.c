@@ -10,8 +10,10 @@
  *   GET /identity        → the identity the host gave this VM (/run/agentvm/identity, text), 404 before any
  *   GET /random          → 32 hex characters from getrandom(16 bytes)
  *   POST /checkpoint?name=N → 202 {"requested":N}: asks the host for a checkpoint (/run/agentvm/checkpoint-requests/N)
+ *   GET /fetch?url=http://HOST:PORT/PATH[&via=connect] → GET PATH from there through $HTTP_PROXY (absolute form, or in
+ *                          a CONNECT tunnel), answered with its status, type and body; 502 {"error":…} when it fails
  *   anything else        → 404 {"error":"not found","path":…}   (same contract as fleet-agent/workloads/demo.ts,
- *                          which has no identity, /random or checkpoint routes)
+ *                          which has no identity, /random, checkpoint or fetch routes)
  * Keep-alive, one thread per connection (this file; the parts in demo.h). */
 #define _GNU_SOURCE
 #include <errno.h>

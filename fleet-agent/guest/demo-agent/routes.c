@@ -1,5 +1,5 @@
 /* The demo agent's routes: the contract listed at the top of main.c (counter, clock, SSE, CPU work holding a lease,
- * echo, statuses, slow answers, the identity, random bytes, checkpoint requests). */
+ * echo, statuses, slow answers, the identity, random bytes, checkpoint requests, an outbound call: fetch.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -115,6 +115,7 @@ int route(struct conn *c, struct request *r) {
   if (strcmp(p, "/identity") == 0 && get) return serve_identity(c, r);
   if (strcmp(p, "/random") == 0 && get) return serve_random(c, r);
   if (strcmp(p, "/checkpoint") == 0 && post) return request_checkpoint(c, r);
+  if (strcmp(p, "/fetch") == 0 && get) return serve_fetch(c, r);
   if (strcmp(p, "/work") == 0 && post) {
     struct job *job = malloc(sizeof *job);
     if (!job) return respond_json(c, r, 500, "{\"error\":\"out of memory\"}");
