@@ -1,4 +1,5 @@
-/* The demo agent's clocks: the wall clock in ms (what /clock and /sse report), a monotonic one, and sleeping. */
+/* The demo agent's clocks: the wall clock in ms (what /clock and /sse report; with µs digits for /fetch's timings), a
+ * monotonic one, and sleeping. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <time.h>
@@ -8,6 +9,12 @@ int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
 double mono_s(void) {

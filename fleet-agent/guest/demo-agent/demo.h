@@ -31,6 +31,7 @@ struct request {
 
 /* clock.c */
 int64_t now_ms(void);
+double wall_ms(void);
 double mono_s(void);
 void sleep_ms(long ms);
 
