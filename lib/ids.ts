@@ -21,6 +21,8 @@ export const idPrefixes = {
   image: "img",
   build: "bld",
   checkpoint: "ckp",
+  upstream: "ups",
+  operation: "op",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;
