@@ -108,9 +108,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const metrics = processMetrics(cfg.metricsToken);
   let runtime;
   try {
-    const upstreams = parts.upstreams
-      ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(dataDir)) }
-      : undefined;
+    const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(dataDir)) } : undefined;
     runtime = await startHostRuntime({
       ...(upstreams ? { upstreams } : {}),
       cfg: cfg.fleet,

@@ -203,9 +203,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
   let runtime;
   try {
-    const upstreams = parts.upstreams
-      ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir)) }
-      : undefined;
+    const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir)) } : undefined;
     runtime = await startHostRuntime({
       cfg: cfg.fleet,
       hostId,

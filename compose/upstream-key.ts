@@ -20,6 +20,7 @@ export async function ensureUpstreamKey(path: string): Promise<Uint8Array> {
     throw new AppError("bad_request", `configuration: the upstream key ${path} cannot be read (${err instanceof Error ? err.message : String(err)})`);
   }
   const key = parseSealKey(text);
-  if (!key) throw new AppError("bad_request", `configuration: ${path} is no upstream key (${SEAL_KEY_BYTES} bytes written as base64url, as the gateway makes it)`);
+  if (!key)
+    throw new AppError("bad_request", `configuration: ${path} is no upstream key (${SEAL_KEY_BYTES} bytes written as base64url, as the gateway makes it)`);
   return key;
 }

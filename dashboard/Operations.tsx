@@ -51,7 +51,9 @@ export function Operations(props: { path: string }) {
                   )}
                 </td>
                 <td>{o.model ?? <span class="muted">—</span>}</td>
-                <td>{o.inputTokens !== null || o.outputTokens !== null ? `${o.inputTokens ?? "—"} · ${o.outputTokens ?? "—"}` : <span class="muted">—</span>}</td>
+                <td>
+                  {o.inputTokens !== null || o.outputTokens !== null ? `${o.inputTokens ?? "—"} · ${o.outputTokens ?? "—"}` : <span class="muted">—</span>}
+                </td>
                 <td>{o.durationMs !== null ? formatMs(o.durationMs) : <span class="muted">—</span>}</td>
               </tr>
             ))}

@@ -28,7 +28,8 @@ export const upstreamHopHeaders: ReadonlySet<string> = new Set([
 export function secretHeaderRefusal(name: string): string | undefined {
   if (!headerNamePattern.test(name)) return `header name "${name.slice(0, 64)}" is not an HTTP token`;
   const lower = name.toLowerCase();
-  if (upstreamHopHeaders.has(lower) || lower === "content-length") return `header "${name}" belongs to the connection (hop-by-hop, Host or Content-Length): it cannot be a secret header`;
+  if (upstreamHopHeaders.has(lower) || lower === "content-length")
+    return `header "${name}" belongs to the connection (hop-by-hop, Host or Content-Length): it cannot be a secret header`;
   return undefined;
 }
 

@@ -296,8 +296,7 @@ export class EgressProxy {
 }
 
 /** The 403 of a VM without egress for anything but its upstreams. */
-const noEgress = () =>
-  new AppError("forbidden", `this agent has no egress: it reaches only its tenant's upstreams, at ${upstreamsGuestUrl}/<name>/…`);
+const noEgress = () => new AppError("forbidden", `this agent has no egress: it reaches only its tenant's upstreams, at ${upstreamsGuestUrl}/<name>/…`);
 
 /**
  * A request's path on the proxy itself: origin form as sent, or an absolute-form URL naming the proxy's own guest

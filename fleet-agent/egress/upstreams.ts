@@ -126,7 +126,10 @@ export interface UpstreamCallsDeps {
 }
 
 /** Where an upstream's address may be reached (the proxy's `destination`: policy.ts over every resolved address). */
-export type DestinationCheck = (host: string, port: number) => Promise<{ ok: true; address: string; port: number; host: string } | { ok: false; error: AppError }>;
+export type DestinationCheck = (
+  host: string,
+  port: number,
+) => Promise<{ ok: true; address: string; port: number; host: string } | { ok: false; error: AppError }>;
 
 /** One call as the proxy hands it over. */
 export interface UpstreamCall {
@@ -194,7 +197,8 @@ export class UpstreamCalls implements UpstreamPath {
       const declared = Number(req.headers["content-length"] ?? 0);
       if (declared > this.deps.config.maxBodyBytes)
         throw new AppError("payload_too_large", `a body through an upstream is at most ${this.deps.config.maxBodyBytes} bytes (UPSTREAM_MAX_BODY_BYTES)`);
-      if (/(^|\/)(\.|%2e){2}(\/|$|\?)/i.test(call.rest.split("?")[0]!)) throw new AppError("bad_request", "the path below an upstream must not climb out of it (..)");
+      if (/(^|\/)(\.|%2e){2}(\/|$|\?)/i.test(call.rest.split("?")[0]!))
+        throw new AppError("bad_request", "the path below an upstream must not climb out of it (..)");
       const upstream = await this.deps.directory.get(owner.tenantId, call.name);
       if (!upstream) throw new AppError("upstream_not_found", `this agent's tenant has no upstream named "${call.name}"`);
       const target = new URL(`${upstream.baseUrl.replace(/\/+$/, "")}${call.rest}`);
@@ -280,9 +284,13 @@ export class UpstreamCalls implements UpstreamPath {
         details: { operationId: first.id },
       });
     if (first.responseBody === null || first.status === null)
-      throw new AppError("conflict", `operation ${first.id} with this Idempotency-Key succeeded but its response body was not kept (over UPSTREAM_KEEP_BODY_BYTES): it cannot be replayed`, {
-        details: { operationId: first.id },
-      });
+      throw new AppError(
+        "conflict",
+        `operation ${first.id} with this Idempotency-Key succeeded but its response body was not kept (over UPSTREAM_KEEP_BODY_BYTES): it cannot be replayed`,
+        {
+          details: { operationId: first.id },
+        },
+      );
     const body = await this.deps.bodies.open(first.responseBody);
     const head: string[] = [];
     for (const [k, v] of first.responseHeaders ?? []) head.push(k, v);
@@ -362,7 +370,9 @@ export class UpstreamCalls implements UpstreamPath {
       headTimer.cancel();
       status = up.statusCode ?? 502;
       firstByteAt = new Date(clock.now());
-      out.setTimeout(call.idleTimeoutMs, () => out.destroy(new AppError("gateway_timeout", `upstream ${upstream.name} sent nothing for ${call.idleTimeoutMs} ms`)));
+      out.setTimeout(call.idleTimeoutMs, () =>
+        out.destroy(new AppError("gateway_timeout", `upstream ${upstream.name} sent nothing for ${call.idleTimeoutMs} ms`)),
+      );
       responseHeaders = [];
       for (let i = 0; i < up.rawHeaders.length; i += 2)
         if (!RESPONSE_HOP.has(up.rawHeaders[i]!.toLowerCase())) responseHeaders.push([up.rawHeaders[i]!, up.rawHeaders[i + 1]!]);
@@ -409,7 +419,8 @@ export class UpstreamCalls implements UpstreamPath {
       if (!guestGone) res.end();
     } else if (!guestGone) sendError(res, result.error, call.requestId, { closeConnection: true });
     if (!guestGone) exchanges.ended(vmId, exchangeId);
-    if (!result.ok) this.deps.log.info("upstream call failed", { requestId: call.requestId, vmId, opId: op.id, upstream: upstream.name, why: result.error.message });
+    if (!result.ok)
+      this.deps.log.info("upstream call failed", { requestId: call.requestId, vmId, opId: op.id, upstream: upstream.name, why: result.error.message });
     const [requestBody, responseBody] = await Promise.all([keptRequest, result.ok ? keeper.keep(this.deps.bodies) : keeper.drop().then(() => null)]);
     await this.deps.journal.finish(op, {
       state: result.ok ? "succeeded" : "failed",

@@ -65,7 +65,8 @@ function jsonUsage(max: number): UsageReader {
     push(chunk) {
       if (!parts) return;
       size += chunk.length;
-      if (size > max) parts = undefined; // too large to parse: let it pass
+      if (size > max)
+        parts = undefined; // too large to parse: let it pass
       else parts.push(chunk);
     },
     end() {

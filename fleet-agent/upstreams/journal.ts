@@ -73,7 +73,10 @@ export function createOperationJournal(db: Db): OperationJournal {
         .limit(1);
       const first: RecordedOperation | undefined = existing[0];
       // Gone between the insert and this read (it cannot be deleted today): answered as in flight, the agent retries.
-      return { claimed: false, existing: first ?? { id: "", requestHash: op.requestHash, state: "in_flight", status: null, responseHeaders: null, responseBody: null } };
+      return {
+        claimed: false,
+        existing: first ?? { id: "", requestHash: op.requestHash, state: "in_flight", status: null, responseHeaders: null, responseBody: null },
+      };
     },
 
     async finish(op, o) {

@@ -37,8 +37,7 @@ export function createOperationRepo(db: Db): OperationRepo {
       if (q.state !== undefined) where.push(eq(operations.state, q.state));
       if (q.since !== undefined) where.push(gte(operations.createdAt, q.since));
       // Compared in µs, as for agents: rows made within one millisecond would otherwise repeat or be skipped.
-      if (q.before)
-        where.push(sql`(${operations.createdAt}, ${operations.id}) < (${microsIso(q.before.createdAtUs)}::timestamptz, ${q.before.id})`);
+      if (q.before) where.push(sql`(${operations.createdAt}, ${operations.id}) < (${microsIso(q.before.createdAtUs)}::timestamptz, ${q.before.id})`);
       const rows = await db
         .select({ row: operations, createdAtUs: sql<string>`(extract(epoch from ${operations.createdAt}) * 1000000)::bigint::text` })
         .from(operations)

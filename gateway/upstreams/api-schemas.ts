@@ -73,7 +73,8 @@ const SecretHeaders = z
     }
   })
   .openapi({
-    description: "Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again",
+    description:
+      "Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again",
     example: { Authorization: "Bearer sk-…" },
   });
 

@@ -20,7 +20,12 @@ export interface UpstreamStore {
   /** The tenant's live upstreams by name, at most `limit` after `afterName`. */
   list(tenantId: string, q: { limit: number; afterName?: string | undefined }): Promise<UpstreamRow[]>;
   /** Creates it; undefined when the tenant has a live one of that name. */
-  create(tenantId: string, input: { name: string; baseUrl: string; headers: Record<string, string> }, by: UpstreamActor, now: Date): Promise<UpstreamRow | undefined>;
+  create(
+    tenantId: string,
+    input: { name: string; baseUrl: string; headers: Record<string, string> },
+    by: UpstreamActor,
+    now: Date,
+  ): Promise<UpstreamRow | undefined>;
   /** Changes its base URL and/or replaces its whole header set; undefined when there is no such live upstream. */
   update(
     row: UpstreamRow,
@@ -47,9 +52,7 @@ export function createUpstreamStore(db: Db, audit: DbAuditLog, key: () => Promis
       return db
         .select()
         .from(upstreams)
-        .where(
-          and(eq(upstreams.tenantId, tenantId), isNull(upstreams.deletedAt), q.afterName === undefined ? undefined : gt(upstreams.name, q.afterName)),
-        )
+        .where(and(eq(upstreams.tenantId, tenantId), isNull(upstreams.deletedAt), q.afterName === undefined ? undefined : gt(upstreams.name, q.afterName)))
         .orderBy(asc(upstreams.name))
         .limit(q.limit);
     },
@@ -60,7 +63,16 @@ export function createUpstreamStore(db: Db, audit: DbAuditLog, key: () => Promis
       return db.transaction(async (tx) => {
         const rows = await tx
           .insert(upstreams)
-          .values({ id, tenantId, name: input.name, baseUrl: input.baseUrl, headerNames: Object.keys(input.headers), headersSealed, createdAt: now, updatedAt: now })
+          .values({
+            id,
+            tenantId,
+            name: input.name,
+            baseUrl: input.baseUrl,
+            headerNames: Object.keys(input.headers),
+            headersSealed,
+            createdAt: now,
+            updatedAt: now,
+          })
           .onConflictDoNothing()
           .returning();
         const row = rows[0];

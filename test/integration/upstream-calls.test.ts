@@ -131,14 +131,17 @@ interface Answer {
 /** One HTTP request on the VM's socket, as the guest's relay hands it over. */
 function guestCall(vm: string, path: string, opts: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath: join(dir, `${vm}.sock`), path, method: opts.method ?? "POST", headers: { host: "10.0.2.100:3128", ...opts.headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        const body = Buffer.concat(chunks).toString();
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, raw: JSON.stringify(res.rawHeaders) + body, body });
-      });
-    });
+    const req = request(
+      { socketPath: join(dir, `${vm}.sock`), path, method: opts.method ?? "POST", headers: { host: "10.0.2.100:3128", ...opts.headers } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const body = Buffer.concat(chunks).toString();
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, raw: JSON.stringify(res.rawHeaders) + body, body });
+        });
+      },
+    );
     req.on("error", reject);
     req.end(opts.body);
   });

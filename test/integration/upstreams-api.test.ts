@@ -111,15 +111,26 @@ describe("upstreams API", () => {
     expect(patched.status, patchedText).toBe(200);
     expect(patchedText).not.toContain("k2-secret");
     expect(JSON.parse(patchedText)).toMatchObject({ headerNames: ["X-Api-Key"], baseUrl: "https://api.openai.com/v1" });
-    const moved = (await (await call("PATCH", "/v1/upstreams/openai", "ten_a", { baseUrl: "https://eu.api.openai.com/v1" })).json()) as { baseUrl: string; headerNames: string[] };
+    const moved = (await (await call("PATCH", "/v1/upstreams/openai", "ten_a", { baseUrl: "https://eu.api.openai.com/v1" })).json()) as {
+      baseUrl: string;
+      headerNames: string[];
+    };
     expect(moved).toMatchObject({ baseUrl: "https://eu.api.openai.com/v1", headerNames: ["X-Api-Key"] });
 
     // At rest: sealed (no value in clear), and the host's directory opens it with the same key.
-    const [row] = await database.db.select().from(upstreams).where(eq(upstreams.id, up.id as string));
+    const [row] = await database.db
+      .select()
+      .from(upstreams)
+      .where(eq(upstreams.id, up.id as string));
     expect(row!.headersSealed).toMatch(/^v1\./);
     expect(row!.headersSealed).not.toContain("k2-secret");
     const directory = createUpstreamDirectory({ db: database.db, key: () => importSealKey(upstreamKey), clock: systemClock, cacheMs: 0 });
-    expect(await directory.get("ten_a", "openai")).toEqual({ id: up.id, name: "openai", baseUrl: "https://eu.api.openai.com/v1", headers: { "X-Api-Key": "k2-secret" } });
+    expect(await directory.get("ten_a", "openai")).toEqual({
+      id: up.id,
+      name: "openai",
+      baseUrl: "https://eu.api.openai.com/v1",
+      headers: { "X-Api-Key": "k2-secret" },
+    });
     expect(await directory.names("ten_a")).toEqual(["b", "c", "openai"]);
 
     expect((await call("DELETE", "/v1/upstreams/openai", "ten_a")).status).toBe(204);
@@ -130,7 +141,10 @@ describe("upstreams API", () => {
     expect((await call("POST", "/v1/upstreams", "ten_a", { name: "openai", baseUrl: "https://x.example" })).status).toBe(201);
 
     // The audit log names headers, never their values.
-    const audit = await database.db.select().from(auditLog).where(eq(auditLog.target, up.id as string));
+    const audit = await database.db
+      .select()
+      .from(auditLog)
+      .where(eq(auditLog.target, up.id as string));
     expect(audit.map((r) => r.action).sort()).toEqual(["upstream.create", "upstream.delete", "upstream.update", "upstream.update"]);
     const text = JSON.stringify(audit);
     expect(text).not.toContain(secret);

@@ -72,10 +72,31 @@ describe("the upstream path", () => {
 
   it("sends the agent's headers without hop-by-hop ones, Host, Content-Length or one named like a secret (the secret wins)", () => {
     const out = outgoingHeaders(
-      ["Host", "10.0.2.100:3128", "Connection", "keep-alive", "Authorization", "Bearer agent", "Content-Type", "application/json", "Content-Length", "9", "Accept-Encoding", "gzip", "X-Trace", "1"],
+      [
+        "Host",
+        "10.0.2.100:3128",
+        "Connection",
+        "keep-alive",
+        "Authorization",
+        "Bearer agent",
+        "Content-Type",
+        "application/json",
+        "Content-Length",
+        "9",
+        "Accept-Encoding",
+        "gzip",
+        "X-Trace",
+        "1",
+      ],
       { Authorization: "Bearer sk-secret", "X-Org": "org" },
     );
-    expect(out).toEqual({ "content-type": "application/json", "x-trace": "1", authorization: "Bearer sk-secret", "x-org": "org", "accept-encoding": "identity" });
+    expect(out).toEqual({
+      "content-type": "application/json",
+      "x-trace": "1",
+      authorization: "Bearer sk-secret",
+      "x-org": "org",
+      "accept-encoding": "identity",
+    });
   });
 
   it("base URLs: https, or http only to a loopback or private address literal; no credentials, query or fragment", () => {

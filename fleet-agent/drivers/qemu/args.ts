@@ -226,7 +226,9 @@ export function qemuArgs(l: QemuLaunch): string[] {
     // A restore's guest memory (the kernel in it) comes from the snapshot: the kernel and initramfs would only be read
     // into fw_cfg, which the guest reads at boot alone (a reboot ends QEMU, `-no-reboot`). Reading them cost each
     // restore ~10 ms of QEMU's start-up under TCG.
-    ...(l.incoming ? [] : ["-kernel", l.kernel, "-initrd", l.initrd, "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l), hasProxy(l) ? (l.upstreams ?? []) : undefined)]),
+    ...(l.incoming
+      ? []
+      : ["-kernel", l.kernel, "-initrd", l.initrd, "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l), hasProxy(l) ? (l.upstreams ?? []) : undefined)]),
     "-chardev",
     `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
     "-mon",
