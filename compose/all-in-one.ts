@@ -25,6 +25,9 @@ import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type Node
 import { logLevelEnv } from "./config/shared.ts";
 import { readArtifact } from "../images/build/store.ts";
 import { processMetrics, randomMetricsToken } from "./metrics.ts";
+import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
+import type { UpstreamSlot } from "../fleet-agent/egress/upstreams.ts";
+import type { UpstreamConfig } from "../fleet-agent/egress/config.ts";
 
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
@@ -42,6 +45,8 @@ export interface AllInOneParts {
   clock?: Clock;
   /** An already open database (tests pass one per test file). */
   database?: Database;
+  /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
+  upstreams?: { slot: UpstreamSlot; config: UpstreamConfig };
 }
 
 export interface System {
@@ -103,7 +108,9 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const metrics = processMetrics(cfg.metricsToken);
   let runtime;
   try {
+    const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(dataDir)) } : undefined;
     runtime = await startHostRuntime({
+      ...(upstreams ? { upstreams } : {}),
       cfg: cfg.fleet,
       hostId,
       dataDir,

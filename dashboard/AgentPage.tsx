@@ -1,4 +1,4 @@
-// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran, what put it to sleep), its log's tail, its usage plots.
+// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran, what put it to sleep), its last operations (calls through upstreams), its log's tail, its usage plots.
 import { useState } from "preact/hooks";
 import { getJson, getText, withQuery } from "./api.ts";
 import { ago, browserZone, formatMs, localDate, localTime } from "./format.ts";
@@ -6,6 +6,7 @@ import { usePoll } from "./poll.ts";
 import { hrefs, Link } from "./route.tsx";
 import { StateBadge } from "./Agents.tsx";
 import { UsagePlots } from "./UsagePlots.tsx";
+import { Operations } from "./Operations.tsx";
 import type { Agent, Rates, Run, RunsPage, UsageReport } from "./types.ts";
 
 const runsPerPage = 20;
@@ -59,6 +60,7 @@ export function AgentPage(props: { id: string }) {
         </p>
       ) : null}
       <Runs path={path} />
+      <Operations path={path} />
       <AgentUsage id={props.id} />
       <Logs path={path} />
     </main>

@@ -23,6 +23,7 @@ import { createDirArtifactStore } from "./artifacts/dir-store.ts";
 import { createDbCommitStore } from "./artifacts/commits.ts";
 import type { ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
+import { serveUpstreams, type HostUpstreams } from "./upstreams/serve.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -64,6 +65,8 @@ export async function startHostRuntime(opts: {
   log: Logger;
   /** Where the host and its meter count (wakes, snapshots, VMs, the spool); none: nowhere. */
   metrics?: Metrics;
+  /** The driver's upstream path to serve (a qemu driver's egress proxy), with its key; none: VMs here reach no upstreams. */
+  upstreams?: HostUpstreams;
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
   const startedAt = new Date(clock.now());
@@ -123,6 +126,16 @@ export async function startHostRuntime(opts: {
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   hostRef = host;
+  if (opts.upstreams)
+    serveUpstreams(opts.upstreams, {
+      db: opts.db,
+      owner: (vmId) => host.vmOwner(vmId),
+      hostId,
+      dataDir,
+      artifactStoreDir: cfg.artifacts.storeDir,
+      clock,
+      log,
+    });
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the

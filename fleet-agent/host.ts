@@ -264,6 +264,13 @@ export class Host {
     };
   }
 
+  /** Whose VM `vmId` is now: its agent, tenant and run (the egress proxy's upstream path asks); undefined when not known here. */
+  vmOwner(vmId: string): { agentId: string; tenantId: string; runId: string | undefined } | undefined {
+    const e = this.vms.get(`agt_${vmId.replace(/^vm_/, "")}`) ?? [...this.vms.values()].find((v) => v.vmSpec.vmId === vmId);
+    if (!e || e.vmSpec.vmId !== vmId) return undefined;
+    return { agentId: e.spec.id, tenantId: e.spec.tenantId, runId: e.runId };
+  }
+
   /**
    * The agent's log (console + workload output), read from disk without waking it: the last `tailBytes`, then with
    * `follow` what it writes next (agent-logs.ts). Rotated first when past the limit. Undefined when this host has no

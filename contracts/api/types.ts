@@ -219,6 +219,28 @@ export type paths = {
     /** Stop draining a host: it takes new agents again (agents that moved away stay where they are; operator; idempotent) */
     post: operations["undrainHost"];
   };
+  "/v1/upstreams": {
+    /** The tenant's upstreams by name (header names only) */
+    get: operations["listUpstreams"];
+    /** Name an outbound endpoint the tenant's agents call through their host (`/u/<name>/…`), with secret headers the agents never see */
+    post: operations["createUpstream"];
+  };
+  "/v1/upstreams/{name}": {
+    /** One upstream (header names only) */
+    get: operations["getUpstream"];
+    /** Delete an upstream: agents' calls to it answer 404 upstream_not_found (its operations are kept) */
+    delete: operations["deleteUpstream"];
+    /** Change an upstream's base URL and/or replace its whole set of secret headers (hosts see it within their cache's few seconds) */
+    patch: operations["updateUpstream"];
+  };
+  "/v1/agents/{id}/operations": {
+    /** The agent's calls through its tenant's upstreams, newest first, a page at a time */
+    get: operations["listOperations"];
+  };
+  "/v1/agents/{id}/operations/{opId}": {
+    /** One of the agent's operations, with the response headers it got */
+    get: operations["getOperation"];
+  };
 };
 
 export type webhooks = Record<string, never>;
@@ -228,7 +250,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -1006,6 +1028,124 @@ export type components = {
       draining: boolean;
       drainingAt: string | null;
     };
+    Upstream: {
+      /** @example ups_0123456789abcdef */
+      id: string;
+      name: string;
+      baseUrl: string;
+      /** @description The secret headers' names; their values are never shown */
+      headerNames: string[];
+      /**
+       * @description Where an agent calls it, inside its VM
+       * @example http://10.0.2.100:3128/u/openai
+       */
+      url: string;
+      /**
+       * @description The variable an agent booted after its creation finds that URL in
+       * @example AGENTVM_UPSTREAM_OPENAI_URL
+       */
+      env: string;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+    };
+    NewUpstream: {
+      /**
+       * @description Unique in the tenant: agents call `http://10.0.2.100:3128/u/<name>/…`
+       * @example openai
+       */
+      name: string;
+      /**
+       * @description Where calls go: `baseUrl` + the path below `/u/<name>`. https://; http:// only to a loopback or private address literal or localhost. No credentials, query or fragment
+       * @example https://api.openai.com/v1
+       */
+      baseUrl: string;
+      /**
+       * @description Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again
+       * @default {}
+       * @example {
+       *   "Authorization": "Bearer sk-…"
+       * }
+       */
+      headers?: {
+        [key: string]: string;
+      };
+    };
+    UpstreamList: {
+      upstreams: components["schemas"]["Upstream"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    UpstreamPatch: {
+      /**
+       * @description Where calls go: `baseUrl` + the path below `/u/<name>`. https://; http:// only to a loopback or private address literal or localhost. No credentials, query or fragment
+       * @example https://api.openai.com/v1
+       */
+      baseUrl?: string;
+      /**
+       * @description Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again
+       * @example {
+       *   "Authorization": "Bearer sk-…"
+       * }
+       */
+      headers?: {
+        [key: string]: string;
+      };
+    };
+    OperationList: {
+      operations: components["schemas"]["Operation"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    Operation: {
+      /** @example op_0123456789abcdef */
+      id: string;
+      agentId: string;
+      /** @description The agent's run when the call was made */
+      runId: string | null;
+      upstream: string;
+      method: string;
+      /** @description The path and query below the upstream's base URL */
+      path: string;
+      /** @description sha256 (hex) of the method, path, body, content-type and accept */
+      requestHash: string;
+      idempotencyKey: string | null;
+      /** @enum {string} */
+      mode: "sync" | "async";
+      /** @enum {string} */
+      state: "queued" | "in_flight" | "succeeded" | "failed";
+      /** @description The upstream's status (null: no answer; `error` says why) */
+      status: number | null;
+      error: {
+        code: string;
+        message: string;
+      } | null;
+      /** Format: date-time */
+      sentAt: string | null;
+      /** Format: date-time */
+      firstByteAt: string | null;
+      /** Format: date-time */
+      endedAt: string | null;
+      /** @description From sent to the answer's end */
+      durationMs: number | null;
+      requestBytes: number;
+      responseBytes: number;
+      /** @description An OpenAI- or Anthropic-style completion's model */
+      model: string | null;
+      inputTokens: number | null;
+      outputTokens: number | null;
+      /** @description The request body is kept (up to UPSTREAM_KEEP_BODY_BYTES) */
+      requestBodyKept: boolean;
+      /** @description The response body is kept: a retry with the same Idempotency-Key is answered from it */
+      responseBodyKept: boolean;
+      /** Format: date-time */
+      createdAt: string;
+    };
+    OperationDetail: components["schemas"]["Operation"] & ({
+      /** @description The response's headers as the agent got them (hop-by-hop removed) */
+      responseHeaders: [string, string][] | null;
+    });
   };
   responses: never;
   parameters: {
@@ -4053,6 +4193,374 @@ export type operations = {
       200: {
         content: {
           "application/json": components["schemas"]["Host"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The tenant's upstreams by name (header names only) */
+  listUpstreams: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of upstreams */
+      200: {
+        content: {
+          "application/json": components["schemas"]["UpstreamList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Name an outbound endpoint the tenant's agents call through their host (`/u/<name>/…`), with secret headers the agents never see */
+  createUpstream: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewUpstream"];
+      };
+    };
+    responses: {
+      /** @description The upstream (header names only) */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One upstream (header names only) */
+  getUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description The upstream */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete an upstream: agents' calls to it answer 404 upstream_not_found (its operations are kept) */
+  deleteUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      204: {
+        content: never;
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Change an upstream's base URL and/or replace its whole set of secret headers (hosts see it within their cache's few seconds) */
+  updateUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["UpstreamPatch"];
+      };
+    };
+    responses: {
+      /** @description The upstream */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The agent's calls through its tenant's upstreams, newest first, a page at a time */
+  listOperations: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only calls through this upstream */
+        upstream?: string;
+        /** @description Only operations in this state */
+        state?: "queued" | "in_flight" | "succeeded" | "failed";
+        /** @description Only operations created at or after this instant */
+        since?: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of operations */
+      200: {
+        content: {
+          "application/json": components["schemas"]["OperationList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One of the agent's operations, with the response headers it got */
+  getOperation: {
+    parameters: {
+      path: {
+        id: string;
+        opId: string;
+      };
+    };
+    responses: {
+      /** @description The operation */
+      200: {
+        content: {
+          "application/json": components["schemas"]["OperationDetail"];
         };
       };
       /** @description Bad request: a field, a parameter or the body is invalid */

@@ -14,6 +14,8 @@ import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { egressConfigOf, egressEnv } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
+import { UpstreamSlot } from "../egress/upstreams.ts";
+import type { UpstreamConfig } from "../egress/config.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
 export type DriverChoice = "auto" | DriverName;
@@ -24,6 +26,11 @@ export interface SelectedDriver {
   images: string[];
   /** One line for the operator when the choice deserves a word (e.g. no real VMs here). */
   notice: string | undefined;
+  /**
+   * The driver's upstream path (the qemu driver's egress proxy), bound once the host exists (fleet-agent/upstreams/serve.ts);
+   * none: this driver's VMs reach no upstreams (process, Firecracker).
+   */
+  upstreams?: { slot: UpstreamSlot; config: UpstreamConfig };
 }
 
 /** Every driver's variables: the qemu driver's, Firecracker's, the egress proxy's (qemu VMs that allow egress), the guest kernel's. */
@@ -58,11 +65,13 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
   if (choice === "qemu" || (choice === "auto" && qemuPresent)) {
     try {
       const built = await image();
+      const egressConfig = egressConfigOf(settings);
+      const upstreams = { slot: new UpstreamSlot(), config: egressConfig.upstreams };
       const driver = new QemuDriver({
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
         ...qemuOptionsOf(settings),
-        egress: new EgressProxy(egressConfigOf(settings), { log }),
+        egress: new EgressProxy(egressConfig, { log, upstreams: upstreams.slot }),
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
@@ -75,7 +84,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         const cow = await smallCowExtents(dataDir);
         log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
       }
-      return { driver, images: ["demo"], notice: undefined };
+      return { driver, images: ["demo"], notice: undefined, upstreams };
     } catch (err) {
       if (choice === "qemu") throw err;
       log.warn("qemu present but the guest image could not be built; using the process driver", { err });

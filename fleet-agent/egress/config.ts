@@ -1,4 +1,4 @@
-// The egress proxy's variables (one zod fragment) and its configuration built from them at the program's edge.
+// The egress proxy's variables (one zod fragment; its upstream path's too) and its configuration built from them at the program's edge.
 import { z } from "zod";
 import { envVar, parseEnv, vars, type Env } from "../../lib/env.ts";
 import { parseRules, type EgressRules } from "./policy.ts";
@@ -11,6 +11,19 @@ export interface EgressConfig {
   idleTimeoutMs: number;
   /** Connections one VM may hold open through the proxy at once; more are answered 429. */
   maxConnectionsPerVm: number;
+  /** Calls through a tenant's upstreams (`/u/<name>/…`, upstreams.ts). */
+  upstreams: UpstreamConfig;
+}
+
+export interface UpstreamConfig {
+  /** From the request sent to the upstream's response head, ms; `504` after. */
+  timeoutMs: number;
+  /** The largest request body an agent may send through an upstream, bytes; `413` beyond. */
+  maxBodyBytes: number;
+  /** Request and response bodies up to this size are kept (content-addressed) with the operation, bytes; larger ones are not. */
+  keepBodyBytes: number;
+  /** How long a host trusts a tenant's upstream (its base URL and headers) from memory, ms. */
+  cacheMs: number;
 }
 
 const rules = (doc: string) =>
@@ -42,6 +55,33 @@ export const egressEnv = z.object({
     unit: "connections",
     doc: "connections one VM may hold open through the proxy at once (more: `429`)",
   }),
+  UPSTREAM_TIMEOUT_MS: vars.int({
+    fallback: 600_000,
+    min: 100,
+    unit: "ms",
+    default: "600000 (10 min: a slow model's time to its first token)",
+    doc: "a call through an upstream (`/u/<name>/…` at the egress proxy) waits this long for the upstream's response head; `504` after (the operation fails with `gateway_timeout`)",
+  }),
+  UPSTREAM_MAX_BODY_BYTES: vars.int({
+    fallback: 32 * 1024 * 1024,
+    min: 0,
+    unit: "bytes",
+    default: "33554432 (32 MiB)",
+    doc: "the largest request body an agent may send through an upstream (it is spooled to the host's disk while it is hashed); `413` beyond",
+  }),
+  UPSTREAM_KEEP_BODY_BYTES: vars.int({
+    fallback: 1024 * 1024,
+    min: 0,
+    unit: "bytes",
+    default: "1048576 (1 MiB)",
+    doc: "request and response bodies of upstream calls up to this size are kept with their operation (content-addressed: in the shared artifact store where there is one, else under `DATA_DIR`); a retry with the same `Idempotency-Key` is answered from the kept response. A larger body is not kept (0: none)",
+  }),
+  UPSTREAM_CACHE_MS: vars.int({
+    fallback: 5000,
+    min: 0,
+    unit: "ms",
+    doc: "how long a host uses a tenant's upstream (base URL, headers) from memory: a change through the API reaches calls within this",
+  }),
 });
 
 export type EgressSettings = z.output<typeof egressEnv>;
@@ -52,6 +92,12 @@ export function egressConfigOf(v: EgressSettings): EgressConfig {
     connectTimeoutMs: v.EGRESS_CONNECT_TIMEOUT_MS,
     idleTimeoutMs: v.EGRESS_IDLE_TIMEOUT_MS,
     maxConnectionsPerVm: v.EGRESS_MAX_CONNECTIONS,
+    upstreams: {
+      timeoutMs: v.UPSTREAM_TIMEOUT_MS,
+      maxBodyBytes: v.UPSTREAM_MAX_BODY_BYTES,
+      keepBodyBytes: v.UPSTREAM_KEEP_BODY_BYTES,
+      cacheMs: v.UPSTREAM_CACHE_MS,
+    },
   };
 }
 

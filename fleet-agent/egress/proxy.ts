@@ -1,6 +1,7 @@
-// The host's egress proxy for VMs that may reach out: one HTTP proxy listener per VM on a unix socket (QEMU's
-// guestfwd relay connects to it, drivers/qemu/args.ts), answering `CONNECT host:port` (a tunnel, for TLS and any TCP)
-// and absolute-form plain HTTP (`GET http://host/path`). It resolves the destination itself, asks policy.ts about
+// The host's egress proxy: one HTTP proxy listener per VM on a unix socket (QEMU's guestfwd relay connects to it,
+// drivers/qemu/args.ts), answering `CONNECT host:port` (a tunnel, for TLS and any TCP) and absolute-form plain HTTP
+// (`GET http://host/path`) for VMs that may reach out, and for every VM, egress or not, its tenant's upstreams at
+// `/u/<name>/…` (upstreams.ts). It resolves the destination itself, asks policy.ts about
 // every address, and connects only to an address it checked (a name resolved again later could point elsewhere: DNS
 // rebinding); a destination with no allowed address is refused with 403 and the error envelope.
 import { lookup } from "node:dns/promises";
@@ -15,6 +16,9 @@ import { silentLogger, type Logger } from "../../lib/log.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 import type { EgressConfig } from "./config.ts";
 import { decide } from "./policy.ts";
+import { noExchangeObserver, type ExchangeObserver } from "./exchanges.ts";
+import { UpstreamSlot, upstreamTarget, type UpstreamPath } from "./upstreams.ts";
+import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, upstreamsGuestUrl } from "../../lib/upstreams.ts";
 
 export interface ResolvedAddress {
   address: string;
@@ -27,6 +31,10 @@ export interface EgressProxyDeps {
   resolve?: (host: string) => Promise<ResolvedAddress[]>;
   /** The host's own addresses, asked at every decision (default: every interface's). */
   hostAddresses?: () => string[];
+  /** Told what each outbound exchange of a VM is doing (the host's doze); default: nobody. */
+  exchanges?: ExchangeObserver;
+  /** Calls to `/u/<name>/…` (upstreams.ts); default: answered 503 until a path is bound to the slot. */
+  upstreams?: UpstreamPath;
 }
 
 /** Where a connection of a VM may go: the checked address to connect to, or why not. */
@@ -50,6 +58,8 @@ interface VmListener {
   path: string;
   /** The VM's connections to the proxy (each one relayed guest connection); what each carries ends with it. */
   open: Set<Duplex>;
+  /** The VM may reach out (`allowEgress`); without, only its tenant's upstreams answer. */
+  egress: boolean;
 }
 
 export class EgressProxy {
@@ -58,19 +68,27 @@ export class EgressProxy {
   private readonly resolve: (host: string) => Promise<ResolvedAddress[]>;
   private readonly hostAddresses: () => string[];
   private readonly listeners = new Map<string, VmListener>();
+  private readonly exchanges: ExchangeObserver;
+  /** The upstream path (`/u/<name>/…`); the names a booting VM's environment gets are asked of it too. */
+  readonly upstreams: UpstreamPath;
 
   constructor(config: EgressConfig, deps: EgressProxyDeps = {}) {
     this.config = config;
     this.log = (deps.log ?? silentLogger).child({ component: "egress" });
     this.resolve = deps.resolve ?? ((host) => lookup(host, { all: true, verbatim: true }));
     this.hostAddresses = deps.hostAddresses ?? interfaceAddresses;
+    this.exchanges = deps.exchanges ?? noExchangeObserver;
+    this.upstreams = deps.upstreams ?? new UpstreamSlot();
   }
 
-  /** Listens for `vmId` on the unix socket `path` (a stale file there is replaced); a second call for the VM keeps the first listener. */
-  async listen(vmId: string, path: string): Promise<void> {
+  /**
+   * Listens for `vmId` on the unix socket `path` (a stale file there is replaced); a second call for the VM keeps the
+   * first listener. `egress: false`: the VM reaches only its tenant's upstreams (CONNECT and absolute-form are 403).
+   */
+  async listen(vmId: string, path: string, opts: { egress?: boolean } = {}): Promise<void> {
     if (this.listeners.has(vmId)) return;
     rmSync(path, { force: true });
-    const entry: VmListener = { server: createServer(), path, open: new Set() };
+    const entry: VmListener = { server: createServer(), path, open: new Set(), egress: opts.egress ?? true };
     const { server } = entry;
     server.on("connection", (socket: Socket) => {
       if (entry.open.size >= this.config.maxConnectionsPerVm) {
@@ -85,8 +103,12 @@ export class EgressProxy {
       this.track(entry, socket);
       socket.setTimeout(this.config.idleTimeoutMs, () => socket.destroy());
     });
-    server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.tunnel(vmId, req, socket, head));
-    server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.forward(vmId, req, res));
+    server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (entry.egress) return void this.tunnel(vmId, req, socket, head);
+      this.log.info("egress refused: the agent has no egress", { vmId, target: req.url?.slice(0, 200) });
+      sendErrorOnSocket(socket, noEgress(), newId("request"));
+    });
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.dispatch(vmId, entry, req, res));
     server.on("clientError", (_err, socket: Duplex) => socket.destroy());
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
@@ -144,6 +166,29 @@ export class EgressProxy {
   private track(entry: VmListener, s: Duplex): void {
     entry.open.add(s);
     s.once("close", () => entry.open.delete(s));
+  }
+
+  /** A plain request: to an upstream (`/u/<name>/…`, egress or not), else out through `forward` when the VM has egress. */
+  private async dispatch(vmId: string, entry: VmListener, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const target = upstreamTarget(ownPath(req.url ?? ""));
+    if (target) {
+      const requestId = newId("request");
+      return this.upstreams.handle({
+        vmId,
+        requestId,
+        req,
+        res,
+        ...target,
+        destination: (host, port) => this.destination(host, port),
+        exchanges: this.exchanges,
+        idleTimeoutMs: this.config.idleTimeoutMs,
+      });
+    }
+    if (!entry.egress) {
+      this.log.info("egress refused: the agent has no egress", { vmId, target: req.url?.slice(0, 200) });
+      return sendError(res, noEgress(), newId("request"), { closeConnection: true });
+    }
+    return this.forward(vmId, req, res);
   }
 
   /** CONNECT host:port → a TCP tunnel to the checked address. */
@@ -248,6 +293,19 @@ export class EgressProxy {
     });
     req.pipe(upstream);
   }
+}
+
+/** The 403 of a VM without egress for anything but its upstreams. */
+const noEgress = () => new AppError("forbidden", `this agent has no egress: it reaches only its tenant's upstreams, at ${upstreamsGuestUrl}/<name>/…`);
+
+/**
+ * A request's path on the proxy itself: origin form as sent, or an absolute-form URL naming the proxy's own guest
+ * address (a client that sent it through HTTP_PROXY anyway); anything else is "" (not the proxy's own).
+ */
+function ownPath(url: string): string {
+  if (url.startsWith("/")) return url;
+  const own = `http://${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}/`;
+  return url.startsWith(own) ? url.slice(own.length - 1) : "";
 }
 
 /** `host:port` or `[v6]:port` → its parts; undefined when it is not that. */
