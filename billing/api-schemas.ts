@@ -249,12 +249,10 @@ export const Invoice = z
           .openapi({ description: "The card version that priced the line (one of `rateCards`; null on lines finalized before versions)" }),
       }),
     ),
-    time: z
-      .array(z.object({ agentId: z.string(), activeMs: z.number().int(), dozedMs: z.number().int(), hibernatedMs: z.number().int() }))
-      .openapi({
-        description:
-          "Per agent with usage in the period: ms active (the vcpu and memory lines), dozed (the doze lines) and hibernated (its snapshot, priced by size on snapshot_storage); empty on invoices finalized before dozing existed",
-      }),
+    time: z.array(z.object({ agentId: z.string(), activeMs: z.number().int(), dozedMs: z.number().int(), hibernatedMs: z.number().int() })).openapi({
+      description:
+        "Per agent with usage in the period: ms active (the vcpu and memory lines), dozed (the doze lines) and hibernated (its snapshot, priced by size on snapshot_storage); empty on invoices finalized before dozing existed",
+    }),
     totalCents: z.number().int(),
     total: z.string().openapi({ example: "0.45" }),
     metering: z.string().openapi({

@@ -152,9 +152,7 @@ export async function computeLines(
     storage.push(to > p.from ? await snapshotStorage(db, tenantId, p.from, to) : new Map<string, bigint>());
   }
   const hibernated = until > start ? await hibernatedTime(db, tenantId, [start, until]) : new Map<string, Map<number, number>>();
-  const agentIds = [
-    ...new Set([...metered.flatMap((m) => [...m.keys()]), ...storage.flatMap((m) => [...m.keys()]), ...hibernated.keys()]),
-  ].sort();
+  const agentIds = [...new Set([...metered.flatMap((m) => [...m.keys()]), ...storage.flatMap((m) => [...m.keys()]), ...hibernated.keys()])].sort();
   const lines: InvoiceLine[] = [];
   const time: InvoiceAgentTime[] = [];
   for (const agentId of agentIds) {

@@ -271,7 +271,21 @@ const timingColumns = wakeTimingKeys.map((t) => t.replace(/[A-Z]/g, (m) => `_${m
 
 export function runsCsv(runs: RunReport[]): string {
   return toCsv(
-    ["run_id", "woke_at", "wake_reason", "wake_mode", ...timingColumns, "slept_at", "sleep_reason", "active_ms", "vcpu_ms", "mib_ms", "dozed_ms", "dozed_mib_ms", "segments"],
+    [
+      "run_id",
+      "woke_at",
+      "wake_reason",
+      "wake_mode",
+      ...timingColumns,
+      "slept_at",
+      "sleep_reason",
+      "active_ms",
+      "vcpu_ms",
+      "mib_ms",
+      "dozed_ms",
+      "dozed_mib_ms",
+      "segments",
+    ],
     runs.map((r) => [
       r.runId,
       new Date(r.wokeAt).toISOString(),

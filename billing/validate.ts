@@ -114,7 +114,8 @@ export function validateSegment(raw: unknown, index: number, nowMs: number, expe
   if (s.vcpus > segmentLimits.maxVcpus) return reject("too_many_vcpus", `vcpus ${s.vcpus} exceeds ${segmentLimits.maxVcpus}`);
   if (typeof s.memMiB !== "number" || !Number.isInteger(s.memMiB) || s.memMiB < 1) return reject("invalid_segment", "memMiB must be a positive integer");
   if (s.memMiB > segmentLimits.maxMemMiB) return reject("too_much_memory", `memMiB ${s.memMiB} exceeds ${segmentLimits.maxMemMiB} (1 TiB)`);
-  if (s.state !== undefined && s.state !== "active" && s.state !== "dozing") return reject("invalid_segment", "state must be active or dozing (or absent: active)");
+  if (s.state !== undefined && s.state !== "active" && s.state !== "dozing")
+    return reject("invalid_segment", "state must be active or dozing (or absent: active)");
   return {
     id: s.id,
     hostId,

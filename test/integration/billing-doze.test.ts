@@ -15,6 +15,8 @@ import { runs, vmEvents } from "../../schema/core.ts";
 import { queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { appWithCaller, segment, seedTenant } from "./billing-fixtures.ts";
+import { renderInvoice, type InvoiceBody as CliInvoice } from "../../cli/invoices.ts";
+import { renderUsage, type UsageBody } from "../../cli/usage.ts";
 
 const second = 1000;
 const hour = 3_600_000;
@@ -114,7 +116,17 @@ describe("billing of dozed time", () => {
   });
 
   it("takes a segment without state (as every segment before dozing) as active; its re-ship is a duplicate, a changed state a conflict", async () => {
-    const old = segment({ hostId: "host_o", vmId: "vm_o", tenantId: "ten_d", agentId: "agt_d2", runId: "run_o", start: nov3, end: nov3 + 10_000, vcpus: 1, memMiB: 512 });
+    const old = segment({
+      hostId: "host_o",
+      vmId: "vm_o",
+      tenantId: "ten_d",
+      agentId: "agt_d2",
+      runId: "run_o",
+      start: nov3,
+      end: nov3 + 10_000,
+      vcpus: 1,
+      memMiB: 512,
+    });
     expect("state" in old).toBe(false);
     expect(await ingestSegments(database.db, [old], clock)).toEqual({ accepted: [old.id], duplicates: [], rejected: [] });
     expect(await ingestSegments(database.db, [old, { ...old, state: "active" }], clock)).toEqual({ accepted: [], duplicates: [old.id], rejected: [] });
@@ -133,9 +145,7 @@ describe("billing of dozed time", () => {
 
   it("reports dozed time apart from active time, split at the quarter hour, and the sums equal the raw segments by state", async () => {
     // 10:00–10:15: active 10:14:50–54, dozing 10:14:54–15:00; 10:15–10:30: dozing 24 s + 20 s, active 6 s + 1 s
-    const quarters = await get<{ rows: Record<string, unknown>[] }>(
-      "/v1/usage?from=2026-11-02T10:00:00Z&to=2026-11-02T10:30:00Z&groupBy=agent&agentId=agt_d1",
-    );
+    const quarters = await get<{ rows: Record<string, unknown>[] }>("/v1/usage?from=2026-11-02T10:00:00Z&to=2026-11-02T10:30:00Z&groupBy=agent&agentId=agt_d1");
     const q1 = await get<{ rows: Record<string, unknown>[]; source: string }>("/v1/usage?from=2026-11-02T10:00:00Z&to=2026-11-02T10:15:00Z&agentId=agt_d1");
     expect(q1.source).toBe("rollup");
     expect(q1.rows).toEqual([
@@ -171,6 +181,11 @@ describe("billing of dozed time", () => {
     });
     expect(rollup.totals.dozedMs).toBe(100_000);
     expect(rollup.totals.activeMs).toBe(22_000 + 10_000);
+
+    // the CLI's table shows dozed seconds beside active ones
+    const table = renderUsage(await get<UsageBody>("/v1/usage?from=2026-11-02&to=2026-11-03&groupBy=agent")).split("\n");
+    expect(table[0]).toMatch(/^window start\s+agent\s+active s\s+dozed s\s+hibernated s\s+vCPU-s\s+GiB-s$/);
+    expect(table[2]).toMatch(/^2026-11-02T00:00:00\+00:00\s+agt_d1\s+11\.000\s+50\.000\s+0\.000\s+22\.000\s+11\.000$/);
 
     const csv = await (await app.request("/v1/usage?from=2026-11-02&to=2026-11-03&groupBy=agent&format=csv", { headers: { "x-test-tenant": "ten_d" } })).text();
     expect(csv.split("\r\n").slice(0, 2)).toEqual([
@@ -210,13 +225,15 @@ describe("billing of dozed time", () => {
       toState,
       reason: toState === "hibernated" ? "idle" : "request",
     });
-    await database.db.insert(vmEvents).values([
-      event("agt_d1", runA + 70_000, "hibernated"),
-      event("agt_d1", runC - 5_000, "restoring"),
-      event("agt_d1", runC + 70_000, "hibernated"),
-      event("agt_d2", nov3 + hour, "hibernated"),
-      event("agt_d2", nov3 + 5 * hour, "restoring"),
-    ]);
+    await database.db
+      .insert(vmEvents)
+      .values([
+        event("agt_d1", runA + 70_000, "hibernated"),
+        event("agt_d1", runC - 5_000, "restoring"),
+        event("agt_d1", runC + 70_000, "hibernated"),
+        event("agt_d2", nov3 + hour, "hibernated"),
+        event("agt_d2", nov3 + 5 * hour, "restoring"),
+      ]);
     const body = await get<{ rows: { start: string; agentId: string; activeMs: number; hibernatedMs: number }[]; totals: { hibernatedMs: number } }>(
       "/v1/usage?from=2026-11-03T00:00:00Z&to=2026-11-03T06:00:00Z&groupBy=agent,hour",
     );
@@ -256,7 +273,12 @@ describe("billing of dozed time", () => {
     const card2 = (await v2.json()) as { id: string; dozeVcpuSecondNanocents: number; dozeGibSecondNanocents: number | null };
     expect([card2.dozeVcpuSecondNanocents, card2.dozeGibSecondNanocents]).toEqual([0, 60_000_000]);
     // bad doze prices: the one error envelope, 400
-    for (const bad of [{ dozeGibSecondNanocents: -1 }, { dozeGibSecondNanocents: 2 ** 52 }, { dozeVcpuSecondNanocents: 0.5 }, { dozeVcpuSecondNanocents: "1" }]) {
+    for (const bad of [
+      { dozeGibSecondNanocents: -1 },
+      { dozeGibSecondNanocents: 2 ** 52 },
+      { dozeVcpuSecondNanocents: 0.5 },
+      { dozeVcpuSecondNanocents: "1" },
+    ]) {
       const res = await post({ ...base, ...bad, effectiveFrom: "2026-11-10T00:00:00Z" });
       expect(res.status).toBe(400);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe("bad_request");
@@ -269,7 +291,9 @@ describe("billing of dozed time", () => {
     type Line = { agentId: string; resource: string; quantity: string; unitPriceNanocents: number; priceUnit: string; amountCents: number; rateCardId: string };
     type InvoiceBody = { status: string; lines: Line[]; time: unknown[]; totalCents: number; rates: Record<string, unknown> };
     const dozeLines = (inv: { lines: Line[] }) =>
-      inv.lines.filter((l) => l.resource.startsWith("doze_")).map((l) => [l.resource, l.quantity, l.unitPriceNanocents, l.priceUnit, l.amountCents, l.rateCardId]);
+      inv.lines
+        .filter((l) => l.resource.startsWith("doze_"))
+        .map((l) => [l.resource, l.quantity, l.unitPriceNanocents, l.priceUnit, l.amountCents, l.rateCardId]);
     const expected = [
       // run A under v1: 100 vCPU-s × 1 ¢ = 100 ¢; 50 GiB-s at the snapshot rate, 262.8e12 nc per GiB-month = 0.1 ¢ per GiB-s → 5 ¢
       ["doze_vcpu", "100000", 1_000_000_000, "vCPU-second", 100, card1.id],
@@ -301,5 +325,8 @@ describe("billing of dozed time", () => {
     const served = await get<InvoiceBody>("/v1/invoices?month=2026-11");
     expect(served.time).toEqual(final.time);
     expect(dozeLines(served)).toEqual(expected);
+    const printed = renderInvoice(served as unknown as CliInvoice, 200);
+    expect(printed).toMatch(/agt_d1\s+doze_memory\s+51200000 MiB-ms\s+262800000000000 n¢\/GiB-month\s+5 ¢/);
+    expect(printed).toContain("agent agt_d1: active 22.000 s, dozed 100.000 s, hibernated ");
   });
 });

@@ -226,7 +226,16 @@ describe("usageJsonBytes", () => {
 
 describe("withHibernated", () => {
   it("adds hibernated time to the row of its window and agent, or as a row of its own in (window, agent) order", () => {
-    const c = columnsOf([agentLine("agt_b", [[0, 10, 20, 30, 4, 5], [2, 1, 1, 1]]), agentLine("agt_a", [[1, 7, 7, 7]])].join("\n"), true);
+    const c = columnsOf(
+      [
+        agentLine("agt_b", [
+          [0, 10, 20, 30, 4, 5],
+          [2, 1, 1, 1],
+        ]),
+        agentLine("agt_a", [[1, 7, 7, 7]]),
+      ].join("\n"),
+      true,
+    );
     const out = withHibernated(c, [
       { window: 0, agentId: "agt_b", ms: 100 },
       { window: 0, agentId: "agt_c", ms: 50 }, // slept all window: no metered row
