@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "drizzle-orm";
 import { ingestSegments } from "../../billing/ingest.ts";
-import { finalizeInvoice } from "../../billing/invoices.ts";
+import { finalizeInvoice, invoiceForMonth } from "../../billing/invoices.ts";
 import { createBillingRoutes } from "../../billing/routes.ts";
 import { usageReport } from "../../billing/usage.ts";
 import type { MeterSegment } from "../../contracts/meter.ts";
@@ -12,7 +12,7 @@ import { ManualClock } from "../../lib/clock.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { runs, vmEvents } from "../../schema/core.ts";
-import { queryRows, type Database } from "../../schema/db.ts";
+import { openDatabase, queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { appWithCaller, segment, seedTenant } from "./billing-fixtures.ts";
 import { renderInvoice, type InvoiceBody as CliInvoice } from "../../cli/invoices.ts";
@@ -328,5 +328,30 @@ describe("billing of dozed time", () => {
     const printed = renderInvoice(served as unknown as CliInvoice, 200);
     expect(printed).toMatch(/agt_d1\s+doze_memory\s+51200000 MiB-ms\s+262800000000000 n¢\/GiB-month\s+5 ¢/);
     expect(printed).toContain("agent agt_d1: active 22.000 s, dozed 100.000 s, hibernated ");
+  });
+});
+
+describe("billing of dozed time on embedded PGlite (the all-in-one npm start)", () => {
+  it("ingests, reports and invoices dozing segments with the same SQL", async () => {
+    const lite = await openDatabase({ pgliteMemory: true });
+    try {
+      await seedTenant(lite.db, "ten_d", "UTC", ["agt_d1"]);
+      const clock = new ManualClock(Date.UTC(2026, 10, 20));
+      const segs = dozingRun(runA, "run_dA", "vm_dA");
+      expect((await ingestSegments(lite.db, segs, clock)).accepted).toHaveLength(segs.length);
+      expect((await ingestSegments(lite.db, segs, clock)).duplicates).toHaveLength(segs.length);
+      const q = { tenantId: "ten_d", from: Date.UTC(2026, 10, 2, 10), to: Date.UTC(2026, 10, 2, 11), zone: "UTC", byAgent: true, time: "hour" as const };
+      const rollup = await usageReport(lite.db, q);
+      expect(rollup.rows).toEqual((await usageReport(lite.db, q, { source: "raw" })).rows);
+      expect(rollup.totals).toMatchObject({ activeMs: 11_000, dozedMs: 50_000, dozedMibMs: 50_000 * 1024 });
+      const inv = await invoiceForMonth(lite.db, clock, "ten_d", "2026-11");
+      // the default card: dozing vCPUs free, dozing memory at the snapshot rate ($0.10 per GiB-month)
+      expect(inv.lines.filter((l) => l.resource.startsWith("doze_")).map((l) => [l.resource, l.quantity, l.unitPriceNanocents, l.amountCents])).toEqual([
+        ["doze_vcpu", "100000", 0, 0],
+        ["doze_memory", String(50_000 * 1024), 10_000_000_000, 0],
+      ]);
+    } finally {
+      await lite.close();
+    }
   });
 });
