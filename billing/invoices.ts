@@ -164,7 +164,7 @@ export async function computeLines(
       const quantities: Record<Resource, bigint> = {
         vcpu: BigInt(usage?.vcpuMs ?? 0),
         memory: BigInt(usage?.mibMs ?? 0),
-        // a dozing VM's vCPUs are stopped: its vCPU-ms are counted (priced at the doze vCPU rate, 0 by default)
+        // from the raw dozing segments (the rollups keep no dozed vCPU-ms), at the doze vCPU price, 0 by default
         doze_vcpu: BigInt(dozed[i]?.get(agentId) ?? 0),
         doze_memory: BigInt(usage?.dozedMibMs ?? 0),
         snapshot_storage: storage[i]?.get(agentId) ?? 0n,
