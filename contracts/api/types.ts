@@ -599,8 +599,11 @@ export type components = {
       id: string;
       agentId: string;
       name: string;
-      /** @enum {string} */
-      scheme: "standard" | "github";
+      /**
+       * @description operations: the hidden endpoint that delivers an agent's async upstream outcomes (never listed)
+       * @enum {string}
+       */
+      scheme: "standard" | "github" | "operations";
       path: string;
       /** @description Where senders deliver: /hooks/{agentId}/{name} */
       url: string;
@@ -713,16 +716,32 @@ export type components = {
           start: string;
           end: string;
           agentId?: string;
+          /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
           activeMs: number;
+          /** @description vCPU-milliseconds while active */
           vcpuMs: number;
-          /** @description MiB-milliseconds */
+          /** @description MiB-milliseconds of configured memory while active */
           mibMs: number;
+          /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+          dozedMs: number;
+          /** @description MiB-milliseconds of configured memory while dozing */
+          dozedMibMs: number;
+          /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
+          hibernatedMs: number;
         }[];
       totals: {
+        /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
         activeMs: number;
+        /** @description vCPU-milliseconds while active */
         vcpuMs: number;
-        /** @description MiB-milliseconds */
+        /** @description MiB-milliseconds of configured memory while active */
         mibMs: number;
+        /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+        dozedMs: number;
+        /** @description MiB-milliseconds of configured memory while dozing */
+        dozedMibMs: number;
+        /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
+        hibernatedMs: number;
       };
     };
     RunPage: {
@@ -743,10 +762,16 @@ export type components = {
       sleptAt: string | null;
       sleepReason: string | null;
       awakeMs: number | null;
+      /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
       activeMs: number;
+      /** @description vCPU-milliseconds while active */
       vcpuMs: number;
-      /** @description MiB-milliseconds */
+      /** @description MiB-milliseconds of configured memory while active */
       mibMs: number;
+      /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+      dozedMs: number;
+      /** @description MiB-milliseconds of configured memory while dozing */
+      dozedMibMs: number;
       segments: number;
     };
     /** @description The wake's parts in ms, as the host recorded them */
@@ -791,9 +816,10 @@ export type components = {
       /** @description Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned) */
       rateCards: components["schemas"]["InvoiceRateCard"][];
       lines: ({
+          /** @description Lines per agent, resource and card version: vcpu and memory while active, doze_vcpu and doze_memory while dozing (doze memory quoted per GiB-month), snapshot_storage */
           agentId: string;
           /** @enum {string} */
-          resource: "vcpu" | "memory" | "snapshot_storage";
+          resource: "vcpu" | "memory" | "doze_vcpu" | "doze_memory" | "snapshot_storage";
           /** @description In `unit`, a decimal string (storage byte-ms exceed 2^53) */
           quantity: string;
           unit: string;
@@ -803,6 +829,13 @@ export type components = {
           /** @description The card version that priced the line (one of `rateCards`; null on lines finalized before versions) */
           rateCardId: string | null;
         })[];
+      /** @description Per agent with usage in the period: ms active (the vcpu and memory lines), dozed (the doze lines) and hibernated (its snapshot, priced by size on snapshot_storage); empty on invoices finalized before dozing existed */
+      time: {
+          agentId: string;
+          activeMs: number;
+          dozedMs: number;
+          hibernatedMs: number;
+        }[];
       totalCents: number;
       /** @example 0.45 */
       total: string;
@@ -815,6 +848,10 @@ export type components = {
       vcpuSecondNanocents: number;
       gibSecondNanocents: number;
       snapshotGibMonthNanocents: number;
+      /** @description Per vCPU-second while dozing (0: dozing vCPUs are free) */
+      dozeVcpuSecondNanocents: number;
+      /** @description Per GiB-second of memory while dozing; null: the snapshot rate (snapshotGibMonthNanocents per 730 h) */
+      dozeGibSecondNanocents: number | null;
     };
     /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
     InvoiceRateCard: components["schemas"]["Rates"] & ({
@@ -854,6 +891,16 @@ export type components = {
       /** @description Nano-cents (10⁻⁹ cent) per GiB-month (730 h) of snapshot, a non-negative integer */
       snapshotGibMonthNanocents: number;
       /**
+       * @description Nano-cents (10⁻⁹ cent) per vCPU-second while dozing, a non-negative integer
+       * @default 0
+       */
+      dozeVcpuSecondNanocents?: number;
+      /**
+       * @description Nano-cents per GiB-second of memory while dozing, at most 3427396976 (its GiB-month price, ×2628000, stays below 2^53); null (the default): the snapshot rate
+       * @default null
+       */
+      dozeGibSecondNanocents?: number | null;
+      /**
        * @description ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now
        * @example 2026-11-01T00:00:00Z
        */
@@ -888,6 +935,8 @@ export type components = {
         vcpuSecondNanocents: string;
         gibSecondNanocents: string;
         snapshotGibMonthNanocents: string;
+        dozeVcpuSecondNanocents: string;
+        dozeGibSecondNanocents: string;
       };
     });
     ImageBuilt: {
