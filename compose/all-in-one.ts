@@ -26,8 +26,7 @@ import { logLevelEnv } from "./config/shared.ts";
 import { readArtifact } from "../images/build/store.ts";
 import { processMetrics, randomMetricsToken } from "./metrics.ts";
 import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
-import type { UpstreamSlot } from "../fleet-agent/egress/upstreams.ts";
-import type { UpstreamConfig } from "../fleet-agent/egress/config.ts";
+import type { DriverUpstreams } from "../fleet-agent/drivers/select.ts";
 
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
@@ -46,7 +45,7 @@ export interface AllInOneParts {
   /** An already open database (tests pass one per test file). */
   database?: Database;
   /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
-  upstreams?: { slot: UpstreamSlot; config: UpstreamConfig };
+  upstreams?: DriverUpstreams;
 }
 
 export interface System {

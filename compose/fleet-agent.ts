@@ -29,8 +29,7 @@ import { proxyLimitsEnv } from "../gateway/config.ts";
 import { defaultHostHealth } from "../gateway/hosts/routes.ts";
 import { clockSkewEnv, componentEnv, logLevelEnv, processEnv, upstreamKeyEnv } from "./config/shared.ts";
 import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
-import type { UpstreamSlot } from "../fleet-agent/egress/upstreams.ts";
-import type { UpstreamConfig } from "../fleet-agent/egress/config.ts";
+import type { DriverUpstreams } from "../fleet-agent/drivers/select.ts";
 import { createConnPolicy, defaultClientLimits, type BodyRule, type ConnPolicyConfig } from "../lib/node-conn-policy.ts";
 import { clientLimitsEnv, clientLimitsOf } from "./client-limits.ts";
 import { hostOpPaths } from "../contracts/host-protocol.ts";
@@ -161,7 +160,7 @@ export interface FleetAgentParts {
   /** An already open database (tests); closed by its owner. */
   database?: Database;
   /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
-  upstreams?: { slot: UpstreamSlot; config: UpstreamConfig };
+  upstreams?: DriverUpstreams;
 }
 
 export interface FleetAgentDaemon {

@@ -31,7 +31,7 @@ export interface HostRuntime {
   meter: Meter;
   fleet: LocalFleet;
   /**
-   * Shutdown order: the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
+   * Shutdown order: async upstream calls under way finish (bounded by the drain timeout) or lapse → the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
    * driver release what it holds and flushes its event log (hibernating closes open WebSockets with 1001) → the
    * meter closes open segments (reason shutdown) and ships what it can (the spool keeps the rest for the next
    * start) → relayed WebSockets still open are closed, pooled agent connections close.
@@ -126,16 +126,17 @@ export async function startHostRuntime(opts: {
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   hostRef = host;
-  if (opts.upstreams)
-    serveUpstreams(opts.upstreams, {
-      db: opts.db,
-      owner: (vmId) => host.vmOwner(vmId),
-      hostId,
-      dataDir,
-      artifactStoreDir: cfg.artifacts.storeDir,
-      clock,
-      log,
-    });
+  const upstreams = opts.upstreams
+    ? serveUpstreams(opts.upstreams, {
+        db: opts.db,
+        owner: (vmId) => host.vmOwner(vmId),
+        hostId,
+        dataDir,
+        artifactStoreDir: cfg.artifacts.storeDir,
+        clock,
+        log,
+      })
+    : undefined;
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the
@@ -156,6 +157,7 @@ export async function startHostRuntime(opts: {
   );
   await recovery.firstAttempt;
   await host.start();
+  upstreams?.runner.start();
   return {
     hostId,
     host,
@@ -163,6 +165,8 @@ export async function startHostRuntime(opts: {
     fleet,
     async stop() {
       recovery.stop();
+      // Async upstream calls get the drain's time to finish; the rest lapse and are taken over (async-runner.ts).
+      await upstreams?.runner.stop(cfg.drainTimeoutMs);
       await host.stop();
       await meter.stop();
       await fleet.close();

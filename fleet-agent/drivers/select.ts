@@ -14,11 +14,18 @@ import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { egressConfigOf, egressEnv } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
-import { UpstreamSlot } from "../egress/upstreams.ts";
+import { UpstreamSlot, type DestinationCheck } from "../egress/upstreams.ts";
 import type { UpstreamConfig } from "../egress/config.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
 export type DriverChoice = "auto" | DriverName;
+
+/** A driver's upstream path (its egress proxy's), bound once the host exists, and the proxy's destination check (async calls are made outside a VM's connection). */
+export interface DriverUpstreams {
+  slot: UpstreamSlot;
+  config: UpstreamConfig;
+  destination: DestinationCheck;
+}
 
 export interface SelectedDriver {
   driver: VmDriver;
@@ -30,7 +37,7 @@ export interface SelectedDriver {
    * The driver's upstream path (the qemu driver's egress proxy), bound once the host exists (fleet-agent/upstreams/serve.ts);
    * none: this driver's VMs reach no upstreams (process, Firecracker).
    */
-  upstreams?: { slot: UpstreamSlot; config: UpstreamConfig };
+  upstreams?: DriverUpstreams;
 }
 
 /** Every driver's variables: the qemu driver's, Firecracker's, the egress proxy's (qemu VMs that allow egress), the guest kernel's. */
@@ -66,12 +73,14 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     try {
       const built = await image();
       const egressConfig = egressConfigOf(settings);
-      const upstreams = { slot: new UpstreamSlot(), config: egressConfig.upstreams };
+      const slot = new UpstreamSlot();
+      const egress = new EgressProxy(egressConfig, { log, upstreams: slot });
+      const upstreams: DriverUpstreams = { slot, config: egressConfig.upstreams, destination: (host, port) => egress.destination(host, port) };
       const driver = new QemuDriver({
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
         ...qemuOptionsOf(settings),
-        egress: new EgressProxy(egressConfig, { log, upstreams: upstreams.slot }),
+        egress,
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.

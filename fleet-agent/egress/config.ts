@@ -24,6 +24,15 @@ export interface UpstreamConfig {
   keepBodyBytes: number;
   /** How long a host trusts a tenant's upstream (its base URL and headers) from memory, ms. */
   cacheMs: number;
+  /** Calls with `Prefer: respond-async`, made by the host (fleet-agent/operations/async-runner.ts). */
+  async: {
+    /** From the 202 to the outcome at most, ms: then the operation fails with `gateway_timeout`. */
+    deadlineMs: number;
+    /** Attempts of one call at most (a repeat only where it is safe). */
+    maxAttempts: number;
+    /** Calls one host makes at once. */
+    concurrency: number;
+  };
 }
 
 const rules = (doc: string) =>
@@ -76,6 +85,25 @@ export const egressEnv = z.object({
     default: "1048576 (1 MiB)",
     doc: "request and response bodies of upstream calls up to this size are kept with their operation (content-addressed: in the shared artifact store where there is one, else under `DATA_DIR`); a retry with the same `Idempotency-Key` is answered from the kept response. A larger body is not kept (0: none)",
   }),
+  UPSTREAM_ASYNC_DEADLINE_MS: vars.int({
+    fallback: 3_600_000,
+    min: 1000,
+    unit: "ms",
+    default: "3600000 (1 h)",
+    doc: "a call with `Prefer: respond-async` (answered `202 {operationId}` at once, made by the host) has this long, retries included, to get an answer; then its outcome is `gateway_timeout`",
+  }),
+  UPSTREAM_ASYNC_ATTEMPTS: vars.int({
+    fallback: 5,
+    min: 1,
+    unit: "attempts",
+    doc: "attempts of one async call at most, with backoff (1 s doubling to 5 min); only calls a repeat is safe for are retried: GET, HEAD, PUT, DELETE, OPTIONS, or any with an `Idempotency-Key`",
+  }),
+  UPSTREAM_ASYNC_CONCURRENCY: vars.int({
+    fallback: 16,
+    min: 1,
+    unit: "calls",
+    doc: "async calls one host makes at once (the rest wait their turn in Postgres, where any host may take them)",
+  }),
   UPSTREAM_CACHE_MS: vars.int({
     fallback: 5000,
     min: 0,
@@ -97,6 +125,7 @@ export function egressConfigOf(v: EgressSettings): EgressConfig {
       maxBodyBytes: v.UPSTREAM_MAX_BODY_BYTES,
       keepBodyBytes: v.UPSTREAM_KEEP_BODY_BYTES,
       cacheMs: v.UPSTREAM_CACHE_MS,
+      async: { deadlineMs: v.UPSTREAM_ASYNC_DEADLINE_MS, maxAttempts: v.UPSTREAM_ASYNC_ATTEMPTS, concurrency: v.UPSTREAM_ASYNC_CONCURRENCY },
     },
   };
 }

@@ -168,9 +168,16 @@ export class EgressProxy {
     s.once("close", () => entry.open.delete(s));
   }
 
-  /** A plain request: to an upstream (`/u/<name>/…`, egress or not), else out through `forward` when the VM has egress. */
+  /**
+   * A plain request: an async call's outcome (`GET /operations/<id>`) or a call to an upstream (`/u/<name>/…`), egress or
+   * not; else out through `forward` when the VM has egress.
+   */
   private async dispatch(vmId: string, entry: VmListener, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const target = upstreamTarget(ownPath(req.url ?? ""));
+    const path = ownPath(req.url ?? "");
+    const operation = /^\/operations\/([a-z0-9_]{1,64})$/.exec(path);
+    if (operation && (req.method === "GET" || req.method === "HEAD"))
+      return this.upstreams.operation({ vmId, requestId: newId("request"), res, id: operation[1]! });
+    const target = upstreamTarget(path);
     if (target) {
       const requestId = newId("request");
       return this.upstreams.handle({

@@ -19,7 +19,7 @@ import { isIP } from "node:net";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { Clock } from "../../lib/clock.ts";
-import { AppError } from "../../lib/errors.ts";
+import { AppError, errorStatus } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import type { Logger } from "../../lib/log.ts";
 import { sendError } from "../../lib/node-respond.ts";
@@ -111,8 +111,47 @@ export interface BodyKeeper {
   open(digest: string): Promise<Readable>;
 }
 
+/** A call the host is to make later (`Prefer: respond-async`), as queued. */
+export interface QueuedCall {
+  tenantId: string;
+  agentId: string;
+  runId: string | null;
+  hostId: string;
+  upstream: string;
+  method: string;
+  path: string;
+  requestHash: string;
+  idempotencyKey: string | null;
+  /** The agent's headers, hop-by-hop, `Prefer` and the secret headers' names removed (the secrets are added when the call is made). */
+  requestHeaders: [string, string][];
+  requestBody: string | null;
+  requestBytes: number;
+  deadlineAt: Date;
+  createdAt: Date;
+}
+
+/** An async call as the agent may read it: its state and, once settled, the outcome as delivered. */
+export interface QueuedOperation {
+  id: string;
+  state: OperationState;
+  requestHash: string;
+  status: number | null;
+  error: { code: string; message: string } | null;
+  outcome?: { headers: [string, string][]; body: Uint8Array };
+}
+
+/** Async calls (fleet-agent/operations/: the queue in Postgres, the runner that makes them, delivery through the webhook worker). */
+export interface AsyncCalls {
+  /** Queues the call; with an idempotency key the agent used before, the earlier operation instead (`queued: false`). */
+  enqueue(call: QueuedCall): Promise<{ queued: boolean; operation: QueuedOperation }>;
+  /** The agent's operation (any mode), with its outcome once there is one. */
+  read(agentId: string, id: string): Promise<QueuedOperation | undefined>;
+}
+
 export interface UpstreamCallsDeps {
   config: UpstreamConfig;
+  /** Where `Prefer: respond-async` calls go; none: such calls are made as plain ones (the preference is optional, RFC 7240). */
+  async?: AsyncCalls;
   /** The VM's agent, tenant and run (the host's VM table); undefined when the host does not run it. */
   owner(vmId: string): VmOwner | undefined;
   directory: UpstreamDirectory;
@@ -146,9 +185,19 @@ export interface UpstreamCall {
   idleTimeoutMs: number;
 }
 
+/** A read of `/operations/<id>` as the proxy hands it over. */
+export interface OperationRead {
+  vmId: string;
+  requestId: string;
+  res: ServerResponse;
+  id: string;
+}
+
 /** What the proxy asks of the upstream path. */
 export interface UpstreamPath {
   handle(call: UpstreamCall): Promise<void>;
+  /** `GET /operations/<id>`: an async call's state, or its outcome as the agent's callback gets it. */
+  operation(read: OperationRead): Promise<void>;
   /** The names a VM booting now should find in its environment (`AGENTVM_UPSTREAM_<NAME>_URL`); [] when unknown. */
   names(vmId: string): Promise<string[]>;
 }
@@ -221,6 +270,7 @@ export class UpstreamCalls implements UpstreamPath {
         sentAt: new Date(this.deps.clock.now()),
         requestBytes: spool.bytes,
       };
+      if (this.deps.async && prefersAsync(req)) return await this.queue(call, op, upstream, spool, this.deps.async);
       const claim = await this.deps.journal.begin(op);
       if (!claim.claimed) return await this.replay(call, op, claim.existing);
       op.id = claim.id;
@@ -232,6 +282,83 @@ export class UpstreamCalls implements UpstreamPath {
       sendError(res, e, requestId, { closeConnection: true });
     } finally {
       if (spool) await rm(spool.file, { force: true });
+    }
+  }
+
+  /**
+   * `Prefer: respond-async`: the call is queued in Postgres (its body kept: the host that makes it may be another) and
+   * answered `202 {operationId}` at once; the agent need not stay awake for it. The outcome comes to the agent's
+   * callback path, or is read at `/operations/<id>`.
+   */
+  private async queue(call: UpstreamCall, op: NewOperation, upstream: OpenUpstream, spool: Spooled, async: AsyncCalls): Promise<void> {
+    const { config, clock } = this.deps;
+    if (spool.bytes > config.keepBodyBytes)
+      throw new AppError(
+        "payload_too_large",
+        `an async call's body is kept until the call is made: at most ${config.keepBodyBytes} bytes (UPSTREAM_KEEP_BODY_BYTES)`,
+      );
+    const requestBody = spool.bytes > 0 ? await this.deps.bodies.keep(spool.file) : null;
+    const now = clock.now();
+    const { queued, operation } = await async.enqueue({
+      tenantId: op.tenantId,
+      agentId: op.agentId,
+      runId: op.runId ?? null,
+      hostId: op.hostId,
+      upstream: upstream.name,
+      method: op.method,
+      path: op.path,
+      requestHash: op.requestHash,
+      idempotencyKey: op.idempotencyKey ?? null,
+      requestHeaders: queuedHeaders(call.req.rawHeaders, upstream.headers),
+      requestBody,
+      requestBytes: spool.bytes,
+      deadlineAt: new Date(now + config.async.deadlineMs),
+      createdAt: new Date(now),
+    });
+    if (!queued && operation.requestHash !== op.requestHash)
+      throw new AppError("idempotency_conflict", `Idempotency-Key "${op.idempotencyKey}" was used by operation ${operation.id} for another request`, {
+        details: { operationId: operation.id },
+      });
+    const body = JSON.stringify({ operationId: operation.id, state: operation.state, location: `/operations/${operation.id}` });
+    call.res.writeHead(202, {
+      "content-type": "application/json",
+      "preference-applied": "respond-async",
+      location: `/operations/${operation.id}`,
+      [operationHeader]: operation.id,
+      "content-length": Buffer.byteLength(body),
+    });
+    call.res.end(body);
+    this.deps.log.info(queued ? "upstream call queued" : "upstream call already queued", {
+      requestId: call.requestId,
+      vmId: call.vmId,
+      opId: operation.id,
+      upstream: upstream.name,
+    });
+  }
+
+  async operation(read: OperationRead): Promise<void> {
+    const { res, requestId, vmId } = read;
+    try {
+      const owner = this.deps.owner(vmId);
+      if (!owner) throw new AppError("forbidden", "this VM is not one its host runs now");
+      const op = this.deps.async ? await this.deps.async.read(owner.agentId, read.id) : undefined;
+      if (!op) throw new AppError("not_found", `this agent has no operation ${read.id.slice(0, 64)}`);
+      if (!op.outcome) {
+        const body = JSON.stringify({ operationId: op.id, state: op.state });
+        res.writeHead(202, { "content-type": "application/json", "retry-after": "1", [operationHeader]: op.id, "content-length": Buffer.byteLength(body) });
+        res.end(body);
+        return;
+      }
+      const status = op.status ?? (op.error ? statusOf(op.error.code) : 502);
+      const head: string[] = [];
+      for (const [k, v] of op.outcome.headers) head.push(k, v);
+      head.push(operationHeader, op.id, "content-length", String(op.outcome.body.byteLength));
+      res.writeHead(status, head);
+      res.end(op.outcome.body);
+    } catch (err) {
+      const e = err instanceof AppError ? err : new AppError("internal", "internal error", { cause: err });
+      this.deps.log.info("operation read refused", { requestId, vmId, status: e.status, why: e.message });
+      sendError(res, e, requestId, { closeConnection: true });
     }
   }
 
@@ -525,6 +652,28 @@ export function outgoingHeaders(rawHeaders: readonly string[], secrets: Record<s
   return out;
 }
 
+/** `Prefer: respond-async` (RFC 7240), among other preferences or alone. */
+function prefersAsync(req: IncomingMessage): boolean {
+  const v = req.headers.prefer;
+  return v !== undefined && /(^|[,\s])respond-async(\s*(;|,|$))/i.test(Array.isArray(v) ? v.join(",") : v);
+}
+
+/** What an async call keeps of the agent's headers: as `outgoingHeaders` sends them, less the secrets (added when made) and `Prefer`. */
+export function queuedHeaders(rawHeaders: readonly string[], secrets: Record<string, string>): [string, string][] {
+  const secretNames = new Set(Object.keys(secrets).map((n) => n.toLowerCase()));
+  const out: [string, string][] = [];
+  for (const [name, value] of Object.entries(outgoingHeaders(rawHeaders, {}))) {
+    if (secretNames.has(name) || name === "prefer" || value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [String(value)]) out.push([name, v]);
+  }
+  return out;
+}
+
+/** The status an error code answers with (lib/errors.ts), for an outcome that is an error. */
+function statusOf(code: string): number {
+  return (errorStatus as Record<string, number>)[code] ?? 502;
+}
+
 function asUpstreamError(err: unknown, name: string): AppError {
   if (err instanceof AppError) return err;
   const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
@@ -545,6 +694,12 @@ export class UpstreamSlot implements UpstreamPath {
   handle(call: UpstreamCall): Promise<void> {
     if (this.bound) return this.bound.handle(call);
     sendError(call.res, new AppError("host_unavailable", "this host serves no upstreams yet", { retryAfterS: 1 }), call.requestId, { closeConnection: true });
+    return Promise.resolve();
+  }
+
+  operation(read: OperationRead): Promise<void> {
+    if (this.bound) return this.bound.operation(read);
+    sendError(read.res, new AppError("host_unavailable", "this host serves no upstreams yet", { retryAfterS: 1 }), read.requestId, { closeConnection: true });
     return Promise.resolve();
   }
 
