@@ -23,6 +23,7 @@ import { createDirArtifactStore } from "./artifacts/dir-store.ts";
 import { createDbCommitStore } from "./artifacts/commits.ts";
 import type { ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
+import type { ExchangeObserver } from "./egress/exchanges.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -64,6 +65,8 @@ export async function startHostRuntime(opts: {
   log: Logger;
   /** Where the host and its meter count (wakes, snapshots, VMs, the spool); none: nowhere. */
   metrics?: Metrics;
+  /** The driver's egress proxy's observer (drivers/select.ts), bound here to the host's doze once the host exists. */
+  exchanges?: { bind(target: ExchangeObserver): void };
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
   const startedAt = new Date(clock.now());
@@ -111,6 +114,7 @@ export async function startHostRuntime(opts: {
       drainTimeoutMs: cfg.drainTimeoutMs,
       hibernateRetry: cfg.hibernateRetry,
       logs: cfg.logs,
+      doze: cfg.doze,
     },
     driver: opts.driver,
     images: opts.images,
@@ -123,6 +127,7 @@ export async function startHostRuntime(opts: {
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   hostRef = host;
+  opts.exchanges?.bind(host.exchanges);
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the

@@ -14,6 +14,7 @@ import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { egressConfigOf, egressEnv } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
+import { LateExchangeObserver } from "../egress/exchanges.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
 export type DriverChoice = "auto" | DriverName;
@@ -24,6 +25,8 @@ export interface SelectedDriver {
   images: string[];
   /** One line for the operator when the choice deserves a word (e.g. no real VMs here). */
   notice: string | undefined;
+  /** What the driver's egress proxy tells about the VMs' outbound exchanges: bound to the host once it is built (its doze). */
+  exchanges: LateExchangeObserver;
 }
 
 /** Every driver's variables: the qemu driver's, Firecracker's, the egress proxy's (qemu VMs that allow egress), the guest kernel's. */
@@ -33,6 +36,7 @@ export type DriverSettings = z.output<typeof driversEnv>;
 
 export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; settings: DriverSettings }): Promise<SelectedDriver> {
   const { dataDir, log, settings } = opts;
+  const exchanges = new LateExchangeObserver();
   const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelOf(settings) });
 
   if (choice === "firecracker") {
@@ -50,7 +54,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
       ...(settings.FIRECRACKER_TEMPLATES ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
     });
     await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker
-    return { driver, images: ["demo"], notice: undefined };
+    return { driver, images: ["demo"], notice: undefined, exchanges };
   }
 
   const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
@@ -62,7 +66,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
         ...qemuOptionsOf(settings),
-        egress: new EgressProxy(egressConfigOf(settings), { log }),
+        egress: new EgressProxy(egressConfigOf(settings), { log, exchanges }),
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
@@ -75,7 +79,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         const cow = await smallCowExtents(dataDir);
         log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
       }
-      return { driver, images: ["demo"], notice: undefined };
+      return { driver, images: ["demo"], notice: undefined, exchanges };
     } catch (err) {
       if (choice === "qemu") throw err;
       log.warn("qemu present but the guest image could not be built; using the process driver", { err });
@@ -86,5 +90,6 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     driver: new ProcessDriver({ logger: log, launcherCacheDir: join(dataDir, "process-launcher") }),
     images: Object.keys(defaultProcessImages),
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
+    exchanges,
   };
 }
