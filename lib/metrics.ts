@@ -64,7 +64,11 @@ export const metricCatalogue = {
     buckets: snapshotBuckets,
   },
   agentvm_hibernate_failures_total: { type: "counter", help: "Hibernations whose snapshot could not be written (the VM stayed awake)", labels: [] },
-  agentvm_vms_awake: { type: "gauge", help: "VMs awake on this process's hosts (running, or writing their snapshot; a dozing VM is not: its vCPUs are stopped)", labels: [] },
+  agentvm_vms_awake: {
+    type: "gauge",
+    help: "VMs awake on this process's hosts (running, or writing their snapshot; a dozing VM is not: its vCPUs are stopped)",
+    labels: [],
+  },
   agentvm_vms_dozing: {
     type: "gauge",
     help: "VMs dozing on this process's hosts: vCPUs stopped while every call they have open waits on an outbound call (memory and connections kept)",

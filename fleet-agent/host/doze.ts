@@ -91,7 +91,20 @@ export class DozeController implements ExchangeObserver {
     if (t === undefined) {
       const entry = this.deps.entryOf(vmId);
       if (entry === undefined) return;
-      t = { vmId, entry, exchanges: new Map(), waiting: 0, busyAt: 0, timer: undefined, cpuFrom: undefined, window: 0, checking: false, pauseFailedAt: undefined, pausing: undefined, resuming: undefined };
+      t = {
+        vmId,
+        entry,
+        exchanges: new Map(),
+        waiting: 0,
+        busyAt: 0,
+        timer: undefined,
+        cpuFrom: undefined,
+        window: 0,
+        checking: false,
+        pauseFailedAt: undefined,
+        pausing: undefined,
+        resuming: undefined,
+      };
       this.tracks.set(vmId, t);
     }
     if (t.exchanges.get(exchangeId) === WAITING) return;
