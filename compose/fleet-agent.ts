@@ -17,6 +17,7 @@ import { databaseCheck } from "../schema/db-errors.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
+import type { ExchangeObserver } from "../fleet-agent/egress/exchanges.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
 import { claimHost, registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
@@ -157,6 +158,8 @@ export interface FleetAgentParts {
   /** The VM driver (the edge selects it from DRIVER). */
   driver: VmDriver;
   clock?: Clock;
+  /** The driver's egress proxy's observer (drivers/select.ts `exchanges`): the host's doze is bound to it. */
+  exchanges?: { bind(target: ExchangeObserver): void };
   /** An already open database (tests); closed by its owner. */
   database?: Database;
   /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
@@ -215,6 +218,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
       log: hostLog,
       metrics,
       ...(upstreams ? { upstreams } : {}),
+      ...(parts.exchanges ? { exchanges: parts.exchanges } : {}),
     });
   } catch (err) {
     identity.release();

@@ -24,6 +24,7 @@ import { createDbCommitStore } from "./artifacts/commits.ts";
 import type { ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
 import { serveUpstreams, type HostUpstreams } from "./upstreams/serve.ts";
+import type { ExchangeObserver } from "./egress/exchanges.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -67,6 +68,8 @@ export async function startHostRuntime(opts: {
   metrics?: Metrics;
   /** The driver's upstream path to serve (a qemu driver's egress proxy), with its key; none: VMs here reach no upstreams. */
   upstreams?: HostUpstreams;
+  /** The driver's egress proxy's observer (drivers/select.ts), bound here to the host's doze once the host exists. */
+  exchanges?: { bind(target: ExchangeObserver): void };
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
   const startedAt = new Date(clock.now());
@@ -114,6 +117,7 @@ export async function startHostRuntime(opts: {
       drainTimeoutMs: cfg.drainTimeoutMs,
       hibernateRetry: cfg.hibernateRetry,
       logs: cfg.logs,
+      doze: cfg.doze,
     },
     driver: opts.driver,
     images: opts.images,
@@ -137,6 +141,7 @@ export async function startHostRuntime(opts: {
         log,
       })
     : undefined;
+  opts.exchanges?.bind(host.exchanges);
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the

@@ -15,8 +15,8 @@ import { newId } from "../../lib/ids.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 import type { EgressConfig } from "./config.ts";
-import { decide } from "./policy.ts";
 import { noExchangeObserver, type ExchangeObserver } from "./exchanges.ts";
+import { decide } from "./policy.ts";
 import { UpstreamSlot, upstreamTarget, type UpstreamPath } from "./upstreams.ts";
 import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, upstreamsGuestUrl } from "../../lib/upstreams.ts";
 
@@ -31,7 +31,7 @@ export interface EgressProxyDeps {
   resolve?: (host: string) => Promise<ResolvedAddress[]>;
   /** The host's own addresses, asked at every decision (default: every interface's). */
   hostAddresses?: () => string[];
-  /** Told what each outbound exchange of a VM is doing (the host's doze); default: nobody. */
+  /** Told what each exchange of a VM is doing (waiting on its answer, answering, over): the host's doze. Default: nobody. */
   exchanges?: ExchangeObserver;
   /** Calls to `/u/<name>/…` (upstreams.ts); default: answered 503 until a path is bound to the slot. */
   upstreams?: UpstreamPath;
@@ -67,8 +67,8 @@ export class EgressProxy {
   private readonly log: Logger;
   private readonly resolve: (host: string) => Promise<ResolvedAddress[]>;
   private readonly hostAddresses: () => string[];
-  private readonly listeners = new Map<string, VmListener>();
   private readonly exchanges: ExchangeObserver;
+  private readonly listeners = new Map<string, VmListener>();
   /** The upstream path (`/u/<name>/…`); the names a booting VM's environment gets are asked of it too. */
   readonly upstreams: UpstreamPath;
 
@@ -222,9 +222,7 @@ export class EgressProxy {
       this.log.debug("egress tunnel", { vmId, host: dest.host, address: dest.address, port: dest.port });
       upstream.setTimeout(this.config.idleTimeoutMs, () => upstream.destroy());
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
-      if (head.length) upstream.write(head);
-      upstream.pipe(client);
-      client.pipe(upstream);
+      this.relayTunnel(vmId, requestId, client, upstream, head);
     });
     upstream.once("error", (err) => {
       clearTimeout(timer);
@@ -240,6 +238,63 @@ export class EgressProxy {
     client.once("error", () => upstream.destroy());
     client.once("close", () => upstream.destroy());
     upstream.once("close", () => client.destroy());
+  }
+
+  /**
+   * Carries a tunnel's bytes both ways, telling the observer what the exchange does. The proxy cannot read TLS, so the
+   * rule is the direction of the last bytes: a tunnel waits when the guest spoke last (its request is out, no answer
+   * yet), and each chunk from the far end is an answer, written to the guest once the observer lets it (a dozing VM
+   * runs again first; the far socket is paused meanwhile, so order and backpressure hold). A token stream (the far end
+   * speaking, with gaps of 50 ms) keeps its exchange answering, never waiting, so it never dozes the VM; the guest's
+   * own bytes in between (a TLS record, an HTTP/2 window update) make it wait again only until the next chunk.
+   * `waiting` is told only when the direction changes, and nothing is allocated per chunk unless the VM dozes.
+   */
+  private relayTunnel(vmId: string, id: string, client: Duplex, upstream: Socket, head: Buffer): void {
+    const exchanges = this.exchanges;
+    let guestSpokeLast = false;
+    /** The write of a chunk held until the VM runs (at most one: the far socket is paused meanwhile). */
+    let held: Promise<void> | undefined;
+    const toFar = (chunk: Buffer) => {
+      if (!guestSpokeLast) {
+        guestSpokeLast = true;
+        exchanges.waiting(vmId, id);
+      }
+      if (!upstream.write(chunk)) client.pause();
+    };
+    const toGuest = (chunk: Buffer) => {
+      guestSpokeLast = false;
+      const resumed = exchanges.answer(vmId, id);
+      if (resumed === undefined) {
+        if (!client.write(chunk)) upstream.pause();
+        return;
+      }
+      upstream.pause();
+      held = resumed.then(() => {
+        held = undefined;
+        if (client.destroyed) return;
+        if (client.write(chunk)) upstream.resume(); // else the guest's drain resumes it
+      });
+    };
+    upstream.on("drain", () => client.resume());
+    client.on("drain", () => {
+      if (held === undefined) upstream.resume();
+    });
+    upstream.on("data", toGuest);
+    client.on("data", toFar);
+    upstream.once("end", () => {
+      if (held === undefined) client.end();
+      else void held.then(() => client.end()); // after the last chunk
+    });
+    client.once("end", () => upstream.end());
+    let over = false;
+    const ended = () => {
+      if (over) return;
+      over = true;
+      exchanges.ended(vmId, id);
+    };
+    client.once("close", ended);
+    upstream.once("close", ended);
+    if (head.length) toFar(head);
   }
 
   /** An absolute-form plain HTTP request → the same request, in origin form, to the checked address. */
@@ -279,17 +334,33 @@ export class EgressProxy {
       agent: false,
       timeout: this.config.connectTimeoutMs,
     });
-    res.once("close", () => upstream.destroy()); // the guest went away (or the answer is complete): nothing more to carry
+    const exchanges = this.exchanges;
+    res.once("close", () => {
+      upstream.destroy(); // the guest went away (or the answer is complete): nothing more to carry
+      exchanges.ended(vmId, requestId);
+    });
     upstream.once("timeout", () =>
       upstream.destroy(new AppError("gateway_timeout", `${dest.host}:${dest.port} did not answer within ${this.config.connectTimeoutMs} ms`)),
     );
+    // Plain HTTP is read, not guessed: the exchange waits once the guest's request body has ended, and its answer is
+    // the response's head and every chunk after it, each written once the observer lets it (a dozing VM runs first).
+    req.once("end", () => exchanges.waiting(vmId, requestId));
     upstream.once("response", (up) => {
       upstream.setTimeout(this.config.idleTimeoutMs);
       const out: string[] = [];
       for (let i = 0; i < up.rawHeaders.length; i += 2)
         if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
-      res.writeHead(up.statusCode ?? 502, out);
-      up.pipe(res);
+      const writeHead = () => {
+        if (res.destroyed) return;
+        res.writeHead(up.statusCode ?? 502, out);
+        relayBody(up, res, () => exchanges.answer(vmId, requestId));
+      };
+      const resumed = exchanges.answer(vmId, requestId);
+      if (resumed === undefined) writeHead();
+      else {
+        up.pause();
+        void resumed.then(writeHead);
+      }
     });
     upstream.once("error", (err) => {
       const e =
@@ -313,6 +384,39 @@ function ownPath(url: string): string {
   if (url.startsWith("/")) return url;
   const own = `http://${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}/`;
   return url.startsWith(own) ? url.slice(own.length - 1) : "";
+}
+
+/**
+ * A response body to the guest, as `pipe` would (backpressure, end) but each chunk first through `answer`: undefined,
+ * write it now; a promise, hold it (the far side paused) and write it once that resolves.
+ */
+function relayBody(up: IncomingMessage, res: ServerResponse, answer: () => Promise<void> | undefined): void {
+  /** The write of a chunk held until the VM runs (at most one: the far side is paused meanwhile). */
+  let held: Promise<void> | undefined;
+  up.on("data", (chunk: Buffer) => {
+    const resumed = answer();
+    if (resumed === undefined) {
+      if (!res.write(chunk)) up.pause();
+      return;
+    }
+    up.pause();
+    held = resumed.then(() => {
+      held = undefined;
+      if (res.destroyed) return;
+      if (res.write(chunk)) up.resume();
+    });
+  });
+  res.on("drain", () => {
+    if (held === undefined) up.resume();
+  });
+  up.once("end", () => {
+    if (held === undefined) res.end();
+    else void held.then(() => res.end()); // after the last chunk
+  });
+  up.once("close", () => {
+    if (!up.complete) res.destroy(); // the far end cut the answer short
+  });
+  up.resume();
 }
 
 /** `host:port` or `[v6]:port` → its parts; undefined when it is not that. */
