@@ -2,7 +2,7 @@
 import { wakeTimingKeys } from "../contracts/agent.ts";
 import { NextCursor, PageQuery, z } from "../lib/api.ts";
 import { AppError } from "../lib/errors.ts";
-import { resources } from "./money.ts";
+import { maxDozeGibSecondNanocents, resources, storageMonthSeconds } from "./money.ts";
 import { assertZone, instantYears, monthRange, readInstant } from "./zones.ts";
 
 /** A domain check that throws `AppError` (zones, months) as a zod issue, so its message reaches the 400 answer. */
@@ -135,7 +135,23 @@ export const MeterIngestResult = z
   })
   .openapi("MeterIngestResult");
 
-const Sums = { activeMs: z.number().int(), vcpuMs: z.number().int(), mibMs: z.number().int().openapi({ description: "MiB-milliseconds" }) };
+const ActiveSums = {
+  activeMs: z.number().int().openapi({ description: "Milliseconds the VM ran (dozing and hibernation are not active time)" }),
+  vcpuMs: z.number().int().openapi({ description: "vCPU-milliseconds while active" }),
+  mibMs: z.number().int().openapi({ description: "MiB-milliseconds of configured memory while active" }),
+};
+const DozedSums = {
+  dozedMs: z.number().int().openapi({ description: "Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call" }),
+  dozedMibMs: z.number().int().openapi({ description: "MiB-milliseconds of configured memory while dozing" }),
+};
+const Sums = {
+  ...ActiveSums,
+  ...DozedSums,
+  hibernatedMs: z
+    .number()
+    .int()
+    .openapi({ description: "Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent" }),
+};
 
 export const Usage = z
   .object({
@@ -168,7 +184,8 @@ export const Run = z
     sleptAt: z.string().nullable(),
     sleepReason: z.string().nullable(),
     awakeMs: z.number().int().nullable(),
-    ...Sums,
+    ...ActiveSums,
+    ...DozedSums,
     segments: z.number().int(),
   })
   .openapi("Run");
@@ -181,6 +198,12 @@ const Rates = z
     vcpuSecondNanocents: z.number().int(),
     gibSecondNanocents: z.number().int(),
     snapshotGibMonthNanocents: z.number().int(),
+    dozeVcpuSecondNanocents: z.number().int().openapi({ description: "Per vCPU-second while dozing (0: dozing vCPUs are free)" }),
+    dozeGibSecondNanocents: z
+      .number()
+      .int()
+      .nullable()
+      .openapi({ description: "Per GiB-second of memory while dozing; null: the snapshot rate (snapshotGibMonthNanocents per 730 h)" }),
   })
   .openapi("Rates", { description: "Prices in nano-cents (10⁻⁹ cent) per priced unit" });
 
@@ -210,7 +233,10 @@ export const Invoice = z
       .openapi({ description: "Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned)" }),
     lines: z.array(
       z.object({
-        agentId: z.string(),
+        agentId: z.string().openapi({
+          description:
+            "Lines per agent, resource and card version: vcpu and memory while active, doze_vcpu and doze_memory while dozing (doze memory quoted per GiB-month), snapshot_storage",
+        }),
         resource: z.enum(resources as readonly [string, ...string[]]),
         quantity: z.string().openapi({ description: "In `unit`, a decimal string (storage byte-ms exceed 2^53)" }),
         unit: z.string(),
@@ -223,6 +249,10 @@ export const Invoice = z
           .openapi({ description: "The card version that priced the line (one of `rateCards`; null on lines finalized before versions)" }),
       }),
     ),
+    time: z.array(z.object({ agentId: z.string(), activeMs: z.number().int(), dozedMs: z.number().int(), hibernatedMs: z.number().int() })).openapi({
+      description:
+        "Per agent with usage in the period: ms active (the vcpu and memory lines), dozed (the doze lines) and hibernated (its snapshot, priced by size on snapshot_storage); empty on invoices finalized before dozing existed",
+    }),
     totalCents: z.number().int(),
     total: z.string().openapi({ example: "0.45" }),
     metering: z.string().openapi({
@@ -246,7 +276,13 @@ export const InvoicePage = z.object({ invoices: z.array(InvoiceSummary), nextCur
 export const RateCard = Rates.extend({
   id: z.string(),
   tenantId: z.string().nullable().openapi({ description: "null for the default card" }),
-  units: z.object({ vcpuSecondNanocents: z.string(), gibSecondNanocents: z.string(), snapshotGibMonthNanocents: z.string() }),
+  units: z.object({
+    vcpuSecondNanocents: z.string(),
+    gibSecondNanocents: z.string(),
+    snapshotGibMonthNanocents: z.string(),
+    dozeVcpuSecondNanocents: z.string(),
+    dozeGibSecondNanocents: z.string(),
+  }),
 }).openapi("RateCard");
 
 // ---- Rate-card versions ----
@@ -278,6 +314,17 @@ export const NewRateCardVersion = z
     vcpuSecondNanocents: nanocents("vCPU-second"),
     gibSecondNanocents: nanocents("GiB-second"),
     snapshotGibMonthNanocents: nanocents("GiB-month (730 h) of snapshot"),
+    dozeVcpuSecondNanocents: nanocents("vCPU-second while dozing").default(0),
+    dozeGibSecondNanocents: z
+      .number()
+      .int()
+      .min(0)
+      .max(maxDozeGibSecondNanocents)
+      .nullable()
+      .default(null)
+      .openapi({
+        description: `Nano-cents per GiB-second of memory while dozing, at most ${maxDozeGibSecondNanocents} (its GiB-month price, ×${storageMonthSeconds}, stays below 2^53); null (the default): the snapshot rate`,
+      }),
     effectiveFrom: EffectiveFromParam.optional(),
   })
   .openapi("NewRateCardVersion", { description: "A new version of a card: it applies from `effectiveFrom` until the card's next version" });

@@ -28,35 +28,39 @@ const segmentColumns = [
   "start_reason",
   "end_reason",
   "received_at",
+  "state",
 ] as const;
 
 const insertSql = `
 INSERT INTO meter_segments (${segmentColumns.join(", ")})
-SELECT id, t, a, r, s::timestamptz, e::timestamptz, v, m, sr, er, $11::text::timestamptz
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[], $8::int4[], $9::text[], $10::text[])
-  AS x(id, t, a, r, s, e, v, m, sr, er)
+SELECT id, t, a, r, s::timestamptz, e::timestamptz, v, m, sr, er, $11::text::timestamptz, st
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int4[], $8::int4[], $9::text[], $10::text[], $12::text[])
+  AS x(id, t, a, r, s, e, v, m, sr, er, st)
 ON CONFLICT (id) DO NOTHING
 RETURNING id`;
 
 const bucketUpsertSql = `
-INSERT INTO usage_quarter_hours AS u (tenant_id, bucket_start, agent_id, active_ms, vcpu_ms, mib_ms)
-SELECT t, to_timestamp(b * ${bucketMs / 1000}), a, x, y, z
-FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[]) AS r(t, b, a, x, y, z)
+INSERT INTO usage_quarter_hours AS u (tenant_id, bucket_start, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_mib_ms)
+SELECT t, to_timestamp(b * ${bucketMs / 1000}), a, x, y, z, d, dm
+FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[]) AS r(t, b, a, x, y, z, d, dm)
 ON CONFLICT (tenant_id, bucket_start, agent_id) DO UPDATE SET
-  active_ms = u.active_ms + excluded.active_ms, vcpu_ms = u.vcpu_ms + excluded.vcpu_ms, mib_ms = u.mib_ms + excluded.mib_ms`;
+  active_ms = u.active_ms + excluded.active_ms, vcpu_ms = u.vcpu_ms + excluded.vcpu_ms, mib_ms = u.mib_ms + excluded.mib_ms,
+  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms`;
 
 const runUpsertSql = `
-INSERT INTO run_usage AS u (run_id, tenant_id, agent_id, active_ms, vcpu_ms, mib_ms, segments, first_started_at, last_ended_at)
-SELECT r, t, a, x, y, z, n, 'epoch'::timestamptz + f * interval '1 millisecond', 'epoch'::timestamptz + l * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int4[], $8::int8[], $9::int8[]) AS q(r, t, a, x, y, z, n, f, l)
+INSERT INTO run_usage AS u (run_id, tenant_id, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_mib_ms, segments, first_started_at, last_ended_at)
+SELECT r, t, a, x, y, z, d, dm, n, 'epoch'::timestamptz + f * interval '1 millisecond', 'epoch'::timestamptz + l * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int4[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])
+  AS q(r, t, a, x, y, z, n, f, l, d, dm)
 ON CONFLICT (run_id) DO UPDATE SET
   active_ms = u.active_ms + excluded.active_ms, vcpu_ms = u.vcpu_ms + excluded.vcpu_ms, mib_ms = u.mib_ms + excluded.mib_ms,
+  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms,
   segments = u.segments + excluded.segments,
   first_started_at = least(u.first_started_at, excluded.first_started_at), last_ended_at = greatest(u.last_ended_at, excluded.last_ended_at)`;
 
 const existingSql = `
 SELECT id, tenant_id, agent_id, run_id, (extract(epoch from started_at) * 1000)::int8 AS s, (extract(epoch from ended_at) * 1000)::int8 AS e,
-  vcpus, mem_mib, start_reason, end_reason
+  vcpus, mem_mib, start_reason, end_reason, state
 FROM meter_segments WHERE id = ANY($1::text[])`;
 
 /**
@@ -177,6 +181,7 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
       valid.map((s) => s.startReason),
       valid.map((s) => s.endReason),
       receivedAt,
+      valid.map((s) => s.state),
     ]);
     const ids = new Set(rows.map((r) => r.id));
     const written = valid.filter((s) => ids.has(s.id));
@@ -189,15 +194,32 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
 function copyRows(valid: readonly ValidSegment[], receivedAt: string): string {
   let out = "";
   for (const s of valid) {
-    out += `${s.id}\t${s.tenantId}\t${s.agentId}\t${s.runId}\t${s.startedAt}\t${s.endedAt}\t${s.vcpus}\t${s.memMiB}\t${s.startReason}\t${s.endReason}\t${receivedAt}\n`;
+    out += `${s.id}\t${s.tenantId}\t${s.agentId}\t${s.runId}\t${s.startedAt}\t${s.endedAt}\t${s.vcpus}\t${s.memMiB}\t${s.startReason}\t${s.endReason}\t${receivedAt}\t${s.state}\n`;
   }
   return out;
 }
 
+/** Active time and its vCPU- and MiB-ms; dozing time and its MiB-ms (a dozing segment adds to these only). */
 interface Sums {
   active: number;
   vcpu: number;
   mib: number;
+  dozed: number;
+  dozedMib: number;
+}
+
+const noSums = (): Sums => ({ active: 0, vcpu: 0, mib: 0, dozed: 0, dozedMib: 0 });
+
+/** Adds `ms` of segment `s` to `sums`: to the active columns, or to the dozed ones when it dozed. */
+function addTo(sums: Sums, s: ValidSegment, ms: number): void {
+  if (s.state === "dozing") {
+    sums.dozed += ms;
+    sums.dozedMib += ms * s.memMiB;
+  } else {
+    sums.active += ms;
+    sums.vcpu += ms * s.vcpus;
+    sums.mib += ms * s.memMiB;
+  }
 }
 
 /** Adds the written segments to the 15-minute and per-run rollups, in primary-key order. */
@@ -205,7 +227,7 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
   if (written.length === 0) return;
   // tenant → bucket → agent → sums (the primary key's order)
   const buckets = new Map<string, Map<number, Map<string, Sums>>>();
-  const runs = new Map<string, { tenantId: string; agentId: string; active: number; vcpu: number; mib: number; n: number; first: number; last: number }>();
+  const runs = new Map<string, Sums & { tenantId: string; agentId: string; n: number; first: number; last: number }>();
   for (const s of written) {
     let byBucket = buckets.get(s.tenantId);
     if (!byBucket) buckets.set(s.tenantId, (byBucket = new Map()));
@@ -213,24 +235,17 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
       const ms = Math.min(s.endMs, (b + 1) * bucketMs) - Math.max(s.startMs, b * bucketMs);
       let byAgent = byBucket.get(b);
       if (!byAgent) byBucket.set(b, (byAgent = new Map()));
-      const sums = byAgent.get(s.agentId);
-      if (sums) {
-        sums.active += ms;
-        sums.vcpu += ms * s.vcpus;
-        sums.mib += ms * s.memMiB;
-      } else byAgent.set(s.agentId, { active: ms, vcpu: ms * s.vcpus, mib: ms * s.memMiB });
+      let sums = byAgent.get(s.agentId);
+      if (!sums) byAgent.set(s.agentId, (sums = noSums()));
+      addTo(sums, s, ms);
     }
-    const d = s.endMs - s.startMs;
-    const run = runs.get(s.runId);
+    let run = runs.get(s.runId);
     if (run) {
-      run.active += d;
-      run.vcpu += d * s.vcpus;
-      run.mib += d * s.memMiB;
       run.n++;
       run.first = Math.min(run.first, s.startMs);
       run.last = Math.max(run.last, s.endMs);
-    } else
-      runs.set(s.runId, { tenantId: s.tenantId, agentId: s.agentId, active: d, vcpu: d * s.vcpus, mib: d * s.memMiB, n: 1, first: s.startMs, last: s.endMs });
+    } else runs.set(s.runId, (run = { ...noSums(), tenantId: s.tenantId, agentId: s.agentId, n: 1, first: s.startMs, last: s.endMs }));
+    addTo(run, s, s.endMs - s.startMs);
   }
   const t: string[] = [];
   const b: number[] = [];
@@ -238,6 +253,8 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
   const x: number[] = [];
   const y: number[] = [];
   const z: number[] = [];
+  const d: number[] = [];
+  const dm: number[] = [];
   for (const tenant of [...buckets.keys()].sort()) {
     const byBucket = buckets.get(tenant)!;
     for (const bucket of [...byBucket.keys()].sort((p, q) => p - q)) {
@@ -250,10 +267,12 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
         x.push(sums.active);
         y.push(sums.vcpu);
         z.push(sums.mib);
+        d.push(sums.dozed);
+        dm.push(sums.dozedMib);
       }
     }
   }
-  await tx.query(bucketUpsertSql, [t, b, a, x, y, z]);
+  await tx.query(bucketUpsertSql, [t, b, a, x, y, z, d, dm]);
   const runIds = [...runs.keys()].sort();
   const rs = runIds.map((id) => runs.get(id)!);
   await tx.query(runUpsertSql, [
@@ -266,6 +285,8 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
     rs.map((r) => r.n),
     rs.map((r) => r.first),
     rs.map((r) => r.last),
+    rs.map((r) => r.dozed),
+    rs.map((r) => r.dozedMib),
   ]);
 }
 
@@ -287,6 +308,7 @@ function rowToSegment(r: Record<string, unknown>): ValidSegment {
     memMiB: toNumber(r.mem_mib),
     startReason: String(r.start_reason) as ValidSegment["startReason"],
     endReason: String(r.end_reason) as ValidSegment["endReason"],
+    state: r.state === "dozing" ? "dozing" : "active",
   };
 }
 
@@ -302,5 +324,6 @@ function describe(s: ValidSegment): Record<string, unknown> {
     memMiB: s.memMiB,
     startReason: s.startReason,
     endReason: s.endReason,
+    state: s.state,
   };
 }

@@ -10,8 +10,8 @@ import { tenants } from "../schema/core.ts";
 import { alignedToBuckets } from "./buckets.ts";
 import { lineAmountCents, priceOf, resourceUnits, resources, type Rates, type Resource } from "./money.ts";
 import { rateCardLockKey, rateCardTimeline, ratesOf, type RateCardPiece } from "./rates.ts";
-import { snapshotStorage } from "./storage.ts";
-import { rawUsage, rollupUsage, type UsageSums } from "./usage.ts";
+import { hibernatedTime, snapshotStorage } from "./storage.ts";
+import { addUsage, dozedVcpuMs, rawUsage, rollupUsage, type UsageSums } from "./usage.ts";
 import { assertZone, monthRange } from "./zones.ts";
 
 /** Late segments keep arriving for a while after a month ends (hosts that were cut off); finalize after this. */
@@ -28,6 +28,17 @@ export interface InvoiceLine {
   amountCents: number;
   /** The rate-card version that priced it (null on lines finalized before cards were versioned). */
   rateCardId: string | null;
+}
+
+/** An agent's time in the invoice's period by state: what its compute, doze and snapshot lines priced. */
+export interface InvoiceAgentTime {
+  agentId: string;
+  /** Metered while running (the vcpu and memory lines). */
+  activeMs: number;
+  /** Metered while dozing (the doze_vcpu and doze_memory lines). */
+  dozedMs: number;
+  /** Hibernated, from the VM event log (its snapshot is on the snapshot_storage line, priced by size). */
+  hibernatedMs: number;
 }
 
 /** A card version an invoice used, and the part `[from, to)` of the period it priced. */
@@ -57,6 +68,8 @@ export interface Invoice {
   /** Every card version that priced a part of the period, in order (empty on invoices finalized before versions). */
   rateCards: InvoiceRateCard[];
   lines: InvoiceLine[];
+  /** Per agent with usage: active, dozed and hibernated ms (empty on invoices finalized before dozing existed). */
+  time: InvoiceAgentTime[];
   totalCents: number;
   /** How compute was metered, and what a lost host's metering costs the invoice (`meteringNote`). */
   metering: string;
@@ -99,15 +112,12 @@ export async function agentUsageByWindow(
     for (const w of await rawUsage(db, q, boundaries, { before: cutoff })) out[w.window]?.set(w.agentId as string, w);
     return out;
   }
-  for (const w of await rollupUsage(db, q, boundaries)) out[w.window]?.set(w.agentId as string, { activeMs: w.activeMs, vcpuMs: w.vcpuMs, mibMs: w.mibMs });
+  for (const { window, agentId, ...sums } of await rollupUsage(db, q, boundaries)) out[window]?.set(agentId as string, sums);
   if (nowMs !== undefined && nowMs < cutoff) return out;
   // rollups hold everything received so far; segments received at or after the cutoff are taken back out
   for (const late of await rawUsage(db, q, boundaries, { from: cutoff })) {
     const sums = out[late.window]?.get(late.agentId as string);
-    if (!sums) continue;
-    sums.activeMs -= late.activeMs;
-    sums.vcpuMs -= late.vcpuMs;
-    sums.mibMs -= late.mibMs;
+    if (sums) addUsage(sums, late, -1);
   }
   return out;
 }
@@ -121,6 +131,7 @@ export async function agentUsageBefore(db: Db, tenantId: string, start: number, 
  * The lines of a tenant's invoice for `[start, end)`, counting segments received (and events logged) before `cutoff`:
  * each piece of the period is priced with the card version of that piece (`pieces`, from `rateCardTimeline`), one line
  * per agent × resource × version, each rounded once, half up. Lines are ordered by agent, then piece, then resource.
+ * With them, each agent's active, dozed and hibernated time over the period.
  */
 export async function computeLines(
   db: Db,
@@ -130,22 +141,32 @@ export async function computeLines(
   cutoff: number,
   pieces: readonly RateCardPiece[],
   nowMs?: number,
-): Promise<InvoiceLine[]> {
+): Promise<{ lines: InvoiceLine[]; time: InvoiceAgentTime[] }> {
   const until = Math.min(end, cutoff);
   const boundaries = [start, ...pieces.slice(1).map((p) => p.from), end];
-  const active = await agentUsageByWindow(db, tenantId, boundaries, cutoff, nowMs);
+  const metered = await agentUsageByWindow(db, tenantId, boundaries, cutoff, nowMs);
+  const dozed = metered.some((m) => [...m.values()].some((u) => u.dozedMs > 0)) ? await dozedVcpuMs(db, tenantId, boundaries, cutoff) : [];
   const storage: Map<string, bigint>[] = [];
   for (const p of pieces) {
     const to = Math.min(p.to, until);
     storage.push(to > p.from ? await snapshotStorage(db, tenantId, p.from, to) : new Map<string, bigint>());
   }
-  const agentIds = [...new Set([...active.flatMap((m) => [...m.keys()]), ...storage.flatMap((m) => [...m.keys()])])].sort();
+  const hibernated = until > start ? await hibernatedTime(db, tenantId, [start, until]) : new Map<string, Map<number, number>>();
+  const agentIds = [...new Set([...metered.flatMap((m) => [...m.keys()]), ...storage.flatMap((m) => [...m.keys()]), ...hibernated.keys()])].sort();
   const lines: InvoiceLine[] = [];
+  const time: InvoiceAgentTime[] = [];
   for (const agentId of agentIds) {
+    const spent: InvoiceAgentTime = { agentId, activeMs: 0, dozedMs: 0, hibernatedMs: hibernated.get(agentId)?.get(0) ?? 0 };
     pieces.forEach((piece, i) => {
+      const usage = metered[i]?.get(agentId);
+      spent.activeMs += usage?.activeMs ?? 0;
+      spent.dozedMs += usage?.dozedMs ?? 0;
       const quantities: Record<Resource, bigint> = {
-        vcpu: BigInt(active[i]?.get(agentId)?.vcpuMs ?? 0),
-        memory: BigInt(active[i]?.get(agentId)?.mibMs ?? 0),
+        vcpu: BigInt(usage?.vcpuMs ?? 0),
+        memory: BigInt(usage?.mibMs ?? 0),
+        // from the raw dozing segments (the rollups keep no dozed vCPU-ms), at the doze vCPU price, 0 by default
+        doze_vcpu: BigInt(dozed[i]?.get(agentId) ?? 0),
+        doze_memory: BigInt(usage?.dozedMibMs ?? 0),
         snapshot_storage: storage[i]?.get(agentId) ?? 0n,
       };
       for (const resource of resources) {
@@ -164,8 +185,9 @@ export async function computeLines(
         });
       }
     });
+    if (spent.activeMs > 0 || spent.dozedMs > 0 || spent.hibernatedMs > 0) time.push(spent);
   }
-  return lines;
+  return { lines, time };
 }
 
 /** The cards of an invoice as it shows them (and a final one stores them). */
@@ -230,15 +252,17 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
   };
   if (row.status === "final") {
     const stored = await db.select().from(invoiceLines).where(eq(invoiceLines.invoiceId, row.id)).orderBy(invoiceLines.lineNo);
-    const frozen = row.rates as unknown as Rates & { rateCards?: InvoiceRateCard[] };
-    const { rateCards: storedCards = [], ...rates } = frozen;
+    // the frozen cards and time ride with the rates (invoices finalized before either existed have none)
+    const frozen = row.rates as unknown as Rates & { rateCards?: InvoiceRateCard[]; time?: InvoiceAgentTime[] };
+    const { rateCards: storedCards = [], time = [], ...rates } = frozen;
     return {
       ...base,
       status: "final",
       cutoffAt: (row.cutoffAt as Date).getTime(),
       currency: row.currency,
       rates: ratesOf(rates),
-      rateCards: storedCards,
+      rateCards: storedCards.map((c) => ({ ...c, ...ratesOf(c) })),
+      time,
       lines: stored.map((l) => ({
         agentId: l.agentId,
         resource: l.resource as Resource,
@@ -257,7 +281,7 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
   const cutoff = Math.min(now + 1, end + graceMs);
   const pieces = await pricedPieces(db, row.tenantId, start, end);
   const rates = ratesOf((pieces[0] as RateCardPiece).card);
-  const lines = await computeLines(db, row.tenantId, start, end, cutoff, pieces, now);
+  const { lines, time } = await computeLines(db, row.tenantId, start, end, cutoff, pieces, now);
   return {
     ...base,
     status: "draft",
@@ -266,6 +290,7 @@ async function present(db: Db, row: InvoiceRow, clock: Clock, graceMs: number): 
     rates,
     rateCards: invoiceCards(pieces),
     lines,
+    time,
     totalCents: lines.reduce((t, l) => t + l.amountCents, 0),
   };
 }
@@ -338,7 +363,7 @@ export async function finalizeInvoice(
       );
     for (let attempt = 0; ; attempt++) {
       const pieces = await pricedPieces(db, tenantId, start, end);
-      const lines = await computeLines(db, tenantId, start, end, cutoff, pieces);
+      const { lines, time } = await computeLines(db, tenantId, start, end, cutoff, pieces);
       const rates = ratesOf((pieces[0] as RateCardPiece).card);
       const written = await db.transaction(async (tx) => {
         await tx.execute(sql`select pg_advisory_xact_lock(${rateCardLockKey})`);
@@ -368,7 +393,7 @@ export async function finalizeInvoice(
             cutoffAt: new Date(cutoff),
             currency: rates.currency,
             totalCents: lines.reduce((t, l) => t + l.amountCents, 0),
-            rates: { ...rates, rateCards: invoiceCards(pieces) },
+            rates: { ...rates, rateCards: invoiceCards(pieces), time },
             finalizedAt: new Date(clock.now()),
           })
           .where(eq(invoices.id, row.id));

@@ -7,7 +7,7 @@ import type { Db } from "../schema/db.ts";
 import { invoices, rateCards } from "../schema/billing.ts";
 import { tenants } from "../schema/core.ts";
 import { bucketMs } from "./buckets.ts";
-import { defaultRates, type Rates } from "./money.ts";
+import { defaultRates, maxDozeGibSecondNanocents, storageMonthSeconds, type Rates, type RatesInput } from "./money.ts";
 import { sqlState } from "./sql-runner.ts";
 import { assertZone, monthOf, monthRange } from "./zones.ts";
 
@@ -45,19 +45,26 @@ function cardOf(row: RateCardRow): RateCard {
     vcpuSecondNanocents: row.vcpuSecondNanocents,
     gibSecondNanocents: row.gibSecondNanocents,
     snapshotGibMonthNanocents: row.snapshotGibMonthNanocents,
+    dozeVcpuSecondNanocents: row.dozeVcpuSecondNanocents,
+    dozeGibSecondNanocents: row.dozeGibSecondNanocents,
     effectiveFrom: row.effectiveFrom.getTime(),
     createdAt: row.updatedAt.getTime(),
     createdBy: row.createdBy,
   };
 }
 
-/** The prices of a card version, without its identity. */
-export function ratesOf(card: Rates): Rates {
+/**
+ * The prices of a card version, without its identity. Rates frozen on an invoice before doze prices existed have none:
+ * they read as the defaults (doze vCPU free, doze memory at the snapshot rate), which is what such an invoice charged.
+ */
+export function ratesOf(card: RatesInput): Rates {
   return {
     currency: card.currency,
     vcpuSecondNanocents: card.vcpuSecondNanocents,
     gibSecondNanocents: card.gibSecondNanocents,
     snapshotGibMonthNanocents: card.snapshotGibMonthNanocents,
+    dozeVcpuSecondNanocents: card.dozeVcpuSecondNanocents ?? 0,
+    dozeGibSecondNanocents: card.dozeGibSecondNanocents ?? null,
   };
 }
 
@@ -159,7 +166,7 @@ export function nextQuarterHour(t: number): number {
 }
 
 const currencyPattern = /^[A-Z]{3}$/;
-const priceKeys = ["vcpuSecondNanocents", "gibSecondNanocents", "snapshotGibMonthNanocents"] as const;
+const priceKeys = ["vcpuSecondNanocents", "gibSecondNanocents", "snapshotGibMonthNanocents", "dozeVcpuSecondNanocents"] as const;
 
 /** Throws `bad_request` for prices that are not non-negative safe integers, a currency not 3 capitals, an instant off the quarter hours. */
 export function assertVersionInput(rates: Rates, effectiveFrom: number): void {
@@ -169,6 +176,12 @@ export function assertVersionInput(rates: Rates, effectiveFrom: number): void {
     const v = rates[k];
     if (!Number.isSafeInteger(v) || v < 0) throw new AppError("bad_request", `${k} must be a non-negative integer of nano-cents (at most 2^53 - 1)`);
   }
+  const dozeGib = rates.dozeGibSecondNanocents;
+  if (dozeGib !== null && (!Number.isSafeInteger(dozeGib) || dozeGib < 0 || dozeGib > maxDozeGibSecondNanocents))
+    throw new AppError(
+      "bad_request",
+      `dozeGibSecondNanocents must be null (the snapshot rate) or a non-negative integer of nano-cents up to ${maxDozeGibSecondNanocents} (its GiB-month price, ${storageMonthSeconds} times it, must stay below 2^53)`,
+    );
   if (!Number.isSafeInteger(effectiveFrom) || effectiveFrom < 0 || effectiveFrom > latestRateInstant)
     throw new AppError("bad_request", "effectiveFrom must be an instant in the years 1970 to 9999");
   if (effectiveFrom % bucketMs !== 0) {
@@ -197,11 +210,12 @@ export interface AddVersionOptions {
 export async function addRateCardVersion(
   db: Db,
   tenantId: string | null,
-  rates: Rates,
+  input: RatesInput,
   effectiveFrom: number,
   createdBy: string,
   opts: AddVersionOptions = {},
 ): Promise<RateCard> {
+  const rates = ratesOf(input);
   assertVersionInput(rates, effectiveFrom);
   let zone = "UTC";
   if (tenantId !== null) {

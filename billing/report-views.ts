@@ -7,7 +7,7 @@ import type { Invoice } from "./invoices.ts";
 import { formatCents } from "./money.ts";
 import { ratesOf, type RateCard } from "./rates.ts";
 import type { RunReport } from "./runs.ts";
-import type { UsageTable } from "./usage.ts";
+import { sumsAt, type UsageTable } from "./usage.ts";
 import { formatInZone } from "./zones.ts";
 
 /**
@@ -56,7 +56,7 @@ export function usageJson(t: UsageTable, names: string[]): z.infer<typeof UsageS
     const w = c.window[i] as number;
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
-    const sums = { activeMs: c.activeMs[i] as number, vcpuMs: c.vcpuMs[i] as number, mibMs: c.mibMs[i] as number };
+    const sums = sumsAt(c, i);
     rows.push(c.agents && c.agent ? { start, end, agentId: c.agents[c.agent[i] as number] as string, ...sums } : { start, end, ...sums });
   }
   return { ...usageHead(t, names), rows, totals: t.totals };
@@ -115,8 +115,9 @@ function putInt(buf: Uint8Array, at: number, v: number): number {
   return putDigits(buf, putDigits(buf, at, hi, 1), lo, 8);
 }
 
-const vcpuKey = encode(',"vcpuMs":');
-const mibKey = encode(',"mibMs":');
+/** The keys of a row's sums after the first (`activeMs`, written with the agent), in the order `sumsAt` gives them. */
+const laterKeys = ["vcpuMs", "mibMs", "dozedMs", "dozedMibMs", "hibernatedMs"].map((k) => encode(`,"${k}":`));
+const laterKeysLength = laterKeys.reduce((n, k) => n + k.length, 0);
 
 /**
  * The usage answer as UTF-8 JSON, byte for byte what `JSON.stringify(usageJson(t, names))` gives, written straight
@@ -129,11 +130,12 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
   const c = t.columns;
   const head = encode(`${JSON.stringify(usageHead(t, names)).slice(0, -1)},"rows":[`);
   const tail = encode(`],"totals":${JSON.stringify(t.totals)}}`);
-  // each agent's key and value with the key after it, so that a row is two copies and three numbers
+  // each agent's key and value with the key after it, so that a row is two copies, then the numbers and their keys
   const agentKeys = c.agents?.map((id) => encode(`"agentId":${JSON.stringify(id)},"activeMs":`));
   const noAgent = encode('"activeMs":');
   const prefix: Uint8Array[] = [];
-  let buf = new Uint8Array(head.length + tail.length + c.length * 160);
+  let buf = new Uint8Array(head.length + tail.length + c.length * 220);
+  const later = [c.vcpuMs, c.mibMs, c.dozedMs, c.dozedMibMs, c.hibernatedMs];
   let at = put(buf, 0, head);
   for (let i = 0; i < c.length; i++) {
     const w = c.window[i] as number;
@@ -141,7 +143,7 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
     if (p === undefined)
       p = prefix[w] = encode(`{"start":${JSON.stringify(fmt(t.boundaries[w] as number))},"end":${JSON.stringify(fmt(t.boundaries[w + 1] as number))},`);
     const a = agentKeys && c.agent ? (agentKeys[c.agent[i] as number] as Uint8Array) : noAgent;
-    const most = 1 + p.length + a.length + vcpuKey.length + mibKey.length + 3 * 17 + 1;
+    const most = 1 + p.length + a.length + laterKeysLength + 6 * 17 + 1;
     if (at + most > buf.length) {
       const bigger = new Uint8Array(Math.max(buf.length * 2, at + most + tail.length));
       bigger.set(buf.subarray(0, at));
@@ -151,10 +153,10 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
     at = put(buf, at, p);
     at = put(buf, at, a);
     at = putInt(buf, at, c.activeMs[i] as number);
-    at = put(buf, at, vcpuKey);
-    at = putInt(buf, at, c.vcpuMs[i] as number);
-    at = put(buf, at, mibKey);
-    at = putInt(buf, at, c.mibMs[i] as number);
+    for (let k = 0; k < later.length; k++) {
+      at = put(buf, at, laterKeys[k] as Uint8Array);
+      at = putInt(buf, at, (later[k] as Float64Array)[i] as number);
+    }
     buf[at++] = 125;
   }
   if (at + tail.length > buf.length) {
@@ -169,17 +171,24 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
 export function usageCsv(t: UsageTable): string {
   const fmt = zoneFormatter(t.query.zone);
   const c = t.columns;
-  const header = ["window_start", "window_end", ...(c.agents ? ["agent_id"] : []), "active_ms", "vcpu_ms", "mib_ms"];
+  const header = [
+    "window_start",
+    "window_end",
+    ...(c.agents ? ["agent_id"] : []),
+    "active_ms",
+    "vcpu_ms",
+    "mib_ms",
+    "dozed_ms",
+    "dozed_mib_ms",
+    "hibernated_ms",
+  ];
   const rows: Cell[][] = [];
   for (let i = 0; i < c.length; i++) {
     const w = c.window[i] as number;
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
-    rows.push(
-      c.agents && c.agent
-        ? [start, end, c.agents[c.agent[i] as number], c.activeMs[i], c.vcpuMs[i], c.mibMs[i]]
-        : [start, end, c.activeMs[i], c.vcpuMs[i], c.mibMs[i]],
-    );
+    const sums = [c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedMibMs[i], c.hibernatedMs[i]];
+    rows.push(c.agents && c.agent ? [start, end, c.agents[c.agent[i] as number], ...sums] : [start, end, ...sums]);
   }
   return toCsv(header, rows);
 }
@@ -207,6 +216,7 @@ export function invoiceJson(inv: Invoice): z.infer<typeof InvoiceSchema> {
       ...ratesOf(c),
     })),
     lines: inv.lines,
+    time: inv.time,
     totalCents: inv.totalCents,
     total: formatCents(inv.totalCents),
     metering: inv.metering,
@@ -250,6 +260,8 @@ export function runJson(r: RunReport): z.infer<typeof RunSchema> {
     activeMs: r.activeMs,
     vcpuMs: r.vcpuMs,
     mibMs: r.mibMs,
+    dozedMs: r.dozedMs,
+    dozedMibMs: r.dozedMibMs,
     segments: r.segments,
   };
 }
@@ -259,7 +271,21 @@ const timingColumns = wakeTimingKeys.map((t) => t.replace(/[A-Z]/g, (m) => `_${m
 
 export function runsCsv(runs: RunReport[]): string {
   return toCsv(
-    ["run_id", "woke_at", "wake_reason", "wake_mode", ...timingColumns, "slept_at", "sleep_reason", "active_ms", "vcpu_ms", "mib_ms", "segments"],
+    [
+      "run_id",
+      "woke_at",
+      "wake_reason",
+      "wake_mode",
+      ...timingColumns,
+      "slept_at",
+      "sleep_reason",
+      "active_ms",
+      "vcpu_ms",
+      "mib_ms",
+      "dozed_ms",
+      "dozed_mib_ms",
+      "segments",
+    ],
     runs.map((r) => [
       r.runId,
       new Date(r.wokeAt).toISOString(),
@@ -271,6 +297,8 @@ export function runsCsv(runs: RunReport[]): string {
       r.activeMs,
       r.vcpuMs,
       r.mibMs,
+      r.dozedMs,
+      r.dozedMibMs,
       r.segments,
     ]),
   );

@@ -1,4 +1,4 @@
-// Awake runs of an agent (from the host-written `runs` table) with what woke them, what put them to sleep, timings and metered time.
+// Awake runs of an agent (from the host-written `runs` table) with what woke them, what put them to sleep, timings and metered (active and dozed) time.
 import { wakeTimingKeys, type WakeTimings } from "../contracts/agent.ts";
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
@@ -16,10 +16,12 @@ export interface RunReport {
   timings: WakeTimings;
   sleptAt: number | undefined;
   sleepReason: string | undefined;
-  /** Metered time of the run (segments received so far). */
+  /** Metered time of the run (segments received so far): running, and dozing (vCPUs stopped while it waited on an outbound call). */
   activeMs: number;
   vcpuMs: number;
   mibMs: number;
+  dozedMs: number;
+  dozedMibMs: number;
   segments: number;
 }
 
@@ -69,7 +71,7 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
        SELECT r.id, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms,
          to_char(r.woke_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS woke_key, r.wake_reason, r.wake_mode, r.timings,
          (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
-         u.active_ms, u.vcpu_ms, u.mib_ms, u.segments
+         u.active_ms, u.vcpu_ms, u.mib_ms, u.dozed_ms, u.dozed_mib_ms, u.segments
        FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
        WHERE r.agent_id = a.id AND r.tenant_id = a.tenant_id${where.map((w) => ` AND ${w}`).join("")}
        ORDER BY r.woke_at DESC, r.id DESC
@@ -94,6 +96,8 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
       activeMs: toNumber(r.active_ms),
       vcpuMs: toNumber(r.vcpu_ms),
       mibMs: toNumber(r.mib_ms),
+      dozedMs: toNumber(r.dozed_ms),
+      dozedMibMs: toNumber(r.dozed_mib_ms),
       segments: toNumber(r.segments),
       position: { wokeAt: String(r.woke_key), runId: String(r.id) },
     }));

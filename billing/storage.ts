@@ -1,4 +1,4 @@
-// Snapshot storage: byte-milliseconds of hibernated snapshots (from the VM event log: `snapshot_bytes` or `snapshotBytes` in a hibernation's timings) plus those of checkpoints (their own bytes, from creation to deletion).
+// Snapshot storage and hibernated time: byte-milliseconds of hibernated snapshots (from the VM event log: `snapshot_bytes` or `snapshotBytes` in a hibernation's timings) plus those of checkpoints (their own bytes, from creation to deletion).
 import type { Db } from "../schema/db.ts";
 import { sqlRunner, toNumber } from "./sql-runner.ts";
 
@@ -58,10 +58,15 @@ export async function checkpointStorage(db: Db, tenantId: string, from: number, 
   return out;
 }
 
-/** Per agent of `tenantId`: byte-ms of snapshot storage while hibernated within `[from, to)`. */
-async function hibernatedStorage(db: Db, tenantId: string, from: number, to: number): Promise<Map<string, bigint>> {
+/**
+ * Per agent of `tenantId` (or only `agentId`): its VM events that say what state it was in within `[from, to)`, oldest
+ * first, starting with the last one before `from` (the state the range starts in).
+ */
+async function stateEvents(db: Db, tenantId: string, from: number, to: number, agentId?: string): Promise<Map<string, StateEvent[]>> {
+  const params: unknown[] = [tenantId, new Date(from).toISOString(), new Date(to).toISOString()];
+  if (agentId !== undefined) params.push(agentId);
   const rows = await sqlRunner(db).query<{ agent_id: string; at_ms: unknown; to_state: string; bytes: unknown }>(
-    `WITH mine AS (SELECT id FROM agents WHERE tenant_id = $1),
+    `WITH mine AS (SELECT id FROM agents WHERE tenant_id = $1${agentId !== undefined ? " AND id = $4" : ""}),
      before AS (
        SELECT p.* FROM mine, LATERAL (
          SELECT e.id, e.agent_id, e.at, e.to_state, e.timings FROM vm_events e
@@ -74,7 +79,7 @@ async function hibernatedStorage(db: Db, tenantId: string, from: number, to: num
      SELECT agent_id, (extract(epoch FROM at) * 1000)::int8 AS at_ms, to_state, coalesce(timings ->> 'snapshot_bytes', timings ->> 'snapshotBytes') AS bytes
      FROM (SELECT * FROM before UNION ALL SELECT * FROM inside) x
      ORDER BY agent_id, at, id`,
-    [tenantId, new Date(from).toISOString(), new Date(to).toISOString()],
+    params,
   );
   const byAgent = new Map<string, StateEvent[]>();
   for (const r of rows) {
@@ -87,10 +92,59 @@ async function hibernatedStorage(db: Db, tenantId: string, from: number, to: num
       snapshotBytes: bytes !== undefined && Number.isSafeInteger(bytes) && bytes > 0 ? bytes : undefined,
     });
   }
+  return byAgent;
+}
+
+/** Per agent of `tenantId`: byte-ms of snapshot storage while hibernated within `[from, to)`. */
+async function hibernatedStorage(db: Db, tenantId: string, from: number, to: number): Promise<Map<string, bigint>> {
   const out = new Map<string, bigint>();
-  for (const [agent, events] of byAgent) {
+  for (const [agent, events] of await stateEvents(db, tenantId, from, to)) {
     const v = hibernatedByteMs(events, from, to);
     if (v > 0n) out.set(agent, v);
+  }
+  return out;
+}
+
+/**
+ * Ms hibernated in each window `[boundaries[w], boundaries[w + 1])`: each transition to `hibernated` lasts until the
+ * agent's next transition (or the last boundary). Every hibernation counts, with or without a recorded snapshot size
+ * (storage is billed by size; this says how long the agent slept on its snapshot). `events` as in `hibernatedByteMs`.
+ */
+export function hibernatedMsByWindow(events: readonly StateEvent[], boundaries: readonly number[]): Map<number, number> {
+  const out = new Map<number, number>();
+  const last = boundaries.length - 1;
+  if (last < 1) return out;
+  const to = boundaries[last] as number;
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i] as StateEvent;
+    if (e.toState !== "hibernated") continue;
+    const start = Math.max(e.at, boundaries[0] as number);
+    const end = Math.min(events[i + 1]?.at ?? to, to);
+    if (!(end > start)) continue;
+    // the first window ending after `start`, then every window up to `end`
+    let lo = 0;
+    let hi = last - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((boundaries[mid + 1] as number) <= start) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let w = lo; w < last && (boundaries[w] as number) < end; w++) {
+      const ms = Math.min(end, boundaries[w + 1] as number) - Math.max(start, boundaries[w] as number);
+      if (ms > 0) out.set(w, (out.get(w) ?? 0) + ms);
+    }
+  }
+  return out;
+}
+
+/** Hibernated ms of `tenantId`'s agents (or only `agentId`) per window of `boundaries` (ascending), per agent. */
+export async function hibernatedTime(db: Db, tenantId: string, boundaries: readonly number[], agentId?: string): Promise<Map<string, Map<number, number>>> {
+  const out = new Map<string, Map<number, number>>();
+  if (boundaries.length < 2) return out;
+  const events = await stateEvents(db, tenantId, boundaries[0] as number, boundaries[boundaries.length - 1] as number, agentId);
+  for (const [agent, list] of events) {
+    const byWindow = hibernatedMsByWindow(list, boundaries);
+    if (byWindow.size > 0) out.set(agent, byWindow);
   }
   return out;
 }

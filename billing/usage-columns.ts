@@ -14,7 +14,16 @@ export interface UsageColumns {
   activeMs: Float64Array;
   vcpuMs: Float64Array;
   mibMs: Float64Array;
+  /** Dozing time and its MiB-ms: not in the three active sums above. */
+  dozedMs: Float64Array;
+  dozedMibMs: Float64Array;
+  /** Time hibernated (a snapshot held, VM stopped): from the VM event log, not from meter segments (`withHibernated`). */
+  hibernatedMs: Float64Array;
 }
+
+/** The sums of a row, in the order a line carries them (`hibernatedMs` is added after the query, see `withHibernated`). */
+export const lineSums = ["activeMs", "vcpuMs", "mibMs", "dozedMs", "dozedMibMs"] as const;
+type LineSums = readonly [Float64Array, Float64Array, Float64Array, Float64Array, Float64Array];
 
 /**
  * Postgres's "C" collation, the order of agent ids: code points (UTF-8 bytes). `<` on JavaScript's UTF-16 agrees,
@@ -34,15 +43,15 @@ export function compareCodePoints(a: string, b: string): number {
 }
 
 /**
- * A grouped query (columns `w`, `agent_id` when by agent, `active_ms`, `vcpu_ms`, `mib_ms`) answered as one text value
- * of lines in no order. Without agents a line is a row, `w,active,vcpu,mib`. By agent a line is an agent's rows,
- * `w,active,vcpu,mib;w,active,vcpu,mib;…,"agent"`: the id once per agent (hundreds) instead of once per row
+ * A grouped query (columns `w`, `agent_id` when by agent, `active_ms`, `vcpu_ms`, `mib_ms`, `dozed_ms`, `dozed_mib_ms`)
+ * answered as one text value of lines in no order. Without agents a line is a row, `w,active,vcpu,mib,dozed,dozedMib`.
+ * By agent a line is an agent's rows, `w,…;w,…;…,"agent"`: the id once per agent (hundreds) instead of once per row
  * (thousands), last and JSON-quoted, so no id can break a line. One value instead of a row each: reading thousands of
  * rows of five columns cost the billing process more than the rest of the report (a string per column from the
  * driver), while Postgres writes a line for about what it spends sending a row.
  */
 export function asLines(grouped: string, byAgent: boolean): string {
-  const row = `w || ',' || active_ms || ',' || vcpu_ms || ',' || mib_ms`;
+  const row = `w || ',' || active_ms || ',' || vcpu_ms || ',' || mib_ms || ',' || dozed_ms || ',' || dozed_mib_ms`;
   if (!byAgent) return `SELECT string_agg(${row}, E'\\n') AS lines FROM (${grouped}) g`;
   return `SELECT string_agg(r || ',' || to_json(agent_id)::text, E'\\n') AS lines FROM (SELECT agent_id, string_agg(${row}, ';') AS r FROM (${grouped}) g GROUP BY agent_id) a`;
 }
@@ -59,13 +68,14 @@ interface Cursor {
 }
 
 /**
- * Reads `w,active,vcpu,mib` at `cur.at` into row `row` of `win`/`sums`, digit by digit (no string per number); every
- * number an integer below 2^53, as `toNumber` requires, the window one of the query's (0 to 2^31).
+ * Reads `w,active,vcpu,mib,dozed,dozedMib` at `cur.at` into row `row` of `win`/`sums`, digit by digit (no string per
+ * number); every number an integer below 2^53, as `toNumber` requires, the window one of the query's (0 to 2^31).
  */
-function readRow(text: string, cur: Cursor, row: number, win: Int32Array, sums: readonly [Float64Array, Float64Array, Float64Array], line: number): void {
+function readRow(text: string, cur: Cursor, row: number, win: Int32Array, sums: LineSums, line: number): void {
   let i = cur.at;
   let ch = 0;
-  for (let f = 0; f < 4; f++) {
+  const fields = 1 + lineSums.length;
+  for (let f = 0; f < fields; f++) {
     let neg = false;
     let v = 0;
     let digits = 0;
@@ -75,7 +85,7 @@ function readRow(text: string, cur: Cursor, row: number, win: Int32Array, sums: 
       ch = text.charCodeAt(++i);
     }
     for (; ch >= 48 && ch <= 57; ch = text.charCodeAt(++i), digits++) v = v * 10 + (ch - 48);
-    if (digits === 0 || (f < 3 && ch !== comma)) throw new Error(`unreadable usage line ${line}: ${JSON.stringify(text.slice(i - digits, i + 40))}`);
+    if (digits === 0 || (f < fields - 1 && ch !== comma)) throw new Error(`unreadable usage line ${line}: ${JSON.stringify(text.slice(i - digits, i + 40))}`);
     if (v > Number.MAX_SAFE_INTEGER) throw new Error(`integer ${text.slice(i - digits, i)} exceeds 2^53`);
     if (f === 0) {
       if (neg || v >= 2 ** 31) throw new Error(`usage row in window ${v}`); // the queries' ranges are the windows'
@@ -103,7 +113,7 @@ function countOf(text: string, ch: string, from = 0, to = text.length): number {
  */
 export function columnsOf(lines: string | null | undefined | readonly (string | null | undefined)[], byAgent: boolean): UsageColumns {
   const texts = (typeof lines === "string" ? [lines] : (lines ?? [])).filter((t): t is string => typeof t === "string" && t.length > 0);
-  const sums = (n: number) => [new Float64Array(n), new Float64Array(n), new Float64Array(n)] as const;
+  const sums = (n: number): LineSums => [new Float64Array(n), new Float64Array(n), new Float64Array(n), new Float64Array(n), new Float64Array(n)];
   const cur: Cursor = { at: 0, ended: 0 };
   if (!byAgent) {
     let n = 0;
@@ -167,19 +177,14 @@ export function columnsOf(lines: string | null | undefined | readonly (string | 
 }
 
 /** Rows (in agent order, when by agent) stably put in window order: one counting pass. */
-function inWindowOrder(
-  win: Int32Array,
-  sums: readonly [Float64Array, Float64Array, Float64Array],
-  agents: string[] | undefined,
-  agent: Int32Array | undefined,
-): UsageColumns {
+function inWindowOrder(win: Int32Array, sums: LineSums, agents: string[] | undefined, agent: Int32Array | undefined): UsageColumns {
   const n = win.length;
   let windows = 0;
   for (let k = 0; k < n; k++) if ((win[k] as number) >= windows) windows = (win[k] as number) + 1;
   const next = new Uint32Array(windows + 1);
   for (let k = 0; k < n; k++) next[(win[k] as number) + 1]!++;
   for (let w = 0; w < windows; w++) next[w + 1]! += next[w] as number;
-  const c: UsageColumns = { length: n, window: new Int32Array(n), activeMs: new Float64Array(n), vcpuMs: new Float64Array(n), mibMs: new Float64Array(n) };
+  const c = emptyColumns(n);
   const sorted = agent ? new Int32Array(n) : undefined;
   for (let k = 0; k < n; k++) {
     const w = win[k] as number;
@@ -189,10 +194,77 @@ function inWindowOrder(
     c.activeMs[j] = sums[0][k] as number;
     c.vcpuMs[j] = sums[1][k] as number;
     c.mibMs[j] = sums[2][k] as number;
+    c.dozedMs[j] = sums[3][k] as number;
+    c.dozedMibMs[j] = sums[4][k] as number;
   }
   if (agents && sorted) {
     c.agents = agents;
     c.agent = sorted;
   }
   return c;
+}
+
+/** `n` rows of zeros, without agents. */
+export function emptyColumns(n: number): UsageColumns {
+  return {
+    length: n,
+    window: new Int32Array(n),
+    activeMs: new Float64Array(n),
+    vcpuMs: new Float64Array(n),
+    mibMs: new Float64Array(n),
+    dozedMs: new Float64Array(n),
+    dozedMibMs: new Float64Array(n),
+    hibernatedMs: new Float64Array(n),
+  };
+}
+
+/** Hibernated time of one (window, agent) pair; `agentId` absent when the report is not by agent. */
+export interface HibernatedCell {
+  window: number;
+  agentId?: string;
+  ms: number;
+}
+
+/**
+ * `c` with the hibernated time of `cells` added: into the row of the same window (and agent), or as a row of its own
+ * (an agent that only slept in a window has no metered row there), keeping (window, agent) order. Without cells, `c`.
+ */
+export function withHibernated(c: UsageColumns, cells: readonly HibernatedCell[]): UsageColumns {
+  if (cells.length === 0) return c;
+  const byAgent = c.agents !== undefined;
+  const keyOf = (w: number, agentId: string | undefined) => (byAgent ? `${w}\u0000${agentId}` : String(w));
+  const rows = new Map<string, { window: number; agentId: string | undefined; i: number; ms: number }>();
+  for (let i = 0; i < c.length; i++) {
+    const w = c.window[i] as number;
+    const agentId = c.agents && c.agent ? c.agents[c.agent[i] as number] : undefined;
+    rows.set(keyOf(w, agentId), { window: w, agentId, i, ms: 0 });
+  }
+  for (const cell of cells) {
+    const key = keyOf(cell.window, cell.agentId);
+    const row = rows.get(key);
+    if (row) row.ms += cell.ms;
+    else rows.set(key, { window: cell.window, agentId: byAgent ? cell.agentId : undefined, i: -1, ms: cell.ms });
+  }
+  const ordered = [...rows.values()].sort((a, b) => a.window - b.window || (byAgent ? compareCodePoints(a.agentId as string, b.agentId as string) : 0));
+  const out = emptyColumns(ordered.length);
+  const agents = byAgent ? [...new Set(ordered.map((r) => r.agentId as string))].sort(compareCodePoints) : undefined;
+  const agentIndex = new Map(agents?.map((id, k) => [id, k]));
+  const agent = byAgent ? new Int32Array(ordered.length) : undefined;
+  ordered.forEach((r, j) => {
+    out.window[j] = r.window;
+    if (agent) agent[j] = agentIndex.get(r.agentId as string) as number;
+    if (r.i >= 0) {
+      out.activeMs[j] = c.activeMs[r.i] as number;
+      out.vcpuMs[j] = c.vcpuMs[r.i] as number;
+      out.mibMs[j] = c.mibMs[r.i] as number;
+      out.dozedMs[j] = c.dozedMs[r.i] as number;
+      out.dozedMibMs[j] = c.dozedMibMs[r.i] as number;
+    }
+    out.hibernatedMs[j] = (r.i >= 0 ? (c.hibernatedMs[r.i] as number) : 0) + r.ms;
+  });
+  if (agents && agent) {
+    out.agents = agents;
+    out.agent = agent;
+  }
+  return out;
 }

@@ -1,9 +1,10 @@
-// Usage over half-open ranges in a time zone, by agent and/or local hour/day: from 15-minute rollups, or raw segments by overlap.
+// Usage over half-open ranges in a time zone, by agent and/or local hour/day: from 15-minute rollups, or raw segments by overlap; hibernated time from the VM event log.
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
 import { alignedToBuckets, bucketMs } from "./buckets.ts";
-import { sqlRunner } from "./sql-runner.ts";
-import { asLines, columnsOf, type UsageColumns } from "./usage-columns.ts";
+import { sqlRunner, toNumber } from "./sql-runner.ts";
+import { hibernatedTime } from "./storage.ts";
+import { asLines, columnsOf, withHibernated, type HibernatedCell, type UsageColumns } from "./usage-columns.ts";
 import { segmentLimits } from "./validate.ts";
 import { assertZone, windowBoundaries } from "./zones.ts";
 
@@ -22,10 +23,16 @@ export interface UsageQuery {
 }
 
 export interface UsageSums {
+  /** Time the VM ran (its vCPUs not stopped), and its vCPU- and MiB-milliseconds. */
   activeMs: number;
   vcpuMs: number;
   /** MiB-milliseconds. */
   mibMs: number;
+  /** Time the VM dozed (vCPUs stopped while every open call waited on an outbound call), and its MiB-milliseconds. */
+  dozedMs: number;
+  dozedMibMs: number;
+  /** Time the agent was hibernated (its snapshot held, no VM); 0 from segment queries (rollups and raw), which do not know it. */
+  hibernatedMs: number;
 }
 
 export interface WindowUsage extends UsageSums {
@@ -103,9 +110,20 @@ export async function usageTable(db: Db, q: UsageQuery, opts: UsageOptions = {})
   const source = wanted === "auto" ? (alignedToBuckets(boundaries) ? "rollup" : "raw") : wanted;
   if (source === "rollup" && !alignedToBuckets(boundaries))
     throw new AppError("bad_request", "these windows do not fall on 15-minute boundaries; rollups cannot answer them");
-  const columns =
-    source === "rollup" ? await rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : await rawColumns(db, q, boundaries);
+  const [metered, hibernated] = await Promise.all([
+    source === "rollup" ? rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : rawColumns(db, q, boundaries),
+    hibernatedCells(db, q, boundaries),
+  ]);
+  const columns = withHibernated(metered, hibernated);
   return { query: q, source, boundaries, columns, totals: sumColumns(columns) };
+}
+
+/** The hibernated time of `q`'s agents per window (and agent, when by agent), from the VM event log. */
+async function hibernatedCells(db: Db, q: UsageQuery, boundaries: readonly number[]): Promise<HibernatedCell[]> {
+  const cells: HibernatedCell[] = [];
+  for (const [agentId, byWindow] of await hibernatedTime(db, q.tenantId, boundaries, q.agentId))
+    for (const [window, ms] of byWindow) cells.push(q.byAgent ? { window, agentId, ms } : { window, ms });
+  return cells;
 }
 
 /** Usage for `q` with one object per row (see `usageTable`). */
@@ -118,9 +136,7 @@ export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}
     const row: UsageRow = {
       start: t.boundaries[w] as number,
       end: t.boundaries[w + 1] as number,
-      activeMs: c.activeMs[i] as number,
-      vcpuMs: c.vcpuMs[i] as number,
-      mibMs: c.mibMs[i] as number,
+      ...sumsAt(c, i),
     };
     if (c.agents && c.agent) row.agentId = c.agents[c.agent[i] as number];
     rows.push(row);
@@ -128,23 +144,40 @@ export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}
   return { query: t.query, source: t.source, rows, totals: t.totals };
 }
 
+export const noUsage = (): UsageSums => ({ activeMs: 0, vcpuMs: 0, mibMs: 0, dozedMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
+
+/** The sums of row `i` of `c`. */
+export function sumsAt(c: UsageColumns, i: number): UsageSums {
+  return {
+    activeMs: c.activeMs[i] as number,
+    vcpuMs: c.vcpuMs[i] as number,
+    mibMs: c.mibMs[i] as number,
+    dozedMs: c.dozedMs[i] as number,
+    dozedMibMs: c.dozedMibMs[i] as number,
+    hibernatedMs: c.hibernatedMs[i] as number,
+  };
+}
+
+/** Adds `r` into `t` (or takes it out, `sign` -1). */
+export function addUsage(t: UsageSums, r: UsageSums, sign: 1 | -1 = 1): UsageSums {
+  t.activeMs += sign * r.activeMs;
+  t.vcpuMs += sign * r.vcpuMs;
+  t.mibMs += sign * r.mibMs;
+  t.dozedMs += sign * r.dozedMs;
+  t.dozedMibMs += sign * r.dozedMibMs;
+  t.hibernatedMs += sign * r.hibernatedMs;
+  return t;
+}
+
 export function sumUsage(rows: readonly UsageSums[]): UsageSums {
-  const t = { activeMs: 0, vcpuMs: 0, mibMs: 0 };
-  for (const r of rows) {
-    t.activeMs += r.activeMs;
-    t.vcpuMs += r.vcpuMs;
-    t.mibMs += r.mibMs;
-  }
+  const t = noUsage();
+  for (const r of rows) addUsage(t, r);
   return t;
 }
 
 export function sumColumns(c: UsageColumns): UsageSums {
-  const t = { activeMs: 0, vcpuMs: 0, mibMs: 0 };
-  for (let i = 0; i < c.length; i++) {
-    t.activeMs += c.activeMs[i] as number;
-    t.vcpuMs += c.vcpuMs[i] as number;
-    t.mibMs += c.mibMs[i] as number;
-  }
+  const t = noUsage();
+  for (let i = 0; i < c.length; i++) addUsage(t, sumsAt(c, i));
   return t;
 }
 
@@ -154,7 +187,7 @@ const iso = (t: number) => new Date(t).toISOString();
 function windowUsageOf(c: UsageColumns): WindowUsage[] {
   const out: WindowUsage[] = [];
   for (let i = 0; i < c.length; i++) {
-    const w: WindowUsage = { window: c.window[i] as number, activeMs: c.activeMs[i] as number, vcpuMs: c.vcpuMs[i] as number, mibMs: c.mibMs[i] as number };
+    const w: WindowUsage = { window: c.window[i] as number, ...sumsAt(c, i) };
     if (c.agents && c.agent) w.agentId = c.agents[c.agent[i] as number];
     out.push(w);
   }
@@ -192,7 +225,8 @@ export function rollupQuery(
   // group and converts it back: a quarter of the query's time.
   const text = asLines(
     `SELECT width_bucket(bucket_start, $2::timestamptz[]) - 1 AS w${q.byAgent ? ", agent_id" : ""},
-       sum(active_ms::float8)::int8 AS active_ms, sum(vcpu_ms::float8)::int8 AS vcpu_ms, sum(mib_ms::float8)::int8 AS mib_ms
+       sum(active_ms::float8)::int8 AS active_ms, sum(vcpu_ms::float8)::int8 AS vcpu_ms, sum(mib_ms::float8)::int8 AS mib_ms,
+       sum(dozed_ms::float8)::int8 AS dozed_ms, sum(dozed_mib_ms::float8)::int8 AS dozed_mib_ms
      FROM usage_quarter_hours
      WHERE tenant_id = $1 AND bucket_start >= $3::text::timestamptz AND bucket_start < $4::text::timestamptz${q.agentId !== undefined ? " AND agent_id = $5" : ""}
      GROUP BY 1${q.byAgent ? ", 2" : ""}`,
@@ -301,9 +335,10 @@ export async function rawColumns(
   const [row] = await sqlRunner(db).query<{ lines: string | null }>(
     asLines(
       `SELECT i - 1 AS w${q.byAgent ? ", s.agent_id" : ""},
-       sum(o.ms)::int8 AS active_ms, sum(o.ms * s.vcpus)::int8 AS vcpu_ms, sum(o.ms * s.mem_mib)::int8 AS mib_ms
+       sum(o.ms * (1 - s.dz))::int8 AS active_ms, sum(o.ms * s.vcpus * (1 - s.dz))::int8 AS vcpu_ms, sum(o.ms * s.mem_mib * (1 - s.dz))::int8 AS mib_ms,
+       sum(o.ms * s.dz)::int8 AS dozed_ms, sum(o.ms * s.mem_mib * s.dz)::int8 AS dozed_mib_ms
      FROM (
-       SELECT agent_id, vcpus, mem_mib, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
+       SELECT agent_id, vcpus, mem_mib, (state = 'dozing')::int AS dz, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
        FROM meter_segments
        WHERE tenant_id = $1 AND started_at < $4::text::timestamptz AND ended_at > $3::text::timestamptz
          AND started_at >= $5::text::timestamptz${extra.map((e) => ` AND ${e}`).join("")}
@@ -327,4 +362,31 @@ export async function rawUsage(
   received: { before?: number; from?: number } = {},
 ): Promise<WindowUsage[]> {
   return windowUsageOf(await rawColumns(db, q, boundaries, received));
+}
+
+/**
+ * vCPU-ms of dozing segments per window of `boundaries` and agent, from raw segments received before `cutoff`. The
+ * rollups keep a dozing segment's time and MiB-ms but not its vCPU-ms, so an invoice that prices doze vCPUs reads them
+ * here, only for tenants that dozed in the period (a raw scan costs what the rollups save).
+ */
+export async function dozedVcpuMs(db: Db, tenantId: string, boundaries: readonly number[], cutoff: number): Promise<Map<string, number>[]> {
+  const from = boundaries[0] as number;
+  const to = boundaries[boundaries.length - 1] as number;
+  const rows = await sqlRunner(db).query<{ w: unknown; agent_id: string; vcpu_ms: unknown }>(
+    `SELECT i - 1 AS w, s.agent_id, sum(o.ms * s.vcpus)::int8 AS vcpu_ms
+     FROM (
+       SELECT agent_id, vcpus, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
+       FROM meter_segments
+       WHERE tenant_id = $1 AND state = 'dozing' AND started_at < $4::text::timestamptz AND ended_at > $3::text::timestamptz
+         AND started_at >= $5::text::timestamptz AND received_at < $7::text::timestamptz
+     ) s,
+       LATERAL generate_series(greatest(width_bucket(s.sm, $2::int8[]), 1), least(width_bucket(s.em - 1, $2::int8[]), $6::int)) AS i,
+       LATERAL (SELECT least(s.em, ($2::int8[])[i + 1]) - greatest(s.sm, ($2::int8[])[i]) AS ms) o
+     WHERE o.ms > 0
+     GROUP BY 1, 2`,
+    [tenantId, [...boundaries], iso(from), iso(to), iso(from - segmentLimits.maxDurationMs), boundaries.length - 1, iso(cutoff)],
+  );
+  const out = Array.from({ length: boundaries.length - 1 }, () => new Map<string, number>());
+  for (const r of rows) out[toNumber(r.w)]?.set(r.agent_id, toNumber(r.vcpu_ms));
+  return out;
 }

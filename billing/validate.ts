@@ -1,5 +1,12 @@
 // Per-segment checks at ingest: shape, id, time order, clock sanity and size limits, each with its own error code.
-import { segmentEndReasons, segmentStartReasons, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../contracts/meter.ts";
+import {
+  segmentEndReasons,
+  segmentStartReasons,
+  type MeterSegment,
+  type SegmentEndReason,
+  type SegmentStartReason,
+  type SegmentState,
+} from "../contracts/meter.ts";
 
 export const segmentLimits = {
   /** A meter cuts at least every heartbeat (10 s by default); an hour-long segment means a broken meter. */
@@ -14,9 +21,11 @@ export const segmentLimits = {
 } as const;
 
 /** A segment that passed validation, in the units billing computes with (its instants kept as received). */
-export interface ValidSegment extends Omit<MeterSegment, "vmId" | "seq"> {
+export interface ValidSegment extends Omit<MeterSegment, "vmId" | "seq" | "state"> {
   startMs: number;
   endMs: number;
+  /** Always said: a segment shipped without one (as every segment before dozing existed) is `active`. */
+  state: SegmentState;
 }
 
 export interface SegmentRejection {
@@ -105,6 +114,8 @@ export function validateSegment(raw: unknown, index: number, nowMs: number, expe
   if (s.vcpus > segmentLimits.maxVcpus) return reject("too_many_vcpus", `vcpus ${s.vcpus} exceeds ${segmentLimits.maxVcpus}`);
   if (typeof s.memMiB !== "number" || !Number.isInteger(s.memMiB) || s.memMiB < 1) return reject("invalid_segment", "memMiB must be a positive integer");
   if (s.memMiB > segmentLimits.maxMemMiB) return reject("too_much_memory", `memMiB ${s.memMiB} exceeds ${segmentLimits.maxMemMiB} (1 TiB)`);
+  if (s.state !== undefined && s.state !== "active" && s.state !== "dozing")
+    return reject("invalid_segment", "state must be active or dozing (or absent: active)");
   return {
     id: s.id,
     hostId,
@@ -119,6 +130,7 @@ export function validateSegment(raw: unknown, index: number, nowMs: number, expe
     memMiB: s.memMiB,
     startReason: s.startReason as SegmentStartReason,
     endReason: s.endReason as SegmentEndReason,
+    state: (s.state as SegmentState | undefined) ?? "active",
   };
 }
 
@@ -138,6 +150,7 @@ export function sameBody(a: ValidSegment, b: ValidSegment): boolean {
     a.vcpus === b.vcpus &&
     a.memMiB === b.memMiB &&
     a.startReason === b.startReason &&
-    a.endReason === b.endReason
+    a.endReason === b.endReason &&
+    a.state === b.state
   );
 }

@@ -11,7 +11,7 @@ import type { Column } from "./table.ts";
 type Agent = components["schemas"]["Agent"];
 type Wake = components["schemas"]["Wake"];
 
-const vmStates = ["creating", "booting", "running", "snapshotting", "hibernated", "restoring", "stopped", "failed", "destroyed"] as const;
+const vmStates = ["creating", "booting", "running", "dozing", "snapshotting", "hibernated", "restoring", "stopped", "failed", "destroyed"] as const;
 
 /** How long a wake may take before the CLI gives up (exit 5): a cold boot of a big image under TCG takes tens of seconds. */
 const defaultWakeTimeout = "5m";

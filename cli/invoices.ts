@@ -6,14 +6,18 @@ import { contextOf } from "./context.ts";
 import { CliError, exitCodes } from "./exit.ts";
 import { integer } from "./options.ts";
 import { renderTable, terminalWidth, type Column } from "./table.ts";
+import { msToSeconds } from "./usage.ts";
 
 export type InvoiceBody = Pick<components["schemas"]["Invoice"], "id" | "month" | "status" | "cutoffAt" | "currency" | "total" | "lines"> &
-  Partial<Pick<components["schemas"]["Invoice"], "rateCards">>;
+  Partial<Pick<components["schemas"]["Invoice"], "rateCards" | "time">>;
 type InvoiceSummary = components["schemas"]["InvoiceSummary"];
 
 const monthPattern = /^\d{4}-\d{2}$/;
 
-/** An invoice: its head line, a table of its lines (each with the rate-card version that priced it), the cards, its total. */
+/**
+ * An invoice: its head line, a table of its lines (each with the rate-card version that priced it), each agent's active,
+ * dozed and hibernated time, the cards, its total.
+ */
 export function renderInvoice(inv: InvoiceBody, width?: number): string {
   const columns: Column[] = [
     { header: "agent" },
@@ -31,8 +35,11 @@ export function renderInvoice(inv: InvoiceBody, width?: number): string {
     `${l.amountCents} ¢`,
     l.rateCardId ?? "-",
   ]);
+  const time = (inv.time ?? []).map(
+    (t) => `agent ${t.agentId}: active ${msToSeconds(t.activeMs)} s, dozed ${msToSeconds(t.dozedMs)} s, hibernated ${msToSeconds(t.hibernatedMs)} s`,
+  );
   const cards = (inv.rateCards ?? []).map((c) => `card ${c.id}${c.tenantId === null ? " (default)" : ""} priced ${c.from} to ${c.to}`);
-  return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${renderTable(columns, rows, { width, rule: true })}\n${cards.map((c) => `${c}\n`).join("")}total ${inv.total} ${inv.currency}`;
+  return `invoice ${inv.id} for ${inv.month} (${inv.status}; segments received before ${inv.cutoffAt})\n${renderTable(columns, rows, { width, rule: true })}\n${[...time, ...cards].map((c) => `${c}\n`).join("")}total ${inv.total} ${inv.currency}`;
 }
 
 export function invoicesCommand(program: Command): void {

@@ -9,9 +9,16 @@ import { renderTable, terminalWidth, type Column } from "./table.ts";
 
 type Version = components["schemas"]["RateCardVersion"] & { until?: string | null };
 
-/** One version's prices on one line: `1000000 n¢/vCPU-s, 100000 n¢/GiB-s, 10000000000 n¢/GiB-month USD`. */
+/** A version's doze memory price: its own per GiB-second, or `snapshot` (the snapshot rate, per GiB-month). */
+const dozeMemoryOf = (v: Version) => (v.dozeGibSecondNanocents === null ? "snapshot" : String(v.dozeGibSecondNanocents));
+
+/**
+ * One version's prices on one line:
+ * `1000000 n¢/vCPU-s, 100000 n¢/GiB-s, 10000000000 n¢/GiB-month USD; dozing 0 n¢/vCPU-s, memory at the snapshot rate`.
+ */
 export function pricesOf(v: Version): string {
-  return `${v.vcpuSecondNanocents} n¢/vCPU-s, ${v.gibSecondNanocents} n¢/GiB-s, ${v.snapshotGibMonthNanocents} n¢/GiB-month ${v.currency}`;
+  const dozeMemory = v.dozeGibSecondNanocents === null ? "memory at the snapshot rate" : `${v.dozeGibSecondNanocents} n¢/GiB-s`;
+  return `${v.vcpuSecondNanocents} n¢/vCPU-s, ${v.gibSecondNanocents} n¢/GiB-s, ${v.snapshotGibMonthNanocents} n¢/GiB-month ${v.currency}; dozing ${v.dozeVcpuSecondNanocents} n¢/vCPU-s, ${dozeMemory}`;
 }
 
 /** The version in effect now, then a table of versions (newest first) with the instant each applies from. */
@@ -24,6 +31,8 @@ export function renderRateCards(current: Version, versions: readonly Version[], 
     { header: "vCPU-s n¢", align: "right" as const },
     { header: "GiB-s n¢", align: "right" as const },
     { header: "GiB-month n¢", align: "right" as const },
+    { header: "doze vCPU-s n¢", align: "right" as const },
+    { header: "doze GiB-s n¢", align: "right" as const },
     { header: "cur" },
     { header: "by" },
   ];
@@ -34,6 +43,8 @@ export function renderRateCards(current: Version, versions: readonly Version[], 
     String(v.vcpuSecondNanocents),
     String(v.gibSecondNanocents),
     String(v.snapshotGibMonthNanocents),
+    String(v.dozeVcpuSecondNanocents),
+    dozeMemoryOf(v),
     v.currency,
     v.createdBy ?? "",
   ]);
@@ -78,11 +89,23 @@ export function ratesCommand(program: Command): void {
     .requiredOption("--vcpu-second <nanocents>", "nano-cents per vCPU-second", price)
     .requiredOption("--gib-second <nanocents>", "nano-cents per GiB-second of memory", price)
     .requiredOption("--snapshot-gib-month <nanocents>", "nano-cents per GiB-month (730 h) of snapshot", price)
+    .option("--doze-vcpu-second <nanocents>", "nano-cents per vCPU-second while dozing (default 0)", price)
+    .option("--doze-gib-second <nanocents>", "nano-cents per GiB-second of memory while dozing (default: the snapshot rate)", price)
     .option("--currency <code>", "ISO 4217 code (default USD)")
     .option("--from <instant>", "ISO 8601 instant on a UTC quarter hour, like 2026-11-01T00:00:00Z (default: the next quarter hour)")
     .action(
       async (
-        o: { tenant?: string; default?: boolean; vcpuSecond: number; gibSecond: number; snapshotGibMonth: number; currency?: string; from?: string },
+        o: {
+          tenant?: string;
+          default?: boolean;
+          vcpuSecond: number;
+          gibSecond: number;
+          snapshotGibMonth: number;
+          dozeVcpuSecond?: number;
+          dozeGibSecond?: number;
+          currency?: string;
+          from?: string;
+        },
         cmd: Command,
       ) => {
         if ((o.tenant === undefined) === (o.default !== true)) throw usageError("name the card: --tenant <id> or --default");
@@ -92,6 +115,8 @@ export function ratesCommand(program: Command): void {
           vcpuSecondNanocents: o.vcpuSecond,
           gibSecondNanocents: o.gibSecond,
           snapshotGibMonthNanocents: o.snapshotGibMonth,
+          ...(o.dozeVcpuSecond !== undefined ? { dozeVcpuSecondNanocents: o.dozeVcpuSecond } : {}),
+          ...(o.dozeGibSecond !== undefined ? { dozeGibSecondNanocents: o.dozeGibSecond } : {}),
           ...(o.currency !== undefined ? { currency: o.currency } : {}),
           ...(o.from !== undefined ? { effectiveFrom: o.from } : {}),
         };

@@ -1,4 +1,4 @@
-// `agentvm usage`: active seconds, vCPU-seconds and GiB-seconds over a range in a time zone, as a table, CSV or JSON.
+// `agentvm usage`: active, dozed and hibernated seconds, vCPU-seconds and GiB-seconds over a range in a time zone, as a table, CSV or JSON.
 import { Option, type Command } from "commander";
 import type { components } from "../contracts/api/types.ts";
 import { ok } from "./client.ts";
@@ -19,6 +19,17 @@ export function msToSeconds(ms: number): string {
 /** MiB-ms → GiB-s with three decimals. */
 const gibSeconds = (mibMs: number) => (mibMs / 1_024_000).toFixed(3);
 
+type Sums = UsageBody["totals"];
+
+/** A row's figures in the table's order: time by state, then the active vCPU- and GiB-seconds (older answers lack the newer sums: 0). */
+const figures = (r: Sums) => [
+  msToSeconds(r.activeMs),
+  msToSeconds(r.dozedMs ?? 0),
+  msToSeconds(r.hibernatedMs ?? 0),
+  msToSeconds(r.vcpuMs),
+  gibSeconds(r.mibMs),
+];
+
 /** The usage as a table with a total row and a line naming the zone and the source, fit to `width` when given. */
 export function renderUsage(body: UsageBody, width?: number): string {
   const byAgent = body.rows.some((r) => r.agentId !== undefined);
@@ -26,11 +37,13 @@ export function renderUsage(body: UsageBody, width?: number): string {
     { header: "window start" },
     ...(byAgent ? [{ header: "agent" }] : []),
     { header: "active s", align: "right" },
+    { header: "dozed s", align: "right" },
+    { header: "hibernated s", align: "right" },
     { header: "vCPU-s", align: "right" },
     { header: "GiB-s", align: "right" },
   ];
-  const rows = body.rows.map((r) => [r.start, ...(byAgent ? [r.agentId ?? ""] : []), msToSeconds(r.activeMs), msToSeconds(r.vcpuMs), gibSeconds(r.mibMs)]);
-  rows.push(["total", ...(byAgent ? [""] : []), msToSeconds(body.totals.activeMs), msToSeconds(body.totals.vcpuMs), gibSeconds(body.totals.mibMs)]);
+  const rows = body.rows.map((r) => [r.start, ...(byAgent ? [r.agentId ?? ""] : []), ...figures(r)]);
+  rows.push(["total", ...(byAgent ? [""] : []), ...figures(body.totals)]);
   return `${renderTable(columns, rows, { width, rule: true })}\n(time zone ${body.timeZone}, from ${body.source === "rollup" ? "15-minute rollups" : "raw segments"})`;
 }
 
@@ -52,7 +65,7 @@ export function thisMonth(zone: string, now: number): { from: string; to: string
 export function usageCommand(program: Command): void {
   program
     .command("usage")
-    .description("usage over a half-open range: active seconds, vCPU-seconds, GiB-seconds (default: this month so far)")
+    .description("usage over a half-open range: active, dozed and hibernated seconds, vCPU-seconds, GiB-seconds (default: this month so far)")
     .option("--from <when>", "start (inclusive): YYYY-MM-DD (that day's start in --zone) or an ISO 8601 instant")
     .option("--to <when>", "end (exclusive), same forms")
     .option("--zone <zone>", "IANA time zone of days and hours, like Europe/Paris", "UTC")

@@ -16,6 +16,7 @@ import { createAgentRepo } from "../gateway/agents/repo.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
+import type { ExchangeObserver } from "../fleet-agent/egress/exchanges.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
 import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
@@ -25,6 +26,8 @@ import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type Node
 import { logLevelEnv } from "./config/shared.ts";
 import { readArtifact } from "../images/build/store.ts";
 import { processMetrics, randomMetricsToken } from "./metrics.ts";
+import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
+import type { DriverUpstreams } from "../fleet-agent/drivers/select.ts";
 
 export interface AllInOneConfig extends NodeGatewayConfig {
   /** Postgres URL; embedded PGlite under the data directory when unset. */
@@ -40,8 +43,12 @@ export interface AllInOneParts {
   driver: VmDriver;
   log: Logger;
   clock?: Clock;
+  /** The driver's egress proxy's observer (drivers/select.ts `exchanges`): the host's doze is bound to it. */
+  exchanges?: { bind(target: ExchangeObserver): void };
   /** An already open database (tests pass one per test file). */
   database?: Database;
+  /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
+  upstreams?: DriverUpstreams;
 }
 
 export interface System {
@@ -103,7 +110,9 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const metrics = processMetrics(cfg.metricsToken);
   let runtime;
   try {
+    const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(dataDir)) } : undefined;
     runtime = await startHostRuntime({
+      ...(upstreams ? { upstreams } : {}),
       cfg: cfg.fleet,
       hostId,
       dataDir,
@@ -114,6 +123,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       clock,
       log: log.child({ component: "fleet-agent", hostId }),
       metrics: metrics.metrics,
+      ...(parts.exchanges ? { exchanges: parts.exchanges } : {}),
     });
   } catch (err) {
     identity.release();

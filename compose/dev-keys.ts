@@ -24,35 +24,45 @@ export function ensureDevKeys(dataDir: string): Promise<DevKeys> {
 }
 
 /**
- * Loads the signing key (a private ES256 JWK) at `path`, creating it on first use (mode 0600, its directory 0700 when
- * made here). Safe when several processes start at once on one file (gateways sharing SIGNING_KEY_FILE): each writes
- * its key whole under a temporary name and links it into place, which fails when the file exists; the first link
- * wins and the others read the winner's key.
+ * Loads the signing key (a private ES256 JWK) at `path`, creating it on first use (`ensureKeyFile`: mode 0600, safe
+ * when gateways sharing SIGNING_KEY_FILE start at once).
  */
 export async function ensureSigningKey(path: string): Promise<DevKeys> {
-  if (!existsSync(path)) {
+  await ensureKeyFile(path, async () => {
     const { privateKey } = await generateKeyPair("ES256", { extractable: true });
     const jwk = await exportJWK(privateKey);
     jwk.kid = await calculateJwkThumbprint(jwk);
     jwk.alg = "ES256";
     jwk.use = "sig";
-    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-    const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
-    writeFileSync(tmp, JSON.stringify(jwk, null, 2), { mode: 0o600, flag: "wx" });
-    try {
-      linkSync(tmp, path);
-    } catch (err) {
-      // EEXIST: another process made it first (its key is the one). A filesystem without hard links: a rename that
-      // replaces; two first starts at that same instant could then end with different keys (a restart agrees again).
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP") {
-        if (!existsSync(path)) renameSync(tmp, path);
-      } else if (code !== "EEXIST") throw err;
-    } finally {
-      rmSync(tmp, { force: true });
-    }
-  }
+    return JSON.stringify(jwk, null, 2);
+  });
   return readSigningKey(path);
+}
+
+/**
+ * Makes the key file at `path` with `make()`'s content unless it exists (mode 0600, its directory 0700 when made
+ * here). Safe when several processes start at once on one file (gateways and hosts sharing it): each writes its key
+ * whole under a temporary name and links it into place, which fails when the file exists; the first link wins and
+ * the others read the winner's key.
+ */
+export async function ensureKeyFile(path: string, make: () => Promise<string>): Promise<void> {
+  if (existsSync(path)) return;
+  const content = await make();
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+  writeFileSync(tmp, content, { mode: 0o600, flag: "wx" });
+  try {
+    linkSync(tmp, path);
+  } catch (err) {
+    // EEXIST: another process made it first (its key is the one). A filesystem without hard links: a rename that
+    // replaces; two first starts at that same instant could then end with different keys (a restart agrees again).
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EPERM" || code === "ENOTSUP" || code === "EOPNOTSUPP") {
+      if (!existsSync(path)) renameSync(tmp, path);
+    } else if (code !== "EEXIST") throw err;
+  } finally {
+    rmSync(tmp, { force: true });
+  }
 }
 
 /** The signing key at `path` (a private JWK as ensureSigningKey writes it); a clear error when it is not one. */

@@ -17,6 +17,7 @@ import { databaseCheck } from "../schema/db-errors.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
+import type { ExchangeObserver } from "../fleet-agent/egress/exchanges.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
 import { claimHost, registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
@@ -27,7 +28,9 @@ import { readArtifact } from "../images/build/store.ts";
 import { metricsEnv, processMetrics } from "./metrics.ts";
 import { proxyLimitsEnv } from "../gateway/config.ts";
 import { defaultHostHealth } from "../gateway/hosts/routes.ts";
-import { clockSkewEnv, componentEnv, logLevelEnv, processEnv } from "./config/shared.ts";
+import { clockSkewEnv, componentEnv, logLevelEnv, processEnv, upstreamKeyEnv } from "./config/shared.ts";
+import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
+import type { DriverUpstreams } from "../fleet-agent/drivers/select.ts";
 import { createConnPolicy, defaultClientLimits, type BodyRule, type ConnPolicyConfig } from "../lib/node-conn-policy.ts";
 import { clientLimitsEnv, clientLimitsOf } from "./client-limits.ts";
 import { hostOpPaths } from "../contracts/host-protocol.ts";
@@ -50,6 +53,8 @@ export interface FleetAgentDaemonConfig {
   publicUrl: string | undefined;
   /** Shared with the gateways: they sign every call to this host with it. */
   componentSecret: string;
+  /** UPSTREAM_KEY_FILE: the key upstreams' secret headers are opened with (the gateways seal with it). Unset: `<dataDir>/keys/upstream-key`. */
+  upstreamKeyFile?: string;
   /** Memory this host offers to awake agents, MiB (placement's room). */
   capacityMiB: number;
   heartbeatIntervalMs: number;
@@ -95,6 +100,7 @@ export const fleetAgentDaemonEnv = z.object({
   ...logLevelEnv.shape,
   ...processEnv.shape,
   COMPONENT_SECRET: required(componentEnv.shape.COMPONENT_SECRET, "the secret gateways sign host calls with"),
+  ...upstreamKeyEnv.shape,
   ...databaseEnv.omit({ DB_MAX_CONNECTIONS: true }).shape,
   DATABASE_URL: required(databaseEnv.shape.DATABASE_URL, "the Postgres that gateways and hosts share"),
   ...daemonEnv.shape,
@@ -123,6 +129,7 @@ export function daemonConfigOf(v: FleetAgentDaemonSettings): FleetAgentDaemonCon
     hostname: v.BIND_ADDRESS,
     publicUrl: v.PUBLIC_URL,
     componentSecret: v.COMPONENT_SECRET,
+    upstreamKeyFile: resolve(v.UPSTREAM_KEY_FILE ?? upstreamKeyPath(resolve(v.DATA_DIR))),
     capacityMiB: v.HOST_CAPACITY_MIB ?? Math.floor(totalmem() / 1024 / 1024),
     heartbeatIntervalMs: v.HEARTBEAT_INTERVAL_MS,
     maxClockSkewMs: v.MAX_CLOCK_SKEW_MS,
@@ -151,8 +158,12 @@ export interface FleetAgentParts {
   /** The VM driver (the edge selects it from DRIVER). */
   driver: VmDriver;
   clock?: Clock;
+  /** The driver's egress proxy's observer (drivers/select.ts `exchanges`): the host's doze is bound to it. */
+  exchanges?: { bind(target: ExchangeObserver): void };
   /** An already open database (tests); closed by its owner. */
   database?: Database;
+  /** The driver's upstream path (drivers/select.ts `SelectedDriver.upstreams`); none: VMs here reach no upstreams. */
+  upstreams?: DriverUpstreams;
 }
 
 export interface FleetAgentDaemon {
@@ -194,6 +205,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
   let runtime;
   try {
+    const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir)) } : undefined;
     runtime = await startHostRuntime({
       cfg: cfg.fleet,
       hostId,
@@ -205,6 +217,8 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
       clock,
       log: hostLog,
       metrics,
+      ...(upstreams ? { upstreams } : {}),
+      ...(parts.exchanges ? { exchanges: parts.exchanges } : {}),
     });
   } catch (err) {
     identity.release();

@@ -24,6 +24,11 @@ import { defaultHostHealth, hostRoutes } from "../gateway/hosts/routes.ts";
 import { createImageRepo } from "../images/repo.ts";
 import { createImageRoutes } from "../images/routes.ts";
 import type { ImageBuilder } from "../images/builds.ts";
+import { createUpstreamStore } from "../gateway/upstreams/store.ts";
+import { upstreamRoutes } from "../gateway/upstreams/routes.ts";
+import { createOperationRepo } from "../gateway/operations/repo.ts";
+import { operationRoutes } from "../gateway/operations/routes.ts";
+import { importSealKey } from "../lib/seal.ts";
 
 export interface GatewayAppDeps {
   db: Db;
@@ -46,6 +51,8 @@ export interface GatewayAppDeps {
   onWebhookQueued: () => void;
   /** What `GET /v1/hosts` judges a host's health by (HOST_LIVE_WINDOW_MS and the allowed clock skew, ms); none: `defaultHostHealth`. */
   hostHealth?: { liveWindowMs: number; maxClockSkewMs: number };
+  /** The 32-byte key upstreams' secret headers are sealed with (compose/upstream-key.ts); none: the upstream routes answer 501. */
+  upstreamKey?: Uint8Array;
 }
 
 export interface GatewayApp {
@@ -109,6 +116,13 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     invalidateAgent: (id) => proxy.invalidate(id),
     maxBodyBytes: deps.config.maxApiBodyBytes,
   });
+  const upstreamKey = deps.upstreamKey;
+  let sealKey: Promise<CryptoKey> | undefined;
+  const upstreams = upstreamRoutes({
+    store: upstreamKey ? createUpstreamStore(db, audit, () => (sealKey ??= importSealKey(upstreamKey))) : undefined,
+    clock,
+  });
+  const operations = operationRoutes({ agents, operations: createOperationRepo(db) });
   const health = deps.hostHealth ?? defaultHostHealth;
   const hosts = hostRoutes({ hosts: createHostRepo(db, { liveWindowMs: health.liveWindowMs }), audit, clock, maxClockSkewMs: health.maxClockSkewMs });
   const app = createGateway({
@@ -120,7 +134,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     log: gatewayLog,
     config: deps.config,
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
-    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes, hosts],
+    routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes, hosts, upstreams, operations],
     imageCatalog: imageRepo,
     checkpoints: createCheckpointRepo(db),
     settings,

@@ -26,9 +26,10 @@ import type { NodeFleet } from "../gateway/node/fleet.ts";
 import { nodeClientIp, serveNode, type NodeServer } from "../gateway/node/serve.ts";
 import type { ClientLimits } from "../lib/node-conn-policy.ts";
 import { clientLimitsEnv, clientLimitsOf } from "./client-limits.ts";
-import { componentEnv, processEnv } from "./config/shared.ts";
+import { componentEnv, processEnv, upstreamKeyEnv } from "./config/shared.ts";
 import { devKeyPath, ensureSigningKey, type DevKeys } from "./dev-keys.ts";
 import { assembleGatewayApp, defaultMaxImageUploadBytes } from "./gateway-app.ts";
+import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
 import type { ImageBuilder } from "../images/builds.ts";
 import { metricsEnv, processMetrics, type ProcessMetrics } from "./metrics.ts";
 
@@ -43,6 +44,8 @@ export interface NodeGatewayConfig {
    * Unset: `<dataDir>/keys/dev-signing-key.json`.
    */
   signingKeyFile?: string;
+  /** UPSTREAM_KEY_FILE: the key upstreams' secret headers are sealed with (compose/upstream-key.ts). Unset: `<dataDir>/keys/upstream-key`. */
+  upstreamKeyFile?: string;
   /** JWKS_FILE: a JWKS document (public keys only) user tokens are verified with, read at start; after JWKS_URL and JWKS_JSON. */
   jwksFile?: string;
   gateway: GatewayConfig;
@@ -92,6 +95,7 @@ export const nodeGatewayEnv = z.object({
 export const nodeGatewayProgramEnv = z.object({
   ...processEnv.shape,
   ...componentEnv.shape,
+  ...upstreamKeyEnv.shape,
   ...nodeGatewayEnv.shape,
   ...metricsEnv.shape,
   ...clientLimitsEnv.shape,
@@ -112,6 +116,7 @@ export function nodeGatewayConfigOf(v: NodeGatewaySettings, images: readonly str
     hostname: v.BIND_ADDRESS,
     dataDir,
     signingKeyFile: resolve(v.SIGNING_KEY_FILE ?? devKeyPath(dataDir)),
+    upstreamKeyFile: resolve(v.UPSTREAM_KEY_FILE ?? upstreamKeyPath(dataDir)),
     ...(v.JWKS_FILE ? { jwksFile: resolve(v.JWKS_FILE) } : {}),
     gateway,
     auth,
@@ -201,6 +206,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
   const signingKeyFile = cfg.signingKeyFile ?? devKeyPath(cfg.dataDir);
   const keys = await ensureSigningKey(signingKeyFile);
   const auth = await authenticatorFor(cfg.auth, keys, { signingKeyFile, jwksFile: cfg.jwksFile }, log);
+  const upstreamKey = await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir));
   let worker: DeliveryWorker | undefined;
   const { app, proxy, webhookDeps } = assembleGatewayApp({
     ...(parts.hostHealth ? { hostHealth: parts.hostHealth } : {}),
@@ -212,6 +218,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
     config: cfg.gateway,
     webhooks: cfg.webhooks,
     componentKey: cfg.componentKey,
+    upstreamKey,
     ...(parts.imageBuilder ? { imageBuilder: parts.imageBuilder } : {}),
     maxImageUploadBytes: cfg.maxImageUploadBytes,
     clientIp: nodeClientIp,

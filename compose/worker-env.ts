@@ -2,7 +2,8 @@
 import type { JSONWebKeySet } from "jose";
 import { z } from "zod";
 import { AppError } from "../lib/errors.ts";
-import { envDocs, envProblems, required, vars, type Env } from "../lib/env.ts";
+import { envDocs, envProblems, envVar, required, vars, type Env } from "../lib/env.ts";
+import { parseSealKey } from "../lib/seal.ts";
 import { upstreamEnv } from "../lib/shared-env.ts";
 import { databaseEnv } from "../schema/postgres.ts";
 import type { LogLevel } from "../lib/log.ts";
@@ -30,6 +31,8 @@ export interface WorkerConfig {
   /** Hyperdrive's connection string (a new postgres.js client per request: Workers share no sockets across requests). */
   connectionString: string;
   componentKey: Uint8Array;
+  /** UPSTREAM_KEY; none: the upstream routes answer 501. */
+  upstreamKey: Uint8Array | undefined;
   gateway: GatewayConfig;
   auth: Omit<GatewayAuthConfig, "jwksUrl" | "jwksJson">;
   keys: { jwksUrl: string } | { jwks: JSONWebKeySet };
@@ -60,6 +63,17 @@ envDocs.add(hyperdrive, {
 /** The Worker's own variables. */
 export const workerOnlyEnv = z.object({
   HYPERDRIVE: hyperdrive,
+  UPSTREAM_KEY: envVar(
+    {
+      type: "secret (base64url)",
+      default: "(unset: the upstream routes answer 501)",
+      doc: "the 32-byte key upstreams' secret headers are sealed with: the content of the hosts' `UPSTREAM_KEY_FILE` (`wrangler secret put UPSTREAM_KEY`)",
+    },
+    (raw, fail) => {
+      if (raw === undefined || raw === "") return undefined;
+      return parseSealKey(raw) ?? fail("must be 32 bytes written as base64url (the content of UPSTREAM_KEY_FILE)");
+    },
+  ),
   WEBHOOK_CRON_BUDGET_MS: vars.int({
     fallback: 25_000,
     min: 1000,
@@ -125,6 +139,7 @@ export function parseWorkerEnv(bindings: WorkerBindings): ParsedWorkerEnv {
     config: {
       connectionString: v.HYPERDRIVE,
       componentKey: componentKey(v.COMPONENT_SECRET),
+      upstreamKey: v.UPSTREAM_KEY,
       gateway,
       auth,
       keys,

@@ -78,6 +78,7 @@ function isolateFor(env: WorkerBindings): Isolate {
       },
       webhooks: config.webhooks,
       componentKey: config.componentKey,
+      ...(config.upstreamKey ? { upstreamKey: config.upstreamKey } : {}),
       clientIp: (c) => c.req.header("cf-connecting-ip"),
       // A stored delivery is attempted right after the 202 (waitUntil); the cron picks up whatever that leaves.
       onWebhookQueued: () => scope.getStore()?.background.add(createDeliveryWorker(iso!.gateway!.webhookDeps).runOnce()),

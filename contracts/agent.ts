@@ -84,6 +84,8 @@ export const wakeTimingKeys = [
 /** What a transition cost, as the VM event log keeps it: a wake's parts and its total (`wakeMs`), or a snapshot's time and size (billing prices snapshot storage from `snapshotBytes`). */
 export interface TransitionTimings extends WakeTimings {
   wakeMs?: number;
+  /** A resume from `dozing`: how long the VM dozed (its clock fix is `clockFixMs`). */
+  dozeMs?: number;
   snapshotMs?: number;
   snapshotBytes?: number;
 }

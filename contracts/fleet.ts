@@ -9,6 +9,11 @@ export interface ForwardContext {
   reason: WakeReason;
   /** Aborts the upstream call when the client goes away. */
   signal?: AbortSignal;
+  /**
+   * The agent's response and idle timeouts, for a fleet that applies them itself where the VM runs (`appliesLimits`):
+   * only its host knows how long the VM dozed (fleet-agent/host/doze.ts), time that counts towards neither.
+   */
+  limits?: SocketLimits;
 }
 
 /** The agent's limits a relayed WebSocket obeys: no byte either way for `proxyIdleTimeoutMs` closes it (1001); the agent's handshake answer within `responseTimeoutMs`. */
@@ -18,6 +23,11 @@ export interface SocketLimits {
 }
 
 export interface Fleet {
+  /**
+   * The fleet applies an agent's response and idle timeouts itself, by the host where the VM runs, when `forward` gets
+   * them (`ForwardContext.limits`); the gateway then sets no timer of its own (it cannot see the VM doze). A remote fleet.
+   */
+  readonly appliesLimits?: boolean;
   /**
    * Sends `req` (URL = the path inside the agent; headers already forwarded) to the agent, waking it first.
    * The response streams; it carries `x-wake` and `server-timing` with the wake breakdown.

@@ -14,7 +14,20 @@ export const hostErrorHeader = "x-agentvm-error";
  * another operation, or (for forward) another method or path.
  */
 export type HostCall =
-  | { op: "forward"; agent: AgentSpec; reason: WakeReason; method: string; path: string; requestId: string }
+  /**
+   * A call forwarded to the agent. With the agent's limits the host applies them (time the VM dozed counts towards
+   * neither); without, its own upstream timeout (an older gateway).
+   */
+  | {
+      op: "forward";
+      agent: AgentSpec;
+      reason: WakeReason;
+      method: string;
+      path: string;
+      requestId: string;
+      responseTimeoutMs?: number;
+      proxyIdleTimeoutMs?: number;
+    }
   /** A WebSocket upgrade (GET with `Upgrade: websocket`) relayed by the host; the limits are the gateway's for this agent. */
   | { op: "websocket"; agent: AgentSpec; reason: WakeReason; path: string; requestId: string; proxyIdleTimeoutMs: number; responseTimeoutMs: number }
   | { op: "wake"; agent: AgentSpec; reason: WakeReason }
@@ -78,6 +91,10 @@ export async function verifyHostCall(key: Uint8Array, hostId: string, token: str
   return call;
 }
 
+function optPositiveInt(v: unknown): boolean {
+  return v === undefined || (Number.isInteger(v) && (v as number) > 0);
+}
+
 function isHostCall(v: unknown): v is HostCall {
   if (typeof v !== "object" || v === null) return false;
   const c = v as Record<string, unknown>;
@@ -85,7 +102,16 @@ function isHostCall(v: unknown): v is HostCall {
   const optStr = (k: string) => c[k] === undefined || str(k);
   switch (c.op) {
     case "forward":
-      return isAgentSpec(c.agent) && isReason(c.reason) && str("method") && typeof c.path === "string" && c.path.startsWith("/") && str("requestId");
+      return (
+        isAgentSpec(c.agent) &&
+        isReason(c.reason) &&
+        str("method") &&
+        typeof c.path === "string" &&
+        c.path.startsWith("/") &&
+        str("requestId") &&
+        optPositiveInt(c.responseTimeoutMs) &&
+        optPositiveInt(c.proxyIdleTimeoutMs)
+      );
     case "websocket":
       return (
         isAgentSpec(c.agent) &&

@@ -1,4 +1,4 @@
-// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran, what put it to sleep), its log's tail, its usage plots.
+// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran and dozed, what put it to sleep), its last operations (calls through upstreams), its log's tail, its usage plots.
 import { useState } from "preact/hooks";
 import { getJson, getText, withQuery } from "./api.ts";
 import { ago, browserZone, formatMs, localDate, localTime } from "./format.ts";
@@ -6,6 +6,7 @@ import { usePoll } from "./poll.ts";
 import { hrefs, Link } from "./route.tsx";
 import { StateBadge } from "./Agents.tsx";
 import { UsagePlots } from "./UsagePlots.tsx";
+import { Operations } from "./Operations.tsx";
 import type { Agent, Rates, Run, RunsPage, UsageReport } from "./types.ts";
 
 const runsPerPage = 20;
@@ -59,6 +60,7 @@ export function AgentPage(props: { id: string }) {
         </p>
       ) : null}
       <Runs path={path} />
+      <Operations path={path} />
       <AgentUsage id={props.id} />
       <Logs path={path} />
     </main>
@@ -109,6 +111,7 @@ function Runs(props: { path: string }) {
               <th title="from the wake's start to the first byte of the answer">First byte</th>
               <th>Ran for</th>
               <th>Active</th>
+              <th title="vCPUs stopped while every open call waited on an outbound call (a model call): not active time">Dozed</th>
               <th>Put to sleep by</th>
             </tr>
           </thead>
@@ -127,6 +130,7 @@ function Runs(props: { path: string }) {
                 <td data-timing="firstByteMs">{timing(r.timings.firstByteMs)}</td>
                 <td>{r.awakeMs !== null ? formatMs(r.awakeMs) : `${formatMs(Math.max(0, now - Date.parse(r.wokeAt)))} so far`}</td>
                 <td>{formatMs(r.activeMs)}</td>
+                <td data-testid="run-dozed">{formatMs(r.dozedMs)}</td>
                 <td>{r.sleepReason ?? <span class="muted">awake</span>}</td>
               </tr>
             ))}

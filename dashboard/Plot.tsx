@@ -15,7 +15,7 @@ export interface PlotProps {
   format: (value: number) => string;
   /** Values are whole units (micro-units of money): the axis steps by at least 1. */
   integer?: boolean;
-  kind: "active" | "cost";
+  kind: "active" | "dozed" | "cost";
 }
 
 export function Plot(props: PlotProps) {

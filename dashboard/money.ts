@@ -16,11 +16,27 @@ function whole(n: number): bigint {
   return BigInt(Math.max(0, Math.trunc(n)));
 }
 
-/** What `usage` costs at `rates`, in micro-units of the currency, rounded once, half up. */
-export function costMicros(usage: { vcpuMs: number; mibMs: number }, rates: { vcpuSecondNanocents: number; gibSecondNanocents: number }): bigint {
-  // in nano-cents × 1,024,000: vCPU-ms × (price per vCPU-second ÷ 1000) + MiB-ms × (price per GiB-second ÷ 1,024,000)
-  const scaled = whole(usage.vcpuMs) * BigInt(rates.vcpuSecondNanocents) * 1024n + whole(usage.mibMs) * BigInt(rates.gibSecondNanocents);
-  return roundHalfUp(scaled, mibMsPerGibSecond * nanocentsPerMicro);
+/** Seconds in the month snapshot storage is priced per (730 h): dozing memory without a price of its own costs the snapshot rate. */
+const storageMonthSeconds = 2_628_000n;
+
+/**
+ * What `usage` costs at `rates`, in micro-units of the currency, rounded once, half up: active vCPUs and memory, and
+ * dozing memory (at the card's doze GiB-second price, or null: its snapshot GiB-month rate). Dozing vCPU-ms are not in
+ * the usage report (their price is 0 unless a card says otherwise): the invoice's doze_vcpu line has them.
+ */
+export function costMicros(
+  usage: { vcpuMs: number; mibMs: number; dozedMibMs?: number },
+  rates: { vcpuSecondNanocents: number; gibSecondNanocents: number; snapshotGibMonthNanocents?: number; dozeGibSecondNanocents?: number | null },
+): bigint {
+  // in nano-cents × 1,024,000 × 2,628,000: vCPU-ms × (price per vCPU-second ÷ 1000) + MiB-ms × (price per GiB-second ÷
+  // 1,024,000) + dozing MiB-ms × (price per GiB-second ÷ 1,024,000, or per GiB-month ÷ 1,024,000 × 2,628,000)
+  const active = whole(usage.vcpuMs) * BigInt(rates.vcpuSecondNanocents) * 1024n + whole(usage.mibMs) * BigInt(rates.gibSecondNanocents);
+  const dozedMibMs = whole(usage.dozedMibMs ?? 0);
+  const dozing =
+    rates.dozeGibSecondNanocents === null || rates.dozeGibSecondNanocents === undefined
+      ? dozedMibMs * BigInt(rates.snapshotGibMonthNanocents ?? 0)
+      : dozedMibMs * BigInt(rates.dozeGibSecondNanocents) * storageMonthSeconds;
+  return roundHalfUp(active * storageMonthSeconds + dozing, mibMsPerGibSecond * storageMonthSeconds * nanocentsPerMicro);
 }
 
 /** Micro-units as a decimal: `1234567n` → `"1.234567"`, trailing zeros cut down to two decimals (`"0.50"`). */

@@ -11,3 +11,5 @@ export type UsageRow = UsageReport["rows"][number];
 export type Rates = Schemas["Rates"];
 export type InvoiceLine = Schemas["Invoice"]["lines"][number];
 export type Invoice = Schemas["Invoice"];
+export type Operation = Schemas["Operation"];
+export type OperationsPage = Schemas["OperationList"];

@@ -23,6 +23,8 @@ import { createDirArtifactStore } from "./artifacts/dir-store.ts";
 import { createDbCommitStore } from "./artifacts/commits.ts";
 import type { ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
+import { serveUpstreams, type HostUpstreams } from "./upstreams/serve.ts";
+import type { ExchangeObserver } from "./egress/exchanges.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -30,7 +32,7 @@ export interface HostRuntime {
   meter: Meter;
   fleet: LocalFleet;
   /**
-   * Shutdown order: the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
+   * Shutdown order: async upstream calls under way finish (bounded by the drain timeout) or lapse → the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
    * driver release what it holds and flushes its event log (hibernating closes open WebSockets with 1001) → the
    * meter closes open segments (reason shutdown) and ships what it can (the spool keeps the rest for the next
    * start) → relayed WebSockets still open are closed, pooled agent connections close.
@@ -64,6 +66,10 @@ export async function startHostRuntime(opts: {
   log: Logger;
   /** Where the host and its meter count (wakes, snapshots, VMs, the spool); none: nowhere. */
   metrics?: Metrics;
+  /** The driver's upstream path to serve (a qemu driver's egress proxy), with its key; none: VMs here reach no upstreams. */
+  upstreams?: HostUpstreams;
+  /** The driver's egress proxy's observer (drivers/select.ts), bound here to the host's doze once the host exists. */
+  exchanges?: { bind(target: ExchangeObserver): void };
 }): Promise<HostRuntime> {
   const { cfg, hostId, dataDir, clock, log } = opts;
   const startedAt = new Date(clock.now());
@@ -111,6 +117,7 @@ export async function startHostRuntime(opts: {
       drainTimeoutMs: cfg.drainTimeoutMs,
       hibernateRetry: cfg.hibernateRetry,
       logs: cfg.logs,
+      doze: cfg.doze,
     },
     driver: opts.driver,
     images: opts.images,
@@ -123,6 +130,18 @@ export async function startHostRuntime(opts: {
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
   });
   hostRef = host;
+  const upstreams = opts.upstreams
+    ? serveUpstreams(opts.upstreams, {
+        db: opts.db,
+        owner: (vmId) => host.vmOwner(vmId),
+        hostId,
+        dataDir,
+        artifactStoreDir: cfg.artifacts.storeDir,
+        clock,
+        log,
+      })
+    : undefined;
+  opts.exchanges?.bind(host.exchanges);
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
   // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
   // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the
@@ -143,6 +162,7 @@ export async function startHostRuntime(opts: {
   );
   await recovery.firstAttempt;
   await host.start();
+  upstreams?.runner.start();
   return {
     hostId,
     host,
@@ -150,6 +170,8 @@ export async function startHostRuntime(opts: {
     fleet,
     async stop() {
       recovery.stop();
+      // Async upstream calls get the drain's time to finish; the rest lapse and are taken over (async-runner.ts).
+      await upstreams?.runner.stop(cfg.drainTimeoutMs);
       await host.stop();
       await meter.stop();
       await fleet.close();

@@ -6,6 +6,7 @@ import type { LocalFleetOptions } from "./local-fleet.ts";
 import type { DriverChoice } from "./drivers/select.ts";
 import type { HibernateRetry } from "./reaper.ts";
 import type { LogLimits } from "./agent-logs.ts";
+import type { DozeConfig } from "./host/doze.ts";
 
 export interface FleetAgentConfig {
   hostId: string | undefined;
@@ -22,6 +23,8 @@ export interface FleetAgentConfig {
   /** When agents' logs (console + workload output) are rotated. */
   logs: LogLimits;
   upstream: LocalFleetOptions;
+  /** When a VM whose open calls all wait on outbound calls stops its vCPUs, and for how long at most (host/doze.ts). */
+  doze: DozeConfig;
   /** The artifact store shared by hosts (a directory every host mounts); no `storeDir`: snapshots stay on their host. */
   artifacts: { storeDir: string | undefined; cacheDir: string | undefined };
 }
@@ -72,6 +75,18 @@ export const fleetAgentEnv = z.object({
     unit: "ms",
     doc: "how often the host looks at its awake agents' logs (and at one on every read); a log passes its limit by at most what the agent writes meanwhile",
   }),
+  DOZE_AFTER_MS: vars.int({
+    fallback: 200,
+    min: 0,
+    unit: "ms",
+    doc: "a running VM dozes (its vCPUs stop, its connections stay) once, for this long, every call it has open waited on an outbound call through the egress proxy with no answer byte, no inbound byte, no lease and an idle guest CPU; `0`: VMs never doze",
+  }),
+  DOZE_MAX_MS: vars.int({
+    fallback: 60_000,
+    min: 100,
+    unit: "ms",
+    doc: "the longest doze: then the VM runs again (its own timers get a turn) and may doze again after `DOZE_AFTER_MS`",
+  }),
   ARTIFACT_STORE_DIR: vars.optStr({
     type: "path",
     default: "(unset: snapshots stay on their host)",
@@ -95,6 +110,7 @@ export function fleetAgentConfigOf(v: FleetAgentSettings): FleetAgentConfig {
     hibernateRetry: { initialMs: v.HIBERNATE_RETRY_MS, maxMs: v.HIBERNATE_RETRY_MAX_MS },
     logs: { maxBytes: v.LOG_MAX_BYTES, rotateIntervalMs: v.LOG_ROTATE_INTERVAL_MS },
     upstream: { connectTimeoutMs: v.UPSTREAM_CONNECT_TIMEOUT_MS, headersTimeoutMs: v.UPSTREAM_HEADERS_TIMEOUT_MS },
+    doze: { afterMs: v.DOZE_AFTER_MS, maxMs: v.DOZE_MAX_MS },
     artifacts: { storeDir: v.ARTIFACT_STORE_DIR, cacheDir: v.ARTIFACT_CACHE_DIR },
   };
 }

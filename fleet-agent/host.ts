@@ -3,12 +3,14 @@ import { dirname, join } from "node:path";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { isId } from "../lib/ids.ts";
+import type { VmEntry } from "./vm-entry.ts";
 import type { Logger } from "../lib/log.ts";
 import { noopMetrics, type Metrics } from "../lib/metrics.ts";
 import type { DriverTemplate, VmDriver } from "./drivers/driver.ts";
 import type { HostStore } from "./store.ts";
 import type { Rollback } from "./recovery.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
+import type { ExchangeObserver } from "./egress/exchanges.ts";
 import type { ActivityListener } from "./activity.ts";
 import { EventLog } from "./event-log.ts";
 import { nodeHostFs, type HostFs } from "./host-fs.ts";
@@ -21,6 +23,7 @@ import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./a
 import type { CheckpointRecord, CheckpointStore } from "./checkpoints.ts";
 import type { SnapshotShipper } from "./artifacts/shipper.ts";
 import { Checkpointer } from "./host/checkpointer.ts";
+import { DozeController, type DozeConfig } from "./host/doze.ts";
 import { Drain } from "./host/drain.ts";
 import { Eviction } from "./host/eviction.ts";
 import { Fencing } from "./host/fencing.ts";
@@ -54,6 +57,8 @@ export interface HostConfig {
   logs?: LogLimits;
   /** Where checkpoints' files go (`<dir>/<ckp_id>`); default `checkpoints` beside `vmsDir`. */
   checkpointsDir?: string;
+  /** When a VM whose open calls all wait on outbound calls dozes (host/doze.ts); default: never (`afterMs` 0). */
+  doze?: DozeConfig;
 }
 
 export interface HostDeps {
@@ -96,6 +101,7 @@ export class Host {
   private readonly fencing: Fencing;
   private readonly hibernation: Hibernation;
   private readonly waking: Waking;
+  private readonly doze: DozeController;
 
   constructor(deps: HostDeps) {
     this.deps = deps;
@@ -119,6 +125,9 @@ export class Host {
     this.startup = new Startup({ vmsDir, checkpointsDir, fs, driver, log, vms, ...checkpointStore });
     this.drain = new Drain({ clock, log, drainTimeoutMs: config.drainTimeoutMs, inFlight: () => vms.inFlight() });
     const leased = (spec: AgentSpec) => this.fencing.leased(spec);
+    // A dozing VM runs again before anything that needs it as it is (a checkpoint, a snapshot, shutdown): reason `api`.
+    const resumeDozing = (entry: VmEntry) => this.doze.resumeFor(entry, "api");
+    const left = (entry: VmEntry) => this.doze.left(entry);
     const checkpoints = (this.checkpoints = new Checkpointer({
       hostId,
       clock,
@@ -129,11 +138,12 @@ export class Host {
       lifecycle,
       metering,
       leased,
+      resumeDozing,
       ...checkpointStore,
     }));
     const checkpointBusy = (agentId: string) => checkpoints.busy(agentId);
     const removeCheckpointsOf = (agentId: string) => checkpoints.removeCheckpointsOf(agentId);
-    const eviction = (this.eviction = new Eviction({ driver, log, vms, lifecycle, metering, generations, checkpointBusy, removeCheckpointsOf }));
+    const eviction = (this.eviction = new Eviction({ driver, log, vms, lifecycle, metering, generations, checkpointBusy, removeCheckpointsOf, left }));
     const fencing = (this.fencing = new Fencing({ hostId, vmsDir, clock, fs, store: deps.store, vms, generations, eviction }));
     const checkpointWorkOn = (agentId: string) => checkpoints.has(agentId);
     this.hibernation = new Hibernation({ clock, log, metrics, driver, events, lifecycle, metering, ...hibernateRetry, ...shipper, checkpointWorkOn });
@@ -158,6 +168,25 @@ export class Host {
       ownerCheck: (entry) => fencing.ownerCheck(entry),
       checkpointBusy,
       released: () => this.drain.released(),
+      resumeDozing: (entry, reason) => this.doze.resumeFor(entry, reason === "boot" ? "api" : reason),
+      left,
+    });
+    this.doze = new DozeController({
+      clock,
+      log,
+      metrics,
+      driver,
+      lifecycle,
+      metering,
+      config: config.doze ?? { afterMs: 0, maxMs: 60_000 },
+      cpuBusyThreshold: config.cpuBusyThreshold,
+      entryOf: (vmId) => vms.byVmId(vmId),
+      held: (entry) => this.stopping || checkpoints.has(entry.spec.id),
+      // A VM that could not run again is a crash: recorded as one, then its process (still there, paused) is stopped.
+      crashed: (entry, vm, detail) => {
+        this.waking.crashed(entry, vm, detail);
+        void driver.stop(vm).catch((err) => log.warn("stopping a VM that could not resume failed", { agentId: entry.spec.id, err }));
+      },
     });
     this.reaper = new IdleReaper({
       clock,
@@ -175,7 +204,8 @@ export class Host {
       vms: () => vms.values(),
       hibernate: (entry, reason) => {
         for (const t of [...entry.tickets]) t.hibernating();
-        void this.hibernation.hibernate(entry, reason);
+        const resumed = resumeDozing(entry);
+        void (resumed ? resumed.then(() => this.hibernation.hibernate(entry, reason)) : this.hibernation.hibernate(entry, reason));
       },
       draining: () => this.drain.isDraining,
     });
@@ -188,7 +218,9 @@ export class Host {
     });
     // States, read when scraped: nothing to keep in step with the transitions.
     this.unregisterGauges = [
+      // A dozing VM is not awake (its vCPUs are stopped, it is not active time): it has a gauge of its own.
       metrics.gauge("agentvm_vms_awake", () => vms.count((s) => s === "running" || s === "snapshotting")),
+      metrics.gauge("agentvm_vms_dozing", () => vms.count((s) => s === "dozing")),
       metrics.gauge("agentvm_vms_hibernated", () => vms.count((s) => s === "hibernated")),
     ];
   }
@@ -199,6 +231,11 @@ export class Host {
 
   get driverName(): string {
     return this.deps.driver.name;
+  }
+
+  /** What the egress proxy tells about the VMs' outbound exchanges: the doze's input (host/doze.ts). */
+  get exchanges(): ExchangeObserver {
+    return this.doze;
   }
 
   /** Cleans up VM processes an earlier host process left behind (their snapshots stay), then starts the reaper. */
@@ -230,6 +267,7 @@ export class Host {
       await this.checkpoints.busy(entry.spec.id);
       await entry.wake?.catch(() => undefined);
       await entry.hibernation?.promise;
+      await this.doze.resumeFor(entry, "api"); // a dozing VM's snapshot is taken running, as any other's
       if (entry.state === "running") await this.hibernation.hibernate(entry, "shutdown");
     }
     await this.deps.shipper?.flush(); // the last hibernations' commits read the driver's files
@@ -262,6 +300,13 @@ export class Host {
       lastActivityAt: e.lastActivityAt,
       ...(e.lastHibernateError ? { lastHibernateError: e.lastHibernateError } : {}),
     };
+  }
+
+  /** Whose VM `vmId` is now: its agent, tenant and run (the egress proxy's upstream path asks); undefined when not known here. */
+  vmOwner(vmId: string): { agentId: string; tenantId: string; runId: string | undefined } | undefined {
+    const e = this.vms.get(`agt_${vmId.replace(/^vm_/, "")}`) ?? [...this.vms.values()].find((v) => v.vmSpec.vmId === vmId);
+    if (!e || e.vmSpec.vmId !== vmId) return undefined;
+    return { agentId: e.spec.id, tenantId: e.spec.tenantId, runId: e.runId };
   }
 
   /**
@@ -302,9 +347,11 @@ export class Host {
     await this.checkpoints.busy(agentId);
     await entry.wake?.catch(() => undefined);
     if (entry.hibernation) await entry.hibernation.promise;
-    if (entry.state !== "running") return entry.state;
+    if (entry.state !== "running" && entry.state !== "dozing") return entry.state;
     const waiting = entry.tickets.filter((t) => t.phase === "waiting").length;
     if (waiting > 0) throw new AppError("conflict", `agent ${agentId} has ${waiting} request(s) in flight`);
+    await this.doze.resumeFor(entry, "api"); // no call waits on it: it dozes for an outbound call of its own
+    if (entry.state !== "running") return entry.state;
     for (const t of [...entry.tickets]) t.hibernating();
     await this.hibernation.hibernate(entry, "api");
     return entry.state;

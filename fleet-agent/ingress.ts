@@ -72,7 +72,10 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
       init.duplex = "half";
     }
     const req = new Request(new URL(call.path, "http://agent"), init);
-    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal });
+    const { responseTimeoutMs, proxyIdleTimeoutMs } = call;
+    // The gateway's limits for the agent, applied here where the VM's doze is known (local-fleet.ts).
+    const limits = responseTimeoutMs !== undefined && proxyIdleTimeoutMs !== undefined ? { limits: { responseTimeoutMs, proxyIdleTimeoutMs } } : {};
+    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal, ...limits });
     return new Response(res.body, { status: res.status, statusText: res.statusText, headers: withoutHopByHop(res.headers) });
   });
 

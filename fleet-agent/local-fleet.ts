@@ -60,15 +60,18 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
         pipelining: 1,
         keepAliveTimeout: 30_000,
         connectTimeout: opts.connectTimeoutMs,
-        headersTimeout: opts.headersTimeoutMs,
-        bodyTimeout: 0, // streams of any length: idle limits are the gateway's, not a total timeout
+        // The response timeout is this fleet's sweep's (`CallWatch`): time the VM dozes does not count towards it.
+        headersTimeout: 0,
+        bodyTimeout: 0, // streams of any length: idle limits are the gateway's (or the sweep's, when given), not a total timeout
       }),
     (pool) => void pool.destroy().catch(() => undefined),
   );
   const relays = new Set<WebSocketRelay>();
+  const watches = new Set<CallWatch>();
   const sweeper = setInterval(() => {
     const now = performance.now();
     for (const r of relays) r.sweep(now);
+    for (const w of watches) w.sweep(now);
   }, 100);
   sweeper.unref();
 
@@ -98,6 +101,14 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
   return {
     async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
       const ticket = await host.acquire(agent, ctx.reason, ctx.requestId);
+      const abort = new AbortController();
+      const onClientAbort = () => abort.abort(ctx.signal?.reason);
+      ctx.signal?.addEventListener("abort", onClientAbort, { once: true });
+      const watch = new CallWatch(ticket, ctx.limits?.responseTimeoutMs ?? opts.headersTimeoutMs, ctx.limits?.proxyIdleTimeoutMs, () => {
+        abort.abort(new AppError("gateway_timeout", `agent ${agent.id} sent no response within ${watch.responseMs} ms`));
+        watches.delete(watch);
+      });
+      watches.add(watch);
       try {
         const url = new URL(req.url);
         const upstream = await pools.get(agent.id, ticket.wake.runId, ticket.endpoint).request({
@@ -105,8 +116,9 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
           method: req.method,
           headers: headerRecord(req.headers),
           body: req.body ? Readable.fromWeb(touching(req.body, ticket) as import("node:stream/web").ReadableStream) : null,
-          signal: ctx.signal ?? null,
+          signal: abort.signal,
         });
+        ctx.signal?.removeEventListener("abort", onClientAbort);
         ticket.streaming();
         ticket.firstByte();
         const headers = new Headers();
@@ -120,13 +132,27 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
         if (timing) headers.append("server-timing", timing);
         const nullBody = upstream.statusCode === 204 || upstream.statusCode === 304 || req.method === "HEAD";
         if (nullBody) {
+          watches.delete(watch);
           upstream.body.resume();
           ticket.release();
           return new Response(null, { status: upstream.statusCode, headers });
         }
-        return new Response(streamBody(upstream.body, ticket), { status: upstream.statusCode, headers });
+        // The body's idle limit, when the caller gave one, is watched by the sweep too; otherwise the caller's.
+        const idleCut = () => {
+          watches.delete(watch);
+          log.warn("stream idle timeout: ended", { requestId: ctx.requestId, agentId: agent.id, limitMs: ctx.limits?.proxyIdleTimeoutMs });
+          upstream.body.destroy(new Error("stream idle timeout"));
+        };
+        if (!watch.streaming(idleCut)) watches.delete(watch);
+        return new Response(
+          streamBody(upstream.body, ticket, watch, () => watches.delete(watch)),
+          { status: upstream.statusCode, headers },
+        );
       } catch (err) {
+        watches.delete(watch);
+        ctx.signal?.removeEventListener("abort", onClientAbort);
         ticket.release();
+        if (abort.signal.reason instanceof AppError) throw abort.signal.reason;
         throw upstreamError(err, agent.id);
       }
     },
@@ -217,30 +243,79 @@ function touching(body: ReadableStream<Uint8Array>, ticket: Ticket): ReadableStr
   );
 }
 
+/**
+ * One forwarded call's timeouts, checked by the fleet's sweep (no timer per call): the response timeout until the
+ * agent's headers, then (when the caller gave one) the idle timeout of its body. Time the VM dozed while they ran
+ * (the hold's `dozedMs` grew: it waited on an outbound call) counts towards neither: their start moves forward by it.
+ */
+class CallWatch {
+  private readonly ticket: Pick<Ticket, "dozedMs">;
+  readonly responseMs: number;
+  private readonly idleMs: number | undefined;
+  private readonly timedOut: () => void;
+  private cut: (() => void) | undefined;
+  private dozedSeen: number;
+  /** performance.now() the wait for the answer began, then when the body last moved. */
+  lastByteAt: number;
+
+  constructor(ticket: Pick<Ticket, "dozedMs">, responseMs: number, idleMs: number | undefined, timedOut: () => void) {
+    this.ticket = ticket;
+    this.responseMs = responseMs;
+    this.idleMs = idleMs;
+    this.timedOut = timedOut;
+    this.dozedSeen = ticket.dozedMs();
+    this.lastByteAt = performance.now();
+  }
+
+  /** The answer's head came: from now the idle limit applies, `cut` ending the body. False: there is none to watch. */
+  streaming(cut: () => void): boolean {
+    if (this.idleMs === undefined) return false;
+    this.cut = cut;
+    this.lastByteAt = performance.now();
+    return true;
+  }
+
+  sweep(now: number): void {
+    const dozed = this.ticket.dozedMs();
+    if (dozed !== this.dozedSeen) {
+      this.lastByteAt += dozed - this.dozedSeen;
+      this.dozedSeen = dozed;
+    }
+    if (this.cut === undefined) {
+      if (now - this.lastByteAt > this.responseMs) this.timedOut();
+    } else if (now - this.lastByteAt > this.idleMs!) this.cut();
+  }
+}
+
 /** The agent's response body as a web stream that keeps the ticket alive while it flows and releases it at the end. */
-function streamBody(body: Readable, ticket: Ticket): ReadableStream<Uint8Array> {
+function streamBody(body: Readable, ticket: Ticket, watch: CallWatch, unwatch: () => void): ReadableStream<Uint8Array> {
   const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const over = () => {
+    unwatch();
+    ticket.release();
+  };
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         try {
           const next = await chunks.next();
           if (next.done) {
-            ticket.release();
+            over();
             controller.close();
             return;
           }
           ticket.touch();
+          watch.lastByteAt = performance.now();
           controller.enqueue(new Uint8Array(next.value.buffer, next.value.byteOffset, next.value.byteLength));
         } catch (err) {
-          ticket.release();
+          over();
           controller.error(err);
         }
       },
       cancel() {
         body.on("error", () => undefined); // undici reports the abort we cause as an error: nothing to handle
         body.destroy();
-        ticket.release();
+        over();
       },
     },
     { highWaterMark: 0 },

@@ -15,7 +15,7 @@ export interface ReaperDeps {
   cpuBusyThreshold: number;
   /** The host's VMs at the start of a pass. */
   vms(): Iterable<VmEntry>;
-  /** Puts an idle VM to sleep (reason `idle`, or `drain` while draining); a pass does not wait for the snapshot. */
+  /** Puts an idle VM to sleep (reason `idle`, or `drain` while draining; a dozing one runs again first); a pass does not wait for the snapshot. */
   hibernate(entry: VmEntry, reason: "idle" | "drain"): void;
   /** Whether the host is draining: then every running VM with no request open sleeps at once (leases and timeouts aside). */
   draining?(): boolean;
@@ -56,11 +56,13 @@ export class IdleReaper {
     const { clock, driver } = this.deps;
     for (const entry of [...this.deps.vms()]) {
       const vm = entry.running;
-      if (!vm || !settledRunning(entry)) continue;
-      if (this.deps.draining?.() && entry.tickets.length === 0) {
+      // A dozing VM is never hibernated for idleness (every call it has open waits on an outbound call); a drain
+      // takes one with no call open too (the host resumes it first).
+      if (vm && this.deps.draining?.() && entry.tickets.length === 0 && (settledRunning(entry) || entry.state === "dozing")) {
         this.deps.hibernate(entry, "drain"); // its next call wakes it on another host
         continue;
       }
+      if (!vm || !settledRunning(entry)) continue;
       const guestLeases = await driver.guestLeases(vm).catch(() => 0);
       const cpuSeconds = await driver.cpuSeconds(vm).catch(() => undefined);
       // While the driver answered, the VM may have crashed, been woken again or begun to hibernate.

@@ -48,7 +48,7 @@ export interface AgentStateRow {
 }
 
 /** States no VM keeps across a restart of its host: an agent's row left in one of them was cut off by a crash. */
-export const awakeStates: readonly string[] = ["booting", "running", "snapshotting", "restoring"];
+export const awakeStates: readonly string[] = ["booting", "running", "dozing", "snapshotting", "restoring"];
 
 /** What an earlier process of a host left behind in the database. */
 export interface HostLeftovers {
@@ -116,14 +116,16 @@ export function createDbHostStore(db: Db): HostStore {
       await db.transaction(async (tx) => {
         await tx.insert(vmEvents).values(r);
         const patch: Partial<typeof agents.$inferInsert> = { state: r.toState, hostId: r.hostId };
-        if (r.toState === "running") patch.lastWakeAt = r.at;
+        // A doze and its resume are no wake: the row's state says `dozing`, the audit log and `lastWakeAt` stay as they were.
+        const doze = r.fromState === "dozing" || r.toState === "dozing";
+        if (r.toState === "running" && !doze) patch.lastWakeAt = r.at;
         // Fenced: a host whose lease on the agent ended (it moved to another host, a newer generation) changes nothing of
         // its row, even when this write was spooled through an outage and replayed later. The event log keeps it all.
         await tx
           .update(agents)
           .set(patch)
           .where(and(eq(agents.id, r.agentId), or(isNull(agents.hostId), eq(agents.hostId, r.hostId)), eq(agents.generation, r.generation ?? 0)));
-        const action = auditedStates[r.toState];
+        const action = doze ? undefined : auditedStates[r.toState];
         if (!action) return;
         await audit.within(tx).record({
           at: r.at,

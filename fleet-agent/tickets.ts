@@ -2,14 +2,20 @@
 import type { WakeInfo } from "../contracts/agent.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { VmEndpoint } from "./drivers/driver.ts";
+import type { DozedTime } from "./dozed-time.ts";
 import type { OpenTicket } from "./idle.ts";
 
 /** One request's hold on an awake VM: it keeps the VM awake until released. */
 export interface Ticket {
   readonly endpoint: VmEndpoint;
   readonly wake: WakeInfo;
-  /** Bytes moved either way: keeps a long stream counting as work. */
+  /** Bytes moved either way: keeps a long stream counting as work (and runs a dozing VM again: a byte is for it). */
   touch(): void;
+  /**
+   * How long the VM has dozed so far, ms on the host's monotonic clock (only grows): a call's timeouts subtract what
+   * it grew by while they ran (the VM waited on an outbound call, not on its caller).
+   */
+  dozedMs(): number;
   /** The agent answered: from now on the ticket counts only while bytes move within the stream idle window. */
   streaming(): void;
   /** The first response byte reached the client (recorded on the run that this request woke). */
@@ -32,18 +38,26 @@ export class TicketImpl implements Ticket, OpenTicket {
   private readonly clock: Clock;
   private readonly done: (t: TicketImpl) => void;
   private readonly onFirstByte: () => void;
+  /** The VM's (one per entry, shared by its tickets: nothing allocated per call). */
+  private readonly dozed: DozedTime;
 
-  constructor(endpoint: VmEndpoint, wake: WakeInfo, clock: Clock, done: (t: TicketImpl) => void, onFirstByte: () => void) {
+  constructor(endpoint: VmEndpoint, wake: WakeInfo, clock: Clock, done: (t: TicketImpl) => void, onFirstByte: () => void, dozed: DozedTime) {
     this.endpoint = endpoint;
     this.wake = wake;
     this.clock = clock;
     this.done = done;
     this.onFirstByte = onFirstByte;
+    this.dozed = dozed;
     this.lastByteAt = clock.monotonic();
   }
 
   touch(): void {
     this.lastByteAt = this.clock.monotonic();
+    this.dozed.touched?.();
+  }
+
+  dozedMs(): number {
+    return this.dozed.msAt(this.clock.monotonic());
   }
 
   streaming(): void {

@@ -3,6 +3,7 @@ import type { AgentSpec, HibernateFailure, VmState, WakeInfo } from "../contract
 import type { RunningVm, VmSpec } from "./drivers/driver.ts";
 import { Leases } from "./leases.ts";
 import { CpuWindow } from "./cpu-window.ts";
+import { DozedTime } from "./dozed-time.ts";
 import type { TicketImpl } from "./tickets.ts";
 
 export interface VmEntry {
@@ -37,6 +38,8 @@ export interface VmEntry {
   /** Monotonic ms before which the idle reaper does not try to hibernate again (after a failure). */
   hibernateRetryAt: number | undefined;
   lastHibernateError: HibernateFailure | undefined;
+  /** How long the VM has dozed (host/doze.ts): its calls' timeouts leave that time out. */
+  dozed: DozedTime;
 }
 
 /** A VM the host has just heard of, in `state` (`creating`, or `stopped` when its state directory survived). */
@@ -62,5 +65,6 @@ export function newVmEntry(spec: AgentSpec, vmSpec: VmSpec, state: VmState, now:
     hibernateFailures: 0,
     hibernateRetryAt: undefined,
     lastHibernateError: undefined,
+    dozed: new DozedTime(),
   };
 }

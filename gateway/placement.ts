@@ -385,7 +385,7 @@ export async function expireHostLeases(db: Db, liveWindowMs: number): Promise<{ 
       sql`update agents set state = 'stopped'
           from hosts h
           where h.id = agents.host_id and agents.deleted_at is null and h.last_heartbeat_at < now() - ${window}
-            and agents.state in ('booting', 'running', 'restoring', 'snapshotting')
+            and agents.state in ('booting', 'running', 'dozing', 'restoring', 'snapshotting')
           returning agents.id`,
     );
     const closed = await queryRows<{ id: string }>(

@@ -124,12 +124,22 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
   const liveHosts = placement.liveHosts?.bind(placement);
 
   return {
+    // The agent's host applies its response and idle timeouts: it alone sees the VM doze (fleet-agent/host/doze.ts).
+    appliesLimits: true,
     ...(liveHosts ? { templates: () => templates(liveHosts) } : {}),
     async forward(spec: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
       const host = await placement.hostFor(spec);
       const agent = leased(spec, host);
       const url = new URL(req.url);
-      const call: HostCall = { op: "forward", agent, reason: ctx.reason, method: req.method, path: url.pathname + url.search, requestId: ctx.requestId };
+      const call: HostCall = {
+        op: "forward",
+        agent,
+        reason: ctx.reason,
+        method: req.method,
+        path: url.pathname + url.search,
+        requestId: ctx.requestId,
+        ...(ctx.limits ? { responseTimeoutMs: ctx.limits.responseTimeoutMs, proxyIdleTimeoutMs: ctx.limits.proxyIdleTimeoutMs } : {}),
+      };
       const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
       return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     },

@@ -14,11 +14,17 @@ export const errorStatus = {
   /** The tenant was deleted: its agents are gone, its usage is kept for invoicing. */
   tenant_deleted: 403,
   not_found: 404,
+  /** An agent called `/u/<name>/…` at its egress proxy, and its tenant has no upstream of that name. */
+  upstream_not_found: 404,
   method_not_allowed: 405,
   /** A request's head or body did not arrive within its deadline (or its body stalled below the progress floor). */
   request_timeout: 408,
   conflict: 409,
   replay: 409,
+  /** An upstream call's `Idempotency-Key` was used before by this agent for another request (another request hash). */
+  idempotency_conflict: 409,
+  /** The first call with this `Idempotency-Key` is still in flight (or its outcome cannot be replayed): `Retry-After`. */
+  idempotency_in_flight: 409,
   payload_too_large: 413,
   /** A body route got a media type it does not take. */
   unsupported_media_type: 415,
@@ -38,6 +44,8 @@ export const errorStatus = {
    * never does; it is this deployment that lacks the capability.
    */
   checkpoints_unsupported: 501,
+  /** This gateway was built without an upstream key (UPSTREAM_KEY_FILE; a Worker's UPSTREAM_KEY): it keeps no upstreams. */
+  upstreams_unsupported: 501,
   bad_gateway: 502,
   /**
    * The agent's host cannot be reached now, or its lease ended and the agent is moving to another host (or the call

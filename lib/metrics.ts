@@ -9,6 +9,8 @@
 const wakeBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const;
 /** Fixing a restored guest's clock: well under a second, seconds. */
 const clockFixBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1] as const;
+/** A doze, from the pause to the resume: a model's first token in tens of ms to a long tool call, capped by DOZE_MAX_MS, seconds. */
+const dozeBuckets = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
 /** Writing a snapshot: a frozen process in milliseconds, a VM's memory in seconds, seconds. */
 const snapshotBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
 
@@ -62,7 +64,28 @@ export const metricCatalogue = {
     buckets: snapshotBuckets,
   },
   agentvm_hibernate_failures_total: { type: "counter", help: "Hibernations whose snapshot could not be written (the VM stayed awake)", labels: [] },
-  agentvm_vms_awake: { type: "gauge", help: "VMs awake on this process's hosts (running, or writing their snapshot)", labels: [] },
+  agentvm_vms_awake: {
+    type: "gauge",
+    help: "VMs awake on this process's hosts (running, or writing their snapshot; a dozing VM is not: its vCPUs are stopped)",
+    labels: [],
+  },
+  agentvm_vms_dozing: {
+    type: "gauge",
+    help: "VMs dozing on this process's hosts: vCPUs stopped while every call they have open waits on an outbound call (memory and connections kept)",
+    labels: [],
+  },
+  agentvm_dozes_total: { type: "counter", help: "Dozes begun (a running VM's vCPUs stopped while its calls waited on outbound calls)", labels: [] },
+  agentvm_doze_seconds: {
+    type: "histogram",
+    help: "How long a doze lasted, from the pause to the resume, by what resumed it (upstream, request, webhook, api, doze_max)",
+    labels: ["reason"],
+    buckets: dozeBuckets,
+  },
+  agentvm_doze_failures_total: {
+    type: "counter",
+    help: "Pauses that failed (the VM kept running) and resumes that failed (the VM was ended as a crash), by step",
+    labels: ["step"],
+  },
   agentvm_vms_hibernated: { type: "gauge", help: "VMs hibernated on this process's hosts (among the agents they have served since they started)", labels: [] },
   agentvm_meter_spool_segments: { type: "gauge", help: "Meter segments spooled on disk and not yet acknowledged by billing", labels: [] },
   agentvm_meter_shipping_lag_seconds: {

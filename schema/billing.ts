@@ -49,8 +49,9 @@ export const usageQuarterHours = pgTable(
     vcpuMs: count("vcpu_ms").notNull(),
     /** Memory-time in MiB-milliseconds. */
     mibMs: count("mib_ms").notNull(),
-    /** Dozing time (not in the active columns above) and its memory-time in MiB-milliseconds. */
+    /** Dozing time (not in the active columns above), its vCPU-time and its memory-time in MiB-milliseconds. */
     dozedMs: count("dozed_ms").notNull().default(0),
+    dozedVcpuMs: count("dozed_vcpu_ms").notNull().default(0),
     dozedMibMs: count("dozed_mib_ms").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.tenantId, t.bucketStart, t.agentId] })],
@@ -65,6 +66,7 @@ export const runUsage = pgTable("run_usage", {
   vcpuMs: count("vcpu_ms").notNull(),
   mibMs: count("mib_ms").notNull(),
   dozedMs: count("dozed_ms").notNull().default(0),
+  dozedVcpuMs: count("dozed_vcpu_ms").notNull().default(0),
   dozedMibMs: count("dozed_mib_ms").notNull().default(0),
   segments: integer("segments").notNull(),
   firstStartedAt: tz("first_started_at").notNull(),
@@ -98,7 +100,7 @@ export const rateCards = pgTable(
     vcpuSecondNanocents: count("vcpu_second_nanocents").notNull(),
     gibSecondNanocents: count("gib_second_nanocents").notNull(),
     snapshotGibMonthNanocents: count("snapshot_gib_month_nanocents").notNull(),
-    /** Dozing: vCPU-seconds (default 0) and GiB-seconds of memory (null: the snapshot rate, per second of a 30-day month). */
+    /** Dozing: vCPU-seconds (default 0) and GiB-seconds of memory (null: the snapshot rate, per second of billing's 730-hour storage month). */
     dozeVcpuSecondNanocents: count("doze_vcpu_second_nanocents").notNull().default(0),
     dozeGibSecondNanocents: count("doze_gib_second_nanocents"),
     /** When this version was written. */

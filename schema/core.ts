@@ -128,7 +128,8 @@ export const vmEvents = pgTable(
     timings: jsonb("timings").$type<TransitionTimings>(),
     detail: jsonb("detail").$type<Record<string, unknown>>(),
   },
-  (t) => [index("vm_events_agent_idx").on(t.agentId, t.id)],
+  // By time too: billing reads each agent's hibernated time in a window from these rows.
+  (t) => [index("vm_events_agent_idx").on(t.agentId, t.id), index("vm_events_agent_at_idx").on(t.agentId, t.at)],
 );
 
 /** One awake period of an agent: from the wake to the hibernation, with what caused each. */

@@ -9,9 +9,9 @@ try {
   const settings = parseEnv(fleetAgentDaemonEnv, process.env);
   const log = createLogger({ level: settings.LOG_LEVEL });
   const cfg = daemonConfigOf(settings);
-  const { driver, notice } = await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log, settings });
+  const { driver, notice, upstreams, exchanges } = await selectDriver(cfg.fleet.driver, { dataDir: cfg.dataDir, log, settings });
   if (notice) console.log(notice);
-  const daemon = await startFleetAgent(cfg, { log, driver });
+  const daemon = await startFleetAgent(cfg, { log, driver, exchanges, ...(upstreams ? { upstreams } : {}) });
   console.log(`fleet-agent ${daemon.hostId} serving gateways at ${daemon.url}`);
   stopOnSignals(
     () => daemon.stop(),

@@ -11,10 +11,10 @@ import { ensureDashboard } from "./build-dashboard.ts";
 const settings = parseEnv(allInOneEnv, process.env);
 const log = createLogger({ level: settings.LOG_LEVEL });
 const dataDir = resolve(settings.DATA_DIR);
-const { driver, images, notice } = await selectDriver(settings.DRIVER, { dataDir, log, settings });
+const { driver, images, notice, upstreams, exchanges } = await selectDriver(settings.DRIVER, { dataDir, log, settings });
 if (notice) console.log(notice);
 await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
-const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log });
+const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log, exchanges, ...(upstreams ? { upstreams } : {}) });
 
 const agentUrl = `${system.url}/a/${system.demo.agentId}/`;
 console.log(`

@@ -16,7 +16,7 @@ import { nodeGatewayEnv } from "../node-gateway.ts";
 import { clientLimitsEnv } from "../client-limits.ts";
 import { metricsEnv } from "../metrics.ts";
 import { workerEnv, workerOnlyEnv } from "../worker-env.ts";
-import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, processEnv, remoteHostsEnv } from "./shared.ts";
+import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, processEnv, remoteHostsEnv, upstreamKeyEnv } from "./shared.ts";
 
 export interface Program {
   /** The heading: how it is started. */
@@ -71,6 +71,7 @@ export const fragments: Record<string, z.ZodObject> = {
   "compose/config/shared.ts placementEnv": placementEnv,
   "compose/config/shared.ts clockSkewEnv": clockSkewEnv,
   "compose/config/shared.ts remoteHostsEnv": remoteHostsEnv,
+  "compose/config/shared.ts upstreamKeyEnv": upstreamKeyEnv,
   "compose/node-gateway.ts nodeGatewayEnv": nodeGatewayEnv,
   "compose/client-limits.ts clientLimitsEnv": clientLimitsEnv,
   "compose/metrics.ts metricsEnv": metricsEnv,

@@ -71,3 +71,12 @@ export const remoteHostsEnv = z.object({
     doc: "from a call sent to the host's answer (longer than the host's own wake and agent limits)",
   }),
 });
+
+/** Gateways (which seal upstreams' secret headers) and hosts (which open them to call the upstream) share one key. */
+export const upstreamKeyEnv = z.object({
+  UPSTREAM_KEY_FILE: vars.optStr({
+    type: "path",
+    default: "`DATA_DIR/keys/upstream-key`",
+    doc: "the 32-byte key (base64url text) upstreams' secret headers are sealed with at rest (AES-256-GCM); made there at the first start (mode 0600; processes starting at once agree on one). Gateways and hosts on several machines must read the same file (a shared volume, or the same content deployed to each)",
+  }),
+});

@@ -219,6 +219,28 @@ export type paths = {
     /** Stop draining a host: it takes new agents again (agents that moved away stay where they are; operator; idempotent) */
     post: operations["undrainHost"];
   };
+  "/v1/upstreams": {
+    /** The tenant's upstreams by name (header names only) */
+    get: operations["listUpstreams"];
+    /** Name an outbound endpoint the tenant's agents call through their host (`/u/<name>/…`), with secret headers the agents never see */
+    post: operations["createUpstream"];
+  };
+  "/v1/upstreams/{name}": {
+    /** One upstream (header names only) */
+    get: operations["getUpstream"];
+    /** Delete an upstream: agents' calls to it answer 404 upstream_not_found (its operations are kept) */
+    delete: operations["deleteUpstream"];
+    /** Change an upstream's base URL and/or replace its whole set of secret headers (hosts see it within their cache's few seconds) */
+    patch: operations["updateUpstream"];
+  };
+  "/v1/agents/{id}/operations": {
+    /** The agent's calls through its tenant's upstreams, newest first, a page at a time */
+    get: operations["listOperations"];
+  };
+  "/v1/agents/{id}/operations/{opId}": {
+    /** One of the agent's operations, with the response headers it got */
+    get: operations["getOperation"];
+  };
 };
 
 export type webhooks = Record<string, never>;
@@ -228,7 +250,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -577,8 +599,11 @@ export type components = {
       id: string;
       agentId: string;
       name: string;
-      /** @enum {string} */
-      scheme: "standard" | "github";
+      /**
+       * @description operations: the hidden endpoint that delivers an agent's async upstream outcomes (never listed)
+       * @enum {string}
+       */
+      scheme: "standard" | "github" | "operations";
       path: string;
       /** @description Where senders deliver: /hooks/{agentId}/{name} */
       url: string;
@@ -691,16 +716,32 @@ export type components = {
           start: string;
           end: string;
           agentId?: string;
+          /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
           activeMs: number;
+          /** @description vCPU-milliseconds while active */
           vcpuMs: number;
-          /** @description MiB-milliseconds */
+          /** @description MiB-milliseconds of configured memory while active */
           mibMs: number;
+          /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+          dozedMs: number;
+          /** @description MiB-milliseconds of configured memory while dozing */
+          dozedMibMs: number;
+          /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
+          hibernatedMs: number;
         }[];
       totals: {
+        /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
         activeMs: number;
+        /** @description vCPU-milliseconds while active */
         vcpuMs: number;
-        /** @description MiB-milliseconds */
+        /** @description MiB-milliseconds of configured memory while active */
         mibMs: number;
+        /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+        dozedMs: number;
+        /** @description MiB-milliseconds of configured memory while dozing */
+        dozedMibMs: number;
+        /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
+        hibernatedMs: number;
       };
     };
     RunPage: {
@@ -721,10 +762,16 @@ export type components = {
       sleptAt: string | null;
       sleepReason: string | null;
       awakeMs: number | null;
+      /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
       activeMs: number;
+      /** @description vCPU-milliseconds while active */
       vcpuMs: number;
-      /** @description MiB-milliseconds */
+      /** @description MiB-milliseconds of configured memory while active */
       mibMs: number;
+      /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
+      dozedMs: number;
+      /** @description MiB-milliseconds of configured memory while dozing */
+      dozedMibMs: number;
       segments: number;
     };
     /** @description The wake's parts in ms, as the host recorded them */
@@ -769,9 +816,10 @@ export type components = {
       /** @description Every card version that priced a part of the period, in order (empty on invoices finalized before cards were versioned) */
       rateCards: components["schemas"]["InvoiceRateCard"][];
       lines: ({
+          /** @description Lines per agent, resource and card version: vcpu and memory while active, doze_vcpu and doze_memory while dozing (doze memory quoted per GiB-month), snapshot_storage */
           agentId: string;
           /** @enum {string} */
-          resource: "vcpu" | "memory" | "snapshot_storage";
+          resource: "vcpu" | "memory" | "doze_vcpu" | "doze_memory" | "snapshot_storage";
           /** @description In `unit`, a decimal string (storage byte-ms exceed 2^53) */
           quantity: string;
           unit: string;
@@ -781,6 +829,13 @@ export type components = {
           /** @description The card version that priced the line (one of `rateCards`; null on lines finalized before versions) */
           rateCardId: string | null;
         })[];
+      /** @description Per agent with usage in the period: ms active (the vcpu and memory lines), dozed (the doze lines) and hibernated (its snapshot, priced by size on snapshot_storage); empty on invoices finalized before dozing existed */
+      time: {
+          agentId: string;
+          activeMs: number;
+          dozedMs: number;
+          hibernatedMs: number;
+        }[];
       totalCents: number;
       /** @example 0.45 */
       total: string;
@@ -793,6 +848,10 @@ export type components = {
       vcpuSecondNanocents: number;
       gibSecondNanocents: number;
       snapshotGibMonthNanocents: number;
+      /** @description Per vCPU-second while dozing (0: dozing vCPUs are free) */
+      dozeVcpuSecondNanocents: number;
+      /** @description Per GiB-second of memory while dozing; null: the snapshot rate (snapshotGibMonthNanocents per 730 h) */
+      dozeGibSecondNanocents: number | null;
     };
     /** @description Prices in nano-cents (10⁻⁹ cent) per priced unit */
     InvoiceRateCard: components["schemas"]["Rates"] & ({
@@ -832,6 +891,16 @@ export type components = {
       /** @description Nano-cents (10⁻⁹ cent) per GiB-month (730 h) of snapshot, a non-negative integer */
       snapshotGibMonthNanocents: number;
       /**
+       * @description Nano-cents (10⁻⁹ cent) per vCPU-second while dozing, a non-negative integer
+       * @default 0
+       */
+      dozeVcpuSecondNanocents?: number;
+      /**
+       * @description Nano-cents per GiB-second of memory while dozing, at most 3427396976 (its GiB-month price, ×2628000, stays below 2^53); null (the default): the snapshot rate
+       * @default null
+       */
+      dozeGibSecondNanocents?: number | null;
+      /**
        * @description ISO 8601 instant (Z or an offset) on a UTC quarter hour; default: the next quarter hour at or after now
        * @example 2026-11-01T00:00:00Z
        */
@@ -866,6 +935,8 @@ export type components = {
         vcpuSecondNanocents: string;
         gibSecondNanocents: string;
         snapshotGibMonthNanocents: string;
+        dozeVcpuSecondNanocents: string;
+        dozeGibSecondNanocents: string;
       };
     });
     ImageBuilt: {
@@ -1006,6 +1077,124 @@ export type components = {
       draining: boolean;
       drainingAt: string | null;
     };
+    Upstream: {
+      /** @example ups_0123456789abcdef */
+      id: string;
+      name: string;
+      baseUrl: string;
+      /** @description The secret headers' names; their values are never shown */
+      headerNames: string[];
+      /**
+       * @description Where an agent calls it, inside its VM
+       * @example http://10.0.2.100:3128/u/openai
+       */
+      url: string;
+      /**
+       * @description The variable an agent booted after its creation finds that URL in
+       * @example AGENTVM_UPSTREAM_OPENAI_URL
+       */
+      env: string;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+    };
+    NewUpstream: {
+      /**
+       * @description Unique in the tenant: agents call `http://10.0.2.100:3128/u/<name>/…`
+       * @example openai
+       */
+      name: string;
+      /**
+       * @description Where calls go: `baseUrl` + the path below `/u/<name>`. https://; http:// only to a loopback or private address literal or localhost. No credentials, query or fragment
+       * @example https://api.openai.com/v1
+       */
+      baseUrl: string;
+      /**
+       * @description Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again
+       * @default {}
+       * @example {
+       *   "Authorization": "Bearer sk-…"
+       * }
+       */
+      headers?: {
+        [key: string]: string;
+      };
+    };
+    UpstreamList: {
+      upstreams: components["schemas"]["Upstream"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    UpstreamPatch: {
+      /**
+       * @description Where calls go: `baseUrl` + the path below `/u/<name>`. https://; http:// only to a loopback or private address literal or localhost. No credentials, query or fragment
+       * @example https://api.openai.com/v1
+       */
+      baseUrl?: string;
+      /**
+       * @description Secret headers `{Name: value}` the host adds to every call (they win over the agent's own of the same name). Stored sealed; never shown again
+       * @example {
+       *   "Authorization": "Bearer sk-…"
+       * }
+       */
+      headers?: {
+        [key: string]: string;
+      };
+    };
+    OperationList: {
+      operations: components["schemas"]["Operation"][];
+      /** @description Pass as `cursor` for the next page; null on the last page */
+      nextCursor: string | null;
+    };
+    Operation: {
+      /** @example op_0123456789abcdef */
+      id: string;
+      agentId: string;
+      /** @description The agent's run when the call was made */
+      runId: string | null;
+      upstream: string;
+      method: string;
+      /** @description The path and query below the upstream's base URL */
+      path: string;
+      /** @description sha256 (hex) of the method, path, body, content-type and accept */
+      requestHash: string;
+      idempotencyKey: string | null;
+      /** @enum {string} */
+      mode: "sync" | "async";
+      /** @enum {string} */
+      state: "queued" | "in_flight" | "succeeded" | "failed";
+      /** @description The upstream's status (null: no answer; `error` says why) */
+      status: number | null;
+      error: {
+        code: string;
+        message: string;
+      } | null;
+      /** Format: date-time */
+      sentAt: string | null;
+      /** Format: date-time */
+      firstByteAt: string | null;
+      /** Format: date-time */
+      endedAt: string | null;
+      /** @description From sent to the answer's end */
+      durationMs: number | null;
+      requestBytes: number;
+      responseBytes: number;
+      /** @description An OpenAI- or Anthropic-style completion's model */
+      model: string | null;
+      inputTokens: number | null;
+      outputTokens: number | null;
+      /** @description The request body is kept (up to UPSTREAM_KEEP_BODY_BYTES) */
+      requestBodyKept: boolean;
+      /** @description The response body is kept: a retry with the same Idempotency-Key is answered from it */
+      responseBodyKept: boolean;
+      /** Format: date-time */
+      createdAt: string;
+    };
+    OperationDetail: components["schemas"]["Operation"] & ({
+      /** @description The response's headers as the agent got them (hop-by-hop removed) */
+      responseHeaders: [string, string][] | null;
+    });
   };
   responses: never;
   parameters: {
@@ -4053,6 +4242,374 @@ export type operations = {
       200: {
         content: {
           "application/json": components["schemas"]["Host"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The tenant's upstreams by name (header names only) */
+  listUpstreams: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description A page of upstreams */
+      200: {
+        content: {
+          "application/json": components["schemas"]["UpstreamList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Name an outbound endpoint the tenant's agents call through their host (`/u/<name>/…`), with secret headers the agents never see */
+  createUpstream: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["NewUpstream"];
+      };
+    };
+    responses: {
+      /** @description The upstream (header names only) */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One upstream (header names only) */
+  getUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description The upstream */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete an upstream: agents' calls to it answer 404 upstream_not_found (its operations are kept) */
+  deleteUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      204: {
+        content: never;
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Change an upstream's base URL and/or replace its whole set of secret headers (hosts see it within their cache's few seconds) */
+  updateUpstream: {
+    parameters: {
+      path: {
+        /** @description Upstream name */
+        name: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["UpstreamPatch"];
+      };
+    };
+    responses: {
+      /** @description The upstream */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Upstream"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The agent's calls through its tenant's upstreams, newest first, a page at a time */
+  listOperations: {
+    parameters: {
+      query?: {
+        /** @description Opaque: the `nextCursor` of the previous page */
+        cursor?: string;
+        /** @description Items per page (default 100, at most 1000) */
+        limit?: number;
+        /** @description Only calls through this upstream */
+        upstream?: string;
+        /** @description Only operations in this state */
+        state?: "queued" | "in_flight" | "succeeded" | "failed";
+        /** @description Only operations created at or after this instant */
+        since?: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description A page of operations */
+      200: {
+        content: {
+          "application/json": components["schemas"]["OperationList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One of the agent's operations, with the response headers it got */
+  getOperation: {
+    parameters: {
+      path: {
+        id: string;
+        opId: string;
+      };
+    };
+    responses: {
+      /** @description The operation */
+      200: {
+        content: {
+          "application/json": components["schemas"]["OperationDetail"];
         };
       };
       /** @description Bad request: a field, a parameter or the body is invalid */

@@ -14,9 +14,19 @@ import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { egressConfigOf, egressEnv } from "../egress/config.ts";
 import { EgressProxy } from "../egress/proxy.ts";
+import { UpstreamSlot, type DestinationCheck } from "../egress/upstreams.ts";
+import type { UpstreamConfig } from "../egress/config.ts";
+import { LateExchangeObserver } from "../egress/exchanges.ts";
 
 /** DRIVER: a driver by name, or `auto` (qemu where QEMU and the guest image are usable, else process). */
 export type DriverChoice = "auto" | DriverName;
+
+/** A driver's upstream path (its egress proxy's), bound once the host exists, and the proxy's destination check (async calls are made outside a VM's connection). */
+export interface DriverUpstreams {
+  slot: UpstreamSlot;
+  config: UpstreamConfig;
+  destination: DestinationCheck;
+}
 
 export interface SelectedDriver {
   driver: VmDriver;
@@ -24,6 +34,13 @@ export interface SelectedDriver {
   images: string[];
   /** One line for the operator when the choice deserves a word (e.g. no real VMs here). */
   notice: string | undefined;
+  /**
+   * The driver's upstream path (the qemu driver's egress proxy), bound once the host exists (fleet-agent/upstreams/serve.ts);
+   * none: this driver's VMs reach no upstreams (process, Firecracker).
+   */
+  upstreams?: DriverUpstreams;
+  /** What the driver's egress proxy tells about the VMs' outbound exchanges: bound to the host once it is built (its doze). */
+  exchanges: LateExchangeObserver;
 }
 
 /** Every driver's variables: the qemu driver's, Firecracker's, the egress proxy's (qemu VMs that allow egress), the guest kernel's. */
@@ -33,6 +50,7 @@ export type DriverSettings = z.output<typeof driversEnv>;
 
 export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; settings: DriverSettings }): Promise<SelectedDriver> {
   const { dataDir, log, settings } = opts;
+  const exchanges = new LateExchangeObserver();
   const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelOf(settings) });
 
   if (choice === "firecracker") {
@@ -50,7 +68,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
       ...(settings.FIRECRACKER_TEMPLATES ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
     });
     await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker
-    return { driver, images: ["demo"], notice: undefined };
+    return { driver, images: ["demo"], notice: undefined, exchanges };
   }
 
   const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
@@ -58,11 +76,15 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
   if (choice === "qemu" || (choice === "auto" && qemuPresent)) {
     try {
       const built = await image();
+      const egressConfig = egressConfigOf(settings);
+      const slot = new UpstreamSlot();
+      const egress = new EgressProxy(egressConfig, { log, upstreams: slot, exchanges });
+      const upstreams: DriverUpstreams = { slot, config: egressConfig.upstreams, destination: (host, port) => egress.destination(host, port) };
       const driver = new QemuDriver({
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
         ...qemuOptionsOf(settings),
-        egress: new EgressProxy(egressConfigOf(settings), { log }),
+        egress,
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
       // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
@@ -75,7 +97,7 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
         const cow = await smallCowExtents(dataDir);
         log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
       }
-      return { driver, images: ["demo"], notice: undefined };
+      return { driver, images: ["demo"], notice: undefined, upstreams, exchanges };
     } catch (err) {
       if (choice === "qemu") throw err;
       log.warn("qemu present but the guest image could not be built; using the process driver", { err });
@@ -86,5 +108,6 @@ export async function selectDriver(choice: DriverChoice, opts: { dataDir: string
     driver: new ProcessDriver({ logger: log, launcherCacheDir: join(dataDir, "process-launcher") }),
     images: Object.keys(defaultProcessImages),
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
+    exchanges,
   };
 }

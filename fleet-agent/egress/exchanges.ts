@@ -27,3 +27,28 @@ export const noExchangeObserver: ExchangeObserver = {
   answer: () => undefined,
   ended() {},
 };
+
+/**
+ * An observer that forwards to one bound later: the driver (and its proxy) is built before the host that observes it
+ * (the host needs the driver), so the proxy gets this one and the host is bound once it exists (assemble.ts). Until
+ * then, and when nothing is ever bound, it keeps nothing.
+ */
+export class LateExchangeObserver implements ExchangeObserver {
+  private target: ExchangeObserver = noExchangeObserver;
+
+  bind(target: ExchangeObserver): void {
+    this.target = target;
+  }
+
+  waiting(vmId: string, exchangeId: string): void {
+    this.target.waiting(vmId, exchangeId);
+  }
+
+  answer(vmId: string, exchangeId: string): Promise<void> | undefined {
+    return this.target.answer(vmId, exchangeId);
+  }
+
+  ended(vmId: string, exchangeId: string): void {
+    this.target.ended(vmId, exchangeId);
+  }
+}

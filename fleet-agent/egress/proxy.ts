@@ -1,6 +1,7 @@
-// The host's egress proxy for VMs that may reach out: one HTTP proxy listener per VM on a unix socket (QEMU's
-// guestfwd relay connects to it, drivers/qemu/args.ts), answering `CONNECT host:port` (a tunnel, for TLS and any TCP)
-// and absolute-form plain HTTP (`GET http://host/path`). It resolves the destination itself, asks policy.ts about
+// The host's egress proxy: one HTTP proxy listener per VM on a unix socket (QEMU's guestfwd relay connects to it,
+// drivers/qemu/args.ts), answering `CONNECT host:port` (a tunnel, for TLS and any TCP) and absolute-form plain HTTP
+// (`GET http://host/path`) for VMs that may reach out, and for every VM, egress or not, its tenant's upstreams at
+// `/u/<name>/…` (upstreams.ts). It resolves the destination itself, asks policy.ts about
 // every address, and connects only to an address it checked (a name resolved again later could point elsewhere: DNS
 // rebinding); a destination with no allowed address is refused with 403 and the error envelope.
 import { lookup } from "node:dns/promises";
@@ -14,7 +15,10 @@ import { newId } from "../../lib/ids.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 import type { EgressConfig } from "./config.ts";
+import { noExchangeObserver, type ExchangeObserver } from "./exchanges.ts";
 import { decide } from "./policy.ts";
+import { UpstreamSlot, upstreamTarget, type UpstreamPath } from "./upstreams.ts";
+import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, upstreamsGuestUrl } from "../../lib/upstreams.ts";
 
 export interface ResolvedAddress {
   address: string;
@@ -27,6 +31,10 @@ export interface EgressProxyDeps {
   resolve?: (host: string) => Promise<ResolvedAddress[]>;
   /** The host's own addresses, asked at every decision (default: every interface's). */
   hostAddresses?: () => string[];
+  /** Told what each exchange of a VM is doing (waiting on its answer, answering, over): the host's doze. Default: nobody. */
+  exchanges?: ExchangeObserver;
+  /** Calls to `/u/<name>/…` (upstreams.ts); default: answered 503 until a path is bound to the slot. */
+  upstreams?: UpstreamPath;
 }
 
 /** Where a connection of a VM may go: the checked address to connect to, or why not. */
@@ -50,6 +58,8 @@ interface VmListener {
   path: string;
   /** The VM's connections to the proxy (each one relayed guest connection); what each carries ends with it. */
   open: Set<Duplex>;
+  /** The VM may reach out (`allowEgress`); without, only its tenant's upstreams answer. */
+  egress: boolean;
 }
 
 export class EgressProxy {
@@ -57,20 +67,28 @@ export class EgressProxy {
   private readonly log: Logger;
   private readonly resolve: (host: string) => Promise<ResolvedAddress[]>;
   private readonly hostAddresses: () => string[];
+  private readonly exchanges: ExchangeObserver;
   private readonly listeners = new Map<string, VmListener>();
+  /** The upstream path (`/u/<name>/…`); the names a booting VM's environment gets are asked of it too. */
+  readonly upstreams: UpstreamPath;
 
   constructor(config: EgressConfig, deps: EgressProxyDeps = {}) {
     this.config = config;
     this.log = (deps.log ?? silentLogger).child({ component: "egress" });
     this.resolve = deps.resolve ?? ((host) => lookup(host, { all: true, verbatim: true }));
     this.hostAddresses = deps.hostAddresses ?? interfaceAddresses;
+    this.exchanges = deps.exchanges ?? noExchangeObserver;
+    this.upstreams = deps.upstreams ?? new UpstreamSlot();
   }
 
-  /** Listens for `vmId` on the unix socket `path` (a stale file there is replaced); a second call for the VM keeps the first listener. */
-  async listen(vmId: string, path: string): Promise<void> {
+  /**
+   * Listens for `vmId` on the unix socket `path` (a stale file there is replaced); a second call for the VM keeps the
+   * first listener. `egress: false`: the VM reaches only its tenant's upstreams (CONNECT and absolute-form are 403).
+   */
+  async listen(vmId: string, path: string, opts: { egress?: boolean } = {}): Promise<void> {
     if (this.listeners.has(vmId)) return;
     rmSync(path, { force: true });
-    const entry: VmListener = { server: createServer(), path, open: new Set() };
+    const entry: VmListener = { server: createServer(), path, open: new Set(), egress: opts.egress ?? true };
     const { server } = entry;
     server.on("connection", (socket: Socket) => {
       if (entry.open.size >= this.config.maxConnectionsPerVm) {
@@ -85,8 +103,12 @@ export class EgressProxy {
       this.track(entry, socket);
       socket.setTimeout(this.config.idleTimeoutMs, () => socket.destroy());
     });
-    server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.tunnel(vmId, req, socket, head));
-    server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.forward(vmId, req, res));
+    server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (entry.egress) return void this.tunnel(vmId, req, socket, head);
+      this.log.info("egress refused: the agent has no egress", { vmId, target: req.url?.slice(0, 200) });
+      sendErrorOnSocket(socket, noEgress(), newId("request"));
+    });
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.dispatch(vmId, entry, req, res));
     server.on("clientError", (_err, socket: Duplex) => socket.destroy());
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
@@ -146,6 +168,36 @@ export class EgressProxy {
     s.once("close", () => entry.open.delete(s));
   }
 
+  /**
+   * A plain request: an async call's outcome (`GET /operations/<id>`) or a call to an upstream (`/u/<name>/…`), egress or
+   * not; else out through `forward` when the VM has egress.
+   */
+  private async dispatch(vmId: string, entry: VmListener, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = ownPath(req.url ?? "");
+    const operation = /^\/operations\/([a-z0-9_]{1,64})$/.exec(path);
+    if (operation && (req.method === "GET" || req.method === "HEAD"))
+      return this.upstreams.operation({ vmId, requestId: newId("request"), res, id: operation[1]! });
+    const target = upstreamTarget(path);
+    if (target) {
+      const requestId = newId("request");
+      return this.upstreams.handle({
+        vmId,
+        requestId,
+        req,
+        res,
+        ...target,
+        destination: (host, port) => this.destination(host, port),
+        exchanges: this.exchanges,
+        idleTimeoutMs: this.config.idleTimeoutMs,
+      });
+    }
+    if (!entry.egress) {
+      this.log.info("egress refused: the agent has no egress", { vmId, target: req.url?.slice(0, 200) });
+      return sendError(res, noEgress(), newId("request"), { closeConnection: true });
+    }
+    return this.forward(vmId, req, res);
+  }
+
   /** CONNECT host:port → a TCP tunnel to the checked address. */
   private async tunnel(vmId: string, req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
     const requestId = newId("request");
@@ -170,9 +222,7 @@ export class EgressProxy {
       this.log.debug("egress tunnel", { vmId, host: dest.host, address: dest.address, port: dest.port });
       upstream.setTimeout(this.config.idleTimeoutMs, () => upstream.destroy());
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
-      if (head.length) upstream.write(head);
-      upstream.pipe(client);
-      client.pipe(upstream);
+      this.relayTunnel(vmId, requestId, client, upstream, head);
     });
     upstream.once("error", (err) => {
       clearTimeout(timer);
@@ -188,6 +238,63 @@ export class EgressProxy {
     client.once("error", () => upstream.destroy());
     client.once("close", () => upstream.destroy());
     upstream.once("close", () => client.destroy());
+  }
+
+  /**
+   * Carries a tunnel's bytes both ways, telling the observer what the exchange does. The proxy cannot read TLS, so the
+   * rule is the direction of the last bytes: a tunnel waits when the guest spoke last (its request is out, no answer
+   * yet), and each chunk from the far end is an answer, written to the guest once the observer lets it (a dozing VM
+   * runs again first; the far socket is paused meanwhile, so order and backpressure hold). A token stream (the far end
+   * speaking, with gaps of 50 ms) keeps its exchange answering, never waiting, so it never dozes the VM; the guest's
+   * own bytes in between (a TLS record, an HTTP/2 window update) make it wait again only until the next chunk.
+   * `waiting` is told only when the direction changes, and nothing is allocated per chunk unless the VM dozes.
+   */
+  private relayTunnel(vmId: string, id: string, client: Duplex, upstream: Socket, head: Buffer): void {
+    const exchanges = this.exchanges;
+    let guestSpokeLast = false;
+    /** The write of a chunk held until the VM runs (at most one: the far socket is paused meanwhile). */
+    let held: Promise<void> | undefined;
+    const toFar = (chunk: Buffer) => {
+      if (!guestSpokeLast) {
+        guestSpokeLast = true;
+        exchanges.waiting(vmId, id);
+      }
+      if (!upstream.write(chunk)) client.pause();
+    };
+    const toGuest = (chunk: Buffer) => {
+      guestSpokeLast = false;
+      const resumed = exchanges.answer(vmId, id);
+      if (resumed === undefined) {
+        if (!client.write(chunk)) upstream.pause();
+        return;
+      }
+      upstream.pause();
+      held = resumed.then(() => {
+        held = undefined;
+        if (client.destroyed) return;
+        if (client.write(chunk)) upstream.resume(); // else the guest's drain resumes it
+      });
+    };
+    upstream.on("drain", () => client.resume());
+    client.on("drain", () => {
+      if (held === undefined) upstream.resume();
+    });
+    upstream.on("data", toGuest);
+    client.on("data", toFar);
+    upstream.once("end", () => {
+      if (held === undefined) client.end();
+      else void held.then(() => client.end()); // after the last chunk
+    });
+    client.once("end", () => upstream.end());
+    let over = false;
+    const ended = () => {
+      if (over) return;
+      over = true;
+      exchanges.ended(vmId, id);
+    };
+    client.once("close", ended);
+    upstream.once("close", ended);
+    if (head.length) toFar(head);
   }
 
   /** An absolute-form plain HTTP request → the same request, in origin form, to the checked address. */
@@ -227,17 +334,33 @@ export class EgressProxy {
       agent: false,
       timeout: this.config.connectTimeoutMs,
     });
-    res.once("close", () => upstream.destroy()); // the guest went away (or the answer is complete): nothing more to carry
+    const exchanges = this.exchanges;
+    res.once("close", () => {
+      upstream.destroy(); // the guest went away (or the answer is complete): nothing more to carry
+      exchanges.ended(vmId, requestId);
+    });
     upstream.once("timeout", () =>
       upstream.destroy(new AppError("gateway_timeout", `${dest.host}:${dest.port} did not answer within ${this.config.connectTimeoutMs} ms`)),
     );
+    // Plain HTTP is read, not guessed: the exchange waits once the guest's request body has ended, and its answer is
+    // the response's head and every chunk after it, each written once the observer lets it (a dozing VM runs first).
+    req.once("end", () => exchanges.waiting(vmId, requestId));
     upstream.once("response", (up) => {
       upstream.setTimeout(this.config.idleTimeoutMs);
       const out: string[] = [];
       for (let i = 0; i < up.rawHeaders.length; i += 2)
         if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
-      res.writeHead(up.statusCode ?? 502, out);
-      up.pipe(res);
+      const writeHead = () => {
+        if (res.destroyed) return;
+        res.writeHead(up.statusCode ?? 502, out);
+        relayBody(up, res, () => exchanges.answer(vmId, requestId));
+      };
+      const resumed = exchanges.answer(vmId, requestId);
+      if (resumed === undefined) writeHead();
+      else {
+        up.pause();
+        void resumed.then(writeHead);
+      }
     });
     upstream.once("error", (err) => {
       const e =
@@ -248,6 +371,52 @@ export class EgressProxy {
     });
     req.pipe(upstream);
   }
+}
+
+/** The 403 of a VM without egress for anything but its upstreams. */
+const noEgress = () => new AppError("forbidden", `this agent has no egress: it reaches only its tenant's upstreams, at ${upstreamsGuestUrl}/<name>/…`);
+
+/**
+ * A request's path on the proxy itself: origin form as sent, or an absolute-form URL naming the proxy's own guest
+ * address (a client that sent it through HTTP_PROXY anyway); anything else is "" (not the proxy's own).
+ */
+function ownPath(url: string): string {
+  if (url.startsWith("/")) return url;
+  const own = `http://${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}/`;
+  return url.startsWith(own) ? url.slice(own.length - 1) : "";
+}
+
+/**
+ * A response body to the guest, as `pipe` would (backpressure, end) but each chunk first through `answer`: undefined,
+ * write it now; a promise, hold it (the far side paused) and write it once that resolves.
+ */
+function relayBody(up: IncomingMessage, res: ServerResponse, answer: () => Promise<void> | undefined): void {
+  /** The write of a chunk held until the VM runs (at most one: the far side is paused meanwhile). */
+  let held: Promise<void> | undefined;
+  up.on("data", (chunk: Buffer) => {
+    const resumed = answer();
+    if (resumed === undefined) {
+      if (!res.write(chunk)) up.pause();
+      return;
+    }
+    up.pause();
+    held = resumed.then(() => {
+      held = undefined;
+      if (res.destroyed) return;
+      if (res.write(chunk)) up.resume();
+    });
+  });
+  res.on("drain", () => {
+    if (held === undefined) up.resume();
+  });
+  up.once("end", () => {
+    if (held === undefined) res.end();
+    else void held.then(() => res.end()); // after the last chunk
+  });
+  up.once("close", () => {
+    if (!up.complete) res.destroy(); // the far end cut the answer short
+  });
+  up.resume();
 }
 
 /** `host:port` or `[v6]:port` → its parts; undefined when it is not that. */

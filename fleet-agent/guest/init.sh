@@ -45,10 +45,18 @@ gw=10.0.2.2
 # agentvm.egress_proxy=<url>: the agent may reach out, only through the host's egress proxy (QEMU's guestfwd; see
 # fleet-agent/egress/). Every other outbound packet is dropped by QEMU (restrict=on).
 egress_proxy=
+# agentvm.upstreams=<a,b,…>: the guest reaches the proxy, where its tenant's upstreams are (/u/<name>/…; the names
+# are those it had at boot, [a-z0-9-]); absent: no proxy at all.
+upstreams=
+has_upstreams=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     agentvm.egress_proxy=*)
       egress_proxy="${arg#agentvm.egress_proxy=}"
+      ;;
+    agentvm.upstreams=*)
+      upstreams="${arg#agentvm.upstreams=}"
+      has_upstreams=1
       ;;
     ip=*::*:*)
       spec="${arg#ip=}"
@@ -73,9 +81,14 @@ fi
 # egress/guest-address.ts `egressProxyEnv` says why each variable, NODE_USE_ENV_PROXY for Node ≥ 24's fetch).
 if [ -n "$egress_proxy" ]; then
   export HTTP_PROXY="$egress_proxy" HTTPS_PROXY="$egress_proxy" http_proxy="$egress_proxy" https_proxy="$egress_proxy"
-  proxy_host="${egress_proxy#http://}"
-  proxy_host="${proxy_host%%[:/]*}"
-  export NO_PROXY="localhost,127.0.0.1,$proxy_host" no_proxy="localhost,127.0.0.1,$proxy_host" NODE_USE_ENV_PROXY=1
+  export NO_PROXY=localhost,127.0.0.1,10.0.2.100 no_proxy=localhost,127.0.0.1,10.0.2.100 NODE_USE_ENV_PROXY=1
+fi
+if [ -n "$has_upstreams" ]; then
+  export AGENTVM_UPSTREAMS_URL=http://10.0.2.100:3128/u
+  for name in $(echo "$upstreams" | tr ',' ' '); do
+    var="AGENTVM_UPSTREAM_$(echo "$name" | tr 'a-z-' 'A-Z_')_URL"
+    export "$var=$AGENTVM_UPSTREAMS_URL/$name"
+  done
 fi
 
 # udev would name virtio-serial ports as /dev/virtio-ports/<name>; there is no udev here.

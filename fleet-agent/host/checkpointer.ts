@@ -27,6 +27,8 @@ export interface CheckpointerDeps {
   metering: Pick<Metering, "endActivity" | "endRun">;
   /** The agent's entry under the lease generation the call carries (fencing.ts). */
   leased(spec: AgentSpec): Promise<VmEntry>;
+  /** A dozing VM runs again first (host/doze.ts; no doze begins while checkpoint work is queued); undefined: it runs. */
+  resumeDozing(entry: VmEntry): Promise<void> | undefined;
 }
 
 export class Checkpointer {
@@ -65,7 +67,7 @@ export class Checkpointer {
     if (name !== null && (await store.nameTaken(spec.id, name))) throw new AppError("conflict", `agent ${spec.id} already has a checkpoint named "${name}"`);
     const entry = await this.deps.leased(spec);
     return this.work.run(spec.id, async () => {
-      await settle(entry);
+      await settle(entry, this.deps.resumeDozing);
       if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
       if (entry.state === "creating") throw new AppError("conflict", `agent ${spec.id} has never run: there is no state to checkpoint`);
       const vm = entry.state === "running" ? entry.running : undefined;
@@ -122,7 +124,7 @@ export class Checkpointer {
     const entry = await this.deps.leased(spec);
     return this.work.run(spec.id, () =>
       this.work.run(checkpointId, async () => {
-        await settle(entry);
+        await settle(entry, this.deps.resumeDozing);
         if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
         if (entry.running) await this.stopForRestore(entry, checkpointId);
         this.deps.vms.attachImage(entry);
@@ -255,11 +257,20 @@ export class Checkpointer {
   }
 }
 
-/** Waits until no wake or snapshot of the agent is under way (checkpoint work holds the agent's queue: none starts meanwhile). */
-async function settle(entry: VmEntry): Promise<void> {
-  while (entry.wake || entry.hibernation) {
-    await entry.wake?.catch(() => undefined);
-    await entry.hibernation?.promise;
+/**
+ * Waits until no wake or snapshot of the agent is under way and it does not doze (a dozing VM runs again: the driver
+ * copies a running VM, and pauses it itself); checkpoint work holds the agent's queue: none of them starts meanwhile.
+ */
+async function settle(entry: VmEntry, resumeDozing: (entry: VmEntry) => Promise<void> | undefined): Promise<void> {
+  for (;;) {
+    if (entry.wake || entry.hibernation) {
+      await entry.wake?.catch(() => undefined);
+      await entry.hibernation?.promise;
+      continue;
+    }
+    const resumed = resumeDozing(entry);
+    if (!resumed) return;
+    await resumed;
   }
 }
 

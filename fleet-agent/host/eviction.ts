@@ -19,6 +19,8 @@ export interface EvictionDeps {
   checkpointBusy(agentId: string): Promise<void> | undefined;
   /** Deletes the agent's checkpoints on this host. */
   removeCheckpointsOf(agentId: string): Promise<void>;
+  /** The VM stops without a resume: its doze bookkeeping ends (host/doze.ts). A dozing VM is stopped as it is. */
+  left(entry: VmEntry): void;
 }
 
 export class Eviction {
@@ -49,7 +51,8 @@ export class Eviction {
     await entry.wake?.catch(() => undefined);
     await entry.hibernation?.promise;
     if (entry.running) {
-      if (entry.state === "running") this.deps.metering.endActivity(entry, "delete");
+      if (entry.state === "running" || entry.state === "dozing") this.deps.metering.endActivity(entry, "delete");
+      this.deps.left(entry);
       await driver.stop(entry.running).catch((err) => log.warn("stop failed", { agentId, err }));
     }
     await driver.destroy(entry.vmSpec);
@@ -72,10 +75,11 @@ export class Eviction {
     await entry.wake?.catch(() => undefined);
     await entry.hibernation?.promise.catch(() => undefined);
     if (entry.running) {
-      if (entry.state === "running") {
+      if (entry.state === "running" || entry.state === "dozing") {
         metering.endActivity(entry, "moved");
         metering.endRun(entry, "moved");
       }
+      this.deps.left(entry);
       await driver.stop(entry.running).catch((err) => log.warn("stop failed", { agentId, err }));
     }
     entry.running = undefined;

@@ -40,6 +40,11 @@ export class Metering {
     this.deps.activity.inactive({ at: this.deps.clock.now(), mono: this.deps.clock.monotonic(), vmId: entry.vmSpec.vmId, reason });
   }
 
+  /** The VM dozes (`true`: its active time stops, a dozing segment starts) or runs again, in the same run. */
+  doze(entry: VmEntry, dozing: boolean): void {
+    this.deps.activity.doze?.({ at: this.deps.clock.now(), mono: this.deps.clock.monotonic(), vmId: entry.vmSpec.vmId, dozing });
+  }
+
   /** Ends the VM's run now; answers when (undefined: it had none). */
   endRun(entry: VmEntry, reason: SleepReason): Date | undefined {
     const runId = entry.runId;

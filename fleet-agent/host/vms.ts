@@ -99,12 +99,21 @@ export class VmTable {
     return n;
   }
 
-  /** Memory of the VMs awake here (booting, running, restoring, snapshotting) and how many they are: what the heartbeat reports. */
+  /** The entry of the VM with this id (`vmIdFor`'s inverse), if this host has one. */
+  byVmId(vmId: string): VmEntry | undefined {
+    const e = vmId.startsWith("vm_") ? this.vms.get(`agt_${vmId.slice(3)}`) : undefined;
+    return e?.vmSpec.vmId === vmId ? e : undefined;
+  }
+
+  /**
+   * Memory of the VMs awake here (booting, running, dozing, restoring, snapshotting) and how many they are: what the
+   * heartbeat reports. A dozing VM's memory is still held (its process and RAM stay), so it counts.
+   */
   load(): { usedMiB: number; awakeAgents: number } {
     let usedMiB = 0;
     let awakeAgents = 0;
     for (const e of this.vms.values()) {
-      if (e.state !== "booting" && e.state !== "running" && e.state !== "restoring" && e.state !== "snapshotting") continue;
+      if (e.state !== "booting" && e.state !== "running" && e.state !== "dozing" && e.state !== "restoring" && e.state !== "snapshotting") continue;
       usedMiB += e.vmSpec.memMiB;
       awakeAgents++;
     }

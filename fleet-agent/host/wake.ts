@@ -54,6 +54,10 @@ export interface WakingDeps {
   checkpointBusy(agentId: string): Promise<void> | undefined;
   /** A ticket was released (the drain waits for the last one). */
   released(): void;
+  /** A dozing VM (or one being paused) runs again for this call; undefined when it runs already (host/doze.ts). */
+  resumeDozing(entry: VmEntry, reason: WakeReason): Promise<void> | undefined;
+  /** The VM stopped without a resume: its doze bookkeeping ends (host/doze.ts). */
+  left(entry: VmEntry): void;
 }
 
 export class Waking {
@@ -74,6 +78,11 @@ export class Waking {
     const queuedAt = this.deps.clock.monotonic();
     let ownerChecked = false;
     for (;;) {
+      const resumed = this.deps.resumeDozing(entry, reason);
+      if (resumed) {
+        await resumed; // a dozing VM runs again before the call reaches it; then look again
+        continue;
+      }
       if (entry.state === "running" && entry.running && !entry.hibernation) {
         return this.ticket(entry, { wake: "warm", runId: entry.runId!, timings: {} });
       }
@@ -125,6 +134,7 @@ export class Waking {
         this.deps.released();
       },
       () => this.recordFirstByte(entry, wake),
+      entry.dozed,
     );
     t.slot = entry.tickets.length;
     entry.tickets.push(t);
@@ -296,11 +306,21 @@ export class Waking {
     this.deps.driver.onExit(vm, (exit) => {
       if (entry.running !== vm) return;
       this.deps.log.error("VM exited unexpectedly", { agentId: entry.spec.id, vmId: entry.vmSpec.vmId, ...exit });
-      entry.hibernation?.abort.abort();
-      if (entry.state === "running") this.deps.metering.endActivity(entry, "crash");
-      entry.running = undefined;
-      if (canHappen(entry.state, "fail")) this.deps.lifecycle.move(entry, "fail", "crash", undefined, { ...exit, consoleTail: this.consoleTail(entry) });
-      this.deps.metering.endRun(entry, "crash");
+      this.crashed(entry, vm, { ...exit });
     });
+  }
+
+  /**
+   * The crash path (a VM that exited on its own, or one that could not run again after a doze): its snapshot under way
+   * is aborted, its meter and run end (reason `crash`), it is `failed` with `detail` and the console's tail.
+   */
+  crashed(entry: VmEntry, vm: RunningVm, detail: Record<string, unknown>): void {
+    if (entry.running !== vm) return;
+    entry.hibernation?.abort.abort();
+    if (entry.state === "running" || entry.state === "dozing") this.deps.metering.endActivity(entry, "crash");
+    entry.running = undefined;
+    this.deps.left(entry);
+    if (canHappen(entry.state, "fail")) this.deps.lifecycle.move(entry, "fail", "crash", undefined, { ...detail, consoleTail: this.consoleTail(entry) });
+    this.deps.metering.endRun(entry, "crash");
   }
 }

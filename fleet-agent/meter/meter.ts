@@ -1,9 +1,9 @@
-// The host's meter: cuts every VM's active time into heartbeat segments (wall-anchored, monotonic-measured) and spools them.
+// The host's meter: cuts every VM's awake time into heartbeat segments (wall-anchored, monotonic-measured), active or dozing, and spools them.
 import type { Clock } from "../../lib/clock.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { noopMetrics, seconds, type Metrics } from "../../lib/metrics.ts";
 import type { ActivityDoze, ActivityEnd, ActivityListener, ActivityStart } from "../activity.ts";
-import { segmentId, type MeterSegment, type SegmentEndReason, type SegmentStartReason } from "../../contracts/meter.ts";
+import { segmentId, type MeterSegment, type SegmentEndReason, type SegmentStartReason, type SegmentState } from "../../contracts/meter.ts";
 import { Shipper, type SegmentSink, type ShipperOptions } from "./shipper.ts";
 import { meterDir, SegmentSpool, type SegmentLog } from "./spool.ts";
 
@@ -35,6 +35,10 @@ interface OpenRun {
   /** Where the current segment starts, in whole ms after `wall`. */
   cut: number;
   startReason: SegmentStartReason;
+  /** Whether the current segment is dozing time (the VM's vCPUs stopped) or active time. */
+  state: SegmentState;
+  /** True once a segment of this run was spooled: until then the next segment still starts with the wake reason. */
+  cutOnce: boolean;
   timer: { cancel(): void } | undefined;
 }
 
@@ -42,7 +46,9 @@ interface OpenRun {
  * Segments are `[wall + a, wall + b)` where `wall` is the wall clock at the run's start and `a`, `b` are
  * monotonic offsets rounded to the millisecond: consecutive segments of a run touch exactly, and setting
  * the wall clock mid-run neither invents nor loses a millisecond. The first segment of a run carries the
- * wake reason; every later one starts with `heartbeat` (the run's reason stays on the run and its first segment).
+ * wake reason; every later one starts with why the one before it ended: `heartbeat`, or `doze`/`resume` where the
+ * VM dozed (its vCPUs stopped while it waited on an outbound call) or ran again. A dozing segment carries
+ * `state: "dozing"`; an active one carries no state at all, so its body is what it was before dozing existed.
  */
 export class Meter implements ActivityListener {
   readonly hostId: string;
@@ -157,13 +163,33 @@ export class Meter implements ActivityListener {
       this.open.delete(e.vmId);
       wall = prev.wall + offset;
     }
-    const run: OpenRun = { info: e, wall, mono: e.mono, cut: 0, startReason: e.reason, timer: undefined };
+    // a VM that dozes stays dozing across a change of run or size: only `doze({dozing: false})` says it runs again
+    const run: OpenRun = { info: e, wall, mono: e.mono, cut: 0, startReason: e.reason, state: prev?.state ?? "active", cutOnce: false, timer: undefined };
     this.open.set(e.vmId, run);
     this.arm(e.vmId, run);
   }
 
-  // Doze segments (issue 30): filled in by the billing work.
-  doze(_e: ActivityDoze): void {}
+  /**
+   * The VM dozed (`dozing: true`) or runs again: the current segment ends here (`doze` or `resume`) and the run goes
+   * on in the other state, the next segment touching it exactly. The heartbeat restarts from the cut. A repeated
+   * report of the state the run is already in changes nothing.
+   */
+  doze(e: ActivityDoze): void {
+    const run = this.open.get(e.vmId);
+    if (!run) {
+      this.log.debug("meter: doze for a VM without an open segment", { vmId: e.vmId, dozing: e.dozing });
+      return;
+    }
+    const state: SegmentState = e.dozing ? "dozing" : "active";
+    if (run.state === state) return;
+    const reason = e.dozing ? "doze" : "resume";
+    this.cutAt(run, e.mono, reason);
+    run.state = state;
+    // nothing spooled yet (a doze at the wake's own millisecond): the run's first segment keeps the wake reason
+    if (run.cutOnce) run.startReason = reason;
+    run.timer?.cancel();
+    this.arm(e.vmId, run);
+  }
 
   inactive(e: ActivityEnd): void {
     if (!this.open.has(e.vmId)) {
@@ -209,6 +235,8 @@ export class Meter implements ActivityListener {
         memMiB: run.info.memMiB,
         startReason: run.startReason,
         endReason,
+        // only dozing segments say their state: active ones stay byte-identical to those spooled before dozing existed
+        ...(run.state === "dozing" ? { state: "dozing" as const } : {}),
       };
       try {
         this.spool.append(segment);
@@ -216,6 +244,7 @@ export class Meter implements ActivityListener {
         this.log.error("meter: could not spool a segment; it is lost", { err, id: segment.id });
       }
       run.startReason = "heartbeat";
+      run.cutOnce = true;
     }
     run.cut = offset;
     return offset;

@@ -50,6 +50,8 @@ export interface AsyncRunnerDeps {
 const idempotentMethods = new Set(["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]);
 /** Answers that say "try again" rather than "no". */
 const transientStatuses = new Set([408, 429, 502, 503, 504]);
+/** Failures without an answer that another attempt may not have (unreachable, cut, slow): not a refusal by policy, a missing upstream or an answer too large. */
+const transientErrors: ReadonlySet<string> = new Set(["bad_gateway", "gateway_timeout", "host_unavailable"]);
 
 /** Whether repeating the call is safe: an idempotent method, or a key the upstream deduplicates on. */
 export function repeatable(op: Pick<OperationRow, "method" | "idempotencyKey">): boolean {
@@ -70,6 +72,8 @@ export class AsyncOperationRunner {
   private timer: { cancel(): void } | undefined;
   private running = false;
   private claiming = false;
+  /** Aborts every call under way when `stop`'s grace is over. */
+  private readonly stopping = new AbortController();
 
   constructor(deps: AsyncRunnerDeps, workerId = newId("host").replace("host_", "opw_")) {
     this.deps = deps;
@@ -83,12 +87,21 @@ export class AsyncOperationRunner {
     this.schedule(0);
   }
 
-  /** Stop order: no new claims, then wait for the calls under way (their claims expire and another runner retries what it may, if this process dies first). */
-  async stop(): Promise<void> {
+  /**
+   * Stop order: no new claims → the calls under way get `graceMs` to finish → the rest are aborted (their claims lapse,
+   * and another runner, or this host after its restart, takes them over under the same rules) → resolves when all
+   * attempts have ended.
+   */
+  async stop(graceMs = 0): Promise<void> {
     this.running = false;
     this.timer?.cancel();
     this.timer = undefined;
-    await Promise.allSettled([...this.inFlight]);
+    const all = Promise.allSettled([...this.inFlight]);
+    let grace: { cancel(): void } | undefined;
+    await Promise.race([all, new Promise<void>((resolve) => (grace = this.deps.clock.setTimeout(resolve, graceMs)))]);
+    grace?.cancel();
+    this.stopping.abort(new AppError("host_unavailable", "the host stopped while the call was under way"));
+    await all;
   }
 
   /** A call was queued: look now. */
@@ -173,6 +186,8 @@ export class AsyncOperationRunner {
       return;
     }
     const abort = new AbortController();
+    const onStop = () => abort.abort(this.stopping.signal.reason);
+    this.stopping.signal.addEventListener("abort", onStop, { once: true });
     const deadlineTimer = Number.isFinite(deadline)
       ? clock.setTimeout(() => abort.abort(new AppError("gateway_timeout", "the operation's deadline passed")), deadline - now)
       : undefined;
@@ -198,9 +213,11 @@ export class AsyncOperationRunner {
     } finally {
       deadlineTimer?.cancel();
       renewal?.cancel();
+      this.stopping.signal.removeEventListener("abort", onStop);
     }
     if (error?.code === "conflict") return; // another runner holds the call now
-    const transient = answer ? transientStatuses.has(answer.status) : error?.code !== "gateway_timeout" || clock.now() < deadline;
+    if (this.stopping.signal.aborted) return; // the claim lapses: taken over after the restart, or by another host
+    const transient = answer ? transientStatuses.has(answer.status) : transientErrors.has(error!.code) && clock.now() < deadline;
     if (transient && repeatable(op) && op.attempts < config.maxAttempts) {
       const hint = answer ? parseRetryAfterMs(headerOf(answer.headers, "retry-after"), clock.now()) : undefined;
       const at = clock.now() + retryDelayMs(op.attempts, config.backoff, (this.deps.random ?? Math.random)(), hint);

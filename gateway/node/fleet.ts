@@ -18,6 +18,11 @@ export interface AgentHold {
   firstByte(): void;
   /** What to do if the host hibernates under this (idle) stream: abort it. */
   onHibernate(fn: () => void): void;
+  /**
+   * How long the VM has dozed so far, ms (only grows; fleet-agent/host/doze.ts): what it grew by while a timeout ran is
+   * left out of it (the agent waited on an outbound call). Absent: the VM never dozes.
+   */
+  dozedMs?(): number;
 }
 
 /** A WebSocket upgrade handed to the fleet, which wakes the agent and relays the frames (activity, 1001 before hibernating). */

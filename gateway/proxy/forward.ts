@@ -65,11 +65,22 @@ async function exchange(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall
     init.duplex = "half";
   }
   const upstreamReq = new Request(new URL(call.pathInside, "http://agent"), init);
-  const timeoutMs = agent.limits.responseTimeoutMs;
-  const timer = setTimeout(() => abort.abort(new AppError("gateway_timeout", `agent ${agent.row.id} sent no response within ${timeoutMs} ms`)), timeoutMs);
+  const { responseTimeoutMs: timeoutMs, proxyIdleTimeoutMs } = agent.limits;
+  // A fleet whose hosts apply the timeouts (they see the VM doze: that time counts towards neither) gets the limits
+  // and no timer is set here; otherwise they are this side's.
+  const byHost = core.fleet.appliesLimits === true;
+  const timer = byHost
+    ? undefined
+    : setTimeout(() => abort.abort(new AppError("gateway_timeout", `agent ${agent.row.id} sent no response within ${timeoutMs} ms`)), timeoutMs);
+  const ctx = {
+    requestId,
+    reason: "request" as const,
+    signal: abort.signal,
+    ...(byHost ? { limits: { responseTimeoutMs: timeoutMs, proxyIdleTimeoutMs } } : {}),
+  };
   let res: Response;
   try {
-    res = await core.fleet.forward(agent.spec, upstreamReq, { requestId, reason: "request", signal: abort.signal });
+    res = await core.fleet.forward(agent.spec, upstreamReq, ctx);
   } catch (err) {
     finish();
     if (limit.exceeded) throw new AppError("payload_too_large", `request body exceeds the limit of ${max} bytes`);
@@ -84,7 +95,7 @@ async function exchange(core: ProxyCore, agent: ResolvedAgent, call: ForwardCall
     over();
     return new Response(null, { status: res.status, statusText: res.statusText, headers: out });
   }
-  return new Response(watchBody(res.body, agent.limits.proxyIdleTimeoutMs, over, core, requestId, agent.row.id), {
+  return new Response(watchBody(res.body, byHost ? undefined : proxyIdleTimeoutMs, over, core, requestId, agent.row.id), {
     status: res.status,
     statusText: res.statusText,
     headers: out,
@@ -109,10 +120,10 @@ function limitBody(body: ReadableStream<Uint8Array>, max: number, state: { excee
   );
 }
 
-/** The response body as it flows out: ended after `idleMs` without a byte, and `done` once it ends however it ends. */
+/** The response body as it flows out: ended after `idleMs` without a byte (undefined: the host does it), and `done` once it ends however it ends. */
 function watchBody(
   body: ReadableStream<Uint8Array>,
-  idleMs: number,
+  idleMs: number | undefined,
   done: () => void,
   core: ProxyCore,
   requestId: string,
@@ -131,16 +142,17 @@ function watchBody(
     {
       async pull(controller) {
         if (timer) clearTimeout(timer);
-        timer = setTimeout(() => {
-          core.log.warn("stream idle timeout: ended", { requestId, agentId, limitMs: idleMs });
-          void reader.cancel(new Error("stream idle timeout")).catch(() => undefined);
-          try {
-            controller.error(new Error("stream idle timeout"));
-          } catch {
-            /* already closed */
-          }
-          finish();
-        }, idleMs);
+        if (idleMs !== undefined)
+          timer = setTimeout(() => {
+            core.log.warn("stream idle timeout: ended", { requestId, agentId, limitMs: idleMs });
+            void reader.cancel(new Error("stream idle timeout")).catch(() => undefined);
+            try {
+              controller.error(new Error("stream idle timeout"));
+            } catch {
+              /* already closed */
+            }
+            finish();
+          }, idleMs);
         try {
           const next = await reader.read();
           if (next.done) {

@@ -9,6 +9,7 @@ import { ensureDashboard } from "../../scripts/build-dashboard.ts";
 import { hasChromium, launchChromium, type Browser } from "../helpers/chromium.ts";
 import { decodePng, distinctColors } from "../helpers/png.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { operations } from "../../schema/operations.ts";
 
 // In CI the provisioning installs chromium, so a missing one fails the test instead of skipping it.
 const runnable = hasChromium() || process.env.CI === "true";
@@ -113,6 +114,32 @@ describe.runIf(runnable)("the dashboard in headless Chromium", () => {
     const wakeCell = run.locator(`[data-timing=${first.wakeMode === "restore" ? "restoreMs" : "bootMs"}]`);
     expect(await wakeCell.textContent()).toMatch(/^\d+(\.\d)? (ms|s)$/);
     expect(first.timings.bootMs ?? first.timings.restoreMs).toBeGreaterThan(0);
+    // Its last operations: a call through an upstream, as a host records it, listed with its model, tokens and duration.
+    const sentAt = new Date(Date.now() - 2000);
+    await sys.database.db.insert(operations).values({
+      id: "op_dashboard00001",
+      tenantId: sys.demo.tenantId,
+      agentId,
+      hostId: "host_x",
+      upstream: "openai",
+      method: "POST",
+      path: "/v1/chat/completions",
+      requestHash: "0".repeat(64),
+      mode: "sync",
+      state: "succeeded",
+      status: 200,
+      sentAt,
+      firstByteAt: new Date(sentAt.getTime() + 700),
+      endedAt: new Date(sentAt.getTime() + 1500),
+      model: "gpt-test",
+      inputTokens: 5,
+      outputTokens: 7,
+    });
+    const op = page.locator("[data-testid=operation]").first();
+    await op.waitFor({ timeout: 10_000 });
+    expect(await op.getAttribute("data-operation-id")).toBe("op_dashboard00001");
+    const opCells = await op.locator("td").allTextContents();
+    expect(opCells.slice(1)).toEqual(["openai", "POST /v1/chat/completions", "200", "gpt-test", "5 · 7", "1.5 s"]);
     // Its metered time as a bar of this hour (the usage plot refreshes every 10 s), and its cost beside it.
     await page.locator("[data-testid=plot-active] rect.bar").first().waitFor({ timeout: 25_000 });
     expect(await page.locator("[data-testid=plot-active] rect.bar title").first().textContent()).toMatch(/: \d+(\.\d+)? s$/);

@@ -1,7 +1,7 @@
 // Egress from inside real QEMU VMs (the guest agent's PROBE/PROBEVIA: a process in the guest opening TCP connections
 // through the guest kernel and QEMU's user network): the host's loopback through 10.0.2.2, the host's own address and
-// the metadata address are unreachable with egress off and on; with egress the only way out is the host's egress
-// proxy, which refuses the host and special addresses and lets one allow-listed listener through, bytes both ways;
+// the metadata address are unreachable with egress off and on; without egress the proxy (there for the tenant's
+// upstreams) refuses every tunnel; with egress the only way out is the host's egress proxy, which refuses the host and special addresses and lets one allow-listed listener through, bytes both ways;
 // both survive hibernate + wake from the snapshot, also when the agent's egress changed meanwhile.
 import { createServer, type AddressInfo, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
@@ -119,7 +119,7 @@ describe("egress from inside a qemu VM", () => {
     for (const s of made) await driver.destroy(s);
   });
 
-  it("without egress nothing outside the VM is reachable (not 10.0.2.2, not the host's address, not the proxy); after a wake with egress turned on the proxy is", async () => {
+  it("without egress nothing outside the VM is reachable (not 10.0.2.2, not the host's address; the proxy refuses tunnels); after a wake with egress turned on the proxy lets through", async () => {
     let spec = vmSpec(false);
     const before = { allowed: allowed.accepted, other: other.accepted, own: own?.accepted };
     const { vm } = await driver.boot(spec);
@@ -127,8 +127,14 @@ describe("egress from inside a qemu VM", () => {
     // The probe can connect: the demo's own port inside the guest answers (so "not connected" below is the network's no).
     expect((await agent.probe("127.0.0.1", 8080, DIRECT_MS)).outcome).toBe("connected");
     await expectHostUnreachable(agent);
-    expect((await agent.probe(PROXY_IP, PROXY_PORT, DIRECT_MS)).outcome).not.toBe("connected");
-    expect((await agent.probeVia(PROXY_IP, PROXY_PORT, `127.0.0.1:${allowed.port}`, DIRECT_MS)).proxy).not.toBe("connected");
+    // The proxy answers every VM (its tenant's upstreams are there), but a VM without egress is refused a tunnel, even
+    // to the listener EGRESS_ALLOW names.
+    expect((await agent.probe(PROXY_IP, PROXY_PORT, DIRECT_MS)).outcome).toBe("connected");
+    expect(await agent.probeVia(PROXY_IP, PROXY_PORT, `127.0.0.1:${allowed.port}`, DIRECT_MS)).toEqual({
+      proxy: "connected",
+      status: 403,
+      received: Buffer.alloc(0),
+    });
     expect({ allowed: allowed.accepted, other: other.accepted, own: own?.accepted }).toEqual(before);
 
     // Egress turned on while hibernated: the netdev changes, the snapshot still restores, and the way out now works.

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { silentLogger, createLogger, type Logger } from "../../lib/log.ts";
 import type { Scope } from "../../contracts/caller.ts";
 import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
+import type { ExchangeObserver } from "../../fleet-agent/egress/exchanges.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process/driver.ts";
 import { parseAllInOneConfig, startAllInOne, type System } from "../../compose/all-in-one.ts";
 import { mintToken } from "../../compose/dev-keys.ts";
@@ -35,6 +36,8 @@ export interface StartSystemOptions {
   /** Environment variables as the start script would read them (REAPER_INTERVAL_MS, WAKE_QUEUE_LIMIT, …). */
   env?: Record<string, string>;
   log?: Logger | "stderr";
+  /** The observer the driver's egress proxy was built with (`LateExchangeObserver`): bound to the host's doze. */
+  exchanges?: { bind(target: ExchangeObserver): void };
 }
 
 export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSystem> {
@@ -44,7 +47,7 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
   const images = opts.driver ? ["demo"] : ["demo", ...Object.keys(opts.images ?? {})];
   const database = await freshDatabase({ maxConnections: 10 });
   const log = opts.log === "stderr" ? createLogger({ level: "debug" }) : (opts.log ?? silentLogger);
-  const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log, database });
+  const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log, database, ...(opts.exchanges ? { exchanges: opts.exchanges } : {}) });
   const base = system;
   const baseStop = system.stop;
 

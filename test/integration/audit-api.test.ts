@@ -94,6 +94,7 @@ beforeAll(async () => {
     },
     webhooks: defaultWebhookConfig,
     componentKey: componentKey(testComponentSecret),
+    upstreamKey: new Uint8Array(32).fill(7),
     imageBuilder: new InstantBuilder(),
     maxImageUploadBytes: 10_000,
     onWebhookQueued: () => {},
@@ -299,6 +300,9 @@ const auditedAs: Record<string, string> = {
   deleteTenant: "tenant.delete",
   drainHost: "host.drain",
   undrainHost: "host.undrain",
+  createUpstream: "upstream.create",
+  updateUpstream: "upstream.update",
+  deleteUpstream: "upstream.delete",
 };
 
 function mutatingOperations(): string[] {
@@ -376,6 +380,11 @@ describe("audit coverage of the API", () => {
     await expectAudited("deleteImage", await call("DELETE", `/v1/images/${imageId}`, c), "user_cov", imageId);
     await expectAudited("finalizeInvoice", await call("POST", "/v1/invoices/2026-01/finalize", c), "user_cov");
     await expectAudited("deleteAgent", await call("DELETE", `/v1/agents/${agentId}`, c), "user_cov", agentId);
+    const upstream = await call("POST", "/v1/upstreams", c, { name: "cov", baseUrl: "https://example.com/v1", headers: { Authorization: "Bearer x" } });
+    const upstreamId = ((await upstream.clone().json()) as { id: string }).id;
+    await expectAudited("createUpstream", upstream, "user_cov", upstreamId);
+    await expectAudited("updateUpstream", await call("PATCH", "/v1/upstreams/cov", c, { headers: { Authorization: "Bearer y" } }), "user_cov", upstreamId);
+    await expectAudited("deleteUpstream", await call("DELETE", "/v1/upstreams/cov", c), "user_cov", upstreamId);
 
     const rates = { vcpuSecondNanocents: 1000, gibSecondNanocents: 100, snapshotGibMonthNanocents: 10 };
     await expectAudited("addTenantRateCardVersion", await call("POST", "/v1/tenants/ten_cov/rate-cards", op, rates), "op_1");

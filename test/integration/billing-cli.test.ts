@@ -79,25 +79,29 @@ describe("npm run usage", () => {
     expect(r.err).toBe("");
     expect(r.code).toBe(0);
     const lines = r.out.trim().split("\n");
-    expect(lines[0]).toMatch(/^window start\s+agent\s+active s\s+vCPU-s\s+GiB-s$/);
+    expect(lines[0]).toMatch(/^window start\s+agent\s+active s\s+dozed s\s+hibernated s\s+vCPU-s\s+GiB-s$/);
     // 23:30–00:30 Berlin (UTC+1) on the 28th/29th, then 2 h later the DST change; agt_c2 at 14:00 CEST
     expect(lines.slice(2, 5).map((l) => l.split(/\s+/).slice(0, 3))).toEqual([
       ["2026-03-28T00:00:00+01:00", "agt_c1", "1800.000"],
       ["2026-03-29T00:00:00+01:00", "agt_c1", "1800.000"],
       ["2026-03-29T00:00:00+01:00", "agt_c2", "1234.567"],
     ]);
-    expect(lines[5]).toMatch(/^total\s+4834\.567\s+8434\.567\s+3908\.642$/); // 1024 MiB × 3600 s + 256 MiB × 1234.567 s, in GiB-s
+    expect(lines[5]).toMatch(/^total\s+4834\.567\s+0\.000\s+0\.000\s+8434\.567\s+3908\.642$/); // 1024 MiB × 3600 s + 256 MiB × 1234.567 s, in GiB-s
   });
 
   it("passes CSV through, prints invoices, and fails clearly without a valid token", async () => {
     const csv = await run(["--url", url, "--token", "test:ten_cli", "--from", "2026-03-01", "--to", "2026-04-01", "--csv"]);
     expect(csv.out).toBe(
-      "window_start,window_end,active_ms,vcpu_ms,mib_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152\r\n".replace(/Z/g, "+00:00"),
+      "window_start,window_end,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,hibernated_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152,0,0,0\r\n".replace(
+        /Z/g,
+        "+00:00",
+      ),
     );
     const inv = await run(["--url", url, "--token", "test:ten_cli", "--invoice", "2026-03"]);
     expect(inv.code).toBe(0);
     expect(inv.out).toMatch(/^invoice inv_\w+ for 2026-03 \(draft; segments received before /);
     expect(inv.out).toContain("agt_c1  vcpu");
+    expect(inv.out).toContain("agent agt_c1: active 3600.000 s, dozed 0.000 s, hibernated 0.000 s");
     expect(inv.out).toMatch(/total \d+\.\d\d USD/);
     const anon = await run(["--url", url, "--token", "nope", "--from", "2026-03-01", "--to", "2026-04-01"]);
     expect(anon.code).toBe(1);

@@ -359,12 +359,16 @@ describe("rate-card versions", () => {
         "0",
         "--snapshot-gib-month",
         "0",
+        "--doze-gib-second",
+        "7",
         "--from",
         "2027-03-01T00:00:00Z",
       ]);
       expect(set.err).toBe("");
       expect(set.code).toBe(0);
-      expect(set.out).toMatch(/^rc_\w+: tenant ten_t from 2027-03-01T00:00:00.000Z: 4000000 n¢\/vCPU-s, 0 n¢\/GiB-s, 0 n¢\/GiB-month USD/);
+      expect(set.out).toMatch(
+        /^rc_\w+: tenant ten_t from 2027-03-01T00:00:00.000Z: 4000000 n¢\/vCPU-s, 0 n¢\/GiB-s, 0 n¢\/GiB-month USD; dozing 0 n¢\/vCPU-s, 7 n¢\/GiB-s$/m,
+      );
       const refused = await agentvm(tenantR, ["rates", "set", "--tenant", "ten_r", "--vcpu-second", "1", "--gib-second", "1", "--snapshot-gib-month", "1"]);
       expect(refused.code).not.toBe(0);
       expect(refused.err).toMatch(/operator/);
@@ -386,7 +390,8 @@ describe("rate-card versions", () => {
 
       const shown = await agentvm(tenantR, ["rates", "show"]);
       expect(shown.code).toBe(0);
-      expect(shown.out).toMatch(/^now: rc_\w+ from 2026-12-01T00:00:00.000Z: 7000000 n¢\/vCPU-s/);
+      expect(shown.out).toMatch(/^now: rc_\w+ from 2026-12-01T00:00:00.000Z: 7000000 n¢\/vCPU-s.*; dozing 0 n¢\/vCPU-s, memory at the snapshot rate$/m);
+      expect(shown.out).toMatch(/doze vCPU-s n¢ +doze GiB-s n¢/);
       expect(shown.out).toContain("rc_default (default)");
       const ops = await agentvm(operator, ["--json", "rates", "show", "--tenant", "ten_t"]);
       expect((JSON.parse(ops.out) as { versions: Version[] }).versions.map((v) => v.effectiveFrom)).toEqual([

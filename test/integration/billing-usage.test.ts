@@ -113,7 +113,7 @@ describe("usage", () => {
       byAgent: true,
       time: "day",
     });
-    expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs });
+    expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs, dozedMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
   });
 
   it("answers ranges that are not on quarter hours from raw segments, still conserving every millisecond", async () => {
@@ -136,15 +136,16 @@ describe("usage", () => {
 
   describe("in parts", () => {
     /**
-     * A Db over its own connections that records the statements it is sent; `beforeSecondPart` runs after the first
-     * part's statement has answered and before the second part's is sent (for a write committed between them).
+     * A Db over its own connections that records the rollup statements it is sent (not the event log's, for hibernated
+     * time); `beforeSecondPart` runs after the first part's statement has answered and before the second part's is sent
+     * (for a write committed between them).
      */
     function watchedDb(beforeSecondPart?: () => Promise<void>) {
       const client = postgres(database.url, { max: 3, onnotice: () => {} });
       const sent: string[] = [];
       let firstPart: Promise<unknown> | undefined;
       const unsafe = (text: string, params?: unknown[], opts?: object) => {
-        sent.push(text.includes("pg_current_snapshot") ? "part" : "one");
+        if (text.includes("usage_quarter_hours")) sent.push(text.includes("pg_current_snapshot") ? "part" : "one");
         if (!text.includes("pg_current_snapshot")) return client.unsafe(text, params as never, opts);
         if (!firstPart) return (firstPart = Promise.resolve(client.unsafe(text, params as never, opts)));
         return firstPart.then(async () => {
@@ -240,12 +241,10 @@ describe("usage", () => {
       const csv = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day", { "x-test-tenant": "ten_u", accept: "text/csv" });
       expect(csv.headers.get("content-type")).toMatch(/^text\/csv/);
       const lines = (await csv.text()).trim().split("\r\n");
-      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms");
+      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,hibernated_ms");
       expect(lines.length - 1).toBe(body.rows.length);
-      const first = body.rows[0]!;
-      expect(lines[1]).toBe(
-        `${first.start},${first.end},${first.agentId},${first.activeMs},${(body.rows[0] as unknown as { vcpuMs: number }).vcpuMs},${(body.rows[0] as unknown as { mibMs: number }).mibMs}`,
-      );
+      const first = body.rows[0]! as (typeof body.rows)[number] & { vcpuMs: number; mibMs: number };
+      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${first.vcpuMs},${first.mibMs},0,0,0`);
       expect((await get("/v1/usage?from=2026-03-07&to=2026-03-10&format=csv")).headers.get("content-type")).toMatch(/^text\/csv/);
     });
 
@@ -397,7 +396,16 @@ describe("usage", () => {
       expect(res.status).toBe(200);
       const body = (await res.json()) as { runs: Record<string, unknown>[] };
       expect(body.runs).toEqual([
-        expect.objectContaining({ runId: "run_r2", wakeReason: "request", wakeMode: "boot", sleptAt: null, sleepReason: null, activeMs: 0, segments: 0 }),
+        expect.objectContaining({
+          runId: "run_r2",
+          wakeReason: "request",
+          wakeMode: "boot",
+          sleptAt: null,
+          sleepReason: null,
+          activeMs: 0,
+          dozedMs: 0,
+          segments: 0,
+        }),
         expect.objectContaining({
           runId: "run_r1",
           wokeAt: "2026-06-02T08:00:00.000Z",
@@ -410,14 +418,16 @@ describe("usage", () => {
           activeMs: 95_000,
           vcpuMs: 190_000,
           mibMs: 512 * 95_000,
+          dozedMs: 0,
+          dozedMibMs: 0,
           segments: 10,
         }),
       ]);
       const csv = await (await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03&format=csv")).text();
       expect(csv.split("\r\n")[0]).toBe(
-        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,segments",
+        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,segments",
       );
-      expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,10");
+      expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,10");
     });
   });
 });

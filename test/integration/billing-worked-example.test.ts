@@ -96,22 +96,33 @@ describe("the billing worked example of docs/billing.md", () => {
 
   it("reports usage by local day, DST day included, exactly as documented", async () => {
     const body = (await (await get("/v1/usage?from=2026-03-01&to=2026-04-02&tz=America/New_York&groupBy=day")).json()) as {
-      rows: { start: string; end: string; activeMs: number; vcpuMs: number; mibMs: number }[];
+      rows: { start: string; end: string; activeMs: number; dozedMs: number; hibernatedMs: number; vcpuMs: number; mibMs: number }[];
+      totals: { hibernatedMs: number };
     };
+    const awake = body.rows.filter((r) => r.activeMs > 0);
     const table = [
-      "| local day (America/New_York) | window | active ms | vCPU-ms | MiB-ms |",
-      "|---|---|---:|---:|---:|",
-      ...body.rows.map((r) => `| ${r.start.slice(0, 10)} | ${r.start} → ${r.end} | ${r.activeMs} | ${r.vcpuMs} | ${r.mibMs} |`),
+      "| local day (America/New_York) | window | active ms | dozed ms | hibernated ms | vCPU-ms | MiB-ms |",
+      "|---|---|---:|---:|---:|---:|---:|",
+      ...awake.map((r) => `| ${r.start.slice(0, 10)} | ${r.start} → ${r.end} | ${r.activeMs} | ${r.dozedMs} | ${r.hibernatedMs} | ${r.vcpuMs} | ${r.mibMs} |`),
     ].join("\n");
     expect(docs).toContain(table);
-    expect(body.rows.map((r) => r.activeMs)).toEqual([4_350_250, 1_800_000, 9_000_000, 3_600_000, 2_700_000]);
+    expect(awake.map((r) => r.activeMs)).toEqual([4_350_250, 1_800_000, 9_000_000, 3_600_000, 2_700_000]);
+    // every other day of the range has a row of its own: hibernated all of it, active not at all
+    expect(body.rows).toHaveLength(32);
+    for (const r of body.rows.filter((r) => r.activeMs === 0)) expect(r.hibernatedMs).toBe(Date.parse(r.end) - Date.parse(r.start));
+    // the March part of the report's hibernation is the invoice's (below), the April 1 part the rest
+    expect(body.totals.hibernatedMs).toBe(2_656_049_750 + (24 * 3_600_000 - 2_700_000));
   });
 
   it("reports the hours of the spring-forward night, where 2 a.m. does not exist", async () => {
     const body = (await (await get("/v1/usage?from=2026-03-08&to=2026-03-09&tz=America/New_York&groupBy=hour")).json()) as {
-      rows: { start: string; activeMs: number }[];
+      rows: { start: string; activeMs: number; hibernatedMs: number }[];
     };
-    expect(body.rows.map((r) => [r.start, r.activeMs])).toEqual([
+    expect(body.rows).toHaveLength(23);
+    // the hours it slept through have a row each, hibernated all of the hour; it fell asleep at 03:30 EDT
+    for (const r of body.rows.filter((r) => r.activeMs === 0)) expect(r.hibernatedMs).toBe(3_600_000);
+    expect(body.rows.find((r) => r.start === "2026-03-08T03:00:00-04:00")?.hibernatedMs).toBe(1_800_000);
+    expect(body.rows.filter((r) => r.activeMs > 0).map((r) => [r.start, r.activeMs])).toEqual([
       ["2026-03-08T00:00:00-05:00", 3_600_000],
       ["2026-03-08T01:00:00-05:00", 3_600_000],
       ["2026-03-08T03:00:00-04:00", 1_800_000],
@@ -146,6 +157,7 @@ describe("the billing worked example of docs/billing.md", () => {
       status: string;
       cutoffAt: string;
       lines: { resource: string; quantity: string; unit: string; unitPriceNanocents: number; priceUnit: string; amountCents: number }[];
+      time: unknown[];
       totalCents: number;
       total: string;
     };
@@ -159,6 +171,8 @@ describe("the billing worked example of docs/billing.md", () => {
     ].join("\n");
     expect(docs).toContain(table);
     expect(inv.lines.map((l) => l.amountCents)).toEqual([38, 4, 3]);
+    // the March time by state: the hibernation the snapshot line priced, to the millisecond
+    expect(inv.time).toEqual([{ agentId: "agt_example", activeMs: 18_750_250, dozedMs: 0, hibernatedMs: 2_656_049_750 }]);
     expect(inv.total).toBe("0.45");
   });
 });

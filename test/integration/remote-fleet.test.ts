@@ -108,6 +108,19 @@ for (const [name, hostFetch] of [
       await waitFor(() => host.host.status(a.id)?.inFlight === 0, 5000, "release on the host");
     });
 
+    it("the host applies the agent's response timeout the gateway hands it (it alone sees the VM doze): 504 from the host", async () => {
+      const fleet = fleetWith(hostFetch);
+      expect(fleet.appliesLimits).toBe(true);
+      const a = await agent("inspect");
+      const started = Date.now();
+      const err = await fleet
+        .forward(a, new Request("http://agent/hang"), { ...ctx(), limits: { responseTimeoutMs: 300, proxyIdleTimeoutMs: 60_000 } })
+        .catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: "gateway_timeout", message: expect.stringMatching(/sent no response within 300 ms/) });
+      expect(Date.now() - started).toBeLessThan(5000);
+      await waitFor(() => host.host.status(a.id)?.inFlight === 0, 5000, "release on the host");
+    });
+
     it("a gateway with another secret gets 502, not the caller's 401", async () => {
       const a = await agent("inspect");
       const err = await fleetWith(hostFetch, "a-different-secret-of-32-characters-or-more")

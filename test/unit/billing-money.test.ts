@@ -1,8 +1,58 @@
-// Money and storage arithmetic: exact integers, one half-up rounding per line, hibernation intervals clipped to the period.
+// Money and storage arithmetic: exact integers, one half-up rounding per line, doze prices, hibernation intervals clipped to the period and cut into windows.
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { defaultRates, formatCents, lineAmountCents, roundHalfUp } from "../../billing/money.ts";
-import { hibernatedByteMs } from "../../billing/storage.ts";
+import { defaultRates, formatCents, lineAmountCents, maxDozeGibSecondNanocents, priceOf, roundHalfUp } from "../../billing/money.ts";
+import { hibernatedByteMs, hibernatedMsByWindow } from "../../billing/storage.ts";
+
+describe("doze prices", () => {
+  it("price dozing vCPUs per vCPU-second (0 by default) and dozing memory per GiB-month: the snapshot rate, or the card's GiB-second price × 2,628,000", () => {
+    expect(priceOf(defaultRates, "doze_vcpu")).toBe(0);
+    expect(priceOf(defaultRates, "doze_memory")).toBe(defaultRates.snapshotGibMonthNanocents);
+    const card = { ...defaultRates, dozeVcpuSecondNanocents: 7, dozeGibSecondNanocents: 100_000 };
+    expect(priceOf(card, "doze_vcpu")).toBe(7);
+    expect(priceOf(card, "doze_memory")).toBe(100_000 * 2_628_000);
+    // 1 GiB dozing for an hour: at 0.0001 ¢ per GiB-second that is 0.36 ¢, the same whether quoted per second or month
+    const gibHour = 1024n * 3_600_000n;
+    expect(lineAmountCents("doze_memory", 1000n * gibHour, priceOf(card, "doze_memory"))).toBe(lineAmountCents("memory", 1000n * gibHour, 100_000));
+    // at the default snapshot rate, 730 GiB-hours of dozing cost what a GiB-month of snapshot does: 10 ¢
+    expect(lineAmountCents("doze_memory", 730n * gibHour, priceOf(defaultRates, "doze_memory"))).toBe(10n);
+    expect(Number.isSafeInteger(maxDozeGibSecondNanocents * 2_628_000)).toBe(true);
+    expect(Number.isSafeInteger((maxDozeGibSecondNanocents + 1) * 2_628_000)).toBe(false);
+  });
+});
+
+describe("hibernated time by window", () => {
+  const ev = (at: number, toState: string) => ({ at, toState, snapshotBytes: undefined });
+  it("cuts each hibernation into the windows it overlaps, from the event before the range on, sizes or not", () => {
+    const events = [ev(-50, "hibernated"), ev(30, "restoring"), ev(35, "running"), ev(70, "hibernated"), ev(250, "restoring")];
+    expect(Object.fromEntries(hibernatedMsByWindow(events, [0, 50, 100, 200]))).toEqual({ 0: 30, 1: 30, 2: 100 });
+    // the last hibernation lasts to the end of the range
+    expect(Object.fromEntries(hibernatedMsByWindow([ev(10, "hibernated")], [0, 5, 20, 40]))).toEqual({ 1: 10, 2: 20 });
+    expect(hibernatedMsByWindow([ev(10, "hibernated"), ev(10, "restoring")], [0, 100]).size).toBe(0);
+    expect(hibernatedMsByWindow([ev(500, "hibernated")], [0, 100]).size).toBe(0);
+  });
+
+  it("conserves every millisecond: the windows sum to the hibernation inside the range", () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.integer({ min: -1000, max: 3000 }), { minLength: 1, maxLength: 12 }),
+        fc.uniqueArray(fc.integer({ min: 0, max: 2000 }), { minLength: 2, maxLength: 10 }),
+        (times, cuts) => {
+          const events = [...times].sort((a, b) => a - b).map((at, i) => ev(at, i % 2 === 0 ? "hibernated" : "running"));
+          const b = [...cuts].sort((a, c) => a - c);
+          const sum = [...hibernatedMsByWindow(events, b).values()].reduce((t, x) => t + x, 0);
+          let want = 0;
+          events.forEach((e, i) => {
+            if (e.toState !== "hibernated") return;
+            const end = Math.min(events[i + 1]?.at ?? (b.at(-1) as number), b.at(-1) as number);
+            want += Math.max(0, end - Math.max(e.at, b[0] as number));
+          });
+          expect(sum).toBe(want);
+        },
+      ),
+    );
+  });
+});
 
 describe("money", () => {
   it("rounds half up, exactly, for any non-negative fraction", () => {

@@ -107,6 +107,16 @@ describe("money on the page", () => {
     expect(costMicros({ vcpuMs: 9e15, mibMs: 0 }, { vcpuSecondNanocents: 1_000_000_000, gibSecondNanocents: 0 })).toBe(90_000_000_000_000_000n);
   });
 
+  it("adds dozing memory at the card's doze price, or at its snapshot rate when that is null, as the invoice does", () => {
+    // 1 GiB dozing for an hour at 10⁵ nano-cents a GiB-second: $0.0036 = 3,600 micro, on top of the active usage
+    const dozing = { vcpuMs: hour, mibMs: 0, dozedMibMs: 1024 * hour };
+    expect(costMicros(dozing, { ...rates, snapshotGibMonthNanocents: 0, dozeGibSecondNanocents: 100_000 })).toBe(36_000n + 3_600n);
+    // null: the snapshot rate, $0.10 a GiB-month of 730 h → one GiB-hour is 0.1 / 730 dollars = 136.986… → 137 micro
+    expect(costMicros(dozing, { ...rates, snapshotGibMonthNanocents: 10_000_000_000, dozeGibSecondNanocents: null })).toBe(36_000n + 137n);
+    // a usage row or card without doze fields (older answers) costs what it did
+    expect(costMicros({ vcpuMs: hour, mibMs: 0 }, { ...rates, dozeGibSecondNanocents: null })).toBe(36_000n);
+  });
+
   it("writes micro-units and cents without floats", () => {
     expect(formatMicros(0n)).toBe("0.00");
     expect(formatMicros(10n)).toBe("0.00001");

@@ -1,4 +1,4 @@
-// Meter cutting rules with a manual clock and an in-memory spool: heartbeats, reasons, continuity, wall-clock jumps, rounding.
+// Meter cutting rules with a manual clock and an in-memory spool: heartbeats, reasons, continuity, wall-clock jumps, rounding, dozing.
 import { describe, expect, it } from "vitest";
 import { ManualClock, type Clock } from "../../lib/clock.ts";
 import { Meter } from "../../fleet-agent/meter/meter.ts";
@@ -167,5 +167,131 @@ describe("Meter", () => {
     meter.active(start(clock));
     meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "crash" });
     expect(spool.segments).toEqual([]);
+  });
+
+  describe("dozing", () => {
+    const doze = (clock: Clock, dozing: boolean, vmId = "vm_1") => ({ at: clock.now(), mono: clock.monotonic(), vmId, dozing });
+    const withState = (s: MeterSegment) => [...span(s), s.state ?? "active"];
+
+    it("cuts active → dozing → active at the doze and the resume, heartbeats keep the state, and the segments touch", () => {
+      const clock = new ManualClock(startWall);
+      const spool = new MemorySpool();
+      const meter = new Meter({ hostId: "host_1", clock, spool, heartbeatMs: 10_000 });
+      meter.active(start(clock));
+      clock.advance(3_000);
+      meter.doze(doze(clock, true));
+      clock.advance(14_000); // one heartbeat while dozing (the heartbeat restarts at the doze)
+      meter.doze(doze(clock, false));
+      clock.advance(2_500);
+      meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "idle" });
+      expect(spool.segments.map(withState)).toEqual([
+        [0, 3_000, "request", "doze", "active"],
+        [3_000, 13_000, "doze", "heartbeat", "dozing"],
+        [13_000, 17_000, "heartbeat", "resume", "dozing"],
+        [17_000, 19_500, "resume", "idle", "active"],
+      ]);
+      for (let i = 1; i < spool.segments.length; i++) expect(spool.segments[i]!.startedAt).toBe(spool.segments[i - 1]!.endedAt);
+      expect(spool.segments.map((s) => s.seq)).toEqual([0, 1, 2, 3]);
+    });
+
+    it("writes no state on active segments: their bodies are exactly those of a meter without dozing", () => {
+      const clock = new ManualClock(startWall);
+      const spool = new MemorySpool();
+      const meter = new Meter({ hostId: "host_1", clock, spool, heartbeatMs: 10_000 });
+      meter.active(start(clock));
+      clock.advance(1_000);
+      meter.doze(doze(clock, true));
+      clock.advance(1_000);
+      meter.doze(doze(clock, false));
+      clock.advance(1_000);
+      meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "idle" });
+      const [first, dozing, last] = spool.segments;
+      expect(Object.keys(first!)).not.toContain("state");
+      expect(Object.keys(last!)).not.toContain("state");
+      expect(dozing!.state).toBe("dozing");
+      expect(JSON.stringify(first)).toBe(
+        JSON.stringify({
+          id: "host_1:vm_1:0",
+          hostId: "host_1",
+          vmId: "vm_1",
+          seq: 0,
+          tenantId: "ten_1",
+          agentId: "agt_1",
+          runId: "run_1",
+          startedAt: new Date(startWall).toISOString(),
+          endedAt: new Date(startWall + 1_000).toISOString(),
+          vcpus: 2,
+          memMiB: 512,
+          startReason: "request",
+          endReason: "doze",
+        }),
+      );
+    });
+
+    it("ends a dozing run with the sleep reason (or shutdown), ignores repeats and VMs it does not meter", async () => {
+      const clock = new ManualClock(startWall);
+      const spool = new MemorySpool();
+      const meter = new Meter({ hostId: "host_1", clock, spool, heartbeatMs: 10_000 });
+      meter.doze(doze(clock, true, "vm_x")); // not metered: nothing happens
+      meter.active(start(clock));
+      meter.active(start(clock, { vmId: "vm_2", runId: "run_2" }));
+      clock.advance(2_000);
+      meter.doze(doze(clock, true));
+      meter.doze(doze(clock, true, "vm_2"));
+      clock.advance(1_000);
+      meter.doze(doze(clock, true)); // already dozing: no cut
+      meter.doze(doze(clock, false, "vm_x"));
+      clock.advance(1_000);
+      meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "api" });
+      clock.advance(500);
+      await meter.stop();
+      expect(spool.segments.map((s) => [s.vmId, ...withState(s)])).toEqual([
+        ["vm_1", 0, 2_000, "request", "doze", "active"],
+        ["vm_2", 0, 2_000, "request", "doze", "active"],
+        ["vm_1", 2_000, 4_000, "doze", "api", "dozing"],
+        ["vm_2", 2_000, 4_500, "doze", "shutdown", "dozing"],
+      ]);
+    });
+
+    it("keeps the wake reason on the run's first segment when it dozes at the wake's millisecond, and rounds like any cut", () => {
+      const clock = new ManualClock(startWall);
+      const spool = new MemorySpool();
+      const meter = new Meter({ hostId: "host_1", clock, spool, heartbeatMs: 10_000 });
+      meter.active(start(clock, { reason: "webhook" }));
+      meter.doze(doze(clock, true));
+      clock.advance(1_000.4);
+      meter.doze(doze(clock, false));
+      meter.doze(doze(clock, true)); // a resume and a doze in one millisecond: no empty segment
+      clock.advance(999.7);
+      meter.doze(doze(clock, false));
+      clock.advance(5_000);
+      meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "idle" });
+      expect(spool.segments.map(withState)).toEqual([
+        [0, 1_000, "webhook", "resume", "dozing"],
+        [1_000, 2_000, "doze", "resume", "dozing"],
+        [2_000, 7_000, "resume", "idle", "active"],
+      ]);
+    });
+
+    it("a dozing VM whose run changes goes on dozing in the new run", () => {
+      const clock = new ManualClock(startWall);
+      const spool = new MemorySpool();
+      const meter = new Meter({ hostId: "host_1", clock, spool, heartbeatMs: 10_000 });
+      meter.active(start(clock));
+      clock.advance(1_000);
+      meter.doze(doze(clock, true));
+      clock.advance(1_000);
+      meter.active(start(clock, { runId: "run_2", reason: "api" }));
+      clock.advance(1_000);
+      meter.doze(doze(clock, false));
+      clock.advance(1_000);
+      meter.inactive({ at: clock.now(), mono: clock.monotonic(), vmId: "vm_1", reason: "idle" });
+      expect(spool.segments.map((s) => [s.runId, ...withState(s)])).toEqual([
+        ["run_1", 0, 1_000, "request", "doze", "active"],
+        ["run_1", 1_000, 2_000, "doze", "heartbeat", "dozing"],
+        ["run_2", 2_000, 3_000, "api", "resume", "dozing"],
+        ["run_2", 3_000, 4_000, "resume", "idle", "active"],
+      ]);
+    });
   });
 });

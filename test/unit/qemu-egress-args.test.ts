@@ -21,9 +21,15 @@ const paths = vmPaths("/var/lib/agentvm/vms/agt_a");
 const relay = "/tmp/agentvm-qemu-0/egress-relay-abc";
 
 describe("netdev", () => {
-  it("is restrict=on without egress, and with egress but no relay", () => {
-    expect(netdevArg({ spec: spec(false), paths, hostPort: 4000, egressRelay: relay })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
+  it("is restrict=on with only the forwarded port when there is no relay, egress or not", () => {
+    expect(netdevArg({ spec: spec(false), paths, hostPort: 4000, egressRelay: undefined })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
     expect(netdevArg({ spec: spec(true), paths, hostPort: 4000, egressRelay: undefined })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
+  });
+
+  it("without egress still gets the proxy's guestfwd: its upstreams are there (the proxy refuses anything else)", () => {
+    expect(netdevArg({ spec: spec(false), paths, hostPort: 4000, egressRelay: relay })).toBe(
+      `user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080,guestfwd=tcp:10.0.2.100:3128-cmd:'${relay}' '/var/lib/agentvm/vms/agt_a/proxy.sock'`,
+    );
   });
 
   it("with egress stays restrict=on and adds one guestfwd running the relay per connection to the VM's proxy socket", () => {
@@ -51,10 +57,13 @@ describe("netdev", () => {
   it("what the guest can reach beyond its gateway: the forwarded addresses, whatever the relay's path or the port", () => {
     const on = machineArgs({ spec: spec(true), paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
     const elsewhere = machineArgs({ spec: spec(true), paths: vmPaths("/srv/other,dir"), accel: "tcg", hostPort: 4100, egressRelay: "/opt/relay" });
-    const off = machineArgs({ spec: spec(false), paths, accel: "tcg", hostPort: 4000 });
+    const before = machineArgs({ spec: spec(false), paths, accel: "tcg", hostPort: 4000 }); // a snapshot of a VM without egress, before upstreams
+    const off = machineArgs({ spec: spec(false), paths, accel: "tcg", hostPort: 4000, egressRelay: relay });
     expect(forwardedAddresses(on)).toEqual(["10.0.2.100:3128"]);
     expect(forwardedAddresses(elsewhere)).toEqual(forwardedAddresses(on)); // a restore there skips the neighbour check
-    expect(forwardedAddresses(off)).toEqual([]); // egress turned on while hibernated: the guest checks its neighbours
+    expect(forwardedAddresses(off)).toEqual(["10.0.2.100:3128"]); // every VM reaches its upstreams now
+    expect(forwardedAddresses(before)).toEqual([]); // restored with the forward: the guest checks its neighbours
+    expect(hardware(before)).toEqual(hardware(off)); // and the snapshot restores: the forward is no hardware
   });
 });
 
@@ -81,5 +90,18 @@ describe("how the guest learns the proxy", () => {
       "NODE_USE_ENV_PROXY=1",
     ]);
     expect(launchEnv({ agentId: "agt_a", port: 8080 }).some((e) => /proxy/i.test(e))).toBe(false);
+  });
+
+  it("every VM that reaches the proxy: AGENTVM_UPSTREAMS_URL and one variable per upstream it had at boot", () => {
+    expect(launchEnv({ agentId: "agt_a", port: 8080, upstreams: ["openai", "my-model"] }).slice(3)).toEqual([
+      "AGENTVM_UPSTREAMS_URL=http://10.0.2.100:3128/u",
+      "AGENTVM_UPSTREAM_OPENAI_URL=http://10.0.2.100:3128/u/openai",
+      "AGENTVM_UPSTREAM_MY_MODEL_URL=http://10.0.2.100:3128/u/my-model",
+    ]);
+    const launch = { spec: spec(false), paths, accel: "tcg" as const, hostPort: 1, kernel: "k", initrd: "i", tscKhz: undefined, incoming: false };
+    expect(qemuArgs({ ...launch, egressRelay: relay, upstreams: ["openai", "b"] }).join(" ")).toContain("agentvm.upstreams=openai,b");
+    expect(qemuArgs({ ...launch, egressRelay: relay }).join(" ")).toContain("agentvm.upstreams=");
+    expect(qemuArgs({ ...launch, egressRelay: relay }).join(" ")).not.toContain("agentvm.egress_proxy=");
+    expect(qemuArgs(launch).join(" ")).not.toContain("agentvm.upstreams");
   });
 });

@@ -10,7 +10,7 @@ import { mkdtemp, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { guestLeaseDir, type ImageConfig } from "../../../contracts/image.ts";
 import { encodeLaunchSpec } from "../../guest/launch-spec.ts";
-import { egressProxyEnv } from "../../egress/guest-address.ts";
+import { egressProxyEnv, upstreamsEnv } from "../../egress/guest-address.ts";
 import { mke2fsBinary, runTool } from "./agent-disk.ts";
 
 export const LAUNCH_DRIVE_FILE = "launch.ext4";
@@ -31,15 +31,23 @@ export interface LaunchIdentity {
   leaseDir?: string;
   /** An agent with egress: the URL of the host's egress proxy as the guest reaches it (egress/guest-address.ts). */
   egressProxy?: string;
+  /** A VM that reaches the proxy: its tenant's upstreams' names at boot (`AGENTVM_UPSTREAMS_URL`, `AGENTVM_UPSTREAM_<NAME>_URL`). */
+  upstreams?: readonly string[];
 }
 
 /**
- * `PORT`, `AGENT_ID`, `LEASE_DIR`, and with egress `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy`,
- * `NO_PROXY`, `no_proxy`, `NODE_USE_ENV_PROXY` (egress/guest-address.ts): what the host adds after the image's own
- * environment (these win over it).
+ * `PORT`, `AGENT_ID`, `LEASE_DIR`, with egress `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy`, `NO_PROXY`,
+ * `no_proxy`, `NODE_USE_ENV_PROXY`, and with the proxy `AGENTVM_UPSTREAMS_URL` and `AGENTVM_UPSTREAM_<NAME>_URL`: what the host adds after
+ * the image's own environment (these win over it).
  */
 export function launchEnv(id: LaunchIdentity): string[] {
-  return [`PORT=${id.port}`, `AGENT_ID=${id.agentId}`, `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`, ...(id.egressProxy ? egressProxyEnv(id.egressProxy) : [])];
+  return [
+    `PORT=${id.port}`,
+    `AGENT_ID=${id.agentId}`,
+    `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`,
+    ...(id.egressProxy ? egressProxyEnv(id.egressProxy) : []),
+    ...(id.upstreams ? upstreamsEnv(id.upstreams) : []),
+  ];
 }
 
 /**

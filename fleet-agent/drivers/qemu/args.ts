@@ -91,15 +91,22 @@ export interface QemuLaunch {
    */
   templateRam?: string | undefined;
   /**
-   * The relay QEMU runs per guest connection to the egress proxy (fleet-agent/egress/relay.c). Only with it does an
-   * agent with `allowEgress` get a way out; without it (or without `allowEgress`) the guest reaches nothing.
+   * The relay QEMU runs per guest connection to the egress proxy (fleet-agent/egress/relay.c). Only with it does a VM
+   * reach its tenant's upstreams, and an agent with `allowEgress` get a way out; without it the guest reaches nothing.
    */
   egressRelay?: string | undefined;
+  /** A cold boot: the tenant's upstreams' names, for the guest's environment (`AGENTVM_UPSTREAM_<NAME>_URL`). */
+  upstreams?: readonly string[];
 }
 
-/** Whether this VM gets the guestfwd to the host's egress proxy. */
+/** Whether this VM gets the guestfwd to the host's egress proxy: every VM (its upstreams are there), when the relay exists. */
+export function hasProxy(l: Pick<QemuLaunch, "egressRelay">): boolean {
+  return l.egressRelay !== undefined;
+}
+
+/** Whether this VM may reach out through the proxy (`HTTP_PROXY` and friends in its environment). */
 export function hasEgress(l: Pick<QemuLaunch, "spec" | "egressRelay">): boolean {
-  return l.spec.allowEgress && l.egressRelay !== undefined;
+  return l.spec.allowEgress && hasProxy(l);
 }
 
 /**
@@ -111,8 +118,11 @@ export const MACHINE = "microvm,x-option-roms=off,pit=off,pic=off";
 /** TCG's translated-code cache (QEMU's default is 1 GiB, most of it resident after a while); a small guest needs far less. */
 export const TCG_TB_MIB = 64;
 
-/** `egress`: the guest's init exports the proxy (`HTTP_PROXY`, `HTTPS_PROXY`, …) to the demo's processes (guest/init.sh). */
-export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress = false): string {
+/**
+ * `egress`: the guest's init exports the proxy (`HTTP_PROXY`, `HTTPS_PROXY`, …) to the demo's processes; `upstreams`
+ * (the guest reaches the proxy): `AGENTVM_UPSTREAMS_URL` and one `AGENTVM_UPSTREAM_<NAME>_URL` per name (guest/init.sh).
+ */
+export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress = false, upstreams?: readonly string[]): string {
   // init_on_free zeroes freed pages, so the snapshot skips them (≈ 95 MB → ≈ 60 MB of state here).
   // reboot=t: a triple fault, which QEMU (-no-reboot) turns into its exit at once. The kernel's default order tries
   // ACPI and the keyboard controller first, then jumps into the firmware in real mode; under load that sometimes
@@ -120,20 +130,22 @@ export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress =
   const parts = ["console=ttyS0", "panic=-1", "reboot=t", "quiet", "init_on_free=1"];
   if (accel === "tcg" && tscKhz) parts.push(`tsc_early_khz=${tscKhz}`);
   if (egress) parts.push(`agentvm.egress_proxy=${egressProxyUrl}`);
+  // Names are [a-z0-9-] (lib/upstreams.ts): nothing in them needs quoting on a command line.
+  if (upstreams) parts.push(`agentvm.upstreams=${upstreams.join(",")}`);
   return parts.join(" ");
 }
 
 /**
  * QEMU user networking, always `restrict=on`: the guest reaches no address outside the VM — not the host's loopback
- * through 10.0.2.2, not the host's other addresses, not the outside — except through what is forwarded. An agent
- * with egress gets one forward: a guest connection to 10.0.2.100:3128 runs the relay (`cmd:`, one process per
+ * through 10.0.2.2, not the host's other addresses, not the outside — except through what is forwarded. Every VM
+ * gets one forward (its upstreams are there; only an agent with egress may go further through it): a guest connection to 10.0.2.100:3128 runs the relay (`cmd:`, one process per
  * connection; a `chardev` guestfwd would carry a single stream, shared by every connection), which hands it to the
  * host's egress proxy on the VM's unix socket; the proxy decides where it may go (fleet-agent/egress/policy.ts).
  */
 export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "egressRelay">): string {
   const port = l.spec.rootImage ? l.spec.rootImage.config.port : DEMO_PORT;
   const parts = ["user", "id=net0", "restrict=on", `hostfwd=tcp:127.0.0.1:${l.hostPort}-:${port}`];
-  if (hasEgress(l))
+  if (hasProxy(l))
     parts.push(`guestfwd=tcp:${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}-cmd:${opt(`${shellQuote(l.egressRelay!)} ${shellQuote(l.paths.egress)}`)}`);
   return parts.join(",");
 }
@@ -214,7 +226,9 @@ export function qemuArgs(l: QemuLaunch): string[] {
     // A restore's guest memory (the kernel in it) comes from the snapshot: the kernel and initramfs would only be read
     // into fw_cfg, which the guest reads at boot alone (a reboot ends QEMU, `-no-reboot`). Reading them cost each
     // restore ~10 ms of QEMU's start-up under TCG.
-    ...(l.incoming ? [] : ["-kernel", l.kernel, "-initrd", l.initrd, "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l))]),
+    ...(l.incoming
+      ? []
+      : ["-kernel", l.kernel, "-initrd", l.initrd, "-append", kernelCmdline(l.accel, l.tscKhz, hasEgress(l), hasProxy(l) ? (l.upstreams ?? []) : undefined)]),
     "-chardev",
     `socket,id=qmp,path=${opt(l.paths.qmp)},server=on,wait=off`,
     "-mon",

@@ -33,7 +33,7 @@ import { endDozeFor, pauseVm, resumeVm } from "./doze.ts";
 import { QemuHibernation } from "./hibernate.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./options.ts";
-import { currentBootId } from "./ram-file.ts";
+import { currentBootId, syncRamFile } from "./ram-file.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
 import type { QemuHost, QemuVm } from "./vm.ts";
@@ -144,9 +144,16 @@ export class QemuDriver implements VmDriver {
     return this.hibernation.hibernate(vm, signal);
   }
 
-  /** A doze: the vCPUs stopped (QMP `stop`, confirmed by `query-status`); everything else stays (doze.ts). */
-  pause(vm: RunningVm): Promise<void> {
-    return pauseVm(this.sup.mustBeRunning(vm));
+  /**
+   * A doze: the vCPUs stopped (QMP `stop`, confirmed by `query-status`); everything else stays (doze.ts). With
+   * file-backed RAM the guest's dirty pages are then written back in the background: clean page cache is memory the
+   * host may reclaim while the VM dozes (a template's clone maps its RAM privately: nothing to write back there).
+   */
+  async pause(vm: RunningVm): Promise<void> {
+    const vp = this.sup.mustBeRunning(vm);
+    await pauseVm(vp);
+    if (this.memory === "file" && !vp.templateRam)
+      void syncRamFile(vmPaths(vp.spec.stateDir)).catch((err: unknown) => this.log.warn("writing a dozing VM's RAM back failed", { vmId: vm.spec.vmId, err }));
   }
 
   /** The doze's end: `cont`, then the guest clock set as after a wake (doze.ts). */

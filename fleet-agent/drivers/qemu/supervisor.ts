@@ -153,16 +153,21 @@ export class QemuSupervisor {
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
     // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
-    const egress = spec.allowEgress && this.host.egressRelay !== undefined;
+    const proxy = this.host.egressRelay !== undefined;
+    const egress = spec.allowEgress && proxy;
     if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
+    // A boot's environment names the tenant's upstreams (a restored guest read its own at its boot: nothing to ask).
+    const upstreams = proxy && !incoming ? await this.upstreamNames(spec) : undefined;
     if (spec.rootImage)
       await makeLaunchDrive(spec.stateDir, spec.rootImage.config, {
         agentId: spec.agentId,
         port: spec.rootImage.config.port,
         ...(egress ? { egressProxy: egressProxyUrl } : {}),
+        ...(proxy ? { upstreams: upstreams ?? [] } : {}),
       });
-    // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once).
-    if (egress) await this.deps.egress.listen(spec.vmId, paths.egress);
+    // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once). Every
+    // VM gets it (its upstreams are there); one without egress is refused anything else.
+    if (proxy) await this.deps.egress.listen(spec.vmId, paths.egress, { egress });
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
     if (this.host.memory === "file" && !incoming) {
       await freshRamFile(paths, spec.memMiB);
@@ -171,7 +176,7 @@ export class QemuSupervisor {
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       phases?.mark("launchPrepare");
-      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam);
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam, upstreams);
       phases?.mark("spawn");
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
@@ -198,7 +203,25 @@ export class QemuSupervisor {
     }
   }
 
-  private spawnQemu(spec: VmSpec, paths: VmPaths, image: GuestImagePaths, hostPort: number, incoming: boolean, templateRam: string | undefined): QemuVm {
+  /** The tenant's upstreams' names for a booting VM's environment; none when they cannot be read now (it boots without them: they are still reachable under AGENTVM_UPSTREAMS_URL). */
+  private async upstreamNames(spec: VmSpec): Promise<string[]> {
+    try {
+      return await this.deps.egress.upstreams.names(spec.vmId);
+    } catch (err) {
+      this.log.warn("the tenant's upstreams could not be read for the VM's environment", { vmId: spec.vmId, err });
+      return [];
+    }
+  }
+
+  private spawnQemu(
+    spec: VmSpec,
+    paths: VmPaths,
+    image: GuestImagePaths,
+    hostPort: number,
+    incoming: boolean,
+    templateRam: string | undefined,
+    upstreams: readonly string[] | undefined,
+  ): QemuVm {
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
     const launch = {
@@ -213,6 +236,7 @@ export class QemuSupervisor {
       memory: this.host.memory,
       egressRelay: this.host.egressRelay,
       templateRam,
+      ...(upstreams ? { upstreams } : {}),
     };
     const templateFd = templateRam ? openSync(templateRam, "r") : undefined;
     const env = { ...process.env };

@@ -85,6 +85,8 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
   /** The pool handed out a kept-alive connection (which the agent may have closed meanwhile). */
   private reusedConn = false;
   private hibernateHook: { ex: HttpExchange | undefined } | undefined;
+  /** The hold's dozed ms at the last sweep: the timeouts' clocks move forward by what it grew (the VM dozed). */
+  private dozedSeen = 0;
 
   constructor(init: ExchangeInit, env: ExchangeEnv) {
     this.i = init;
@@ -95,6 +97,7 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
   }
 
   start(): void {
+    this.dozedSeen = this.i.ticket.dozedMs?.() ?? 0;
     this.env.active.add(this);
     const { req, res } = this.i;
     (res as Tagged<ServerResponse>)[kExchange] = this;
@@ -295,8 +298,18 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     this.finish(false);
   }
 
-  /** Checked by the owner's sweep: the response timeout while waiting, the idle timeout while bytes should move. */
+  /**
+   * Checked by the owner's sweep: the response timeout while waiting, the idle timeout while bytes should move. Time
+   * the agent's VM dozed (every call it had open waited on an outbound call) counts towards neither: both start points
+   * move forward by it, read here once per sweep and not per request.
+   */
   sweep(now: number): void {
+    const dozed = this.i.ticket.dozedMs?.();
+    if (dozed !== undefined && dozed !== this.dozedSeen) {
+      this.sentAt += dozed - this.dozedSeen;
+      this.lastByteAt += dozed - this.dozedSeen;
+      this.dozedSeen = dozed;
+    }
     if (this.phase === "waiting") {
       const waited = now - this.sentAt;
       if (waited > this.i.limits.responseTimeoutMs) {
