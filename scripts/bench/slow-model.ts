@@ -68,7 +68,9 @@ function chunkEvent(callIndex: number, delta: Record<string, unknown>, finish: s
 /** The plan a path asks for: `/slow/<firstByteMs>/<tokens>/<gapMs>` (a guest URL cannot carry a query of its own), else the server's. */
 function planOf(path: string, fallback: ModelCall["plan"]): ModelCall["plan"] {
   const m = /^\/slow\/(\d+)\/(\d+)\/(\d+)(?:[/?]|$)/.exec(path);
-  return m ? { firstByteMs: Number(m[1]), tokens: Number(m[2]), gapMs: Number(m[3]) } : { firstByteMs: fallback.firstByteMs, tokens: fallback.tokens, gapMs: fallback.gapMs };
+  return m
+    ? { firstByteMs: Number(m[1]), tokens: Number(m[2]), gapMs: Number(m[3]) }
+    : { firstByteMs: fallback.firstByteMs, tokens: fallback.tokens, gapMs: fallback.gapMs };
 }
 
 export class SlowModel {
