@@ -49,6 +49,15 @@ const began = performance.now();
 const say = (line: string) => console.log(`bench:doze [${((performance.now() - began) / 1000).toFixed(0).padStart(4)} s] ${line}`);
 
 const model = await SlowModel.start({ firstByteMs, tokens, gapMs: streamMs / tokens });
+// On Ctrl-C: the running mode's agents deleted and its system stopped (its QEMUs with it), then exit 130.
+let interruptCleanup: (() => Promise<void>) | undefined;
+const onInterrupt = (cleanup: (() => Promise<void>) | undefined) => {
+  interruptCleanup = cleanup;
+};
+process.once("SIGINT", () => {
+  say("interrupted: deleting the agents and stopping the system");
+  void (interruptCleanup?.() ?? Promise.resolve()).finally(() => process.exit(130));
+});
 try {
   const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]!), log: say });
   say(
@@ -58,7 +67,7 @@ try {
   const results: Partial<Record<"off" | "on", ModeResult>> = {};
   let wanted = agents;
   for (const mode of modes as ("off" | "on")[]) {
-    const r = await runMode({ image, accel, agents, calls, via, model, say }, mode === "on", wanted);
+    const r = await runMode({ image, accel, agents, calls, via, model, say, onInterrupt }, mode === "on", wanted);
     results[mode] = r;
     wanted = r.agents; // side by side: the next mode runs as many agents as this one could
   }

@@ -30,6 +30,8 @@ export interface DozeBench {
   via: "connect" | "plain";
   model: SlowModel;
   say(line: string): void;
+  /** Registers what ends the mode's system (its VMs with it), for an interrupt; unregisters with `undefined`. */
+  onInterrupt(cleanup: (() => Promise<void>) | undefined): void;
 }
 
 /** What the demo agent's `/fetch?…&times=N` answers (fleet-agent/guest/demo-agent/fetch.c). */
@@ -128,6 +130,16 @@ export async function runMode(run: DozeBench, doze: boolean, wanted: number): Pr
   const headers = { authorization: `Bearer ${system.demo.token}`, "content-type": "application/json" };
   const db = system.database.db;
   let ids: string[] = [];
+  let ended: Promise<void> | undefined;
+  const end = () =>
+    (ended ??= (async () => {
+      // Deleted, not hibernated: nothing to snapshot at the end.
+      for (const id of ids) await fetch(`${system.url}/v1/agents/${id}`, { method: "DELETE", headers }).catch(() => undefined);
+      await system.stop();
+      await driver.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    })());
+  run.onInterrupt(end);
   try {
     const booted = await bootAgents({ ...run, say: sayMode }, system, headers, wanted);
     ids = booted.ids;
@@ -239,10 +251,7 @@ export async function runMode(run: DozeBench, doze: boolean, wanted: number): Pr
     sayMode(JSON.stringify(result));
     return result;
   } finally {
-    // Deleted, not hibernated: nothing to snapshot at the end.
-    for (const id of ids) await fetch(`${system.url}/v1/agents/${id}`, { method: "DELETE", headers }).catch(() => undefined);
-    await system.stop();
-    await driver.close();
-    rmSync(dataDir, { recursive: true, force: true });
+    await end();
+    run.onInterrupt(undefined);
   }
 }
