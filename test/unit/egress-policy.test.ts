@@ -135,7 +135,19 @@ describe("rules and configuration", () => {
 
   it("EGRESS_* are parsed once with documented defaults; a bad entry fails the start naming the variable", () => {
     const c = parseEgressConfig({});
-    expect(c).toEqual({ rules: { allow: [], deny: [] }, connectTimeoutMs: 10_000, idleTimeoutMs: 600_000, maxConnectionsPerVm: 256 });
+    expect(c).toEqual({
+      rules: { allow: [], deny: [] },
+      connectTimeoutMs: 10_000,
+      idleTimeoutMs: 600_000,
+      maxConnectionsPerVm: 256,
+      upstreams: {
+        timeoutMs: 600_000,
+        maxBodyBytes: 32 * 1024 * 1024,
+        keepBodyBytes: 1024 * 1024,
+        cacheMs: 5000,
+        async: { deadlineMs: 3_600_000, maxAttempts: 5, concurrency: 16 },
+      },
+    });
     const d = parseEgressConfig({ EGRESS_ALLOW: "127.0.0.1:9000", EGRESS_DENY: "1.2.3.4", EGRESS_MAX_CONNECTIONS: "3" });
     expect(d.rules.allow.map((r) => r.text)).toEqual(["127.0.0.1:9000"]);
     expect(d.rules.deny.map((r) => r.text)).toEqual(["1.2.3.4"]);
