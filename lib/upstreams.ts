@@ -10,8 +10,8 @@ export const maxUpstreamHeaderValueBytes = 8 * 1024;
 /** An HTTP field name (RFC 9110 §5.1: a token). */
 export const headerNamePattern = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
-/** Headers that belong to one hop or to the connection (RFC 9110 §7.6.1), and `Host`: never a secret header, never forwarded from the agent. */
-export const upstreamHopHeaders: ReadonlySet<string> = new Set([
+/** Headers that belong to one hop (RFC 9110 §7.6.1) or to a proxy: never forwarded by the egress proxy. */
+export const hopByHopHeaders: ReadonlySet<string> = new Set([
   "connection",
   "keep-alive",
   "proxy-connection",
@@ -21,8 +21,10 @@ export const upstreamHopHeaders: ReadonlySet<string> = new Set([
   "trailer",
   "transfer-encoding",
   "upgrade",
-  "host",
 ]);
+
+/** The hop's headers and `Host`: never a secret header, never forwarded from the agent to an upstream. */
+export const upstreamHopHeaders: ReadonlySet<string> = new Set([...hopByHopHeaders, "host"]);
 
 /** Why `name` cannot be a secret header, or undefined when it can. */
 export function secretHeaderRefusal(name: string): string | undefined {

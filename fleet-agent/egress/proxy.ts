@@ -18,7 +18,7 @@ import type { EgressConfig } from "./config.ts";
 import { noExchangeObserver, type ExchangeObserver } from "./exchanges.ts";
 import { decide } from "./policy.ts";
 import { UpstreamSlot, upstreamTarget, type UpstreamPath } from "./upstreams.ts";
-import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, upstreamsGuestUrl } from "../../lib/upstreams.ts";
+import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, hopByHopHeaders, upstreamsGuestUrl } from "../../lib/upstreams.ts";
 
 export interface ResolvedAddress {
   address: string;
@@ -39,19 +39,6 @@ export interface EgressProxyDeps {
 
 /** Where a connection of a VM may go: the checked address to connect to, or why not. */
 type Destination = { ok: true; address: string; port: number; host: string } | { ok: false; error: AppError };
-
-/** Headers that belong to one hop (RFC 9110 §7.6.1) or to the proxy: never forwarded. */
-const HOP_HEADERS = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-]);
 
 interface VmListener {
   server: Server;
@@ -322,7 +309,7 @@ export class EgressProxy {
       return;
     }
     const headers: Record<string, string | string[]> = {};
-    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_HEADERS.has(k)) headers[k] = v;
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !hopByHopHeaders.has(k)) headers[k] = v;
     headers.host = url.host;
     const upstream = httpRequest({
       host: dest.address,
@@ -349,7 +336,7 @@ export class EgressProxy {
       upstream.setTimeout(this.config.idleTimeoutMs);
       const out: string[] = [];
       for (let i = 0; i < up.rawHeaders.length; i += 2)
-        if (!HOP_HEADERS.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
+        if (!hopByHopHeaders.has(up.rawHeaders[i]!.toLowerCase())) out.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
       const writeHead = () => {
         if (res.destroyed) return;
         res.writeHead(up.statusCode ?? 502, out);

@@ -13,7 +13,7 @@
 import { createHash, randomBytes, type Hash } from "node:crypto";
 import { createReadStream, createWriteStream, type WriteStream } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
-import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from "node:http";
+import { request as httpRequest, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { isIP } from "node:net";
 import { join } from "node:path";
@@ -219,7 +219,16 @@ export function requestHasher(method: string, path: string, contentType: string 
 }
 
 /** Headers of the answer never passed on (they belong to the hop). */
-const RESPONSE_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade"]);
+export const responseHopHeaders: ReadonlySet<string> = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
 
 export class UpstreamCalls implements UpstreamPath {
   private readonly deps: UpstreamCallsDeps;
@@ -250,8 +259,7 @@ export class UpstreamCalls implements UpstreamPath {
         throw new AppError("bad_request", "the path below an upstream must not climb out of it (..)");
       const upstream = await this.deps.directory.get(owner.tenantId, call.name);
       if (!upstream) throw new AppError("upstream_not_found", `this agent's tenant has no upstream named "${call.name}"`);
-      const target = new URL(`${upstream.baseUrl.replace(/\/+$/, "")}${call.rest}`);
-      const port = target.port ? Number(target.port) : target.protocol === "https:" ? 443 : 80;
+      const { target, port } = upstreamUrl(upstream.baseUrl, call.rest);
       const dest = await call.destination(target.hostname, port);
       if (!dest.ok) throw dest.error;
       const method = (req.method ?? "GET").toUpperCase();
@@ -448,20 +456,7 @@ export class UpstreamCalls implements UpstreamPath {
     const exchangeId = op.id;
     const keptRequest = spool.bytes <= config.keepBodyBytes ? this.deps.bodies.keep(spool.file).catch(() => null) : Promise.resolve(null);
     const keeper = new BodyGatherer(join(this.deps.spoolDir, `res-${randomBytes(8).toString("hex")}`), config.keepBodyBytes);
-    const headers = outgoingHeaders(req.rawHeaders, upstream.headers);
-    headers.host = target.host;
-    if (spool.bytes > 0 || !["GET", "HEAD", "DELETE", "OPTIONS"].includes(op.method)) headers["content-length"] = String(spool.bytes);
-    const send = target.protocol === "https:" ? httpsRequest : httpRequest;
-    const out = send({
-      host: dest.address,
-      port: dest.port,
-      method: op.method,
-      path: `${target.pathname}${target.search}`,
-      headers,
-      setHost: false,
-      agent: false,
-      ...(target.protocol === "https:" && !isIP(dest.host) ? { servername: dest.host } : {}),
-    });
+    const out = requestUpstream({ target, dest, method: op.method, rawHeaders: req.rawHeaders, secrets: upstream.headers, bodyBytes: spool.bytes });
 
     let status: number | null = null;
     let firstByteAt: Date | null = null;
@@ -502,7 +497,7 @@ export class UpstreamCalls implements UpstreamPath {
       );
       responseHeaders = [];
       for (let i = 0; i < up.rawHeaders.length; i += 2)
-        if (!RESPONSE_HOP.has(up.rawHeaders[i]!.toLowerCase())) responseHeaders.push([up.rawHeaders[i]!, up.rawHeaders[i + 1]!]);
+        if (!responseHopHeaders.has(up.rawHeaders[i]!.toLowerCase())) responseHeaders.push([up.rawHeaders[i]!, up.rawHeaders[i + 1]!]);
       const encoding = (header(up, "content-encoding") ?? "identity").toLowerCase();
       read.usage = encoding === "identity" ? usageReader(header(up, "content-type")) : undefined;
       const head: string[] = [];
@@ -630,6 +625,42 @@ function idempotencyKeyOf(req: IncomingMessage): string | undefined {
   if (Array.isArray(raw) || !idempotencyKeyPattern.test(raw))
     throw new AppError("bad_request", "Idempotency-Key must be one header of 1–255 printable ASCII characters");
   return raw;
+}
+
+/** `baseUrl` with the path below it, and the port that names (the scheme's default where none is given). */
+export function upstreamUrl(baseUrl: string, rest: string): { target: URL; port: number } {
+  const target = new URL(`${baseUrl.replace(/\/+$/, "")}${rest}`);
+  return { target, port: target.port ? Number(target.port) : target.protocol === "https:" ? 443 : 80 };
+}
+
+/**
+ * The request to an upstream at its checked address (TLS for https, the certificate checked against the URL's host):
+ * the agent's headers as `outgoingHeaders` makes them, `Host`, and the body's length (none for a bodiless GET-like call).
+ */
+export function requestUpstream(o: {
+  target: URL;
+  dest: { address: string; port: number; host: string };
+  method: string;
+  rawHeaders: readonly string[];
+  secrets: Record<string, string>;
+  bodyBytes: number;
+  signal?: AbortSignal;
+}): ClientRequest {
+  const headers = outgoingHeaders(o.rawHeaders, o.secrets);
+  headers.host = o.target.host;
+  if (o.bodyBytes > 0 || !["GET", "HEAD", "DELETE", "OPTIONS"].includes(o.method)) headers["content-length"] = String(o.bodyBytes);
+  const send = o.target.protocol === "https:" ? httpsRequest : httpRequest;
+  return send({
+    host: o.dest.address,
+    port: o.dest.port,
+    method: o.method,
+    path: `${o.target.pathname}${o.target.search}`,
+    headers,
+    setHost: false,
+    agent: false,
+    ...(o.signal ? { signal: o.signal } : {}),
+    ...(o.target.protocol === "https:" && !isIP(o.dest.host) ? { servername: o.dest.host } : {}),
+  });
 }
 
 /**

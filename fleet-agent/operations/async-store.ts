@@ -1,6 +1,7 @@
 // Postgres side of async upstream calls (`Prefer: respond-async`): queue, claim under a lease, retry later, and settle with the outcome and its delivery in one transaction.
 import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import { newId } from "../../lib/ids.ts";
+import type { QueuedCall } from "../egress/upstreams.ts";
 import { operations } from "../../schema/operations.ts";
 import type { Db } from "../../schema/postgres.ts";
 import { queryRows } from "../../schema/postgres.ts";
@@ -13,24 +14,8 @@ export const operationsEndpointName = ".operations";
 
 export type OperationRow = typeof operations.$inferSelect;
 
-/** What the host knows when it queues a call. */
-export interface NewAsyncOperation {
-  tenantId: string;
-  agentId: string;
-  runId: string | null;
-  hostId: string;
-  upstream: string;
-  method: string;
-  path: string;
-  requestHash: string;
-  idempotencyKey: string | null;
-  requestHeaders: [string, string][];
-  /** The request body's content digest in the body store (null: no body). */
-  requestBody: string | null;
-  requestBytes: number;
-  deadlineAt: Date;
-  createdAt: Date;
-}
+/** What the host knows when it queues a call (the proxy's view of it, egress/upstreams.ts). */
+export type NewAsyncOperation = QueuedCall;
 
 /** The upstream's answer (or why there is none), as the runner hands it to `settle`. */
 export interface AsyncOutcome {

@@ -1,14 +1,12 @@
 // One attempt of an async upstream call, made by the host outside any VM connection: the queued request (its kept body, the secret headers added now) to the upstream, the whole answer gathered for its delivery.
 import { randomBytes } from "node:crypto";
 import { writeFile, rm, mkdir } from "node:fs/promises";
-import { request as httpRequest, type IncomingMessage } from "node:http";
-import { request as httpsRequest } from "node:https";
-import { isIP } from "node:net";
+import type { IncomingMessage } from "node:http";
 import { join } from "node:path";
 import type { Clock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import type { UpstreamConfig } from "../egress/config.ts";
-import { outgoingHeaders, type BodyKeeper, type DestinationCheck, type UpstreamDirectory } from "../egress/upstreams.ts";
+import { requestUpstream, responseHopHeaders, upstreamUrl, type BodyKeeper, type DestinationCheck, type UpstreamDirectory } from "../egress/upstreams.ts";
 import { usageReader } from "../egress/usage.ts";
 import type { AsyncAnswer, AsyncCall } from "../operations/async-runner.ts";
 
@@ -22,18 +20,8 @@ export interface AsyncCallDeps {
   clock: Clock;
 }
 
-/** Headers of the answer never kept (they belong to the hop, or describe a length the delivery sets itself). */
-const RESPONSE_HOP = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-  "content-length",
-]);
+/** Headers of the answer never kept: the hop's (egress/upstreams.ts), and a length the delivery sets itself. */
+const notKept = (name: string) => responseHopHeaders.has(name) || name === "content-length";
 
 /**
  * An answer is delivered whole (a webhook delivery's body): one larger than UPSTREAM_KEEP_BODY_BYTES fails the call
@@ -45,28 +33,20 @@ export function createAsyncCall(deps: AsyncCallDeps): AsyncCall {
     const { config, clock } = deps;
     const upstream = await deps.directory.get(op.tenantId, op.upstream);
     if (!upstream) throw new AppError("upstream_not_found", `the tenant has no upstream named "${op.upstream}" any more`);
-    const target = new URL(`${upstream.baseUrl.replace(/\/+$/, "")}${op.path}`);
-    const port = target.port ? Number(target.port) : target.protocol === "https:" ? 443 : 80;
+    const { target, port } = upstreamUrl(upstream.baseUrl, op.path);
     const dest = await deps.destination(target.hostname, port);
     if (!dest.ok) throw dest.error;
-    const raw = (op.requestHeaders ?? []).flat();
-    const headers = outgoingHeaders(raw, upstream.headers);
-    headers.host = target.host;
-    if (op.requestBytes > 0 || !["GET", "HEAD", "DELETE", "OPTIONS"].includes(op.method)) headers["content-length"] = String(op.requestBytes);
     const body = op.requestBody ? await deps.bodies.open(op.requestBody) : undefined;
     const sentAt = new Date(clock.now());
-    const send = target.protocol === "https:" ? httpsRequest : httpRequest;
     const up = await new Promise<IncomingMessage>((resolve, reject) => {
-      const out = send({
-        host: dest.address,
-        port: dest.port,
+      const out = requestUpstream({
+        target,
+        dest,
         method: op.method,
-        path: `${target.pathname}${target.search}`,
-        headers,
-        setHost: false,
-        agent: false,
+        rawHeaders: (op.requestHeaders ?? []).flat(),
+        secrets: upstream.headers,
+        bodyBytes: op.requestBytes,
         signal,
-        ...(target.protocol === "https:" && !isIP(dest.host) ? { servername: dest.host } : {}),
       });
       const headTimer = clock.setTimeout(
         () => out.destroy(new AppError("gateway_timeout", `upstream ${upstream.name} did not answer within ${config.timeoutMs} ms (UPSTREAM_TIMEOUT_MS)`)),
@@ -87,7 +67,7 @@ export function createAsyncCall(deps: AsyncCallDeps): AsyncCall {
     const firstByteAt = new Date(clock.now());
     const responseHeaders: [string, string][] = [];
     for (let i = 0; i < up.rawHeaders.length; i += 2)
-      if (!RESPONSE_HOP.has(up.rawHeaders[i]!.toLowerCase())) responseHeaders.push([up.rawHeaders[i]!.toLowerCase(), up.rawHeaders[i + 1]!]);
+      if (!notKept(up.rawHeaders[i]!.toLowerCase())) responseHeaders.push([up.rawHeaders[i]!.toLowerCase(), up.rawHeaders[i + 1]!]);
     const contentType = up.headers["content-type"];
     const usage = (up.headers["content-encoding"] ?? "identity") === "identity" ? usageReader(contentType) : undefined;
     const chunks: Buffer[] = [];
