@@ -1,4 +1,4 @@
-// Awake runs of an agent (from the host-written `runs` table) with what woke them, what put them to sleep, timings and metered (active and dozed) time.
+// Awake runs of an agent (from the host-written `runs` table) with what woke them, what put them to sleep, timings, metered (active and dozed) time and the upstream calls they made.
 import { wakeTimingKeys, type WakeTimings } from "../contracts/agent.ts";
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
@@ -21,8 +21,15 @@ export interface RunReport {
   vcpuMs: number;
   mibMs: number;
   dozedMs: number;
+  dozedVcpuMs: number;
   dozedMibMs: number;
   segments: number;
+  /** Calls through upstreams made during the run (operation records), what they waited for (their first bytes), and their tokens. */
+  operations: number;
+  /** Sum over the run's operations of first byte − sent (those that got no answer add nothing): the wait a doze can sleep through. */
+  upstreamWaitMs: number;
+  inputTokens: number;
+  outputTokens: number;
 }
 
 /** Throws not_found unless `agentId` is an agent of `tenantId` (another tenant's agent does not exist for the caller). */
@@ -53,7 +60,8 @@ const maxRunRows = 1001;
 
 /**
  * The agent's runs, newest first, in one query: the agent row (another tenant's agent does not exist: `not_found`)
- * joined to the page of its runs (keyset on `(woke_at, id)`, which the `(agent_id, woke_at)` index serves).
+ * joined to the page of its runs (keyset on `(woke_at, id)`, which the `(agent_id, woke_at)` index serves), and their
+ * operations grouped by run once for the page (the agent's rows by `operations_agent_idx`, kept when their run is listed).
  */
 export async function agentRuns(db: Db, tenantId: string, agentId: string, opts: RunQuery = {}): Promise<(RunReport & { position: RunPosition })[]> {
   const params: unknown[] = [agentId, tenantId];
@@ -67,17 +75,29 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
   if (opts.after) where.push(`(r.woke_at, r.id) < (${param(opts.after.wokeAt)}::text::timestamptz, ${param(opts.after.runId)}::text)`);
   const limit = param(Math.min(Math.max(opts.limit ?? 100, 1), maxRunRows));
   const rows = await sqlRunner(db).query<Record<string, unknown>>(
-    `SELECT p.* FROM agents a LEFT JOIN LATERAL (
-       SELECT r.id, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms,
-         to_char(r.woke_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS woke_key, r.wake_reason, r.wake_mode, r.timings,
-         (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
-         u.active_ms, u.vcpu_ms, u.mib_ms, u.dozed_ms, u.dozed_mib_ms, u.segments
-       FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
-       WHERE r.agent_id = a.id AND r.tenant_id = a.tenant_id${where.map((w) => ` AND ${w}`).join("")}
-       ORDER BY r.woke_at DESC, r.id DESC
-       LIMIT ${limit}
-     ) p ON true
-     WHERE a.id = $1 AND a.tenant_id = $2`,
+    `WITH p AS (
+       SELECT page.* FROM agents a LEFT JOIN LATERAL (
+         SELECT r.id, r.woke_at, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms,
+           to_char(r.woke_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS woke_key, r.wake_reason, r.wake_mode, r.timings,
+           (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
+           u.active_ms, u.vcpu_ms, u.mib_ms, u.dozed_ms, u.dozed_vcpu_ms, u.dozed_mib_ms, u.segments
+         FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
+         WHERE r.agent_id = a.id AND r.tenant_id = a.tenant_id${where.map((w) => ` AND ${w}`).join("")}
+         ORDER BY r.woke_at DESC, r.id DESC
+         LIMIT ${limit}
+       ) page ON true
+       WHERE a.id = $1 AND a.tenant_id = $2
+     ), o AS (
+       SELECT run_id, count(*) AS operations,
+         round(sum(extract(epoch FROM first_byte_at - sent_at) * 1000))::int8 AS wait_ms,
+         sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+       FROM operations
+       WHERE agent_id = $1 AND tenant_id = $2 AND run_id IN (SELECT id FROM p)
+       GROUP BY run_id
+     )
+     SELECT p.*, o.operations, o.wait_ms, o.input_tokens, o.output_tokens
+     FROM p LEFT JOIN o ON o.run_id = p.id
+     ORDER BY p.woke_at DESC, p.id DESC`,
     params,
   );
   if (rows.length === 0) throw new AppError("not_found", "agent not found");
@@ -97,8 +117,13 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
       vcpuMs: toNumber(r.vcpu_ms),
       mibMs: toNumber(r.mib_ms),
       dozedMs: toNumber(r.dozed_ms),
+      dozedVcpuMs: toNumber(r.dozed_vcpu_ms),
       dozedMibMs: toNumber(r.dozed_mib_ms),
       segments: toNumber(r.segments),
+      operations: toNumber(r.operations),
+      upstreamWaitMs: toNumber(r.wait_ms),
+      inputTokens: toNumber(r.input_tokens),
+      outputTokens: toNumber(r.output_tokens),
       position: { wokeAt: String(r.woke_key), runId: String(r.id) },
     }));
 }
