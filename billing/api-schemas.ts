@@ -189,10 +189,9 @@ export const Run = z
     ...DozedSums,
     segments: z.number().int(),
     operations: z.number().int().openapi({ description: "Calls through upstreams made during the run (operation records)" }),
-    upstreamWaitMs: z
-      .number()
-      .int()
-      .openapi({ description: "Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing)" }),
+    upstreamWaitMs: z.number().int().openapi({
+      description: "Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing)",
+    }),
     inputTokens: z.number().int().openapi({ description: "Input tokens of those operations, where their completions said" }),
     outputTokens: z.number().int().openapi({ description: "Output tokens of those operations, where their completions said" }),
   })

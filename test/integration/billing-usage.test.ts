@@ -113,7 +113,15 @@ describe("usage", () => {
       byAgent: true,
       time: "day",
     });
-    expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs, dozedMs: 0, dozedVcpuMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
+    expect(all.totals).toEqual({
+      activeMs: total.activeMs,
+      vcpuMs: total.vcpuMs,
+      mibMs: total.mibMs,
+      dozedMs: 0,
+      dozedVcpuMs: 0,
+      dozedMibMs: 0,
+      hibernatedMs: 0,
+    });
   });
 
   it("answers ranges that are not on quarter hours from raw segments, still conserving every millisecond", async () => {
@@ -430,7 +438,9 @@ describe("usage", () => {
       expect(csv.split("\r\n")[0]).toBe(
         "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens",
       );
-      expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,0,10,0,0,0,0");
+      expect(csv).toContain(
+        "run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,0,10,0,0,0,0",
+      );
     });
   });
 });

@@ -189,7 +189,17 @@ describe("usageJsonBytes", () => {
       fc.maxSafeNat(),
       fc.integer({ min: -1e12, max: -1 }),
     );
-    const row = fc.record({ w: fc.integer({ min: 0, max: 30 }), agent: fc.integer({ min: 0, max: 5 }), a: sum, v: sum, m: sum, d: sum, dv: sum, dm: sum, h: sum });
+    const row = fc.record({
+      w: fc.integer({ min: 0, max: 30 }),
+      agent: fc.integer({ min: 0, max: 5 }),
+      a: sum,
+      v: sum,
+      m: sum,
+      d: sum,
+      dv: sum,
+      dm: sum,
+      h: sum,
+    });
     fc.assert(
       fc.property(
         fc.array(row, { maxLength: 60 }),
