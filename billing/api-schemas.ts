@@ -142,6 +142,7 @@ const ActiveSums = {
 };
 const DozedSums = {
   dozedMs: z.number().int().openapi({ description: "Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call" }),
+  dozedVcpuMs: z.number().int().openapi({ description: "vCPU-milliseconds while dozing (what the doze vCPU price multiplies)" }),
   dozedMibMs: z.number().int().openapi({ description: "MiB-milliseconds of configured memory while dozing" }),
 };
 const Sums = {
@@ -187,6 +188,12 @@ export const Run = z
     ...ActiveSums,
     ...DozedSums,
     segments: z.number().int(),
+    operations: z.number().int().openapi({ description: "Calls through upstreams made during the run (operation records)" }),
+    upstreamWaitMs: z.number().int().openapi({
+      description: "Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing)",
+    }),
+    inputTokens: z.number().int().openapi({ description: "Input tokens of those operations, where their completions said" }),
+    outputTokens: z.number().int().openapi({ description: "Output tokens of those operations, where their completions said" }),
   })
   .openapi("Run");
 

@@ -40,21 +40,21 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id`;
 
 const bucketUpsertSql = `
-INSERT INTO usage_quarter_hours AS u (tenant_id, bucket_start, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_mib_ms)
-SELECT t, to_timestamp(b * ${bucketMs / 1000}), a, x, y, z, d, dm
-FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[]) AS r(t, b, a, x, y, z, d, dm)
+INSERT INTO usage_quarter_hours AS u (tenant_id, bucket_start, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_vcpu_ms, dozed_mib_ms)
+SELECT t, to_timestamp(b * ${bucketMs / 1000}), a, x, y, z, d, dv, dm
+FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[]) AS r(t, b, a, x, y, z, d, dm, dv)
 ON CONFLICT (tenant_id, bucket_start, agent_id) DO UPDATE SET
   active_ms = u.active_ms + excluded.active_ms, vcpu_ms = u.vcpu_ms + excluded.vcpu_ms, mib_ms = u.mib_ms + excluded.mib_ms,
-  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms`;
+  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_vcpu_ms = u.dozed_vcpu_ms + excluded.dozed_vcpu_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms`;
 
 const runUpsertSql = `
-INSERT INTO run_usage AS u (run_id, tenant_id, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_mib_ms, segments, first_started_at, last_ended_at)
-SELECT r, t, a, x, y, z, d, dm, n, 'epoch'::timestamptz + f * interval '1 millisecond', 'epoch'::timestamptz + l * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int4[], $8::int8[], $9::int8[], $10::int8[], $11::int8[])
-  AS q(r, t, a, x, y, z, n, f, l, d, dm)
+INSERT INTO run_usage AS u (run_id, tenant_id, agent_id, active_ms, vcpu_ms, mib_ms, dozed_ms, dozed_vcpu_ms, dozed_mib_ms, segments, first_started_at, last_ended_at)
+SELECT r, t, a, x, y, z, d, dv, dm, n, 'epoch'::timestamptz + f * interval '1 millisecond', 'epoch'::timestamptz + l * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int4[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[])
+  AS q(r, t, a, x, y, z, n, f, l, d, dm, dv)
 ON CONFLICT (run_id) DO UPDATE SET
   active_ms = u.active_ms + excluded.active_ms, vcpu_ms = u.vcpu_ms + excluded.vcpu_ms, mib_ms = u.mib_ms + excluded.mib_ms,
-  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms,
+  dozed_ms = u.dozed_ms + excluded.dozed_ms, dozed_vcpu_ms = u.dozed_vcpu_ms + excluded.dozed_vcpu_ms, dozed_mib_ms = u.dozed_mib_ms + excluded.dozed_mib_ms,
   segments = u.segments + excluded.segments,
   first_started_at = least(u.first_started_at, excluded.first_started_at), last_ended_at = greatest(u.last_ended_at, excluded.last_ended_at)`;
 
@@ -199,21 +199,23 @@ function copyRows(valid: readonly ValidSegment[], receivedAt: string): string {
   return out;
 }
 
-/** Active time and its vCPU- and MiB-ms; dozing time and its MiB-ms (a dozing segment adds to these only). */
+/** Active time and its vCPU- and MiB-ms; dozing time and its vCPU- and MiB-ms (a dozing segment adds to these only). */
 interface Sums {
   active: number;
   vcpu: number;
   mib: number;
   dozed: number;
+  dozedVcpu: number;
   dozedMib: number;
 }
 
-const noSums = (): Sums => ({ active: 0, vcpu: 0, mib: 0, dozed: 0, dozedMib: 0 });
+const noSums = (): Sums => ({ active: 0, vcpu: 0, mib: 0, dozed: 0, dozedVcpu: 0, dozedMib: 0 });
 
 /** Adds `ms` of segment `s` to `sums`: to the active columns, or to the dozed ones when it dozed. */
 function addTo(sums: Sums, s: ValidSegment, ms: number): void {
   if (s.state === "dozing") {
     sums.dozed += ms;
+    sums.dozedVcpu += ms * s.vcpus;
     sums.dozedMib += ms * s.memMiB;
   } else {
     sums.active += ms;
@@ -255,6 +257,7 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
   const z: number[] = [];
   const d: number[] = [];
   const dm: number[] = [];
+  const dv: number[] = [];
   for (const tenant of [...buckets.keys()].sort()) {
     const byBucket = buckets.get(tenant)!;
     for (const bucket of [...byBucket.keys()].sort((p, q) => p - q)) {
@@ -269,10 +272,11 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
         z.push(sums.mib);
         d.push(sums.dozed);
         dm.push(sums.dozedMib);
+        dv.push(sums.dozedVcpu);
       }
     }
   }
-  await tx.query(bucketUpsertSql, [t, b, a, x, y, z, d, dm]);
+  await tx.query(bucketUpsertSql, [t, b, a, x, y, z, d, dm, dv]);
   const runIds = [...runs.keys()].sort();
   const rs = runIds.map((id) => runs.get(id)!);
   await tx.query(runUpsertSql, [
@@ -287,6 +291,7 @@ async function upsertRollups(tx: SqlRunner, written: readonly ValidSegment[]): P
     rs.map((r) => r.last),
     rs.map((r) => r.dozed),
     rs.map((r) => r.dozedMib),
+    rs.map((r) => r.dozedVcpu),
   ]);
 }
 

@@ -11,7 +11,7 @@ import { alignedToBuckets } from "./buckets.ts";
 import { lineAmountCents, priceOf, resourceUnits, resources, type Rates, type Resource } from "./money.ts";
 import { rateCardLockKey, rateCardTimeline, ratesOf, type RateCardPiece } from "./rates.ts";
 import { hibernatedTime, snapshotStorage } from "./storage.ts";
-import { addUsage, dozedVcpuMs, rawUsage, rollupUsage, type UsageSums } from "./usage.ts";
+import { addUsage, rawUsage, rollupUsage, type UsageSums } from "./usage.ts";
 import { assertZone, monthRange } from "./zones.ts";
 
 /** Late segments keep arriving for a while after a month ends (hosts that were cut off); finalize after this. */
@@ -145,7 +145,6 @@ export async function computeLines(
   const until = Math.min(end, cutoff);
   const boundaries = [start, ...pieces.slice(1).map((p) => p.from), end];
   const metered = await agentUsageByWindow(db, tenantId, boundaries, cutoff, nowMs);
-  const dozed = metered.some((m) => [...m.values()].some((u) => u.dozedMs > 0)) ? await dozedVcpuMs(db, tenantId, boundaries, cutoff) : [];
   const storage: Map<string, bigint>[] = [];
   for (const p of pieces) {
     const to = Math.min(p.to, until);
@@ -164,8 +163,8 @@ export async function computeLines(
       const quantities: Record<Resource, bigint> = {
         vcpu: BigInt(usage?.vcpuMs ?? 0),
         memory: BigInt(usage?.mibMs ?? 0),
-        // from the raw dozing segments (the rollups keep no dozed vCPU-ms), at the doze vCPU price, 0 by default
-        doze_vcpu: BigInt(dozed[i]?.get(agentId) ?? 0),
+        // at the doze vCPU price, 0 by default
+        doze_vcpu: BigInt(usage?.dozedVcpuMs ?? 0),
         doze_memory: BigInt(usage?.dozedMibMs ?? 0),
         snapshot_storage: storage[i]?.get(agentId) ?? 0n,
       };

@@ -116,7 +116,7 @@ function putInt(buf: Uint8Array, at: number, v: number): number {
 }
 
 /** The keys of a row's sums after the first (`activeMs`, written with the agent), in the order `sumsAt` gives them. */
-const laterKeys = ["vcpuMs", "mibMs", "dozedMs", "dozedMibMs", "hibernatedMs"].map((k) => encode(`,"${k}":`));
+const laterKeys = ["vcpuMs", "mibMs", "dozedMs", "dozedVcpuMs", "dozedMibMs", "hibernatedMs"].map((k) => encode(`,"${k}":`));
 const laterKeysLength = laterKeys.reduce((n, k) => n + k.length, 0);
 
 /**
@@ -135,7 +135,7 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
   const noAgent = encode('"activeMs":');
   const prefix: Uint8Array[] = [];
   let buf = new Uint8Array(head.length + tail.length + c.length * 220);
-  const later = [c.vcpuMs, c.mibMs, c.dozedMs, c.dozedMibMs, c.hibernatedMs];
+  const later = [c.vcpuMs, c.mibMs, c.dozedMs, c.dozedVcpuMs, c.dozedMibMs, c.hibernatedMs];
   let at = put(buf, 0, head);
   for (let i = 0; i < c.length; i++) {
     const w = c.window[i] as number;
@@ -143,7 +143,7 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
     if (p === undefined)
       p = prefix[w] = encode(`{"start":${JSON.stringify(fmt(t.boundaries[w] as number))},"end":${JSON.stringify(fmt(t.boundaries[w + 1] as number))},`);
     const a = agentKeys && c.agent ? (agentKeys[c.agent[i] as number] as Uint8Array) : noAgent;
-    const most = 1 + p.length + a.length + laterKeysLength + 6 * 17 + 1;
+    const most = 1 + p.length + a.length + laterKeysLength + (1 + later.length) * 17 + 1;
     if (at + most > buf.length) {
       const bigger = new Uint8Array(Math.max(buf.length * 2, at + most + tail.length));
       bigger.set(buf.subarray(0, at));
@@ -179,6 +179,7 @@ export function usageCsv(t: UsageTable): string {
     "vcpu_ms",
     "mib_ms",
     "dozed_ms",
+    "dozed_vcpu_ms",
     "dozed_mib_ms",
     "hibernated_ms",
   ];
@@ -187,7 +188,7 @@ export function usageCsv(t: UsageTable): string {
     const w = c.window[i] as number;
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
-    const sums = [c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedMibMs[i], c.hibernatedMs[i]];
+    const sums = [c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedVcpuMs[i], c.dozedMibMs[i], c.hibernatedMs[i]];
     rows.push(c.agents && c.agent ? [start, end, c.agents[c.agent[i] as number], ...sums] : [start, end, ...sums]);
   }
   return toCsv(header, rows);
@@ -261,8 +262,13 @@ export function runJson(r: RunReport): z.infer<typeof RunSchema> {
     vcpuMs: r.vcpuMs,
     mibMs: r.mibMs,
     dozedMs: r.dozedMs,
+    dozedVcpuMs: r.dozedVcpuMs,
     dozedMibMs: r.dozedMibMs,
     segments: r.segments,
+    operations: r.operations,
+    upstreamWaitMs: r.upstreamWaitMs,
+    inputTokens: r.inputTokens,
+    outputTokens: r.outputTokens,
   };
 }
 
@@ -283,8 +289,13 @@ export function runsCsv(runs: RunReport[]): string {
       "vcpu_ms",
       "mib_ms",
       "dozed_ms",
+      "dozed_vcpu_ms",
       "dozed_mib_ms",
       "segments",
+      "operations",
+      "upstream_wait_ms",
+      "input_tokens",
+      "output_tokens",
     ],
     runs.map((r) => [
       r.runId,
@@ -298,8 +309,13 @@ export function runsCsv(runs: RunReport[]): string {
       r.vcpuMs,
       r.mibMs,
       r.dozedMs,
+      r.dozedVcpuMs,
       r.dozedMibMs,
       r.segments,
+      r.operations,
+      r.upstreamWaitMs,
+      r.inputTokens,
+      r.outputTokens,
     ]),
   );
 }

@@ -1,8 +1,13 @@
 // Raw SQL with $n parameters on whichever client a `Db` wraps (postgres.js or PGlite), plus COPY where the client has it.
 import type { Db } from "../schema/db.ts";
 
+/** `prepare: false`: planned with its parameters' values every time (postgres.js otherwise reuses a generic plan from a statement's sixth run). */
+export interface QueryOptions {
+  prepare?: boolean;
+}
+
 export interface SqlRunner {
-  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  query<T = Record<string, unknown>>(text: string, params?: unknown[], opts?: QueryOptions): Promise<T[]>;
   /** `COPY table (cols) FROM STDIN` with tab-separated text rows; undefined when the client cannot stream COPY. */
   copyIn?: (table: string, columns: readonly string[], rows: string) => Promise<void>;
 }
@@ -33,7 +38,8 @@ const cache = new WeakMap<object, TxRunner>();
 
 function postgresJsRunner(sql: PostgresJsLike): SqlRunner {
   return {
-    query: async <T>(text: string, params: unknown[] = []) => (await sql.unsafe(text, params, { prepare: true })) as T[],
+    query: async <T>(text: string, params: unknown[] = [], opts: QueryOptions = {}) =>
+      (await sql.unsafe(text, params, { prepare: opts.prepare ?? true })) as T[],
     copyIn: async (table, columns, rows) => {
       const query = sql.unsafe(`COPY ${table} (${columns.join(", ")}) FROM STDIN`) as ReturnType<PostgresJsLike["unsafe"]> & { reject?: (e: unknown) => void };
       // postgres.js 3.4 loses an error that arrives after the stream's end (e.g. a unique violation on the

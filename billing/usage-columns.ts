@@ -14,16 +14,17 @@ export interface UsageColumns {
   activeMs: Float64Array;
   vcpuMs: Float64Array;
   mibMs: Float64Array;
-  /** Dozing time and its MiB-ms: not in the three active sums above. */
+  /** Dozing time and its vCPU- and MiB-ms: not in the three active sums above. */
   dozedMs: Float64Array;
+  dozedVcpuMs: Float64Array;
   dozedMibMs: Float64Array;
   /** Time hibernated (a snapshot held, VM stopped): from the VM event log, not from meter segments (`withHibernated`). */
   hibernatedMs: Float64Array;
 }
 
 /** The sums of a row, in the order a line carries them (`hibernatedMs` is added after the query, see `withHibernated`). */
-export const lineSums = ["activeMs", "vcpuMs", "mibMs", "dozedMs", "dozedMibMs"] as const;
-type LineSums = readonly [Float64Array, Float64Array, Float64Array, Float64Array, Float64Array];
+export const lineSums = ["activeMs", "vcpuMs", "mibMs", "dozedMs", "dozedVcpuMs", "dozedMibMs"] as const;
+type LineSums = readonly [Float64Array, Float64Array, Float64Array, Float64Array, Float64Array, Float64Array];
 
 /**
  * Postgres's "C" collation, the order of agent ids: code points (UTF-8 bytes). `<` on JavaScript's UTF-16 agrees,
@@ -43,15 +44,16 @@ export function compareCodePoints(a: string, b: string): number {
 }
 
 /**
- * A grouped query (columns `w`, `agent_id` when by agent, `active_ms`, `vcpu_ms`, `mib_ms`, `dozed_ms`, `dozed_mib_ms`)
- * answered as one text value of lines in no order. Without agents a line is a row, `w,active,vcpu,mib,dozed,dozedMib`.
+ * A grouped query (columns `w`, `agent_id` when by agent, `active_ms`, `vcpu_ms`, `mib_ms`, `dozed_ms`, `dozed_vcpu_ms`,
+ * `dozed_mib_ms`) answered as one text value of lines in no order. Without agents a line is a row,
+ * `w,active,vcpu,mib,dozed,dozedVcpu,dozedMib`.
  * By agent a line is an agent's rows, `w,…;w,…;…,"agent"`: the id once per agent (hundreds) instead of once per row
  * (thousands), last and JSON-quoted, so no id can break a line. One value instead of a row each: reading thousands of
  * rows of five columns cost the billing process more than the rest of the report (a string per column from the
  * driver), while Postgres writes a line for about what it spends sending a row.
  */
 export function asLines(grouped: string, byAgent: boolean): string {
-  const row = `w || ',' || active_ms || ',' || vcpu_ms || ',' || mib_ms || ',' || dozed_ms || ',' || dozed_mib_ms`;
+  const row = `w || ',' || active_ms || ',' || vcpu_ms || ',' || mib_ms || ',' || dozed_ms || ',' || dozed_vcpu_ms || ',' || dozed_mib_ms`;
   if (!byAgent) return `SELECT string_agg(${row}, E'\\n') AS lines FROM (${grouped}) g`;
   return `SELECT string_agg(r || ',' || to_json(agent_id)::text, E'\\n') AS lines FROM (SELECT agent_id, string_agg(${row}, ';') AS r FROM (${grouped}) g GROUP BY agent_id) a`;
 }
@@ -68,7 +70,7 @@ interface Cursor {
 }
 
 /**
- * Reads `w,active,vcpu,mib,dozed,dozedMib` at `cur.at` into row `row` of `win`/`sums`, digit by digit (no string per
+ * Reads `w,active,vcpu,mib,dozed,dozedVcpu,dozedMib` at `cur.at` into row `row` of `win`/`sums`, digit by digit (no string per
  * number); every number an integer below 2^53, as `toNumber` requires, the window one of the query's (0 to 2^31).
  */
 function readRow(text: string, cur: Cursor, row: number, win: Int32Array, sums: LineSums, line: number): void {
@@ -113,7 +115,14 @@ function countOf(text: string, ch: string, from = 0, to = text.length): number {
  */
 export function columnsOf(lines: string | null | undefined | readonly (string | null | undefined)[], byAgent: boolean): UsageColumns {
   const texts = (typeof lines === "string" ? [lines] : (lines ?? [])).filter((t): t is string => typeof t === "string" && t.length > 0);
-  const sums = (n: number): LineSums => [new Float64Array(n), new Float64Array(n), new Float64Array(n), new Float64Array(n), new Float64Array(n)];
+  const sums = (n: number): LineSums => [
+    new Float64Array(n),
+    new Float64Array(n),
+    new Float64Array(n),
+    new Float64Array(n),
+    new Float64Array(n),
+    new Float64Array(n),
+  ];
   const cur: Cursor = { at: 0, ended: 0 };
   if (!byAgent) {
     let n = 0;
@@ -195,7 +204,8 @@ function inWindowOrder(win: Int32Array, sums: LineSums, agents: string[] | undef
     c.vcpuMs[j] = sums[1][k] as number;
     c.mibMs[j] = sums[2][k] as number;
     c.dozedMs[j] = sums[3][k] as number;
-    c.dozedMibMs[j] = sums[4][k] as number;
+    c.dozedVcpuMs[j] = sums[4][k] as number;
+    c.dozedMibMs[j] = sums[5][k] as number;
   }
   if (agents && sorted) {
     c.agents = agents;
@@ -213,6 +223,7 @@ export function emptyColumns(n: number): UsageColumns {
     vcpuMs: new Float64Array(n),
     mibMs: new Float64Array(n),
     dozedMs: new Float64Array(n),
+    dozedVcpuMs: new Float64Array(n),
     dozedMibMs: new Float64Array(n),
     hibernatedMs: new Float64Array(n),
   };
@@ -258,6 +269,7 @@ export function withHibernated(c: UsageColumns, cells: readonly HibernatedCell[]
       out.vcpuMs[j] = c.vcpuMs[r.i] as number;
       out.mibMs[j] = c.mibMs[r.i] as number;
       out.dozedMs[j] = c.dozedMs[r.i] as number;
+      out.dozedVcpuMs[j] = c.dozedVcpuMs[r.i] as number;
       out.dozedMibMs[j] = c.dozedMibMs[r.i] as number;
     }
     out.hibernatedMs[j] = (r.i >= 0 ? (c.hibernatedMs[r.i] as number) : 0) + r.ms;

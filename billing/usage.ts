@@ -2,7 +2,7 @@
 import { AppError } from "../lib/errors.ts";
 import type { Db } from "../schema/db.ts";
 import { alignedToBuckets, bucketMs } from "./buckets.ts";
-import { sqlRunner, toNumber } from "./sql-runner.ts";
+import { sqlRunner } from "./sql-runner.ts";
 import { hibernatedTime } from "./storage.ts";
 import { asLines, columnsOf, withHibernated, type HibernatedCell, type UsageColumns } from "./usage-columns.ts";
 import { segmentLimits } from "./validate.ts";
@@ -28,8 +28,9 @@ export interface UsageSums {
   vcpuMs: number;
   /** MiB-milliseconds. */
   mibMs: number;
-  /** Time the VM dozed (vCPUs stopped while every open call waited on an outbound call), and its MiB-milliseconds. */
+  /** Time the VM dozed (vCPUs stopped while every open call waited on an outbound call), and its vCPU- and MiB-milliseconds. */
   dozedMs: number;
+  dozedVcpuMs: number;
   dozedMibMs: number;
   /** Time the agent was hibernated (its snapshot held, no VM); 0 from segment queries (rollups and raw), which do not know it. */
   hibernatedMs: number;
@@ -144,7 +145,7 @@ export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}
   return { query: t.query, source: t.source, rows, totals: t.totals };
 }
 
-export const noUsage = (): UsageSums => ({ activeMs: 0, vcpuMs: 0, mibMs: 0, dozedMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
+export const noUsage = (): UsageSums => ({ activeMs: 0, vcpuMs: 0, mibMs: 0, dozedMs: 0, dozedVcpuMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
 
 /** The sums of row `i` of `c`. */
 export function sumsAt(c: UsageColumns, i: number): UsageSums {
@@ -153,6 +154,7 @@ export function sumsAt(c: UsageColumns, i: number): UsageSums {
     vcpuMs: c.vcpuMs[i] as number,
     mibMs: c.mibMs[i] as number,
     dozedMs: c.dozedMs[i] as number,
+    dozedVcpuMs: c.dozedVcpuMs[i] as number,
     dozedMibMs: c.dozedMibMs[i] as number,
     hibernatedMs: c.hibernatedMs[i] as number,
   };
@@ -164,6 +166,7 @@ export function addUsage(t: UsageSums, r: UsageSums, sign: 1 | -1 = 1): UsageSum
   t.vcpuMs += sign * r.vcpuMs;
   t.mibMs += sign * r.mibMs;
   t.dozedMs += sign * r.dozedMs;
+  t.dozedVcpuMs += sign * r.dozedVcpuMs;
   t.dozedMibMs += sign * r.dozedMibMs;
   t.hibernatedMs += sign * r.hibernatedMs;
   return t;
@@ -226,7 +229,7 @@ export function rollupQuery(
   const text = asLines(
     `SELECT width_bucket(bucket_start, $2::timestamptz[]) - 1 AS w${q.byAgent ? ", agent_id" : ""},
        sum(active_ms::float8)::int8 AS active_ms, sum(vcpu_ms::float8)::int8 AS vcpu_ms, sum(mib_ms::float8)::int8 AS mib_ms,
-       sum(dozed_ms::float8)::int8 AS dozed_ms, sum(dozed_mib_ms::float8)::int8 AS dozed_mib_ms
+       sum(dozed_ms::float8)::int8 AS dozed_ms, sum(dozed_vcpu_ms::float8)::int8 AS dozed_vcpu_ms, sum(dozed_mib_ms::float8)::int8 AS dozed_mib_ms
      FROM usage_quarter_hours
      WHERE tenant_id = $1 AND bucket_start >= $3::text::timestamptz AND bucket_start < $4::text::timestamptz${q.agentId !== undefined ? " AND agent_id = $5" : ""}
      GROUP BY 1${q.byAgent ? ", 2" : ""}`,
@@ -336,7 +339,7 @@ export async function rawColumns(
     asLines(
       `SELECT i - 1 AS w${q.byAgent ? ", s.agent_id" : ""},
        sum(o.ms * (1 - s.dz))::int8 AS active_ms, sum(o.ms * s.vcpus * (1 - s.dz))::int8 AS vcpu_ms, sum(o.ms * s.mem_mib * (1 - s.dz))::int8 AS mib_ms,
-       sum(o.ms * s.dz)::int8 AS dozed_ms, sum(o.ms * s.mem_mib * s.dz)::int8 AS dozed_mib_ms
+       sum(o.ms * s.dz)::int8 AS dozed_ms, sum(o.ms * s.vcpus * s.dz)::int8 AS dozed_vcpu_ms, sum(o.ms * s.mem_mib * s.dz)::int8 AS dozed_mib_ms
      FROM (
        SELECT agent_id, vcpus, mem_mib, (state = 'dozing')::int AS dz, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
        FROM meter_segments
@@ -362,31 +365,4 @@ export async function rawUsage(
   received: { before?: number; from?: number } = {},
 ): Promise<WindowUsage[]> {
   return windowUsageOf(await rawColumns(db, q, boundaries, received));
-}
-
-/**
- * vCPU-ms of dozing segments per window of `boundaries` and agent, from raw segments received before `cutoff`. The
- * rollups keep a dozing segment's time and MiB-ms but not its vCPU-ms, so an invoice that prices doze vCPUs reads them
- * here, only for tenants that dozed in the period (a raw scan costs what the rollups save).
- */
-export async function dozedVcpuMs(db: Db, tenantId: string, boundaries: readonly number[], cutoff: number): Promise<Map<string, number>[]> {
-  const from = boundaries[0] as number;
-  const to = boundaries[boundaries.length - 1] as number;
-  const rows = await sqlRunner(db).query<{ w: unknown; agent_id: string; vcpu_ms: unknown }>(
-    `SELECT i - 1 AS w, s.agent_id, sum(o.ms * s.vcpus)::int8 AS vcpu_ms
-     FROM (
-       SELECT agent_id, vcpus, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
-       FROM meter_segments
-       WHERE tenant_id = $1 AND state = 'dozing' AND started_at < $4::text::timestamptz AND ended_at > $3::text::timestamptz
-         AND started_at >= $5::text::timestamptz AND received_at < $7::text::timestamptz
-     ) s,
-       LATERAL generate_series(greatest(width_bucket(s.sm, $2::int8[]), 1), least(width_bucket(s.em - 1, $2::int8[]), $6::int)) AS i,
-       LATERAL (SELECT least(s.em, ($2::int8[])[i + 1]) - greatest(s.sm, ($2::int8[])[i]) AS ms) o
-     WHERE o.ms > 0
-     GROUP BY 1, 2`,
-    [tenantId, [...boundaries], iso(from), iso(to), iso(from - segmentLimits.maxDurationMs), boundaries.length - 1, iso(cutoff)],
-  );
-  const out = Array.from({ length: boundaries.length - 1 }, () => new Map<string, number>());
-  for (const r of rows) out[toNumber(r.w)]?.set(r.agent_id, toNumber(r.vcpu_ms));
-  return out;
 }

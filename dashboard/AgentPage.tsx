@@ -1,4 +1,4 @@
-// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran and dozed, what put it to sleep), its last operations (calls through upstreams), its log's tail, its usage plots.
+// One agent: its state, its runs (what woke it, how the wake's time went, how long it ran and dozed, the upstream calls it made, what put it to sleep), its last operations (calls through upstreams), its log's tail, its usage plots.
 import { useState } from "preact/hooks";
 import { getJson, getText, withQuery } from "./api.ts";
 import { ago, browserZone, formatMs, localDate, localTime } from "./format.ts";
@@ -112,6 +112,7 @@ function Runs(props: { path: string }) {
               <th>Ran for</th>
               <th>Active</th>
               <th title="vCPUs stopped while every open call waited on an outbound call (a model call): not active time">Dozed</th>
+              <th title="calls through upstreams during the run, and the time they waited for their first byte">Operations</th>
               <th>Put to sleep by</th>
             </tr>
           </thead>
@@ -131,6 +132,9 @@ function Runs(props: { path: string }) {
                 <td>{r.awakeMs !== null ? formatMs(r.awakeMs) : `${formatMs(Math.max(0, now - Date.parse(r.wokeAt)))} so far`}</td>
                 <td>{formatMs(r.activeMs)}</td>
                 <td data-testid="run-dozed">{formatMs(r.dozedMs)}</td>
+                <td data-testid="run-operations" title={`tokens in ${r.inputTokens}, out ${r.outputTokens}`}>
+                  {r.operations > 0 ? `${r.operations} · waited ${formatMs(r.upstreamWaitMs)}` : "0"}
+                </td>
                 <td>{r.sleepReason ?? <span class="muted">awake</span>}</td>
               </tr>
             ))}

@@ -20,17 +20,26 @@ function whole(n: number): bigint {
 const storageMonthSeconds = 2_628_000n;
 
 /**
- * What `usage` costs at `rates`, in micro-units of the currency, rounded once, half up: active vCPUs and memory, and
- * dozing memory (at the card's doze GiB-second price, or null: its snapshot GiB-month rate). Dozing vCPU-ms are not in
- * the usage report (their price is 0 unless a card says otherwise): the invoice's doze_vcpu line has them.
+ * What `usage` costs at `rates`, in micro-units of the currency, rounded once, half up: active vCPUs and memory, dozing
+ * vCPUs (at the card's doze vCPU-second price, 0 by default) and dozing memory (at the card's doze GiB-second price, or
+ * null: its snapshot GiB-month rate), as the invoice's lines price them.
  */
 export function costMicros(
-  usage: { vcpuMs: number; mibMs: number; dozedMibMs?: number },
-  rates: { vcpuSecondNanocents: number; gibSecondNanocents: number; snapshotGibMonthNanocents?: number; dozeGibSecondNanocents?: number | null },
+  usage: { vcpuMs: number; mibMs: number; dozedVcpuMs?: number; dozedMibMs?: number },
+  rates: {
+    vcpuSecondNanocents: number;
+    gibSecondNanocents: number;
+    snapshotGibMonthNanocents?: number;
+    dozeVcpuSecondNanocents?: number;
+    dozeGibSecondNanocents?: number | null;
+  },
 ): bigint {
   // in nano-cents × 1,024,000 × 2,628,000: vCPU-ms × (price per vCPU-second ÷ 1000) + MiB-ms × (price per GiB-second ÷
   // 1,024,000) + dozing MiB-ms × (price per GiB-second ÷ 1,024,000, or per GiB-month ÷ 1,024,000 × 2,628,000)
-  const active = whole(usage.vcpuMs) * BigInt(rates.vcpuSecondNanocents) * 1024n + whole(usage.mibMs) * BigInt(rates.gibSecondNanocents);
+  const active =
+    whole(usage.vcpuMs) * BigInt(rates.vcpuSecondNanocents) * 1024n +
+    whole(usage.dozedVcpuMs ?? 0) * BigInt(rates.dozeVcpuSecondNanocents ?? 0) * 1024n +
+    whole(usage.mibMs) * BigInt(rates.gibSecondNanocents);
   const dozedMibMs = whole(usage.dozedMibMs ?? 0);
   const dozing =
     rates.dozeGibSecondNanocents === null || rates.dozeGibSecondNanocents === undefined

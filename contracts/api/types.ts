@@ -724,6 +724,8 @@ export type components = {
           mibMs: number;
           /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
           dozedMs: number;
+          /** @description vCPU-milliseconds while dozing (what the doze vCPU price multiplies) */
+          dozedVcpuMs: number;
           /** @description MiB-milliseconds of configured memory while dozing */
           dozedMibMs: number;
           /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
@@ -738,6 +740,8 @@ export type components = {
         mibMs: number;
         /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
         dozedMs: number;
+        /** @description vCPU-milliseconds while dozing (what the doze vCPU price multiplies) */
+        dozedVcpuMs: number;
         /** @description MiB-milliseconds of configured memory while dozing */
         dozedMibMs: number;
         /** @description Milliseconds hibernated (no VM, its snapshot held; from the VM event log), summed over agents when not by agent */
@@ -770,9 +774,19 @@ export type components = {
       mibMs: number;
       /** @description Milliseconds the VM dozed: vCPUs stopped while every open call waited on an outbound call */
       dozedMs: number;
+      /** @description vCPU-milliseconds while dozing (what the doze vCPU price multiplies) */
+      dozedVcpuMs: number;
       /** @description MiB-milliseconds of configured memory while dozing */
       dozedMibMs: number;
       segments: number;
+      /** @description Calls through upstreams made during the run (operation records) */
+      operations: number;
+      /** @description Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing) */
+      upstreamWaitMs: number;
+      /** @description Input tokens of those operations, where their completions said */
+      inputTokens: number;
+      /** @description Output tokens of those operations, where their completions said */
+      outputTokens: number;
     };
     /** @description The wake's parts in ms, as the host recorded them */
     WakeTimings: {

@@ -114,12 +114,14 @@ describe.runIf(runnable)("the dashboard in headless Chromium", () => {
     const wakeCell = run.locator(`[data-timing=${first.wakeMode === "restore" ? "restoreMs" : "bootMs"}]`);
     expect(await wakeCell.textContent()).toMatch(/^\d+(\.\d)? (ms|s)$/);
     expect(first.timings.bootMs ?? first.timings.restoreMs).toBeGreaterThan(0);
-    // Its last operations: a call through an upstream, as a host records it, listed with its model, tokens and duration.
+    // Its last operations: a call through an upstream during the run, as a host records it, listed with its model,
+    // tokens and duration; the run's row counts it and its wait for the first byte.
     const sentAt = new Date(Date.now() - 2000);
     await sys.database.db.insert(operations).values({
       id: "op_dashboard00001",
       tenantId: sys.demo.tenantId,
       agentId,
+      runId: first.runId,
       hostId: "host_x",
       upstream: "openai",
       method: "POST",
@@ -140,6 +142,9 @@ describe.runIf(runnable)("the dashboard in headless Chromium", () => {
     expect(await op.getAttribute("data-operation-id")).toBe("op_dashboard00001");
     const opCells = await op.locator("td").allTextContents();
     expect(opCells.slice(1)).toEqual(["openai", "POST /v1/chat/completions", "200", "gpt-test", "5 · 7", "1.5 s"]);
+    const runOps = page.locator(`[data-run-id="${first.runId}"] [data-testid=run-operations]`);
+    await runOps.filter({ hasText: "1 · waited 700 ms" }).waitFor({ timeout: 10_000 });
+    expect(await runOps.getAttribute("title")).toBe("tokens in 5, out 7");
     // Its metered time as a bar of this hour (the usage plot refreshes every 10 s), and its cost beside it.
     await page.locator("[data-testid=plot-active] rect.bar").first().waitFor({ timeout: 25_000 });
     expect(await page.locator("[data-testid=plot-active] rect.bar title").first().textContent()).toMatch(/: \d+(\.\d+)? s$/);

@@ -92,7 +92,7 @@ describe("npm run usage", () => {
   it("passes CSV through, prints invoices, and fails clearly without a valid token", async () => {
     const csv = await run(["--url", url, "--token", "test:ten_cli", "--from", "2026-03-01", "--to", "2026-04-01", "--csv"]);
     expect(csv.out).toBe(
-      "window_start,window_end,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,hibernated_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152,0,0,0\r\n".replace(
+      "window_start,window_end,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms\r\n2026-03-01T00:00:00Z,2026-04-01T00:00:00Z,4834567,8434567,4002449152,0,0,0,0\r\n".replace(
         /Z/g,
         "+00:00",
       ),

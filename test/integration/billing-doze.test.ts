@@ -12,6 +12,7 @@ import { ManualClock } from "../../lib/clock.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { runs, vmEvents } from "../../schema/core.ts";
+import { operations } from "../../schema/operations.ts";
 import { openDatabase, queryRows, type Database } from "../../schema/db.ts";
 import { freshDatabase } from "../helpers/db.ts";
 import { appWithCaller, segment, seedTenant } from "./billing-fixtures.ts";
@@ -149,10 +150,18 @@ describe("billing of dozed time", () => {
     const q1 = await get<{ rows: Record<string, unknown>[]; source: string }>("/v1/usage?from=2026-11-02T10:00:00Z&to=2026-11-02T10:15:00Z&agentId=agt_d1");
     expect(q1.source).toBe("rollup");
     expect(q1.rows).toEqual([
-      expect.objectContaining({ activeMs: 4_000, vcpuMs: 8_000, mibMs: 4_000 * 1024, dozedMs: 6_000, dozedMibMs: 6_000 * 1024, hibernatedMs: 0 }),
+      expect.objectContaining({
+        activeMs: 4_000,
+        vcpuMs: 8_000,
+        mibMs: 4_000 * 1024,
+        dozedMs: 6_000,
+        dozedVcpuMs: 12_000,
+        dozedMibMs: 6_000 * 1024,
+        hibernatedMs: 0,
+      }),
     ]);
     const q2 = await get<{ rows: Record<string, unknown>[] }>("/v1/usage?from=2026-11-02T10:15:00Z&to=2026-11-02T10:30:00Z&agentId=agt_d1");
-    expect(q2.rows).toEqual([expect.objectContaining({ activeMs: 7_000, vcpuMs: 14_000, dozedMs: 44_000, dozedMibMs: 44_000 * 1024 })]);
+    expect(q2.rows).toEqual([expect.objectContaining({ activeMs: 7_000, vcpuMs: 14_000, dozedMs: 44_000, dozedVcpuMs: 88_000, dozedMibMs: 44_000 * 1024 })]);
     expect(quarters.rows).toEqual([expect.objectContaining({ agentId: "agt_d1", activeMs: 11_000, dozedMs: 50_000 })]);
 
     // the month by agent and hour: rollups = raw; totals = the raw table summed by state
@@ -168,6 +177,7 @@ describe("billing of dozed time", () => {
         sum(extract(epoch from ended_at - started_at) * 1000 * vcpus) filter (where state = 'active')::int8 as vcpu,
         sum(extract(epoch from ended_at - started_at) * 1000 * mem_mib) filter (where state = 'active')::int8 as mib,
         sum(extract(epoch from ended_at - started_at) * 1000) filter (where state = 'dozing')::int8 as dozed,
+        sum(extract(epoch from ended_at - started_at) * 1000 * vcpus) filter (where state = 'dozing')::int8 as dozed_vcpu,
         sum(extract(epoch from ended_at - started_at) * 1000 * mem_mib) filter (where state = 'dozing')::int8 as dozed_mib
       from meter_segments where tenant_id = 'ten_d'`,
     );
@@ -176,10 +186,20 @@ describe("billing of dozed time", () => {
       vcpuMs: Number(sums?.vcpu),
       mibMs: Number(sums?.mib),
       dozedMs: Number(sums?.dozed),
+      dozedVcpuMs: Number(sums?.dozed_vcpu),
       dozedMibMs: Number(sums?.dozed_mib),
       hibernatedMs: 0,
     });
     expect(rollup.totals.dozedMs).toBe(100_000);
+    // dozed vCPU-ms: the rollups (both runs, 2 vCPUs × 50 s each) = the raw path, per row and in total, not all zero
+    expect(rollup.totals.dozedVcpuMs).toBe(2 * 100_000);
+    expect(raw.totals.dozedVcpuMs).toBe(rollup.totals.dozedVcpuMs);
+    expect(raw.rows.map((r) => r.dozedVcpuMs)).toEqual(rollup.rows.map((r) => r.dozedVcpuMs));
+    expect(rollup.rows.filter((r) => r.dozedVcpuMs > 0).length).toBeGreaterThan(1);
+    // a window that is not on a quarter hour is answered from raw segments, with the same dozed vCPU-ms
+    const unaligned = await usageReport(database.db, { ...q, from: runA - 7, to: runA + 3_600_000 - 7, time: undefined });
+    expect(unaligned.source).toBe("raw");
+    expect(unaligned.totals.dozedVcpuMs).toBe(100_000);
     expect(rollup.totals.activeMs).toBe(22_000 + 10_000);
 
     // the CLI's table shows dozed seconds beside active ones
@@ -189,30 +209,87 @@ describe("billing of dozed time", () => {
 
     const csv = await (await app.request("/v1/usage?from=2026-11-02&to=2026-11-03&groupBy=agent&format=csv", { headers: { "x-test-tenant": "ten_d" } })).text();
     expect(csv.split("\r\n").slice(0, 2)).toEqual([
-      "window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,hibernated_ms",
-      `2026-11-02T00:00:00+00:00,2026-11-03T00:00:00+00:00,agt_d1,11000,22000,${11_000 * 1024},50000,${50_000 * 1024},0`,
+      "window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms",
+      `2026-11-02T00:00:00+00:00,2026-11-03T00:00:00+00:00,agt_d1,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},0`,
     ]);
   });
 
-  it("says each run's dozed ms beside its active ms", async () => {
-    await database.db.insert(runs).values({
-      id: "run_dA",
+  it("says each run's dozed ms beside its active ms, and its operations: how many, their upstream wait and tokens", async () => {
+    const run = (id: string, wokeAt: number, sleptAt: number) => ({
+      id,
       agentId: "agt_d1",
       tenantId: "ten_d",
       hostId: "host_d",
-      vmId: "vm_dA",
-      wokeAt: new Date(runA),
+      vmId: `vm_${id}`,
+      wokeAt: new Date(wokeAt),
       wakeReason: "request",
       wakeMode: "restore",
-      sleptAt: new Date(runA + 61_000),
+      sleptAt: new Date(sleptAt),
       sleepReason: "idle",
     });
-    const body = await get<{ runs: Record<string, unknown>[] }>("/v1/agents/agt_d1/runs?from=2026-11-02&to=2026-11-03");
-    expect(body.runs).toEqual([
-      expect.objectContaining({ runId: "run_dA", awakeMs: 61_000, activeMs: 11_000, vcpuMs: 22_000, dozedMs: 50_000, dozedMibMs: 50_000 * 1024, segments: 11 }),
+    await database.db.insert(runs).values([run("run_dA", runA, runA + 61_000), run("run_dC", runC, runC + 61_000)]);
+    // run A's two model calls, answered after 30 s and 20 s (the time it dozed); run C's one call that got no answer;
+    // a call made while the agent slept (no run) and another agent's call that names run A: in no run's sums
+    let n = 0;
+    const op = (p: { agentId?: string; runId: string | null; sent: number; waitMs?: number; input?: number; output?: number }) => ({
+      id: `op_d${n++}`,
+      tenantId: "ten_d",
+      agentId: p.agentId ?? "agt_d1",
+      runId: p.runId,
+      hostId: "host_d",
+      upstream: "model",
+      method: "POST",
+      path: "/v1/chat/completions",
+      requestHash: "0".repeat(64),
+      mode: "sync" as const,
+      state: p.waitMs === undefined ? ("failed" as const) : ("succeeded" as const),
+      status: p.waitMs === undefined ? null : 200,
+      sentAt: new Date(p.sent),
+      firstByteAt: p.waitMs === undefined ? null : new Date(p.sent + p.waitMs),
+      endedAt: new Date(p.sent + (p.waitMs ?? 0) + 1_000),
+      inputTokens: p.input ?? null,
+      outputTokens: p.output ?? null,
+    });
+    await database.db
+      .insert(operations)
+      .values([
+        op({ runId: "run_dA", sent: runA + 4_000, waitMs: 30_000, input: 1_200, output: 300 }),
+        op({ runId: "run_dA", sent: runA + 40_000, waitMs: 20_000, input: 800 }),
+        op({ runId: "run_dC", sent: runC + 4_000 }),
+        op({ runId: null, sent: runA + 100_000, waitMs: 5_000, input: 7, output: 7 }),
+        op({ agentId: "agt_d2", runId: "run_dA", sent: runA + 5_000, waitMs: 9_000, input: 9, output: 9 }),
+      ]);
+    const day = await get<{ runs: Record<string, unknown>[] }>("/v1/agents/agt_d1/runs?from=2026-11-02&to=2026-11-03");
+    const runAReport = {
+      runId: "run_dA",
+      awakeMs: 61_000,
+      activeMs: 11_000,
+      vcpuMs: 22_000,
+      dozedMs: 50_000,
+      dozedVcpuMs: 100_000,
+      dozedMibMs: 50_000 * 1024,
+      segments: 11,
+      operations: 2,
+      upstreamWaitMs: 50_000,
+      inputTokens: 2_000,
+      outputTokens: 300,
+    };
+    expect(day.runs).toEqual([expect.objectContaining(runAReport)]);
+    // a page of two runs: each its own operations (grouped once for the page), newest first
+    const month = await get<{ runs: Record<string, unknown>[] }>("/v1/agents/agt_d1/runs?from=2026-11-01&to=2026-12-01");
+    expect(month.runs).toEqual([
+      expect.objectContaining({ runId: "run_dC", dozedMs: 50_000, operations: 1, upstreamWaitMs: 0, inputTokens: 0, outputTokens: 0 }),
+      expect.objectContaining(runAReport),
     ]);
+    const paged = await get<{ runs: Record<string, unknown>[]; nextCursor: string }>("/v1/agents/agt_d1/runs?from=2026-11-01&to=2026-12-01&limit=1");
+    expect(paged.runs).toEqual([expect.objectContaining({ runId: "run_dC", operations: 1 })]);
+    const next = await get<{ runs: Record<string, unknown>[] }>(`/v1/agents/agt_d1/runs?limit=1&cursor=${encodeURIComponent(paged.nextCursor)}`);
+    expect(next.runs).toEqual([expect.objectContaining(runAReport)]);
     const csv = await (await app.request("/v1/agents/agt_d1/runs?from=2026-11-02&to=2026-11-03&format=csv", { headers: { "x-test-tenant": "ten_d" } })).text();
-    expect(csv).toContain(`,idle,11000,22000,${11_000 * 1024},50000,${50_000 * 1024},11`);
+    expect(csv.split("\r\n")[0]).toMatch(
+      /,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens$/,
+    );
+    expect(csv).toContain(`,idle,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},11,2,50000,2000,300\r\n`);
   });
 
   it("reports hibernated time from the event log, for agents that only slept in a window too", async () => {
@@ -305,6 +382,14 @@ describe("billing of dozed time", () => {
     const draft = await get<InvoiceBody>("/v1/invoices?month=2026-11");
     expect(draft.status).toBe("draft");
     expect(dozeLines(draft)).toEqual(expected);
+    // each doze vCPU line's quantity is the rollups' dozed vCPU-ms over its card's part of the month
+    const rolled = await queryRows<{ v1: string; v2: string }>(
+      database.db,
+      sql`select sum(dozed_vcpu_ms) filter (where bucket_start < '2026-11-03T00:00:00Z')::text as v1,
+        sum(dozed_vcpu_ms) filter (where bucket_start >= '2026-11-03T00:00:00Z')::text as v2
+      from usage_quarter_hours where tenant_id = 'ten_d' and agent_id = 'agt_d1'`,
+    );
+    expect(draft.lines.filter((l) => l.resource === "doze_vcpu").map((l) => l.quantity)).toEqual([rolled[0]?.v1, rolled[0]?.v2]);
     // active lines are priced as before, from active time only: 22 s × 2 vCPU × 0.001 ¢ → 0 ¢
     expect(draft.lines.filter((l) => l.agentId === "agt_d1" && l.resource === "vcpu").map((l) => l.quantity)).toEqual(["22000", "22000"]);
     expect(draft.totalCents).toBe(draft.lines.reduce((t, l) => t + l.amountCents, 0));
@@ -350,6 +435,12 @@ describe("billing of dozed time on embedded PGlite (the all-in-one npm start)", 
         ["doze_vcpu", "100000", 0, 0],
         ["doze_memory", String(50_000 * 1024), 10_000_000_000, 0],
       ]);
+      // the doze vCPU line is priced from the rollups (not from raw segments): a changed rollup changes the line
+      await lite.db.execute(sql`update usage_quarter_hours set dozed_vcpu_ms = dozed_vcpu_ms + 1 where tenant_id = 'ten_d' and dozed_vcpu_ms > 0`);
+      const buckets = (await queryRows<{ n: number }>(lite.db, sql`select count(*)::int as n from usage_quarter_hours where dozed_vcpu_ms > 0`))[0]?.n ?? 0;
+      expect(buckets).toBe(2); // run A dozes across 10:15
+      const after = await invoiceForMonth(lite.db, clock, "ten_d", "2026-11");
+      expect(after.lines.find((l) => l.resource === "doze_vcpu")?.quantity).toBe(String(100_000 + buckets));
     } finally {
       await lite.close();
     }

@@ -113,7 +113,15 @@ describe("usage", () => {
       byAgent: true,
       time: "day",
     });
-    expect(all.totals).toEqual({ activeMs: total.activeMs, vcpuMs: total.vcpuMs, mibMs: total.mibMs, dozedMs: 0, dozedMibMs: 0, hibernatedMs: 0 });
+    expect(all.totals).toEqual({
+      activeMs: total.activeMs,
+      vcpuMs: total.vcpuMs,
+      mibMs: total.mibMs,
+      dozedMs: 0,
+      dozedVcpuMs: 0,
+      dozedMibMs: 0,
+      hibernatedMs: 0,
+    });
   });
 
   it("answers ranges that are not on quarter hours from raw segments, still conserving every millisecond", async () => {
@@ -241,10 +249,10 @@ describe("usage", () => {
       const csv = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day", { "x-test-tenant": "ten_u", accept: "text/csv" });
       expect(csv.headers.get("content-type")).toMatch(/^text\/csv/);
       const lines = (await csv.text()).trim().split("\r\n");
-      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,hibernated_ms");
+      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms");
       expect(lines.length - 1).toBe(body.rows.length);
       const first = body.rows[0]! as (typeof body.rows)[number] & { vcpuMs: number; mibMs: number };
-      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${first.vcpuMs},${first.mibMs},0,0,0`);
+      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${first.vcpuMs},${first.mibMs},0,0,0,0`);
       expect((await get("/v1/usage?from=2026-03-07&to=2026-03-10&format=csv")).headers.get("content-type")).toMatch(/^text\/csv/);
     });
 
@@ -419,15 +427,20 @@ describe("usage", () => {
           vcpuMs: 190_000,
           mibMs: 512 * 95_000,
           dozedMs: 0,
+          dozedVcpuMs: 0,
           dozedMibMs: 0,
           segments: 10,
+          operations: 0,
+          upstreamWaitMs: 0,
         }),
       ]);
       const csv = await (await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03&format=csv")).text();
       expect(csv.split("\r\n")[0]).toBe(
-        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_mib_ms,segments",
+        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens",
       );
-      expect(csv).toContain("run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,10");
+      expect(csv).toContain(
+        "run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,0,10,0,0,0,0",
+      );
     });
   });
 });

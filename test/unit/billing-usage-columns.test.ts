@@ -10,14 +10,14 @@ const bytesOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8
 const sign = (n: number) => Math.sign(n);
 
 /** What `asLines` makes Postgres write for one grouped row without agents (dozed sums 0 unless given). */
-const line = (w: number, a: number, v: number, m: number, d = 0, dm = 0) => `${w},${a},${v},${m},${d},${dm}`;
+const line = (w: number, a: number, v: number, m: number, d = 0, dv = 0, dm = 0) => `${w},${a},${v},${m},${d},${dv},${dm}`;
 
 /**
- * What `asLines` makes Postgres write for one agent's rows (`[w, active, vcpu, mib, dozed, dozedMib]` each, the dozed
- * sums 0 when left out) when grouped by agent.
+ * What `asLines` makes Postgres write for one agent's rows (`[w, active, vcpu, mib, dozed, dozedVcpu, dozedMib]` each,
+ * the dozed sums 0 when left out) when grouped by agent.
  */
 const agentLine = (agent: string, rows: readonly (readonly number[])[]) =>
-  `${rows.map((r) => [...r, 0, 0].slice(0, 6).join(",")).join(";")},${JSON.stringify(agent)}`;
+  `${rows.map((r) => [...r, 0, 0, 0].slice(0, 7).join(",")).join(";")},${JSON.stringify(agent)}`;
 
 /** Agent ids that sort differently in UTF-16 and in code points, and that need escapes in JSON. */
 const awkwardIds = [
@@ -52,6 +52,7 @@ function table(columns: UsageColumns, zone = "America/New_York", agentId?: strin
       vcpuMs: columns.vcpuMs.reduce((t, x) => t + x, 0),
       mibMs: columns.mibMs.reduce((t, x) => t + x, 0),
       dozedMs: columns.dozedMs.reduce((t, x) => t + x, 0),
+      dozedVcpuMs: columns.dozedVcpuMs.reduce((t, x) => t + x, 0),
       dozedMibMs: columns.dozedMibMs.reduce((t, x) => t + x, 0),
       hibernatedMs: columns.hibernatedMs.reduce((t, x) => t + x, 0),
     },
@@ -80,7 +81,7 @@ describe("columnsOf", () => {
       .map((r, i) => ({ r, k: (i * 7919) % rows.length }))
       .sort((x, y) => x.k - y.k)
       .map((x) => x.r);
-    const sums = (k: number) => [k + 1, 2 * (k + 1), 2 ** 40 + k, 3 * k, 2 ** 41 + k] as const;
+    const sums = (k: number) => [k + 1, 2 * (k + 1), 2 ** 40 + k, 3 * k, 5 * k + 2, 2 ** 41 + k] as const;
     // an agent's rows in the order they were shuffled to; every other agent's rows in two lines (a report in parts)
     const lines: string[] = [];
     awkwardIds.forEach((id, a) => {
@@ -102,12 +103,12 @@ describe("columnsOf", () => {
     // each row keeps its own sums
     for (let i = 0; i < c.length; i++) {
       const k = shuffled.findIndex(([w, id]) => w === c.window[i] && id === c.agents![c.agent![i]!]);
-      expect([c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedMibMs[i]]).toEqual(sums(k));
+      expect([c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedVcpuMs[i], c.dozedMibMs[i]]).toEqual(sums(k));
     }
   });
 
   it("reads any agents' lines as the rows they hold, in (window, agent) order", () => {
-    const row = fc.tuple(fc.nat({ max: 40 }), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat());
+    const row = fc.tuple(fc.nat({ max: 40 }), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat(), fc.maxSafeNat());
     fc.assert(
       fc.property(
         fc.uniqueArray(fc.tuple(fc.string({ unit: "grapheme", minLength: 1 }), fc.uniqueArray(row, { minLength: 1, maxLength: 6, selector: (r) => r[0] })), {
@@ -117,7 +118,7 @@ describe("columnsOf", () => {
         (agents) => {
           const c = columnsOf(agents.map(([id, rs]) => agentLine(id, rs)).join("\n"), true);
           const want = agents
-            .flatMap(([id, rs]) => rs.map((r) => [r[0], id, r[1], r[2], r[3], r[4], r[5]] as const))
+            .flatMap(([id, rs]) => rs.map((r) => [r[0], id, r[1], r[2], r[3], r[4], r[5], r[6]] as const))
             .sort((x, y) => x[0] - y[0] || bytesOrder(x[1], y[1]));
           expect(
             Array.from({ length: c.length }, (_, i) => [
@@ -127,6 +128,7 @@ describe("columnsOf", () => {
               c.vcpuMs[i],
               c.mibMs[i],
               c.dozedMs[i],
+              c.dozedVcpuMs[i],
               c.dozedMibMs[i],
             ]),
           ).toEqual(want);
@@ -142,13 +144,13 @@ describe("columnsOf", () => {
   });
 
   it("reads rows without agents, no rows at all, negative numbers and the largest exact integer", () => {
-    const c = columnsOf([line(2, 5, 6, 7, 8, 9), line(0, -3, 0, Number.MAX_SAFE_INTEGER), line(1, 1, 1, 1)].join("\n"), false);
+    const c = columnsOf([line(2, 5, 6, 7, 8, 10, 9), line(0, -3, 0, Number.MAX_SAFE_INTEGER), line(1, 1, 1, 1)].join("\n"), false);
     expect(c.agents).toBeUndefined();
     expect(Array.from(c.window)).toEqual([0, 1, 2]);
     expect(Array.from(c.activeMs)).toEqual([-3, 1, 5]);
     expect(c.mibMs[0]).toBe(Number.MAX_SAFE_INTEGER);
-    expect([c.dozedMs[2], c.dozedMibMs[2], c.hibernatedMs[2]]).toEqual([8, 9, 0]);
-    expect(columnsOf([line(2, 5, 6, 7, 8, 9), null, [line(0, -3, 0, Number.MAX_SAFE_INTEGER), line(1, 1, 1, 1)].join("\n")], false)).toEqual(c);
+    expect([c.dozedMs[2], c.dozedVcpuMs[2], c.dozedMibMs[2], c.hibernatedMs[2]]).toEqual([8, 10, 9, 0]);
+    expect(columnsOf([line(2, 5, 6, 7, 8, 10, 9), null, [line(0, -3, 0, Number.MAX_SAFE_INTEGER), line(1, 1, 1, 1)].join("\n")], false)).toEqual(c);
     expect(columnsOf(null, true).length).toBe(0);
     expect(columnsOf([], true).length).toBe(0);
     expect(columnsOf("", false).length).toBe(0);
@@ -158,6 +160,7 @@ describe("columnsOf", () => {
     expect(() => columnsOf(line(0, 2 ** 53, 1, 1), false)).toThrow(/exceeds 2\^53/);
     expect(() => columnsOf("0,1,2", false)).toThrow(/unreadable/);
     expect(() => columnsOf("0,1,2,3", false)).toThrow(/unreadable/); // the four fields of a line before dozing existed
+    expect(() => columnsOf("0,1,2,3,4,5", false)).toThrow(/unreadable/); // the six fields of a line before dozed vCPU-ms
     expect(() => columnsOf("0,1,x,3", false)).toThrow(/unreadable/);
     expect(() => columnsOf(line(-1, 1, 1, 1), false)).toThrow(/window/);
     expect(() => columnsOf(`${line(0, 1, 1, 1)}x`, false)).toThrow(/unreadable/);
@@ -168,10 +171,11 @@ describe("columnsOf", () => {
     expect(() => columnsOf('0,1,2,"agt_a"', true)).toThrow(/unreadable/);
     expect(() => columnsOf('0,1,2,3;"agt_a"', true)).toThrow(/unreadable/);
     expect(() => columnsOf('0,1,2,3,4,"agt_a"', true)).toThrow(/unreadable/);
-    expect(() => columnsOf('0,1,2,3,4,5,6,"agt_a"', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,3,4,5,"agt_a"', true)).toThrow(/unreadable/);
+    expect(() => columnsOf('0,1,2,3,4,5,6,7,"agt_a"', true)).toThrow(/unreadable/);
     expect(() => columnsOf('0,1,2,3,"agt_a', true)).toThrow(/unreadable/);
     expect(() => columnsOf('"agt_a"', true)).toThrow(/unreadable/);
-    expect(columnsOf('0,1,2,3,0,0;1,4,5,6,7,8,"agt_a"', true).length).toBe(2);
+    expect(columnsOf('0,1,2,3,0,0,0;1,4,5,6,7,9,8,"agt_a"', true).length).toBe(2);
   });
 });
 
@@ -185,7 +189,17 @@ describe("usageJsonBytes", () => {
       fc.maxSafeNat(),
       fc.integer({ min: -1e12, max: -1 }),
     );
-    const row = fc.record({ w: fc.integer({ min: 0, max: 30 }), agent: fc.integer({ min: 0, max: 5 }), a: sum, v: sum, m: sum, d: sum, dm: sum, h: sum });
+    const row = fc.record({
+      w: fc.integer({ min: 0, max: 30 }),
+      agent: fc.integer({ min: 0, max: 5 }),
+      a: sum,
+      v: sum,
+      m: sum,
+      d: sum,
+      dv: sum,
+      dm: sum,
+      h: sum,
+    });
     fc.assert(
       fc.property(
         fc.array(row, { maxLength: 60 }),
@@ -199,6 +213,7 @@ describe("usageJsonBytes", () => {
             vcpuMs: Float64Array.from(rows, (r) => r.v),
             mibMs: Float64Array.from(rows, (r) => r.m),
             dozedMs: Float64Array.from(rows, (r) => r.d),
+            dozedVcpuMs: Float64Array.from(rows, (r) => r.dv),
             dozedMibMs: Float64Array.from(rows, (r) => r.dm),
             hibernatedMs: Float64Array.from(rows, (r) => r.h),
           };
@@ -229,7 +244,7 @@ describe("withHibernated", () => {
     const c = columnsOf(
       [
         agentLine("agt_b", [
-          [0, 10, 20, 30, 4, 5],
+          [0, 10, 20, 30, 4, 6, 5],
           [2, 1, 1, 1],
         ]),
         agentLine("agt_a", [[1, 7, 7, 7]]),
@@ -248,15 +263,16 @@ describe("withHibernated", () => {
       out.agents![out.agent![i]!],
       out.activeMs[i],
       out.dozedMs[i],
+      out.dozedVcpuMs[i],
       out.dozedMibMs[i],
       out.hibernatedMs[i],
     ]);
     expect(rows).toEqual([
-      [0, "agt_b", 10, 4, 5, 101],
-      [0, "agt_c", 0, 0, 0, 50],
-      [1, "agt_a", 7, 0, 0, 0],
-      [2, "agt_a", 0, 0, 0, 9],
-      [2, "agt_b", 1, 0, 0, 0],
+      [0, "agt_b", 10, 4, 6, 5, 101],
+      [0, "agt_c", 0, 0, 0, 0, 50],
+      [1, "agt_a", 7, 0, 0, 0, 0],
+      [2, "agt_a", 0, 0, 0, 0, 9],
+      [2, "agt_b", 1, 0, 0, 0, 0],
     ]);
     expect(withHibernated(c, [])).toBe(c);
   });

@@ -113,6 +113,9 @@ describe("money on the page", () => {
     expect(costMicros(dozing, { ...rates, snapshotGibMonthNanocents: 0, dozeGibSecondNanocents: 100_000 })).toBe(36_000n + 3_600n);
     // null: the snapshot rate, $0.10 a GiB-month of 730 h → one GiB-hour is 0.1 / 730 dollars = 136.986… → 137 micro
     expect(costMicros(dozing, { ...rates, snapshotGibMonthNanocents: 10_000_000_000, dozeGibSecondNanocents: null })).toBe(36_000n + 137n);
+    // dozing vCPUs at the card's doze vCPU price: 2 vCPUs dozing an hour at 10⁵ nano-cents a vCPU-second = 7,200 micro
+    expect(costMicros({ ...dozing, dozedVcpuMs: 2 * hour }, { ...rates, dozeVcpuSecondNanocents: 100_000, dozeGibSecondNanocents: 0 })).toBe(36_000n + 7_200n);
+    expect(costMicros({ ...dozing, dozedVcpuMs: 2 * hour }, { ...rates, dozeGibSecondNanocents: 0 })).toBe(36_000n); // no doze vCPU price: free
     // a usage row or card without doze fields (older answers) costs what it did
     expect(costMicros({ vcpuMs: hour, mibMs: 0 }, { ...rates, dozeGibSecondNanocents: null })).toBe(36_000n);
   });
