@@ -86,6 +86,8 @@ export const operations = pgTable(
   },
   (t) => [
     index("operations_agent_idx").on(t.agentId, t.createdAt),
+    // A page of runs sums its runs' operations (billing/runs.ts): by run, not by reading the agent's whole history.
+    index("operations_run_idx").on(t.runId).where(sql`${t.runId} is not null`),
     uniqueIndex("operations_agent_idempotency_uq").on(t.agentId, t.idempotencyKey).where(sql`${t.idempotencyKey} is not null`),
     index("operations_async_due_idx").on(t.claimExpiresAt).where(sql`${t.mode} = 'async' and ${t.state} in ('queued', 'in_flight')`),
   ],

@@ -56,6 +56,7 @@ ALTER TABLE "usage_quarter_hours" ADD COLUMN "dozed_ms" bigint DEFAULT 0 NOT NUL
 ALTER TABLE "usage_quarter_hours" ADD COLUMN "dozed_vcpu_ms" bigint DEFAULT 0 NOT NULL;--> statement-breakpoint
 ALTER TABLE "usage_quarter_hours" ADD COLUMN "dozed_mib_ms" bigint DEFAULT 0 NOT NULL;--> statement-breakpoint
 CREATE INDEX "operations_agent_idx" ON "operations" USING btree ("agent_id","created_at");--> statement-breakpoint
+CREATE INDEX "operations_run_idx" ON "operations" USING btree ("run_id") WHERE "operations"."run_id" is not null;--> statement-breakpoint
 CREATE UNIQUE INDEX "operations_agent_idempotency_uq" ON "operations" USING btree ("agent_id","idempotency_key") WHERE "operations"."idempotency_key" is not null;--> statement-breakpoint
 CREATE INDEX "operations_async_due_idx" ON "operations" USING btree ("claim_expires_at") WHERE "operations"."mode" = 'async' and "operations"."state" in ('queued', 'in_flight');--> statement-breakpoint
 CREATE UNIQUE INDEX "upstreams_tenant_name_uq" ON "upstreams" USING btree ("tenant_id","name") WHERE "upstreams"."deleted_at" is null;--> statement-breakpoint
