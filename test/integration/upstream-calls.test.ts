@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eq } from "drizzle-orm";
 import { systemClock } from "../../lib/clock.ts";
-import { silentLogger } from "../../lib/log.ts";
+import { createLogger } from "../../lib/log.ts";
 import { importSealKey } from "../../lib/seal.ts";
 import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { auditLog } from "../../schema/core.ts";
@@ -36,6 +36,9 @@ let closedPort: number;
 let proxy: EgressProxy;
 const seen: { method: string; url: string; headers: IncomingMessage["headers"]; body: string }[] = [];
 const events: string[] = [];
+/** Every line the upstream path and the proxy log, at debug: a secret must be in none. */
+const logLines: string[] = [];
+const log = createLogger({ level: "debug", write: (line) => void logLines.push(line) });
 
 /** The fake model: an OpenAI-style JSON completion, an Anthropic-style SSE stream (chunks 20 ms apart), a big body, one that never answers. */
 function modelServer(): Server {
@@ -108,9 +111,9 @@ beforeAll(async () => {
     spoolDir: join(dir, "spool"),
     hostId: "host_t",
     clock: systemClock,
-    log: silentLogger,
+    log,
   });
-  proxy = new EgressProxy(config, { upstreams: calls, exchanges: recorder });
+  proxy = new EgressProxy(config, { upstreams: calls, exchanges: recorder, log });
   await proxy.listen("vm_a", join(dir, "a.sock"), { egress: false });
   await proxy.listen("vm_out", join(dir, "out.sock"), { egress: true });
 });
@@ -340,3 +343,11 @@ async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> 
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+describe("the log", () => {
+  it("says what each call did and never holds a secret header's value", () => {
+    expect(logLines.length).toBeGreaterThan(5);
+    expect(logLines.some((l) => l.includes("upstream call"))).toBe(true);
+    expect(logLines.filter((l) => l.includes(SECRET))).toEqual([]);
+  });
+});
