@@ -6,6 +6,7 @@ import { silentLogger, createLogger, type Logger } from "../../lib/log.ts";
 import type { Scope } from "../../contracts/caller.ts";
 import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import type { ExchangeObserver } from "../../fleet-agent/egress/exchanges.ts";
+import type { DriverUpstreams } from "../../fleet-agent/drivers/select.ts";
 import { ProcessDriver, type ProcessImages } from "../../fleet-agent/drivers/process/driver.ts";
 import { parseAllInOneConfig, startAllInOne, type System } from "../../compose/all-in-one.ts";
 import { mintToken } from "../../compose/dev-keys.ts";
@@ -38,6 +39,8 @@ export interface StartSystemOptions {
   log?: Logger | "stderr";
   /** The observer the driver's egress proxy was built with (`LateExchangeObserver`): bound to the host's doze. */
   exchanges?: { bind(target: ExchangeObserver): void };
+  /** The driver's egress proxy's upstream path (its slot, config and destination check): served by the host. */
+  upstreams?: DriverUpstreams;
 }
 
 export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSystem> {
@@ -47,7 +50,13 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
   const images = opts.driver ? ["demo"] : ["demo", ...Object.keys(opts.images ?? {})];
   const database = await freshDatabase({ maxConnections: 10 });
   const log = opts.log === "stderr" ? createLogger({ level: "debug" }) : (opts.log ?? silentLogger);
-  const system = await startAllInOne(parseAllInOneConfig(env, images), { driver, log, database, ...(opts.exchanges ? { exchanges: opts.exchanges } : {}) });
+  const system = await startAllInOne(parseAllInOneConfig(env, images), {
+    driver,
+    log,
+    database,
+    ...(opts.exchanges ? { exchanges: opts.exchanges } : {}),
+    ...(opts.upstreams ? { upstreams: opts.upstreams } : {}),
+  });
   const base = system;
   const baseStop = system.stop;
 

@@ -4,7 +4,8 @@
  * outbound call (a model) does to its VM, and what reaches it afterwards. With times=N, N such calls one after
  * another (an agent turn of several model calls), answered with a JSON summary of each: status, body bytes and
  * FNV-1a, and the guest's wall-clock times of its sending, first byte and end. The proxy and a direct target are IPv4
- * literals (the guest has no resolver of its own to rely on); a tunnel's target may be a name: the proxy resolves it. */
+ * literals (the guest has no resolver of its own to rely on); a tunnel's target may be a name: the proxy resolves it.
+ * With key=K each GET carries `Idempotency-Key: K` (a call through an upstream: recorded once, replayed after). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -171,6 +172,8 @@ struct route_plan {
   const char *path;
   int proxied, tunnel;
   struct hostport proxy;
+  /* key=K: sent as `Idempotency-Key: K` (an upstream call the host records and replays); "" for none. */
+  char key[128];
 };
 
 /* What one exchange got: the status, the content type, the body (inside `resp`, freed by the caller), and when it was
@@ -204,7 +207,9 @@ static int fetch_once(const struct route_plan *p, struct fetched *out, char *err
     }
   }
   const char *form = p->proxied && !p->tunnel ? p->url : p->path; /* absolute form to a proxy, origin form otherwise */
-  n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n", form, p->target.host, p->target.port);
+  char key_line[160] = "";
+  if (p->key[0]) snprintf(key_line, sizeof key_line, "Idempotency-Key: %s\r\n", p->key);
+  n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s:%d\r\n%sConnection: close\r\n\r\n", form, p->target.host, p->target.port, key_line);
   size_t len = 0;
   out->sent_at = wall_ms();
   int failed = send_all(fd, req, (size_t)n) != 0 || read_all(fd, &out->resp, &len, &out->first_at) != 0;
@@ -290,6 +295,10 @@ int serve_fetch(struct conn *c, struct request *r) {
     return respond_json(c, r, 400, "{\"error\":\"url must be http://host[:port]/path (its own query without &)\"}");
   char via[16] = "";
   query_text(r->query, "via", via, sizeof via);
+  p.key[0] = '\0';
+  query_text(r->query, "key", p.key, sizeof p.key);
+  for (const char *k = p.key; *k; k++)
+    if (*k < 0x21 || *k > 0x7e) return respond_json(c, r, 400, "{\"error\":\"key must be printable ASCII without spaces\"}");
   p.tunnel = strcmp(via, "connect") == 0;
   long times = query_long(r->query, "times", 0);
   if (times < 0 || times > FETCH_TIMES_MAX) return respond_json(c, r, 400, "{\"error\":\"times must be 1 to %d\"}", FETCH_TIMES_MAX);

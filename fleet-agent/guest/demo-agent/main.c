@@ -10,8 +10,9 @@
  *   GET /identity        → the identity the host gave this VM (/run/agentvm/identity, text), 404 before any
  *   GET /random          → 32 hex characters from getrandom(16 bytes)
  *   POST /checkpoint?name=N → 202 {"requested":N}: asks the host for a checkpoint (/run/agentvm/checkpoint-requests/N)
- *   GET /fetch?url=http://HOST:PORT/PATH[&via=connect] → GET PATH from there through $HTTP_PROXY (absolute form, or in
- *                          a CONNECT tunnel), answered with its status, type and body; 502 {"error":…} when it fails
+ *   GET /fetch?url=http://HOST:PORT/PATH[&via=connect][&key=K] → GET PATH from there through $HTTP_PROXY (absolute form,
+ *                          or in a CONNECT tunnel; with `Idempotency-Key: K`), answered with its status, type and
+ *                          body; 502 {"error":…} when it fails
  *   GET /fetch?…&times=N → N such GETs one after another, 200 {"times":N,"calls":[{"status","bytes","fnv","ms",
  *                          "sentAt","firstByteAt","endAt"} or {"error"}…],"ok":N,"ms":…} (guest wall-clock ms)
  *   anything else        → 404 {"error":"not found","path":…}   (same contract as fleet-agent/workloads/demo.ts,
