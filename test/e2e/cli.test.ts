@@ -111,7 +111,7 @@ describe("agentvm: one agent's life", () => {
     expect(mine?.activeMs).toBeGreaterThan(0);
     const csv = await agentvm(["usage", ...range, "--csv"]);
     expect(csv.code).toBe(0);
-    expect(csv.out.split("\r\n")[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms");
+    expect(csv.out.split("\r\n")[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms");
     expect(csv.out).toContain(`,${id},${mine!.activeMs},`);
     const usageTable = await agentvm(["usage", ...range, "--zone", "Europe/Paris"]);
     expect(usageTable.out).toMatch(new RegExp(`^\\S+\\+0[12]:00\\s+${id}\\s+\\d+\\.\\d{3}\\s+`, "m"));
