@@ -58,14 +58,20 @@ function onSnapshotAttempt(dir: string, onFile: () => void, point: keyof typeof 
  * A child process running the driver (file memory), reporting steps as JSON lines; the test kills it with SIGKILL.
  * `hibernate`: boot, count 1, hibernate, wake, count 2, hibernate again (killed during it).
  * `wake`: boot, count 1, hibernate, wake, and stop just before `cont` (killed there).
+ * `load`: the same, stopped after the load, before the wake's new generations are committed (killed there).
  */
-function startChild(mode: "hibernate" | "wake", spec: VmSpec) {
+function startChild(mode: "hibernate" | "wake" | "load", spec: VmSpec) {
   const helpers = pathToFileURL(join(import.meta.dirname, "..", "helpers", "qemu.ts")).href;
   const script = `
     import { json, makeDriver, makeSpec } from ${JSON.stringify(helpers)};
     const [mode, stateDir, vmId] = process.argv.slice(1);
     const say = (o) => process.stdout.write(JSON.stringify(o) + "\\n");
-    const driver = await makeDriver({ memory: "file", beforeCont: mode === "wake" ? async (pid) => { say({ step: "before-cont", pid }); await new Promise(() => {}); } : undefined });
+    const stop = (step) => async (pid) => { say({ step, pid }); await new Promise(() => {}); };
+    const driver = await makeDriver({
+      memory: "file",
+      beforeCont: mode === "wake" ? stop("before-cont") : undefined,
+      beforeGenerations: mode === "load" ? stop("before-generations") : undefined,
+    });
     const spec = makeSpec({ stateDir, vmId });
     const { vm } = await driver.boot(spec);
     await json(vm.endpoint.port, "/counter", { method: "POST" });
@@ -448,6 +454,29 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
     },
     180_000,
   );
+
+  it("mid-wake (QEMU started and loaded, the new generations not yet committed): the next wake restores the snapshot", async () => {
+    const s = makeSpec();
+    const { child, exited, lines } = startChild("load", s);
+    let qemuPid: number | undefined;
+    for await (const line of lines) {
+      const msg = JSON.parse(line) as { step: string; pid?: number };
+      if (msg.step === "before-generations") {
+        qemuPid = msg.pid;
+        child.kill("SIGKILL");
+        break;
+      }
+    }
+    await exited;
+    expect(qemuPid).toBeGreaterThan(0);
+    await kill9(qemuPid!); // the host died: its QEMU with it
+    await onNextHost(s, async (driver) => {
+      const woke = await driver.wake(s);
+      expect(woke.fallbackReason).toBeUndefined();
+      expect(woke.mode).toBe("restore"); // no guest ran on the snapshot: it is still the VM
+      expect(await count(woke.vm)).toBe(1);
+    });
+  }, 180_000);
 
   it("mid-wake (after migrate-incoming and the generation's renewal, before cont): the next wake boots cold", async () => {
     const s = makeSpec();

@@ -15,7 +15,7 @@ import { existsSync } from "node:fs";
 import { link, open, readFile, rm, stat, truncate } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
-import { fsyncPath, writeGeneration } from "./snapshot-files.ts";
+import { fsyncPath, stageGeneration, writeGeneration, type StagedGeneration } from "./snapshot-files.ts";
 
 export const AGENT_DISK_FILE = "disk.ext4";
 export const AGENT_DISK_LABEL = "agentvm-disk";
@@ -110,6 +110,11 @@ export async function diskFingerprint(path: string): Promise<DiskFingerprint> {
  */
 export function beginDiskGeneration(path: string): Promise<string> {
   return writeGeneration(generationPath(path));
+}
+
+/** The disk's next generation, staged (snapshot-files.ts `stageGeneration`): a wake commits it just before `cont`. */
+export function stageDiskGeneration(path: string): Promise<StagedGeneration> {
+  return stageGeneration(generationPath(path));
 }
 
 /** Why a snapshot that recorded `recorded` cannot be restored over the disk as it is `now`; undefined when it can. */

@@ -33,24 +33,46 @@ export async function fsyncPath(path: string): Promise<void> {
   }
 }
 
+/** A generation written and synced beside its file, in effect once `commit` has renamed it into place. */
+export interface StagedGeneration {
+  generation: string;
+  /** Renames it into place and syncs the directory: from then on it is the file's generation. */
+  commit(): Promise<void>;
+}
+
 /**
- * Writes a new random generation into `file` (synced, renamed into place, its directory synced) and answers it: what
- * a snapshot's manifest records of a file the guest writes (its disk, its RAM), so a snapshot taken before the next
- * generation never pairs with the file again.
+ * A new generation for `file`, written and synced as `<file>.next` but not yet in effect: a crash before `commit`
+ * leaves the old generation, and so whatever was recorded against it (a snapshot) still valid. A wake stages while
+ * QEMU starts and loads, and commits just before `cont`: only a guest that may run moves the generation on.
  */
-export async function writeGeneration(file: string): Promise<string> {
+export async function stageGeneration(file: string): Promise<StagedGeneration> {
   const generation = `${Date.now()}-${randomBytes(8).toString("hex")}`;
-  const tmp = `${file}.tmp`;
-  const fh = await open(tmp, "w");
+  const next = `${file}.next`;
+  const fh = await open(next, "w");
   try {
     await fh.writeFile(`${generation}\n`);
     await fh.sync();
   } finally {
     await fh.close();
   }
-  await rename(tmp, file);
-  await fsyncPath(dirname(file));
-  return generation;
+  return {
+    generation,
+    async commit() {
+      await rename(next, file);
+      await fsyncPath(dirname(file));
+    },
+  };
+}
+
+/**
+ * Writes a new random generation into `file` (synced, renamed into place, its directory synced) and answers it: what
+ * a snapshot's manifest records of a file the guest writes (its disk, its RAM), so a snapshot taken before the next
+ * generation never pairs with the file again.
+ */
+export async function writeGeneration(file: string): Promise<string> {
+  const staged = await stageGeneration(file);
+  await staged.commit();
+  return staged.generation;
 }
 
 /**

@@ -75,6 +75,8 @@ export interface QemuDriverOptions {
    * (default true; without gcc there are none and QEMU is forked as before).
    */
   execStubs?: boolean;
+  /** Test seam: runs on a wake after the load, before the new generations are committed (crash tests). */
+  beforeGenerations?: (pid: number | undefined) => Promise<void>;
   /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */
   beforeCont?: (pid: number | undefined) => Promise<void>;
   /** Test seam: runs on a wake right after `cont`, before the guest's first answer is awaited (a starved guest). */

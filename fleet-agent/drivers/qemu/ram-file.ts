@@ -4,10 +4,11 @@
 // What is checked of the RAM file on a wake, and why that is enough without reading it (a checksum of 256 MiB on
 // every wake would cost more than the whole restore):
 // - the generation (`ram.gen` beside it, a random id written and synced like common/agent-disk.ts's `disk.gen`). A
-//   new one is written before a guest can run on the file: at a cold boot (which also starts a fresh, sparse file)
-//   and on a wake after the checks and the load, before `cont`. With `share=on` every guest write lands in the file,
-//   so a snapshot is consumed by the wake that uses it; any run since the snapshot (a crash while awake, a kill
-//   between the load and `cont`, a failed hibernation after a wake) has moved the generation on → cold boot.
+//   new one is in effect before a guest can run on the file: at a cold boot (which also starts a fresh, sparse file)
+//   and on a wake, staged while QEMU starts and loads and committed after the load, just before `cont` (a host killed
+//   before the commit leaves the snapshot valid: no guest ran on it). With `share=on` every guest write lands in the
+//   file, so a snapshot is consumed by the wake that uses it; any run since the snapshot (a crash while awake, a kill
+//   between the commit and `cont`, a failed hibernation after a wake) has moved the generation on → cold boot.
 // - size, inode and mtime (ns): a file replaced, copied over or written from outside (a shared mapping's writes
 //   update mtime too; the snapshot records it after the guest was stopped and the file synced). The generation alone
 //   would not see a RAM file copied in from another VM without its `ram.gen`.
@@ -28,7 +29,7 @@
 import { readFileSync } from "node:fs";
 import { open, readFile, rename, rm, stat } from "node:fs/promises";
 import { dirname } from "node:path";
-import { fsyncPath, writeGeneration } from "../common/snapshot-files.ts";
+import { fsyncPath, stageGeneration, writeGeneration, type StagedGeneration } from "../common/snapshot-files.ts";
 import type { VmPaths } from "./args.ts";
 
 /** A manifest committed before its RAM file's pages were durable (they were being written back). */
@@ -127,6 +128,11 @@ export function ramChange(recorded: RamFingerprint | undefined, now: RamFingerpr
  */
 export function beginRamGeneration(paths: Pick<VmPaths, "ramGeneration">): Promise<string> {
   return writeGeneration(paths.ramGeneration);
+}
+
+/** The next RAM generation, staged (snapshot-files.ts `stageGeneration`): a wake commits it just before `cont`. */
+export function stageRamGeneration(paths: Pick<VmPaths, "ramGeneration">): Promise<StagedGeneration> {
+  return stageGeneration(paths.ramGeneration);
 }
 
 /** A cold boot's RAM: a new sparse file of the guest's size (nothing of an earlier run), and a new generation. */

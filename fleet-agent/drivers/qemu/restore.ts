@@ -5,7 +5,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { beginDiskGeneration, diskChange, diskFingerprint, type DiskFingerprint } from "../common/agent-disk.ts";
+import { diskChange, diskFingerprint, stageDiskGeneration, type DiskFingerprint } from "../common/agent-disk.ts";
 import { processAlive } from "../common/proc.ts";
 import { RestoreFailed, type Restored } from "../common/restore-or-boot.ts";
 import { sha256File } from "../common/snapshot-files.ts";
@@ -15,7 +15,7 @@ import { machineArgs, shellQuote, vmPaths, type VmPaths } from "./args.ts";
 import { sendIncoming, waitMigration } from "./migration.ts";
 import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
-import { beginRamGeneration, ramChange, ramDurability, ramFingerprint, ramPlan } from "./ram-file.ts";
+import { ramChange, ramDurability, ramFingerprint, ramPlan, stageRamGeneration } from "./ram-file.ts";
 import { forwardedAddresses, incompatibility, readManifest, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost } from "./vm.ts";
@@ -26,7 +26,7 @@ const SOCKET_STATE_MAX_BYTES = 16 << 20;
 export interface RestoreDeps {
   host: QemuHost;
   sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "discardWaiting" | "settled" | "imageFor" | "launch" | "running">;
-  opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeCont" | "afterCont">;
+  opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeGenerations" | "beforeCont" | "afterCont">;
 }
 
 /**
@@ -74,12 +74,12 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     verify = sha256File(file).then(mismatch, (err: Error) => `snapshot unreadable: ${err.message}`);
     undo(() => verify);
   }
-  // From here the guest will write to its disk and RAM file again: no snapshot taken before pairs with them. The new
-  // generations are written while QEMU starts and loads (a restore that fails from here boots cold anyway), and are
-  // durable before `cont`.
+  // Once the guest runs it writes its disk and RAM file: no snapshot taken before pairs with them again. The new
+  // generations are staged (written and synced beside the files) while QEMU starts and loads, and committed (renamed
+  // into place) just before `cont`: a host killed before that leaves the snapshot valid, since no guest ran on it.
   const generations = Promise.all([
-    spec.rootImage ? beginDiskGeneration(paths.disk) : undefined,
-    d.host.memory === "file" && !plan.templateRam ? beginRamGeneration(paths) : undefined,
+    spec.rootImage ? stageDiskGeneration(paths.disk) : undefined,
+    d.host.memory === "file" && !plan.templateRam ? stageRamGeneration(paths) : undefined,
   ]);
   generations.catch(() => undefined); // awaited before `cont`
   undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
@@ -124,7 +124,8 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     }
     await agentReady;
     phases.mark("verifyAgentSocket");
-    await generations;
+    await d.opts.beforeGenerations?.(vp.proc.pid);
+    await Promise.all((await generations).map((g) => g?.commit()));
     phases.mark("generations");
     await d.opts.beforeCont?.(vp.proc.pid);
     // A paused one's `cont` after its completed migration also takes its drives back (as after a checkpoint).
