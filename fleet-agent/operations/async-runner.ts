@@ -2,7 +2,6 @@
 import { type Backoff, parseRetryAfterMs, retryDelayMs } from "../../lib/backoff.ts";
 import type { Clock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
-import { newId } from "../../lib/ids.ts";
 import type { Logger } from "../../lib/log.ts";
 import type { AsyncOperationStore, AsyncOutcome, ClaimedOperation, OperationRow } from "./async-store.ts";
 
@@ -75,7 +74,8 @@ export class AsyncOperationRunner {
   /** Aborts every call under way when `stop`'s grace is over. */
   private readonly stopping = new AbortController();
 
-  constructor(deps: AsyncRunnerDeps, workerId = newId("host").replace("host_", "opw_")) {
+  /** `workerId`: who holds a claim (`operations.claimed_by`), unique per process: the host's id and a random part. */
+  constructor(deps: AsyncRunnerDeps, workerId: string) {
     this.deps = deps;
     this.id = workerId;
   }
@@ -111,22 +111,21 @@ export class AsyncOperationRunner {
 
   /** Claims what is due (up to the free concurrency), attempts it, and resolves with how many it attempted. */
   async runOnce(): Promise<number> {
-    const free = this.deps.config.concurrency - this.inFlight.size;
-    if (free <= 0 || this.claiming) return 0;
+    const claimed = await this.claim();
+    await Promise.all(claimed.map((c) => this.track(c)));
+    return claimed.length;
+  }
+
+  /** Claims what is due, up to the free concurrency; nothing while a claim is under way or no slot is free. */
+  private async claim(): Promise<ClaimedOperation[]> {
+    const limit = this.deps.config.concurrency - this.inFlight.size;
+    if (limit <= 0 || this.claiming) return [];
     this.claiming = true;
-    let claimed: ClaimedOperation[];
     try {
-      claimed = await this.deps.store.claimDue({
-        now: new Date(this.deps.clock.now()),
-        limit: free,
-        leaseMs: this.deps.config.leaseMs,
-        workerId: this.id,
-      });
+      return await this.deps.store.claimDue({ now: new Date(this.deps.clock.now()), limit, leaseMs: this.deps.config.leaseMs, workerId: this.id });
     } finally {
       this.claiming = false;
     }
-    await Promise.all(claimed.map((c) => this.track(c)));
-    return claimed.length;
   }
 
   private schedule(ms: number): void {
@@ -139,17 +138,12 @@ export class AsyncOperationRunner {
     if (!this.running) return;
     const free = this.deps.config.concurrency - this.inFlight.size;
     let claimed: ClaimedOperation[] = [];
-    if (free > 0 && !this.claiming) {
-      this.claiming = true;
-      try {
-        claimed = await this.deps.store.claimDue({ now: new Date(this.deps.clock.now()), limit: free, leaseMs: this.deps.config.leaseMs, workerId: this.id });
-      } catch (err) {
-        this.deps.log.error("claiming async operations failed", { err: err instanceof Error ? err : String(err) });
-      } finally {
-        this.claiming = false;
-      }
-      for (const c of claimed) void this.track(c);
+    try {
+      claimed = await this.claim();
+    } catch (err) {
+      this.deps.log.error("claiming async operations failed", { err: err instanceof Error ? err : String(err) });
     }
+    for (const c of claimed) void this.track(c);
     if (this.running) this.schedule(claimed.length > 0 && claimed.length === free ? 0 : this.deps.config.pollIntervalMs);
   }
 

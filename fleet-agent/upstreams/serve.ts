@@ -1,4 +1,5 @@
 // A host's upstream path put together: the owner of each VM from the host, the tenant's upstreams and the operation records from Postgres, kept bodies in the artifact store (or the data directory), bound into the proxy's slot; and the runner of async calls.
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { Clock } from "../../lib/clock.ts";
 import type { Logger } from "../../lib/log.ts";
@@ -53,19 +54,22 @@ export function serveUpstreams(
     scratchDir: spoolDir,
   });
   const store = createDbAsyncOperationStore(opts.db);
-  const runner = new AsyncOperationRunner({
-    store,
-    call: createAsyncCall({ config: u.config, directory, bodies, destination: u.destination, spoolDir, clock: opts.clock }),
-    clock: opts.clock,
-    log,
-    config: {
-      pollIntervalMs: asyncPollMs,
-      leaseMs: asyncLeaseMs,
-      concurrency: u.config.async.concurrency,
-      maxAttempts: u.config.async.maxAttempts,
-      backoff: { backoffBaseMs: 1000, backoffMaxMs: 300_000 },
+  const runner = new AsyncOperationRunner(
+    {
+      store,
+      call: createAsyncCall({ config: u.config, directory, bodies, destination: u.destination, spoolDir, clock: opts.clock }),
+      clock: opts.clock,
+      log,
+      config: {
+        pollIntervalMs: asyncPollMs,
+        leaseMs: asyncLeaseMs,
+        concurrency: u.config.async.concurrency,
+        maxAttempts: u.config.async.maxAttempts,
+        backoff: { backoffBaseMs: 1000, backoffMaxMs: 300_000 },
+      },
     },
-  });
+    `${opts.hostId}:${randomBytes(4).toString("hex")}`,
+  );
   u.slot.bind(
     new UpstreamCalls({
       config: u.config,
