@@ -19,6 +19,14 @@ export class RestoreFailed extends Error {
   override name = "RestoreFailed";
 }
 
+/**
+ * The VM cannot run here now (no disk space for its files): the wake fails and the snapshot stays. Unlike
+ * RestoreFailed no cold boot is tried: it would need the same room, and would throw the snapshot away.
+ */
+export class WakeRefused extends Error {
+  override name = "WakeRefused";
+}
+
 export type ClockFix = Omit<WakeTimings, "restoreMs" | "bootMs">;
 
 const NO_CLOCK_FIX: ClockFix = { clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 };

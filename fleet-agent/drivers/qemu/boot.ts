@@ -12,6 +12,7 @@ import { capLog, withTail } from "../common/vm-process.ts";
 import { allocatedBytes, punchZeroPages } from "../common/zero-holes.ts";
 import type { RunningVm, VmSpec } from "../driver.ts";
 import { vmPaths } from "./args.ts";
+import { reserveRamFile } from "./ram-space.ts";
 import type { GuestImagePaths } from "./options.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { runningVm, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
@@ -98,28 +99,31 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
 
 /**
  * File-backed RAM, once a cold-booted guest's kernel is up (its agent answered): the kernel zeroed all of its memory
- * at boot (init_on_free=1 frees every page through the zeroing path), which wrote the whole RAM file out, 256 MiB of
- * disk for a 256 MiB guest, and left it all dirty for the first hibernation to write back (measured: 255 MiB, 140 ms).
- * The guest is stopped while the zero pages become holes (zero-holes.ts: safe only while nothing writes the file),
- * then runs on; the clock fix that follows covers the pause. The file then takes what the guest holds (~57 MiB for
- * the demo) until its next cold boot. The holes' pages left the page cache: `recached` caches them again in 4 KiB
- * pages (see smallPages) while the guest runs on, which only the page cache sees; the caller awaits it before the VM
- * is ready. A filesystem that cannot punch holes keeps the file as it was (logged). What it did goes in `booted`.
+ * at boot (init_on_free=1 frees every page through the zeroing path), which wrote the whole RAM file out and left it
+ * all dirty for the first hibernation to write back (measured: 255 MiB, 140 ms). The guest is stopped while the zero
+ * pages become holes (zero-holes.ts: safe only while nothing writes the file) and their blocks are reserved again
+ * (ram-space.ts: unwritten extents, nothing to write back), then runs on; the clock fix that follows covers the pause.
+ * The holes' pages left the page cache: `recached` caches them again in 4 KiB pages (see smallPages) while the guest
+ * runs on, which only the page cache sees; the caller awaits it before the VM is ready. A filesystem that cannot punch
+ * holes keeps the file as it was (logged). What it did goes in `booted` (`ramDataMiB`: what the guest holds after its boot).
  */
-async function holesAfterBoot(d: BootDeps, vp: QemuVm): Promise<{ done?: { holesMs: number; ramAllocatedMiB: [number, number] }; recached?: Promise<void> }> {
+async function holesAfterBoot(d: BootDeps, vp: QemuVm): Promise<{ done?: { holesMs: number; ramDataMiB: [number, number] }; recached?: Promise<void> }> {
   if (d.host.memory !== "file") return {};
   const t0 = performance.now();
-  const before = await allocatedBytes(vp.paths.ram);
+  const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
   await vp.qmp!.execute("stop");
+  let data: [number, number];
   try {
+    const before = await allocatedBytes(vp.paths.ram);
     await punchZeroPages(vp.paths.ram);
+    data = [mib(before), mib(await allocatedBytes(vp.paths.ram))];
   } catch (err) {
     d.log.warn("RAM file kept without holes for its zero pages", { vmId: vp.spec.vmId, err: (err as Error).message });
     return {};
   } finally {
+    // Before the guest runs on: every block of the file reserved again (a failure fails the boot, its guest stopped).
+    await reserveRamFile(vp.paths.ram);
     await vp.qmp!.execute("cont");
   }
-  const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
-  const done = { holesMs: Math.round(performance.now() - t0), ramAllocatedMiB: [mib(before), mib(await allocatedBytes(vp.paths.ram))] as [number, number] };
-  return { done, recached: d.sup.smallPages(vp.spec, vp.paths.ram) };
+  return { done: { holesMs: Math.round(performance.now() - t0), ramDataMiB: data }, recached: d.sup.smallPages(vp.spec, vp.paths.ram) };
 }

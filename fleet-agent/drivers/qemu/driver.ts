@@ -34,6 +34,7 @@ import { QemuHibernation } from "./hibernate.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./options.ts";
 import { currentBootId, syncRamFile } from "./ram-file.ts";
+import { RamDigs, ramSpaceTool } from "./ram-space.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
 import type { QemuHost, QemuVm } from "./vm.ts";
@@ -58,6 +59,8 @@ export class QemuDriver implements VmDriver {
   private readonly bootDeps: BootDeps;
   private readonly restoreDeps: RestoreDeps;
   private readonly checkpointDeps: CheckpointDeps;
+  /** Sleeping VMs' RAM files made sparse again (ram-space.ts). */
+  private readonly digs: RamDigs;
   /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
   readonly templates: VmTemplates | undefined;
 
@@ -97,10 +100,23 @@ export class QemuDriver implements VmDriver {
     }
     const host: QemuHost = { binary, accel: this.accel, qemuVersion: this.qemuVersion, hostCpu, tscKhz, memory: this.memory, preload, egressRelay, bootId };
     const log = this.log;
-    const sup = (this.sup = new QemuSupervisor({ host, log, image: opts.image, prestart: opts.prestart, egress: this.egress, stubs: this.stubs, waiting }));
-    this.hibernation = new QemuHibernation({ host, log, sup, opts });
+    const digs = (this.digs = new RamDigs(log));
+    const space = this.memory === "file" ? ramSpaceTool() : undefined;
+    if (space && !("path" in space))
+      log.warn("RAM files are not reserved while their VMs run: a full disk can kill a running VM (SIGBUS)", { why: space.error });
+    const sup = (this.sup = new QemuSupervisor({
+      host,
+      log,
+      image: opts.image,
+      prestart: opts.prestart,
+      egress: this.egress,
+      stubs: this.stubs,
+      waiting,
+      digs,
+    }));
+    this.hibernation = new QemuHibernation({ host, log, sup, opts, digs });
     this.bootDeps = { host, log, sup, bootTimeoutMs: opts.bootTimeoutMs };
-    this.restoreDeps = { host, sup, opts };
+    this.restoreDeps = { host, sup, opts, digs };
     this.checkpointDeps = { host, log, sup, syncTimeoutMs: opts.syncTimeoutMs };
     if (opts.templates) {
       this.templates = new VmTemplates({
@@ -185,6 +201,7 @@ export class QemuDriver implements VmDriver {
   async destroy(spec: VmSpec): Promise<void> {
     await this.sup.settled(spec.vmId);
     await this.hibernation.ramWriteBack(spec.vmId);
+    await this.digs.cancel(spec.vmId);
     const vp = this.sup.running.get(spec.vmId);
     if (vp) await this.sup.quit(vp);
     await this.sup.discardWaiting(spec.vmId);
@@ -203,6 +220,7 @@ export class QemuDriver implements VmDriver {
   async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
     const vp = vm && this.sup.running.get(vm.spec.vmId);
     if (vp) await endDozeFor(vp, this.log, "checkpoint");
+    else await this.digs.cancel(spec.vmId); // a sleeping VM's RAM file is checked against its snapshot, mtime and all
     return takeCheckpoint(this.checkpointDeps, spec, vm, dir);
   }
 
@@ -256,6 +274,7 @@ export class QemuDriver implements VmDriver {
   async close(): Promise<void> {
     // Hibernations finish their work first: QEMUs exit, and RAM files become durable before the host goes.
     await Promise.all([...this.sup.allSettling(), ...this.hibernation.allRamWriteBacks()]);
+    await this.digs.cancelAll(); // a dig left half done is one the next hibernation does again
     await Promise.all([...this.sup.waiting.keys()].map((id) => this.sup.discardWaiting(id)));
     await Promise.all([...this.sup.running.values()].map((vp) => this.sup.quitRunning(vp)));
     this.stubs?.close();

@@ -1,7 +1,7 @@
 // A hibernation on the qemu driver: the guest flushed and stopped, its state migrated to a file (streamed RAM, a
 // file-backed VM's device state over a socket, a clone's RAM split out of the template's), the manifest committed;
 // then its QEMU ends or is kept paused (supervisor.ts), and a file-backed RAM file's pages are written back after the
-// answer (`ramPending` until they are durable).
+// answer (`ramPending` until they are durable), after which its zero ranges become holes again (ram-space.ts).
 import { randomBytes } from "node:crypto";
 import { rename, rm, stat } from "node:fs/promises";
 import { basename, join } from "node:path";
@@ -17,6 +17,7 @@ import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
 import { beginRamGeneration, markRamDurable, ramFingerprint, syncRamFile } from "./ram-file.ts";
 import { MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+import type { RamDigs } from "./ram-space.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { syncGuest, type QemuHost, type QemuVm } from "./vm.ts";
 
@@ -25,6 +26,8 @@ export interface HibernateDeps {
   log: Logger;
   sup: Pick<QemuSupervisor, "mustBeRunning" | "running" | "waiting" | "settle">;
   opts: Pick<QemuDriverOptions, "snapshotBytesNeeded" | "syncTimeoutMs" | "prestart">;
+  /** Where a committed snapshot's RAM file is made sparse again, once its pages are durable (ram-space.ts). */
+  digs: Pick<RamDigs, "start">;
 }
 
 /** Hibernations of the driver's VMs, and the RAM write-backs they leave running after their answer. */
@@ -196,7 +199,11 @@ export class QemuHibernation {
       // pre-started one (when configured) once it is waiting.
       this.d.sup.settle(spec, vp);
     }
-    if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started);
+    // The RAM file made sparse again once durable, unless its QEMU is kept (its wake is a `cont` with no time to reserve
+    // the file again: it stays reserved, and is dug when the kept QEMU ends, supervisor.ts `endKept`).
+    const dig = committed.ram !== undefined && vp.pausedAt === undefined;
+    if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started, dig);
+    else if (dig) this.d.digs.start(spec.vmId, paths.ram);
     const snapshotMs = performance.now() - started;
     this.d.log.info("hibernated", {
       vmId: spec.vmId,
@@ -211,9 +218,10 @@ export class QemuHibernation {
 
   /**
    * The write-back of a committed snapshot's RAM pages, after the hibernation answered: `ram.synced` names the
-   * snapshot once they are durable; if they cannot be made so, the manifest goes (the next wake boots cold).
+   * snapshot once they are durable (then the file's holes are dug, with `dig`); if they cannot be made so, the
+   * manifest goes (the next wake boots cold).
    */
-  private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number): void {
+  private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number, dig: boolean): void {
     const done = (async () => {
       const err = await synced.then(
         () => undefined,
@@ -222,6 +230,7 @@ export class QemuHibernation {
       if (!err) {
         await markRamDurable(paths, manifest.file, manifest.ram!.generation);
         this.d.log.info("RAM file durable", { vmId: spec.vmId, file: manifest.file, durableMs: Math.round((performance.now() - started) * 10) / 10 });
+        if (dig) this.d.digs.start(spec.vmId, paths.ram);
         return;
       }
       const now = await readManifest(paths.manifest);

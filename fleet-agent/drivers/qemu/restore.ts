@@ -7,7 +7,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { diskChange, diskFingerprint, stageDiskGeneration, type DiskFingerprint } from "../common/agent-disk.ts";
 import { processAlive } from "../common/proc.ts";
-import { RestoreFailed, type Restored } from "../common/restore-or-boot.ts";
+import { RestoreFailed, WakeRefused, type Restored } from "../common/restore-or-boot.ts";
+import { freeBytes, saysNoSpace } from "../common/snapshot-space.ts";
 import { sha256File } from "../common/snapshot-files.ts";
 import { withTail } from "../common/vm-process.ts";
 import type { VmSpec } from "../driver.ts";
@@ -16,17 +17,22 @@ import { sendIncoming, waitMigration } from "./migration.ts";
 import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
 import { ramChange, ramDurability, ramFingerprint, ramPlan, stageRamGeneration } from "./ram-file.ts";
+import { reserveRamFile, type RamDigs } from "./ram-space.ts";
 import { forwardedAddresses, incompatibility, readManifest, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost } from "./vm.ts";
 
 /** Snapshots up to this size (device state: tens of KB) are read whole and handed to QEMU over a socket on restore. */
 const SOCKET_STATE_MAX_BYTES = 16 << 20;
+/** A state directory with less free than this is full for QEMU's own files (pid file, sockets, log). */
+const FULL_BELOW_BYTES = 1 << 20;
 
 export interface RestoreDeps {
   host: QemuHost;
   sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "discardWaiting" | "settled" | "imageFor" | "launch" | "running">;
   opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeGenerations" | "beforeCont" | "afterCont">;
+  /** The digs of sleeping VMs' RAM files: ended before this one's is reserved (ram-space.ts). */
+  digs: Pick<RamDigs, "cancel">;
 }
 
 /**
@@ -39,6 +45,8 @@ export interface RestoreDeps {
 export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () => Promise<unknown>) => void, started = performance.now()): Promise<Restored> {
   const phases = new Phases(started);
   const paths = vmPaths(spec.stateDir);
+  // A dig of the RAM file changes its mtime until it ends (ram-dig.c puts it back): ended before the file is checked.
+  await d.digs.cancel(spec.vmId);
   const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
   if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
   const targetArgs = machineArgs({ spec, paths, accel: d.host.accel, hostPort: hostPort ?? 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
@@ -74,15 +82,6 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     verify = sha256File(file).then(mismatch, (err: Error) => `snapshot unreadable: ${err.message}`);
     undo(() => verify);
   }
-  // Once the guest runs it writes its disk and RAM file: no snapshot taken before pairs with them again. The new
-  // generations are staged (written and synced beside the files) while QEMU starts and loads, and committed (renamed
-  // into place) just before `cont`: a host killed before that leaves the snapshot valid, since no guest ran on it.
-  const generations = Promise.all([
-    spec.rootImage ? stageDiskGeneration(paths.disk) : undefined,
-    d.host.memory === "file" && !plan.templateRam ? stageRamGeneration(paths) : undefined,
-  ]);
-  generations.catch(() => undefined); // awaited before `cont`
-  undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
   phases.mark("checks");
   // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
   let vp = plan.prestartable ? d.sup.takeWaiting(spec) : (await d.sup.discardWaiting(spec.vmId), undefined);
@@ -99,12 +98,36 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     await vp.proc.kill();
     vp = undefined;
   }
+  // Once the guest runs it writes its disk and RAM file: no snapshot taken before pairs with them again. The new
+  // generations are staged (written and synced beside the files) while QEMU starts and loads, and committed (renamed
+  // into place) just before `cont`: a host killed before that leaves the snapshot valid, since no guest ran on it.
+  // The VM's own RAM file gets every block it lacks (the dig of its sleep ended above) before its guest runs on it:
+  // a full disk then fails this wake (WakeRefused: a cold boot would throw the snapshot away) instead of
+  // killing the VM later (ram-space.ts). A kept paused QEMU's file was never dug: it is still reserved.
+  const ownRam = d.host.memory === "file" && !plan.templateRam;
+  const reserved = ownRam && !paused ? reserveRamFile(paths.ram) : Promise.resolve();
+  const generations = reserved.then(() =>
+    Promise.all([spec.rootImage ? stageDiskGeneration(paths.disk) : undefined, ownRam ? stageRamGeneration(paths) : undefined]),
+  );
+  generations.catch(() => undefined); // awaited before `cont`
+  undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
   if (!vp) {
     const image = await d.sup.imageFor(spec);
     try {
       vp = await d.sup.launch(spec, image, true, plan.templateRam, phases);
     } catch (err) {
-      throw new RestoreFailed(`QEMU did not start for the restore: ${(err as Error).message}`, { cause: err });
+      // A RAM file that could not be reserved says best why (a full disk fails QEMU's own start too).
+      const refused = await reserved.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      if (refused instanceof WakeRefused) throw refused;
+      const why = `QEMU did not start for the restore: ${(err as Error).message}`;
+      // QEMU does not always say why a file of its own could not be written (its pid file): the free space does.
+      const free = await freeBytes(spec.stateDir);
+      if (saysNoSpace(why) || (free !== undefined && free < FULL_BELOW_BYTES))
+        throw new WakeRefused(`${why} (${free ?? "?"} bytes free in ${spec.stateDir})`, { cause: err });
+      throw new RestoreFailed(why, { cause: err });
     }
   } else phases.mark("prestarted");
   const launched = vp;
@@ -125,7 +148,8 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     await agentReady;
     phases.mark("verifyAgentSocket");
     await d.opts.beforeGenerations?.(vp.proc.pid);
-    await Promise.all((await generations).map((g) => g?.commit()));
+    const [disk, ram] = await generations;
+    await Promise.all([disk?.commit(), ram?.commit()]);
     phases.mark("generations");
     await d.opts.beforeCont?.(vp.proc.pid);
     // A paused one's `cont` after its completed migration also takes its drives back (as after a checkpoint).
@@ -137,7 +161,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     // Damaged data can make QEMU itself fail the load (or exit): the checksum then says what was wrong.
     const badData = await verify;
     if (badData) throw new RestoreFailed(badData, { cause: err });
-    if (err instanceof RestoreFailed) throw err;
+    if (err instanceof RestoreFailed || err instanceof WakeRefused) throw err;
     throw new RestoreFailed(withTail(err as Error, await vp.proc.finalOutput(), "qemu").message, { cause: err });
   }
   d.sup.running.set(spec.vmId, vp);

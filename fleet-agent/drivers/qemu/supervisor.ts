@@ -18,6 +18,7 @@ import { IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./opt
 import type { Phases } from "./phases.ts";
 import { contAfterMigration, QmpClient } from "./qmp.ts";
 import { freshRamFile } from "./ram-file.ts";
+import { reserveRamFile, type RamDigs } from "./ram-space.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots } from "./snapshot.ts";
 import { syncGuest, type QemuHost, type QemuVm } from "./vm.ts";
@@ -39,6 +40,8 @@ export interface SupervisorDeps {
   stubs: ExecStubs | undefined;
   /** QEMUs kept for hibernated VMs; it gives what it evicts to `endKept`. */
   waiting: WaitingPool<QemuVm>;
+  /** A kept QEMU's RAM file stays reserved while it waits; once it has ended, the file is made sparse (ram-space.ts). */
+  digs: Pick<RamDigs, "start">;
 }
 
 export class QemuSupervisor {
@@ -169,8 +172,10 @@ export class QemuSupervisor {
     // VM gets it (its upstreams are there); one without egress is refused anything else.
     if (proxy) await this.deps.egress.listen(spec.vmId, paths.egress, { egress });
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
+    // Its blocks are reserved before a guest runs on it (ram-space.ts: a full disk must not kill the VM).
     if (this.host.memory === "file" && !incoming) {
       await freshRamFile(paths, spec.memMiB);
+      await reserveRamFile(paths.ram);
       await this.smallPages(spec, paths.ram);
     }
     let hostPort = await this.hostPort(paths);
@@ -342,6 +347,7 @@ export class QemuSupervisor {
     const ending = (async () => {
       await before;
       await vp.proc.kill();
+      if (vp.pausedAt !== undefined && this.host.memory === "file") this.deps.digs.start(vmId, vp.paths.ram);
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
     this.trackSettling(vmId, ending);
   }

@@ -1,0 +1,126 @@
+// Disk space of a file-backed VM's RAM file: all of it reserved while a guest may run on the file, only what the guest
+// holds while it sleeps.
+//
+// Why reserve: the RAM file is mapped shared, so a guest write to a page that has no block yet makes the host kernel
+// allocate one in the page fault. On a full filesystem that fails, and QEMU dies of SIGBUS, idle or not, taking the
+// agent's live state with it. With every block allocated up front (fallocate: unwritten extents, read as zeros, no data
+// written) a guest write never allocates, and a full disk costs a running VM nothing but a failed hibernation (the
+// device state cannot be written), as with streamed memory. Reserving is done before the guest runs (a cold boot, a
+// wake before `cont`); when it fails the wake fails and the snapshot stays as it was.
+//
+// Why dig afterwards: reserved, a sleeping agent's file would take its whole memory size on disk. Once its hibernation
+// is committed and its pages durable, ram-space.c makes every range that reads as zero a hole again (unwritten extents
+// and the pages the guest zeroed). Never while a guest runs on the file: a wake cancels the dig and waits for its end
+// before it reserves (RamDigs).
+// Not covered: a RAM file whose extents are shared with a copy (reflinks on XFS: a restored checkpoint) needs new blocks
+// for the pages its guest writes, which a reservation cannot give without unsharing (copying) the whole file.
+import { execFile, spawn } from "node:child_process";
+import { promisify } from "node:util";
+import { dirname, join } from "node:path";
+import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
+import type { Logger } from "../../../lib/log.ts";
+import { WakeRefused } from "../common/restore-or-boot.ts";
+import { freeBytes, saysNoSpace } from "../common/snapshot-space.ts";
+
+const run = promisify(execFile);
+const SOURCE = join(import.meta.dirname, "ram-space.c");
+let tool: CTool | undefined;
+
+/** The compiled helper (gcc on first use), or why there is none: RAM files are then sparse while awake (logged at start). */
+export function ramSpaceTool(): CTool {
+  return (tool ??= buildCTool({ file: SOURCE }, "ram-space", toolCacheDir("qemu")));
+}
+
+/**
+ * Allocates every block of the RAM file (ram-space.c `reserve`: holes become unwritten extents, data is kept, the file's
+ * mtime is put back). Rejects with WakeRefused (a guest must not run on the file; the snapshot stays): how much is needed
+ * and free on a full filesystem, the helper's words otherwise. Without the helper it does nothing.
+ */
+export async function reserveRamFile(file: string): Promise<void> {
+  const helper = ramSpaceTool();
+  if (!("path" in helper)) return;
+  try {
+    await run(helper.path, ["reserve", file], { timeout: 30_000 });
+  } catch (err) {
+    const said = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
+    if (!saysNoSpace(said)) throw new WakeRefused(`reserving the blocks of the guest's RAM file failed: ${said}`, { cause: err });
+    const dir = dirname(file);
+    const free = await freeBytes(dir);
+    const mib = (n: number | undefined) => (n === undefined ? "?" : String(Math.round(n / 2 ** 20)));
+    const size = Number(/\((\d+) bytes\)/.exec(said)?.[1] ?? Number.NaN);
+    throw new WakeRefused(
+      `no space for the guest's RAM file: it needs ${Number.isNaN(size) ? "its size" : `${mib(size)} MiB`} allocated while the agent is awake, ${mib(free)} MiB free in ${dir}`,
+      { cause: err },
+    );
+  }
+}
+
+/** The digs of hibernated VMs' RAM files, by vmId: one at a time per VM, and cancelled before a guest may run on the file. */
+export class RamDigs {
+  private readonly running = new Map<string, { kill: () => void; done: Promise<void> }>();
+  private readonly log: Logger;
+
+  constructor(log: Logger) {
+    this.log = log;
+  }
+
+  /** Digs the holes of `file` in the background (after a cancel of any dig of the VM still running). */
+  start(vmId: string, file: string): void {
+    const helper = ramSpaceTool();
+    if (!("path" in helper)) return; // nothing was reserved either
+    const previous = this.cancel(vmId);
+    const started = performance.now();
+    let cancelled = false;
+    let child: ReturnType<typeof spawn> | undefined;
+    const done = previous.then(
+      () =>
+        new Promise<void>((resolve) => {
+          if (cancelled) return resolve();
+          child = spawn(helper.path, ["dig", file], { stdio: ["ignore", "pipe", "pipe"] });
+          let out = "";
+          child.stdout!.setEncoding("utf8").on("data", (d: string) => (out += d));
+          child.stderr!.setEncoding("utf8").on("data", (d: string) => (out += d));
+          child.once("error", (err) => {
+            this.log.warn("digging a RAM file's holes failed", { vmId, err: err.message });
+            resolve();
+          });
+          child.once("close", (code) => {
+            const [before, after] = out.trim().split(" ").map(Number);
+            if (code === 0)
+              this.log.info("RAM file holes dug", {
+                vmId,
+                digMs: Math.round(performance.now() - started),
+                allocatedMiB: [Math.round((before ?? 0) / 2 ** 20), Math.round((after ?? 0) / 2 ** 20)],
+                ...(cancelled ? { stoppedEarly: true } : {}),
+              });
+            else this.log.warn("digging a RAM file's holes failed", { vmId, said: out.trim(), code });
+            resolve();
+          });
+        }),
+    );
+    const entry = {
+      kill: () => {
+        cancelled = true;
+        child?.kill("SIGTERM"); // it stops after the punch in flight and puts the file's times back (ram-space.c)
+      },
+      done,
+    };
+    this.running.set(vmId, entry);
+    void done.then(() => {
+      if (this.running.get(vmId) === entry) this.running.delete(vmId);
+    });
+  }
+
+  /** Ends the VM's dig, if one runs, and resolves once its process is gone (the file's times put back: its fingerprint holds). */
+  cancel(vmId: string): Promise<void> {
+    const entry = this.running.get(vmId);
+    if (!entry) return Promise.resolve();
+    entry.kill();
+    return entry.done;
+  }
+
+  /** Every dig still running (a host's shutdown ends them). */
+  async cancelAll(): Promise<void> {
+    await Promise.all([...this.running.keys()].map((id) => this.cancel(id)));
+  }
+}

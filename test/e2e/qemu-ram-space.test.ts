@@ -1,0 +1,137 @@
+// File-backed guest RAM on a filesystem that runs full, on real QEMU: the RAM file is reserved whole while its guest
+// runs (a full disk kills no VM, awake or idle: only its hibernation fails, and says why), made sparse again once its
+// agent sleeps, and a wake that cannot get its space fails with the snapshot kept, instead of booting an empty guest.
+import { execFileSync } from "node:child_process";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
+import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
+import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
+import { json, makeDriver, makeSpec } from "../helpers/qemu.ts";
+import { waitFor } from "../helpers/wait.ts";
+
+const MiB = 1024 * 1024;
+const root = mkdtempSync(join(tmpdir(), "agentvm-ramspace-"));
+const fsDir = join(root, "fs");
+const filler = join(fsDir, "filler.bin");
+let mounted = false;
+let driver: QemuDriver | undefined;
+
+beforeAll(async () => {
+  mkdirSync(fsDir, { recursive: true });
+  try {
+    // Room for one 256 MiB guest's RAM file reserved whole, its snapshots, and little else.
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=400m,mode=0700", "agentvm-ramspace", fsDir], { stdio: "pipe" });
+    mounted = true;
+  } catch (err) {
+    const why = ((err as { stderr?: Buffer }).stderr?.toString() || (err as Error).message).trim();
+    if (process.env.CI === "true") throw new Error(`cannot mount a tmpfs for the state directory: ${why}`);
+    console.warn(`skipping the RAM-space tests: cannot mount a tmpfs (${why})`);
+    return;
+  }
+  // The free-space check before a snapshot is off: the test reaches the write that meets the full disk.
+  driver = await makeDriver({ memory: "file", snapshotBytesNeeded: () => 0 });
+}, 120_000);
+
+afterAll(async () => {
+  try {
+    await driver?.close();
+  } finally {
+    if (mounted) {
+      try {
+        execFileSync("umount", [fsDir], { stdio: "pipe" });
+      } catch {
+        execFileSync("umount", ["-l", fsDir], { stdio: "pipe" });
+      }
+    }
+    rmSync(root, { recursive: true, force: true });
+  }
+}, 120_000);
+
+const allocated = (file: string) => statSync(file).blocks * 512;
+const freeOf = (dir: string) => {
+  const s = statfsSync(dir);
+  return s.bavail * s.bsize;
+};
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
+
+/** Fills the filesystem, leaving `leave` bytes free; returns a function that frees it again. */
+function fill(leave: number): () => void {
+  const fd = openSync(filler, "w");
+  const chunk = Buffer.alloc(MiB, 1);
+  try {
+    while (freeOf(fsDir) > leave + chunk.length) writeSync(fd, chunk);
+    for (;;) {
+      if (freeOf(fsDir) <= leave) break;
+      writeSync(fd, Buffer.alloc(4096, 1));
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOSPC") throw err;
+  } finally {
+    closeSync(fd);
+  }
+  return () => rmSync(filler, { force: true });
+}
+
+/** Makes the guest write memory: echo bodies pass through its socket buffers and the server's own buffer. */
+async function dirtyGuest(vm: RunningVm, times: number): Promise<void> {
+  const body = Buffer.alloc(2 * MiB, 7);
+  for (let i = 0; i < times; i++) {
+    const res = await fetch(`http://127.0.0.1:${vm.endpoint.port}/echo`, { method: "POST", body, signal: AbortSignal.timeout(30_000) });
+    expect(res.status).toBe(200);
+    expect((await res.arrayBuffer()).byteLength).toBe(body.length);
+  }
+}
+
+describe("file-backed RAM on a filesystem that runs full", () => {
+  it("is reserved while awake and sparse while asleep; a full disk fails only the hibernation, and a wake that cannot get its space keeps the snapshot", async (ctx) => {
+    if (!driver) return ctx.skip();
+    const d = driver;
+    const spec = makeSpec({ stateDir: join(fsDir, "vm") });
+    const ram = join(spec.stateDir, "ram");
+    const { vm } = await d.boot(spec);
+    expect(await bump(vm)).toBe(1);
+    // Awake: every block of the RAM file is allocated, whatever the guest has written so far.
+    expect(allocated(ram)).toBe(spec.memMiB * MiB);
+
+    // The filesystem full under the running guest: it runs on, writes memory, answers.
+    let release = fill(0);
+    try {
+      expect(freeOf(fsDir)).toBeLessThan(MiB);
+      await dirtyGuest(vm, 10);
+      await new Promise((r) => setTimeout(r, 2000)); // idle on a full disk: timers and the kernel write memory too
+      expect(processAlive(vm.pid!)).toBe(true);
+      expect(await bump(vm)).toBe(2);
+      // Its hibernation fails (the device state has nowhere to go), says why, and the guest runs on with its memory.
+      await expect(d.hibernate(vm)).rejects.toThrow(/no space|No space left on device/i);
+      expect(processAlive(vm.pid!)).toBe(true);
+      expect(await bump(vm)).toBe(3);
+    } finally {
+      release();
+    }
+    const first = await d.hibernate(vm);
+    expect(first.completed).toBe(true);
+    // Asleep: the zero ranges and the reserved but unwritten blocks are holes again (the dig runs after the answer).
+    await waitFor(() => allocated(ram) < 128 * MiB, 30_000, "the RAM file's holes dug");
+    const manifest = manifestOf(spec);
+
+    // A wake on a full filesystem cannot reserve the RAM file: it fails, says so, and leaves the snapshot as it was.
+    release = fill(0);
+    try {
+      await expect(d.wake(spec)).rejects.toThrow(/no space for the guest.s RAM file/);
+      expect(manifestOf(spec)).toEqual(manifest);
+    } finally {
+      release();
+    }
+    // With room again the same snapshot restores: the guest's memory is all there.
+    const woke = await d.wake(spec);
+    expect(woke.mode).toBe("restore");
+    expect(await bump(woke.vm)).toBe(4);
+    expect(allocated(ram)).toBe(spec.memMiB * MiB);
+    await d.destroy(spec);
+  }, 240_000);
+});
