@@ -33,7 +33,7 @@ export const fleetAgentEnv = z.object({
   HOST_ID: vars.optStr({ type: "id (`host_…`)", default: "derived once from the data directory (`DATA_DIR/host-id`)", doc: "this host's id" }),
   DRIVER: vars.oneOf(["auto", "qemu", "process", "firecracker"] as const, {
     fallback: "auto",
-    doc: "the VM driver; `auto`: qemu where QEMU and the guest image are usable, else process",
+    doc: "the VM driver; `auto`: qemu where QEMU and the guest image are usable (`npm start` first installs QEMU as root on Debian or Ubuntu and builds the image), else process; `process` skips all of that; `qemu` provisions the same way but stops where QEMU cannot be had",
   }),
   WAKE_QUEUE_LIMIT: vars.int({ fallback: 1000, min: 1, unit: "calls", doc: "calls that may wait for one agent's wake; beyond: `503 queue_full`" }),
   WAKE_DEADLINE_MS: vars.int({ fallback: 60_000, min: 100, unit: "ms", doc: "how long a call waits for a wake; then `503 wake_failed`" }),

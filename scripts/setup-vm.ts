@@ -24,7 +24,6 @@ export interface ProvisionResult {
 }
 
 const QEMU = "qemu-system-x86_64";
-const PACKAGES = ["qemu-system-x86", "busybox-static"];
 
 function which(cmd: string): string | undefined {
   const r = spawnSync("sh", ["-c", `command -v ${cmd}`], { encoding: "utf8" });
@@ -38,8 +37,19 @@ function hasStaticBusybox(): boolean {
   );
 }
 
-function isDebian(): boolean {
+/** Debian or Ubuntu (apt-get is there to install packages). */
+export function isDebian(): boolean {
   return existsSync("/etc/debian_version") && which("apt-get") !== undefined;
+}
+
+/** QEMU is on PATH. */
+export function qemuInstalled(): boolean {
+  return which(QEMU) !== undefined;
+}
+
+/** The Debian packages the qemu driver needs that are missing here: QEMU, a static busybox and gcc (the guest image is built from them). */
+export function missingVmPackages(): string[] {
+  return [...(which(QEMU) ? [] : ["qemu-system-x86"]), ...(hasStaticBusybox() ? [] : ["busybox-static"]), ...(which("gcc") ? [] : ["gcc", "libc6-dev"])];
 }
 
 /** Installs Debian packages (apt-get update and retry once when the first try fails); true when it worked. */
@@ -48,7 +58,7 @@ export function aptInstall(packages: string[], log: (line: string) => void): boo
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive", PATH: `${process.env.PATH ?? "/usr/bin:/bin"}:/usr/local/sbin:/usr/sbin:/sbin` };
   const install = () =>
     spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { stdio: ["ignore", "ignore", "pipe"], env, encoding: "utf8" });
-  log(`setup-vm: apt-get install -y ${packages.join(" ")}`);
+  log(`installing ${packages.join(", ")} … (apt-get install)`);
   let r = install();
   if (r.status !== 0) {
     log("setup-vm: install failed; running apt-get update and retrying");
@@ -60,18 +70,18 @@ export function aptInstall(packages: string[], log: (line: string) => void): boo
 }
 
 /**
- * Installs QEMU and busybox-static when missing (root on Debian only), then builds the guest image.
+ * Installs QEMU, busybox-static and gcc when missing (root on Debian only), then builds the guest image.
  * Throws with one line naming what is missing and the fix when it cannot go on.
  */
 export async function provisionVm(opts: ProvisionOptions): Promise<ProvisionResult> {
   const log = opts.log ?? ((line: string) => console.log(line));
-  const missingPackages = [...(which(QEMU) ? [] : ["qemu-system-x86"]), ...(hasStaticBusybox() ? [] : ["busybox-static"])];
+  const missingPackages = missingVmPackages();
   if (missingPackages.length > 0 && process.getuid?.() === 0 && isDebian()) aptInstall(missingPackages, log);
 
   const missing: string[] = [];
   const qemu = which(QEMU);
-  if (!qemu) missing.push(`${QEMU} is missing: run \`sudo apt-get install -y ${PACKAGES[0]}\``);
-  if (!hasStaticBusybox()) missing.push(`busybox-static is missing: run \`sudo apt-get install -y ${PACKAGES[1]}\``);
+  if (!qemu) missing.push(`${QEMU} is missing: run \`sudo apt-get install -y qemu-system-x86\``);
+  if (!hasStaticBusybox()) missing.push(`busybox-static is missing: run \`sudo apt-get install -y busybox-static\``);
   if (!which("gcc")) missing.push("gcc is missing (the guest agent and demo workload are built from C): run `sudo apt-get install -y gcc libc6-dev`");
   for (const line of missing) log(`setup-vm: ${line}`);
   if (opts.ci && !qemu) throw new Error(`setup-vm: ${missing[0]}`);

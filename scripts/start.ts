@@ -4,14 +4,21 @@ import { parseEnv } from "../lib/env.ts";
 import { createLogger } from "../lib/log.ts";
 import { stopOnSignals } from "../lib/signals.ts";
 import { selectDriver } from "../fleet-agent/drivers/select.ts";
+import { customKernelOf } from "../fleet-agent/guest/kernel-env.ts";
 import { allInOneConfigOf, allInOneEnv, startAllInOne } from "../compose/all-in-one.ts";
 import { ensureDashboard } from "./build-dashboard.ts";
+import { prepareVmPath } from "./vm-path.ts";
 
 // The one read of the environment: every variable of `npm start` (compose/all-in-one.ts: allInOneEnv), parsed once.
 const settings = parseEnv(allInOneEnv, process.env);
 const log = createLogger({ level: settings.LOG_LEVEL });
 const dataDir = resolve(settings.DATA_DIR);
-const { driver, images, notice, upstreams, exchanges } = await selectDriver(settings.DRIVER, { dataDir, log, settings });
+// Real VMs where they can be had: QEMU and the guest image are provisioned here (apt as root on Debian), else one line says why not.
+const kernel = customKernelOf(settings);
+const vm = await prepareVmPath(settings.DRIVER, { dataDir, say: (line) => console.log(line), ...(kernel ? { kernel } : {}) });
+const selected = await selectDriver(vm.driver, { dataDir, log, settings, ...(vm.image ? { image: vm.image } : {}) });
+const { driver, images, upstreams, exchanges } = selected;
+const notice = vm.notice ?? selected.notice;
 if (notice) console.log(notice);
 await ensureDashboard({ log: (line) => console.log(line) }).catch((err: Error) => console.log(`dashboard not built (${err.message}): /dashboard/ answers 404`));
 const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log, exchanges, ...(upstreams ? { upstreams } : {}) });

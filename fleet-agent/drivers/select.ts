@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { z } from "zod";
 import type { Logger } from "../../lib/log.ts";
-import { ensureGuestImage } from "../guest/build-image.ts";
+import { ensureGuestImage, type GuestImage } from "../guest/build-image.ts";
 import { customKernelOf, guestKernelEnv } from "../guest/kernel-env.ts";
 import type { DriverName, VmDriver } from "./driver.ts";
 import { createFirecrackerDriver, firecrackerEnv } from "./firecracker/config.ts";
@@ -48,10 +48,14 @@ export const driversEnv = z.object({ ...qemuEnv.shape, ...firecrackerEnv.shape, 
 
 export type DriverSettings = z.output<typeof driversEnv>;
 
-export async function selectDriver(choice: DriverChoice, opts: { dataDir: string; log: Logger; settings: DriverSettings }): Promise<SelectedDriver> {
+/** `image`: the guest image when the caller has made sure of it already (`npm start`: scripts/vm-path.ts); else it is built or found here. */
+export async function selectDriver(
+  choice: DriverChoice,
+  opts: { dataDir: string; log: Logger; settings: DriverSettings; image?: GuestImage },
+): Promise<SelectedDriver> {
   const { dataDir, log, settings } = opts;
   const exchanges = new LateExchangeObserver();
-  const image = () => ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelOf(settings) });
+  const image = async () => opts.image ?? (await ensureGuestImage({ dataDir, log: (line) => log.info(line), kernel: customKernelOf(settings) }));
 
   if (choice === "firecracker") {
     const built = await image();

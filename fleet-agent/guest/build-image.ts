@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, s
 import { basename, join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
 import { takeLock } from "../../lib/node-lock.ts";
+import { rememberWhileAptUnchanged } from "./apt-memo.ts";
 import { writeCpio, type CpioEntry } from "./cpio.ts";
 import { moduleLoadOrder, normalizeModuleName } from "./kmod.ts";
 import { extractVmlinux } from "./vmlinux.ts";
@@ -143,7 +144,8 @@ interface Inputs {
   imageModules: string[];
 }
 
-function gatherInputs(custom: CustomKernel | undefined): Inputs {
+/** The build's inputs; `dir` (the image's directory) keeps apt's answer on the kernel package while apt's state is unchanged. */
+function gatherInputs(custom: CustomKernel | undefined, dir: string): Inputs {
   const sources: Record<string, string> = {};
   for (const f of SOURCE_FILES) sources[f] = sha256(readFileSync(join(GUEST_SOURCES, f)));
   let kernel: Inputs["kernel"];
@@ -161,7 +163,7 @@ function gatherInputs(custom: CustomKernel | undefined): Inputs {
       );
     }
   } else {
-    kernel = resolveKernelPackage();
+    kernel = rememberWhileAptUnchanged(join(dir, ".kernel-package.json"), resolveKernelPackage);
   }
   return { kernel, busybox: findBusybox(), gcc: compilerVersion(), sources, modules: WANTED_MODULES, imageModules: IMAGE_MODULES };
 }
@@ -204,7 +206,7 @@ function upToDate(dir: string, key: string): GuestImage | undefined {
 export async function ensureGuestImage(opts: EnsureGuestImageOptions): Promise<GuestImage> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const dir = imageDir(opts.dataDir);
-  const inputs = gatherInputs(opts.kernel);
+  const inputs = gatherInputs(opts.kernel, dir);
   const key = sha256(JSON.stringify(inputs));
   const cached = upToDate(dir, key);
   if (cached) {
