@@ -10,6 +10,7 @@ import { createFirecrackerDriver, firecrackerEnv } from "./firecracker/config.ts
 import { ProcessDriver, defaultProcessImages } from "./process/driver.ts";
 import { QemuDriver } from "./qemu/driver.ts";
 import { qemuEnv, qemuOptionsOf } from "./qemu/config.ts";
+import { ramFileUnfit } from "./qemu/ram-space.ts";
 import { reflinkSupported } from "./common/cow-copy.ts";
 import { smallCowExtents } from "./common/cow-extent.ts";
 import { egressConfigOf, egressEnv } from "../egress/config.ts";
@@ -87,7 +88,7 @@ export async function selectDriver(
       const driver = new QemuDriver({
         image: { kernel: built.kernel, initrd: built.initrd },
         log,
-        ...qemuOptionsOf(settings),
+        ...qemuOptionsOf(settings, await memoryMode(settings.QEMU_MEMORY, dataDir, log)),
         egress,
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
@@ -114,4 +115,16 @@ export async function selectDriver(
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
     exchanges,
   };
+}
+
+/**
+ * QEMU_MEMORY resolved: `auto` is file-backed RAM where the data directory's filesystem can reserve and punch a RAM
+ * file's blocks (ram-space.ts), else streamed; said in one line either way, as the copies' reflinks are.
+ */
+async function memoryMode(setting: "auto" | "stream" | "file", dataDir: string, log: Logger): Promise<"stream" | "file"> {
+  if (setting !== "auto") return setting;
+  const unfit = await ramFileUnfit(dataDir);
+  if (unfit) log.warn("guest RAM is streamed into each snapshot (QEMU_MEMORY=auto): this filesystem cannot keep RAM files", { dataDir, why: unfit });
+  else log.info("guest RAM lives in a file per agent (QEMU_MEMORY=auto)", { dataDir });
+  return unfit ? "stream" : "file";
 }

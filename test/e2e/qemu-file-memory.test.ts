@@ -130,7 +130,7 @@ describe("qemu driver with file-backed guest RAM", () => {
       const m = manifestOf(s);
       expect(statSync(join(s.stateDir, m.file)).size).toBe(snap.bytes);
       expect(m.ram).toMatchObject({ bytes: 256 * 1024 * 1024, generation: readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim() });
-      expect(m.machineArgs.join(" ")).toMatch(/memory-backend-file,id=mem,size=256M,mem-path=.*,share=on/);
+      expect(m.machineArgs.join(" ")).toMatch(/memory-backend-file,id=microvm.ram,size=256M,mem-path=.*,share=on/);
       // Asleep, it takes what the guest holds: its zero pages and the reserved blocks never written are holes again.
       if (round === 0) await waitFor(() => allocatedMiB() < 128, 30_000, "the RAM file's holes dug after the hibernation");
 

@@ -7,6 +7,7 @@ import { createReadStream, mkdtempSync, rmSync, statSync } from "node:fs";
 import { statfs } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { waitFor } from "../helpers/wait.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { reflinkSupported } from "../../fleet-agent/drivers/common/cow-copy.ts";
 import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
@@ -100,11 +101,12 @@ describe.skipIf(unavailable !== undefined && !mustRun)("qemu checkpoints on an X
     expect(echoed.text.length).toBe(8 * MiB);
     expect(await bump(vf)).toBe(4);
     expect((await driver.hibernate(vf)).completed).toBe(true);
+    // Awake its RAM file's holes were reserved (ram-space.ts); asleep they are holes again once the dig has run.
+    await waitFor(async () => (await usedBytes(xfs.mount)) - beforeFork < 128 * MiB, 30_000, "the fork's RAM file dug");
     const grew = (await usedBytes(xfs.mount)) - beforeFork;
     // About what the guest wrote (in 128 KiB CoW extents, and into holes where its zero pages were), far less than the
     // 256 MiB it maps (64 MiB measured).
     expect(grew).toBeGreaterThan(4 * MiB);
-    expect(grew).toBeLessThan(128 * MiB);
     expect(await sha(ckpRam)).toBe(ckpSha); // the checkpoint's RAM file unchanged by the fork's writes
     // Of the hibernated fork (no guest running): its snapshot and RAM file reflinked, next to nothing on disk.
     const beforeSecond = await usedBytes(xfs.mount);

@@ -82,7 +82,7 @@ describe("the configuration schemas", () => {
     expect(c.dbAppRole).toBe("agentvm_app");
     expect(parseAllInOneConfig({ DATABASE_APP_ROLE: "" }, ["demo"]).dbAppRole).toBe("");
     const prestart = (v: string) => parseEnv(fleetAgentDaemonEnv, { DATABASE_URL: "postgres://x", COMPONENT_SECRET: secret, QEMU_PRESTART: v }).QEMU_PRESTART;
-    expect([prestart("paused"), prestart("PAUSED"), prestart("1"), prestart("")]).toEqual(["paused", "paused", true, false]);
+    expect([prestart("paused"), prestart("PAUSED"), prestart("1"), prestart("0"), prestart("")]).toEqual(["paused", "paused", true, false, "paused"]);
   });
 
   it("refuse invalid values at start, naming the variable and what is wrong", () => {

@@ -111,13 +111,14 @@ export async function killLeftover(pidFile: string, marker?: string): Promise<nu
 
 /**
  * A process's memory from /proc/<pid>/smaps_rollup, KiB: `rss` counts every resident page, `pss` divides each shared
- * page by the processes that map it (what many clones of one template really cost: their sum). Undefined when gone.
+ * page by the processes that map it (what many clones of one template really cost: their sum), `anonymous` the
+ * resident pages backed by no file (what the host cannot reclaim without swap). Undefined when gone.
  */
-export function readMemoryKiB(pid: number): { rss: number; pss: number } | undefined {
+export function readMemoryKiB(pid: number): { rss: number; pss: number; anonymous: number } | undefined {
   try {
     const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
     const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN);
-    return { rss: field("Rss"), pss: field("Pss") };
+    return { rss: field("Rss"), pss: field("Pss"), anonymous: field("Anonymous") };
   } catch {
     return undefined;
   }

@@ -84,6 +84,8 @@ export interface QemuLaunch {
   incoming: boolean;
   /** Absent: `stream`. */
   memory?: MemoryMode;
+  /** `memory: "file"`: the RAM backend's id, which names the guest's RAM block in a snapshot. Absent: RAM_ID. */
+  ramId?: string;
   /**
    * `memory: "file"`: a template's RAM file mapped privately (`share=off`: the guest's writes go to copy-on-write
    * pages of its own, the file and the page cache every clone of it shares stay as they are). Absent: the VM's own
@@ -107,6 +109,23 @@ export function hasProxy(l: Pick<QemuLaunch, "egressRelay">): boolean {
 /** Whether this VM may reach out through the proxy (`HTTP_PROXY` and friends in its environment). */
 export function hasEgress(l: Pick<QemuLaunch, "spec" | "egressRelay">): boolean {
   return l.spec.allowEgress && hasProxy(l);
+}
+
+/**
+ * The id of file-backed RAM's memory backend: the one QEMU gives the microvm machine's RAM when no backend is named
+ * (its default_ram_id). A snapshot names the guest's RAM block by it, so a streamed snapshot loads into a QEMU with
+ * file-backed RAM (its pages land in the RAM file: the snapshot converts) and one with file-backed RAM streams into a
+ * snapshot a QEMU without it loads. Snapshots taken before, with `mem`, keep their id until a cold boot (`ramIdOf`).
+ */
+export const RAM_ID = "microvm.ram";
+
+/** The RAM backend's id in a snapshot's machine arguments (RAM_ID when it names none). */
+export function ramIdOf(args: readonly string[]): string {
+  for (const a of args) {
+    const m = /(?:^|,)memory-backend=((?:[^,]|,,)+)/.exec(a);
+    if (m && a.startsWith("microvm")) return m[1]!;
+  }
+  return RAM_ID;
 }
 
 /**
@@ -154,15 +173,19 @@ export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "e
  * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
-export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "egressRelay" | "templateRam">): string[] {
+export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "ramId" | "egressRelay" | "templateRam">): string[] {
   const image = l.spec.rootImage;
   const file = l.memory === "file";
+  const ramId = l.ramId ?? RAM_ID;
   return [
     "-M",
-    file ? `${MACHINE},memory-backend=mem` : MACHINE,
+    file ? `${MACHINE},memory-backend=${ramId}` : MACHINE,
     // share=on: QEMU writes guest RAM straight into the file (page cache), so a hibernation only has to make it durable.
     ...(file
-      ? ["-object", `memory-backend-file,id=mem,size=${l.spec.memMiB}M,mem-path=${opt(l.templateRam ?? l.paths.ram)},share=${l.templateRam ? "off" : "on"}`]
+      ? [
+          "-object",
+          `memory-backend-file,id=${ramId},size=${l.spec.memMiB}M,mem-path=${opt(l.templateRam ?? l.paths.ram)},share=${l.templateRam ? "off" : "on"}`,
+        ]
       : []),
     "-accel",
     l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",

@@ -11,7 +11,7 @@ import type { ClockFix } from "../common/restore-or-boot.ts";
 import { capLog, withTail } from "../common/vm-process.ts";
 import { allocatedBytes, punchZeroPages } from "../common/zero-holes.ts";
 import type { RunningVm, VmSpec } from "../driver.ts";
-import { vmPaths } from "./args.ts";
+import { RAM_ID, vmPaths } from "./args.ts";
 import { reserveRamFile } from "./ram-space.ts";
 import type { GuestImagePaths } from "./options.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
@@ -33,7 +33,7 @@ export async function coldBoot(d: BootDeps, spec: VmSpec, started: number): Prom
   const image = await d.sup.imageFor(spec);
   const deadline = started + (d.bootTimeoutMs ?? 120_000);
   if (spec.rootImage) return bootImage(d, spec, image, started, deadline);
-  const vp = await d.sup.launch(spec, image, false);
+  const vp = await d.sup.launch(spec, image, false, { memory: d.host.memory, ramId: RAM_ID });
   try {
     await waitAgent(vp, deadline, "guest agent did not answer before the boot deadline");
     const holes = await holesAfterBoot(d, vp);
@@ -66,7 +66,7 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
   try {
     const disk = await ensureAgentDisk(spec.stateDir, spec.diskMiB ?? DEFAULT_DISK_MIB, d.log.child({ vmId: spec.vmId }));
     await beginDiskGeneration(disk);
-    vp = await d.sup.launch(spec, image, false);
+    vp = await d.sup.launch(spec, image, false, { memory: d.host.memory, ramId: RAM_ID });
     const launched = vp;
     const gaveUp = () => {
       const said = consoleWatch.failure();
@@ -108,7 +108,7 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
  * holes keeps the file as it was (logged). What it did goes in `booted` (`ramDataMiB`: what the guest holds after its boot).
  */
 async function holesAfterBoot(d: BootDeps, vp: QemuVm): Promise<{ done?: { holesMs: number; ramDataMiB: [number, number] }; recached?: Promise<void> }> {
-  if (d.host.memory !== "file") return {};
+  if (vp.memory !== "file") return {};
   const t0 = performance.now();
   const mib = (bytes: number) => Math.round(bytes / 2 ** 20);
   await vp.qmp!.execute("stop");

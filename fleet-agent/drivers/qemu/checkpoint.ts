@@ -63,14 +63,9 @@ export function portableHardware(args: readonly string[], paths: Pick<VmPaths, "
 }
 
 /** Why this checkpoint cannot become the snapshot of a VM like `target`; undefined when it can. */
-export function checkpointMismatch(
-  c: CheckpointManifest,
-  target: RestoreTarget & { image: string; memory: MemoryMode },
-  targetHardware: string[],
-): string | undefined {
+export function checkpointMismatch(c: CheckpointManifest, target: RestoreTarget & { image: string }, targetHardware: string[]): string | undefined {
   if (c.version !== CHECKPOINT_VERSION) return `checkpoint version ${c.version}, this driver reads ${CHECKPOINT_VERSION}`;
   if (c.image !== target.image) return `checkpoint is of image ${c.image}, the agent runs ${target.image}`;
-  if (c.memory !== target.memory) return `checkpoint was taken with ${c.memory} memory, this host keeps ${target.memory} memory`;
   return incompatibility({ ...c, version: MANIFEST_VERSION, machineArgs: c.hardware }, { ...target, machineArgs: targetHardware });
 }
 

@@ -11,12 +11,12 @@ import { beginDiskGeneration, diskFingerprint } from "../common/agent-disk.ts";
 import { cowCopy, type CopyKind } from "../common/cow-copy.ts";
 import { commitManifest, fsyncPath, publishDirectory, sha256File } from "../common/snapshot-files.ts";
 import type { CheckpointInfo, RunningVm, VmSpec } from "../driver.ts";
-import { machineArgs, snapshotAttempt, vmPaths } from "./args.ts";
+import { machineArgs, ramIdOf, snapshotAttempt, vmPaths, type MemoryMode } from "./args.ts";
 import { CHECKPOINT_VERSION, checkpointFiles, checkpointMismatch, portableHardware, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { copyTemplateRam, migrateSplitting, migrateToFile, resumeAfterSnapshot } from "./migration.ts";
 import { beginRamGeneration, ramFingerprint, syncRamFile } from "./ram-file.ts";
 import { snapshotStale } from "./restore.ts";
-import { MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
+import { MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, snapshotMemory, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { syncGuest, type QemuHost } from "./vm.ts";
 
@@ -46,8 +46,11 @@ export async function takeCheckpoint(d: CheckpointDeps, spec: VmSpec, vm: Runnin
     let pausedMs = 0;
     let machine: string[];
     let sha: { sha256: string; bytes: number };
+    // Where the checkpoint keeps RAM: as the running VM holds it, or as the sleeping VM's snapshot does.
+    let memory: MemoryMode;
     if (vm) {
       const vp = d.sup.mustBeRunning(vm);
+      memory = vp.memory;
       if (spec.rootImage) await syncGuest(vp, d.log, d.syncTimeoutMs);
       const cloneRam = vp.templateRam ? await copyTemplateRam(vp, out.ram) : undefined;
       if (cloneRam) copies.push(cloneRam.copy);
@@ -56,7 +59,7 @@ export async function takeCheckpoint(d: CheckpointDeps, spec: VmSpec, vm: Runnin
       try {
         if (cloneRam) await migrateSplitting(vp, out.state, out.ram, d.log);
         else await migrateToFile(vp, { data: out.state, done: `${out.state}.done` });
-        if (d.host.memory === "file" && !vp.templateRam) {
+        if (memory === "file" && !vp.templateRam) {
           await syncRamFile(paths);
           copies.push(await cowCopy(paths.ram, out.ram));
         }
@@ -76,19 +79,20 @@ export async function takeCheckpoint(d: CheckpointDeps, spec: VmSpec, vm: Runnin
       const { manifest, problem } = await readManifest(paths.manifest);
       const why = manifest ? await snapshotStale(d.host, spec, paths, manifest) : (problem ?? "it has no snapshot");
       if (why || !manifest) throw new AppError("conflict", `agent ${spec.agentId} has no state to checkpoint: ${why}`);
+      memory = snapshotMemory(manifest);
       copies.push(await cowCopy(join(spec.stateDir, manifest.file), out.state));
       // A clone not yet run holds its RAM in the template's file: the checkpoint gets a copy of its own.
-      if (d.host.memory === "file") copies.push(await cowCopy(manifest.templateRam?.path ?? paths.ram, out.ram));
+      if (memory === "file") copies.push(await cowCopy(manifest.templateRam?.path ?? paths.ram, out.ram));
       if (spec.rootImage) copies.push(await cowCopy(paths.disk, out.disk));
       sha = { sha256: manifest.sha256, bytes: manifest.bytes };
       machine = manifest.machineArgs;
     }
-    const files = [out.state, ...(d.host.memory === "file" ? [out.ram] : []), ...(spec.rootImage ? [out.disk] : [])];
+    const files = [out.state, ...(memory === "file" ? [out.ram] : []), ...(spec.rootImage ? [out.disk] : [])];
     const totalBytes = (await Promise.all(files.map((f) => stat(f).then((st) => st.size)))).reduce((a, b) => a + b, 0);
     const copy: CopyKind = copies.includes("copy") ? "copy" : "reflink";
     const manifest: CheckpointManifest = {
       version: CHECKPOINT_VERSION,
-      memory: d.host.memory,
+      memory,
       image: spec.image,
       sha256: sha.sha256,
       bytes: sha.bytes,
@@ -127,7 +131,8 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
   if (!c) throw new AppError("conflict", `checkpoint ${basename(dir)} cannot be used: ${problem ?? "no manifest"}`);
   mkdirSync(spec.stateDir, { recursive: true });
   const paths = vmPaths(spec.stateDir);
-  const args = machineArgs({ spec, paths, accel: d.host.accel, hostPort: 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
+  // The snapshot keeps RAM as the checkpoint does; its wake converts it to the host's mode (ram-file.ts `ramPlan`).
+  const args = machineArgs({ spec, paths, accel: d.host.accel, hostPort: 0, memory: c.memory, ramId: ramIdOf(c.hardware), egressRelay: d.host.egressRelay });
   const target = {
     qemuVersion: d.host.qemuVersion,
     accel: d.host.accel,
@@ -136,7 +141,6 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
     vcpus: spec.vcpus,
     machineArgs: args,
     image: spec.image,
-    memory: d.host.memory,
   };
   const bad = checkpointMismatch(c, target, portableHardware(args, paths, spec.stateDir));
   if (bad) throw new AppError("conflict", `checkpoint ${basename(dir)} does not fit agent ${spec.agentId}: ${bad}`);

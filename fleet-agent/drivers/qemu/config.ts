@@ -1,4 +1,5 @@
 // The qemu driver's variables (one zod fragment) and the driver options built from them at the program's edge.
+import { totalmem } from "node:os";
 import { z } from "zod";
 import { envVar, readBool, vars } from "../../../lib/env.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./driver.ts";
@@ -11,11 +12,18 @@ export const qemuEnv = z.object({
   QEMU_PRESTART: envVar<boolean | "paused">(
     {
       type: "boolean or `paused`",
-      default: "`false`",
-      doc: "`true`: keep a QEMU waiting in `-incoming defer` per hibernated VM (faster wake, ≈30 MB each); `paused` (with `QEMU_MEMORY=file`): keep the hibernated QEMU itself stopped (≈80 MB anonymous + reclaimable RAM-file pages each), and a wake of its snapshot is `cont` + the clock fix",
+      default: "`paused`",
+      doc: "`paused` (file-backed RAM; otherwise as `true`): keep the hibernated QEMU itself stopped, and a wake of its snapshot is `cont` + the clock fix; `true`: keep a QEMU waiting in `-incoming defer` per hibernated VM; `false`: a wake starts its QEMU. Kept QEMUs are bounded by `QEMU_PRESTART_MEMORY_MIB`, `QEMU_PRESTART_MAX` and `QEMU_PRESTART_KEEP_MS`; beyond them agents sleep as files",
     },
-    (raw) => (raw?.toLowerCase() === "paused" ? "paused" : readBool(raw, false)),
+    (raw) => (raw === undefined || raw === "" || raw.toLowerCase() === "paused" ? "paused" : readBool(raw, false)),
   ),
+  QEMU_PRESTART_MEMORY_MIB: vars.int({
+    fallback: defaultKeptMemoryMiB(),
+    min: 0,
+    unit: "MiB",
+    default: "1/8 of the host's memory",
+    doc: "the memory kept QEMUs may hold together (their anonymous resident memory, measured when kept: a paused one ≈ 40-80 MB under TCG); the least recently hibernated goes first, and its agent sleeps as files; 0: none kept",
+  }),
   QEMU_PRESTART_KEEP_MS: vars.int({
     fallback: DEFAULT_PRESTART_KEEP_MS,
     min: 0,
@@ -23,19 +31,37 @@ export const qemuEnv = z.object({
     doc: "how long a kept QEMU (either kind of `QEMU_PRESTART`) waits for its agent's wake after the hibernation; then it is ended and the wake restores from the files; 0: until the wake",
   }),
   QEMU_PRESTART_MAX: vars.int({ fallback: DEFAULT_PRESTART_MAX, min: 1, unit: "QEMUs", doc: "the most QEMUs kept waiting at once; the oldest is ended first" }),
-  QEMU_MEMORY: vars.oneOf(["stream", "file"] as const, {
-    fallback: "stream",
-    doc: "`stream`: all guest RAM into each snapshot; `file`: guest RAM in a file per agent (`<stateDir>/ram`), a hibernation writes only the device state",
+  QEMU_MEMORY: vars.oneOf(["auto", "stream", "file"] as const, {
+    fallback: "auto",
+    doc: "`file`: guest RAM in a file per agent (`<stateDir>/ram`), reserved while it runs and sparse while it sleeps; a hibernation writes only the device state; `stream`: all guest RAM into each snapshot; `auto`: `file` where the data directory's filesystem can reserve and punch a file's blocks (probed and logged at start), else `stream`. A change wakes every agent from the snapshot it has and converts it",
   }),
   QEMU_TEMPLATES: vars.bool({
-    fallback: false,
+    fallback: true,
     doc: "new agents start as clones of a warm template of their image (`DATA_DIR/templates`), built at the first cold boot of each",
   }),
 });
 
 export type QemuSettings = z.output<typeof qemuEnv>;
 
-/** The options of QemuDriver these variables decide (the templates' root is the data directory's, set by the caller). */
-export function qemuOptionsOf(v: QemuSettings): Pick<QemuDriverOptions, "accel" | "prestart" | "prestartKeepMs" | "prestartMax" | "memory"> {
-  return { accel: v.QEMU_ACCEL, prestart: v.QEMU_PRESTART, prestartKeepMs: v.QEMU_PRESTART_KEEP_MS, prestartMax: v.QEMU_PRESTART_MAX, memory: v.QEMU_MEMORY };
+/** The default budget of kept QEMUs: an eighth of the host's memory. */
+function defaultKeptMemoryMiB(): number {
+  return Math.floor(totalmem() / 8 / 2 ** 20);
+}
+
+/**
+ * The options of QemuDriver these variables decide; `memory` is `QEMU_MEMORY` with `auto` resolved by the caller (it
+ * probes the data directory: ram-space.ts `probeRamSpace`), the templates' root is the data directory's.
+ */
+export function qemuOptionsOf(
+  v: QemuSettings,
+  memory: "stream" | "file",
+): Pick<QemuDriverOptions, "accel" | "prestart" | "prestartKeepMs" | "prestartMax" | "prestartMemoryBytes" | "memory"> {
+  return {
+    accel: v.QEMU_ACCEL,
+    prestart: v.QEMU_PRESTART,
+    prestartKeepMs: v.QEMU_PRESTART_KEEP_MS,
+    prestartMax: v.QEMU_PRESTART_MAX,
+    prestartMemoryBytes: v.QEMU_PRESTART_MEMORY_MIB * 2 ** 20,
+    memory,
+  };
 }

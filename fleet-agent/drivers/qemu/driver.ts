@@ -17,6 +17,7 @@
 import { rm, stat } from "node:fs/promises";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
 import type { GuestAgentClient } from "../common/guest-agent.ts";
+import { readMemoryKiB } from "../common/proc.ts";
 import { restoreOrBoot } from "../common/restore-or-boot.ts";
 import { ExecStubs } from "../common/exec-stubs.ts";
 import { bootFromTemplate } from "../common/template-boot.ts";
@@ -68,9 +69,11 @@ export class QemuDriver implements VmDriver {
     const hostCpu = hostCpuModel();
     const bootId = currentBootId();
     // Made first: bounds it refuses fail the driver before QEMU is asked anything. It hands what it evicts to the supervisor.
+    // A kept QEMU weighs its anonymous memory (its RAM file's pages are page cache the host can reclaim).
     const waiting = new WaitingPool<QemuVm>(
-      { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX },
+      { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX, maxBytes: opts.prestartMemoryBytes },
       (id, vp, why) => this.sup.endKept(id, vp, why),
+      { weigh: (vp) => (vp.proc.pid === undefined ? 0 : (readMemoryKiB(vp.proc.pid)?.anonymous ?? 0) * 1024) },
     );
     const binary = opts.qemuBinary ?? "qemu-system-x86_64";
     this.memory = opts.memory ?? "stream";
@@ -168,7 +171,7 @@ export class QemuDriver implements VmDriver {
   async pause(vm: RunningVm): Promise<void> {
     const vp = this.sup.mustBeRunning(vm);
     await pauseVm(vp);
-    if (this.memory === "file" && !vp.templateRam)
+    if (vp.memory === "file" && !vp.templateRam)
       void syncRamFile(vmPaths(vp.spec.stateDir)).catch((err: unknown) => this.log.warn("writing a dozing VM's RAM back failed", { vmId: vm.spec.vmId, err }));
   }
 

@@ -11,11 +11,12 @@ import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { withTail } from "../common/vm-process.ts";
 import type { RunningVm, SnapshotResult, VmSpec } from "../driver.ts";
-import { snapshotAttempt, type VmPaths } from "./args.ts";
-import { copyTemplateRam, migrateSplitting, migrateToFile, resumeAfterSnapshot, socketMigration } from "./migration.ts";
+import { RAM_ID, snapshotAttempt, type MemoryMode, type VmPaths } from "./args.ts";
+import { copyTemplateRam, migrateSplitting, migrateToFile, resumeAfterSnapshot, setIgnoreShared, socketMigration } from "./migration.ts";
 import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
 import { beginRamGeneration, markRamDurable, ramFingerprint, syncRamFile } from "./ram-file.ts";
+import { ramPlan } from "./ram-plan.ts";
 import { MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
 import type { RamDigs } from "./ram-space.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
@@ -71,14 +72,20 @@ export class QemuHibernation {
     }
     const attemptId = `${Date.now()}-${randomBytes(4).toString("hex")}`;
     const outputMark = vp.proc.outputMark();
-    const ownRam = this.d.host.memory === "file" && !vp.templateRam;
+    // What the snapshot keeps RAM in: the host's mode, so a VM woken from a snapshot of the other mode converts here
+    // (ram-file.ts `ramPlan`); except a RAM backend of an older id, which only a file-backed QEMU of that id loads.
+    const out: MemoryMode = vp.memory === "file" && (this.d.host.memory === "file" || vp.ramId !== RAM_ID) ? "file" : "stream";
+    const ownRam = out === "file" && !vp.templateRam;
 
     let manifest: SnapshotManifest;
     // The data file once it has its final name (removed if the snapshot then fails: no manifest names it).
     let dataPath: string | undefined;
     // A template's clone gets a RAM file of its own: a copy of the template's (made before the pause: it never
     // changes), into which the migration's pages that differ from it are written (ram-stream.ts).
-    const cloneRam = vp.templateRam ? await copyTemplateRam(vp) : undefined;
+    const cloneRam = vp.templateRam && out === "file" ? await copyTemplateRam(vp) : undefined;
+    // File-backed RAM into a streamed snapshot: the shared file's pages go into the data file for this migration.
+    const streamShared = vp.memory === "file" && out === "stream";
+    if (streamShared) await setIgnoreShared(vp, false);
     // The VM's own RAM file: the device state goes over a socket straight into its final file (named per attempt, so
     // no earlier attempt's file is in the way), both prepared while the guest still runs. Otherwise QEMU's writer
     // fills an attempt file, renamed once complete.
@@ -126,8 +133,8 @@ export class QemuHibernation {
       // The RAM file as this device state pairs with it: the stopped guest writes it no more (its mtime stays), so it
       // is fingerprinted now, while its pages may still be on their way to the disk.
       if (ramSyncError) throw ramSyncError;
-      const ram = this.d.host.memory === "file" ? await ramFingerprint(paths) : undefined;
-      if (this.d.host.memory === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
+      const ram = out === "file" ? await ramFingerprint(paths) : undefined;
+      if (out === "file" && !ram) throw new Error("RAM file vanished during the snapshot");
       const createdAt = new Date();
       let file: string;
       if (toSocket) file = basename(attempt.data);
@@ -169,6 +176,7 @@ export class QemuHibernation {
       // Measured before the partial file is removed: how far the write got, and what QEMU and its writer said.
       const failure = aborted ? undefined : await this.snapshotError(vp, err as Error, { neededBytes, freeBefore, data: attempt.data, outputMark });
       if (dataPath) await rm(dataPath, { force: true }); // renamed but never named by the manifest
+      if (streamShared) await setIgnoreShared(vp, true).catch(() => undefined); // the VM runs on file-backed; a checkpoint skips the file again
       await resumeAfterSnapshot(vp, aborted, this.d.log);
       if (!failure) {
         this.d.log.info("hibernate cancelled; VM resumed", { vmId: spec.vmId });
@@ -187,6 +195,8 @@ export class QemuHibernation {
     this.d.sup.running.delete(spec.vmId);
     const committed = manifest;
     await removeUnreferencedSnapshots(spec.stateDir, committed.file);
+    // Converted to a streamed snapshot: the RAM file pairs with nothing now (the QEMU that maps it is ending).
+    if (streamShared) await Promise.all([paths.ram, paths.ramGeneration, `${paths.ram}.synced`].map((f) => rm(f, { force: true })));
     phases.mark("cleanup");
     if (this.d.opts.prestart === "paused" && ownRam) {
       // This QEMU, stopped, is the snapshot in memory: a wake of the same snapshot only runs it on (`restore`).
@@ -197,7 +207,8 @@ export class QemuHibernation {
     } else {
       // The next QEMU of the VM needs its port and sockets, which this one holds until it exits; a wake takes the
       // pre-started one (when configured) once it is waiting.
-      this.d.sup.settle(spec, vp);
+      const next = ramPlan(this.d.host.memory, committed);
+      this.d.sup.settle(spec, vp, next.prestartable ? next : undefined);
     }
     // The RAM file made sparse again once durable, unless its QEMU is kept (its wake is a `cont` with no time to reserve
     // the file again: it stays reserved, and is dug when the kept QEMU ends, supervisor.ts `endKept`).

@@ -174,7 +174,7 @@ export async function migrateSplitting(
           }
         },
         writer,
-        { ramBlock: "mem", ignoreShared: true },
+        { ramBlock: vp.ramId, ignoreShared: true },
       );
       server.once("connection", (c) => {
         conn = c;
@@ -318,4 +318,9 @@ export async function resumeAfterSnapshot(vp: QemuVm, aborted: boolean, log: Log
       log.warn("guest clock not fixed after a failed snapshot", { vmId: vp.spec.vmId, err }),
     );
   await removePartialSnapshots(vp.spec.stateDir);
+}
+
+/** Whether the VM's migrations skip its shared RAM file (on from launch for file-backed RAM; off to stream the file's pages). */
+export function setIgnoreShared(vp: QemuVm, on: boolean): Promise<unknown> {
+  return vp.qmp!.execute("migrate-set-capabilities", { capabilities: [{ capability: "x-ignore-shared", state: on }] });
 }

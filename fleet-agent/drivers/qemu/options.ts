@@ -36,8 +36,13 @@ export interface QemuDriverOptions {
    * ended and the next wake restores from the files. 0: until the wake. Default 600 000 (10 min).
    */
   prestartKeepMs?: number;
-  /** The most QEMUs kept waiting at once (the oldest is ended first). Default 16. */
+  /** The most QEMUs kept waiting at once (the oldest is ended first). Default 64. */
   prestartMax?: number;
+  /**
+   * The anonymous resident memory kept QEMUs may hold together, bytes (each weighed when kept: /proc's RssAnon; its RAM
+   * file's pages are page cache the host may reclaim). The least recently kept goes first. Default: no bound.
+   */
+  prestartMemoryBytes?: number;
   /**
    * LD_PRELOAD shim that raises QEMU's listen backlog (see backlog.ts): `auto` (default) builds it
    * with gcc on first use, a path uses that file, false runs QEMU without it.
@@ -85,4 +90,4 @@ export interface QemuDriverOptions {
 
 /** QemuDriverOptions.prestartKeepMs and prestartMax when not given. */
 export const DEFAULT_PRESTART_KEEP_MS = 600_000;
-export const DEFAULT_PRESTART_MAX = 16;
+export const DEFAULT_PRESTART_MAX = 64;

@@ -154,16 +154,3 @@ export async function freshRamFile(paths: Pick<VmPaths, "ram" | "ramGeneration">
 export function syncRamFile(paths: Pick<VmPaths, "ram">): Promise<void> {
   return fsyncPath(paths.ram);
 }
-
-/**
- * How a restore maps guest RAM (file-backed memory; migrations always skip shared RAM, `x-ignore-shared`):
- * - the VM's own RAM file (`ram` recorded): shared;
- * - a template's clone not yet hibernated (`templateRam`): the template's file mapped privately. Its device state
- *   carries no RAM, so the template's pages are what the guest sees; its hibernation streams the private RAM, which
- *   ram-stream.ts splits into a RAM file of its own (a copy of the template's with the changed pages written).
- * A pre-started QEMU maps the VM's own file: only the first case can use it.
- */
-export function ramPlan(memory: "stream" | "file", manifest: { templateRam?: { path: string } | undefined }): { templateRam?: string; prestartable: boolean } {
-  if (memory === "file" && manifest.templateRam) return { templateRam: manifest.templateRam.path, prestartable: false };
-  return { prestartable: true };
-}

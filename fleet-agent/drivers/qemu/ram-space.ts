@@ -16,6 +16,7 @@
 // for the pages its guest writes, which a reservation cannot give without unsharing (copying) the whole file.
 import { execFile, spawn } from "node:child_process";
 import { promisify } from "node:util";
+import { mkdir, open, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
 import type { Logger } from "../../../lib/log.ts";
@@ -52,6 +53,35 @@ export async function reserveRamFile(file: string): Promise<void> {
       `no space for the guest's RAM file: it needs ${Number.isNaN(size) ? "its size" : `${mib(size)} MiB`} allocated while the agent is awake, ${mib(free)} MiB free in ${dir}`,
       { cause: err },
     );
+  }
+}
+
+/**
+ * Why `dir`'s filesystem cannot keep RAM files well (reserve a file's blocks, then punch them out again), undefined
+ * when it can: tried on a small file of its own, removed after.
+ */
+export async function ramFileUnfit(dir: string): Promise<string | undefined> {
+  const helper = ramSpaceTool();
+  if (!("path" in helper)) return `no helper to reserve a RAM file's blocks (${helper.error})`;
+  await mkdir(dir, { recursive: true });
+  const file = join(dir, `.ram-probe-${process.pid}`);
+  const size = 1 << 20;
+  try {
+    const fh = await open(file, "w");
+    try {
+      await fh.truncate(size);
+      await fh.write(Buffer.alloc(4096, 1), 0, 4096, 0);
+    } finally {
+      await fh.close();
+    }
+    const blocks = async (cmd: string) => Number((await run(helper.path, [cmd, file], { timeout: 10_000 })).stdout.trim().split(" ")[1]);
+    if ((await blocks("reserve")) < size) return "the filesystem allocates no blocks for fallocate";
+    if ((await blocks("dig")) >= size) return "the filesystem punches no holes";
+    return undefined;
+  } catch (err) {
+    return `the filesystem refused: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`;
+  } finally {
+    await rm(file, { force: true });
   }
 }
 

@@ -13,12 +13,13 @@ import { sha256File } from "../common/snapshot-files.ts";
 import { withTail } from "../common/vm-process.ts";
 import type { VmSpec } from "../driver.ts";
 import { machineArgs, shellQuote, vmPaths, type VmPaths } from "./args.ts";
-import { sendIncoming, waitMigration } from "./migration.ts";
+import { sendIncoming, setIgnoreShared, waitMigration } from "./migration.ts";
 import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
-import { ramChange, ramDurability, ramFingerprint, ramPlan, stageRamGeneration } from "./ram-file.ts";
+import { ramChange, ramDurability, ramFingerprint, stageRamGeneration } from "./ram-file.ts";
+import { ramPlan } from "./ram-plan.ts";
 import { reserveRamFile, type RamDigs } from "./ram-space.ts";
-import { forwardedAddresses, incompatibility, readManifest, type SnapshotManifest } from "./snapshot.ts";
+import { forwardedAddresses, incompatibility, readManifest, snapshotMemory, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost } from "./vm.ts";
 
@@ -49,7 +50,17 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   await d.digs.cancel(spec.vmId);
   const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
   if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
-  const targetArgs = machineArgs({ spec, paths, accel: d.host.accel, hostPort: hostPort ?? 0, memory: d.host.memory, egressRelay: d.host.egressRelay });
+  // How this QEMU holds RAM: as the snapshot does, whatever the host's mode is now (a streamed one converts to it).
+  const plan = ramPlan(d.host.memory, manifest);
+  const targetArgs = machineArgs({
+    spec,
+    paths,
+    accel: d.host.accel,
+    hostPort: hostPort ?? 0,
+    memory: plan.memory,
+    ramId: plan.ramId,
+    egressRelay: d.host.egressRelay,
+  });
   const bad = incompatibility(manifest, {
     qemuVersion: d.host.qemuVersion,
     accel: d.host.accel,
@@ -63,7 +74,6 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   if (!existsSync(file)) throw new RestoreFailed(`snapshot file ${manifest.file} is missing`);
   const stale = await snapshotStale(d.host, spec, paths, manifest);
   if (stale) throw new RestoreFailed(stale);
-  const plan = ramPlan(d.host.memory, manifest);
   const mismatch = (r: { sha256: string; bytes: number }) =>
     r.sha256 === manifest.sha256 && r.bytes === manifest.bytes
       ? undefined
@@ -72,7 +82,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   // (`sendIncoming`). All of guest RAM (streamed): QEMU reads the file itself while it is checksummed beside it.
   let state: Buffer | undefined;
   let verify: Promise<string | undefined> = Promise.resolve(undefined);
-  if (d.host.memory === "file" && manifest.bytes <= SOCKET_STATE_MAX_BYTES) {
+  if (snapshotMemory(manifest) === "file" && manifest.bytes <= SOCKET_STATE_MAX_BYTES) {
     state = await readFile(file).catch((err: Error) => {
       throw new RestoreFailed(`snapshot unreadable: ${err.message}`, { cause: err });
     });
@@ -88,7 +98,8 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   if (!vp) await d.sup.settled(spec.vmId); // a kept one just ended (`endKept`) still holds the VM's port and sockets
   // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
   // event may not have arrived yet, so the process itself is asked.
-  if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid))) {
+  // One that holds RAM otherwise than this snapshot needs (started before the host's setting changed) is of no use either.
+  if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid) || vp.memory !== plan.memory || vp.ramId !== plan.ramId)) {
     await vp.proc.kill().catch(() => undefined);
     vp = undefined;
   }
@@ -104,7 +115,9 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   // The VM's own RAM file gets every block it lacks (the dig of its sleep ended above) before its guest runs on it:
   // a full disk then fails this wake (WakeRefused: a cold boot would throw the snapshot away) instead of
   // killing the VM later (ram-space.ts). A kept paused QEMU's file was never dug: it is still reserved.
-  const ownRam = d.host.memory === "file" && !plan.templateRam;
+  // A streamed snapshot's load into file-backed RAM (`convert`) gets a fresh RAM file, reserved, in a generation of
+  // its own from its launch: the snapshot does not pair with the RAM file, so a kill before `cont` leaves it valid.
+  const ownRam = plan.memory === "file" && !plan.templateRam && !plan.convert;
   const reserved = ownRam && !paused ? reserveRamFile(paths.ram) : Promise.resolve();
   const generations = reserved.then(() =>
     Promise.all([spec.rootImage ? stageDiskGeneration(paths.disk) : undefined, ownRam ? stageRamGeneration(paths) : undefined]),
@@ -114,7 +127,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   if (!vp) {
     const image = await d.sup.imageFor(spec);
     try {
-      vp = await d.sup.launch(spec, image, true, plan.templateRam, phases);
+      vp = await d.sup.launch(spec, image, true, plan, phases);
     } catch (err) {
       // A RAM file that could not be reserved says best why (a full disk fails QEMU's own start too).
       const refused = await reserved.then(
@@ -144,6 +157,8 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
       if (info.status !== "completed") throw new RestoreFailed(`restore ${info.status}: ${info["error-desc"] ?? "no detail"}`);
       const badData = await verify;
       if (badData) throw new RestoreFailed(badData);
+      // Converted: the pages are in the RAM file now; from here on migrations skip it, as for any file-backed VM.
+      if (plan.convert) await setIgnoreShared(vp, true);
     }
     await agentReady;
     phases.mark("verifyAgentSocket");
@@ -192,25 +207,19 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
 }
 
 /** Why the snapshot no longer pairs with the VM's disk or RAM file (something ran on them since); undefined when it does. */
-export async function snapshotStale(
-  host: Pick<QemuHost, "memory" | "bootId">,
-  spec: VmSpec,
-  paths: VmPaths,
-  manifest: SnapshotManifest,
-): Promise<string | undefined> {
+export async function snapshotStale(host: Pick<QemuHost, "bootId">, spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest): Promise<string | undefined> {
   // The memory is valid only over the disk it was taken with (common/agent-disk.ts).
   if (spec.rootImage) {
     const now = await diskFingerprint(paths.disk).catch((): DiskFingerprint | undefined => undefined);
     const changed = diskChange(manifest.disk, now);
     if (changed) return changed;
   }
-  if (host.memory !== "file") return undefined;
   // A template's clone: the template's RAM file must be the one it was made from (templates are never rewritten).
   if (manifest.templateRam) {
     const { path, ...recorded } = manifest.templateRam;
     return ramChange(recorded, await ramFingerprint({ ram: path, ramGeneration: `${path}.gen` }), spec.memMiB);
   }
-  if (!manifest.ram) return undefined; // RAM streamed into the data file (a clone's snapshot): nothing else to pair with
+  if (!manifest.ram) return undefined; // RAM streamed into the data file: nothing else to pair with
   // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why),
   // and only if that file's pages survived: a reboot during their write-back may have torn them.
   return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB) ?? (await ramDurability(paths, manifest, host.bootId));

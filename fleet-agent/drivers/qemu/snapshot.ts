@@ -4,6 +4,7 @@
 import { basename } from "node:path";
 import type { DiskFingerprint } from "../common/agent-disk.ts";
 import { readManifest as readManifestFile, removeFiles } from "../common/snapshot-files.ts";
+import type { MemoryMode } from "./args.ts";
 import type { RamFingerprint, RamPending } from "./ram-file.ts";
 
 export const MANIFEST_VERSION = 1;
@@ -48,17 +49,33 @@ export interface SnapshotManifest extends RestoreTarget {
 
 /**
  * Host-side network settings (forwarded port, egress: `restrict`, the guestfwd to the egress proxy and its relay's
- * paths) and the RAM file's path and mapping do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
+ * paths) and where guest RAM lives (anonymous or a file, which file, how mapped: the manifest binds a RAM file,
+ * ram-file.ts) do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
  */
 export function hardware(args: readonly string[]): string[] {
-  return args.map((a) =>
-    a
-      .replace(/,restrict=(on|off)/, "")
-      .replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "")
-      .replace(/,guestfwd=(?:[^,]|,,)*/g, "")
-      // Which file backs guest RAM, and how it is mapped, is not hardware: the manifest binds the RAM file (ram-file.ts).
-      .replace(/,mem-path=(?:[^,]|,,)*,share=(on|off)/, ""),
-  );
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === "-object" && args[i + 1]?.startsWith("memory-backend-file,")) {
+      i++;
+      continue;
+    }
+    out.push(
+      args[i]!.replace(/,restrict=(on|off)/, "")
+        .replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "")
+        .replace(/,guestfwd=(?:[^,]|,,)*/g, "")
+        .replace(/^(microvm(?:,[^,]+)*?),memory-backend=(?:[^,]|,,)+/, "$1"),
+    );
+  }
+  return out;
+}
+
+/**
+ * Where a snapshot keeps guest RAM: `file` (a RAM file its device state pairs with: the VM's own, or a template's for a
+ * clone not yet run), else `stream` (in its data file). A QEMU with file-backed RAM loads either; one without only the
+ * second.
+ */
+export function snapshotMemory(m: Pick<SnapshotManifest, "ram" | "templateRam">): MemoryMode {
+  return m.ram || m.templateRam ? "file" : "stream";
 }
 
 /**

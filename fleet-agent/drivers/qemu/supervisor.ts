@@ -18,6 +18,7 @@ import { IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./opt
 import type { Phases } from "./phases.ts";
 import { contAfterMigration, QmpClient } from "./qmp.ts";
 import { freshRamFile } from "./ram-file.ts";
+import type { LaunchRam } from "./ram-plan.ts";
 import { reserveRamFile, type RamDigs } from "./ram-space.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots } from "./snapshot.ts";
@@ -64,14 +65,19 @@ export class QemuSupervisor {
     this.waiting = deps.waiting;
   }
 
-  /** After a committed hibernation: QEMU quits and the egress listener ends, off the caller's path; then the prestart. */
-  settle(spec: VmSpec, vp: QemuVm): void {
+  /**
+   * After a committed hibernation: QEMU quits and the egress listener ends, off the caller's path; then the prestart,
+   * of a QEMU that holds RAM as the snapshot's wake will (`next`: ram-file.ts `ramPlan`; absent: none can wait for it).
+   */
+  settle(spec: VmSpec, vp: QemuVm, next?: LaunchRam): void {
     const settling = (async () => {
       await this.quit(vp);
       await this.deps.egress.release(spec.vmId);
     })()
       .catch((err: unknown) => this.log.warn("cleanup after a hibernation failed", { vmId: spec.vmId, err }))
-      .then(() => (this.deps.prestart ? this.prestart(spec).catch((err: unknown) => this.log.warn("prestart failed", { vmId: spec.vmId, err })) : undefined));
+      .then(() =>
+        this.deps.prestart && next ? this.prestart(spec, next).catch((err: unknown) => this.log.warn("prestart failed", { vmId: spec.vmId, err })) : undefined,
+      );
     this.trackSettling(spec.vmId, settling);
   }
 
@@ -148,9 +154,11 @@ export class QemuSupervisor {
     return port;
   }
 
-  /** Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. */
-  /** `templateRam`: a template's RAM file to map privately instead of the VM's own (ram-file.ts `ramPlan`). */
-  async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, templateRam?: string, phases?: Phases): Promise<QemuVm> {
+  /**
+   * Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. `incoming`: it waits for a
+   * snapshot (`-incoming defer`); `ram`: how it holds guest RAM (ram-file.ts `ramPlan`; a cold boot: the host's mode).
+   */
+  async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, ram: LaunchRam, phases?: Phases): Promise<QemuVm> {
     mkdirSync(spec.stateDir, { recursive: true });
     const paths = vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
@@ -171,9 +179,10 @@ export class QemuSupervisor {
     // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once). Every
     // VM gets it (its upstreams are there); one without egress is refused anything else.
     if (proxy) await this.deps.egress.listen(spec.vmId, paths.egress, { egress });
-    // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more.
+    // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more; so
+    // does the load of a streamed snapshot into file-backed RAM (`convert`: its pages are written into the file).
     // Its blocks are reserved before a guest runs on it (ram-space.ts: a full disk must not kill the VM).
-    if (this.host.memory === "file" && !incoming) {
+    if (ram.memory === "file" && (!incoming || ram.convert)) {
       await freshRamFile(paths, spec.memMiB);
       await reserveRamFile(paths.ram);
       await this.smallPages(spec, paths.ram);
@@ -181,14 +190,16 @@ export class QemuSupervisor {
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       phases?.mark("launchPrepare");
-      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, templateRam, upstreams);
+      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, ram, upstreams);
       phases?.mark("spawn");
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
         phases?.mark("qmpConnect");
         // Sent together (QEMU answers in order). `events`: MIGRATION status events, which waitMigration waits on. Both
-        // sides, file-backed RAM: the shared RAM file is not migrated, only the device state (`x-ignore-shared`).
-        const capabilities = [{ capability: "events", state: true }, ...(this.host.memory === "file" ? [{ capability: "x-ignore-shared", state: true }] : [])];
+        // sides, file-backed RAM: the shared RAM file is not migrated, only the device state (`x-ignore-shared`); a
+        // streamed snapshot's load is the exception (restore.ts sets it once the pages are in the file).
+        const ignoreShared = ram.memory === "file" && !ram.convert;
+        const capabilities = [{ capability: "events", state: true }, ...(ignoreShared ? [{ capability: "x-ignore-shared", state: true }] : [])];
         await Promise.all([
           vp.qmp.execute("migrate-set-parameters", { "max-bandwidth": UNLIMITED_BANDWIDTH }),
           vp.qmp.execute("migrate-set-capabilities", { capabilities }),
@@ -224,9 +235,10 @@ export class QemuSupervisor {
     image: GuestImagePaths,
     hostPort: number,
     incoming: boolean,
-    templateRam: string | undefined,
+    ram: LaunchRam,
     upstreams: readonly string[] | undefined,
   ): QemuVm {
+    const { templateRam } = ram;
     // Stale unix sockets from a previous QEMU would make clients connect to nothing.
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
     const launch = {
@@ -238,7 +250,8 @@ export class QemuSupervisor {
       initrd: image.initrd,
       tscKhz: this.host.tscKhz,
       incoming,
-      memory: this.host.memory,
+      memory: ram.memory,
+      ramId: ram.ramId,
       egressRelay: this.host.egressRelay,
       templateRam,
       ...(upstreams ? { upstreams } : {}),
@@ -268,6 +281,8 @@ export class QemuSupervisor {
       agentOpen: false,
       templateRam,
       templateFd,
+      memory: ram.memory,
+      ramId: ram.ramId,
     };
     proc.onEnd((exit) => this.onProcessEnd(vp, exit));
     this.processes.add(proc);
@@ -347,7 +362,7 @@ export class QemuSupervisor {
     const ending = (async () => {
       await before;
       await vp.proc.kill();
-      if (vp.pausedAt !== undefined && this.host.memory === "file") this.deps.digs.start(vmId, vp.paths.ram);
+      if (vp.pausedAt !== undefined && vp.memory === "file") this.deps.digs.start(vmId, vp.paths.ram);
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
     this.trackSettling(vmId, ending);
   }
@@ -359,9 +374,9 @@ export class QemuSupervisor {
     await vp.proc.kill();
   }
 
-  private async prestart(spec: VmSpec): Promise<void> {
+  private async prestart(spec: VmSpec, ram: LaunchRam): Promise<void> {
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return;
-    const vp = await this.launch(spec, await this.imageFor(spec), true);
+    const vp = await this.launch(spec, await this.imageFor(spec), true, ram);
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return vp.proc.kill();
     this.waiting.set(spec.vmId, vp);
   }

@@ -16,6 +16,7 @@ export interface QemuHost {
   qemuVersion: string;
   hostCpu: string;
   tscKhz: number | undefined;
+  /** The mode new VMs start in and hibernations write (a VM woken from a snapshot of the other mode converts: ram-file.ts `ramPlan`). */
   memory: MemoryMode;
   /** The listen-backlog shim QEMU runs with (backlog.ts), if any. */
   preload: string | undefined;
@@ -37,6 +38,13 @@ export interface QemuVm {
   agentOpen: boolean;
   /** A template's clone: its RAM is the template's file mapped privately; its first snapshot splits it out (ram-stream.ts). */
   templateRam: string | undefined;
+  /**
+   * How this QEMU holds guest RAM: as its snapshot did (or the host's mode, for a cold boot or a streamed snapshot), so
+   * it may differ from QemuHost.memory after the host's setting changed; its hibernation writes the host's mode (hibernate.ts).
+   */
+  memory: MemoryMode;
+  /** `memory: "file"`: the RAM backend's id (args.ts RAM_ID, or an older snapshot's). */
+  ramId: string;
   /**
    * The template's RAM file held open while this QEMU runs: its first hibernation copies it and compares pages with
    * it, and the template may have been deleted (or rebuilt) since the clone started.
