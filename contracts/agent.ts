@@ -60,8 +60,10 @@ export interface WakeTimings {
   skewAfterMs?: number;
   firstByteMs?: number;
   /**
-   * Awake time the agent lost, ms: set on the first wake after a crash whose restored snapshot is older than the
-   * agent's last awake state (what it did in memory since that snapshot is gone). Callers see it as `x-wake-rollback`.
+   * Awake time the agent lost, ms: set on a wake that restored a snapshot older than the agent's last run (a host or
+   * VM crash, a failed hibernation at shutdown: what it did since that snapshot is gone), from that run's wake to its
+   * last known instant (an upper bound when the host died before the meter recorded any of it). Callers see it as
+   * `x-wake-rollback`.
    */
   rollbackMs?: number;
 }

@@ -35,4 +35,6 @@ export interface ActivityListener {
   inactive(e: ActivityEnd): void;
   /** Between `active` and `inactive`: the VM dozes or runs again (fleet-agent/host/doze.ts). Absent: a listener that does not tell them apart. */
   doze?(e: ActivityDoze): void;
+  /** The last instant (ms since the epoch) it recorded `vmId` awake in run `runId`, kept across restarts; absent: it keeps none. */
+  lastAwakeAt?(vmId: string, runId: string): number | undefined;
 }

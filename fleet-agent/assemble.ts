@@ -118,6 +118,7 @@ export async function startHostRuntime(opts: {
       hibernateRetry: cfg.hibernateRetry,
       logs: cfg.logs,
       doze: cfg.doze,
+      meterHeartbeatMs: cfg.meterHeartbeatMs,
     },
     driver: opts.driver,
     images: opts.images,
@@ -143,23 +144,18 @@ export async function startHostRuntime(opts: {
     : undefined;
   opts.exchanges?.bind(host.exchanges);
   const fleet = createLocalFleet(host, log.child({ component: "relay" }), cfg.upstream);
-  // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows) and
-  // learn which agents the next restore rolls back (fleet-agent/recovery.ts). Retried in the background when the
-  // database cannot be read now. Through the host's store: what an earlier process spooled reaches the database first.
-  const recovery = startCrashRecovery(
-    {
-      hostId,
-      store,
-      vmsDir,
-      vmIdFor,
-      lastAwakeAt: (vmId, runId) => meter.lastAwakeAt(vmId, runId),
-      known: (agentId) => host.status(agentId) !== undefined,
-      startedAt,
-      clock,
-      log: log.child({ component: "recovery" }),
-    },
-    (r) => host.expectRollbacks(r.rollbacks),
-  );
+  // Before the host takes calls: close what a crash of an earlier process left open (runs, awake agents' rows;
+  // fleet-agent/recovery.ts). Retried in the background when the database cannot be read now. Through the host's store: what an earlier process spooled reaches the database first.
+  const recovery = startCrashRecovery({
+    hostId,
+    store,
+    vmIdFor,
+    lastAwakeAt: (vmId, runId) => meter.lastAwakeAt(vmId, runId),
+    known: (agentId) => host.status(agentId) !== undefined,
+    startedAt,
+    clock,
+    log: log.child({ component: "recovery" }),
+  });
   await recovery.firstAttempt;
   await host.start();
   upstreams?.runner.start();

@@ -8,7 +8,6 @@ import type { Logger } from "../lib/log.ts";
 import { noopMetrics, type Metrics } from "../lib/metrics.ts";
 import type { DriverTemplate, VmDriver } from "./drivers/driver.ts";
 import type { HostStore } from "./store.ts";
-import type { Rollback } from "./recovery.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
 import type { ExchangeObserver } from "./egress/exchanges.ts";
 import type { ActivityListener } from "./activity.ts";
@@ -31,6 +30,7 @@ import { DiskGenerations } from "./host/generations.ts";
 import { Hibernation } from "./host/hibernation.ts";
 import { Lifecycle } from "./host/lifecycle.ts";
 import { Metering } from "./host/metering.ts";
+import { fileRunRecords, type RunRecords } from "./host/rollbacks.ts";
 import { Startup } from "./host/startup.ts";
 import { VmTable } from "./host/vms.ts";
 import { Waking } from "./host/wake.ts";
@@ -59,6 +59,8 @@ export interface HostConfig {
   checkpointsDir?: string;
   /** When a VM whose open calls all wait on outbound calls dozes (host/doze.ts); default: never (`afterMs` 0). */
   doze?: DozeConfig;
+  /** The meter's heartbeat, ms: bounds the awake time a rollback reports for a run the meter recorded nothing of. */
+  meterHeartbeatMs?: number;
 }
 
 export interface HostDeps {
@@ -70,6 +72,8 @@ export interface HostDeps {
   activity: ActivityListener;
   /** The VM directories on disk; node:fs unless a test passes its own. */
   fs?: HostFs;
+  /** Each VM's last run, against which a restore tells a rollback (host/rollbacks.ts); files in the state directories unless a test passes its own. */
+  runRecords?: RunRecords;
   /** Where built images' files are on this host (agents whose `image` is a digest); none unless given. */
   images?: ImageLocator;
   /** Wakes (by mode and reason, their phases), snapshots, and the awake and hibernated VMs; none: `noopMetrics`. */
@@ -120,7 +124,8 @@ export class Host {
     // an eviction waits for checkpoint work) get functions that reach it once it is built.
     const vms = (this.vms = new VmTable({ hostId, vmsDir, fs, clock, ...images }));
     const lifecycle = new Lifecycle({ hostId, clock, events });
-    const metering = new Metering({ hostId, clock, activity: deps.activity, events });
+    const records = deps.runRecords ?? fileRunRecords;
+    const metering = new Metering({ hostId, clock, activity: deps.activity, events, records, log });
     const generations = new DiskGenerations(vmsDir);
     this.startup = new Startup({ vmsDir, checkpointsDir, fs, driver, log, vms, ...checkpointStore });
     this.drain = new Drain({ clock, log, drainTimeoutMs: config.drainTimeoutMs, inFlight: () => vms.inFlight() });
@@ -158,7 +163,12 @@ export class Host {
       lifecycle,
       metering,
       vms,
-      startup: this.startup,
+      rollbacks: {
+        records,
+        meteredUntil: (vmId, runId) => deps.activity.lastAwakeAt?.(vmId, runId),
+        hostStartedAt: clock.now(),
+        ...(config.meterHeartbeatMs !== undefined ? { heartbeatMs: config.meterHeartbeatMs } : {}),
+      },
       wakeQueueLimit: config.wakeQueueLimit,
       wakeDeadlineMs: config.wakeDeadlineMs,
       checkpointsDir,
@@ -243,11 +253,6 @@ export class Host {
     await this.startup.cleanUp();
     this.reaper.start();
     this.logRotator.start();
-  }
-
-  /** What crash recovery found (recovery.ts): the first wake of each of these agents that restores says what it lost. */
-  expectRollbacks(rollbacks: ReadonlyMap<string, Rollback>): void {
-    this.startup.expectRollbacks(rollbacks);
   }
 
   /**

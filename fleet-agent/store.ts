@@ -1,5 +1,5 @@
 // Where a host records what happened to its VMs: the event log, awake runs, agents' last known state.
-import { and, desc, eq, inArray, isNull, lt, or } from "drizzle-orm";
+import { and, eq, inArray, isNull, lt, or } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents, hosts, runs, vmEvents } from "../schema/core.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
@@ -56,8 +56,6 @@ export interface HostLeftovers {
   openRuns: (RunRow & { agent: AgentStateRow | null })[];
   /** The agents on it whose row says a state no restart keeps (`awakeStates`). */
   awakeAgents: AgentStateRow[];
-  /** The latest run of every agent on it, when that run was on it. */
-  lastRuns: RunRow[];
 }
 
 /** What a starting host records for one agent an earlier process of it left mid-run (one transaction). */
@@ -184,14 +182,7 @@ export function createDbHostStore(db: Db): HostStore {
         .select(agentCols)
         .from(agents)
         .where(and(onHost, inArray(agents.state, [...awakeStates])));
-      // The latest run per agent (runs_agent_idx), for the agents placed on this host.
-      const lastRuns = await db
-        .selectDistinctOn([runs.agentId], runCols)
-        .from(runs)
-        .innerJoin(agents, eq(agents.id, runs.agentId))
-        .where(onHost)
-        .orderBy(runs.agentId, desc(runs.wokeAt), desc(runs.id));
-      return { openRuns: open.map((r) => ({ ...r.run, agent: r.agent })), awakeAgents, lastRuns: lastRuns.filter((r) => r.hostId === hostId) };
+      return { openRuns: open.map((r) => ({ ...r.run, agent: r.agent })), awakeAgents };
     },
     async recordCrash(c) {
       await db.transaction(async (tx) => {
@@ -293,12 +284,7 @@ export function createMemoryHostStore(): MemoryHostStore {
         .filter((r) => r.hostId === hostId && !r.sleptAt && r.wokeAt < before)
         .map((r) => ({ ...runRow(r), agent: agentRows.get(r.agentId) ?? null }));
       const onHost = [...agentRows.values()].filter((a) => a.hostId === hostId);
-      const lastRuns: RunRow[] = [];
-      for (const a of onHost) {
-        const last = all.filter((r) => r.agentId === a.id).sort((x, y) => y.wokeAt.getTime() - x.wokeAt.getTime())[0];
-        if (last?.hostId === hostId) lastRuns.push(runRow(last));
-      }
-      return { openRuns, awakeAgents: onHost.filter((a) => awakeStates.includes(a.state)), lastRuns };
+      return { openRuns, awakeAgents: onHost.filter((a) => awakeStates.includes(a.state)) };
     },
     async recordCrash(c) {
       crashes.push(c);

@@ -73,6 +73,11 @@ export interface WakeResult {
   timings: WakeTimings;
   /** Why a restore was not possible, when mode is boot. */
   fallbackReason?: string;
+  /**
+   * Mode `restore`: when the state it brought back was taken (ms since the epoch; a snapshot's, or a frozen process's
+   * freeze). The host tells a rollback when it is older than the agent's last run (host/rollbacks.ts); absent: unknown.
+   */
+  snapshotAt?: number;
 }
 
 /** An immutable copy of a VM's memory and disk: a checkpoint (a template is one). */

@@ -1,15 +1,20 @@
-// The host's metering hooks: when a VM's active time starts and ends (the activity listener the meters hear), and when its run ends (the event log).
+// The host's metering hooks: when a VM's active time starts and ends (the activity listener the meters hear), and when its run ends (the event log, and the run record a later restore compares its snapshot with).
 import type { Clock } from "../../lib/clock.ts";
+import type { Logger } from "../../lib/log.ts";
 import type { SleepReason, WakeReason } from "../../contracts/agent.ts";
 import type { ActivityListener } from "../activity.ts";
 import type { EventLog } from "../event-log.ts";
 import type { VmEntry } from "../vm-entry.ts";
+import type { RunRecords } from "./rollbacks.ts";
 
 export interface MeteringDeps {
   hostId: string;
   clock: Clock;
   activity: ActivityListener;
   events: Pick<EventLog, "runEnded">;
+  /** Each VM's last run (host/rollbacks.ts): its end is recorded too. */
+  records: RunRecords;
+  log: Logger;
 }
 
 export class Metering {
@@ -52,6 +57,11 @@ export class Metering {
     entry.runId = undefined;
     const at = new Date(this.deps.clock.now());
     this.deps.events.runEnded(runId, at, reason);
+    try {
+      this.deps.records.write(entry.vmSpec.stateDir, { runId, wokeAt: entry.lastWakeAt ?? at.getTime(), endedAt: at.getTime() });
+    } catch (err) {
+      this.deps.log.warn("the run's end could not be recorded: a rollback to before it would be told as estimated", { agentId: entry.spec.id, err });
+    }
     return at;
   }
 }

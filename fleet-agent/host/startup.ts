@@ -1,12 +1,10 @@
-// Recovery at the host's start: what an earlier process of it left on disk (VM processes, half-written checkpoints), and what crash recovery found for the first wakes.
+// Recovery at the host's start: what an earlier process of it left on disk (VM processes, half-written checkpoints).
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "../../lib/log.ts";
 import { isId } from "../../lib/ids.ts";
-import type { WakeInfo } from "../../contracts/agent.ts";
 import type { VmDriver } from "../drivers/driver.ts";
 import type { HostFs } from "../host-fs.ts";
-import type { Rollback } from "../recovery.ts";
 import { checkpointDir, type CheckpointStore } from "../checkpoints.ts";
 import type { VmTable } from "./vms.ts";
 
@@ -25,8 +23,6 @@ export interface StartupDeps {
 
 export class Startup {
   private readonly deps: StartupDeps;
-  /** Agents whose next restore brings back a snapshot older than their last awake state (crash recovery found them). */
-  private readonly rollbacks = new Map<string, Rollback>();
 
   constructor(deps: StartupDeps) {
     this.deps = deps;
@@ -66,17 +62,5 @@ export class Startup {
       rmSync(checkpointDir(this.deps.checkpointsDir, id), { recursive: true, force: true });
       this.deps.log.info("removed a checkpoint directory without a live row", { checkpointId: id });
     }
-  }
-
-  /** What crash recovery found (recovery.ts): the first wake of each of these agents that restores says what it lost. */
-  expectRollbacks(rollbacks: ReadonlyMap<string, Rollback>): void {
-    for (const [agentId, r] of rollbacks) this.rollbacks.set(agentId, r);
-  }
-
-  /** Only the first wake after the crash carries the rollback, and only a restore has one (a boot says so itself). */
-  takeRollback(agentId: string, mode: WakeInfo["wake"]): Rollback | undefined {
-    const r = this.rollbacks.get(agentId);
-    this.rollbacks.delete(agentId);
-    return mode === "restore" ? r : undefined;
   }
 }

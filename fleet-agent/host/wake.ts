@@ -18,7 +18,7 @@ import type { VmEntry } from "../vm-entry.ts";
 import { canHappen, type Lifecycle } from "./lifecycle.ts";
 import type { Metering } from "./metering.ts";
 import { round } from "./ms.ts";
-import type { Startup } from "./startup.ts";
+import { rollbackOf, type Rollback, type RunRecords } from "./rollbacks.ts";
 import type { VmTable } from "./vms.ts";
 
 /** How much of the VM's console an operator's `boot_failed` or `crash` event carries. */
@@ -35,7 +35,8 @@ export interface WakingDeps {
   lifecycle: Pick<Lifecycle, "move">;
   metering: Pick<Metering, "startActivity" | "endActivity" | "endRun">;
   vms: Pick<VmTable, "attachImage">;
-  startup: Pick<Startup, "takeRollback">;
+  /** What tells a rollback (host/rollbacks.ts): each VM's last run, recorded at each wake, and the meter's last instants. */
+  rollbacks: RollbackSources;
   /** Requests that may wait for one agent's wake before new ones get 503 queue_full. */
   wakeQueueLimit: number;
   /** How long a request waits for a wake before it gets 503 wake_failed. */
@@ -58,6 +59,16 @@ export interface WakingDeps {
   resumeDozing(entry: VmEntry, reason: WakeReason): Promise<void> | undefined;
   /** The VM stopped without a resume: its doze bookkeeping ends (host/doze.ts). */
   left(entry: VmEntry): void;
+}
+
+export interface RollbackSources {
+  records: RunRecords;
+  /** The meter's last awake instant of a run on a VM (ms since the epoch), if it recorded any. */
+  meteredUntil(vmId: string, runId: string): number | undefined;
+  /** When this host process started (ms since the epoch). */
+  hostStartedAt: number;
+  /** The meter's heartbeat, ms: recorded with each run, it bounds the estimate of a run the meter recorded nothing of. */
+  heartbeatMs?: number;
 }
 
 export class Waking {
@@ -167,6 +178,8 @@ export class Waking {
       }
       let info: Omit<WakeInfo, "runId">;
       let detail: Record<string, unknown> | undefined;
+      /** When the state a restore brought back was taken. */
+      let snapshotAt: number | undefined;
       if (entry.state === "creating" && entry.generation > 0) detail = await this.fromStore(entry, reason);
       if (entry.state === "creating") {
         const release = events.hold(); // as for a hibernation: the log's writes after the driver's steps
@@ -190,33 +203,21 @@ export class Waking {
           woke.mode === "boot"
             ? { wake: "boot", timings: { bootMs: round(t.bootMs ?? t.restoreMs), ...clockFix } }
             : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix } };
+        if (woke.mode === "restore") snapshotAt = woke.snapshotAt;
         if (woke.fallbackReason) detail = { ...detail, fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
       }
       const runId = newId("run");
-      const rollback = this.deps.startup.takeRollback(entry.spec.id, info.wake);
+      const wokeAt = clock.now();
+      const rollback = this.moveOn(entry, runId, wokeAt, snapshotAt);
       if (rollback) {
         info = { ...info, timings: { ...info.timings, rollbackMs: rollback.lostMs } };
-        const { crashedRunId, lastAwakeAt, snapshotAt } = rollback;
-        detail = {
-          ...detail,
-          rollback: {
-            rollbackMs: rollback.lostMs,
-            crashedRunId,
-            lastAwakeAt: new Date(lastAwakeAt).toISOString(),
-            snapshotAt: new Date(snapshotAt).toISOString(),
-          },
-        };
-        this.deps.log.warn("restored a snapshot older than the agent's last awake state", {
-          agentId: entry.spec.id,
-          rollbackMs: rollback.lostMs,
-          crashedRunId,
-        });
+        detail = { ...detail, rollback: rollbackDetail(rollback) };
       }
       entry.runId = runId;
       entry.wakeStartedAt = startedAt;
       entry.firstByteRecorded = false;
       entry.lastActivityAt = clock.monotonic();
-      entry.lastWakeAt = clock.now();
+      entry.lastWakeAt = wokeAt;
       entry.cpu.reset();
       const wakeMs = round(clock.monotonic() - startedAt);
       lifecycle.move(entry, "woke", reason, { ...info.timings, wakeMs }, { wake: info.wake, ...detail, ...(requestId ? { requestId } : {}) });
@@ -283,6 +284,37 @@ export class Waking {
     }
   }
 
+  /**
+   * The VM's state moves on in run `runId` from `wokeAt`: recorded in its state directory before any call reaches it
+   * (a host killed from here on leaves the record, and the next restore tells what it lost). Answers whether the wake
+   * rolled the agent back: it restored a snapshot (taken at `snapshotAt`) older than its last recorded run's wake.
+   */
+  private moveOn(entry: VmEntry, runId: string, wokeAt: number, snapshotAt: number | undefined): Rollback | undefined {
+    const { records, meteredUntil, hostStartedAt, heartbeatMs } = this.deps.rollbacks;
+    const stateDir = entry.vmSpec.stateDir;
+    const rollback = rollbackOf({
+      last: records.read(stateDir),
+      snapshotAt,
+      meteredUntil: (id) => meteredUntil(entry.vmSpec.vmId, id),
+      hostStartedAt,
+      now: this.deps.clock.now(),
+    });
+    try {
+      records.write(stateDir, { runId, wokeAt, ...(heartbeatMs !== undefined ? { heartbeatMs } : {}) });
+    } catch (err) {
+      this.deps.log.warn("the run could not be recorded: a rollback to before it would not be told", { agentId: entry.spec.id, err });
+    }
+    if (rollback) {
+      this.deps.log.warn("restored a snapshot older than the agent's last state: what it did since is lost", {
+        agentId: entry.spec.id,
+        rollbackMs: rollback.lostMs,
+        lostRunId: rollback.lostRunId,
+        ...(rollback.estimated ? { estimated: true } : {}),
+      });
+    }
+    return rollback;
+  }
+
   /** One completed wake: its count by mode and reason, its whole duration and the parts it had. */
   private countWake(info: Omit<WakeInfo, "runId">, reason: WakeReason, wakeMs: number): void {
     const { metrics } = this.deps;
@@ -323,4 +355,15 @@ export class Waking {
     if (canHappen(entry.state, "fail")) this.deps.lifecycle.move(entry, "fail", "crash", undefined, { ...detail, consoleTail: this.consoleTail(entry) });
     this.deps.metering.endRun(entry, "crash");
   }
+}
+
+/** A rollback as the running transition's detail says it. */
+function rollbackDetail(r: Rollback): Record<string, unknown> {
+  return {
+    rollbackMs: r.lostMs,
+    lostRunId: r.lostRunId,
+    lastAwakeAt: new Date(r.lastAwakeAt).toISOString(),
+    snapshotAt: new Date(r.snapshotAt).toISOString(),
+    ...(r.estimated ? { estimated: true } : {}),
+  };
 }

@@ -71,7 +71,11 @@ describe("qemu checkpoints and templates behind the gateway (file-backed RAM)", 
 
     const restored = await sys.call(`/v1/agents/${id}/restore`, { method: "POST", headers: json, body: JSON.stringify({ checkpoint: "three" }) });
     expect(restored.status, await restored.clone().text()).toBe(200);
-    expect(await counter(id)).toBe(3);
+    const back = await sys.call(`/a/${id}/counter`);
+    expect(await back.json()).toEqual({ count: 3 });
+    // An older state placed on purpose, newer than the run it replaced: restored with no rollback to tell.
+    expect(back.headers.get("x-wake")).toBe("restore");
+    expect(back.headers.get("x-wake-rollback")).toBeNull();
 
     const forks: string[] = [];
     for (let i = 0; i < 2; i++) {

@@ -1,12 +1,16 @@
 // `x-wake-rollback` on every path a wake answers through in the Node gateway beside its host (all-in-one, process
-// driver): the fast path's HTTP response and the WebSocket relay's 101. The host is told of a rollback as crash
-// recovery tells it at start (recovery.ts; the QEMU test rollback-qemu.test.ts derives one from a real crash); only the
-// first wake that restores carries it, and the run's timings and the event log keep it.
+// driver): the fast path's HTTP response and the WebSocket relay's 101. The process driver's restore (a thawed
+// process) never loses anything, so the test writes the run record a lost run would have left (host/rollbacks.ts: a
+// run that woke after the process was frozen, without a hibernation after it); the QEMU test rollback-qemu.test.ts
+// derives them from real crashes. Only the first wake that restores carries it, and the run's timings and the event
+// log keep it.
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { openWebSocket } from "../helpers/streams.ts";
 import { waitFor } from "../helpers/wait.ts";
-import type { Rollback } from "../../fleet-agent/recovery.ts";
+import { fileRunRecords } from "../../fleet-agent/host/rollbacks.ts";
 
 let sys: TestSystem;
 
@@ -17,12 +21,22 @@ afterAll(async () => {
   await sys?.stop();
 });
 
+/** The agent's state directory under the all-in-one's one host. */
+function stateDirOf(agentId: string): string {
+  const hosts = join(sys.dataDir, "hosts");
+  const dir = readdirSync(hosts)
+    .map((h) => join(hosts, h, "vms", agentId))
+    .find((d) => existsSync(d));
+  if (!dir) throw new Error(`no state directory of ${agentId}`);
+  return dir;
+}
+
 async function hibernatedWithRollback(lostMs: number): Promise<string> {
   const agent = await sys.createAgent({ idleTimeoutMs: 60_000 });
   expect((await sys.call(`/a/${agent.id}/`)).headers.get("x-wake-rollback")).toBeNull();
   expect((await (await sys.call(`/v1/agents/${agent.id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
-  const rollback: Rollback = { lostMs, crashedRunId: "run_crashed", lastAwakeAt: Date.now() - 1000, snapshotAt: Date.now() - 1000 - lostMs };
-  sys.host.expectRollbacks(new Map([[agent.id, rollback]]));
+  const wokeAt = Date.now() + 1; // after the freeze
+  fileRunRecords.write(stateDirOf(agent.id), { runId: "run_lost", wokeAt, endedAt: wokeAt + lostMs });
   return agent.id;
 }
 
@@ -45,7 +59,7 @@ describe("x-wake-rollback", () => {
     ).events;
     const running = events.find((e) => e.toState === "running")!; // newest first
     expect(running.timings?.rollbackMs).toBe(4321);
-    expect(running.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs: 4321, crashedRunId: "run_crashed" } });
+    expect(running.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs: 4321, lostRunId: "run_lost" } });
     await waitFor(
       async () => {
         const runs = ((await (await sys.call(`/v1/agents/${id}/runs`)).json()) as { runs: { timings: Record<string, number> }[] }).runs;

@@ -1,10 +1,12 @@
-// A rollback after a host crash, on real VMs: counter to N, hibernate (snapshot), wake, counter to N+k, kill -9 of the
-// fleet-agent (its QEMU is reaped at the restart), restart: the next call restores the snapshot and says what was
-// lost (`x-wake-rollback`: the awake ms since it), in the run's timings and in the event log; only that first wake.
+// Rollbacks on real VMs: counter to N, hibernate (snapshot), wake, counter to N+k, then the run is cut off without a
+// snapshot: a kill -9 of the fleet-agent (its QEMU is reaped at the restart), also within the run's first meter
+// heartbeat, or QEMU itself killed while the host runs on. The next call restores the snapshot and says what was lost
+// (`x-wake-rollback`: the awake ms since the wake), in the run's timings and in the event log; only that first wake.
 import { spawnSync } from "node:child_process";
 import { symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
 import { guestImage } from "../helpers/qemu.ts";
 import { startCrashStack, type CrashStack } from "../helpers/host-crash.ts";
 import { waitFor } from "../helpers/wait.ts";
@@ -73,11 +75,75 @@ describe.skipIf(!qemuPresent)(title, () => {
     expect(events.filter((e) => e.reason === "crash")).toEqual([expect.objectContaining({ fromState: "running", toState: "stopped", runId: crashed!.runId })]);
     const wake = events.findLast((e) => e.toState === "running")!;
     expect(wake.timings?.rollbackMs).toBe(rollbackMs);
-    expect(wake.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs, crashedRunId: crashed!.runId, lastAwakeAt: crashed!.sleptAt } });
+    expect(wake.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs, lostRunId: crashed!.runId, lastAwakeAt: crashed!.sleptAt } });
 
     // Only the first wake after the crash says so: a warm call, and the wake after the next hibernation, do not.
     expect(await counter(id)).toMatchObject({ wake: "warm", count: 4, rollback: null });
     expect((await (await stack.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
     expect(await counter(id)).toMatchObject({ wake: "restore", count: 5, rollback: null });
   }, 120_000);
+
+  const hibernate = async (id: string) =>
+    expect((await (await stack.call(`/v1/agents/${id}/hibernate`, { method: "POST" })).json()) as object).toMatchObject({ state: "hibernated" });
+  const runningEvents = async (id: string) => (await stack.events(id)).filter((e) => e.toState === "running");
+
+  it("QEMU killed while awake, no host restart: the next call restores the snapshot and says what the run did", async () => {
+    const id = await stack.createAgent({ idleTimeoutMs: 600_000 });
+    expect(await counter(id)).toMatchObject({ wake: "boot", count: 1 });
+    await hibernate(id);
+    const wakeCalled = Date.now();
+    expect(await counter(id)).toMatchObject({ wake: "restore", count: 2, rollback: null });
+    const woke = Date.now();
+    expect(await counter(id)).toMatchObject({ wake: "warm", count: 3 });
+    await new Promise((r) => setTimeout(r, 1000));
+    const qemu = readPidFile(join(stack.vmsDir, id, "qemu.pid"));
+    expect(qemu, "the VM's QEMU").toBeDefined();
+    const killAt = Date.now();
+    process.kill(qemu!.pid, "SIGKILL");
+    await waitFor(async () => (await stack.agentState(id)) === "failed", 10_000, "the host to see its VM crash");
+    const seen = Date.now();
+
+    const after = await counter(id);
+    expect(after).toMatchObject({ wake: "restore", count: 2 }); // what it did since the snapshot is gone
+    const rollbackMs = Number(after.rollback);
+    expect(rollbackMs, `x-wake-rollback: ${after.rollback}`).toBeGreaterThanOrEqual(killAt - woke);
+    expect(rollbackMs).toBeLessThanOrEqual(seen - wakeCalled);
+
+    // The crashed run ended when the host saw QEMU exit: exactly the awake time lost.
+    await waitFor(async () => (await stack.runs(id)).length === 3, 5000, "the run of the wake after the crash");
+    const [now, crashed] = await stack.runs(id);
+    expect(crashed!.sleepReason).toBe("crash");
+    expect(Date.parse(crashed!.sleptAt!) - Date.parse(crashed!.wokeAt)).toBe(rollbackMs);
+    expect(now!.timings.rollbackMs).toBe(rollbackMs);
+    const wake = (await runningEvents(id)).at(-1)!;
+    expect(wake.timings?.rollbackMs).toBe(rollbackMs);
+    expect(wake.detail).toMatchObject({ wake: "restore", rollback: { rollbackMs, lostRunId: crashed!.runId, lastAwakeAt: crashed!.sleptAt } });
+    expect(wake.detail).not.toHaveProperty("rollback.estimated");
+    expect(await counter(id)).toMatchObject({ wake: "warm", count: 3, rollback: null });
+  }, 120_000);
+
+  it("host killed within the run's first meter heartbeat: the next restore says so, its figure bounded by the restart", async () => {
+    const id = await stack.createAgent({ idleTimeoutMs: 600_000 });
+    expect(await counter(id)).toMatchObject({ wake: "boot", count: 1 });
+    await hibernate(id);
+    await stack.killHost();
+    await stack.startHost({ METER_HEARTBEAT_MS: "600000" }); // no cut of the next run before the kill
+    const wakeCalled = Date.now();
+    expect(await counter(id)).toMatchObject({ wake: "restore", count: 2, rollback: null });
+    await stack.killHost();
+    const restart = Date.now();
+    await stack.startHost();
+
+    const after = await counter(id);
+    expect(after).toMatchObject({ wake: "restore", count: 2 }); // the snapshot's 1, and this call: the lost call's 2 is gone
+    const rollbackMs = Number(after.rollback);
+    expect(rollbackMs, `x-wake-rollback: ${after.rollback}`).toBeGreaterThan(0);
+    expect(rollbackMs).toBeLessThanOrEqual(Date.now() - wakeCalled);
+    const wake = (await runningEvents(id)).at(-1)!;
+    expect(wake.detail).toMatchObject({ rollback: { rollbackMs, estimated: true } });
+    // the estimate runs from the lost run's wake to the new host process's start
+    const lastAwakeAt = Date.parse((wake.detail!.rollback as { lastAwakeAt: string }).lastAwakeAt);
+    expect(lastAwakeAt).toBeGreaterThanOrEqual(restart);
+    expect(lastAwakeAt).toBeLessThanOrEqual(Date.now());
+  }, 180_000);
 });

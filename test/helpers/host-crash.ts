@@ -33,10 +33,14 @@ export interface CrashStack {
   database: Awaited<ReturnType<typeof freshDatabase>>;
   hostId: string;
   dataDir: string;
+  /** The host's VM state directories (`<vmsDir>/<agentId>`). */
+  vmsDir: string;
   /** SIGKILL of the fleet-agent process; answers the wall clock just before the signal. */
   killHost(): Promise<number>;
-  /** Starts the fleet-agent again on the same data directory and port. */
-  startHost(): Promise<void>;
+  /** SIGTERM of the fleet-agent process: its shutdown (drain, hibernations), waited for. */
+  stopHost(): Promise<void>;
+  /** Starts the fleet-agent again on the same data directory and port; `env` over the stack's `hostEnv` for this start. */
+  startHost(env?: Record<string, string>): Promise<void>;
   call(path: string, init?: RequestInit): Promise<Response>;
   createAgent(body?: Record<string, unknown>): Promise<string>;
   runs(agentId: string): Promise<RunJson[]>;
@@ -56,6 +60,8 @@ export async function startCrashStack(opts: {
   readyTimeoutMs?: number;
   /** Called with the host's data directory before its first start. */
   prepare?: (dataDir: string) => void;
+  /** Called at close once the processes have ended, before the data directory is removed (to unmount what `prepare` mounted). */
+  unprepare?: () => void;
 }): Promise<CrashStack> {
   const database = await freshDatabase();
   const dataDir = mkdtempSync(join(tmpdir(), "agentvm-crash-"));
@@ -64,7 +70,7 @@ export async function startCrashStack(opts: {
   opts.prepare?.(dataDir);
   let host: (Child & { match: RegExpMatchArray }) | undefined;
   let gateway: (Child & { match: RegExpMatchArray }) | undefined;
-  const startHost = async () => {
+  const startHost = async (env: Record<string, string> = {}) => {
     host = await spawnNode(
       "scripts/fleet-agent.ts",
       {
@@ -75,6 +81,7 @@ export async function startCrashStack(opts: {
         HEARTBEAT_INTERVAL_MS: "500",
         DRAIN_TIMEOUT_MS: "2000",
         ...opts.hostEnv,
+        ...env,
       },
       /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
       opts.readyTimeoutMs,
@@ -107,6 +114,7 @@ export async function startCrashStack(opts: {
     database,
     hostId,
     dataDir,
+    vmsDir,
     async killHost() {
       const proc = host!.proc;
       const exited = new Promise((resolve) => proc.once("exit", resolve));
@@ -114,6 +122,9 @@ export async function startCrashStack(opts: {
       proc.kill("SIGKILL");
       await exited;
       return at;
+    },
+    async stopHost() {
+      await host!.stop();
     },
     startHost,
     call,
@@ -156,6 +167,7 @@ export async function startCrashStack(opts: {
         for (const name of ["qemu.pid", "workload.pid"]) await killLeftover(join(vmsDir, agentDir, name)).catch(() => undefined); // one odd entry must not leave the rest running
       }
       await database.close();
+      opts.unprepare?.();
       rmSync(dataDir, { recursive: true, force: true });
       rmSync(gatewayDir, { recursive: true, force: true });
     },

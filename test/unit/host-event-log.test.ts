@@ -52,7 +52,7 @@ function recordingStore(opts: { hold?: string; fail?: string } = {}) {
     async runEnded(runId, _at, reason) {
       landed.push(`runEnded:${runId}:${reason}`);
     },
-    leftovers: async () => ({ openRuns: [], awakeAgents: [], lastRuns: [] }),
+    leftovers: async () => ({ openRuns: [], awakeAgents: [] }),
     recordCrash: async () => undefined,
     owners: async () => new Map(),
     draining: async () => false,

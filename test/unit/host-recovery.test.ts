@@ -1,5 +1,5 @@
 // Crash recovery's rules over the in-memory store: where a cut-off run ends, what the event log and the agent's row
-// get, whose rows are left alone, and when the next restore is a rollback.
+// get, whose rows are left alone; and the meter's last awake instant a rollback after the crash reports.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,14 +38,12 @@ function deps(store: MemoryHostStore, over: Partial<RecoveryDeps> = {}): Recover
   return {
     hostId: "host_a",
     store,
-    vmsDir: "/nowhere",
     vmIdFor,
     lastAwakeAt: () => undefined,
     known: () => false,
     startedAt: new Date(T + 60_000),
     clock: new ManualClock(T + 60_000),
     log: silentLogger,
-    snapshotAt: () => undefined,
     ...over,
   };
 }
@@ -95,25 +93,6 @@ describe("crash recovery", () => {
     expect(store.crashes.find((c) => c.agentId === "agt_w")).toMatchObject({ fromState: "restoring", toState: "stopped", runId: null, runs: [] });
     expect(store.agentRows.get("agt_w")?.state).toBe("stopped");
     expect(store.crashes.some((c) => c.agentId === "agt_h")).toBe(false);
-  });
-
-  it("a rollback when the snapshot is older than the crashed run's last awake instant, also after a second restart", async () => {
-    const store = setup([
-      { id: "agt_r", state: "running" },
-      { id: "agt_n", state: "running" },
-      { id: "agt_s", state: "stopped" },
-    ]);
-    run(store, "run_r", "agt_r", T + 10_000);
-    run(store, "run_n", "agt_n", T);
-    run(store, "run_s0", "agt_s", T - 9000, { at: T - 8000, reason: "crash" }); // closed by an earlier restart
-    const snapshots: Record<string, number> = { "/nowhere/agt_r": T + 9000, "/nowhere/agt_n": T + 30_000, "/nowhere/agt_s": T - 20_000 };
-    const r = await recoverCrashes(deps(store, { lastAwakeAt: () => T + 12_500, snapshotAt: (dir) => snapshots[dir] }));
-    expect(r.rollbacks.get("agt_r")).toEqual({ lostMs: 2500, crashedRunId: "run_r", lastAwakeAt: T + 12_500, snapshotAt: T + 9000 });
-    expect(r.rollbacks.has("agt_n")).toBe(false); // the snapshot is newer than what the crash cut off
-    expect(r.rollbacks.get("agt_s")).toMatchObject({ lostMs: 1000, crashedRunId: "run_s0" });
-    // with no snapshot, the next wake boots: that says so itself
-    const none = await recoverCrashes(deps(store, { snapshotAt: () => undefined }));
-    expect(none.rollbacks.size).toBe(0);
   });
 
   it("the meter's last awake instant of a run: its last segment's end across a reopen, nothing for another run of the VM", async () => {

@@ -48,6 +48,8 @@ export interface Restored {
   sameNetwork?: boolean;
   /** Extra fields for the "restored" log line. */
   detail?: Record<string, unknown>;
+  /** When the state it brings back was taken (ms since the epoch): `WakeResult.snapshotAt`. */
+  takenAt?: number;
 }
 
 export interface RestoreOrBootOptions {
@@ -95,7 +97,7 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
       ...restored.detail,
       ...rounded({ restoreMs, ...clock, ...(firstAnswerMs !== undefined ? { firstAnswerMs } : {}) }),
     });
-    return { vm: restored.vm, mode: "restore", timings: { restoreMs, ...clock } };
+    return { vm: restored.vm, mode: "restore", timings: { restoreMs, ...clock }, ...(restored.takenAt !== undefined ? { snapshotAt: restored.takenAt } : {}) };
   } catch (err) {
     for (const step of undo.reverse()) {
       try {

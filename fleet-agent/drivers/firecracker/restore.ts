@@ -82,6 +82,7 @@ async function restore(deps: RestoreDeps, spec: VmSpec, host: FirecrackerHostFac
   return {
     vm: live.vm,
     detail: { generation: manifest.generation, ...(clonedFrom ? { clonedFrom } : {}) },
+    ...(Number.isFinite(Date.parse(manifest.createdAt)) ? { takenAt: Date.parse(manifest.createdAt) } : {}),
     guestAgent: async () => {
       const agent = await waitForGuestAgent(live.paths.vsock, deps.agentPort, { deadlineMs, gaveUp: () => live.proc.exitedWhy("firecracker") });
       live.agent = agent;

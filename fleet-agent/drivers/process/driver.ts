@@ -53,6 +53,8 @@ interface Owned {
   vm: RunningVm;
   /** Hibernated (SIGSTOP): the next wake thaws it. */
   frozen: boolean;
+  /** When it was frozen (ms since the epoch): the state a wake brings back is the process as it was then. */
+  frozenAt?: number;
   /** Dozing (SIGSTOP of its group): the next resume thaws it; apart from that it is a running VM. */
   dozing: boolean;
 }
@@ -205,6 +207,7 @@ export class ProcessDriver implements VmDriver {
     if (!owned) throw new Error(`no process for ${vm.spec.vmId}`);
     this.signal(owned, "SIGSTOP");
     owned.frozen = true;
+    owned.frozenAt = Date.now();
     return { completed: true, snapshotMs: performance.now() - started, bytes: 0 };
   }
 
@@ -218,7 +221,7 @@ export class ProcessDriver implements VmDriver {
         owned.frozen = false;
         owned.dozing = false; // a VM hibernated while dozing runs again as a whole
         // The workload runs on the host's clock: there is nothing to fix (no guest agent).
-        return { vm: owned.vm };
+        return { vm: owned.vm, ...(owned.frozenAt !== undefined ? { takenAt: owned.frozenAt } : {}) };
       },
       boot: () => this.boot(spec),
     });

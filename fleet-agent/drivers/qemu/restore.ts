@@ -203,6 +203,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     },
     // The phases object is still filled in by guestAgent above: the "restored" line is written after it.
     detail: { ...(clonedFrom ? { clonedFrom } : {}), phases: phases.ms },
+    ...takenAt(manifest.createdAt),
   };
 }
 
@@ -223,4 +224,10 @@ export async function snapshotStale(host: Pick<QemuHost, "bootId">, spec: VmSpec
   // The device state is valid only over the RAM file it was taken with (ram-file.ts says what is checked and why),
   // and only if that file's pages survived: a reboot during their write-back may have torn them.
   return ramChange(manifest.ram, await ramFingerprint(paths), spec.memMiB) ?? (await ramDurability(paths, manifest, host.bootId));
+}
+
+/** A manifest's `createdAt` as `Restored.takenAt` (nothing when it cannot be read). */
+function takenAt(createdAt: string): { takenAt?: number } {
+  const at = Date.parse(createdAt);
+  return Number.isFinite(at) ? { takenAt: at } : {};
 }
