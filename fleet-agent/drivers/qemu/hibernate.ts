@@ -8,7 +8,7 @@ import { basename, join } from "node:path";
 import type { Logger } from "../../../lib/log.ts";
 import { diskFingerprint } from "../common/agent-disk.ts";
 import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.ts";
-import { ensureSnapshotSpace, freeBytes, saysNoSpace, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
+import { ensureSnapshotSpace, freeBytes, saysNoSpace, SNAPSHOT_MARGIN_BYTES, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { withTail } from "../common/vm-process.ts";
 import type { RunningVm, SnapshotResult, VmSpec } from "../driver.ts";
 import { RAM_ID, snapshotAttempt, type MemoryMode, type VmPaths } from "./args.ts";
@@ -61,8 +61,13 @@ export class QemuHibernation {
     if (signal?.aborted) return notDone();
     // The previous hibernation's RAM write-back (long done unless the VM woke at once): one at a time per VM.
     await this.ramSyncs.get(spec.vmId);
-    // A snapshot that would not fit is refused before the guest is paused; the previous one stays as it is.
-    const neededBytes = this.d.opts.snapshotBytesNeeded?.(spec) ?? snapshotBytesNeeded(spec.memMiB);
+    // What the snapshot keeps RAM in: the host's mode, so a VM woken from a snapshot of the other mode converts here
+    // (ram-file.ts `ramPlan`); except a RAM backend of an older id, which only a file-backed QEMU of that id loads.
+    const out: MemoryMode = vp.memory === "file" && (this.d.host.memory === "file" || vp.ramId !== RAM_ID) ? "file" : "stream";
+    const ownRam = out === "file" && !vp.templateRam;
+    // A snapshot that would not fit is refused before the guest is paused; the previous one stays as it is. Into the
+    // VM's own RAM file, whose blocks are reserved already, it is the device state: the margin is room enough.
+    const neededBytes = this.d.opts.snapshotBytesNeeded?.(spec) ?? (ownRam ? SNAPSHOT_MARGIN_BYTES : snapshotBytesNeeded(spec.memMiB));
     const freeBefore = await ensureSnapshotSpace(spec.stateDir, neededBytes);
     phases.mark("space");
     if (spec.rootImage) {
@@ -72,10 +77,6 @@ export class QemuHibernation {
     }
     const attemptId = `${Date.now()}-${randomBytes(4).toString("hex")}`;
     const outputMark = vp.proc.outputMark();
-    // What the snapshot keeps RAM in: the host's mode, so a VM woken from a snapshot of the other mode converts here
-    // (ram-file.ts `ramPlan`); except a RAM backend of an older id, which only a file-backed QEMU of that id loads.
-    const out: MemoryMode = vp.memory === "file" && (this.d.host.memory === "file" || vp.ramId !== RAM_ID) ? "file" : "stream";
-    const ownRam = out === "file" && !vp.templateRam;
 
     let manifest: SnapshotManifest;
     // The data file once it has its final name (removed if the snapshot then fails: no manifest names it).
