@@ -6,7 +6,7 @@ import { spawnSync } from "node:child_process";
 import { symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
+import { processAlive, readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
 import { guestImage } from "../helpers/qemu.ts";
 import { startCrashStack, type CrashStack } from "../helpers/host-crash.ts";
 import { waitFor } from "../helpers/wait.ts";
@@ -54,7 +54,10 @@ describe.skipIf(!qemuPresent)(title, () => {
     const woke = Date.now();
     expect(await counter(id)).toMatchObject({ wake: "warm", count: 4 }); // N + k = 4
     await new Promise((r) => setTimeout(r, 1500));
+    const qemu = readPidFile(join(stack.vmsDir, id, "qemu.pid"))!.pid;
     const killAt = await stack.killHost();
+    // Its QEMU dies with it (exec-stub.c: PR_SET_PDEATHSIG), not at a restart that may never come: nothing runs unmetered.
+    await waitFor(() => !processAlive(qemu), 3000, "the killed host's QEMU gone");
     await stack.startHost();
 
     const after = await counter(id);
