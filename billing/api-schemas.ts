@@ -171,7 +171,14 @@ export const Usage = z
 const timingShape = Object.fromEntries(wakeTimingKeys.map((k) => [k, z.number().optional()])) as {
   [K in (typeof wakeTimingKeys)[number]]: z.ZodOptional<z.ZodNumber>;
 };
-export const WakeTimings = z.object(timingShape).openapi("WakeTimings", { description: "The wake's parts in ms, as the host recorded them" });
+export const WakeTimings = z
+  .object({
+    ...timingShape,
+    tier: z.enum(["kept", "prestarted", "files"]).optional().openapi({
+      description: "a restore's sleep tier: kept (its QEMU, stopped), prestarted (a QEMU waiting for its state), files (a new QEMU)",
+    }),
+  })
+  .openapi("WakeTimings", { description: "The wake's parts in ms, as the host recorded them, and a restore's sleep tier" });
 
 export const Run = z
   .object({

@@ -160,5 +160,6 @@ function parseTimings(v: unknown): WakeTimings {
   const obj = (typeof v === "string" ? JSON.parse(v) : v) as Record<string, unknown> | null;
   const out: WakeTimings = {};
   if (obj && typeof obj === "object") for (const k of wakeTimingKeys) if (typeof obj[k] === "number") out[k] = obj[k];
+  if (obj && (obj.tier === "kept" || obj.tier === "prestarted" || obj.tier === "files")) out.tier = obj.tier;
   return out;
 }

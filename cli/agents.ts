@@ -40,9 +40,7 @@ function agentRow(a: Agent): string[] {
 
 /** The timings of a wake, the big ones first: `boot 3300 ms, clockFix 12 ms`. */
 export function wakeSummary(w: Wake, tookMs: number): string {
-  const timings = Object.entries(w.timings)
-    .filter(([, v]) => typeof v === "number")
-    .map(([k, v]) => `${k.replace(/Ms$/, "")} ${Math.round(v)} ms`);
+  const timings = Object.entries(w.timings).map(([k, v]) => (typeof v === "number" ? `${k.replace(/Ms$/, "")} ${Math.round(v)} ms` : `${k} ${v}`));
   return `${w.id} ${w.state} (wake ${w.wake}, run ${w.runId}) in ${formatDuration(tookMs)}${timings.length ? `: ${timings.join(", ")}` : ""}`;
 }
 

@@ -111,7 +111,7 @@ export function eventsCommand(program: Command): void {
           e.reason,
           e.runId ?? "",
           Object.entries(e.timings ?? {})
-            .map(([k, v]) => `${k.replace(/Ms$/, "")}=${Math.round(v)}`)
+            .map(([k, v]) => (typeof v === "number" ? `${k.replace(/Ms$/, "")}=${Math.round(v)}` : `${k}=${v}`))
             .join(" "),
         ]),
       );

@@ -66,7 +66,15 @@ export interface WakeTimings {
    * `x-wake-rollback`.
    */
   rollbackMs?: number;
+  /** A restore's sleep tier (not a time: reports list `wakeTimingKeys`). */
+  tier?: WakeTier;
 }
+
+/**
+ * Where a restored agent slept: `kept`, its QEMU itself, stopped (a wake is `cont` and the clock fix); `prestarted`, a
+ * QEMU started ahead waiting for its state (the load, no process start); `files`, nothing but its files (a new process).
+ */
+export type WakeTier = "kept" | "prestarted" | "files";
 
 /** The response header of a wake that rolled the agent back: `x-wake-rollback: <WakeTimings.rollbackMs>`. */
 export const rollbackHeader = "x-wake-rollback";

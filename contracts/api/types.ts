@@ -419,9 +419,9 @@ export type components = {
        */
       wake: "warm" | "restore" | "boot";
       runId: string;
-      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …) */
+      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …), and a restore's sleep `tier` (kept, prestarted, files) */
       timings: {
-        [key: string]: number;
+        [key: string]: number | string;
       };
     };
     Lease: {
@@ -456,10 +456,10 @@ export type components = {
       toState: string;
       /** @description A wake or sleep reason, `cancelled` or `hibernate_failed` */
       reason: string;
-      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …) */
-      timings: {
-        [key: string]: number;
-      } | null;
+      /** @description Millisecond timings (restoreMs, clockFixMs, bootMs, …), and a restore's sleep `tier` (kept, prestarted, files) */
+      timings: ({
+        [key: string]: number | string;
+      }) | null;
       detail: {
         [key: string]: unknown;
       } | null;
@@ -788,7 +788,7 @@ export type components = {
       /** @description Output tokens of those operations, where their completions said */
       outputTokens: number;
     };
-    /** @description The wake's parts in ms, as the host recorded them */
+    /** @description The wake's parts in ms, as the host recorded them, and a restore's sleep tier */
     WakeTimings: {
       queuedMs?: number;
       restoreMs?: number;
@@ -798,6 +798,11 @@ export type components = {
       skewBeforeMs?: number;
       skewAfterMs?: number;
       rollbackMs?: number;
+      /**
+       * @description a restore's sleep tier: kept (its QEMU, stopped), prestarted (a QEMU waiting for its state), files (a new QEMU)
+       * @enum {string}
+       */
+      tier?: "kept" | "prestarted" | "files";
     };
     InvoicePage: {
       invoices: components["schemas"]["InvoiceSummary"][];

@@ -1,4 +1,5 @@
 // The one interface every hypervisor driver implements (process, qemu, firecracker).
+import type { WakeTier } from "../../contracts/agent.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import type { TemplateView } from "../../contracts/fleet.ts";
 
@@ -78,6 +79,8 @@ export interface WakeResult {
    * freeze). The host tells a rollback when it is older than the agent's last run (host/rollbacks.ts); absent: unknown.
    */
   snapshotAt?: number;
+  /** A restore: the sleep tier it woke from (the driver's to say; absent where it has one tier). */
+  tier?: WakeTier;
 }
 
 /** An immutable copy of a VM's memory and disk: a checkpoint (a template is one). */

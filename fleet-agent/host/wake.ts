@@ -202,7 +202,7 @@ export class Waking {
         info =
           woke.mode === "boot"
             ? { wake: "boot", timings: { bootMs: round(t.bootMs ?? t.restoreMs), ...clockFix } }
-            : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix } };
+            : { wake: "restore", timings: { restoreMs: round(t.restoreMs), ...clockFix, ...(woke.tier ? { tier: woke.tier } : {}) } };
         if (woke.mode === "restore") snapshotAt = woke.snapshotAt;
         if (woke.fallbackReason) detail = { ...detail, fallbackReason: woke.fallbackReason, restoreAttemptMs: round(t.restoreMs) };
       }

@@ -180,7 +180,10 @@ export const AgentListSchema = z.object({ agents: z.array(AgentSchema), nextCurs
 export const AgentDeletedSchema = z.object({ id: z.string(), deleted: z.literal(true) }).openapi("AgentDeleted");
 export const AgentStateSchema = z.object({ id: z.string(), state: VmStateSchema }).openapi("AgentState");
 
-const timings = () => z.record(z.string(), z.number()).openapi({ description: "Millisecond timings (restoreMs, clockFixMs, bootMs, …)" });
+const timings = () =>
+  z
+    .record(z.string(), z.union([z.number(), z.string()]))
+    .openapi({ description: "Millisecond timings (restoreMs, clockFixMs, bootMs, …), and a restore's sleep `tier` (kept, prestarted, files)" });
 
 export const WakeSchema = z
   .object({

@@ -320,6 +320,7 @@ describe('prestart "paused": the hibernated QEMU itself waits, stopped', () => {
     let woke = await driver.wake(s);
     expect(woke.mode).toBe("restore");
     expect(woke.vm.pid).toBe(pid);
+    expect(woke.tier).toBe("kept");
     expect(readFileSync(join(s.stateDir, "ram.gen"), "utf8").trim()).not.toBe(m.ram!.generation); // consumed, as a restore
     vm = woke.vm;
     expect(await bump(vm)).toBe(2);
@@ -391,7 +392,7 @@ describe("kept QEMUs are bounded: in time after the hibernation, and in number",
 
     const wokeA = await driver.wake(a);
     const wokeB = await driver.wake(b);
-    for (const w of [wokeA, wokeB]) expect(w.mode).toBe("restore");
+    for (const w of [wokeA, wokeB]) expect(w).toMatchObject({ mode: "restore", tier: "files" }); // their kept QEMUs ended
     expect(wokeA.vm.pid).not.toBe(vmA.pid);
     expect(wokeB.vm.pid).not.toBe(vmB.pid);
     expect(await count(wokeA.vm)).toBe(1);

@@ -75,6 +75,7 @@ describe.skipIf(!qemuPresent)(title, () => {
     expect(Date.parse(crashed!.sleptAt!) - Date.parse(crashed!.wokeAt)).toBe(rollbackMs);
     expect(now!.wakeMode).toBe("restore");
     expect(now!.timings.rollbackMs).toBe(rollbackMs);
+    expect(now!.timings.tier).toBe("files"); // the restarted host kept no QEMU for it: a new one, from the files
 
     const events = await stack.events(id);
     expect(events.filter((e) => e.reason === "crash")).toEqual([expect.objectContaining({ fromState: "running", toState: "stopped", runId: crashed!.runId })]);

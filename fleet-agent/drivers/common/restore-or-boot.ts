@@ -11,6 +11,7 @@
 //   so in `server-timing` and the run's timings), `restoreMs` the part of it the failed attempt took, and the
 //   boot's clock fix if it made one.
 import { silentLogger, type Logger } from "../../../lib/log.ts";
+import type { WakeTier } from "../../../contracts/agent.ts";
 import type { RunningVm, VmSpec, WakeResult, WakeTimings } from "../driver.ts";
 import { fixGuestClock, type GuestAgentClient } from "./guest-agent.ts";
 
@@ -50,6 +51,8 @@ export interface Restored {
   detail?: Record<string, unknown>;
   /** When the state it brings back was taken (ms since the epoch): `WakeResult.snapshotAt`. */
   takenAt?: number;
+  /** `WakeResult.tier`. */
+  tier?: WakeTier;
 }
 
 export interface RestoreOrBootOptions {
@@ -94,10 +97,17 @@ export async function restoreOrBoot(opts: RestoreOrBootOptions): Promise<WakeRes
     log.info("restored", {
       vmId,
       pid: restored.vm.pid,
+      ...(restored.tier ? { tier: restored.tier } : {}),
       ...restored.detail,
       ...rounded({ restoreMs, ...clock, ...(firstAnswerMs !== undefined ? { firstAnswerMs } : {}) }),
     });
-    return { vm: restored.vm, mode: "restore", timings: { restoreMs, ...clock }, ...(restored.takenAt !== undefined ? { snapshotAt: restored.takenAt } : {}) };
+    return {
+      vm: restored.vm,
+      mode: "restore",
+      timings: { restoreMs, ...clock },
+      ...(restored.takenAt !== undefined ? { snapshotAt: restored.takenAt } : {}),
+      ...(restored.tier ? { tier: restored.tier } : {}),
+    };
   } catch (err) {
     for (const step of undo.reverse()) {
       try {

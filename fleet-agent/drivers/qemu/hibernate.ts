@@ -28,7 +28,7 @@ export interface HibernateDeps {
   sup: Pick<QemuSupervisor, "mustBeRunning" | "running" | "waiting" | "settle">;
   opts: Pick<QemuDriverOptions, "snapshotBytesNeeded" | "syncTimeoutMs" | "prestart">;
   /** Where a committed snapshot's RAM file is made sparse again, once its pages are durable (ram-space.ts). */
-  digs: Pick<RamDigs, "start">;
+  digs: Pick<RamDigs, "start" | "ticket">;
 }
 
 /** Hibernations of the driver's VMs, and the RAM write-backs they leave running after their answer. */
@@ -199,9 +199,13 @@ export class QemuHibernation {
     // Converted to a streamed snapshot: the RAM file pairs with nothing now (the QEMU that maps it is ending).
     if (streamShared) await Promise.all([paths.ram, paths.ramGeneration, `${paths.ram}.synced`].map((f) => rm(f, { force: true })));
     phases.mark("cleanup");
+    // The RAM file made sparse again once durable, unless its QEMU is kept (its wake is a `cont` with no time to reserve
+    // the file again: it stays reserved, and is dug when the kept QEMU ends, supervisor.ts `endKept`).
+    const digTicket = this.d.digs.ticket(spec.vmId);
     if (this.d.opts.prestart === "paused" && ownRam) {
       // This QEMU, stopped, is the snapshot in memory: a wake of the same snapshot only runs it on (`restore`).
       vp.pausedAt = `${committed.file}:${committed.sha256}`;
+      vp.digTicket = digTicket; // before it is kept: keeping it may end it at once (over the budget)
       // The run the host watched is over; the next wake's run registers its own listener (one per wake, not all of them).
       vp.proc.dropCrashListeners();
       this.d.sup.waiting.set(spec.vmId, vp);
@@ -211,11 +215,9 @@ export class QemuHibernation {
       const next = ramPlan(this.d.host.memory, committed);
       this.d.sup.settle(spec, vp, next.prestartable ? next : undefined);
     }
-    // The RAM file made sparse again once durable, unless its QEMU is kept (its wake is a `cont` with no time to reserve
-    // the file again: it stays reserved, and is dug when the kept QEMU ends, supervisor.ts `endKept`).
-    const dig = committed.ram !== undefined && vp.pausedAt === undefined;
+    const dig = committed.ram !== undefined && vp.pausedAt === undefined ? digTicket : undefined;
     if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started, dig);
-    else if (dig) this.d.digs.start(spec.vmId, paths.ram);
+    else if (dig !== undefined) this.d.digs.start(spec.vmId, paths.ram, dig);
     const snapshotMs = performance.now() - started;
     this.d.log.info("hibernated", {
       vmId: spec.vmId,
@@ -230,10 +232,10 @@ export class QemuHibernation {
 
   /**
    * The write-back of a committed snapshot's RAM pages, after the hibernation answered: `ram.synced` names the
-   * snapshot once they are durable (then the file's holes are dug, with `dig`); if they cannot be made so, the
+   * snapshot once they are durable (then the file's holes are dug, with `dig` the ticket for it); if they cannot be made so, the
    * manifest goes (the next wake boots cold).
    */
-  private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number, dig: boolean): void {
+  private trackRamSync(spec: VmSpec, paths: VmPaths, manifest: SnapshotManifest, synced: Promise<void>, started: number, dig: number | undefined): void {
     const done = (async () => {
       const err = await synced.then(
         () => undefined,
@@ -242,7 +244,7 @@ export class QemuHibernation {
       if (!err) {
         await markRamDurable(paths, manifest.file, manifest.ram!.generation);
         this.d.log.info("RAM file durable", { vmId: spec.vmId, file: manifest.file, durableMs: Math.round((performance.now() - started) * 10) / 10 });
-        if (dig) this.d.digs.start(spec.vmId, paths.ram);
+        if (dig !== undefined) this.d.digs.start(spec.vmId, paths.ram, dig);
         return;
       }
       const now = await readManifest(paths.manifest);

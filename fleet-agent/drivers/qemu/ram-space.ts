@@ -85,20 +85,32 @@ export async function ramFileUnfit(dir: string): Promise<string | undefined> {
   }
 }
 
-/** The digs of hibernated VMs' RAM files, by vmId: one at a time per VM, and cancelled before a guest may run on the file. */
+/**
+ * The digs of hibernated VMs' RAM files, by vmId: one at a time per VM, and cancelled before a guest may run on the
+ * file. A dig is asked for after the fact (once the RAM is durable, once a kept QEMU ended), so it carries the ticket
+ * its hibernation took: a cancel since (a wake, a checkpoint) makes it stale, and it does not start.
+ */
 export class RamDigs {
   private readonly running = new Map<string, { kill: () => void; done: Promise<void> }>();
+  /** Per VM, bumped by each cancel. */
+  private readonly epochs = new Map<string, number>();
   private readonly log: Logger;
 
   constructor(log: Logger) {
     this.log = log;
   }
 
-  /** Digs the holes of `file` in the background (after a cancel of any dig of the VM still running). */
-  start(vmId: string, file: string): void {
+  /** A ticket for a later `start`: valid until the VM's next `cancel`. Taken when a hibernation is committed. */
+  ticket(vmId: string): number {
+    return this.epochs.get(vmId) ?? 0;
+  }
+
+  /** Digs the holes of `file` in the background, unless the VM was cancelled since `ticket` was taken. */
+  start(vmId: string, file: string, ticket: number): void {
+    if (ticket !== this.ticket(vmId)) return; // a wake (or a checkpoint) came first: its guest may run on the file
     const helper = ramSpaceTool();
     if (!("path" in helper)) return; // nothing was reserved either
-    const previous = this.cancel(vmId);
+    const previous = this.running.get(vmId)?.done ?? Promise.resolve(); // one at a time; a start never ends another
     const started = performance.now();
     let cancelled = false;
     let child: ReturnType<typeof spawn> | undefined;
@@ -143,6 +155,7 @@ export class RamDigs {
 
   /** Ends the VM's dig, if one runs, and resolves once its process is gone (the file's times put back: its fingerprint holds). */
   cancel(vmId: string): Promise<void> {
+    this.epochs.set(vmId, this.ticket(vmId) + 1);
     const entry = this.running.get(vmId);
     if (!entry) return Promise.resolve();
     entry.kill();

@@ -124,6 +124,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   );
   generations.catch(() => undefined); // awaited before `cont`
   undo(() => generations); // a cold boot after a failure here starts a generation of its own: not at the same time
+  const launchedHere = !vp;
   if (!vp) {
     const image = await d.sup.imageFor(spec);
     try {
@@ -143,6 +144,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
       throw new RestoreFailed(why, { cause: err });
     }
   } else phases.mark("prestarted");
+  const prestarted = !paused && !launchedHere;
   const launched = vp;
   undo(() => launched.proc.kill());
   const deadline = performance.now() + (d.opts.restoreTimeoutMs ?? 60_000);
@@ -170,6 +172,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     // A paused one's `cont` after its completed migration also takes its drives back (as after a checkpoint).
     await vp.qmp!.execute("cont");
     vp.pausedAt = undefined;
+    vp.digTicket = undefined;
     phases.mark(paused ? "contPaused" : "cont");
     await d.opts.afterCont?.(vp.proc.pid);
   } catch (err) {
@@ -204,6 +207,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     // The phases object is still filled in by guestAgent above: the "restored" line is written after it.
     detail: { ...(clonedFrom ? { clonedFrom } : {}), phases: phases.ms },
     ...takenAt(manifest.createdAt),
+    tier: paused ? "kept" : prestarted ? "prestarted" : "files",
   };
 }
 

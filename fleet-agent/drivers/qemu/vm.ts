@@ -52,6 +52,8 @@ export interface QemuVm {
   templateFd: number | undefined;
   /** Kept stopped after its hibernation (`prestart: "paused"`): `<file>:<sha256>` of the snapshot it holds in memory. */
   pausedAt?: string;
+  /** Kept stopped over its own RAM file: the dig (ram-space.ts) its end asks for, valid unless a wake came first. */
+  digTicket?: number;
   /** A running VM whose vCPUs are stopped by a doze (doze.ts); its process, memory and connections stay. */
   dozing?: boolean;
   /** The guest's keep-awake leases as it last answered: what a dozing guest holds (it cannot change them stopped). */
