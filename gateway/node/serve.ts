@@ -89,11 +89,13 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   let refusing = false;
   let inFlight = 0;
   const onIdle: (() => void)[] = [];
-  const track = (closer: { once(event: "close", fn: () => void): unknown }) => {
+  // One listener shared by every call (no closure per request); a response or socket emits 'close' once.
+  const untrack = () => {
+    if (--inFlight === 0) for (const fn of onIdle.splice(0)) fn();
+  };
+  const track = (closer: { on(event: "close", fn: () => void): unknown }) => {
     inFlight++;
-    closer.once("close", () => {
-      if (--inFlight === 0) for (const fn of onIdle.splice(0)) fn();
-    });
+    closer.on("close", untrack);
   };
   const refused = (req: IncomingMessage, res: ServerResponse): boolean => {
     if (!refusing) return false;

@@ -62,6 +62,8 @@ class RawConn {
 
 interface FrontState {
   opts: RawFrontOptions;
+  /** The `keep-alive` response header's value, as Node writes it. */
+  keepAliveHeader: string;
   conns: Set<RawConn>;
   stopping: boolean;
 }
@@ -123,7 +125,15 @@ function dispatch(conn: RawConn, chunk: Buffer): void {
     const req = new RawRequest(head, conn.socket);
     const res = new RawResponse(conn, head.method === "HEAD", head.close);
     conn.res = res;
-    if (opts.take(req, res)) return;
+    let taken: boolean;
+    try {
+      taken = opts.take(req, res);
+    } catch {
+      // A bug on the way in must not take the process down from a socket's event: this connection ends instead.
+      conn.socket.destroy();
+      return;
+    }
+    if (taken) return;
     conn.res = undefined;
   }
   handOff(conn, chunk);
@@ -186,7 +196,7 @@ function sweep(front: FrontState): void {
 }
 
 export function createRawFront(opts: RawFrontOptions): RawFront {
-  const front: FrontState = { opts, conns: new Set(), stopping: false };
+  const front: FrontState = { opts, keepAliveHeader: `timeout=${Math.floor(opts.keepAliveTimeoutMs / 1000)}`, conns: new Set(), stopping: false };
   // As often as Node checks its head deadline (a twentieth of the shorter limit, 10–500 ms).
   const sweepMs = Math.max(10, Math.min(500, Math.floor(Math.min(opts.headTimeoutMs, opts.keepAliveTimeoutMs) / 20)));
   const sweeper = setInterval(sweep, sweepMs, front);
@@ -332,7 +342,7 @@ class RawResponse extends EventEmitter implements ClientResponse {
     }
     this.chunked = chunked && !this.noBody;
     if (!date) text += `date: ${httpDate()}\r\n`;
-    if (!connection) text += this.closeAfter ? "connection: close\r\n" : "connection: keep-alive\r\nkeep-alive: timeout=5\r\n";
+    if (!connection) text += this.closeAfter ? "connection: close\r\n" : `connection: keep-alive\r\nkeep-alive: ${this.conn.front.keepAliveHeader}\r\n`;
     this.head = `${text}\r\n`;
     this.statusCode = status;
     this.headersSent = true;

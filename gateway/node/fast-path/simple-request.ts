@@ -6,6 +6,8 @@
 // (llhttp), which answers it or its errors as it always did. So the strict rules here can only send more requests
 // to Node, never accept what Node would refuse.
 
+import { badHeadChar } from "./head-chars.ts";
+
 /** A request head the raw front can answer itself. */
 export interface SimpleRequest {
   method: string;
@@ -24,9 +26,9 @@ const bodiless = new Set(["GET", "HEAD", "DELETE", "OPTIONS"]);
 // request-target in origin form, visible ASCII only.
 const requestLineRe = /^([A-Z]+) (\/[\x21-\x7e]*) HTTP\/1\.1$/;
 const tokenRe = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-// Field values: visible ASCII, space, tab and obs-text; no other control characters. Checked once over the whole
-// head: a control character, or a CR or LF that is not part of a CRLF.
-const badHeadRe = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n/;
+// Client-chosen keys: no Object.prototype behind them (as Node's own headers object). An object whose prototype is an
+// empty null-prototype object stays a fast-mode object (one made by Object.create(null) is a dictionary).
+const headersProto = Object.create(null) as object;
 /** Headers that make a request something other than a plain bodiless exchange. */
 const notSimple = new Set(["content-length", "transfer-encoding", "expect", "upgrade", "http2-settings"]);
 /** Headers Node keeps the first of (and a repeat of which is a smell): a repeat here goes to Node. */
@@ -43,12 +45,12 @@ export function simpleRequest(chunk: Buffer, maxHeadBytes: number): SimpleReques
   if (chunk[n - 1] !== 10 || chunk[n - 2] !== 13 || chunk[n - 3] !== 10 || chunk[n - 4] !== 13) return undefined;
   if (chunk.indexOf(crlfcrlf) !== n - 4) return undefined;
   const text = chunk.toString("latin1", 0, n - 4);
-  if (badHeadRe.test(text)) return undefined;
+  if (badHeadChar(text) >= 0) return undefined; // field values: visible ASCII, space, tab and obs-text
   let lineEnd = text.indexOf("\r\n");
   const m = requestLineRe.exec(lineEnd < 0 ? text : text.slice(0, lineEnd));
   if (!m || !bodiless.has(m[1]!)) return undefined;
   const rawHeaders: string[] = [];
-  const headers: Record<string, string> = Object.create(null) as Record<string, string>; // client-chosen keys: no prototype
+  const headers = Object.create(headersProto) as Record<string, string>;
   let close = false;
   let hosts = 0;
   while (lineEnd >= 0) {
