@@ -8,6 +8,8 @@ import { createRawFront, type RawFront } from "../../gateway/node/fast-path/raw-
 
 interface Harness {
   port: number;
+  /** Connections handed to Node so far. */
+  handOffs: number;
   /** Requests the front answered itself, and Node's. */
   raw: string[];
   node: string[];
@@ -52,6 +54,7 @@ async function harness(
       return true;
     },
     handOff(socket) {
+      h.handOffs++;
       for (const l of nodeListeners) l.call(server, socket);
     },
     headTimedOut(socket) {
@@ -62,7 +65,7 @@ async function harness(
   server.on("connection", (s: Socket) => front.connection(s));
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
-  const h: Harness = { port: (server.address() as AddressInfo).port, raw: [], node: [], headTimeouts: 0, closed: [], front, server };
+  const h: Harness = { port: (server.address() as AddressInfo).port, handOffs: 0, raw: [], node: [], headTimeouts: 0, closed: [], front, server };
   open = h;
   return h;
 }
@@ -83,6 +86,11 @@ function client(port: number) {
       return got;
     },
   };
+}
+
+/** Waits (up to 3 s) until `cond` holds: the steps below depend on what the server has read, not on sleeps. */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 300 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
 }
 
 const GET = (path: string, extra = "") => `GET ${path} HTTP/1.1\r\nHost: h\r\n${extra}\r\n`;
@@ -108,6 +116,7 @@ describe("raw front", () => {
     );
     expect(first).toContain('{"url":"/raw/1","auth":"Bearer t"}');
     expect(second).toContain('{"url":"/raw/2","auth":null}');
+    await until(() => h.closed.length === 2);
     await new Promise((r) => setTimeout(r, 20));
     expect(h.closed.length).toBe(2); // each response's 'close', once
     c.socket.destroy();
@@ -119,7 +128,7 @@ describe("raw front", () => {
     c.send(GET("/raw/1"));
     await c.responses(1);
     c.send("POST /api HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhel");
-    await new Promise((r) => setTimeout(r, 30));
+    await until(() => h.handOffs === 1);
     c.send("lo");
     await c.responses(2);
     c.send(GET("/raw/3")); // simple, but the connection is Node's now
@@ -128,6 +137,21 @@ describe("raw front", () => {
     expect(h.node).toEqual(["POST /api", "GET /raw/3"]);
     expect(text).toContain("node:POST /api hello");
     expect(text).toContain("node:GET /raw/3 ");
+    c.socket.destroy();
+  });
+
+  it("keeps a request that arrives while one is answered, and answers it next, in order", async () => {
+    const h = await harness((req, res) => {
+      setTimeout(() => json(req, res), req.url === "/raw/slow" ? 60 : 0);
+    });
+    const c = client(h.port);
+    c.send(GET("/raw/slow"));
+    await until(() => h.raw.length === 1); // taken, and answered only 60 ms later
+    c.send(GET("/raw/next"));
+    const text = await c.responses(2);
+    expect(h.raw).toEqual(["GET /raw/slow", "GET /raw/next"]);
+    expect(text.indexOf("/raw/slow")).toBeLessThan(text.indexOf("/raw/next"));
+    expect(h.node).toEqual([]);
     c.socket.destroy();
   });
 
@@ -140,7 +164,7 @@ describe("raw front", () => {
     const c = client(h.port);
     for (const p of pieces) {
       c.send(p);
-      await new Promise((r) => setTimeout(r, 30));
+      await until(() => h.handOffs === 1); // the first read went to Node before the next piece is sent
     }
     const text = await c.responses(pieces[0]!.split("\r\n\r\n").length - 1 || 1);
     expect(h.raw).toEqual([]);
@@ -157,11 +181,12 @@ describe("raw front", () => {
     });
     const c = client(h.port);
     c.send(GET("/raw/stream"));
-    await new Promise((r) => setTimeout(r, 60));
+    await until(() => c.text().endsWith("0\r\n\r\n"));
     expect(c.text()).toMatch(/transfer-encoding: chunked\r\n[\s\S]*\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n$/);
     const head = client(h.port);
     head.send(`HEAD /raw/h HTTP/1.1\r\nHost: h\r\n\r\n`);
-    await new Promise((r) => setTimeout(r, 60));
+    await until(() => head.text().includes("\r\n\r\n"));
+    await new Promise((r) => setTimeout(r, 30)); // a body, were one sent, would be here by now
     expect(head.text()).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\n$/); // head only
     c.socket.destroy();
     head.socket.destroy();
@@ -180,7 +205,8 @@ describe("raw front", () => {
       const c = client(h.port);
       c.send(req);
       await c.responses(1);
-      await new Promise((r) => setTimeout(r, 50));
+      if (closes) await until(() => c.socket.readableEnded);
+      else await new Promise((r) => setTimeout(r, 50));
       expect(c.socket.readableEnded, req).toBe(closes);
       c.socket.destroy();
     }
@@ -195,9 +221,9 @@ describe("raw front", () => {
     });
     const c = client(h.port);
     c.send(GET("/raw/slow"));
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => c.text().includes("partial"));
     c.socket.destroy();
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => h.closed.length === 1);
     expect(h.closed).toEqual([res]);
     expect(res!.destroyed).toBe(true);
   });
