@@ -236,6 +236,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
       port: cfg.port,
       hostname: cfg.hostname,
       ...(proxyConfig.fastPath ? { proxy: nodeProxy } : {}),
+      rawFront: proxyConfig.rawFront,
       maxHeaderBytes: proxyConfig.maxHeaderBytes,
       clients: { ...cfg.clients, headTimeoutMs: proxyConfig.clientHeadersTimeoutMs },
       domain: cfg.gateway.domain,

@@ -175,6 +175,7 @@ export class Host {
       ...shipper,
       stopping: () => this.stopping,
       leased,
+      leasedNow: (spec) => fencing.leasedNow(spec),
       ownerCheck: (entry) => fencing.ownerCheck(entry),
       checkpointBusy,
       released: () => this.drain.released(),
@@ -336,6 +337,11 @@ export class Host {
    */
   acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
     return this.waking.acquire(spec, reason, requestId);
+  }
+
+  /** `acquire` when the VM is awake and nothing is to be waited for: a ticket at once, else undefined (then `acquire`). */
+  acquireWarm(spec: AgentSpec, reason: WakeReason): Ticket | undefined {
+    return this.waking.acquireWarm(spec, reason);
   }
 
   /** Wakes the agent (reason `api`) without holding it. */

@@ -75,27 +75,32 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
   }, 100);
   sweeper.unref();
 
-  // On every proxied call: plain promise chaining, without an async frame and its extra turns of the microtask queue.
+  // On every proxied call: a warm VM is held at once (no promise until `use`'s own); otherwise after the wake.
   function withHold<T>(agent: AgentSpec, ctx: ForwardContext, use: (hold: Hold) => Promise<T>): Promise<T> {
-    return host.acquire(agent, ctx.reason, ctx.requestId).then((ticket) => {
-      let used: Promise<T>;
-      try {
-        used = use(ticket);
-      } catch (err) {
+    const warm = host.acquireWarm(agent, ctx.reason);
+    if (warm) return holdWhile(warm, use);
+    return host.acquire(agent, ctx.reason, ctx.requestId).then((ticket) => holdWhile(ticket, use));
+  }
+
+  /** Runs `use` with the ticket and releases it when `use` settles, however it does. */
+  function holdWhile<T>(ticket: Ticket, use: (hold: Hold) => Promise<T>): Promise<T> {
+    let used: Promise<T>;
+    try {
+      used = use(ticket);
+    } catch (err) {
+      ticket.release();
+      return Promise.reject(err);
+    }
+    return used.then(
+      (value) => {
+        ticket.release();
+        return value;
+      },
+      (err: unknown) => {
         ticket.release();
         throw err;
-      }
-      return used.then(
-        (value) => {
-          ticket.release();
-          return value;
-        },
-        (err: unknown) => {
-          ticket.release();
-          throw err;
-        },
-      );
-    });
+      },
+    );
   }
 
   return {

@@ -102,6 +102,10 @@ export const proxyLimitsEnv = z.object({
     fallback: defaultProxyConfig.fastPath,
     doc: "Node: agent traffic and WebSockets take the fast path (false: all through the Hono app, no WebSockets)",
   }),
+  PROXY_RAW_FRONT: vars.bool({
+    fallback: defaultProxyConfig.rawFront,
+    doc: "Node, beside the host: simple bodiless agent calls (a whole GET/HEAD/DELETE/OPTIONS head in one read) are answered off the socket without node:http, everything else is handed to node:http (false: every request through node:http)",
+  }),
 });
 
 export type GatewaySettings = z.output<typeof gatewayEnv> & z.output<typeof proxyLimitsEnv> & z.output<typeof upstreamEnv>;
@@ -130,6 +134,7 @@ export function gatewayConfigOf(v: GatewaySettings, images: readonly string[]): 
         connectTimeoutMs: v.UPSTREAM_CONNECT_TIMEOUT_MS,
         agentCacheTtlMs: v.AGENT_CACHE_TTL_MS,
         fastPath: v.PROXY_FAST_PATH,
+        rawFront: v.PROXY_RAW_FRONT,
       },
       tenants: { cacheTtlMs: v.TENANT_CACHE_TTL_MS, autoProvision: v.TENANTS_AUTO_PROVISION, serveStale: true },
     },

@@ -1,10 +1,19 @@
 // Writing our own answers on Node (gateway and host alike): the one error envelope (lib/errors.ts), to a response or a raw socket.
-import { STATUS_CODES, type ServerResponse } from "node:http";
+import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { renderError } from "./errors.ts";
 
+/** What an answer is written to: Node's ServerResponse, or the gateway's raw front's response. */
+export interface AnswerSink {
+  readonly headersSent: boolean;
+  readonly destroyed: boolean;
+  writeHead(status: number, headers: string[]): unknown;
+  end(body?: string): unknown;
+  destroy(): unknown;
+}
+
 /** Answers with the error envelope unless the response already started (then the connection is cut: a truncated body must look truncated). */
-export function sendError(res: ServerResponse, err: unknown, requestId: string, opts: { closeConnection?: boolean } = {}): void {
+export function sendError(res: AnswerSink, err: unknown, requestId: string, opts: { closeConnection?: boolean } = {}): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;

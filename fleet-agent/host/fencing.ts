@@ -46,6 +46,17 @@ export class Fencing {
    * directories (`<vmsDir>/../leases/<agentId>`), so a restart knows it.
    */
   async leased(spec: AgentSpec): Promise<VmEntry> {
+    return this.leasedNow(spec) ?? this.leasedAfterFencing(spec);
+  }
+
+  /** `leased` when there is nothing to fence: the agent's VM is known here under the call's generation (else undefined). */
+  leasedNow(spec: AgentSpec): VmEntry | undefined {
+    const known = this.deps.vms.get(spec.id);
+    if (!known || (spec.generation ?? 0) !== known.generation) return undefined;
+    return this.deps.vms.entryFor(spec);
+  }
+
+  private async leasedAfterFencing(spec: AgentSpec): Promise<VmEntry> {
     const { vms, generations, eviction } = this.deps;
     const generation = spec.generation ?? 0;
     const known = vms.get(spec.id);

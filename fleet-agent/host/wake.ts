@@ -49,6 +49,8 @@ export interface WakingDeps {
   stopping(): boolean;
   /** The agent's entry under the lease generation the call carries (fencing.ts). */
   leased(spec: AgentSpec): Promise<VmEntry>;
+  /** The agent's entry when the call's lease generation is the one it runs under here, without waiting (fencing.ts). */
+  leasedNow(spec: AgentSpec): VmEntry | undefined;
   /** Refuses a wake of an agent the database gives another host (fencing.ts). */
   ownerCheck(entry: VmEntry): Promise<void>;
   /** Settles once the checkpoint work under way on the agent has (undefined: none). */
@@ -132,6 +134,19 @@ export class Waking {
       this.deps.metrics.observe("agentvm_wake_queue_seconds", { mode: info.wake }, seconds(queuedMs));
       return this.ticket(entry, { ...info, timings: { ...info.timings, queuedMs: round(queuedMs) } });
     }
+  }
+
+  /**
+   * `acquire`'s warm case without a promise (most proxied calls): the VM is leased here under the call's generation
+   * and runs, neither dozing (nor being paused) nor hibernating. Otherwise undefined: the caller goes through `acquire`.
+   */
+  acquireWarm(spec: AgentSpec, reason: WakeReason): Ticket | undefined {
+    if (this.deps.stopping()) return undefined;
+    const entry = this.deps.leasedNow(spec);
+    if (entry?.state !== "running" || !entry.running || entry.hibernation) return undefined;
+    // Being paused for a doze: the resume it starts is the one `acquire` then waits on (the same promise).
+    if (this.deps.resumeDozing(entry, reason)) return undefined;
+    return this.ticket(entry, { wake: "warm", runId: entry.runId!, timings: {} });
   }
 
   private ticket(entry: VmEntry, wake: WakeInfo): Ticket {

@@ -8,6 +8,7 @@ import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { NodeProxy } from "./fast-path/handler.ts";
+import { createRawFront, type RawFront } from "./fast-path/raw-front.ts";
 import { sendError, sendErrorOnSocket } from "../../lib/node-respond.ts";
 import { createConnPolicy, defaultClientLimits, headCheckIntervalMs, type BodyRule, type ClientLimits } from "../../lib/node-conn-policy.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
@@ -38,6 +39,11 @@ export interface ServeNodeOptions {
   hostname?: string;
   /** The fast path for agent traffic; without it every request goes through the Hono app (no WebSockets). */
   proxy?: NodeProxy;
+  /**
+   * Simple bodiless agent calls answered off the socket, without node:http (gateway/node/fast-path/raw-front.ts);
+   * on by default where the proxy can take them. False: every request through node:http.
+   */
+  rawFront?: boolean;
   /** Largest request head a client may send, bytes; beyond it the answer is 431. */
   maxHeaderBytes?: number;
   /** Connection bounds, head and body deadlines; unset fields take `defaultClientLimits`. */
@@ -83,11 +89,13 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
   let refusing = false;
   let inFlight = 0;
   const onIdle: (() => void)[] = [];
-  const track = (closer: { once(event: "close", fn: () => void): unknown }) => {
+  // One listener shared by every call (no closure per request); a response or socket emits 'close' once.
+  const untrack = () => {
+    if (--inFlight === 0) for (const fn of onIdle.splice(0)) fn();
+  };
+  const track = (closer: { on(event: "close", fn: () => void): unknown }) => {
     inFlight++;
-    closer.once("close", () => {
-      if (--inFlight === 0) for (const fn of onIdle.splice(0)) fn();
-    });
+    closer.on("close", untrack);
   };
   const refused = (req: IncomingMessage, res: ServerResponse): boolean => {
     if (!refusing) return false;
@@ -130,6 +138,32 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     },
     onRequest,
   );
+  // The raw front sees every admitted connection first and hands to Node's parser what it does not answer itself.
+  let raw: RawFront | undefined;
+  if (proxy?.takesRaw && opts.rawFront !== false) {
+    const nodeListeners = server.listeners("connection") as ((this: Server, socket: Socket) => void)[];
+    server.removeAllListeners("connection");
+    const front = createRawFront({
+      maxHeadBytes: opts.maxHeaderBytes ?? 16_384,
+      headTimeoutMs: clients.headTimeoutMs,
+      keepAliveTimeoutMs: server.keepAliveTimeout,
+      take(req, res) {
+        if (refusing || !proxy.handle(req, res, false)) return false;
+        track(res);
+        return true;
+      },
+      handOff(socket) {
+        for (const listener of nodeListeners) listener.call(server, socket);
+      },
+      headTimedOut(socket) {
+        const requestId = newId("request");
+        log.info("request head too slow: connection closed", { requestId, clientIp: socket.remoteAddress, limitMs: clients.headTimeoutMs });
+        sendErrorOnSocket(socket, new AppError("request_timeout", `the request head did not arrive within ${clients.headTimeoutMs} ms`), requestId);
+      },
+    });
+    server.on("connection", (socket: Socket) => front.connection(socket));
+    raw = front;
+  }
   policy.attach(server);
   // `Expect: 100-continue`: agent traffic gets its 100 once the agent is awake and reachable; the rest at once.
   server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
@@ -179,6 +213,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
           new Promise<void>((done) => {
             server.close(() => done());
             server.closeIdleConnections();
+            raw?.closeIdle();
           }),
       });
     });

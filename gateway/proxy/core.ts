@@ -40,6 +40,8 @@ export interface ProxyConfig {
   agentCacheTtlMs: number;
   /** Node entry: agent traffic takes the fast path (false: everything goes through the Hono app; no WebSockets). */
   fastPath: boolean;
+  /** Node fast path beside the host: simple bodiless calls answered off the socket, without node:http (raw-front.ts). */
+  rawFront: boolean;
 }
 
 /** The proxy's defaults: the variables' fallbacks (gateway/config.ts) and the inert parts' configuration both read these. */
@@ -52,6 +54,7 @@ export const defaultProxyConfig: ProxyConfig = {
   clientHeadersTimeoutMs: 10_000,
   agentCacheTtlMs: 2_000,
   fastPath: true,
+  rawFront: true,
 };
 
 export interface EffectiveLimits {

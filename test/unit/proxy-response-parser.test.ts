@@ -167,4 +167,31 @@ describe("response parser", () => {
     expect(Buffer.concat(s.seen.body).toString()).toBe("012");
     expect(s.seen.ends).toBe(3);
   });
+
+  it("a head repeated on a connection is answered from its last parse, also when a HEAD request changes the framing", () => {
+    const s = sink();
+    const p = new ResponseParser(s, { maxHeadBytes: 8192 });
+    const text = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n";
+    for (const [method, bytes] of [
+      ["GET", `${text}ab`],
+      ["GET", `${text}cd`],
+      ["HEAD", text],
+      ["GET", `${text}ef`],
+      ["GET", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\ng"],
+    ] as const) {
+      p.start(method);
+      p.execute(b(bytes));
+      expect(p.complete).toBe(true);
+    }
+    expect(s.seen.heads.map((h) => [h.framing, h.contentLength])).toEqual([
+      ["length", 2],
+      ["length", 2],
+      ["none", 2],
+      ["length", 2],
+      ["length", 1],
+    ]);
+    expect(s.seen.heads[0]!.headers).toEqual(["Content-Type", "text/plain", "Content-Length", "2"]);
+    expect(Buffer.concat(s.seen.body).toString()).toBe("abcdefg");
+    expect(s.seen.ends).toBe(5);
+  });
 });

@@ -3,7 +3,7 @@
 // Backpressure both ways (a slow reader pauses the other side's socket, so memory stays flat for bodies of any
 // size); the agent hold is touched for every chunk either way and given back exactly once (`done`); a client that goes away
 // closes the agent's connection at once; timeouts are checked by the owner's sweep, not a timer per request.
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ClientRequest, ClientResponse } from "./client-side.ts";
 import { AppError, logFailure } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { serverTiming } from "../../../contracts/fleet.ts";
@@ -24,8 +24,8 @@ export interface ExchangeEnv {
 }
 
 export interface ExchangeInit {
-  req: IncomingMessage;
-  res: ServerResponse;
+  req: ClientRequest;
+  res: ClientResponse;
   requestId: string;
   agentId: string;
   ticket: AgentHold;
@@ -45,16 +45,16 @@ type Phase = "connecting" | "sending" | "waiting" | "streaming" | "done";
 // which carries its exchange under this symbol.
 const kExchange = Symbol("agentvm.exchange");
 type Tagged<T> = T & { [kExchange]?: HttpExchange | undefined };
-function onResClose(this: Tagged<ServerResponse>): void {
+function onResClose(this: Tagged<ClientResponse>): void {
   this[kExchange]?.clientClosed();
 }
-function onResDrain(this: Tagged<ServerResponse>): void {
+function onResDrain(this: Tagged<ClientResponse>): void {
   this[kExchange]?.clientDrained();
 }
-function onReqData(this: Tagged<IncomingMessage>, chunk: Buffer): void {
+function onReqData(this: Tagged<ClientRequest>, chunk: Buffer): void {
   this[kExchange]?.requestData(chunk);
 }
-function onReqEnd(this: Tagged<IncomingMessage>): void {
+function onReqEnd(this: Tagged<ClientRequest>): void {
   this[kExchange]?.requestEnded();
 }
 
@@ -100,8 +100,8 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     this.dozedSeen = this.i.ticket.dozedMs?.() ?? 0;
     this.env.active.add(this);
     const { req, res } = this.i;
-    (res as Tagged<ServerResponse>)[kExchange] = this;
-    (req as Tagged<IncomingMessage>)[kExchange] = this;
+    (res as Tagged<ClientResponse>)[kExchange] = this;
+    (req as Tagged<ClientRequest>)[kExchange] = this;
     res.on("close", onResClose);
     this.connect(false);
   }
@@ -370,8 +370,8 @@ export class HttpExchange implements ConnOwner, ParserSink, Linked<HttpExchange>
     }
     res.off("close", onResClose);
     if (this.waitingDrain) res.off("drain", onResDrain);
-    (res as Tagged<ServerResponse>)[kExchange] = undefined;
-    (req as Tagged<IncomingMessage>)[kExchange] = undefined;
+    (res as Tagged<ClientResponse>)[kExchange] = undefined;
+    (req as Tagged<ClientRequest>)[kExchange] = undefined;
     const conn = this.conn;
     this.conn = undefined;
     this.parser?.detach();

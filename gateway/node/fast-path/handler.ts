@@ -3,7 +3,8 @@
 // Admitted like gateway/proxy/route.ts's calls, by the one admission (proxy/admission.ts), but no web Request/Response
 // objects and no web streams on the way: Node's parser in, a kept-alive raw connection to the agent out, bytes passed
 // through with backpressure. Everything that is not agent traffic goes to the Hono app (the control API).
-import type { IncomingMessage, ServerResponse } from "node:http";
+import { IncomingMessage, ServerResponse } from "node:http";
+import type { ClientRequest, ClientResponse } from "./client-side.ts";
 import type { Socket } from "node:net";
 import { pipeline, Readable, type Duplex } from "node:stream";
 import { newId } from "../../../lib/ids.ts";
@@ -31,8 +32,8 @@ type SocketWithCaller = Socket & { [kLastCaller]?: { header: string; caller: Cal
 
 /** A call on this entry: what admission reads, and where it is answered. */
 interface FastCall extends ProxyCall {
-  req: IncomingMessage;
-  res: ServerResponse;
+  req: ClientRequest;
+  res: ClientResponse;
   /** `Expect: 100-continue`: the 100 goes out once the agent is awake and reachable. */
   expectContinue: boolean;
 }
@@ -60,9 +61,11 @@ export interface NodeProxyDeps {
 
 export interface NodeProxy {
   /** Takes the request when it is agent traffic (answers true); otherwise leaves it to the Hono app. */
-  handle(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): boolean;
+  handle(req: ClientRequest, res: ClientResponse, expectContinue: boolean): boolean;
   /** A WebSocket (or other) upgrade: relayed to the agent, or refused with the error envelope. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Calls of the raw front (gateway/node/fast-path/raw-front.ts) can be taken: the fleet gives holds on its VMs. */
+  readonly takesRaw: boolean;
   /** Calls in progress on raw connections to agents (WebSockets are the fleet's: see its relays). */
   active(): { exchanges: number };
   /** Stops the timeout sweep, closes kept-alive agent connections. */
@@ -76,7 +79,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   const upstreamIdleMs = deps.upstreamIdleMs ?? 4_000;
   // Every call this entry takes is counted once, when its response closes, by the status it was answered with.
   const counted = proxiedCalls(core.metrics);
-  const countAnswer = function (this: ServerResponse): void {
+  const countAnswer = function (this: ClientResponse): void {
     counted(this.headersSent ? this.statusCode : undefined);
   };
   const { fleet } = deps;
@@ -99,7 +102,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   }, 100);
   sweeper.unref();
 
-  function forwardedFrom(req: IncomingMessage, requestId: string) {
+  function forwardedFrom(req: ClientRequest | IncomingMessage, requestId: string) {
     return {
       clientIp: req.socket.remoteAddress,
       proto: (req.socket as Socket & { encrypted?: boolean }).encrypted ? "https" : "http",
@@ -173,6 +176,9 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
    */
   function forwardThroughFleet(call: FastCall, agent: ResolvedAgent, caller: Caller | undefined): Promise<void> {
     const { req, res, requestId, method } = call;
+    // Only Node's own requests come this way: the raw front is offered only where the fleet holds (`takesRaw`).
+    if (!(req instanceof IncomingMessage) || !(res instanceof ServerResponse))
+      return Promise.reject(new AppError("internal", "a raw call reached the web-stream path"));
     const clientGone = new AbortController();
     let finished = false;
     res.on("close", () => {
@@ -266,6 +272,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   }
 
   return {
+    takesRaw: fleet.withHold !== undefined,
     handle(req, res, expectContinue) {
       const target = agentTarget(req.url ?? "/", req.headers.host, domain);
       if (!target) return false;

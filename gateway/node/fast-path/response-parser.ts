@@ -4,8 +4,11 @@
 // error (502), never a guess: Content-Length together with Transfer-Encoding, differing Content-Lengths, codings
 // other than `chunked`, obsolete line folding, control characters, heads over the size limit.
 
+import { badHeadChar } from "./head-chars.ts";
+
 export type BodyFraming = "none" | "length" | "chunked" | "close";
 
+/** A parsed head; read-only for its receivers (a repeated head is handed out again). */
 export interface ResponseHead {
   status: number;
   reason: string;
@@ -37,8 +40,6 @@ const detachedSink: ParserSink = { onHead() {}, onBody() {}, onEnd() {} };
 type State = "idle" | "head" | "length" | "chunk-size" | "chunk-data" | "chunk-data-end" | "trailers" | "close" | "done";
 
 const tokenRe = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-// Field values: visible ASCII, space, tab and obs-text; no other control characters.
-const badValueRe = /[\x00-\x08\x0a-\x1f\x7f]/;
 const statusLineRe = /^HTTP\/1\.([01]) (\d{3})(?: ([^\r\n]*))?$/;
 const maxChunkLineBytes = 4096;
 
@@ -52,6 +53,10 @@ export class ResponseParser {
   private remaining = 0;
   private keepAlive = false;
   private trailerBytes = 0;
+  /** The last final response's head text on this connection, whether it answered a HEAD, and its parse (never changed once made). */
+  private lastText: string | undefined;
+  private lastNoBody = false;
+  private lastHead: ResponseHead | undefined;
   /** Bytes arrived after the end of a response: the connection cannot be reused. */
   extraBytes = false;
 
@@ -190,7 +195,14 @@ export class ResponseParser {
     const consumedFromBuf = end + 4;
     const prior = this.headBuf ? this.headBuf.length : 0;
     this.headBuf = undefined;
-    const informational = this.parseHead(buf.toString("latin1", 0, end));
+    const text = buf.toString("latin1", 0, end);
+    // The same head as the last final response on this connection (an agent answering the same call again; the Date
+    // line changes once a second): its parse is reused, read-only, instead of parsing it again.
+    const informational = text === this.lastText && this.noBody === this.lastNoBody ? (this.begin(this.lastHead!), false) : this.parseHead(text);
+    if (!informational) {
+      this.lastText = text;
+      this.lastNoBody = this.noBody;
+    }
     if (informational) this.state = "head"; // 1xx: another head follows
     // Bytes of `chunk` consumed: the head's bytes minus what was buffered from earlier chunks.
     return from + (consumedFromBuf - prior);
@@ -205,6 +217,13 @@ export class ResponseParser {
     const minor = m[1];
     const status = Number(m[2]);
     if (status < 100) throw new ResponseParseError(`invalid status ${status}`);
+    // Field values: visible ASCII, space, tab and obs-text; checked once over the whole head, not per header.
+    const bad = badHeadChar(text);
+    if (bad >= 0) {
+      const lineStart = text.lastIndexOf("\r\n", bad) + 2;
+      const name = text.slice(lineStart, Math.max(lineStart, text.indexOf(":", lineStart)));
+      throw new ResponseParseError(`invalid character in header ${name.slice(0, 80)}`);
+    }
     const headers: string[] = [];
     let contentLength: string | undefined;
     let transferEncoding: string | undefined;
@@ -219,7 +238,6 @@ export class ResponseParser {
       const name = line.slice(0, colon);
       if (!tokenRe.test(name)) throw new ResponseParseError(`invalid header name "${name.slice(0, 80)}"`);
       const value = line.slice(colon + 1).trim();
-      if (badValueRe.test(value)) throw new ResponseParseError(`invalid character in header ${name}`);
       const lower = name.length === 14 || name.length === 17 || name.length === 10 ? name.toLowerCase() : "";
       if (lower === "content-length") {
         if (!/^\d{1,15}$/.test(value)) throw new ResponseParseError(`invalid Content-Length "${value.slice(0, 40)}"`);
@@ -238,8 +256,7 @@ export class ResponseParser {
       return true;
     }
     const head: ResponseHead = { status, reason: m[3] ?? "", headers, framing: "close", contentLength: 0, keepAlive: false };
-    const tokens = connection.split(",").map((s) => s.trim());
-    head.keepAlive = minor === "1" && !tokens.includes("close");
+    head.keepAlive = minor === "1" && (connection === "" || !connection.split(",").some((t) => t.trim() === "close"));
     if (transferEncoding !== undefined) {
       if (contentLength !== undefined) throw new ResponseParseError("both Content-Length and Transfer-Encoding");
       if (transferEncoding.trim().toLowerCase() !== "chunked") throw new ResponseParseError(`unsupported Transfer-Encoding "${transferEncoding.slice(0, 40)}"`);
@@ -256,17 +273,23 @@ export class ResponseParser {
       head.framing = "close";
       head.keepAlive = false;
     }
+    this.lastHead = head;
+    this.begin(head);
+    return false;
+  }
+
+  /** A final response's head is known: its body (if any) is read next; the sink hears of the head (and, without a body, the end). */
+  private begin(head: ResponseHead): void {
     this.keepAlive = head.keepAlive;
     if (head.framing === "none" || (head.framing === "length" && head.contentLength === 0)) {
       this.state = "done";
       this.sink.onHead(head);
       this.sink.onEnd();
-      return false;
+      return;
     }
     this.state = head.framing === "length" ? "length" : head.framing === "chunked" ? "chunk-size" : "close";
     this.remaining = head.contentLength;
     this.sink.onHead(head);
-    return false;
   }
 
   private chunkSizeLine(line: string): void {
