@@ -204,7 +204,7 @@ export class QemuDriver implements VmDriver {
   async destroy(spec: VmSpec): Promise<void> {
     await this.sup.settled(spec.vmId);
     await this.hibernation.ramWriteBack(spec.vmId);
-    await this.digs.cancel(spec.vmId);
+    await this.digs.forget(spec.vmId);
     const vp = this.sup.running.get(spec.vmId);
     if (vp) await this.sup.quit(vp);
     await this.sup.discardWaiting(spec.vmId);

@@ -162,6 +162,12 @@ export class RamDigs {
     return entry.done;
   }
 
+  /** A destroyed VM: its dig ended, and nothing kept of it. */
+  async forget(vmId: string): Promise<void> {
+    await this.cancel(vmId);
+    this.epochs.delete(vmId);
+  }
+
   /** Every dig still running (a host's shutdown ends them). */
   async cancelAll(): Promise<void> {
     await Promise.all([...this.running.keys()].map((id) => this.cancel(id)));

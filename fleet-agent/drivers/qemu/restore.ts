@@ -46,7 +46,8 @@ export interface RestoreDeps {
 export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () => Promise<unknown>) => void, started = performance.now()): Promise<Restored> {
   const phases = new Phases(started);
   const paths = vmPaths(spec.stateDir);
-  // A dig of the RAM file changes its mtime until it ends (ram-dig.c puts it back): ended before the file is checked.
+  // A dig of the RAM file changes its mtime until it ends (ram-space.c puts it back): ended before the file is checked,
+  // and a dig asked for later (a RAM write-back or a kept QEMU that ends meanwhile) no longer starts.
   await d.digs.cancel(spec.vmId);
   const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
   if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
