@@ -3,7 +3,6 @@
 // snapshot), says why (ENOSPC, bytes needed and free, the writer's own words), keeps the older snapshot intact, is
 // retried only after a growing backoff, and succeeds once there is room. A restore that falls back to a cold boot
 // reports `boot` in server-timing and in the run's timings.
-import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { HibernateFailure } from "../../contracts/agent.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { makeDriver } from "../helpers/qemu.ts";
+import { mountTmpfs, type Tmpfs } from "../helpers/tmpfs.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { waitFor } from "../helpers/wait.ts";
 
@@ -23,21 +23,14 @@ const vmsDir = join(dataDir, "hosts", HOST_ID, "vms");
 const filler = join(vmsDir, "filler.bin");
 /** What the driver's free-space check asks for; the test moves it to reach both the early refusal and a write that fills the disk. */
 let needed = 64 * MiB;
-let mounted = false;
+let fs: Tmpfs | undefined;
 let sys: TestSystem | undefined;
 
 beforeAll(async () => {
   mkdirSync(vmsDir, { recursive: true });
-  try {
-    // Room for two demo snapshots (≈ 60 MB each) and the filler; a tmpfs is sized, not allocated.
-    execFileSync("mount", ["-t", "tmpfs", "-o", "size=256m,mode=0700", "agentvm-diskfull", vmsDir], { stdio: "pipe" });
-    mounted = true;
-  } catch (err) {
-    const why = ((err as { stderr?: Buffer }).stderr?.toString() || (err as Error).message).trim();
-    if (process.env.CI === "true") throw new Error(`cannot mount a tmpfs for the snapshot directory: ${why}`);
-    console.warn(`skipping the full-disk tests: cannot mount a tmpfs (${why})`);
-    return;
-  }
+  // Room for two demo snapshots (≈ 60 MB each) and the filler.
+  fs = mountTmpfs(vmsDir, 256, "agentvm-diskfull");
+  if (!fs) return;
   sys = await startSystem({
     driver: await makeDriver({ snapshotBytesNeeded: () => needed }),
     env: { DATA_DIR: dataDir, HOST_ID, REAPER_INTERVAL_MS: "100", HIBERNATE_RETRY_MS: "2000", HIBERNATE_RETRY_MAX_MS: "8000" },
@@ -48,13 +41,7 @@ afterAll(async () => {
   try {
     await sys?.stop();
   } finally {
-    if (mounted) {
-      try {
-        execFileSync("umount", [vmsDir], { stdio: "pipe" });
-      } catch {
-        execFileSync("umount", ["-l", vmsDir], { stdio: "pipe" });
-      }
-    }
+    fs?.unmount();
     rmSync(root, { recursive: true, force: true });
   }
 }, 120_000);

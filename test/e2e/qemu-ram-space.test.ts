@@ -1,7 +1,6 @@
 // File-backed guest RAM on a filesystem that runs full, on real QEMU: the RAM file is reserved whole while its guest
 // runs (a full disk kills no VM, awake or idle: only its hibernation fails, and says why), made sparse again once its
 // agent sleeps, and a wake that cannot get its space fails with the snapshot kept, instead of booting an empty guest.
-import { execFileSync } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,27 +10,21 @@ import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { json, makeDriver, makeSpec } from "../helpers/qemu.ts";
+import { mountTmpfs, type Tmpfs } from "../helpers/tmpfs.ts";
 import { waitFor } from "../helpers/wait.ts";
 
 const MiB = 1024 * 1024;
 const root = mkdtempSync(join(tmpdir(), "agentvm-ramspace-"));
 const fsDir = join(root, "fs");
 const filler = join(fsDir, "filler.bin");
-let mounted = false;
+let fs: Tmpfs | undefined;
 let driver: QemuDriver | undefined;
 
 beforeAll(async () => {
   mkdirSync(fsDir, { recursive: true });
-  try {
-    // Room for one 256 MiB guest's RAM file reserved whole, its snapshots, and little else.
-    execFileSync("mount", ["-t", "tmpfs", "-o", "size=400m,mode=0700", "agentvm-ramspace", fsDir], { stdio: "pipe" });
-    mounted = true;
-  } catch (err) {
-    const why = ((err as { stderr?: Buffer }).stderr?.toString() || (err as Error).message).trim();
-    if (process.env.CI === "true") throw new Error(`cannot mount a tmpfs for the state directory: ${why}`);
-    console.warn(`skipping the RAM-space tests: cannot mount a tmpfs (${why})`);
-    return;
-  }
+  // Room for one 256 MiB guest's RAM file reserved whole, its snapshots, and little else.
+  fs = mountTmpfs(fsDir, 400, "agentvm-ramspace");
+  if (!fs) return;
   // The free-space check before a snapshot is off: the test reaches the write that meets the full disk.
   driver = await makeDriver({ memory: "file", snapshotBytesNeeded: () => 0 });
 }, 120_000);
@@ -40,13 +33,7 @@ afterAll(async () => {
   try {
     await driver?.close();
   } finally {
-    if (mounted) {
-      try {
-        execFileSync("umount", [fsDir], { stdio: "pipe" });
-      } catch {
-        execFileSync("umount", ["-l", fsDir], { stdio: "pipe" });
-      }
-    }
+    fs?.unmount();
     rmSync(root, { recursive: true, force: true });
   }
 }, 120_000);

@@ -3,12 +3,13 @@
 // filled so the shutdown's hibernation is refused by the space check and the VM is stopped without a snapshot. After
 // the restart the first call restores the older snapshot (count 1 + 1 again) with `x-wake-rollback`: the run's awake
 // time, from its wake to its stop, as the run and the event log record it.
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { closeSync, mkdirSync, openSync, rmSync, statfsSync, symlinkSync, writeSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { guestImage } from "../helpers/qemu.ts";
 import { startCrashStack, type CrashStack } from "../helpers/host-crash.ts";
+import { mountTmpfs, type Tmpfs } from "../helpers/tmpfs.ts";
 import { waitFor } from "../helpers/wait.ts";
 
 const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
@@ -20,17 +21,8 @@ const HOST_ID = "host_rollbackdown";
 const memMiB = 128;
 let stack: CrashStack | undefined;
 let vmsDir: string | undefined;
-let mounted = false;
-
-function unmount(): void {
-  if (!mounted) return;
-  mounted = false;
-  try {
-    execFileSync("umount", [vmsDir!], { stdio: "pipe" });
-  } catch {
-    execFileSync("umount", ["-l", vmsDir!], { stdio: "pipe" });
-  }
-}
+let fs: Tmpfs | undefined;
+const unmount = () => fs?.unmount();
 
 const title = qemuPresent
   ? "rollback after a failed hibernation at shutdown (qemu)"
@@ -47,9 +39,9 @@ describe.skipIf(!qemuPresent)(title, () => {
         symlinkSync(images, join(dataDir, "images"));
         vmsDir = join(dataDir, "hosts", HOST_ID, "vms");
         mkdirSync(vmsDir, { recursive: true });
-        // Room for the first snapshot and the filler (a tmpfs is sized, not allocated).
-        execFileSync("mount", ["-t", "tmpfs", "-o", "size=256m,mode=0700", "agentvm-rollbackdown", vmsDir], { stdio: "pipe" });
-        mounted = true;
+        // Room for the first snapshot and the filler.
+        fs = mountTmpfs(vmsDir, 256, "agentvm-rollbackdown");
+        if (!fs) throw new Error("this test needs a tmpfs of its own (root)");
       },
       unprepare: unmount,
     });
