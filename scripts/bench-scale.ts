@@ -11,6 +11,7 @@
 // --soak-min M: instead, the soak: --soak-agents (8) agents waking and sleeping for M minutes under a steady trickle
 // (a call, idle --soak-idle-ms (2000) to hibernation, again), host RSS, fds and data dir sampled every 30 s.
 // Prints progress, then one `RESULT {json}`; its parts are in bench/scale/.
+import { existsSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -19,6 +20,7 @@ import { AppError } from "../lib/errors.ts";
 import { Cleanups } from "./bench/density/cleanups.ts";
 import { printResult } from "./bench/figures.ts";
 import { runScale } from "./bench/scale/run.ts";
+import { lastLogFile } from "./bench/scale/setup.ts";
 import { runSoak } from "./bench/scale/soak.ts";
 
 const { values } = parseArgs({
@@ -97,6 +99,8 @@ try {
   }
 } catch (err) {
   console.error(`bench:scale failed: ${(err as Error).stack ?? err}`);
+  if (lastLogFile && existsSync(lastLogFile))
+    console.error(`the system's last log lines:\n${readFileSync(lastLogFile, "utf8").split("\n").slice(-40).join("\n")}`);
   process.exitCode = 1;
 } finally {
   await cleanups.runAll();

@@ -9,6 +9,18 @@ import { duBytes, machineState, MiB, r1, sampleHost, usedBytes, type HostSample 
 import { hibernateMany, registerAgents, Trickle, wakeAndHibernate, wakeSamples } from "./phases.ts";
 import { startOnFs, type ScaleSetup } from "./setup.ts";
 
+/** The host's CPU over `quietS` with no calls (the trickle stopped first, 5 s to settle): % of one core. */
+async function quietCpu(pid: number, trickle: Trickle, quietS: number) {
+  trickle.stop();
+  await sleep(5000);
+  const c0 = cpuSeconds(pid);
+  const t0 = performance.now();
+  await sleep(quietS * 1000);
+  const cpuS = cpuSeconds(pid) - c0;
+  const wallS = (performance.now() - t0) / 1000;
+  return { cpuS: r1(cpuS), wallS: Math.round(wallS), pct: Math.round((cpuS / wallS) * 1000) / 10 };
+}
+
 export interface ScaleOptions {
   registered: number;
   hibernated: number;
@@ -76,6 +88,10 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const usedBase = await usedBytes(diskDirs[0]!);
   say(`at ${base} asleep: host RSS ${Math.round(atBase.rssKiB / 1024)} MiB, ${atBase.fds} fds, ${atBase.qemus} QEMUs; vms ${Math.round(duBase / MiB)} MiB`);
 
+  const quietBase = await quietCpu(host.pid, trickle, o.quietS);
+  for (const id of awakeIds) trickle.add(id);
+  say(`quiet ${quietBase.wallS} s at ${base} asleep: the host used ${quietBase.cpuS} CPU s = ${quietBase.pct} % of a core`);
+
   // 5. Up to N asleep, while the disk allows.
   const h2 = await hibernateMany(api, sleepIds, base, o.hibernated, opts);
   const n = base + h2.done;
@@ -97,15 +113,10 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   say(`listed ${pages.seen} agents in ${pages.pageMs.length} pages: p50 ${pageP50} ms, p99 ${pageP99} ms per page`);
 
   // 7. A quiet minute: no calls; the host's reaper and heartbeat (and whatever else runs idle) over every agent.
-  trickle.stop();
-  await sleep(5000);
-  const c0 = cpuSeconds(host.pid);
-  const q0 = performance.now();
-  await sleep(o.quietS * 1000);
-  const quietCpuS = cpuSeconds(host.pid) - c0;
-  const quietWallS = (performance.now() - q0) / 1000;
-  const reaperCpuPct = Math.round((quietCpuS / quietWallS) * 1000) / 10;
-  say(`quiet ${Math.round(quietWallS)} s: the host used ${r1(quietCpuS)} CPU s = ${reaperCpuPct} % of a core`);
+  const quietN = await quietCpu(host.pid, trickle, o.quietS);
+  const reaperCpuPct = quietN.pct;
+  const quietWallS = quietN.wallS;
+  say(`quiet ${quietN.wallS} s at ${n} asleep: the host used ${quietN.cpuS} CPU s = ${quietN.pct} % of a core`);
 
   const machine = machineState();
   const grown = n - base;
@@ -139,6 +150,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     api_page_p99_ms: pageP99,
     api_pages: pages.pageMs.length,
     reaper_cpu_pct: reaperCpuPct,
+    reaper_cpu_pct_at_10: quietBase.pct,
     reaper_cpu_is: `the host process's CPU (utime+stime) over ${Math.round(quietWallS)} quiet s with ${o.registered} agents (${o.awake} awake, no calls), % of one core`,
     register: { per_s: reg.perSecond, create_p50_ms: reg.createP50Ms, create_p99_ms: reg.createP99Ms, total_s: reg.totalS },
     clone_wake_hibernate: {

@@ -25,6 +25,9 @@ export interface Started {
   fsType: string;
 }
 
+/** The system's log of the last start: its tail is shown when the bench fails (the file goes with the data dir). */
+export let lastLogFile: string | undefined;
+
 export async function startOnFs(setup: ScaleSetup, tag: string): Promise<Started> {
   const { say, cleanups } = setup;
   const base = mkdtempSync(join(tmpdir(), `bench-scale-${tag}-`));
@@ -42,7 +45,8 @@ export async function startOnFs(setup: ScaleSetup, tag: string): Promise<Started
   mkdirSync(dataDir, { recursive: true });
   const env: Record<string, string> = { PORT: "0", DRIVER: "qemu", LOG_LEVEL: "warn" };
   if (setup.accel !== "auto") env.QEMU_ACCEL = setup.accel;
-  const host = await startHost({ env, imageDir: setup.imageDir, dataDir, logFile: join(base, "system.log") });
+  lastLogFile = join(base, "system.log");
+  const host = await startHost({ env, imageDir: setup.imageDir, dataDir, logFile: lastLogFile });
   cleanups.push(async () => {
     const { qemusLeft } = await stopHost(host, 300_000);
     if (qemusLeft) say(`after the system stopped, ${qemusLeft} QEMU(s) of its data dir were left: ended by PID`);
