@@ -4,7 +4,7 @@
 // (2000); --hibernated N (1000) woken once (clones of the template) and hibernated through the API, while the disk
 // keeps --margin-gib (20) free. Measures the host's RSS and fds per sleeping agent (at N asleep against at 10), the
 // disk each takes, a random sleeping agent's wake among N against among 10 (--wake-samples, 30), the list's pages
-// (GET /v1/agents?limit=100 through every agent) and the host's CPU over a quiet --quiet-s (60) with every agent
+// (GET /v1/agents?limit=100 through every agent) and the host's CPU over a quiet --quiet-s (60) at 10 and at N asleep, every agent
 // registered. Agents have --mem-mib (128: less disk per sleeping clone) of RAM. --fs ext4|xfs (ext4: the machine's own
 // filesystem; xfs: a loop image with reflinks), --concurrency N (3: wakes+hibernations at once), --accel auto|kvm|tcg,
 // --data-dir DIR (where the guest image is built).

@@ -135,8 +135,14 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     mem_mib: o.memMiB,
     rss_kb_per_hibernated_agent: rssPer,
     fds_per_hibernated_agent: fdsPer,
-    disk_mib_per_hibernated_agent: duPer,
-    disk_mib_per_hibernated_agent_is: `du (allocated blocks) of the hosts' vms dirs at ${n} asleep minus at ${base}, per agent`,
+    // On the loop image only this system writes, and statfs counts a block the clones share with the template once
+    // (du counts it in every file); on the machine's shared disk statfs sees others' writes, and ext4 shares nothing.
+    disk_mib_per_hibernated_agent: setup.fs === "xfs" ? statfsPer : duPer,
+    disk_mib_per_hibernated_agent_is:
+      setup.fs === "xfs"
+        ? `statfs: the loop filesystem's used space at ${n} asleep minus at ${base}, per agent (shared blocks once)`
+        : `du (allocated blocks) of the hosts' vms dirs at ${n} asleep minus at ${base}, per agent`,
+    disk_du_mib_per_hibernated_agent: duPer,
     disk_statfs_mib_per_hibernated_agent: statfsPer,
     wake_p50_ms_among_n: wakeN.p50,
     wake_p99_ms_among_n: wakeN.p99,
