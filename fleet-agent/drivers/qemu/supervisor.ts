@@ -362,6 +362,7 @@ export class QemuSupervisor {
     const ending = (async () => {
       await before;
       await vp.proc.kill();
+      await this.deps.egress.release(vmId);
       if (vp.digTicket !== undefined) this.deps.digs.start(vmId, vp.paths.ram, vp.digTicket);
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
     this.trackSettling(vmId, ending);

@@ -1,0 +1,75 @@
+// bench:scale's measures: the host process's memory and fds (median of a few samples), the disk its VMs take, free space, the machine's state, and a slope.
+import { readFileSync } from "node:fs";
+import { statfs } from "node:fs/promises";
+import { loadavg } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
+import { allocatedBytes } from "../density/measure.ts";
+import { median, round } from "../figures.ts";
+import { fdCount, qemuPids, rssKiB } from "./host-process.ts";
+
+export const MiB = 1024 * 1024;
+export const r1 = (x: number) => round(x, 1);
+
+export interface HostSample {
+  rssKiB: number;
+  fds: number;
+  /** QEMUs of this host: its awake agents' and the paused ones it keeps for hibernated agents. */
+  qemus: number;
+}
+
+/** The host's RSS and fds, each the median of `n` samples `everyMs` apart (RSS moves with the garbage collector). */
+export async function sampleHost(pid: number, dataDir: string, n = 5, everyMs = 1000): Promise<HostSample> {
+  const rss: number[] = [];
+  const fds: number[] = [];
+  for (let i = 0; i < n; i++) {
+    if (i > 0) await sleep(everyMs);
+    rss.push(rssKiB(pid));
+    fds.push(fdCount(pid));
+  }
+  return { rssKiB: median(rss), fds: median(fds), qemus: qemuPids(dataDir).length };
+}
+
+/** Allocated bytes under `dir` (du: stat blocks; a reflinked block counts in every file that has it). */
+export function duBytes(dir: string): number {
+  try {
+    return allocatedBytes(dir);
+  } catch {
+    return 0;
+  }
+}
+
+export async function freeBytes(dir: string): Promise<number> {
+  const s = await statfs(dir);
+  return s.bavail * s.bsize;
+}
+
+export async function usedBytes(dir: string): Promise<number> {
+  const s = await statfs(dir);
+  return (s.blocks - s.bfree) * s.bsize;
+}
+
+/** MemAvailable, MiB. */
+export function availableMiB(): number {
+  const m = /MemAvailable:\s+(\d+) kB/.exec(readFileSync("/proc/meminfo", "utf8"));
+  return m ? Math.round(Number(m[1]) / 1024) : NaN;
+}
+
+export function machineState() {
+  const [l1, l5, l15] = loadavg();
+  return { load1: r1(l1!), load5: r1(l5!), load15: r1(l15!), available_mib: availableMiB() };
+}
+
+/** Least-squares slope of y over x. */
+export function slope(points: { x: number; y: number }[]): number {
+  const n = points.length;
+  if (n < 2) return NaN;
+  const mx = points.reduce((s, p) => s + p.x, 0) / n;
+  const my = points.reduce((s, p) => s + p.y, 0) / n;
+  let num = 0;
+  let den = 0;
+  for (const p of points) {
+    num += (p.x - mx) * (p.y - my);
+    den += (p.x - mx) ** 2;
+  }
+  return den === 0 ? NaN : num / den;
+}
