@@ -88,6 +88,23 @@ function startChild(mode: "hibernate" | "wake" | "load", spec: VmSpec) {
   return { child, exited, lines: createInterface({ input: child.stdout! }) };
 }
 
+/** Runs the child in `mode` until it reports `step`, then kills it and its QEMU with SIGKILL: the host died there. */
+async function killedAt(mode: "wake" | "load", step: string, spec: VmSpec): Promise<void> {
+  const { child, exited, lines } = startChild(mode, spec);
+  let qemuPid: number | undefined;
+  for await (const line of lines) {
+    const msg = JSON.parse(line) as { step: string; pid?: number };
+    if (msg.step === step) {
+      qemuPid = msg.pid;
+      child.kill("SIGKILL");
+      break;
+    }
+  }
+  await exited;
+  expect(qemuPid).toBeGreaterThan(0);
+  await kill9(qemuPid!);
+}
+
 describe("qemu driver with file-backed guest RAM", () => {
   let driver: QemuDriver;
   const specs: VmSpec[] = [];
@@ -461,19 +478,7 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
 
   it("mid-wake (QEMU started and loaded, the new generations not yet committed): the next wake restores the snapshot", async () => {
     const s = makeSpec();
-    const { child, exited, lines } = startChild("load", s);
-    let qemuPid: number | undefined;
-    for await (const line of lines) {
-      const msg = JSON.parse(line) as { step: string; pid?: number };
-      if (msg.step === "before-generations") {
-        qemuPid = msg.pid;
-        child.kill("SIGKILL");
-        break;
-      }
-    }
-    await exited;
-    expect(qemuPid).toBeGreaterThan(0);
-    await kill9(qemuPid!); // the host died: its QEMU with it
+    await killedAt("load", "before-generations", s);
     await onNextHost(s, async (driver) => {
       const woke = await driver.wake(s);
       expect(woke.fallbackReason).toBeUndefined();
@@ -484,19 +489,7 @@ describe("a driver process killed with SIGKILL (file-backed RAM)", () => {
 
   it("mid-wake (after migrate-incoming and the generation's renewal, before cont): the next wake boots cold", async () => {
     const s = makeSpec();
-    const { child, exited, lines } = startChild("wake", s);
-    let qemuPid: number | undefined;
-    for await (const line of lines) {
-      const msg = JSON.parse(line) as { step: string; pid?: number };
-      if (msg.step === "before-cont") {
-        qemuPid = msg.pid;
-        child.kill("SIGKILL");
-        break;
-      }
-    }
-    await exited;
-    expect(qemuPid).toBeGreaterThan(0);
-    await kill9(qemuPid!); // the host died: its QEMU with it
+    await killedAt("wake", "before-cont", s);
     await onNextHost(s, async (driver) => {
       const woke = await driver.wake(s);
       expect(woke.mode).toBe("boot");

@@ -37,4 +37,9 @@ export class Cleanups {
   checkInterrupted(): void {
     if (this.interrupted) throw new AppError("internal", "interrupted");
   }
+
+  /** Whether Ctrl-C came (for loops that stop on their own rather than throw). */
+  get wasInterrupted(): boolean {
+    return this.interrupted;
+  }
 }

@@ -40,14 +40,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const { host, diskDirs, fsType } = await startOnFs(setup, setup.fs);
   const api = apiOf(host.url, host.token);
   const hostsDir = join(host.dataDir, "hosts");
-  const interrupted = () => {
-    try {
-      cleanups.checkInterrupted();
-      return false;
-    } catch {
-      return true;
-    }
-  };
+  const interrupted = () => cleanups.wasInterrupted;
 
   // 1. Registered: a database row each, created concurrently through the API.
   const reg = await registerAgents(api, o.registered, o.memMiB, 16, say);

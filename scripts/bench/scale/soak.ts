@@ -79,14 +79,7 @@ export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
       }
     }
   };
-  const interrupted = () => {
-    try {
-      cleanups.checkInterrupted();
-      return false;
-    } catch {
-      return true;
-    }
-  };
+  const interrupted = () => cleanups.wasInterrupted;
   await sample();
   const sampler = setInterval(() => void sample(), o.sampleS * 1000);
   try {
