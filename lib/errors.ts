@@ -7,6 +7,8 @@ export const errorStatus = {
   unauthorized: 401,
   invalid_signature: 401,
   forbidden: 403,
+  /** An exec or files call named a path it may not touch: the guest agent's own paths, `/proc`, `/sys`, `/dev`, a device node. */
+  forbidden_path: 403,
   /** A token names a tenant that was never created (and first-use provisioning is off). */
   tenant_not_found: 403,
   /** The token's tenant, or the called agent's, is suspended by an operator: nothing answers until it is resumed. */
@@ -21,6 +23,10 @@ export const errorStatus = {
   request_timeout: 408,
   conflict: 409,
   replay: 409,
+  /** The agent's guest was built before the exec server (its snapshot carries the old guest): a restart (cold boot) updates it. */
+  guest_outdated: 409,
+  /** A pool's every agent is handed out and it holds `maxSize`: release one, or raise `maxSize`. */
+  pool_exhausted: 409,
   /** An upstream call's `Idempotency-Key` was used before by this agent for another request (another request hash). */
   idempotency_conflict: 409,
   /** The first call with this `Idempotency-Key` is still in flight (or its outcome cannot be replayed): `Retry-After`. */
@@ -46,6 +52,8 @@ export const errorStatus = {
   checkpoints_unsupported: 501,
   /** This gateway was built without an upstream key (UPSTREAM_KEY_FILE; a Worker's UPSTREAM_KEY): it keeps no upstreams. */
   upstreams_unsupported: 501,
+  /** The host's driver cannot run commands or reach files inside its VMs. */
+  exec_unsupported: 501,
   bad_gateway: 502,
   /**
    * The agent's host cannot be reached now, or its lease ended and the agent is moving to another host (or the call

@@ -98,6 +98,14 @@ export interface CheckpointInfo {
 /** A warm template a driver keeps (common/templates.ts): the API's view without the host, which the host adds. */
 export type DriverTemplate = Omit<TemplateView, "hostId">;
 
+/** Where a VM's exec server (fleet-agent/guest/guest-exec/) answers, and the key each of its requests must carry. */
+export interface ExecTarget {
+  host: string;
+  port: number;
+  /** 64 hex: sent as `x-agentvm-exec-key`; never leaves the host. */
+  key: string;
+}
+
 export interface VmExit {
   code: number | null;
   signal: string | null;
@@ -148,6 +156,12 @@ export interface VmDriver {
    * the clock fix took (ms, 0 where the driver needs none).
    */
   resume?(vm: RunningVm): Promise<{ clockFixMs: number }>;
+  /**
+   * Where the VM's exec server answers (commands, files, background processes inside the agent's root), with the key
+   * its requests carry; pushes the key to the guest first when this run of the VM has not had it. Rejects with AppError
+   * `guest_outdated` when the guest has no exec server. Absent: the driver cannot (501 `exec_unsupported`).
+   */
+  execTarget?(vm: RunningVm): Promise<ExecTarget>;
   /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
   stop(vm: RunningVm): Promise<void>;
   /** Remove everything the VM left on disk. */
