@@ -44,8 +44,11 @@ export function wakeSummary(w: Wake, tookMs: number): string {
   return `${w.id} ${w.state} (wake ${w.wake}, run ${w.runId}) in ${formatDuration(tookMs)}${timings.length ? `: ${timings.join(", ")}` : ""}`;
 }
 
-/** Wakes the agent with the time so far on stderr; prints the wake's mode and timings (or with --json, the API's answer). */
-async function wake(ctx: Context, api: Api, id: string, timeoutMs: number, opts: { printJson: boolean }): Promise<Wake> {
+/**
+ * Wakes the agent with the time so far on stderr; prints the wake's mode and timings (or with --json, the API's answer).
+ * `create --wait` prints only the new id on stdout (a script's `id=$(agentvm agents create --wait)`): its summary goes to stderr.
+ */
+async function wake(ctx: Context, api: Api, id: string, timeoutMs: number, opts: { printJson: boolean; summaryToStderr?: boolean }): Promise<Wake> {
   const progress = startProgress(`waking ${id}`);
   let w: Wake;
   let tookMs: number;
@@ -55,8 +58,10 @@ async function wake(ctx: Context, api: Api, id: string, timeoutMs: number, opts:
   } finally {
     progress.done();
   }
-  if (!ctx.json) ctx.print(wakeSummary(w, tookMs));
-  else if (opts.printJson) ctx.printJson(w);
+  if (!ctx.json) {
+    if (opts.summaryToStderr) process.stderr.write(`${wakeSummary(w, tookMs)}\n`);
+    else ctx.print(wakeSummary(w, tookMs));
+  } else if (opts.printJson) ctx.printJson(w);
   return w;
 }
 
@@ -164,7 +169,7 @@ export function agentsCommand(program: Command): void {
         let agent = ok(await api.POST("/v1/agents", { body }));
         if (o.wait) {
           if (!ctx.json) ctx.print(agent.id);
-          await wake(ctx, api, agent.id, o.timeout, { printJson: false });
+          await wake(ctx, api, agent.id, o.timeout, { printJson: false, summaryToStderr: true });
           agent = ok(await api.GET("/v1/agents/{id}", { params: { path: { id: agent.id } } }));
           if (ctx.json) ctx.printJson(agent);
           return;

@@ -62,24 +62,29 @@ export function logsCommand(program: Command): void {
       const ctx = contextOf(cmd);
       const api = ctx.api();
       const abort = new AbortController();
-      // Ctrl-C is how a follow is meant to end: a success.
+      // Ctrl-C is how a follow is meant to end: a success. `on`, not `once`: a terminal's Ctrl-C can arrive twice (once
+      // from the terminal, once passed on by bin/agentvm.js on a Node that re-executes), and the second must not kill.
       for (const signal of ["SIGINT", "SIGTERM"] as const) {
-        process.once(signal, () => {
+        process.on(signal, () => {
           abort.abort();
           process.exit(exitCodes.ok);
         });
       }
+      const sse = ctx.json || o.follow === true;
       const query = { ...(o.tail !== undefined ? { tail: String(o.tail) } : {}), ...(o.follow ? { follow: "true" as const } : {}) };
       const body = ok(
         await api.GET("/v1/agents/{id}/logs", {
           params: { path: { id }, query },
-          headers: { accept: ctx.json ? "text/event-stream" : "text/plain" },
+          // A follow always reads Server-Sent Events: their keep-alive comments keep a quiet log's connection alive through
+          // the HTTP client's body timeout (undici: 300 s) and any proxy between, where plain text has nothing to send.
+          headers: { accept: sse ? "text/event-stream" : "text/plain" },
           parseAs: "stream",
           signal: abort.signal,
         }),
       );
       if (!body) return;
       if (ctx.json) for await (const line of sseData(body)) await write(`${JSON.stringify({ line })}\n`);
+      else if (sse) for await (const line of sseData(body)) await write(`${line}\n`);
       else for await (const chunk of body) await write(chunk);
       if (o.follow) process.stderr.write("logs: the gateway ended the stream\n");
     });
