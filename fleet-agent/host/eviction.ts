@@ -51,7 +51,11 @@ export class Eviction {
     await entry.wake?.catch(() => undefined);
     await entry.hibernation?.promise;
     if (entry.running) {
-      if (entry.state === "running" || entry.state === "dozing") this.deps.metering.endActivity(entry, "delete");
+      if (entry.state === "running" || entry.state === "dozing") {
+        this.deps.metering.endActivity(entry, "delete");
+        // The run ends with the agent: left open, the next start of this host would record it as a crash.
+        this.deps.metering.endRun(entry, "delete");
+      }
       this.deps.left(entry);
       await driver.stop(entry.running).catch((err) => log.warn("stop failed", { agentId, err }));
     }

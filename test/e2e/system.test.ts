@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url";
 import { eq } from "drizzle-orm";
 import { EventSource } from "undici";
 import { generateKeyPair, SignJWT } from "jose";
-import { vmEvents } from "../../schema/core.ts";
+import { runs, vmEvents } from "../../schema/core.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { waitFor } from "../helpers/wait.ts";
 
@@ -146,6 +146,19 @@ describe("metering through the whole system", () => {
     const runs = (await (await sys.call(`/v1/agents/${agent.id}/runs`)).json()) as { runs: { wakeReason: string; sleepReason: string }[] };
     expect(runs.runs).toHaveLength(1);
     expect(runs.runs[0]).toMatchObject({ wakeReason: "request", sleepReason: "api" });
+  });
+});
+
+describe("deleting an awake agent", () => {
+  it("ends its run with the reason delete (an open run would be recorded as a crash at the host's next start)", async () => {
+    const agent = await sys.createAgent();
+    expect((await sys.call(`/a/${agent.id}/`)).status).toBe(200);
+    expect((await sys.call(`/v1/agents/${agent.id}`, { method: "DELETE" })).status).toBe(200);
+    await sys.host.flush();
+    const rows = await sys.database.db.select().from(runs).where(eq(runs.agentId, agent.id));
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ sleepReason: "delete" });
+    expect(rows[0]!.sleptAt).toBeInstanceOf(Date);
   });
 });
 
