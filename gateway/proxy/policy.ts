@@ -15,6 +15,15 @@ export interface AgentTarget {
  * Undefined for everything else (the control API). The agent id is not validated here (the caller answers 400).
  */
 export function agentTarget(url: string, hostHeader: string | undefined, domain: string | undefined): AgentTarget | undefined {
+  // Absolute form (`GET http://host/path`, as a client sends to a proxy): the URI's authority is the host and the Host
+  // header is ignored (RFC 9112 §3.2.2); what follows it is the path.
+  if (url.charCodeAt(0) !== 47 /* / */) {
+    const absolute = /^https?:\/\/([^/?#]*)(.*)$/i.exec(url);
+    if (absolute) {
+      hostHeader = absolute[1]!.replace(/^[^@]*@/, "");
+      url = absolute[2] === "" ? "/" : absolute[2]!.startsWith("?") ? `/${absolute[2]}` : absolute[2]!;
+    }
+  }
   if (domain && hostHeader) {
     const host = hostHeader.toLowerCase().replace(/:\d+$/, "");
     if (host.endsWith(`.${domain}`)) {
