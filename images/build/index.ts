@@ -69,12 +69,14 @@ export async function buildImage(req: BuildRequest): Promise<ImageArtifact> {
   const tail: string[] = [];
   const emit = (e: BuildEvent) => {
     const line =
-      e.type === "log" ? e.line : e.type === "progress" ? `[${e.phase}] ${e.text ?? ""}${e.bytes !== undefined ? ` (${e.bytes} bytes)` : ""}` : undefined;
-    if (line !== undefined) {
-      writeSync(logFd, `${line}\n`);
-      tail.push(line);
-      if (tail.length > 30) tail.shift();
-    }
+      e.type === "log"
+        ? e.line
+        : e.type === "progress"
+          ? `[${e.phase}] ${e.text ?? ""}${e.bytes !== undefined ? ` (${e.bytes} bytes)` : ""}`
+          : `STEP ${e.step}/${e.total}: ${e.text}`;
+    writeSync(logFd, `${line}\n`);
+    tail.push(line);
+    if (tail.length > 30) tail.shift();
     try {
       req.onEvent?.(e);
     } catch {
@@ -148,9 +150,9 @@ async function buildContainerfile(req: BuildRequest, layout: string, work: strin
       tag,
       iidfile: join(work, "iid"),
       onLine: (line) => {
-        emit({ type: "log", line });
+        // A step line is told once, as the step (a client shows it as `STEP n/m: …`), not again as a log line.
         const step = parseStep(line);
-        if (step) emit({ type: "step", ...step });
+        emit(step ? { type: "step", ...step } : { type: "log", line });
       },
       ...signal,
     });

@@ -216,6 +216,8 @@ describe.skipIf(why !== undefined && !ci)(title, () => {
     const steps = events.filter((e) => e.type === "step");
     expect(steps.map((s) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7]);
     expect(steps[0]).toEqual({ type: "step", step: 1, total: 7, text: "FROM agentvm/node:bookworm" });
+    // Each step is told once: as a step, not again as buildah's log line (a client showed every step twice).
+    expect(events.filter((e) => e.type === "log" && parseStep(e.line) !== undefined)).toEqual([]);
     const phases = [...new Set(events.flatMap((e) => (e.type === "progress" ? [e.phase] : [])))];
     expect(phases).toEqual(["base", "build", "export", "unpack", "rootfs"]);
     expect(readFileSync(join(dir, "build.log"), "utf8")).toContain("STEP 3/7: COPY server.js /app/server.js");
