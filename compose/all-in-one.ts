@@ -14,17 +14,20 @@ import { agents } from "../schema/core.ts";
 import { billingSink } from "../billing/sink.ts";
 import { createAgentRepo } from "../gateway/agents/repo.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { ExchangeObserver } from "../fleet-agent/egress/exchanges.ts";
 import type { Host } from "../fleet-agent/host.ts";
-import { registerHost, resolveHostId, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { registerHost, resolveHostId, startHostRuntime, type HostRuntime } from "../fleet-agent/assemble.ts";
 import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 import { logLevelEnv } from "./config/shared.ts";
-import { readArtifact } from "../images/build/store.ts";
+import { composeHostImages } from "./host-images.ts";
+import type { HostImages } from "../images/build/host-images.ts";
+import type { ImageArtifact } from "../contracts/image.ts";
 import { processMetrics, randomMetricsToken } from "./metrics.ts";
 import { ensureUpstreamKey, upstreamKeyPath } from "./upstream-key.ts";
 import type { DriverUpstreams } from "../fleet-agent/drivers/select.ts";
@@ -108,9 +111,18 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   const sink = billingSink(db, clock, log.child({ component: "billing" }));
   // One registry for the process: the host and the gateway count into it, the gateway's listener serves it.
   const metrics = processMetrics(cfg.metricsToken);
-  let runtime;
+  let runtime: HostRuntime | undefined;
+  let images: HostImages;
   try {
     const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(dataDir)) } : undefined;
+    // Built images: fetched from the shared store when this host lacks one, trimmed to IMAGE_CACHE_MAX_MIB.
+    images = composeHostImages({
+      dataDir: dataDir,
+      artifacts: cfg.fleet.artifacts,
+      db: db,
+      log: log.child({ component: "images" }),
+      inUse: () => runtime?.host.imagesInUse() ?? new Set(),
+    });
     runtime = await startHostRuntime({
       ...(upstreams ? { upstreams } : {}),
       cfg: cfg.fleet,
@@ -119,7 +131,8 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       db,
       driver,
       sink,
-      images: (digest) => readArtifact(dataDir, digest),
+      images: (digest) => images.locate(digest),
+      ...(cfg.fleet.artifacts.storeDir ? { fetchImage: (digest: string) => images.ensure(digest) } : {}),
       clock,
       log: log.child({ component: "fleet-agent", hostId }),
       metrics: metrics.metrics,
@@ -129,6 +142,13 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     identity.release();
     if (!parts.database) await database.close();
     throw err;
+  }
+  if (cfg.fleet.artifacts.storeDir) {
+    // Images built before there was a store go into it; then this host's images are trimmed to their limit.
+    void images
+      .publishAll()
+      .then(() => images.trim())
+      .catch((err: unknown) => log.warn("publishing or trimming images failed", { err: err instanceof Error ? err.message : String(err) }));
   }
   const hostIdentity = identity;
 
@@ -153,7 +173,13 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   let gateway;
   try {
     // Images are built into this data directory, where this process's host reads them.
-    const imageBuilder = createNodeImageBuilder({ dataDir, cacheDir: cfg.imageCacheDir, clock, log: log.child({ component: "images" }) });
+    const imageBuilder = createNodeImageBuilder({
+      dataDir,
+      cacheDir: cfg.imageCacheDir,
+      clock,
+      log: log.child({ component: "images" }),
+      ...(cfg.fleet.artifacts.storeDir ? { publish: (artifact: ImageArtifact) => images.publish(artifact) } : {}),
+    });
     gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder, metrics });
   } catch (err) {
     await runtime.stop();
@@ -212,6 +238,7 @@ export const allInOneEnv = z.object({
   ...nodeGatewayProgramEnv.shape,
   ...databaseEnv.omit({ DB_MAX_CONNECTIONS: true }).shape,
   ...fleetAgentEnv.shape,
+  ...artifactStoreEnv.shape,
   ...shutdownEnv.shape,
   ...driversEnv.shape,
 });

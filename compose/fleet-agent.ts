@@ -15,16 +15,18 @@ import type { Logger } from "../lib/log.ts";
 import { databaseEnv, dbTimeoutsOf, openDatabase, type Database, type DbTimeouts } from "../schema/db.ts";
 import { databaseCheck } from "../schema/db-errors.ts";
 import { fleetAgentConfigOf, fleetAgentEnv, type FleetAgentConfig } from "../fleet-agent/config.ts";
+import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
 import { driversEnv } from "../fleet-agent/drivers/select.ts";
 import type { VmDriver } from "../fleet-agent/drivers/driver.ts";
 import type { ExchangeObserver } from "../fleet-agent/egress/exchanges.ts";
 import type { Host } from "../fleet-agent/host.ts";
 import { createIngress, createIngressUpgrade, type IngressUpgrade } from "../fleet-agent/ingress.ts";
-import { claimHost, registerHost, resolveHostId, startHeartbeat, startHostRuntime } from "../fleet-agent/assemble.ts";
+import { claimHost, registerHost, resolveHostId, startHeartbeat, startHostRuntime, type HostRuntime } from "../fleet-agent/assemble.ts";
 import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { HttpSink } from "../fleet-agent/meter/index.ts";
 import { billingSink } from "../billing/sink.ts";
-import { readArtifact } from "../images/build/store.ts";
+import { composeHostImages } from "./host-images.ts";
+import type { HostImages } from "../images/build/host-images.ts";
 import { metricsEnv, processMetrics } from "./metrics.ts";
 import { proxyLimitsEnv } from "../gateway/config.ts";
 import { defaultHostHealth } from "../gateway/hosts/routes.ts";
@@ -110,6 +112,7 @@ export const fleetAgentDaemonEnv = z.object({
   CLIENT_HEADERS_TIMEOUT_MS: proxyLimitsEnv.shape.CLIENT_HEADERS_TIMEOUT_MS,
   ...clientLimitsEnv.shape,
   ...fleetAgentEnv.shape,
+  ...artifactStoreEnv.shape,
   ...upstreamEnv.shape,
   ...shutdownEnv.shape,
   ...driversEnv.shape,
@@ -203,9 +206,18 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
     : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
   const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
-  let runtime;
+  let runtime: HostRuntime | undefined;
+  let images: HostImages;
   try {
     const upstreams = parts.upstreams ? { ...parts.upstreams, key: await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir)) } : undefined;
+    // Built images: fetched from the shared store when this host lacks one, trimmed to IMAGE_CACHE_MAX_MIB.
+    images = composeHostImages({
+      dataDir: cfg.dataDir,
+      artifacts: cfg.fleet.artifacts,
+      db: database.db,
+      log: hostLog.child({ component: "images" }),
+      inUse: () => runtime?.host.imagesInUse() ?? new Set(),
+    });
     runtime = await startHostRuntime({
       cfg: cfg.fleet,
       hostId,
@@ -213,7 +225,8 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
       db: database.db,
       driver,
       sink,
-      images: (digest) => readArtifact(cfg.dataDir, digest),
+      images: (digest) => images.locate(digest),
+      ...(cfg.fleet.artifacts.storeDir ? { fetchImage: (digest: string) => images.ensure(digest) } : {}),
       clock,
       log: hostLog,
       metrics,
@@ -224,6 +237,13 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     identity.release();
     if (!parts.database) await database.close();
     throw err;
+  }
+  if (cfg.fleet.artifacts.storeDir) {
+    // Images built before there was a store go into it; then this host's images are trimmed to their limit.
+    void images
+      .publishAll()
+      .then(() => images.trim())
+      .catch((err: unknown) => hostLog.warn("publishing or trimming images failed", { err: err instanceof Error ? err.message : String(err) }));
   }
   const { host, fleet } = runtime;
   const ingressDeps = {

@@ -12,6 +12,9 @@ import { createFetchProbe } from "../gateway/host-probe.ts";
 import { createNodeRemoteFleet } from "../gateway/node/remote-fleet.ts";
 import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, remoteHostsEnv } from "./config/shared.ts";
+import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
+import { createNodeImageBuilder } from "../images/node-builder.ts";
+import { composeHostImages } from "./host-images.ts";
 
 export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   databaseUrl: string;
@@ -24,6 +27,8 @@ export interface StandaloneGatewayConfig extends NodeGatewayConfig {
   hosts: { connectTimeoutMs: number; headersTimeoutMs: number };
   /** How long shutdown lets calls in flight finish. */
   drainTimeoutMs: number;
+  /** The shared artifact store: with one, this gateway builds images (`POST /v1/images`) and puts them there for the hosts. */
+  artifactStoreDir: string | undefined;
 }
 
 /** `npm run gateway`'s variables: a Node gateway's (compose/node-gateway.ts) over the shared Postgres, in front of hosts elsewhere. */
@@ -37,6 +42,7 @@ export const standaloneGatewayEnv = z.object({
   ...clockSkewEnv.shape,
   ...remoteHostsEnv.shape,
   ...shutdownEnv.shape,
+  ...artifactStoreEnv.pick({ ARTIFACT_STORE_DIR: true }).shape,
 });
 
 export type StandaloneGatewaySettings = z.output<typeof standaloneGatewayEnv>;
@@ -50,6 +56,7 @@ export function standaloneGatewayConfigOf(v: StandaloneGatewaySettings): Standal
     placement: { liveWindowMs: v.HOST_LIVE_WINDOW_MS, cacheTtlMs: v.PLACEMENT_CACHE_MS, maxClockSkewMs: v.MAX_CLOCK_SKEW_MS },
     hosts: { connectTimeoutMs: v.HOST_CONNECT_TIMEOUT_MS, headersTimeoutMs: v.HOST_HEADERS_TIMEOUT_MS },
     drainTimeoutMs: v.DRAIN_TIMEOUT_MS,
+    artifactStoreDir: v.ARTIFACT_STORE_DIR,
   };
 }
 
@@ -82,6 +89,25 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
   });
   // Calls and WebSockets go to the agent's host, which wakes the agent and relays the frames; this gateway joins bytes.
   const fleet = createNodeRemoteFleet({ placement, key: cfg.componentKey, log: log.child({ component: "remote-fleet" }), ...cfg.hosts });
+  // With a shared store this gateway builds images: each goes into the store before its row exists, and the host an agent
+  // of it lands on fetches it from there (without a store a host could not: `POST /v1/images` is then refused).
+  const imageBuilder = cfg.artifactStoreDir
+    ? (() => {
+        const images = composeHostImages({
+          dataDir: cfg.dataDir,
+          artifacts: { storeDir: cfg.artifactStoreDir, imageCacheMaxBytes: Number.POSITIVE_INFINITY },
+          db,
+          log: log.child({ component: "images" }),
+        });
+        return createNodeImageBuilder({
+          dataDir: cfg.dataDir,
+          cacheDir: cfg.imageCacheDir,
+          clock,
+          log: log.child({ component: "images" }),
+          publish: (artifact) => images.publish(artifact),
+        });
+      })()
+    : undefined;
   let gateway;
   try {
     gateway = await startNodeGateway(cfg, {
@@ -89,6 +115,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
       fleet,
       log,
       clock,
+      ...(imageBuilder ? { imageBuilder } : {}),
       hostHealth: { liveWindowMs: cfg.placement.liveWindowMs, maxClockSkewMs: cfg.placement.maxClockSkewMs },
     });
   } catch (err) {

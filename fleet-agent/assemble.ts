@@ -21,7 +21,9 @@ import { createDbCheckpointStore } from "./checkpoints.ts";
 import { createSnapshotShipper } from "./artifacts/shipper.ts";
 import { createDirArtifactStore } from "./artifacts/dir-store.ts";
 import { createDbCommitStore } from "./artifacts/commits.ts";
-import type { ImageLocator } from "../contracts/image.ts";
+import { StoreCollector } from "./artifacts/gc.ts";
+import { referencedDigests } from "./artifacts/references.ts";
+import type { ImageArtifact, ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
 import { serveUpstreams, type HostUpstreams } from "./upstreams/serve.ts";
 import type { ExchangeObserver } from "./egress/exchanges.ts";
@@ -32,7 +34,7 @@ export interface HostRuntime {
   meter: Meter;
   fleet: LocalFleet;
   /**
-   * Shutdown order: async upstream calls under way finish (bounded by the drain timeout) or lapse → the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
+   * Shutdown order: the store's collector (its pass under way ends) → async upstream calls under way finish (bounded by the drain timeout) or lapse → the host refuses new calls, drains in-flight ones (bounded), hibernates its VMs, lets the
    * driver release what it holds and flushes its event log (hibernating closes open WebSockets with 1001) → the
    * meter closes open segments (reason shutdown) and ships what it can (the spool keeps the rest for the next
    * start) → relayed WebSockets still open are closed, pooled agent connections close.
@@ -62,6 +64,8 @@ export async function startHostRuntime(opts: {
   sink: SegmentSink;
   /** Built images' files on this host (images/build's store under the data directory). */
   images: ImageLocator;
+  /** Fetches an image this host lacks from the shared store (absent: no store; compose builds it, images/build/host-images.ts). */
+  fetchImage?(digest: string): Promise<ImageArtifact | undefined>;
   clock: Clock;
   log: Logger;
   /** Where the host and its meter count (wakes, snapshots, VMs, the spool); none: nowhere. */
@@ -89,13 +93,16 @@ export async function startHostRuntime(opts: {
   const store = createSpooledHostStore(createDbHostStore(opts.db), { dir: eventSpoolDir(dataDir, hostId), clock, log: log.child({ component: "event-log" }) });
   // Commits go through the host's per-agent queue, and only of a VM still hibernated: a wake never changes files a commit is copying.
   let hostRef: Host | undefined;
-  const shipper = cfg.artifacts.storeDir
+  const artifacts = cfg.artifacts.storeDir
+    ? createDirArtifactStore({
+        root: cfg.artifacts.storeDir,
+        cacheDir: cfg.artifacts.cacheDir ?? join(dataDir, "artifact-cache"),
+        log: log.child({ component: "artifacts" }),
+      })
+    : undefined;
+  const shipper = artifacts
     ? createSnapshotShipper({
-        store: createDirArtifactStore({
-          root: cfg.artifacts.storeDir,
-          cacheDir: cfg.artifacts.cacheDir ?? join(dataDir, "artifact-cache"),
-          log: log.child({ component: "artifacts" }),
-        }),
+        store: artifacts,
         commits: createDbCommitStore(opts.db),
         driver: opts.driver,
         stagingDir: join(dataDir, "hosts", hostId, "artifact-staging"),
@@ -106,6 +113,18 @@ export async function startHostRuntime(opts: {
       })
     : undefined;
   if (shipper) log.info("snapshots are committed to the shared artifact store", { dir: cfg.artifacts.storeDir });
+  // What no row references any more goes, on every host that has the store (passes on several hosts at once are safe).
+  const collector =
+    artifacts && cfg.artifacts.gcIntervalMs > 0
+      ? new StoreCollector({
+          store: artifacts,
+          referenced: () => referencedDigests(opts.db),
+          graceMs: cfg.artifacts.gcGraceMs,
+          intervalMs: cfg.artifacts.gcIntervalMs,
+          clock,
+          log: log.child({ component: "artifact-gc" }),
+        })
+      : undefined;
   const host = new Host({
     config: {
       hostId,
@@ -122,6 +141,7 @@ export async function startHostRuntime(opts: {
     },
     driver: opts.driver,
     images: opts.images,
+    ...(opts.fetchImage ? { fetchImage: opts.fetchImage } : {}),
     store,
     clock,
     log,
@@ -159,6 +179,7 @@ export async function startHostRuntime(opts: {
   await recovery.firstAttempt;
   await host.start();
   upstreams?.runner.start();
+  collector?.start();
   return {
     hostId,
     host,
@@ -166,6 +187,7 @@ export async function startHostRuntime(opts: {
     fleet,
     async stop() {
       recovery.stop();
+      await collector?.stop();
       // Async upstream calls get the drain's time to finish; the rest lapse and are taken over (async-runner.ts).
       await upstreams?.runner.stop(cfg.drainTimeoutMs);
       await host.stop();

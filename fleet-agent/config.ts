@@ -7,6 +7,7 @@ import type { DriverChoice } from "./drivers/select.ts";
 import type { HibernateRetry } from "./reaper.ts";
 import type { LogLimits } from "./agent-logs.ts";
 import type { DozeConfig } from "./host/doze.ts";
+import { artifactStoreConfigOf, artifactStoreEnv, type ArtifactStoreConfig } from "./artifacts/config.ts";
 
 export interface FleetAgentConfig {
   hostId: string | undefined;
@@ -25,8 +26,8 @@ export interface FleetAgentConfig {
   upstream: LocalFleetOptions;
   /** When a VM whose open calls all wait on outbound calls stops its vCPUs, and for how long at most (host/doze.ts). */
   doze: DozeConfig;
-  /** The artifact store shared by hosts (a directory every host mounts); no `storeDir`: snapshots stay on their host. */
-  artifacts: { storeDir: string | undefined; cacheDir: string | undefined };
+  /** The artifact store shared by hosts and gateways (a directory every one mounts), its caches and its collector. */
+  artifacts: ArtifactStoreConfig;
 }
 
 export const fleetAgentEnv = z.object({
@@ -87,15 +88,12 @@ export const fleetAgentEnv = z.object({
     unit: "ms",
     doc: "the longest doze: then the VM runs again (its own timers get a turn) and may doze again after `DOZE_AFTER_MS`",
   }),
-  ARTIFACT_STORE_DIR: vars.optStr({
-    type: "path",
-    default: "(unset: snapshots stay on their host)",
-    doc: "a directory every host mounts (NFS, EFS, CephFS): each hibernation is committed there as content-addressed blobs, and an agent that moves to another host (failover, drain) starts from its last commit",
-  }),
-  ARTIFACT_CACHE_DIR: vars.optStr({ type: "path", default: "`DATA_DIR/artifact-cache`", doc: "this host's verified copies of blobs it read from the store" }),
 });
 
-export type FleetAgentSettings = z.output<typeof fleetAgentEnv> & z.output<typeof upstreamEnv> & z.output<typeof shutdownEnv>;
+export type FleetAgentSettings = z.output<typeof fleetAgentEnv> &
+  z.output<typeof upstreamEnv> &
+  z.output<typeof shutdownEnv> &
+  z.output<typeof artifactStoreEnv>;
 
 export function fleetAgentConfigOf(v: FleetAgentSettings): FleetAgentConfig {
   return {
@@ -111,11 +109,11 @@ export function fleetAgentConfigOf(v: FleetAgentSettings): FleetAgentConfig {
     logs: { maxBytes: v.LOG_MAX_BYTES, rotateIntervalMs: v.LOG_ROTATE_INTERVAL_MS },
     upstream: { connectTimeoutMs: v.UPSTREAM_CONNECT_TIMEOUT_MS, headersTimeoutMs: v.UPSTREAM_HEADERS_TIMEOUT_MS },
     doze: { afterMs: v.DOZE_AFTER_MS, maxMs: v.DOZE_MAX_MS },
-    artifacts: { storeDir: v.ARTIFACT_STORE_DIR, cacheDir: v.ARTIFACT_CACHE_DIR },
+    artifacts: artifactStoreConfigOf(v),
   };
 }
 
-const allFleetAgentEnv = z.object({ ...fleetAgentEnv.shape, ...upstreamEnv.shape, ...shutdownEnv.shape });
+const allFleetAgentEnv = z.object({ ...fleetAgentEnv.shape, ...upstreamEnv.shape, ...shutdownEnv.shape, ...artifactStoreEnv.shape });
 
 /** The host's config from these variables alone (tests that assemble a host themselves). */
 export function parseFleetAgentConfig(env: Env): FleetAgentConfig {

@@ -16,7 +16,7 @@ import { nodeHostFs, type HostFs } from "./host-fs.ts";
 import { IdleReaper, type HibernateRetry } from "./reaper.ts";
 import type { Ticket } from "./tickets.ts";
 import { liveLeases } from "./leases.ts";
-import type { ImageLocator } from "../contracts/image.ts";
+import type { ImageArtifact, ImageLocator } from "../contracts/image.ts";
 import type { LogReadOptions, TemplateView } from "../contracts/fleet.ts";
 import { defaultLogLimits, LogRotator, openLogStream, type LogLimits } from "./agent-logs.ts";
 import type { CheckpointRecord, CheckpointStore } from "./checkpoints.ts";
@@ -76,6 +76,8 @@ export interface HostDeps {
   runRecords?: RunRecords;
   /** Where built images' files are on this host (agents whose `image` is a digest); none unless given. */
   images?: ImageLocator;
+  /** Fetches an image this host lacks from the shared store (images/build/host-images.ts); absent: no store. */
+  fetchImage?(digest: string): Promise<ImageArtifact | undefined>;
   /** Wakes (by mode and reason, their phases), snapshots, and the awake and hibernated VMs; none: `noopMetrics`. */
   metrics?: Metrics;
   /** Where checkpoints are recorded (fleet-agent/checkpoints.ts); none: this host takes none (501 checkpoints_unsupported). */
@@ -116,7 +118,7 @@ export class Host {
     const metrics = deps.metrics ?? noopMetrics;
     const checkpointsDir = config.checkpointsDir ?? join(dirname(vmsDir), "checkpoints");
     // What a host may lack (a test's, a driver's): passed on only when given.
-    const images = deps.images ? { images: deps.images } : {};
+    const images = { ...(deps.images ? { images: deps.images } : {}), ...(deps.fetchImage ? { fetchImage: deps.fetchImage } : {}) };
     const checkpointStore = deps.checkpoints ? { checkpoints: deps.checkpoints } : {};
     const shipper = deps.shipper ? { shipper: deps.shipper } : {};
     const hibernateRetry = config.hibernateRetry ? { hibernateRetry: config.hibernateRetry } : {};
@@ -445,6 +447,11 @@ export class Host {
   /** Drain on or off, as the host's row says at each heartbeat (host/drain.ts). */
   setDraining(on: boolean): void {
     this.drain.set(on);
+  }
+
+  /** The built images (digests) this host's awake VMs run: what a trim of its cached images must keep. */
+  imagesInUse(): Set<string> {
+    return this.vms.imagesAwake();
   }
 
   /** Memory of the VMs awake here (booting, running, restoring, snapshotting) and how many they are: what the heartbeat reports. */

@@ -6,7 +6,7 @@ import type { ImageArtifact } from "../contracts/image.ts";
 export type ImageBuildEvent =
   | { type: "step"; step: number; total: number; text: string }
   | { type: "log"; line: string }
-  | { type: "progress"; phase: "base" | "build" | "export" | "unpack" | "rootfs"; bytes?: number; text?: string };
+  | { type: "progress"; phase: "base" | "build" | "export" | "unpack" | "rootfs" | "store"; bytes?: number; text?: string };
 
 export type BuildKind = "containerfile" | "archive";
 

@@ -11,6 +11,7 @@ import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { buildImage, removeArtifact, sweepBuildah, sweepTemp } from "./build/index.ts";
 import { BuildRecord, type BuildUpload, type ImageBuilder } from "./builds.ts";
+import type { ImageArtifact } from "../contracts/image.ts";
 
 export interface NodeImageBuilderOptions {
   /** Images go under `<dataDir>/images/` (the hosts on this machine read them there). */
@@ -19,6 +20,8 @@ export interface NodeImageBuilderOptions {
   cacheDir: string;
   clock: Clock;
   log: Logger;
+  /** Puts a built image into the shared artifact store, so every host can fetch it (images/build/host-images.ts); absent: no store. */
+  publish?(artifact: ImageArtifact): Promise<void>;
 }
 
 /** Finished builds kept for `GET /v1/images/builds/{id}`; older ones are forgotten (their log stays beside the image). */
@@ -62,6 +65,11 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
         cacheDir: opts.cacheDir,
         onEvent: (e) => record.emit(e),
       });
+      if (opts.publish) {
+        // Before the image's row exists: a host that sees the row finds the image in the store.
+        record.emit({ type: "progress", phase: "store", text: "putting the image into the shared artifact store", bytes: artifact.sizeBytes });
+        await opts.publish(artifact);
+      }
       record.succeed(artifact, new Date(opts.clock.now()));
     } catch (err) {
       if (!(err instanceof AppError)) opts.log.error("image build crashed", { buildId: record.id, err: err instanceof Error ? err.stack : String(err) });

@@ -3,7 +3,7 @@ import { and, asc, count, eq, isNull, sql } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents } from "../schema/core.ts";
 import { images } from "../schema/images.ts";
-import { isImageDigest, type ImageCatalog, type ImageRecord } from "../contracts/image.ts";
+import { isImageDigest, type ImageCatalog, type ImageConfig, type ImageRecord } from "../contracts/image.ts";
 
 export type ImageRow = typeof images.$inferSelect;
 export type NewImage = Omit<typeof images.$inferInsert, "createdAt">;
@@ -15,6 +15,8 @@ export interface ImageRepo extends ImageCatalog {
   /** Registers `name:tag` for the tenant, moving the tag when it named another digest before; the row as stored. */
   put(image: NewImage): Promise<ImageRow>;
   remove(id: string): Promise<void>;
+  /** The config and size of the image of `digest` (any row naming it: every row of a digest has the same ones). */
+  byDigest(digest: string): Promise<{ config: ImageConfig; sizeBytes: number } | undefined>;
   /** Rows (any tenant) that still name `digest`. */
   rowsWithDigest(digest: string): Promise<number>;
   /** Live agents (any tenant) created from `digest`: its files must stay while there are any. */
@@ -69,6 +71,9 @@ export function createImageRepo(db: Db): ImageRepo {
     },
     async remove(id) {
       await db.delete(images).where(eq(images.id, id));
+    },
+    async byDigest(digest) {
+      return (await db.select({ config: images.config, sizeBytes: images.sizeBytes }).from(images).where(eq(images.digest, digest)).limit(1))[0];
     },
     async rowsWithDigest(digest) {
       return (await db.select({ n: count() }).from(images).where(eq(images.digest, digest)))[0]?.n ?? 0;

@@ -5,6 +5,7 @@ import { databaseEnv } from "../../schema/postgres.ts";
 import { gatewayEnv, proxyLimitsEnv } from "../../gateway/config.ts";
 import { webhookEnv } from "../../gateway/webhooks/config.ts";
 import { fleetAgentEnv } from "../../fleet-agent/config.ts";
+import { artifactStoreEnv } from "../../fleet-agent/artifacts/config.ts";
 import { qemuEnv } from "../../fleet-agent/drivers/qemu/config.ts";
 import { firecrackerEnv } from "../../fleet-agent/drivers/firecracker/config.ts";
 import { egressEnv } from "../../fleet-agent/egress/config.ts";
@@ -61,6 +62,7 @@ export const fragments: Record<string, z.ZodObject> = {
   "gateway/config.ts proxyLimitsEnv": proxyLimitsEnv,
   "gateway/webhooks/config.ts webhookEnv": webhookEnv,
   "fleet-agent/config.ts fleetAgentEnv": fleetAgentEnv,
+  "fleet-agent/artifacts/config.ts artifactStoreEnv": artifactStoreEnv,
   "fleet-agent/drivers/qemu/config.ts qemuEnv": qemuEnv,
   "fleet-agent/drivers/firecracker/config.ts firecrackerEnv": firecrackerEnv,
   "fleet-agent/egress/config.ts egressEnv": egressEnv,

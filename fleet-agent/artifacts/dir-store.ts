@@ -15,13 +15,13 @@
 // zeros are holes. Hashing happens in the same read pass as the copy, and the holes of the file read are not read at
 // all (SEEK_DATA/SEEK_HOLE, extents.ts): their zeros are hashed from memory.
 import { createHash, randomBytes } from "node:crypto";
-import { link, mkdir, open, readdir, rename, rm, stat, type FileHandle } from "node:fs/promises";
+import { link, mkdir, open, readdir, rename, rm, stat, utimes, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { AppError } from "../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { fsyncPath } from "../drivers/common/snapshot-files.ts";
 import { dataMap } from "./extents.ts";
-import { digestHex, type ArtifactStore, type PutResult } from "./store.ts";
+import { digestHex, type ArtifactStore, type PutResult, type StoredBlob } from "./store.ts";
 
 /** A zero block of this size is left a hole. 64 KiB: what filesystems allocate in at most (ext4/xfs 4 KiB, NFS rsize larger). */
 const BLOCK = 64 * 1024;
@@ -47,6 +47,12 @@ export interface DirArtifactStore extends ArtifactStore {
    * died part way. Other hosts may be writing there right now, so only age tells a dead writer's file from a live one.
    */
   sweepTemps(olderThanMs: number, nowMs: number): Promise<string[]>;
+  /** Every blob in the store, with its size and modification time (for the garbage collector, gc.ts). */
+  list(): AsyncGenerator<StoredBlob>;
+  /** The blob's current modification time (undefined: gone). */
+  mtimeOf(digest: string): Promise<number | undefined>;
+  /** Removes a blob (the garbage collector's; nothing else removes blobs). Answers its bytes, 0 when it was gone. */
+  remove(digest: string): Promise<number>;
 }
 
 /** Thrown inside when bytes do not hash to the name they were read under. */
@@ -224,16 +230,19 @@ export function createDirArtifactStore(opts: DirArtifactStoreOptions): DirArtifa
           else await rename(tmp, blob); // same bytes under the same name: a concurrent rename over it is harmless
         }
         if (added) await fsyncPath(dirname(blob));
+        // The same bytes again: the blob is touched, so the garbage collector, which spares blobs put within its grace
+        // period, cannot remove it between this put and the row that will reference it (gc.ts).
+        else await utimes(blob, new Date(), new Date()).catch(() => undefined);
       } finally {
         await rm(tmp, { force: true });
       }
       return { digest: `sha256:${hex}`, bytes, added, written: added ? written : 0 };
     },
 
-    async get(digest, dest) {
+    async get(digest, dest, getOpts = {}) {
       const hex = digestHex(digest);
       const blob = blobOf(hex);
-      const cached = opts.cacheDir ? pathIn(opts.cacheDir, hex) : undefined;
+      const cached = opts.cacheDir && getOpts.cache !== false ? pathIn(opts.cacheDir, hex) : undefined;
       if (cached && (await exists(cached))) {
         try {
           await deliver(cached, hex, [dest]);
@@ -258,6 +267,30 @@ export function createDirArtifactStore(opts: DirArtifactStoreOptions): DirArtifa
     },
 
     has: (digest) => exists(blobOf(digestHex(digest))),
+
+    async *list() {
+      const top = join(opts.root, "blobs", "sha256");
+      for (const prefix of await readdir(top).catch(() => [] as string[])) {
+        if (!/^[0-9a-f]{2}$/.test(prefix)) continue;
+        for (const hex of await readdir(join(top, prefix)).catch(() => [] as string[])) {
+          if (!/^[0-9a-f]{64}$/.test(hex) || !hex.startsWith(prefix)) continue; // temps of a rename-only filesystem, strays
+          const st = await stat(join(top, prefix, hex)).catch(() => undefined);
+          if (st?.isFile()) yield { digest: `sha256:${hex}`, bytes: st.size, mtimeMs: st.mtimeMs };
+        }
+      }
+    },
+
+    async mtimeOf(digest) {
+      return (await stat(blobOf(digestHex(digest))).catch(() => undefined))?.mtimeMs;
+    },
+
+    async remove(digest) {
+      const blob = blobOf(digestHex(digest));
+      const st = await stat(blob).catch(() => undefined);
+      if (!st) return 0;
+      await rm(blob, { force: true });
+      return st.size;
+    },
 
     async sweepTemps(olderThanMs, nowMs) {
       let names: string[];

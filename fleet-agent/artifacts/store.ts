@@ -23,8 +23,21 @@ export interface ArtifactStore {
    * (if configured) is filled and used, and verified too. AppError `not_found` when the store has no such blob,
    * `internal` (details `{digest, actual}`) when the store's copy does not hash to its name; `dest` is then untouched.
    */
-  get(digest: string, dest: string): Promise<void>;
+  get(digest: string, dest: string, opts?: GetOptions): Promise<void>;
   has(digest: string): Promise<boolean>;
+}
+
+export interface GetOptions {
+  /** false: not through the host's local cache (a file the caller keeps itself, such as an image's root filesystem). */
+  cache?: boolean;
+}
+
+/** A blob as the store's garbage collector sees it. */
+export interface StoredBlob {
+  digest: string;
+  bytes: number;
+  /** Its modification time: when it was put, or last put again (a put of bytes already there touches it). */
+  mtimeMs: number;
 }
 
 /** The hex part of a digest; AppError `bad_request` for anything that is not `sha256:<64 hex>` (it names a path). */

@@ -74,7 +74,7 @@ export class Checkpointer {
       const id = newId("checkpoint");
       const dir = checkpointDir(checkpointsDir, id);
       mkdirSync(checkpointsDir, { recursive: true });
-      this.deps.vms.attachImage(entry); // a built image's files: the disk the checkpoint copies is an overlay on them
+      await this.deps.vms.attachImage(entry); // a built image's files: the disk the checkpoint copies is an overlay on them
       let info;
       try {
         info = await driver.checkpoint!(entry.vmSpec, vm, dir);
@@ -127,7 +127,7 @@ export class Checkpointer {
         await settle(entry, this.deps.resumeDozing);
         if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
         if (entry.running) await this.stopForRestore(entry, checkpointId);
-        this.deps.vms.attachImage(entry);
+        await this.deps.vms.attachImage(entry);
         await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId));
         entry.hibernateFailures = 0;
         entry.lastHibernateError = undefined;
@@ -154,7 +154,7 @@ export class Checkpointer {
     return this.work.run(spec.id, () =>
       this.work.run(checkpointId, async () => {
         if (entry.state !== "creating") throw new AppError("conflict", `agent ${spec.id} already has a state of its own: only a new agent is forked`);
-        this.deps.vms.attachImage(entry);
+        await this.deps.vms.attachImage(entry);
         await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId));
         this.deps.lifecycle.move(
           entry,

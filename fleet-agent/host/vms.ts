@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Clock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import type { AgentSpec, VmState } from "../../contracts/agent.ts";
-import { isImageDigest, type ImageLocator } from "../../contracts/image.ts";
+import { isImageDigest, type ImageArtifact, type ImageLocator } from "../../contracts/image.ts";
 import type { VmSpec } from "../drivers/driver.ts";
 import type { HostFs } from "../host-fs.ts";
 import { newVmEntry, type VmEntry } from "../vm-entry.ts";
@@ -16,6 +16,8 @@ export interface VmTableDeps {
   clock: Clock;
   /** Where built images' files are on this host (agents whose `image` is a digest). */
   images?: ImageLocator;
+  /** The image, fetched from the shared store when this host lacks it (images/build/host-images.ts); absent: no store. */
+  fetchImage?(digest: string): Promise<ImageArtifact | undefined>;
 }
 
 export class VmTable {
@@ -77,13 +79,24 @@ export class VmTable {
     return { vmId: vmIdFor(agentId), agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: join(this.deps.vmsDir, agentId) };
   }
 
-  /** A built image's files, looked up when the VM first needs them (and again while they are missing). */
-  attachImage(entry: VmEntry): void {
+  /**
+   * A built image's files, looked up when the VM needs them (and again while they are missing). With `fetchImage` (a
+   * shared store) every use asks it: it fetches an image this host lacks or removed since, and marks it used.
+   */
+  async attachImage(entry: VmEntry): Promise<void> {
     const { image } = entry.vmSpec;
-    if (!isImageDigest(image) || entry.vmSpec.rootImage) return;
-    const artifact = this.deps.images?.(image);
-    if (!artifact) throw new AppError("boot_failed", `image ${image} is not on host ${this.deps.hostId}`);
+    if (!isImageDigest(image) || (entry.vmSpec.rootImage && !this.deps.fetchImage)) return;
+    const artifact = this.deps.fetchImage ? await this.deps.fetchImage(image) : this.deps.images?.(image);
+    if (!artifact)
+      throw new AppError("boot_failed", `image ${image} is not on host ${this.deps.hostId}${this.deps.fetchImage ? " nor in the artifact store" : ""}`);
     entry.vmSpec.rootImage = artifact;
+  }
+
+  /** The built images the VMs awake here run (a dozing or snapshotting VM's included): what a trim of images keeps. */
+  imagesAwake(): Set<string> {
+    const digests = new Set<string>();
+    for (const e of this.vms.values()) if (e.running && isImageDigest(e.vmSpec.image)) digests.add(e.vmSpec.image);
+    return digests;
   }
 
   /** Open tickets over every VM: the requests in flight on this host. */

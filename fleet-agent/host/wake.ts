@@ -186,7 +186,7 @@ export class Waking {
     const { driver, clock, events, lifecycle } = this.deps;
     const startedAt = clock.monotonic();
     try {
-      this.deps.vms.attachImage(entry);
+      await this.deps.vms.attachImage(entry);
       if (!entry.reaped) {
         entry.reaped = true;
         await driver.reap(entry.vmSpec);
