@@ -158,3 +158,32 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
   });
 });
+
+describe.skipIf(skip)("guest-exec on the process driver, the demo workload", () => {
+  it("serves files in an empty root of the VM's own (nothing of the host's), and ends with the VM", async () => {
+    const work = mkdtempSync(join(tmpdir(), "exec-process-demo-"));
+    const driver = new ProcessDriver({ bootTimeoutMs: 15_000 });
+    try {
+      const spec: VmSpec = {
+        vmId: "vm_execdemo",
+        agentId: "agt_execdemo",
+        image: "demo",
+        vcpus: 1,
+        memMiB: 128,
+        allowEgress: false,
+        stateDir: join(work, "vm"),
+      };
+      const { vm } = await driver.boot(spec);
+      const t = await driver.execTarget(vm);
+      expect((await execRequest(t, "PUT", "/v1/files?path=/notes/a&mkdirs=1", "x")).status).toBe(201);
+      expect(readFileSync(join(spec.stateDir, "exec-root/notes/a"), "utf8")).toBe("x");
+      expect((await execRequest(t, "GET", "/v1/files?path=/etc/passwd")).status).toBe(404);
+      expect((await execRun(t, { cmd: ["sh", "-c", "true"] })).errors).toEqual(["not found: sh"]);
+      await driver.stop(vm);
+      await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
+    } finally {
+      await driver.close();
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
