@@ -2,7 +2,8 @@
  * connection) starts the command and holds its pipes: stdout and stderr go to files in the state directory's
  * `<pid>/` (16 MiB each; bytes beyond are counted in `<stream>.dropped`), stdin comes from the fifo `stdin` (what
  * POST …/stdin writes; `eof=1` writes "e" into the fifo `ctl`, which closes it), and the exit goes to `status` (by
- * rename: it exists only once all output is written). `meta` holds the pid, the command and the start. The state
+ * rename: it exists only once all output is written). `meta` holds the pid, the command and the start. A timeout_ms
+ * kills its process group (`"timedOut":true` in the status). The state
  * directory is guest tmpfs outside the root: all of it survives hibernate and wake with the guest's memory. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -141,7 +142,7 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
   if (failed) (void)!write(report, msg, strlen(msg));
   close(report);
 
-  int status = 0;
+  int status = 0, timed_out = 0;
   if (failed) {
     waitpid(pid, &status, 0);
     status = 127 << 8;
@@ -172,6 +173,7 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
     }
     free(body);
     int eof_asked = 0, exited = pfd == -2;
+    long long deadline = sp->timeout_ms > 0 ? mono_ms() + sp->timeout_ms : 0;
     while (!exited) {
       struct pollfd fds[6];
       int n = 0, oi[2] = {-1, -1}, fi = -1, ci = -1, wi = -1, pi = -1;
@@ -196,7 +198,18 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
         pi = n;
         fds[n++] = (struct pollfd){.fd = pfd, .events = POLLIN};
       }
-      if (poll(fds, (nfds_t)n, pfd >= 0 ? -1 : 100) < 0 && errno != EINTR) break;
+      int wait_ms = pfd >= 0 ? -1 : 100;
+      if (deadline) {
+        long long left = deadline - mono_ms();
+        wait_ms = left <= 0 ? 0 : (wait_ms < 0 || left < wait_ms ? (int)left : wait_ms);
+      }
+      if (poll(fds, (nfds_t)n, wait_ms) < 0 && errno != EINTR) break;
+      if (deadline && mono_ms() >= deadline) { /* its timeout: the process group is killed */
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        deadline = 0;
+        timed_out = 1;
+      }
       for (int k = 0; k < 2; k++)
         if (oi[k] >= 0 && fds[oi[k]].revents && !pump_output(&s[k])) {
           close(s[k].fd);
@@ -245,9 +258,10 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
   }
   if (fifo >= 0) unlinkat(dfd, "stdin", 0);
   if (ctl >= 0) unlinkat(dfd, "ctl", 0);
-  char st[160];
+  char st[200];
   int len = WIFSIGNALED(status) ? snprintf(st, sizeof st, "\"state\":\"exited\",\"exitCode\":null,\"signal\":%d,\"endedAtMs\":%lld", WTERMSIG(status), now_ms())
                                 : snprintf(st, sizeof st, "\"state\":\"exited\",\"exitCode\":%d,\"signal\":null,\"endedAtMs\":%lld", WEXITSTATUS(status), now_ms());
+  if (timed_out) len += snprintf(st + len, sizeof st - (size_t)len, ",\"timedOut\":true");
   write_file_at(dfd, "status", st, (size_t)len);
   _exit(0);
 }
