@@ -3,7 +3,7 @@
  * `<pid>/` (16 MiB each; bytes beyond are counted in `<stream>.dropped`), stdin comes from the fifo `stdin` (what
  * POST …/stdin writes; `eof=1` writes "e" into the fifo `ctl`, which closes it), and the exit goes to `status` (by
  * rename: it exists only once all output is written). `meta` holds the pid, the command and the start. A timeout_ms
- * kills its process group (`"timedOut":true` in the status). The state
+ * kills its process group (`"timedOut":true` in the status). The last 64 exited processes are kept. The state
  * directory is guest tmpfs outside the root: all of it survives hibernate and wake with the guest's memory. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -266,7 +266,41 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
   _exit(0);
 }
 
+struct ended {
+  long long at;
+  char name[16];
+};
+
+static int by_end(const void *a, const void *b) {
+  long long x = ((const struct ended *)a)->at, y = ((const struct ended *)b)->at;
+  return x < y ? -1 : x > y;
+}
+
+/* Keeps the records of at most KEEP_EXITED exited processes (their output is guest memory): the oldest go first. */
+static void prune_exited(void) {
+  enum { KEEP_EXITED = 64, MAX_SEEN = 4096 };
+  static struct ended list[MAX_SEEN];
+  int n = 0;
+  DIR *d = fdopendir(dup(state_fd));
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL && n < MAX_SEEN) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) >= sizeof list[0].name) continue;
+    char path[64];
+    snprintf(path, sizeof path, "%s/status", e->d_name);
+    struct stat st;
+    if (fstatat(state_fd, path, &st, 0) != 0) continue;
+    list[n].at = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    snprintf(list[n].name, sizeof list[n].name, "%s", e->d_name);
+    n++;
+  }
+  if (d) closedir(d);
+  if (n <= KEEP_EXITED) return;
+  qsort(list, (size_t)n, sizeof *list, by_end);
+  for (int i = 0; i < n - KEEP_EXITED; i++) remove_tree(state_fd, list[i].name);
+}
+
 void start_background(struct req *r, struct exec_spec *sp, const struct ids *ids, char **env) {
+  prune_exited();
   char *body = NULL;
   size_t body_len = 0;
   if (sp->use_stdin) {
