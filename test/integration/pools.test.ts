@@ -1,13 +1,28 @@
 // Warm pools through the real system (Postgres, HTTP, the host) over a driver that copies directories: top-up, atomic acquire, release and reset, delete, bad input.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { and, eq, isNull } from "drizzle-orm";
 import { agents, auditLog, pools } from "../../schema/core.ts";
 import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { runAgentvm } from "../helpers/cli.ts";
+
+/** Fails the next `failures` restores and forks (a host out of disk, say), then copies as the fake does. */
+class FlakyDriver extends FakeCheckpointDriver {
+  failures = 0;
+  override async restoreCheckpoint(spec: Parameters<FakeCheckpointDriver["restoreCheckpoint"]>[0], dir: string): Promise<void> {
+    if (this.failures > 0) {
+      this.failures--;
+      throw new Error("no space left on device (a test's failure)");
+    }
+    return super.restoreCheckpoint(spec, dir);
+  }
+}
 
 let sys: TestSystem;
+let driver: FlakyDriver;
 let other: string; // a token of another tenant
 
 interface Pool {
@@ -77,7 +92,8 @@ async function filled(pool: Pool, ready = pool.size): Promise<Pool> {
 }
 
 beforeAll(async () => {
-  sys = await startSystem({ driver: new FakeCheckpointDriver() });
+  driver = new FlakyDriver();
+  sys = await startSystem({ driver });
   await sys.ensureTenant("ten_other");
   other = await sys.token({ tenant: "ten_other" });
 }, 60_000);
@@ -196,6 +212,19 @@ describe("pools", () => {
     expect(await getPool(topped.id)).toMatchObject({ inUse: 3, ready: 1, resetting: 0 });
   });
 
+  it("a top-up that fails is tried again with backoff: the failed forks leave no agent, the pool fills", async () => {
+    const ckp = await checkpoint();
+    driver.failures = 2;
+    const t0 = Date.now();
+    const pool = await createPool({ name: "flaky", fromCheckpoint: ckp.id, size: 2, maxSize: 2 });
+    await filled(pool);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(2500); // 1 s, then 2 s
+    expect(driver.failures).toBe(0);
+    const rows = await sys.database.db.select().from(agents).where(eq(agents.poolId, pool.id));
+    expect(rows.filter((r) => r.deletedAt === null)).toHaveLength(2);
+    expect(rows.filter((r) => r.deletedAt !== null)).toHaveLength(2);
+  });
+
   it("delete removes the ready agents, leaves the handed-out ones to their holders, and the pool is gone", async () => {
     const ckp = await checkpoint();
     const pool = await filled(await createPool({ name: "gone", fromCheckpoint: ckp.id, size: 3, maxSize: 3 }));
@@ -276,5 +305,48 @@ describe("pools", () => {
     const invokeOnly = await sys.token({ scopes: ["agents:invoke"] });
     expect((await sys.call("/v1/pools", { token: invokeOnly })).status).toBe(403);
     expect((await post(`/v1/pools/${pool.id}/acquire`, undefined, invokeOnly)).status).toBe(403);
+  });
+});
+
+describe("agentvm pools, agentvm reset", () => {
+  let home: string;
+  beforeAll(() => {
+    home = mkdtempSync(join(tmpdir(), "pools-cli-home-"));
+  });
+  afterAll(() => rmSync(home, { recursive: true, force: true }));
+
+  const agentvm = (args: string[]) => runAgentvm(args, { url: sys.url, token: sys.demo.token, home });
+
+  it("create → list → get → acquire → reset → release → delete; exhausted and bad flags exit non-zero with the message", async () => {
+    const ckp = await checkpoint("cli");
+    const created = await agentvm(["pools", "create", "--from-checkpoint", `${ckp.agentId}:cli`, "--size", "1", "--name", "cli-pool"]);
+    expect(created.code, created.err).toBe(0);
+    const poolId = created.out.trim();
+    expect(poolId).toMatch(/^pol_/);
+    await filled(await getPool(poolId));
+    const list = await agentvm(["pools", "list"]);
+    expect(list.code, list.err).toBe(0);
+    expect(list.out).toMatch(new RegExp(`${poolId}\\s+cli-pool\\s+${ckp.id}\\s+1\\s+0\\s+0\\s+1\\s+1`));
+    const got = JSON.parse((await agentvm(["--json", "pools", "get", poolId])).out) as Pool;
+    expect(got).toMatchObject({ id: poolId, ready: 1, inUse: 0 });
+    const acquired = await agentvm(["pools", "acquire", poolId]);
+    expect(acquired.code, acquired.err).toBe(0);
+    const agentId = acquired.out.trim();
+    expect(agentId).toMatch(/^agt_/);
+    const exhausted = await agentvm(["pools", "acquire", poolId]);
+    expect(exhausted.code).toBe(1);
+    expect(exhausted.err).toContain("every agent handed out");
+    const reset = await agentvm(["reset", agentId]);
+    expect(reset.code, reset.err).toBe(0);
+    expect(reset.out).toContain(`${agentId} reset to ${ckp.id}`);
+    const released = await agentvm(["pools", "release", poolId, agentId]);
+    expect(released.code, released.err).toBe(0);
+    expect(released.out).toContain(`${agentId} ready in ${poolId}`);
+    const bad = await agentvm(["pools", "create", "--size", "1"]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain("--from-checkpoint or --image");
+    const gone = await agentvm(["pools", "delete", poolId]);
+    expect(gone.code, gone.err).toBe(0);
+    expect(gone.out).toBe(`deleted ${poolId}: 1 agents removed, 0 left in use\n`);
   });
 });
