@@ -8,6 +8,10 @@ import { agents, auditLog, pools } from "../../schema/core.ts";
 import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { runAgentvm } from "../helpers/cli.ts";
+import { openDatabase } from "../../schema/db.ts";
+import { tenants } from "../../schema/core.ts";
+import { createPoolStore } from "../../gateway/pools/store.ts";
+import { newId } from "../../lib/ids.ts";
 
 /** Fails the next `failures` restores and forks (a host out of disk, say), then copies as the fake does. */
 class FlakyDriver extends FakeCheckpointDriver {
@@ -212,6 +216,25 @@ describe("pools", () => {
     expect(await getPool(topped.id)).toMatchObject({ inUse: 3, ready: 1, resetting: 0 });
   });
 
+  it("usage by agent says which pool each pooled agent is in (JSON and CSV); a pooled agent is billed as any other", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "billed", fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
+    const { agent } = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    expect((await sys.call(`/a/${agent.id}/counter`)).status).toBe(200);
+    await sys.host.flush();
+    const day = new Date().toISOString().slice(0, 10);
+    const next = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+    const range = `from=${day}&to=${next}&groupBy=agent`;
+    const usage = (await (await sys.call(`/v1/usage?${range}`)).json()) as { rows: { agentId: string; poolId?: string; hibernatedMs: number }[] };
+    const row = usage.rows.find((r) => r.agentId === agent.id);
+    expect(row, JSON.stringify(usage.rows)).toMatchObject({ poolId: pool.id });
+    expect(row!.hibernatedMs).toBeGreaterThan(0); // its disk while it slept in the pool
+    expect(usage.rows.find((r) => r.agentId === ckp.agentId)?.poolId).toBeUndefined();
+    const csv = (await (await sys.call(`/v1/usage?${range}&format=csv`)).text()).split("\r\n");
+    expect(csv[0]).toMatch(/,hibernated_ms,pool_id$/);
+    expect(csv.find((l) => l.includes(`,${agent.id},`))).toMatch(new RegExp(`,${pool.id}$`));
+  });
+
   it("a top-up that fails is tried again with backoff: the failed forks leave no agent, the pool fills", async () => {
     const ckp = await checkpoint();
     driver.failures = 2;
@@ -348,5 +371,33 @@ describe("agentvm pools, agentvm reset", () => {
     const gone = await agentvm(["pools", "delete", poolId]);
     expect(gone.code, gone.err).toBe(0);
     expect(gone.out).toBe(`deleted ${poolId}: 1 agents removed, 0 left in use\n`);
+  });
+});
+
+describe("the pool store on embedded PGlite (the all-in-one npm start)", () => {
+  it("hands each ready agent out once to 20 concurrent claims, and reserves no more than maxSize", async () => {
+    const database = await openDatabase({ pgliteMemory: true });
+    try {
+      const { db } = database;
+      const store = createPoolStore(db);
+      await db.insert(tenants).values({ id: "ten_p", name: "p" });
+      const pool = await store.create({ id: newId("pool"), tenantId: "ten_p", name: "p", fromCheckpoint: "ckp_x", size: 5, maxSize: 6 });
+      const agent = () => ({ id: newId("agent"), tenantId: "ten_p", name: "p", image: "demo" });
+      for (let i = 0; i < 5; i++) {
+        const row = await store.reserve(pool.id, agent(), "top-up");
+        expect(row?.poolState).toBe("resetting");
+        await store.move(row!.id, pool.id, ["resetting"], "ready");
+      }
+      expect(await store.reserve(pool.id, agent(), "top-up")).toBeUndefined(); // size ready already
+      const claims = await Promise.all(Array.from({ length: 20 }, () => store.claimReady(pool.id)));
+      const got = claims.filter((c) => c !== undefined);
+      expect(got).toHaveLength(5);
+      expect(new Set(got.map((c) => c.id)).size).toBe(5);
+      const extra = await Promise.all(Array.from({ length: 3 }, () => store.reserve(pool.id, agent(), "acquire")));
+      expect(extra.filter((r) => r !== undefined)).toHaveLength(1); // 6 = maxSize
+      expect((await store.counts([pool.id])).get(pool.id)).toEqual({ ready: 0, inUse: 6, resetting: 0 });
+    } finally {
+      await database.close();
+    }
   });
 });
