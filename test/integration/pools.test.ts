@@ -235,6 +235,30 @@ describe("pools", () => {
     expect(csv.find((l) => l.includes(`,${agent.id},`))).toMatch(new RegExp(`,${pool.id}$`));
   });
 
+  it("an agent of the pool deleted by hand is replaced; a pool whose checkpoint was deleted says so on acquire", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "replaced", fromCheckpoint: ckp.id, size: 2, maxSize: 2 }));
+    const [first] = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    expect((await sys.call(`/v1/agents/${first!.id}`, { method: "DELETE" })).status).toBe(200);
+    await filled(pool);
+    const live = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    expect(live.map((a) => a.id)).not.toContain(first!.id);
+
+    const gone = await createPool({ name: "orphan", fromCheckpoint: ckp.id, size: 0, maxSize: 1 });
+    expect((await sys.call(`/v1/agents/${ckp.agentId}/checkpoints/${ckp.id}`, { method: "DELETE" })).status).toBe(200);
+    const refused = await post(`/v1/pools/${gone.id}/acquire`);
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain("was deleted");
+    // The ready forks of the other pool are agents of their own: still handed out.
+    expect((await post(`/v1/pools/${pool.id}/acquire`)).status).toBe(200);
+  });
+
   it("a top-up that fails is tried again with backoff: the failed forks leave no agent, the pool fills", async () => {
     const ckp = await checkpoint();
     driver.failures = 2;
