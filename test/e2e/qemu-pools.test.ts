@@ -80,8 +80,10 @@ describe("a warm pool of QEMU VMs", () => {
     expect(reset.status, await reset.clone().text()).toBe(200);
     const { resetMs } = (await reset.json()) as { resetMs: number };
     const r0 = performance.now();
-    expect(await counter(a.id)).toBe(3);
+    const after = await sys.call(`/a/${a.id}/counter`);
     const resetToCallMs = performance.now() - r0 + resetMs;
+    expect(await after.json()).toEqual({ count: 3 });
+    const wakeTiming = `${after.headers.get("x-wake")}; ${after.headers.get("server-timing")}`;
     expect(await counter(a.id, "POST")).toBe(4);
 
     // Release: reset again and ready in the pool.
@@ -112,7 +114,20 @@ describe("a warm pool of QEMU VMs", () => {
     expect(await deleted.json()).toMatchObject({ deleted: true, removed: 5, leftInUse: 0 });
 
     console.log(
-      `RESULT pool-e2e: fill 5 ${Math.round(fillMs)} ms; acquire p50 ${p50(latencies).toFixed(1)} ms (n=${latencies.length}, max ${Math.max(...latencies).toFixed(1)}); reset ${resetMs} ms; reset to the next call's answer ${Math.round(resetToCallMs)} ms`,
+      `RESULT pool-e2e: fill 5 ${Math.round(fillMs)} ms; acquire p50 ${p50(latencies).toFixed(1)} ms (n=${latencies.length}, max ${Math.max(...latencies).toFixed(1)}); reset ${resetMs} ms; reset to the next call's answer ${Math.round(resetToCallMs)} ms (its wake: ${wakeTiming})`,
     );
   }, 600_000);
+
+  it("a pool made from an image: its agent booted and checkpointed, the pool's forks answer from that state", async () => {
+    const created = await post("/v1/pools", { name: "from-image", image: "demo", size: 1, maxSize: 2 });
+    expect(created.status, await created.clone().text()).toBe(201);
+    const p = (await created.json()) as { id: string; fromCheckpoint: string };
+    const got = await post(`/v1/pools/${p.id}/acquire`);
+    expect(got.status, await got.clone().text()).toBe(200);
+    const { agent } = (await got.json()) as Acquired;
+    expect(agent.forkedFrom).toBe(p.fromCheckpoint);
+    expect(await counter(agent.id, "POST")).toBe(1); // the image's fresh workload, then this call
+    expect((await post(`/v1/agents/${agent.id}/reset`)).status).toBe(200);
+    expect(await counter(agent.id)).toBe(0);
+  }, 300_000);
 });
