@@ -49,7 +49,7 @@ function memoryStore(pools: PoolRow[]) {
     reserve: async (id, agent, why) => {
       const p = pools.find((x) => x.id === id);
       const mine = agents.filter((x) => x.poolId === id && x.deletedAt === null);
-      if (!p || p.state !== "active" || mine.length >= p.maxSize || (why === "top-up" && mine.filter((x) => x.poolState !== "in_use").length >= p.size))
+      if (p?.state !== "active" || mine.length >= p.maxSize || (why === "top-up" && mine.filter((x) => x.poolState !== "in_use").length >= p.size))
         return undefined;
       const row = { ...source, ...agent, poolId: id, poolState: (why === "acquire" ? "in_use" : "resetting") as PoolAgentState, deletedAt: null } as AgentRow;
       agents.push(row);
