@@ -380,6 +380,8 @@ describe("agentvm pools, agentvm reset", () => {
     expect(acquired.code, acquired.err).toBe(0);
     const agentId = acquired.out.trim();
     expect(agentId).toMatch(/^agt_/);
+    const shown = await agentvm(["agents", "show", agentId]);
+    expect(shown.out).toMatch(new RegExp(`^pool\\s+${poolId} \\(in use\\)$`, "m"));
     const exhausted = await agentvm(["pools", "acquire", poolId]);
     expect(exhausted.code).toBe(1);
     expect(exhausted.err).toContain("every agent handed out");
