@@ -233,7 +233,8 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
       ...(q.user !== undefined ? { user: q.user } : {}),
       timeoutMs,
       background: q.background,
-      stdin: stdin !== undefined,
+      // A background process always gets a stdin pipe (its first bytes, if any, from `stdin`): …/stdin writes to it.
+      stdin: stdin !== undefined || q.background,
     });
     const requestBody = stdin ? concat(specBytes, stdin) : specBytes;
     const requestId = c.get("requestId");
@@ -251,10 +252,11 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
     });
     const wake = res.headers.get("x-wake");
     if (q.background) {
-      const started = await readJson<{ pid?: unknown }>(res);
+      const started = await readJson<{ pid?: unknown; error?: unknown }>(res);
       if (typeof started.pid !== "number") throw new AppError("bad_gateway", "the exec server started a process without a pid");
-      await audit(c, caller, "agent.exec", spec.id, { ...what, background: true, pid: started.pid, timeoutMs });
-      const view = processView({ pid: started.pid, cmd: argv, state: "running", startedAtMs: startedAt });
+      const error = typeof started.error === "string" ? started.error : null;
+      await audit(c, caller, "agent.exec", spec.id, { ...what, background: true, pid: started.pid, timeoutMs, ...(error ? { error } : {}) });
+      const view = { ...processView({ pid: started.pid, cmd: argv, state: "running", startedAtMs: startedAt }), ...(error ? { error } : {}) };
       return c.json(view, 201, wake ? { "x-wake": wake } : {});
     }
     const recordExit = (exit: ExitStatus | undefined, error: string | undefined, truncated?: boolean) =>

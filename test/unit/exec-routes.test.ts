@@ -258,7 +258,7 @@ describe("exec routes", () => {
     expect(started.status).toBe(201);
     const proc = (await started.json()) as { pid: number; state: string; cmd: string[]; startedAt: string };
     expect(proc).toMatchObject({ state: "running", cmd: ["server", "--port", "1"] });
-    expect(server.seen.at(-1)!.spec).toEqual(["arg=server", "arg=--port", "arg=1", "timeout_ms=0", "background=1"]);
+    expect(server.seen.at(-1)!.spec).toEqual(["arg=server", "arg=--port", "arg=1", "timeout_ms=0", "background=1", "stdin=1"]);
     const base = `/v1/agents/${agentId}/processes`;
     const list = (await (await app.request(base, { headers: await auth() })).json()) as { processes: { pid: number; startedAt: string }[] };
     expect(list.processes.map((p) => p.pid)).toContain(proc.pid);
