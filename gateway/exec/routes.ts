@@ -269,13 +269,30 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
         ms: Date.now() - startedAt,
       });
     if (wantsNdjson(c.req.header("accept"))) {
-      const lines = res.body!.pipeThrough(frameDecoder()).pipeThrough(ndjsonLines(q.encoding, (exit, error) => void recordExit(exit, error)));
-      return new Response(lines, {
-        status: 200,
-        headers: { "content-type": ndjson, "cache-control": "no-store", ...(wake ? { "x-wake": wake } : {}) },
-      }) as never;
+      let recorded = false;
+      const record = (exit: ExitStatus | undefined, error: string | undefined) => {
+        if (recorded) return;
+        recorded = true;
+        void recordExit(exit, error);
+      };
+      const lines = res.body!.pipeThrough(frameDecoder()).pipeThrough(ndjsonLines(q.encoding, record));
+      // A client that goes away before the exit is recorded too (the command's connection ends with it).
+      return new Response(
+        onCancel(lines, () => record(undefined, "the client went away before the command ended")),
+        {
+          status: 200,
+          headers: { "content-type": ndjson, "cache-control": "no-store", ...(wake ? { "x-wake": wake } : {}) },
+        },
+      ) as never;
     }
-    const result = await collect(res.body!, q.encoding);
+    let result: Awaited<ReturnType<typeof collect>>;
+    try {
+      result = await collect(res.body!, q.encoding);
+    } catch (err) {
+      // Its stream broke (or the client went away): what ran is recorded all the same.
+      await recordExit(undefined, err instanceof Error ? err.message : String(err));
+      throw err;
+    }
     await recordExit(result.exit, result.error ?? undefined, result.truncated);
     if (!result.exit) throw new AppError("bad_gateway", `agent ${spec.id}'s exec server ended the command's stream without its exit status`);
     return c.json(
@@ -508,6 +525,29 @@ function limitBytes(max: number, counted: { bytes: number }): TransformStream<Ui
       controller.enqueue(chunk);
     },
   });
+}
+
+/** The stream as it is, `cancelled` called when its reader cancels it (before its end). */
+function onCancel(body: ReadableStream<Uint8Array>, cancelled: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const next = await reader.read();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        } catch (err) {
+          controller.error(err);
+        }
+      },
+      cancel(reason) {
+        cancelled();
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 /** One stream's output decoded as it comes (UTF-8 with a streaming decoder: a character cut between frames is whole), or base64. */

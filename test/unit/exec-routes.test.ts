@@ -430,3 +430,19 @@ describe("exec routes", () => {
     }
   });
 });
+
+describe("exec audit when the caller goes away", () => {
+  it("an NDJSON stream cancelled before the exit still leaves its audit row", async () => {
+    const res = await execCall({ cmd: ["big", String(8 * 1024 * 1024)] }, { accept: "application/x-ndjson" });
+    const requestId = res.headers.get("x-request-id");
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    let row: { detail: unknown } | undefined;
+    for (let i = 0; i < 50 && !row; i++) {
+      row = (await database.db.select().from(auditLog).where(eq(auditLog.requestId, requestId!)))[0];
+      if (!row) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(row?.detail).toMatchObject({ argv: ["big", String(8 * 1024 * 1024)], exitCode: null, error: "the client went away before the command ended" });
+  });
+});
