@@ -155,31 +155,32 @@ describe.skipIf(!qemuPresent)(title, () => {
 
   it("50 MiB of output streams through the gateway as NDJSON with bounded memory; the JSON answer caps at 1 MiB", async () => {
     const size = 50 * MiB;
-    const { result, growthMiB } = await peakRssGrowth(async () => {
-      const res = await sys.call(`/v1/agents/${agentId}/exec`, {
-        method: "POST",
-        body: JSON.stringify({
-          cmd: ["python3", "-c", `import sys\nb=b'x'*65536\nfor _ in range(${size / 65536}): sys.stdout.buffer.write(b)`],
-          timeoutMs: 300_000,
-        }),
-        headers: { accept: "application/x-ndjson" },
-      });
-      expect(res.status).toBe(200);
-      let bytes = 0;
-      let tail = "";
-      let last = "";
-      const decoder = new TextDecoder();
-      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-        const lines = (tail + decoder.decode(chunk, { stream: true })).split("\n");
-        tail = lines.pop()!;
-        for (const line of lines) {
-          const obj = JSON.parse(line) as { stdout?: string };
-          if (obj.stdout) bytes += obj.stdout.length;
-          last = line;
-        }
-      }
-      return { bytes, last };
+    // The client is curl with a line counter after it, other processes: the RSS sampled is the all-in-one's alone.
+    const execBody = JSON.stringify({
+      cmd: ["python3", "-c", `import sys\nb=b'x'*65536\nfor _ in range(${size / 65536}): sys.stdout.buffer.write(b)`],
+      timeoutMs: 300_000,
     });
+    const counter =
+      "import json,sys\nn=0\nlast=''\nfor line in sys.stdin:\n  o=json.loads(line)\n  n+=len(o.get('stdout',''))\n  last=line.strip()\nprint(json.dumps({'bytes':n,'last':last}))";
+    const { result, growthMiB } = await peakRssGrowth(
+      () =>
+        new Promise<{ bytes: number; last: string }>((resolve, reject) => {
+          const child = spawn(
+            "sh",
+            [
+              "-c",
+              `curl -sS -f -N -H 'authorization: Bearer ${sys.demo.token}' -H 'accept: application/x-ndjson' -H 'content-type: application/json' --data-binary @- '${sys.url}/v1/agents/${agentId}/exec' | python3 -c "$COUNTER"`,
+            ],
+            { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, COUNTER: counter } },
+          );
+          let out = "";
+          child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+          child.on("exit", (code) =>
+            code === 0 ? resolve(JSON.parse(out) as { bytes: number; last: string }) : reject(new Error(`curl | count: exit ${code}`)),
+          );
+          child.stdin.end(execBody);
+        }),
+    );
     expect(result.bytes).toBe(size);
     expect(JSON.parse(result.last)).toMatchObject({ exit: { exitCode: 0, signal: null } });
     console.log(`50 MiB exec output through the gateway: RSS peak +${growthMiB.toFixed(1)} MiB`);
