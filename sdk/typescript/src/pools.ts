@@ -1,0 +1,64 @@
+// Warm pools: forks of one checkpoint kept ready, handed out by acquire and taken back (reset) by release.
+import { Agent } from "./agent.ts";
+import { type Http, seg } from "./http.ts";
+import type { AgentInfo, CreatePoolInput, PoolInfo } from "./types.ts";
+
+/** A pool: its id and what the API last said of it. */
+export class Pool {
+  readonly id: string;
+  info: PoolInfo;
+  private readonly http: Http;
+
+  constructor(http: Http, info: PoolInfo) {
+    this.http = http;
+    this.id = info.id;
+    this.info = info;
+  }
+
+  /** An agent of the pool for you alone (awake or waking); the pool tops itself up behind it. 409 `pool_exhausted` at its maxSize. */
+  async acquire(opts: { signal?: AbortSignal } = {}): Promise<Agent> {
+    const r = await this.http.json<{ agent: AgentInfo; pool: string }>("POST", `/v1/pools/${seg(this.id)}/acquire`, { json: {}, signal: opts.signal });
+    return new Agent(this.http, r.agent.id, r.agent, this.id);
+  }
+
+  /** Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire. */
+  async release(agent: Agent | string): Promise<AgentInfo> {
+    const agentId = typeof agent === "string" ? agent : agent.id;
+    const r = await this.http.json<{ agent: AgentInfo }>("POST", `/v1/pools/${seg(this.id)}/release`, { json: { agentId } });
+    return r.agent;
+  }
+
+  /** The pool now (ready, in use). */
+  async refresh(): Promise<PoolInfo> {
+    this.info = await this.http.json<PoolInfo>("GET", `/v1/pools/${seg(this.id)}`);
+    return this.info;
+  }
+
+  /** Deletes the pool (and its agents). */
+  async delete(): Promise<void> {
+    await this.http.json("DELETE", `/v1/pools/${seg(this.id)}`);
+  }
+}
+
+/** `client.pools`. */
+export class Pools {
+  private readonly http: Http;
+
+  constructor(http: Http) {
+    this.http = http;
+  }
+
+  /** A pool of `size` forks of a checkpoint kept ready. */
+  async create(input: CreatePoolInput): Promise<Pool> {
+    return new Pool(this.http, await this.http.json<PoolInfo>("POST", "/v1/pools", { json: input }));
+  }
+
+  async get(id: string): Promise<Pool> {
+    return new Pool(this.http, await this.http.json<PoolInfo>("GET", `/v1/pools/${seg(id)}`));
+  }
+
+  async list(): Promise<Pool[]> {
+    const r = await this.http.json<{ pools: PoolInfo[] }>("GET", "/v1/pools");
+    return r.pools.map((p) => new Pool(this.http, p));
+  }
+}

@@ -1,0 +1,151 @@
+// The SDK's public shapes: the API's own schemas (generated from its OpenAPI document) and the options its methods take.
+import type { components } from "./api-types.ts";
+
+type Schemas = components["schemas"];
+
+export type AgentInfo = Schemas["Agent"];
+export type CreateAgentInput = Schemas["CreateAgent"];
+export type Checkpoint = Schemas["Checkpoint"];
+export type Wake = Schemas["Wake"];
+export type AgentState = Schemas["AgentState"];
+export type Lease = Schemas["Lease"];
+
+/** What a command is: an argv (run as is) or a string (run under `/bin/sh -c`). */
+export type Command = string | readonly string[];
+
+/** How to run a command: where, as whom, with what input, for how long. */
+export interface ExecOptions {
+  /** Absolute working directory (default: the image's). */
+  cwd?: string;
+  /** Variables over the image's own environment. */
+  env?: Record<string, string>;
+  /** `name`, `uid` or `uid:gid` (default: the image's user). */
+  user?: string;
+  /** Its standard input (default: none, /dev/null). */
+  stdin?: string | Uint8Array;
+  /** Killed (its whole process group) after this long; the server's default is 60 s; 0 = none (background only). */
+  timeoutMs?: number;
+  /** How stdout and stderr come back: `utf8` (default) or `base64` (for bytes that are not text). */
+  encoding?: "utf8" | "base64";
+  /** Abandons the call (the HTTP request; the command ends with its connection). */
+  signal?: AbortSignal;
+}
+
+/** A finished command. `ok` is an exit code of 0. */
+export interface ExecResult {
+  exitCode: number | null;
+  /** `"KILL"`, `"TERM"`… when a signal ended it. */
+  signal: string | null;
+  timedOut: boolean;
+  stdout: string;
+  stderr: string;
+  /** A stream was over the answer's cap (1 MiB each): the rest was dropped. Use `execStream` for more. */
+  truncated: boolean;
+  durationMs: number;
+  ok: boolean;
+}
+
+/** How a streamed command ended. */
+export interface ExecExit {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  durationMs: number;
+}
+
+/** One event of `execStream`, as it happens: some output, then its exit last. */
+export type ExecEvent = { stdout: string } | { stderr: string } | { exit: ExecExit };
+
+/** A background process, as the API describes it. */
+export interface ProcessInfo {
+  pid: number;
+  cmd: string[];
+  state: "running" | "exited";
+  exitCode: number | null;
+  signal: string | null;
+  startedAt: string;
+  endedAt: string | null;
+}
+
+/** A page of a background process's output. */
+export interface ProcessOutput {
+  data: string;
+  encoding: "utf8" | "base64";
+  offset: number;
+  nextOffset: number;
+  /** Bytes beyond the keeper's bound (16 MiB a stream) that were dropped. */
+  dropped: number;
+  /** The process exited and everything was read. */
+  eof: boolean;
+}
+
+export type SignalName = "TERM" | "KILL" | "INT" | "HUP" | "QUIT" | "USR1" | "USR2";
+
+/** One entry of a directory listing. */
+export interface FileEntry {
+  name: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: string | number;
+  uid: number;
+  gid: number;
+  modifiedAt: string;
+}
+
+export interface DirectoryListing {
+  path: string;
+  entries: FileEntry[];
+}
+
+/** A file written. */
+export interface FileWritten {
+  path: string;
+  size: number;
+  mode: string | number;
+  uid: number;
+  gid: number;
+}
+
+/** How a file is written: mode (a number such as `0o644`, or octal digits), owner, parents made. */
+export interface WriteOptions {
+  mode?: number | string;
+  uid?: number;
+  gid?: number;
+  /** Make the missing parent directories. */
+  mkdirs?: boolean;
+  signal?: AbortSignal;
+}
+
+/** What `write` takes: text (UTF-8), bytes, a Blob or a stream (sent as it is read, never held whole). */
+export type FileData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
+
+/** A warm pool, as the API describes it. */
+export interface PoolInfo {
+  id: string;
+  name: string | null;
+  fromCheckpoint: string;
+  size: number;
+  maxSize: number;
+  ready: number;
+  inUse: number;
+  state: string;
+  createdAt: string;
+}
+
+export interface CreatePoolInput {
+  name?: string;
+  /** A checkpoint id (`ckp_…`) or an agent's checkpoint by name, `agt_…:name`. */
+  fromCheckpoint?: string;
+  /** Or an image. */
+  image?: string;
+  /** Forks kept ready. */
+  size: number;
+  /** At most this many agents in all (ready and handed out). */
+  maxSize?: number;
+}
+
+/** The answer of a reset: the agent, back at its checkpoint, and how long it took. */
+export interface ResetResult {
+  agent: AgentInfo;
+  resetMs: number;
+}
