@@ -12,6 +12,8 @@ import { createBillingRoutes } from "../billing/routes.ts";
 import { createGateway, type GatewayConfig, type GatewayDeps } from "../gateway/app.ts";
 import { createAgentRepo, type AgentRepo } from "../gateway/agents/repo.ts";
 import { createCheckpointRepo } from "../gateway/checkpoints/repo.ts";
+import { createPoolKeeper, type PoolKeeper } from "../gateway/pools/keeper.ts";
+import { createPoolStore } from "../gateway/pools/store.ts";
 import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy/agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy/core.ts";
@@ -64,6 +66,8 @@ export interface GatewayApp {
   tenants: TenantGate;
   /** What a delivery worker of this gateway is built from. */
   webhookDeps: WebhookDeps;
+  /** Warm pools: a Node program starts their top-up (`start`) and stops it at shutdown. */
+  pools: PoolKeeper;
 }
 
 /** IMAGE_MAX_UPLOAD_BYTES's default: 4 GiB. */
@@ -123,6 +127,8 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     clock,
   });
   const operations = operationRoutes({ agents, operations: createOperationRepo(db) });
+  const checkpoints = createCheckpointRepo(db);
+  const pools = createPoolKeeper({ store: createPoolStore(db), agents, checkpoints, fleet, log: log.child({ component: "pools" }) });
   const health = deps.hostHealth ?? defaultHostHealth;
   const hosts = hostRoutes({ hosts: createHostRepo(db, { liveWindowMs: health.liveWindowMs }), audit, clock, maxClockSkewMs: health.maxClockSkewMs });
   const app = createGateway({
@@ -136,12 +142,13 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     ...(deps.clientIp ? { clientIp: deps.clientIp } : {}),
     routes: [createWebhookRoutes(webhookDeps, { onQueued: deps.onWebhookQueued }), billing, images, tenantRoutes, hosts, upstreams, operations],
     imageCatalog: imageRepo,
-    checkpoints: createCheckpointRepo(db),
+    checkpoints,
+    pools,
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },
     tenants,
     ...(deps.metrics ? { metrics: deps.metrics } : {}),
   });
-  return { app, proxy, agents, tenants, webhookDeps };
+  return { app, proxy, agents, tenants, webhookDeps, pools };
 }

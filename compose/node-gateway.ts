@@ -208,7 +208,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
   const auth = await authenticatorFor(cfg.auth, keys, { signingKeyFile, jwksFile: cfg.jwksFile }, log);
   const upstreamKey = await ensureUpstreamKey(cfg.upstreamKeyFile ?? upstreamKeyPath(cfg.dataDir));
   let worker: DeliveryWorker | undefined;
-  const { app, proxy, webhookDeps } = assembleGatewayApp({
+  const { app, proxy, webhookDeps, pools } = assembleGatewayApp({
     ...(parts.hostHealth ? { hostHealth: parts.hostHealth } : {}),
     db,
     fleet,
@@ -248,6 +248,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
     throw err;
   }
   worker.start();
+  pools.start(); // keeps every live pool topped up (what an earlier process left half-made included)
   const url = `http://${cfg.hostname === "0.0.0.0" || cfg.hostname === "::" ? "127.0.0.1" : cfg.hostname}:${server.port}`;
 
   let stopped: Promise<void> | undefined;
@@ -262,6 +263,7 @@ export async function startNodeGateway(cfg: NodeGatewayConfig, parts: NodeGatewa
       stopped ??= (async () => {
         server.refuseNew();
         await worker.stop();
+        await pools.stop();
         await opts.drain(server.idle());
         const closing = server.close();
         nodeProxy.close();

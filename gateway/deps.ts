@@ -7,6 +7,7 @@ import type { Metrics } from "../lib/metrics.ts";
 import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog, AuditReader } from "../schema/audit-log.ts";
 import type { CheckpointRepo } from "./checkpoints/repo.ts";
+import type { PoolKeeper } from "./pools/keeper.ts";
 import type { AgentRepo } from "./agents/repo.ts";
 import type { Authenticator } from "./auth.ts";
 import type { ProxyConfig, ProxyCore } from "./proxy/core.ts";
@@ -62,4 +63,6 @@ export interface GatewayDeps {
   tenants?: TenantGate;
   /** Checkpoints' rows (hosts write them; the checkpoint routes and forks read them); none: those answer 501 checkpoints_unsupported. */
   checkpoints?: CheckpointRepo;
+  /** Warm pools (their rows, hand-outs, top-ups); none: the pool routes answer 501. */
+  pools?: PoolKeeper;
 }

@@ -23,6 +23,7 @@ export const idPrefixes = {
   checkpoint: "ckp",
   upstream: "ups",
   operation: "op",
+  pool: "pol",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;

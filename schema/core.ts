@@ -61,15 +61,58 @@ export const agents = pgTable(
     lastWakeAt: tz("last_wake_at"),
     /** The checkpoint this agent was forked from (`POST /v1/agents {fromCheckpoint}`); null for one created fresh. */
     forkedFrom: text("forked_from"),
+    /** The warm pool the agent belongs to (`pools.id`); null for one outside any pool. */
+    poolId: text("pool_id"),
+    /** Where it is in its pool: ready to hand out, handed out (`in_use`), or being made ready (forked, reset); null outside a pool. */
+    poolState: text("pool_state").$type<PoolAgentState>(),
+    /** When the pool last handed it out; null while it waits in the pool. */
+    poolAcquiredAt: tz("pool_acquired_at"),
     createdAt: tz("created_at").notNull().defaultNow(),
     deletedAt: tz("deleted_at"),
   },
   (t) => [
+    // A pool's acquire takes its oldest ready agent; its counts group its live agents by state.
+    index("agents_pool_idx").on(t.poolId, t.poolState, t.createdAt).where(sql`deleted_at is null and pool_id is not null`),
     index("agents_tenant_idx").on(t.tenantId),
     // GET /v1/agents pages a tenant's live agents in this order (keyset over created_at, id).
     index("agents_tenant_page_idx").on(t.tenantId, t.createdAt, t.id).where(sql`deleted_at is null`),
     // Placement weighs each host by its agents; the hosts API counts them.
     index("agents_host_idx").on(t.hostId).where(sql`deleted_at is null`),
+  ],
+);
+
+/** An agent's place in its warm pool. */
+export type PoolAgentState = "ready" | "in_use" | "resetting";
+
+/** What a pool is doing: keeping its agents (`active`), or being deleted (its idle agents removed, no more handed out). */
+export type PoolState = "active" | "deleting";
+
+/**
+ * A warm pool: `size` forks of one checkpoint kept ready (hibernated) to hand out one at a time, reset to the checkpoint
+ * when given back; at most `max_size` agents in all. Its agents name it in `agents.pool_id`. A deleted one keeps its row.
+ */
+export const pools = pgTable(
+  "pools",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    /** Unique per tenant among live pools. */
+    name: text("name").notNull(),
+    /** The checkpoint its agents are forked from and reset to (`checkpoints.id`). */
+    fromCheckpoint: text("from_checkpoint").notNull(),
+    /** How many ready agents it keeps; and how many agents (ready, in use, being made ready) it may hold in all. */
+    size: integer("size").notNull(),
+    maxSize: integer("max_size").notNull(),
+    state: text("state").$type<PoolState>().notNull().default("active"),
+    createdAt: tz("created_at").notNull().defaultNow(),
+    updatedAt: tz("updated_at").notNull().defaultNow(),
+    deletedAt: tz("deleted_at"),
+  },
+  (t) => [
+    uniqueIndex("pools_tenant_name_idx").on(t.tenantId, t.name).where(sql`deleted_at is null`),
+    index("pools_tenant_idx").on(t.tenantId, t.createdAt, t.id).where(sql`deleted_at is null`),
   ],
 );
 

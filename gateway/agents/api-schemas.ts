@@ -171,6 +171,15 @@ export const AgentSchema = z
       .string()
       .nullable()
       .openapi({ description: "The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh" }),
+    pool: z
+      .object({
+        id: z.string().openapi({ example: "pol_0123456789abcdef" }),
+        state: z
+          .enum(["ready", "in_use", "resetting"])
+          .openapi({ description: "ready = waits to be handed out; in_use = handed out; resetting = being forked or reset" }),
+      })
+      .nullable()
+      .openapi({ description: "The warm pool it belongs to (`POST /v1/pools`); null outside any pool" }),
     createdAt: isoInstant(),
   })
   .openapi("Agent");

@@ -1,10 +1,11 @@
-// Admin API under /v1/agents: create (or fork from a checkpoint), list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log; checkpoints beside them.
+// Admin API under /v1/agents: create (or fork from a checkpoint), list (paged), get, update, delete, hibernate, wake, keep-awake leases, the event log; checkpoints and warm pools beside them.
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { apiRouter } from "../../lib/api.ts";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { ProxyCore } from "../proxy/core.ts";
 import { checkpointRoutes, type CheckpointGatewayDeps } from "../checkpoints/routes.ts";
+import { poolRoutes } from "../pools/routes.ts";
 import { registerCreateAgent } from "./create-routes.ts";
 import { registerAgentCrud } from "./crud-routes.ts";
 import { registerAgentLifecycle } from "./lifecycle-routes.ts";
@@ -18,5 +19,6 @@ export function agentRoutes(deps: GatewayDeps & CheckpointGatewayDeps, proxy: Pr
   registerAgentCrud(r, ctx);
   registerAgentLifecycle(r, ctx);
   r.route("/", checkpointRoutes(deps, ctx.view));
+  r.route("/", poolRoutes(deps, ctx.view));
   return r;
 }

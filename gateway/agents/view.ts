@@ -30,6 +30,8 @@ export function agentJson(row: AgentRow, status: VmStatus | undefined, limits: E
     lastHibernateError: status?.lastHibernateError ?? null,
     /** The checkpoint it was forked from; null for an agent created fresh. */
     forkedFrom: row.forkedFrom,
+    /** The warm pool it belongs to and where it is in it; null outside any pool. */
+    pool: row.poolId !== null ? { id: row.poolId, state: row.poolState ?? "resetting" } : null,
     createdAt: row.createdAt.toISOString(),
   };
 }

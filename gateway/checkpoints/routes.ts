@@ -21,6 +21,8 @@ import {
   RestoreBody,
 } from "./api-schemas.ts";
 import { AgentParams, AgentSchema } from "../agents/api-schemas.ts";
+import { ResetSchema } from "../pools/api-schemas.ts";
+import { resetToFork } from "./reset.ts";
 
 /** What the checkpoint routes need besides the gateway's own parts: the rows' reader (none: 501 checkpoints_unsupported). */
 export type CheckpointGatewayDeps = GatewayDeps & { checkpoints?: CheckpointRepo };
@@ -86,6 +88,19 @@ const restoreRoute = (body: MiddlewareHandler) =>
     request: { params: AgentParams, ...jsonRequest(RestoreBody) },
     responses: { 200: json(AgentSchema, "The agent, hibernated on the checkpoint"), ...errors(400, 404, 413, 501, 502, 504) },
   });
+
+const resetRoute = createRoute({
+  method: "post",
+  path: "/v1/agents/{id}/reset",
+  operationId: "resetAgent",
+  summary:
+    "Roll a forked agent back to the checkpoint it was forked from (`forkedFrom`): one episode ends, the next starts from the same state; it is woken in the background",
+  tags,
+  middleware: [admin],
+  request: { params: AgentParams },
+  // 409: the agent was not forked (or its checkpoint was deleted since).
+  responses: { 200: json(ResetSchema, "The agent, rolled back (awake or waking)"), ...errors(400, 404, 409, 501, 502, 504) },
+});
 
 /**
  * The routes; `view` shows an agent as the agents API does (it is theirs). Every change is audited with the caller as
@@ -158,6 +173,17 @@ export function checkpointRoutes(
     const state = await op(fleet, "restoreCheckpoint")(agentSpec(row), ckp.id, c.get("requestId"));
     await audit(c, caller, "agent.restore", row.id, { checkpointId: ckp.id, name: ckp.name, state });
     return c.json((await view(row, await fleet.status(row.id))) as never, 200);
+  });
+
+  r.openapi(resetRoute, async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const row = await ownAgent(caller, c.req.valid("param").id);
+    const reset = await resetToFork(fleet, deps.checkpoints, row, c.get("requestId"));
+    // The next episode starts now: its first call finds the agent awake, or waits for the wake under way.
+    void fleet.wake(agentSpec(row), "api").catch((err: unknown) => deps.log.warn("a reset agent did not wake", { agentId: row.id, err: String(err) }));
+    await audit(c, caller, "agent.reset", row.id, { checkpointId: reset.checkpointId, resetMs: reset.resetMs, state: reset.state });
+    const agent = await view(row, await fleet.status(row.id));
+    return c.json({ agent, checkpointId: reset.checkpointId, resetMs: reset.resetMs } as never, 200);
   });
 
   return r;

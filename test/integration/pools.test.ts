@@ -1,0 +1,280 @@
+// Warm pools through the real system (Postgres, HTTP, the host) over a driver that copies directories: top-up, atomic acquire, release and reset, delete, bad input.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { and, eq, isNull } from "drizzle-orm";
+import { agents, auditLog, pools } from "../../schema/core.ts";
+import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
+import { startSystem, type TestSystem } from "../helpers/system.ts";
+
+let sys: TestSystem;
+let other: string; // a token of another tenant
+
+interface Pool {
+  id: string;
+  name: string;
+  fromCheckpoint: string;
+  size: number;
+  maxSize: number;
+  ready: number;
+  inUse: number;
+  resetting: number;
+  state: string;
+}
+interface Agent {
+  id: string;
+  state: string;
+  forkedFrom: string | null;
+  pool: { id: string; state: string } | null;
+}
+
+const json = { "content-type": "application/json" };
+const post = (path: string, body?: unknown, token?: string) =>
+  sys.call(path, { method: "POST", headers: json, ...(body !== undefined ? { body: JSON.stringify(body) } : {}), ...(token !== undefined ? { token } : {}) });
+const stateDir = (agentId: string) => join(sys.dataDir, "hosts", sys.host.hostId, "vms", agentId);
+
+async function until(what: string, check: () => Promise<boolean> | boolean, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function getPool(id: string): Promise<Pool> {
+  const res = await sys.call(`/v1/pools/${id}`);
+  expect(res.status, await res.clone().text()).toBe(200);
+  return (await res.json()) as Pool;
+}
+
+async function errorCode(res: Response): Promise<string> {
+  return ((await res.json()) as { error: { code: string } }).error.code;
+}
+
+/** A checkpoint of an awake demo agent (its state directory holds `workspace` = "clean"). */
+async function checkpoint(name?: string): Promise<{ agentId: string; id: string }> {
+  const { id: agentId } = await sys.createAgent({ idleTimeoutMs: 600_000 });
+  expect((await sys.call(`/a/${agentId}/counter`)).status).toBe(200);
+  writeFileSync(join(stateDir(agentId), "workspace"), "clean");
+  const res = await post(`/v1/agents/${agentId}/checkpoints`, name !== undefined ? { name } : {});
+  expect(res.status, await res.clone().text()).toBe(201);
+  return { agentId, id: ((await res.json()) as { id: string }).id };
+}
+
+async function createPool(body: Record<string, unknown>): Promise<Pool> {
+  const res = await post("/v1/pools", body);
+  expect(res.status, await res.clone().text()).toBe(201);
+  return (await res.json()) as Pool;
+}
+
+async function filled(pool: Pool, ready = pool.size): Promise<Pool> {
+  let seen = pool;
+  await until(`pool ${pool.id} to hold ${ready} ready`, async () => {
+    seen = await getPool(pool.id);
+    return seen.ready === ready && seen.resetting === 0;
+  });
+  return seen;
+}
+
+beforeAll(async () => {
+  sys = await startSystem({ driver: new FakeCheckpointDriver() });
+  await sys.ensureTenant("ten_other");
+  other = await sys.token({ tenant: "ten_other" });
+}, 60_000);
+
+afterAll(async () => {
+  await sys?.stop();
+});
+
+describe("pools", () => {
+  it("keeps `size` hibernated forks ready; 20 acquirers at once on a pool of 5 (maxSize 5): 5 distinct agents, 15 × 409 pool_exhausted", async () => {
+    const ckp = await checkpoint();
+    const pool = await createPool({ name: "rl", fromCheckpoint: ckp.id, size: 5, maxSize: 5 });
+    expect(pool).toMatchObject({ name: "rl", fromCheckpoint: ckp.id, size: 5, maxSize: 5, state: "active" });
+    expect(pool.id).toMatch(/^pol_/);
+    await filled(pool);
+    const members = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    expect(members).toHaveLength(5);
+    for (const m of members) {
+      expect(m).toMatchObject({ poolState: "ready", forkedFrom: ckp.id, hostId: sys.host.hostId });
+      expect(await sys.state(m.id)).toBe("hibernated");
+    }
+
+    const answers = await Promise.all(Array.from({ length: 20 }, () => post(`/v1/pools/${pool.id}/acquire`)));
+    const ok = answers.filter((r) => r.status === 200);
+    const refused = answers.filter((r) => r.status === 409);
+    expect(ok).toHaveLength(5);
+    expect(refused).toHaveLength(15);
+    for (const r of refused) expect(await errorCode(r)).toBe("pool_exhausted");
+    const got = await Promise.all(ok.map(async (r) => (await r.json()) as { agent: Agent; pool: string; forked: boolean }));
+    expect(new Set(got.map((g) => g.agent.id)).size).toBe(5);
+    for (const g of got) {
+      expect(g.pool).toBe(pool.id);
+      expect(g.forked).toBe(false);
+      expect(g.agent.pool).toEqual({ id: pool.id, state: "in_use" });
+    }
+    expect(await getPool(pool.id)).toMatchObject({ ready: 0, inUse: 5, resetting: 0 });
+    // Woken in the background: each answers its first call.
+    for (const g of got) expect((await sys.call(`/a/${g.agent.id}/counter`)).status).toBe(200);
+    const audits = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, pool.id));
+    expect(audits.filter((a) => a.action === "pool.acquire")).toHaveLength(5);
+    expect(audits.map((a) => a.action)).toContain("pool.create");
+  });
+
+  it("release resets the agent to the checkpoint and makes it ready again; a second release is 409; the next acquire hands it out", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
+    expect(pool.name).toBe(pool.id);
+    const res = await post(`/v1/pools/${pool.id}/acquire`);
+    expect(res.status).toBe(200);
+    const { agent } = (await res.json()) as { agent: Agent };
+    expect((await sys.call(`/a/${agent.id}/counter`)).status).toBe(200);
+    writeFileSync(join(stateDir(agent.id), "workspace"), "dirty");
+    writeFileSync(join(stateDir(agent.id), "episode-file"), "1");
+
+    const rel = await post(`/v1/pools/${pool.id}/release`, { agentId: agent.id });
+    expect(rel.status, await rel.clone().text()).toBe(200);
+    const released = (await rel.json()) as { agent: Agent; resetMs: number };
+    expect(released.agent).toMatchObject({ id: agent.id, state: "hibernated", pool: { id: pool.id, state: "ready" } });
+    expect(released.resetMs).toBeGreaterThanOrEqual(0);
+    expect(readFileSync(join(stateDir(agent.id), "workspace"), "utf8")).toBe("clean");
+    expect(readFileSync(join(stateDir(agent.id), restoredFromFile), "utf8")).toBe(ckp.id);
+    expect(await getPool(pool.id)).toMatchObject({ ready: 1, inUse: 0 });
+
+    const again = await post(`/v1/pools/${pool.id}/release`, { agentId: agent.id });
+    expect(again.status).toBe(409);
+    expect(await errorCode(again)).toBe("conflict");
+    const next = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    expect(next.agent.id).toBe(agent.id);
+    expect((await post(`/v1/pools/${pool.id}/acquire`)).status).toBe(409);
+  });
+
+  it("POST /v1/agents/{id}/reset rolls a fork back to its checkpoint ({agent, resetMs}); 409 for an agent that was not forked", async () => {
+    const ckp = await checkpoint();
+    const fork = (await (await post("/v1/agents", { fromCheckpoint: ckp.id })).json()) as Agent;
+    expect((await sys.call(`/a/${fork.id}/counter`)).status).toBe(200);
+    writeFileSync(join(stateDir(fork.id), "workspace"), "dirty");
+    const res = await post(`/v1/agents/${fork.id}/reset`);
+    expect(res.status, await res.clone().text()).toBe(200);
+    const body = (await res.json()) as { agent: Agent; checkpointId: string; resetMs: number };
+    expect(body.checkpointId).toBe(ckp.id);
+    expect(body.agent.id).toBe(fork.id);
+    expect(typeof body.resetMs).toBe("number");
+    expect(readFileSync(join(stateDir(fork.id), "workspace"), "utf8")).toBe("clean");
+    // Woken in the background: the next call answers.
+    expect((await sys.call(`/a/${fork.id}/counter`)).status).toBe(200);
+    const audits = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, fork.id));
+    expect(audits.find((a) => a.action === "agent.reset")?.detail).toMatchObject({ checkpointId: ckp.id });
+
+    const fresh = await sys.createAgent();
+    const refused = await post(`/v1/agents/${fresh.id}/reset`);
+    expect(refused.status).toBe(409);
+    expect(await errorCode(refused)).toBe("conflict");
+    expect((await post(`/v1/agents/${fork.id}/reset`, undefined, other)).status).toBe(404);
+    expect((await post("/v1/agents/nope/reset")).status).toBe(400);
+  });
+
+  it("forks on demand when none is ready below maxSize, tops back up to size after acquires, and is made from agt_…:name", async () => {
+    const ckp = await checkpoint("episode-start");
+    const pool = await createPool({ name: "demand", fromCheckpoint: `${ckp.agentId}:episode-start`, size: 0, maxSize: 2 });
+    expect(pool.fromCheckpoint).toBe(ckp.id);
+    const first = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent; forked: boolean };
+    expect(first.forked).toBe(true);
+    expect(first.agent).toMatchObject({ forkedFrom: ckp.id, pool: { id: pool.id, state: "in_use" } });
+
+    const topped = await createPool({ name: "topped", fromCheckpoint: ckp.id, size: 2, maxSize: 4 });
+    await filled(topped);
+    for (let i = 0; i < 2; i++) expect((await post(`/v1/pools/${topped.id}/acquire`)).status).toBe(200);
+    // The top-up forks two more (4 in all: maxSize), then no more.
+    const after = await filled(topped, 2);
+    expect(after).toMatchObject({ inUse: 2, ready: 2 });
+    expect((await post(`/v1/pools/${topped.id}/acquire`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await getPool(topped.id)).toMatchObject({ inUse: 3, ready: 1, resetting: 0 });
+  });
+
+  it("delete removes the ready agents, leaves the handed-out ones to their holders, and the pool is gone", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "gone", fromCheckpoint: ckp.id, size: 3, maxSize: 3 }));
+    const held = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    const ready = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), eq(agents.poolState, "ready"), isNull(agents.deletedAt)));
+    const res = await sys.call(`/v1/pools/${pool.id}`, { method: "DELETE" });
+    expect(res.status, await res.clone().text()).toBe(200);
+    expect(await res.json()).toEqual({ id: pool.id, deleted: true, removed: 2, leftInUse: 1 });
+    for (const r of ready) {
+      expect((await sys.call(`/v1/agents/${r.id}`)).status).toBe(404);
+      expect(existsSync(stateDir(r.id))).toBe(false);
+    }
+    expect((await sys.call(`/v1/agents/${held.agent.id}`)).status).toBe(200);
+    expect((await sys.call(`/a/${held.agent.id}/counter`)).status).toBe(200);
+    expect((await sys.call(`/v1/pools/${pool.id}`)).status).toBe(404);
+    expect((await post(`/v1/pools/${pool.id}/acquire`)).status).toBe(404);
+    const [row] = await sys.database.db.select().from(pools).where(eq(pools.id, pool.id));
+    expect(row?.deletedAt).not.toBeNull();
+    // The name is free again.
+    await createPool({ name: "gone", fromCheckpoint: ckp.id, size: 0, maxSize: 1 });
+  });
+
+  it("makes a pool from an image: an agent booted and checkpointed, the pool forks its checkpoint", async () => {
+    const pool = await filled(await createPool({ name: "from-image", image: "demo", size: 1, maxSize: 1 }));
+    const [ckp] = await sys.database.db
+      .select()
+      .from(agents)
+      .where(eq(agents.name, `pool ${pool.id}`));
+    expect(ckp).toBeDefined();
+    const got = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    expect(got.agent.forkedFrom).toBe(pool.fromCheckpoint);
+    expect((await sys.call(`/a/${got.agent.id}/counter`)).status).toBe(200);
+  });
+
+  it("lists the tenant's pools; another tenant's do not exist for it; bad input gets the envelope", async () => {
+    const ckp = await checkpoint();
+    const pool = await createPool({ name: "listed", fromCheckpoint: ckp.id, size: 0, maxSize: 1 });
+    const list = (await (await sys.call("/v1/pools")).json()) as { pools: Pool[] };
+    expect(list.pools.map((p) => p.id)).toContain(pool.id);
+    expect(((await (await sys.call("/v1/pools", { token: other })).json()) as { pools: Pool[] }).pools).toEqual([]);
+    expect((await sys.call(`/v1/pools/${pool.id}`, { token: other })).status).toBe(404);
+    expect((await post(`/v1/pools/${pool.id}/acquire`, undefined, other)).status).toBe(404);
+    expect((await post("/v1/pools", { fromCheckpoint: ckp.id, size: 1 }, other)).status).toBe(404);
+
+    const bad: [unknown, number, string][] = [
+      [{ fromCheckpoint: ckp.id }, 400, "size"],
+      [{ fromCheckpoint: ckp.id, size: -1 }, 400, "size"],
+      [{ fromCheckpoint: ckp.id, size: 1.5 }, 400, "size"],
+      [{ fromCheckpoint: ckp.id, size: 101 }, 400, "size"],
+      [{ fromCheckpoint: ckp.id, size: 3, maxSize: 2 }, 400, "maxSize"],
+      [{ size: 1 }, 400, "fromCheckpoint or image"],
+      [{ fromCheckpoint: ckp.id, image: "demo", size: 1 }, 400, "fromCheckpoint or image"],
+      [{ fromCheckpoint: ckp.id, size: 1, colour: "red" }, 400, "colour"],
+      [{ fromCheckpoint: "nope", size: 1 }, 400, "fromCheckpoint"],
+      [{ fromCheckpoint: "ckp_0000000000000000", size: 1 }, 404, "not found"],
+      [{ fromCheckpoint: `${ckp.agentId}:no-such-name`, size: 1 }, 404, "no-such-name"],
+      [{ name: "listed", fromCheckpoint: ckp.id, size: 1 }, 409, "listed"],
+      [[1, 2], 400, "JSON object"],
+    ];
+    for (const [body, status, says] of bad) {
+      const res = await post("/v1/pools", body);
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      const text = await res.text();
+      expect(text, JSON.stringify(body)).toContain(says);
+      expect(JSON.parse(text).error.code).toBeTypeOf("string");
+    }
+    expect((await sys.call("/v1/pools/nope")).status).toBe(400);
+    expect((await sys.call("/v1/pools/pol_0000000000000000")).status).toBe(404);
+    expect((await post(`/v1/pools/${pool.id}/release`, {})).status).toBe(400);
+    expect((await post(`/v1/pools/${pool.id}/release`, { agentId: "nope" })).status).toBe(400);
+    const stranger = await sys.createAgent();
+    const notMember = await post(`/v1/pools/${pool.id}/release`, { agentId: stranger.id });
+    expect(notMember.status).toBe(409);
+    // The agents:admin scope: a token without it is refused before anything.
+    const invokeOnly = await sys.token({ scopes: ["agents:invoke"] });
+    expect((await sys.call("/v1/pools", { token: invokeOnly })).status).toBe(403);
+    expect((await post(`/v1/pools/${pool.id}/acquire`, undefined, invokeOnly)).status).toBe(403);
+  });
+});
