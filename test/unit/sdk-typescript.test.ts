@@ -174,7 +174,7 @@ describe("the TypeScript SDK", () => {
     const pool = await client().pools.get("pol_1");
     const got = await pool.acquire();
     expect(got).toMatchObject({ id: "agt_p", poolId: "pol_1" });
-    expect((await got.release()).id).toBe("agt_p");
+    expect((await got.release()).agent.id).toBe("agt_p");
     expect(JSON.parse(last().body.toString())).toEqual({ agentId: "agt_p" });
   });
 });

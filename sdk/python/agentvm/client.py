@@ -296,18 +296,19 @@ class Agent:
         return self._http.json("POST", self._path("/checkpoints"), json_body={"name": name} if name is not None else {})
 
     def reset(self) -> Dict[str, Any]:
-        """Rolls it back to the checkpoint it was forked from: ``{agent, resetMs}``."""
+        """Rolls it back to the checkpoint it was forked from: ``{agent, checkpointId, resetMs}``."""
         r = self._http.json("POST", self._path("/reset"))
         self.info = r["agent"]
         return r
 
     def release(self) -> Dict[str, Any]:
-        """Gives it back to the pool it was acquired from (reset there first)."""
-        if not self.pool_id:
-            raise AgentVMError("bad_request", f"agent {self.id} was not acquired from a pool", None, 400)
-        r = self._http.json("POST", f"/v1/pools/{_q(self.pool_id)}/release", json_body={"agentId": self.id})
+        """Gives it back to the pool it was acquired from (reset there first): ``{agent, resetMs}``."""
+        pool_id = self.pool_id or ((self.info or {}).get("pool") or {}).get("id")
+        if not pool_id:
+            raise AgentVMError("bad_request", f"agent {self.id} is in no pool", None, 400)
+        r = self._http.json("POST", f"/v1/pools/{_q(pool_id)}/release", json_body={"agentId": self.id})
         self.info = r["agent"]
-        return r["agent"]
+        return r
 
     def delete(self) -> None:
         self._http.json("DELETE", self._path())
@@ -336,16 +337,17 @@ class Pool:
         return Agent(self._http, r["agent"]["id"], r["agent"], self.id)
 
     def release(self, agent: Union[Agent, str]) -> Dict[str, Any]:
-        """Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire."""
+        """Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire: ``{agent, resetMs}``."""
         agent_id = agent.id if isinstance(agent, Agent) else agent
-        return self._http.json("POST", f"/v1/pools/{_q(self.id)}/release", json_body={"agentId": agent_id})["agent"]
+        return self._http.json("POST", f"/v1/pools/{_q(self.id)}/release", json_body={"agentId": agent_id})
 
     def refresh(self) -> Dict[str, Any]:
         self.info = self._http.json("GET", f"/v1/pools/{_q(self.id)}")
         return self.info
 
-    def delete(self) -> None:
-        self._http.json("DELETE", f"/v1/pools/{_q(self.id)}")
+    def delete(self) -> Dict[str, Any]:
+        """Deletes the pool and its ready agents (handed-out ones are left to their holders)."""
+        return self._http.json("DELETE", f"/v1/pools/{_q(self.id)}")
 
 
 class Pools:

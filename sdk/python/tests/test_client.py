@@ -171,7 +171,7 @@ class ClientTest(unittest.TestCase):
         pool = Pool(self.client().http, {"id": "pol_1"})
         agent = pool.acquire()
         self.assertEqual((agent.id, agent.pool_id), ("agt_p", "pol_1"))
-        self.assertEqual(agent.release()["id"], "agt_p")
+        self.assertEqual(agent.release()["agent"]["id"], "agt_p")
 
 
 if __name__ == "__main__":

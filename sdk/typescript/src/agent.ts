@@ -14,6 +14,7 @@ import type {
   FileData,
   FileWritten,
   Lease,
+  PoolReleased,
   ProcessInfo,
   ProcessOutput,
   ResetResult,
@@ -305,11 +306,12 @@ export class Agent {
   }
 
   /** Gives it back to the pool it was acquired from (reset there first). */
-  async release(): Promise<AgentInfo> {
-    if (!this.poolId) throw new AgentVMError("bad_request", `agent ${this.id} was not acquired from a pool`, { status: 400 });
-    const r = await this.http.json<{ agent: AgentInfo }>("POST", `/v1/pools/${seg(this.poolId)}/release`, { json: { agentId: this.id } });
+  async release(): Promise<PoolReleased> {
+    const poolId = this.poolId ?? this.info?.pool?.id;
+    if (!poolId) throw new AgentVMError("bad_request", `agent ${this.id} is in no pool`, { status: 400 });
+    const r = await this.http.json<PoolReleased>("POST", `/v1/pools/${seg(poolId)}/release`, { json: { agentId: this.id } });
     this.info = r.agent;
-    return r.agent;
+    return r;
   }
 
   /** Deletes it: its VM, snapshot and disk go. */

@@ -59,6 +59,30 @@ export type paths = {
     /** Roll the agent back to one of its checkpoints: stopped if awake, then hibernated on the checkpoint (its snapshot replaced); the next call wakes it */
     post: operations["restoreAgent"];
   };
+  "/v1/agents/{id}/reset": {
+    /** Roll a forked agent back to the checkpoint it was forked from (`forkedFrom`): one episode ends, the next starts from the same state; it is woken in the background */
+    post: operations["resetAgent"];
+  };
+  "/v1/pools": {
+    /** The tenant's pools, oldest first, with their counts */
+    get: operations["listPools"];
+    /** Create a warm pool: `size` hibernated forks of a checkpoint kept ready to hand out, reset to it when given back */
+    post: operations["createPool"];
+  };
+  "/v1/pools/{id}": {
+    /** One pool, with how many of its agents are ready, in use and being made ready */
+    get: operations["getPool"];
+    /** Delete a pool: its agents that are not handed out are deleted; handed-out ones stay with their holders as ordinary agents */
+    delete: operations["deletePool"];
+  };
+  "/v1/pools/{id}/acquire": {
+    /** Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize */
+    post: operations["acquirePoolAgent"];
+  };
+  "/v1/pools/{id}/release": {
+    /** Give a handed-out agent back: reset to the pool's checkpoint (hibernated on it) and ready for the next acquire */
+    post: operations["releasePoolAgent"];
+  };
   "/v1/agents/{id}/logs": {
     /**
      * An agent's log (console + workload output): its tail, and with follow what it writes next; never wakes the agent
@@ -286,6 +310,16 @@ export type components = {
       lastHibernateError: components["schemas"]["HibernateFailure"];
       /** @description The checkpoint it was forked from (`POST /v1/agents {fromCheckpoint}`); null for an agent created fresh */
       forkedFrom: string | null;
+      /** @description The warm pool it belongs to (`POST /v1/pools`); null outside any pool */
+      pool: ({
+        /** @example pol_0123456789abcdef */
+        id: string;
+        /**
+         * @description ready = waits to be handed out; in_use = handed out; resetting = being forked or reset
+         * @enum {string}
+         */
+        state: "ready" | "in_use" | "resetting";
+      }) | null;
       /** Format: date-time */
       createdAt: string;
     };
@@ -504,6 +538,77 @@ export type components = {
        * @example clean
        */
       checkpoint: string;
+    };
+    AgentReset: {
+      agent: components["schemas"]["Agent"];
+      /** @description The checkpoint it was rolled back to (`forkedFrom`) */
+      checkpointId: string;
+      /** @description How long the roll-back took, ms (its next call wakes it from the checkpoint) */
+      resetMs: number;
+    };
+    Pool: {
+      /** @example pol_0123456789abcdef */
+      id: string;
+      name: string;
+      /** @description The checkpoint its agents are forked from and reset to */
+      fromCheckpoint: string;
+      /** @description How many ready agents it keeps */
+      size: number;
+      /** @description How many agents it may hold in all */
+      maxSize: number;
+      /** @description Agents waiting to be handed out (hibernated) */
+      ready: number;
+      /** @description Agents handed out */
+      inUse: number;
+      /** @description Agents being made ready: forked by the top-up, or reset after a release */
+      resetting: number;
+      /** @enum {string} */
+      state: "active" | "deleting";
+      /** Format: date-time */
+      createdAt: string;
+    };
+    CreatePool: {
+      /** @description Unique among the tenant's live pools (default: the pool's id); its agents are named after it */
+      name?: string;
+      /**
+       * @description The checkpoint every agent of the pool is forked from and reset to: its id (`ckp_…`), or `agt_…:name` (an agent's checkpoint by name)
+       * @example ckp_0123456789abcdef
+       */
+      fromCheckpoint?: string;
+      /** @description Instead of `fromCheckpoint`: an agent is created from the image, woken (it boots), checkpointed and hibernated; the pool forks that checkpoint (the agent is kept: deleting it deletes its checkpoint) */
+      image?: string;
+      /** @description How many ready agents (hibernated forks) the pool keeps */
+      size: number;
+      /** @description How many agents it may hold in all, handed out or ready (default: `size`, at least 1) */
+      maxSize?: number;
+    };
+    PoolList: {
+      pools: components["schemas"]["Pool"][];
+    };
+    PoolDeleted: {
+      id: string;
+      /** @enum {boolean} */
+      deleted: true;
+      /** @description Its agents that were not handed out, deleted with it */
+      removed: number;
+      /** @description Its handed-out agents, left to their holders (ordinary agents now: delete them when done) */
+      leftInUse: number;
+    };
+    PoolAcquired: {
+      agent: components["schemas"]["Agent"];
+      /** @example pol_0123456789abcdef */
+      pool: string;
+      /** @description true: none was ready, so this one was forked for the call (the pool was below maxSize) */
+      forked: boolean;
+    };
+    PoolReleased: {
+      agent: components["schemas"]["Agent"];
+      /** @description How long its reset to the pool's checkpoint took, ms */
+      resetMs: number;
+    };
+    ReleasePoolAgent: {
+      /** @example agt_0123456789abcdef */
+      agentId: string;
     };
     AuditList: {
       entries: components["schemas"]["AuditEntry"][];
@@ -2140,6 +2245,460 @@ export type operations = {
       };
       /** @description Not found (another tenant's resources do not exist for the caller) */
       404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Roll a forked agent back to the checkpoint it was forked from (`forkedFrom`): one episode ends, the next starts from the same state; it is woken in the background */
+  resetAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The agent, rolled back (awake or waking) */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AgentReset"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The tenant's pools, oldest first, with their counts */
+  listPools: {
+    responses: {
+      /** @description The pools */
+      200: {
+        content: {
+          "application/json": components["schemas"]["PoolList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Create a warm pool: `size` hibernated forks of a checkpoint kept ready to hand out, reset to it when given back */
+  createPool: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["CreatePool"];
+      };
+    };
+    responses: {
+      /** @description The pool (its agents are forked in the background) */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Pool"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One pool, with how many of its agents are ready, in use and being made ready */
+  getPool: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The pool */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Pool"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete a pool: its agents that are not handed out are deleted; handed-out ones stay with their holders as ordinary agents */
+  deletePool: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      200: {
+        content: {
+          "application/json": components["schemas"]["PoolDeleted"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize */
+  acquirePoolAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The agent, awake or waking */
+      200: {
+        content: {
+          "application/json": components["schemas"]["PoolAcquired"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Give a handed-out agent back: reset to the pool's checkpoint (hibernated on it) and ready for the next acquire */
+  releasePoolAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ReleasePoolAgent"];
+      };
+    };
+    responses: {
+      /** @description The agent, ready in the pool */
+      200: {
+        content: {
+          "application/json": components["schemas"]["PoolReleased"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
         content: {
           "application/json": components["schemas"]["Error"];
         };

@@ -1,7 +1,7 @@
 // Warm pools: forks of one checkpoint kept ready, handed out by acquire and taken back (reset) by release.
 import { Agent } from "./agent.ts";
 import { type Http, seg } from "./http.ts";
-import type { AgentInfo, CreatePoolInput, PoolInfo } from "./types.ts";
+import type { CreatePoolInput, PoolAcquired, PoolDeleted, PoolInfo, PoolReleased } from "./types.ts";
 
 /** A pool: its id and what the API last said of it. */
 export class Pool {
@@ -17,15 +17,14 @@ export class Pool {
 
   /** An agent of the pool for you alone (awake or waking); the pool tops itself up behind it. 409 `pool_exhausted` at its maxSize. */
   async acquire(opts: { signal?: AbortSignal } = {}): Promise<Agent> {
-    const r = await this.http.json<{ agent: AgentInfo; pool: string }>("POST", `/v1/pools/${seg(this.id)}/acquire`, { json: {}, signal: opts.signal });
+    const r = await this.http.json<PoolAcquired>("POST", `/v1/pools/${seg(this.id)}/acquire`, { signal: opts.signal });
     return new Agent(this.http, r.agent.id, r.agent, this.id);
   }
 
   /** Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire. */
-  async release(agent: Agent | string): Promise<AgentInfo> {
+  async release(agent: Agent | string): Promise<PoolReleased> {
     const agentId = typeof agent === "string" ? agent : agent.id;
-    const r = await this.http.json<{ agent: AgentInfo }>("POST", `/v1/pools/${seg(this.id)}/release`, { json: { agentId } });
-    return r.agent;
+    return this.http.json<PoolReleased>("POST", `/v1/pools/${seg(this.id)}/release`, { json: { agentId } });
   }
 
   /** The pool now (ready, in use). */
@@ -34,9 +33,9 @@ export class Pool {
     return this.info;
   }
 
-  /** Deletes the pool (and its agents). */
-  async delete(): Promise<void> {
-    await this.http.json("DELETE", `/v1/pools/${seg(this.id)}`);
+  /** Deletes the pool and its ready agents (handed-out ones are left to their holders). */
+  async delete(): Promise<PoolDeleted> {
+    return this.http.json<PoolDeleted>("DELETE", `/v1/pools/${seg(this.id)}`);
   }
 }
 

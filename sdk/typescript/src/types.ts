@@ -120,32 +120,12 @@ export interface WriteOptions {
 export type FileData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
 
 /** A warm pool, as the API describes it. */
-export interface PoolInfo {
-  id: string;
-  name: string | null;
-  fromCheckpoint: string;
-  size: number;
-  maxSize: number;
-  ready: number;
-  inUse: number;
-  state: string;
-  createdAt: string;
-}
-
-export interface CreatePoolInput {
-  name?: string;
-  /** A checkpoint id (`ckp_…`) or an agent's checkpoint by name, `agt_…:name`. */
-  fromCheckpoint?: string;
-  /** Or an image. */
-  image?: string;
-  /** Forks kept ready. */
-  size: number;
-  /** At most this many agents in all (ready and handed out). */
-  maxSize?: number;
-}
-
-/** The answer of a reset: the agent, back at its checkpoint, and how long it took. */
-export interface ResetResult {
-  agent: AgentInfo;
-  resetMs: number;
-}
+export type PoolInfo = Schemas["Pool"];
+export type CreatePoolInput = Schemas["CreatePool"];
+/** What acquire answers: the agent handed out, its pool, and whether it was forked for the call. */
+export type PoolAcquired = Schemas["PoolAcquired"];
+/** What release answers: the agent, back in the pool, and how long its reset took. */
+export type PoolReleased = Schemas["PoolReleased"];
+/** The answer of a reset: the agent, back at its checkpoint, the checkpoint, and how long it took. */
+export type ResetResult = Schemas["AgentReset"];
+export type PoolDeleted = Schemas["PoolDeleted"];
