@@ -4,10 +4,11 @@ import { AppError } from "../lib/errors.ts";
 
 /**
  * `operator` is the platform operator's: it drives tenants and rate cards (`/v1/tenants…`), whatever tenant its token
- * names, and is never needed (nor enough) for a tenant's own routes.
+ * names, and is never needed (nor enough) for a tenant's own routes. `agents:exec` runs commands and reads and writes
+ * files inside an agent's VM (gateway/exec/): a scope of its own, which `agents:admin` does not imply.
  */
-export type Scope = "agents:invoke" | "agents:admin" | "usage:read" | "operator";
-export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "usage:read", "operator"];
+export type Scope = "agents:invoke" | "agents:admin" | "agents:exec" | "usage:read" | "operator";
+export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "agents:exec", "usage:read", "operator"];
 
 export interface Caller {
   tenantId: string;

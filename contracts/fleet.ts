@@ -14,7 +14,16 @@ export interface ForwardContext {
    * only its host knows how long the VM dozed (fleet-agent/host/doze.ts), time that counts towards neither.
    */
   limits?: SocketLimits;
+  /**
+   * Where on the VM the request goes: the agent's own server (`workload`, the default), or the exec server inside its
+   * VM (`exec`: commands, files and background processes, gateway/exec/), to which the agent's host adds the VM's key
+   * itself (the key never leaves the host). Only the gateway's exec and files routes set it: no client header can.
+   */
+  target?: ForwardTarget;
 }
+
+/** What a forwarded request reaches inside the VM (`ForwardContext.target`). */
+export type ForwardTarget = "workload" | "exec";
 
 /** The agent's limits a relayed WebSocket obeys: no byte either way for `proxyIdleTimeoutMs` closes it (1001); the agent's handshake answer within `responseTimeoutMs`. */
 export interface SocketLimits {

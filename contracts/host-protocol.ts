@@ -27,6 +27,8 @@ export type HostCall =
       requestId: string;
       responseTimeoutMs?: number;
       proxyIdleTimeoutMs?: number;
+      /** `exec`: to the VM's exec server (the host adds its key), not the agent's own server; absent: the agent's. */
+      target?: "exec";
     }
   /** A WebSocket upgrade (GET with `Upgrade: websocket`) relayed by the host; the limits are the gateway's for this agent. */
   | { op: "websocket"; agent: AgentSpec; reason: WakeReason; path: string; requestId: string; proxyIdleTimeoutMs: number; responseTimeoutMs: number }
@@ -110,7 +112,8 @@ function isHostCall(v: unknown): v is HostCall {
         c.path.startsWith("/") &&
         str("requestId") &&
         optPositiveInt(c.responseTimeoutMs) &&
-        optPositiveInt(c.proxyIdleTimeoutMs)
+        optPositiveInt(c.proxyIdleTimeoutMs) &&
+        (c.target === undefined || c.target === "exec")
       );
     case "websocket":
       return (

@@ -6,7 +6,7 @@ import { isId } from "../lib/ids.ts";
 import type { VmEntry } from "./vm-entry.ts";
 import type { Logger } from "../lib/log.ts";
 import { noopMetrics, type Metrics } from "../lib/metrics.ts";
-import type { DriverTemplate, VmDriver } from "./drivers/driver.ts";
+import type { DriverTemplate, ExecTarget, VmDriver } from "./drivers/driver.ts";
 import type { HostStore } from "./store.ts";
 import type { AgentSpec, Lease, VmState, VmStatus, WakeInfo, WakeReason } from "../contracts/agent.ts";
 import type { ExchangeObserver } from "./egress/exchanges.ts";
@@ -342,6 +342,20 @@ export class Host {
   /** `acquire` when the VM is awake and nothing is to be waited for: a ticket at once, else undefined (then `acquire`). */
   acquireWarm(spec: AgentSpec, reason: WakeReason): Ticket | undefined {
     return this.waking.acquireWarm(spec, reason);
+  }
+
+  /**
+   * Where the exec server of the agent's VM answers, with the key its requests carry (the driver's `execTarget`), for a
+   * call that holds the VM awake (a ticket): 501 exec_unsupported when this host's driver has none; its AppErrors
+   * (409 guest_outdated) as they are.
+   */
+  async execTarget(agentId: string): Promise<ExecTarget> {
+    const { driver } = this.deps;
+    if (!driver.execTarget) throw new AppError("exec_unsupported", "this host's driver cannot run commands or reach files inside its VMs");
+    const running = this.vms.get(agentId)?.running;
+    // A held VM runs: its ticket keeps it so until the call is over.
+    if (!running) throw new AppError("wake_failed", `agent ${agentId} is not running`, { retryAfterS: 1 });
+    return driver.execTarget(running);
   }
 
   /** Wakes the agent (reason `api`) without holding it. */

@@ -75,7 +75,9 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     const { responseTimeoutMs, proxyIdleTimeoutMs } = call;
     // The gateway's limits for the agent, applied here where the VM's doze is known (local-fleet.ts).
     const limits = responseTimeoutMs !== undefined && proxyIdleTimeoutMs !== undefined ? { limits: { responseTimeoutMs, proxyIdleTimeoutMs } } : {};
-    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal, ...limits });
+    // The exec server only when the gateway's signed call says so (its exec and files routes).
+    const target = call.target === "exec" ? { target: "exec" as const } : {};
+    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal, ...limits, ...target });
     return new Response(res.body, { status: res.status, statusText: res.statusText, headers: withoutHopByHop(res.headers) });
   });
 

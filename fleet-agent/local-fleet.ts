@@ -66,6 +66,12 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
       }),
     (pool) => void pool.destroy().catch(() => undefined),
   );
+  // The VMs' exec servers (one request per connection: they answer `Connection: close`), pooled apart from the workloads'.
+  const execPools = new PerRunPools<Pool>(
+    (ep) =>
+      new Pool(`http://${ep.host}:${ep.port}`, { connections: 64, pipelining: 1, connectTimeout: opts.connectTimeoutMs, headersTimeout: 0, bodyTimeout: 0 }),
+    (pool) => void pool.destroy().catch(() => undefined),
+  );
   const relays = new Set<WebSocketRelay>();
   const watches = new Set<CallWatch>();
   const sweeper = setInterval(() => {
@@ -114,17 +120,31 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
         watches.delete(watch);
       });
       watches.add(watch);
+      const exec = ctx.target === "exec";
       try {
         const url = new URL(req.url);
-        const upstream = await pools.get(agent.id, ticket.wake.runId, ticket.endpoint).request({
+        const reqHeaders = headerRecord(req.headers);
+        let pool: Pool;
+        if (exec) {
+          // The VM's exec server, with its key added here: it never leaves this host.
+          const target = await host.execTarget(agent.id);
+          reqHeaders[execKeyHeader] = target.key;
+          pool = execPools.get(agent.id, ticket.wake.runId, target);
+        } else {
+          delete reqHeaders[execKeyHeader];
+          pool = pools.get(agent.id, ticket.wake.runId, ticket.endpoint);
+        }
+        const upstream = await pool.request({
           path: url.pathname + url.search,
           method: req.method,
-          headers: headerRecord(req.headers),
+          headers: reqHeaders,
           body: req.body ? Readable.fromWeb(touching(req.body, ticket) as import("node:stream/web").ReadableStream) : null,
           signal: abort.signal,
         });
         ctx.signal?.removeEventListener("abort", onClientAbort);
-        ticket.streaming();
+        // A running command is work however long it is quiet: its hold stays in flight (the VM is not hibernated under
+        // it) until its answer is over. A workload's answer counts only while its bytes move.
+        if (!exec) ticket.streaming();
         ticket.firstByte();
         const headers = new Headers();
         for (const [k, v] of Object.entries(upstream.headers)) {
@@ -218,15 +238,20 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     async remove(agentId) {
       await host.remove(agentId);
       pools.drop(agentId);
+      execPools.drop(agentId);
     },
     websockets: () => relays.size,
     async close() {
       clearInterval(sweeper);
       for (const r of relays) r.goingAway("host shutting down");
       pools.close();
+      execPools.close();
     },
   };
 }
+
+/** The header that carries a VM's exec key to its exec server (fleet-agent/guest/guest-exec/); set by the host alone. */
+export const execKeyHeader = "x-agentvm-exec-key";
 
 function headerRecord(headers: Headers): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};

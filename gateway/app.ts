@@ -19,6 +19,7 @@ import { agentRoutes } from "./agents/routes.ts";
 import { logRoutes } from "./logs/routes.ts";
 import { auditRoutes } from "./audit/routes.ts";
 import { templateRoutes } from "./templates/routes.ts";
+import { execRoutes } from "./exec/routes.ts";
 import { hookAgentId, skipsTenantCheck } from "./tenants/gate.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
@@ -116,6 +117,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.route("/", logRoutes(deps));
   app.route("/", auditRoutes(deps));
   app.route("/", templateRoutes(deps));
+  app.route("/", execRoutes(deps));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).

@@ -139,6 +139,8 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
         path: url.pathname + url.search,
         requestId: ctx.requestId,
         ...(ctx.limits ? { responseTimeoutMs: ctx.limits.responseTimeoutMs, proxyIdleTimeoutMs: ctx.limits.proxyIdleTimeoutMs } : {}),
+        // Signed into the token with the rest: a client's headers cannot pick it.
+        ...(ctx.target === "exec" ? { target: "exec" as const } : {}),
       };
       const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
       return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });

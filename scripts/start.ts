@@ -37,7 +37,7 @@ agentvm is running (driver: ${driver.name}${driver.isolated ? "" : ", NOT isolat
 Call the demo agent (the first call wakes it):
   curl -H "Authorization: Bearer ${system.demo.token}" ${agentUrl}counter -X POST
 
-Mint other tokens with: npm run token -- --tenant ${system.demo.tenantId} --scopes agents:invoke,agents:admin,usage:read
+Mint other tokens with: npm run token -- --tenant ${system.demo.tenantId} --scopes agents:invoke,agents:admin,agents:exec,usage:read
   (an operator token: npm run token -- --operator; other tenants: agentvm tenants create --id ten_x --name X, then --tenant ten_x)
 Stop with Ctrl-C.
 `);

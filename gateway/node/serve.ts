@@ -14,6 +14,7 @@ import { createConnPolicy, defaultClientLimits, headCheckIntervalMs, type BodyRu
 import { silentLogger, type Logger } from "../../lib/log.ts";
 import { metricsApp, metricsPath, type MetricsEndpoint } from "../../lib/metrics-endpoint.ts";
 import { agentTarget } from "../proxy/policy.ts";
+import { agentFilesPath } from "../exec/paths.ts";
 
 export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
 
@@ -84,6 +85,8 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     if (agentTarget(url, req.headers.host, domain)) return agentRule; // (without the fast path: through the Hono app)
     if (url.startsWith("/hooks/")) return webhookRule;
     if (req.method === "POST" && (url === "/v1/images" || url.startsWith("/v1/images?"))) return uploadRule;
+    // Files written into an agent (gateway/exec/: up to 4 GiB, a tar of a tree): the floor only too.
+    if (req.method === "PUT" && agentFilesPath.test(url)) return uploadRule;
     return apiRule;
   };
   let refusing = false;
