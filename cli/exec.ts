@@ -72,6 +72,7 @@ export function execCommand(program: Command): void {
           for await (const event of events) {
             if ("stdout" in event) await write(process.stdout, Buffer.from(event.stdout, "base64"));
             else if ("stderr" in event) await write(process.stderr, Buffer.from(event.stderr, "base64"));
+            else if ("error" in event) process.stderr.write(`agentvm: ${event.error}\n`);
             else return event.exit;
           }
           return undefined;

@@ -8,8 +8,11 @@ const dir = fileURLToPath(new URL("../../sdk/python/", import.meta.url));
 describe("the Python SDK (unittest)", () => {
   it("passes its unit tests with the machine's python3", async () => {
     const r = await new Promise<{ code: number; out: string }>((resolve) =>
-      execFile("python3", ["-m", "unittest", "-v", "tests.test_client"], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONDONTWRITEBYTECODE: "1" } }, (err, stdout, stderr) =>
-        resolve({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
+      execFile(
+        "python3",
+        ["-m", "unittest", "-v", "tests.test_client"],
+        { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PYTHONDONTWRITEBYTECODE: "1" } },
+        (err, stdout, stderr) => resolve({ code: err ? Number(err.code ?? 1) : 0, out: stdout + stderr }),
       ),
     );
     expect(r.code, r.out).toBe(0);

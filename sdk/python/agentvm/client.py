@@ -17,7 +17,8 @@ Command = Union[str, Sequence[str]]
 
 @dataclass
 class ExecResult:
-    """A finished command; ``ok`` is an exit code of 0. Each stream is capped at 1 MiB (``truncated``)."""
+    """A finished command; ``ok`` is an exit code of 0. Each stream is capped at 1 MiB (``truncated``); ``stdout`` and
+    ``stderr`` are text, or base64 when the call asked ``encoding="base64"``."""
 
     exit_code: Optional[int]
     signal: Optional[str]
@@ -26,6 +27,8 @@ class ExecResult:
     stderr: str
     truncated: bool
     duration_ms: float
+    error: Optional[str] = None
+    """Why the command could not start (exit code 127), or None."""
 
     @property
     def ok(self) -> bool:
@@ -44,8 +47,8 @@ class ExecExit:
 
 @dataclass
 class ExecEvent:
-    """One event of ``exec_stream``: ``kind`` is ``stdout``, ``stderr`` or ``exit``; ``data`` the text (or base64) of an
-    output event, ``exit`` the end of the command on the last one."""
+    """One event of ``exec_stream``: ``kind`` is ``stdout``, ``stderr``, ``error`` (it could not start: an exit 127
+    follows) or ``exit``; ``data`` the text (or base64) of an output event or the error, ``exit`` the end on the last one."""
 
     kind: str
     data: str = ""
@@ -225,7 +228,9 @@ class Agent:
         """Runs a command to its end (waking the agent if it sleeps). A string runs under ``/bin/sh -c``."""
         body = _exec_body(cmd, cwd, env, user, stdin, timeout_ms, encoding)
         r = self._http.json("POST", self._path("/exec"), json_body=body, timeout=self._call_timeout(timeout_ms))
-        return ExecResult(r["exitCode"], r.get("signal"), bool(r.get("timedOut")), r["stdout"], r["stderr"], bool(r.get("truncated")), r.get("durationMs", 0))
+        return ExecResult(
+            r["exitCode"], r.get("signal"), bool(r.get("timedOut")), r["stdout"], r["stderr"], bool(r.get("truncated")), r.get("durationMs", 0), r.get("error")
+        )
 
     def exec_stream(
         self,
@@ -246,8 +251,11 @@ class Agent:
                 if not line.strip():
                     continue
                 event = json.loads(line)
-                if "error" in event:
+                if isinstance(event.get("error"), dict):
                     raise AgentVMError.from_body(502, line)
+                if "error" in event:
+                    yield ExecEvent("error", event["error"])
+                    continue
                 if "exit" in event:
                     yield ExecEvent("exit", exit=_exit_of(event["exit"]))
                     return

@@ -19,6 +19,7 @@ import type {
   ProcessOutput,
   ResetResult,
   SignalName,
+  TarWritten,
   Wake,
   WriteOptions,
 } from "./types.ts";
@@ -192,7 +193,7 @@ export class Files {
     path: string,
     tar: Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>,
     opts: { signal?: AbortSignal } = {},
-  ): Promise<{ path: string; entries: number }> {
+  ): Promise<TarWritten> {
     return this.http.json("PUT", this.path, { query: { path }, body: tar as BodyInit, headers: { "content-type": "application/x-tar" }, signal: opts.signal });
   }
 }
@@ -247,9 +248,10 @@ export class Agent {
     });
     if (!response.body) throw new AgentVMError("bad_response", "the exec stream had no body");
     for await (const line of lines(response.body)) {
-      const event = JSON.parse(line) as ExecEvent | { error: unknown };
-      if ("error" in event) throw AgentVMError.fromBody(502, event);
-      yield event;
+      const event = JSON.parse(line) as ExecEvent | { error: { code: string; message: string } };
+      // The envelope (a failure before any output, in the stream's place) is thrown; `{error: "…"}` (it could not start) is an event.
+      if ("error" in event && typeof event.error !== "string") throw AgentVMError.fromBody(502, event);
+      yield event as ExecEvent;
       if ("exit" in event) return event.exit;
     }
     throw new AgentVMError("stream_ended", "the exec stream ended before the command's exit", { status: 502 });

@@ -105,6 +105,51 @@ export type paths = {
     /** The warm templates new agents are cloned from, on every live host: ready, building, or failed (operator) */
     get: operations["listTemplates"];
   };
+  "/v1/agents/{id}/exec": {
+    /**
+     * Run a command inside the agent's VM (waking it), or start one in the background
+     * @description Runs `cmd` in the agent's root as the image's user (or `user`), with the image's environment plus `env`; the agent stays awake while it runs. `Accept: application/json` (default) waits and answers the exit status with stdout and stderr (each at most 1048576 bytes: beyond it `truncated`). `Accept: application/x-ndjson` streams one JSON object a line as output comes: `{"stdout":…}`, `{"stderr":…}`, `{"error":…}` (it could not start), last `{"exit":{exitCode,signal,timedOut,durationMs}}`. `background: true` answers 201 with the process (see `/processes`).
+     */
+    post: operations["execInAgent"];
+  };
+  "/v1/agents/{id}/processes": {
+    /** The background processes started in the agent (running and exited), waking it */
+    get: operations["listAgentProcesses"];
+  };
+  "/v1/agents/{id}/processes/{pid}": {
+    /** One background process */
+    get: operations["getAgentProcess"];
+  };
+  "/v1/agents/{id}/processes/{pid}/wait": {
+    /** Wait for a background process to exit (at most timeoutMs), answering it as it is then */
+    post: operations["waitAgentProcess"];
+  };
+  "/v1/agents/{id}/processes/{pid}/stdin": {
+    /** Write to a background process's standard input (and close it with eof) */
+    post: operations["writeAgentProcessStdin"];
+  };
+  "/v1/agents/{id}/processes/{pid}/signal": {
+    /** Send a signal to a background process's group */
+    post: operations["signalAgentProcess"];
+  };
+  "/v1/agents/{id}/processes/{pid}/output": {
+    /** Read a background process's output from an offset (the VM keeps 16 MiB per stream) */
+    get: operations["readAgentProcessOutput"];
+  };
+  "/v1/agents/{id}/files": {
+    /**
+     * Read a file (streamed), list a directory, or with Accept: application/x-tar a tree as tar
+     * @description A regular file's bytes with `x-file-mode` (octal), `x-file-uid`, `x-file-gid` and `last-modified`; a directory's entries as JSON; with `Accept: application/x-tar` the file or tree as a tar (modes and owners kept). Paths are inside the agent's root: absolute, no `..`; symlinks resolve inside it.
+     */
+    get: operations["readAgentFile"];
+    /**
+     * Write a file (streamed; replaced whole, never seen half-written), or with Content-Type: application/x-tar extract a tree under path
+     * @description The body is the file's bytes, at most 4294967296 bytes (the agent's own request-body limit does not apply). With `Content-Type: application/x-tar` it is a tar extracted under `path` (made), modes and owners kept; an entry that would leave `path` (`..`, an absolute link) is refused (400) with nothing after it written.
+     */
+    put: operations["writeAgentFile"];
+    /** Delete a file, or with recursive=true a directory and what it holds */
+    delete: operations["deleteAgentFile"];
+  };
   "/hooks/{agentId}/{endpointName}": {
     /**
      * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
@@ -692,6 +737,153 @@ export type components = {
       bootMs?: number;
       /** @description Why its last build failed (failed) */
       error?: string;
+    };
+    ExecResult: {
+      /** @description The exit status; null when a signal ended it */
+      exitCode: number | null;
+      /**
+       * @description The signal that ended it (`KILL`, `TERM`…), or null
+       * @example KILL
+       */
+      signal: string | null;
+      /** @description Its timeout killed it (signal `KILL`) */
+      timedOut: boolean;
+      durationMs: number;
+      stdout: string;
+      stderr: string;
+      /** @description A stream passed 1048576 bytes: the rest was dropped */
+      truncated: boolean;
+      /** @enum {string} */
+      encoding: "utf8" | "base64";
+      /** @description Why the command could not be started (exit code 127), or null */
+      error: string | null;
+    };
+    Process: {
+      pid: number;
+      cmd: string[];
+      /** @enum {string} */
+      state: "running" | "exited";
+      exitCode: number | null;
+      signal: string | null;
+      /** @description ISO 8601 */
+      startedAt: string | null;
+      /** @description ISO 8601; null while it runs */
+      endedAt: string | null;
+    };
+    ExecRequest: {
+      /**
+       * @description The argv (the program is looked up in PATH), or a string run by `/bin/sh -c`
+       * @example [
+       *   "python3",
+       *   "-c",
+       *   "print(1)"
+       * ]
+       */
+      cmd: string[] | string;
+      /**
+       * @description Working directory (default: the image's)
+       * @example /home/user/notes.txt
+       */
+      cwd?: string;
+      /** @description Variables over the image's own environment */
+      env?: {
+        [key: string]: string;
+      };
+      /** @description Run as this user (name, uid or uid:gid); default: the image's user */
+      user?: string;
+      /** @description The process's standard input (default: none, /dev/null) */
+      stdin?: string;
+      /**
+       * @description How `stdin` is written
+       * @default utf8
+       * @enum {string}
+       */
+      stdinEncoding?: "utf8" | "base64";
+      /** @description The process group is killed (SIGKILL) after this, ms; default 60000 in the foreground, none in the background; 0 = none */
+      timeoutMs?: number;
+      /**
+       * @description Start it and answer its pid (see /processes)
+       * @default false
+       */
+      background?: boolean;
+      /**
+       * @description How stdout and stderr are given in the answer
+       * @default utf8
+       * @enum {string}
+       */
+      encoding?: "utf8" | "base64";
+    };
+    ProcessList: {
+      processes: components["schemas"]["Process"][];
+    };
+    ProcessWait: {
+      /**
+       * @description Answer after this long if it still runs, ms
+       * @default 30000
+       */
+      timeoutMs?: number;
+    };
+    ProcessStdin: {
+      /** @default */
+      data?: string;
+      /**
+       * @default utf8
+       * @enum {string}
+       */
+      encoding?: "utf8" | "base64";
+      /**
+       * @description Close its stdin after `data`
+       * @default false
+       */
+      eof?: boolean;
+    };
+    ProcessSignal: {
+      /**
+       * @default TERM
+       * @example TERM
+       */
+      signal?: ("HUP" | "INT" | "QUIT" | "ILL" | "TRAP" | "ABRT" | "BUS" | "FPE" | "KILL" | "USR1" | "SEGV" | "USR2" | "PIPE" | "ALRM" | "TERM" | "CHLD" | "CONT" | "STOP" | "TSTP") | number;
+    };
+    ProcessOutput: {
+      data: string;
+      /** @enum {string} */
+      encoding: "utf8" | "base64";
+      offset: number;
+      nextOffset: number;
+      /** @description Bytes the process wrote past what the VM keeps per stream (16 MiB), never readable */
+      dropped: number;
+      /** @description It exited and everything was read */
+      eof: boolean;
+    };
+    DirListing: {
+      path: string;
+      entries: components["schemas"]["DirEntry"][];
+    };
+    DirEntry: {
+      name: string;
+      /** @enum {string} */
+      type: "file" | "dir" | "symlink" | "other";
+      size: number;
+      /**
+       * @description Octal
+       * @example 0644
+       */
+      mode: string;
+      uid: number;
+      gid: number;
+      /** @description ISO 8601 */
+      modifiedAt: string | null;
+    };
+    FileWritten: {
+      path: string;
+      size: number;
+      mode: string;
+      uid: number;
+      gid: number;
+    };
+    TarWritten: {
+      path: string;
+      entries: number;
     };
     WebhookAccepted: {
       deliveryId: string;
@@ -2909,6 +3101,805 @@ export type operations = {
       };
       /** @description Unavailable (Retry-After) */
       503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Run a command inside the agent's VM (waking it), or start one in the background
+   * @description Runs `cmd` in the agent's root as the image's user (or `user`), with the image's environment plus `env`; the agent stays awake while it runs. `Accept: application/json` (default) waits and answers the exit status with stdout and stderr (each at most 1048576 bytes: beyond it `truncated`). `Accept: application/x-ndjson` streams one JSON object a line as output comes: `{"stdout":…}`, `{"stderr":…}`, `{"error":…}` (it could not start), last `{"exit":{exitCode,signal,timedOut,durationMs}}`. `background: true` answers 201 with the process (see `/processes`).
+   */
+  execInAgent: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ExecRequest"];
+      };
+    };
+    responses: {
+      /** @description It ended (JSON), or its output as it comes (NDJSON) */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ExecResult"];
+          "application/x-ndjson": string;
+        };
+      };
+      /** @description Started in the background */
+      201: {
+        content: {
+          "application/json": components["schemas"]["Process"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** The background processes started in the agent (running and exited), waking it */
+  listAgentProcesses: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The processes */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ProcessList"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** One background process */
+  getAgentProcess: {
+    parameters: {
+      path: {
+        id: string;
+        pid: string;
+      };
+    };
+    responses: {
+      /** @description The process */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Process"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Wait for a background process to exit (at most timeoutMs), answering it as it is then */
+  waitAgentProcess: {
+    parameters: {
+      path: {
+        id: string;
+        pid: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ProcessWait"];
+      };
+    };
+    responses: {
+      /** @description The process */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Process"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Write to a background process's standard input (and close it with eof) */
+  writeAgentProcessStdin: {
+    parameters: {
+      path: {
+        id: string;
+        pid: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ProcessStdin"];
+      };
+    };
+    responses: {
+      /** @description Written */
+      204: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Send a signal to a background process's group */
+  signalAgentProcess: {
+    parameters: {
+      path: {
+        id: string;
+        pid: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ProcessSignal"];
+      };
+    };
+    responses: {
+      /** @description Sent */
+      204: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Read a background process's output from an offset (the VM keeps 16 MiB per stream) */
+  readAgentProcessOutput: {
+    parameters: {
+      query?: {
+        stream?: "stdout" | "stderr";
+        /** @description Bytes of the stream already read (its `nextOffset`) */
+        offset?: number;
+        /** @description Bytes at most (default 65536, at most 1048576) */
+        limit?: number;
+        encoding?: "utf8" | "base64";
+      };
+      path: {
+        id: string;
+        pid: string;
+      };
+    };
+    responses: {
+      /** @description A piece of the stream */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ProcessOutput"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Read a file (streamed), list a directory, or with Accept: application/x-tar a tree as tar
+   * @description A regular file's bytes with `x-file-mode` (octal), `x-file-uid`, `x-file-gid` and `last-modified`; a directory's entries as JSON; with `Accept: application/x-tar` the file or tree as a tar (modes and owners kept). Paths are inside the agent's root: absolute, no `..`; symlinks resolve inside it.
+   */
+  readAgentFile: {
+    parameters: {
+      query: {
+        path: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The file's bytes, the directory's listing, or the tar */
+      200: {
+        content: {
+          "application/octet-stream": string;
+          "application/json": components["schemas"]["DirListing"];
+          "application/x-tar": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Write a file (streamed; replaced whole, never seen half-written), or with Content-Type: application/x-tar extract a tree under path
+   * @description The body is the file's bytes, at most 4294967296 bytes (the agent's own request-body limit does not apply). With `Content-Type: application/x-tar` it is a tar extracted under `path` (made), modes and owners kept; an entry that would leave `path` (`..`, an absolute link) is refused (400) with nothing after it written.
+   */
+  writeAgentFile: {
+    parameters: {
+      query: {
+        path: string;
+        /** @description The file's mode (default 0644) */
+        mode?: string;
+        /** @description Owner (default: the image's user) */
+        uid?: number;
+        gid?: number;
+        /** @description Make missing parent directories */
+        mkdirs?: boolean;
+      };
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/octet-stream": string;
+        "application/x-tar": string;
+      };
+    };
+    responses: {
+      /** @description Written */
+      201: {
+        content: {
+          "application/json": components["schemas"]["FileWritten"] | components["schemas"]["TarWritten"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /** Delete a file, or with recursive=true a directory and what it holds */
+  deleteAgentFile: {
+    parameters: {
+      query: {
+        path: string;
+        /** @description Delete a directory and what it holds */
+        recursive?: boolean;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Deleted */
+      204: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
         content: {
           "application/json": components["schemas"]["Error"];
         };

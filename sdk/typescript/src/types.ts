@@ -31,19 +31,8 @@ export interface ExecOptions {
   signal?: AbortSignal;
 }
 
-/** A finished command. `ok` is an exit code of 0. */
-export interface ExecResult {
-  exitCode: number | null;
-  /** `"KILL"`, `"TERM"`… when a signal ended it. */
-  signal: string | null;
-  timedOut: boolean;
-  stdout: string;
-  stderr: string;
-  /** A stream was over the answer's cap (1 MiB each): the rest was dropped. Use `execStream` for more. */
-  truncated: boolean;
-  durationMs: number;
-  ok: boolean;
-}
+/** A finished command (`error`: why it could not start, exit code 127). `ok` is an exit code of 0. */
+export type ExecResult = Schemas["ExecResult"] & { ok: boolean };
 
 /** How a streamed command ended. */
 export interface ExecExit {
@@ -53,58 +42,24 @@ export interface ExecExit {
   durationMs: number;
 }
 
-/** One event of `execStream`, as it happens: some output, then its exit last. */
-export type ExecEvent = { stdout: string } | { stderr: string } | { exit: ExecExit };
+/** One event of `execStream`, as it happens: some output, `{error}` when the command could not start, then its exit last. */
+export type ExecEvent = { stdout: string } | { stderr: string } | { error: string } | { exit: ExecExit };
 
 /** A background process, as the API describes it. */
-export interface ProcessInfo {
-  pid: number;
-  cmd: string[];
-  state: "running" | "exited";
-  exitCode: number | null;
-  signal: string | null;
-  startedAt: string;
-  endedAt: string | null;
-}
+export type ProcessInfo = Schemas["Process"];
 
 /** A page of a background process's output. */
-export interface ProcessOutput {
-  data: string;
-  encoding: "utf8" | "base64";
-  offset: number;
-  nextOffset: number;
-  /** Bytes beyond the keeper's bound (16 MiB a stream) that were dropped. */
-  dropped: number;
-  /** The process exited and everything was read. */
-  eof: boolean;
-}
+export type ProcessOutput = Schemas["ProcessOutput"];
 
 export type SignalName = "TERM" | "KILL" | "INT" | "HUP" | "QUIT" | "USR1" | "USR2";
 
 /** One entry of a directory listing. */
-export interface FileEntry {
-  name: string;
-  type: "file" | "dir" | "symlink" | "other";
-  size: number;
-  mode: string | number;
-  uid: number;
-  gid: number;
-  modifiedAt: string;
-}
-
-export interface DirectoryListing {
-  path: string;
-  entries: FileEntry[];
-}
-
+export type FileEntry = Schemas["DirEntry"];
+export type DirectoryListing = Schemas["DirListing"];
 /** A file written. */
-export interface FileWritten {
-  path: string;
-  size: number;
-  mode: string | number;
-  uid: number;
-  gid: number;
-}
+export type FileWritten = Schemas["FileWritten"];
+/** A tar extracted. */
+export type TarWritten = Schemas["TarWritten"];
 
 /** How a file is written: mode (a number such as `0o644`, or octal digits), owner, parents made. */
 export interface WriteOptions {
