@@ -189,11 +189,7 @@ export class Files {
   }
 
   /** A tar (bytes, a Blob or a stream) extracted under the directory `path` (made); answers how many entries. */
-  async uploadTar(
-    path: string,
-    tar: Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>,
-    opts: { signal?: AbortSignal } = {},
-  ): Promise<TarWritten> {
+  async uploadTar(path: string, tar: Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>, opts: { signal?: AbortSignal } = {}): Promise<TarWritten> {
     return this.http.json("PUT", this.path, { query: { path }, body: tar as BodyInit, headers: { "content-type": "application/x-tar" }, signal: opts.signal });
   }
 }
