@@ -140,13 +140,13 @@ describe("the TypeScript SDK against the system", () => {
     const first = await pool.acquire();
     expect(first.poolId).toBe(pool.id);
     await first.exec("touch /tmp/ts-episode");
-    const second = await pool.acquire();
+    const second = await pool.acquire({ waitMs: 60_000 }); // the top-up may be forking the second one
     expect(second.id).not.toBe(first.id);
     const third = await pool.acquire().catch((e: unknown) => e);
     expect(third).toMatchObject({ code: "pool_exhausted", status: 409 });
     expect((await first.release()).resetMs).toBeGreaterThanOrEqual(0);
     await pool.release(second);
-    const again = await pool.acquire();
+    const again = await pool.acquire({ waitMs: 60_000 });
     expect((await again.exec("ls /tmp/ts-episode 2>/dev/null || echo gone")).stdout).toBe("gone\n");
     await pool.release(again);
     expect((await pool.delete()).deleted).toBe(true);

@@ -3,6 +3,7 @@
 import base64
 import json
 import os
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Union
@@ -339,10 +340,21 @@ class Pool:
     def __repr__(self) -> str:
         return f"Pool({self.id!r})"
 
-    def acquire(self) -> Agent:
-        """An agent for you alone (awake or waking); the pool tops itself up behind it. ``pool_exhausted`` at its maxSize."""
-        r = self._http.json("POST", f"/v1/pools/{_q(self.id)}/acquire", json_body={})
-        return Agent(self._http, r["agent"]["id"], r["agent"], self.id)
+    def acquire(self, wait_ms: int = 0) -> Agent:
+        """An agent for you alone; the pool tops itself up behind it. At its maxSize with none ready the API answers
+        409 ``pool_exhausted``: with ``wait_ms`` the call asks again (every 50–500 ms) until one is ready or the time is
+        up, then raises that error."""
+        deadline = time.monotonic() + wait_ms / 1000
+        pause = 0.05
+        while True:
+            try:
+                r = self._http.json("POST", f"/v1/pools/{_q(self.id)}/acquire")
+                return Agent(self._http, r["agent"]["id"], r["agent"], self.id)
+            except AgentVMError as e:
+                if e.code != "pool_exhausted" or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     def release(self, agent: Union[Agent, str]) -> Dict[str, Any]:
         """Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire: ``{agent, resetMs}``."""

@@ -102,11 +102,11 @@ class LiveTest(unittest.TestCase):
             first = pool.acquire()
             self.assertEqual(first.pool_id, pool.id)
             first.exec("touch /tmp/py-episode")
-            second = pool.acquire()
+            second = pool.acquire(wait_ms=60_000)  # the top-up may be forking the second one
             self.assertNotEqual(first.id, second.id)
             self.assertGreaterEqual(first.release()["resetMs"], 0)
             pool.release(second)
-            again = pool.acquire()
+            again = pool.acquire(wait_ms=60_000)
             self.assertEqual(again.exec("ls /tmp/py-episode 2>/dev/null || echo gone").stdout, "gone\n")
             pool.release(again)
         finally:

@@ -1,5 +1,6 @@
 // Warm pools: forks of one checkpoint kept ready, handed out by acquire and taken back (reset) by release.
 import { Agent } from "./agent.ts";
+import { AgentVMError } from "./errors.ts";
 import { type Http, seg } from "./http.ts";
 import type { CreatePoolInput, PoolAcquired, PoolDeleted, PoolInfo, PoolReleased } from "./types.ts";
 
@@ -15,10 +16,23 @@ export class Pool {
     this.info = info;
   }
 
-  /** An agent of the pool for you alone (awake or waking); the pool tops itself up behind it. 409 `pool_exhausted` at its maxSize. */
-  async acquire(opts: { signal?: AbortSignal } = {}): Promise<Agent> {
-    const r = await this.http.json<PoolAcquired>("POST", `/v1/pools/${seg(this.id)}/acquire`, { signal: opts.signal });
-    return new Agent(this.http, r.agent.id, r.agent, this.id);
+  /**
+   * An agent of the pool for you alone; the pool tops itself up behind it. At its maxSize with none ready the API
+   * answers 409 `pool_exhausted`: with `waitMs` the call asks again (every 50–500 ms) until one is ready (a release,
+   * or a top-up's fork) or the time is up, then throws that error.
+   */
+  async acquire(opts: { waitMs?: number; signal?: AbortSignal } = {}): Promise<Agent> {
+    const deadline = Date.now() + (opts.waitMs ?? 0);
+    for (let pause = 50; ; pause = Math.min(pause * 2, 500)) {
+      try {
+        const r = await this.http.json<PoolAcquired>("POST", `/v1/pools/${seg(this.id)}/acquire`, { signal: opts.signal });
+        return new Agent(this.http, r.agent.id, r.agent, this.id);
+      } catch (err) {
+        if (!(err instanceof AgentVMError && err.code === "pool_exhausted") || Date.now() + pause > deadline) throw err;
+        await new Promise((r) => setTimeout(r, pause));
+        opts.signal?.throwIfAborted();
+      }
+    }
   }
 
   /** Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire. */
