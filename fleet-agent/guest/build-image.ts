@@ -1,6 +1,6 @@
 // Builds the guest image (kernel, initramfs, ELF vmlinux) from Debian packages and the sources beside this file;
 // cached on a hash of its inputs (this file included). The same kernel and initramfs run the built-in demo and, given
-// a built image's drives, that image's entrypoint (init.sh, launch.c).
+// a built image's drives, that image's entrypoint (init.sh, launch.c); the exec server (guest-exec/) runs in both.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -68,7 +68,13 @@ const WANTED_MODULES = [
 const IMAGE_MODULES = ["virtio_blk", "overlay"];
 const GUEST_SOURCES = import.meta.dirname;
 /** The guest agent's parts (guest-agent/agent.h says which does what), compiled together into one binary. */
-const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "probe.c"].map((f) => `guest-agent/${f}`);
+const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "execkey.c", "probe.c"].map(
+  (f) => `guest-agent/${f}`,
+);
+/** The exec server's parts (guest-exec/exec.h says which does what); it shares launch-common.h with the launcher. */
+export const GUEST_EXEC_SOURCES = ["main.c", "http.c", "paths.c", "users.c", "run.c", "exec.c", "procs.c", "files.c", "tar.c"].map((f) => `guest-exec/${f}`);
+/** Headers the exec server is built from besides its sources (a change to them is a new binary). */
+export const GUEST_EXEC_HEADERS = ["guest-exec/exec.h", "launch-common.h"];
 /** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
 const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "fetch.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
@@ -76,6 +82,8 @@ const SOURCE_FILES = [
   "init.sh",
   ...GUEST_AGENT_SOURCES,
   "guest-agent/agent.h",
+  ...GUEST_EXEC_SOURCES,
+  ...GUEST_EXEC_HEADERS,
   "launch.c",
   ...DEMO_AGENT_SOURCES,
   "demo-agent/demo.h",
@@ -290,10 +298,14 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
       modulesDir = join(root, "lib", "modules", kernelRelease);
     }
 
-    log("guest image: compiling guest-agent, launch and demo-agent (gcc -static -O2)");
+    log("guest image: compiling guest-agent, guest-exec, launch and demo-agent (gcc -static -O2)");
     compile(
       GUEST_AGENT_SOURCES.map((f) => join(GUEST_SOURCES, f)),
       join(work, "guest-agent"),
+    );
+    compile(
+      GUEST_EXEC_SOURCES.map((f) => join(GUEST_SOURCES, f)),
+      join(work, "guest-exec"),
     );
     compile([join(GUEST_SOURCES, "launch.c")], join(work, "launch"));
     compile(
@@ -326,6 +338,7 @@ function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (
     }
     entries.push({ kind: "file", path: "init", data: readFileSync(join(GUEST_SOURCES, "init.sh")), mode: 0o755 });
     entries.push({ kind: "file", path: "sbin/guest-agent", data: readFileSync(join(work, "guest-agent")), mode: 0o755 });
+    entries.push({ kind: "file", path: "sbin/guest-exec", data: readFileSync(join(work, "guest-exec")), mode: 0o755 });
     entries.push({ kind: "file", path: "sbin/launch", data: readFileSync(join(work, "launch")), mode: 0o755 });
     entries.push({ kind: "file", path: "usr/bin/demo-agent", data: readFileSync(join(work, "demo-agent")), mode: 0o755 });
     entries.push({ kind: "file", path: "etc/modules", data: Buffer.from(modules.map((m) => `${m.name}\n`).join("")) });

@@ -189,6 +189,10 @@ start_image() {
     bind_file /run/init/etc/$f /etc/$f || echo "init: cannot put /etc/$f in place" >&2
   done
 
+  # The exec server (commands and files inside the agent's root, guest-exec/), on TCP and vsock port 1025; its key
+  # and state are in /run/guest-exec, outside the root.
+  respawn /sbin/guest-exec --listen 0.0.0.0:1025 --vsock 1025 --root /mnt/root --spec /run/init/launch.spec --key-file /run/guest-exec/key \
+    > /dev/null &
   # The entrypoint, inside the root, as the image's user; its output is the console (the host's log of the agent).
   /sbin/launch /mnt/root /run/init/launch.spec < /dev/null > /dev/console 2>&1 &
   pid=$!
@@ -208,6 +212,11 @@ if [ -n "$image_mode" ]; then
   start_image
 else
   respawn /usr/bin/demo-agent &
+  # The exec server over the whole guest (the demo runs as root): the guest's own programs may not be replaced, and its
+  # key and state are hidden from its own requests.
+  respawn /sbin/guest-exec --listen 0.0.0.0:1025 --vsock 1025 --root / --key-file /run/guest-exec/key \
+    --protect /init --protect /sbin/guest-agent --protect /sbin/guest-exec --protect /sbin/launch --protect /usr/bin/demo-agent \
+    --protect /bin/busybox --protect /lib/modules --hide /run/guest-exec > /dev/null &
   echo "init: ready"
 fi
 

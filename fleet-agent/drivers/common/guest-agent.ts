@@ -18,6 +18,10 @@
 //                                                                   RFC 1123 ≤ 63, exactly 64 hex, [A-Za-z0-9_-]+)
 //                  "<id> CHECKPOINTS"                              "<id> OK[ <name>…]"           (checkpoint requests the workload
 //                                                                   made, each removed as it is named: answered once)
+//                  "<id> EXECKEY <hex64>"                          "<id> OK exec/1"              (the key every request to the exec
+//                                                                   server, guest-exec on port 1025, must carry: written 0600 to
+//                                                                   /run/guest-exec/key, outside the workload's root; a guest built
+//                                                                   before exec answers "ERR unknown command": GuestOutdated)
 //                  "<id> PROBE <ipv4> <port> <ms>"                 "<id> OK connected <hex>|-"   (a TCP connect from inside the VM;
 //                                                                  "<id> OK refused|timeout|unreachable|reset|error <why>"
 //                                                                   connected: it sent "agentvm-probe\n" and read up to a newline)
@@ -174,6 +178,23 @@ export class GuestAgentClient {
   async checkpointRequests(timeoutMs = 2000): Promise<string[]> {
     const answer = await this.call("CHECKPOINTS", timeoutMs);
     return answer === "" ? [] : answer.split(" ").filter(Boolean);
+  }
+
+  /**
+   * Gives the guest's exec server (fleet-agent/guest/guest-exec/) the key its requests must carry (64 lowercase hex),
+   * once per run of the VM. A guest built before exec does not know the command: AppError `guest_outdated` (409).
+   */
+  async execKey(key: string, timeoutMs = 2000): Promise<void> {
+    if (!/^[0-9a-f]{64}$/.test(key)) throw new AppError("bad_request", "the exec key must be 64 lowercase hex");
+    let answer: string;
+    try {
+      answer = await this.call(`EXECKEY ${key}`, timeoutMs);
+    } catch (err) {
+      if (err instanceof GuestAgentError && /unknown command/.test(err.message))
+        throw new AppError("guest_outdated", "this agent's guest was built before exec; restart it to update");
+      throw err;
+    }
+    if (answer !== "exec/1") throw new GuestAgentError(`unexpected exec key answer: ${answer}`);
   }
 
   /**

@@ -76,6 +76,8 @@ export interface QemuLaunch {
   paths: VmPaths;
   accel: Accel;
   hostPort: number;
+  /** The host port forwarded to the guest's exec server (EXEC_GUEST_PORT); a new one for every QEMU start. */
+  execPort?: number;
   kernel: string;
   initrd: string;
   /** Host TSC frequency; under TCG the guest kernel otherwise sometimes hangs calibrating its TSC. */
@@ -160,10 +162,12 @@ export function kernelCmdline(accel: Accel, tscKhz: number | undefined, egress =
  * gets one forward (its upstreams are there; only an agent with egress may go further through it): a guest connection to 10.0.2.100:3128 runs the relay (`cmd:`, one process per
  * connection; a `chardev` guestfwd would carry a single stream, shared by every connection), which hands it to the
  * host's egress proxy on the VM's unix socket; the proxy decides where it may go (fleet-agent/egress/policy.ts).
+ * A second host port reaches the guest's exec server (guest/guest-exec/, its key pushed per run: driver.ts `execTarget`).
  */
-export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "egressRelay">): string {
+export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "execPort" | "egressRelay">): string {
   const port = l.spec.rootImage ? l.spec.rootImage.config.port : DEMO_PORT;
   const parts = ["user", "id=net0", "restrict=on", `hostfwd=tcp:127.0.0.1:${l.hostPort}-:${port}`];
+  if (l.execPort) parts.push(`hostfwd=tcp:127.0.0.1:${l.execPort}-:${EXEC_GUEST_PORT}`);
   if (hasProxy(l))
     parts.push(`guestfwd=tcp:${EGRESS_PROXY_GUEST_IP}:${EGRESS_PROXY_GUEST_PORT}-cmd:${opt(`${shellQuote(l.egressRelay!)} ${shellQuote(l.paths.egress)}`)}`);
   return parts.join(",");
@@ -173,7 +177,9 @@ export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "e
  * The arguments that define the virtual hardware. A snapshot stores them; restoring into a QEMU
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
-export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "memory" | "ramId" | "egressRelay" | "templateRam">): string[] {
+export function machineArgs(
+  l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "execPort" | "memory" | "ramId" | "egressRelay" | "templateRam">,
+): string[] {
   const image = l.spec.rootImage;
   const file = l.memory === "file";
   const ramId = l.ramId ?? RAM_ID;
@@ -218,6 +224,9 @@ export function machineArgs(l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "ho
 
 /** The port the built-in demo serves on in the guest. */
 export const DEMO_PORT = 8080;
+
+/** The guest port the exec server (fleet-agent/guest/guest-exec/) listens on. */
+export const EXEC_GUEST_PORT = 1025;
 
 /**
  * A built image's three virtio-blk drives (the guest finds them by filesystem label, not by order): the image's

@@ -14,6 +14,7 @@
 // The class composes the phases, each in a file of its own: boot.ts (cold boot), restore.ts (a wake's restore),
 // hibernate.ts, doze.ts, checkpointing.ts (checkpoints, restore and fork of one, template clones; templates by
 // common/template-boot.ts), supervisor.ts (QEMU processes: launch, exits, kept QEMUs), over migration.ts and vm.ts.
+import { randomBytes } from "node:crypto";
 import { rm, stat } from "node:fs/promises";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
 import type { GuestAgentClient } from "../common/guest-agent.ts";
@@ -22,7 +23,7 @@ import { restoreOrBoot } from "../common/restore-or-boot.ts";
 import { ExecStubs } from "../common/exec-stubs.ts";
 import { bootFromTemplate } from "../common/template-boot.ts";
 import { VmTemplates } from "../common/templates.ts";
-import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, CheckpointInfo, DriverTemplate, ExecTarget, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
 import { defaultEgressConfig } from "../../egress/config.ts";
 import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
@@ -241,6 +242,24 @@ export class QemuDriver implements VmDriver {
     const vp = this.sup.mustBeRunning(vm);
     if (vp.dozing) return []; // a stopped guest asks for nothing; what it asked before the doze was polled then
     return vp.agent!.checkpointRequests();
+  }
+
+  /**
+   * The guest's exec server through this QEMU's second forwarded port, with a key made for this QEMU and pushed through
+   * the guest agent on first use (a restore's new QEMU makes and pushes a new one; the guest keeps the last it got).
+   */
+  async execTarget(vm: RunningVm): Promise<ExecTarget> {
+    const vp = this.sup.mustBeRunning(vm);
+    const key = (vp.execKey ??= randomBytes(32).toString("hex"));
+    if (!vp.execKeyPushed) {
+      const pushed = vp.agent!.execKey(key);
+      vp.execKeyPushed = pushed;
+      pushed.catch(() => {
+        if (vp.execKeyPushed === pushed) vp.execKeyPushed = undefined;
+      });
+    }
+    await vp.execKeyPushed;
+    return { host: "127.0.0.1", port: vp.execPort, key };
   }
 
   /** The templates of QemuDriverOptions.templates (none when they are off); the host drops their paths before the API sees them. */

@@ -189,8 +189,10 @@ export class QemuSupervisor {
     }
     let hostPort = await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
+      // The exec server's forward: a fresh port for every QEMU (a kept or pre-started one holds its own meanwhile).
+      const execPort = await freeLoopbackPort();
       phases?.mark("launchPrepare");
-      const vp = this.spawnQemu(spec, paths, image, hostPort, incoming, ram, upstreams);
+      const vp = this.spawnQemu(spec, paths, image, hostPort, execPort, incoming, ram, upstreams);
       phases?.mark("spawn");
       try {
         vp.qmp = await QmpClient.connect(paths.qmp, { timeoutMs: 15_000, alive: () => !vp.proc.exit });
@@ -234,6 +236,7 @@ export class QemuSupervisor {
     paths: VmPaths,
     image: GuestImagePaths,
     hostPort: number,
+    execPort: number,
     incoming: boolean,
     ram: LaunchRam,
     upstreams: readonly string[] | undefined,
@@ -246,6 +249,7 @@ export class QemuSupervisor {
       paths,
       accel: this.host.accel,
       hostPort,
+      execPort,
       kernel: image.kernel,
       initrd: image.initrd,
       tscKhz: this.host.tscKhz,
@@ -274,6 +278,7 @@ export class QemuSupervisor {
       spec,
       paths,
       hostPort,
+      execPort,
       machineArgs: machineArgs(launch),
       proc,
       qmp: undefined,

@@ -31,6 +31,12 @@ export interface QemuVm {
   spec: VmSpec;
   paths: VmPaths;
   hostPort: number;
+  /** The host port forwarded to the guest's exec server, this QEMU's own. */
+  execPort: number;
+  /** This run's exec key (driver.ts `execTarget`), made and pushed on first use. */
+  execKey?: string;
+  /** The push of `execKey` through the guest agent, once per QEMU (cleared when it failed). */
+  execKeyPushed?: Promise<void>;
   machineArgs: string[];
   proc: VmProcess;
   qmp: QmpClient | undefined;

@@ -12,6 +12,9 @@
  * path: init binds it into the agent's root (init.sh, start_image). */
 #define AGENT_DIR "/run/agentvm"
 #define CHECKPOINT_DIR AGENT_DIR "/checkpoint-requests"
+/* The exec server's directory (guest-exec/): outside the workload's root, root-only. */
+#define EXEC_DIR "/run/guest-exec"
+#define EXEC_KEY_FILE EXEC_DIR "/key"
 
 /* reply.c: writing to the host */
 void log_line(const char *msg);
@@ -39,6 +42,9 @@ void apply_identity(int out, const char *id, char *arg);
 
 /* checkpoints.c: CHECKPOINTS */
 void checkpoint_requests(int out, const char *id);
+
+/* execkey.c: EXECKEY */
+void set_exec_key(int out, const char *id, const char *arg);
 
 /* probe.c: PROBE, PROBEVIA */
 void probe_direct(int out, const char *id, char *arg);

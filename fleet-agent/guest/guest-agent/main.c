@@ -1,5 +1,5 @@
-/* Guest agent: answers the host's line protocol (PING, SETTIME, GETTIME, LEASES, SYNC, IDENTITY, CHECKPOINTS, PROBE,
- * PROBEVIA) on the virtio-serial port named "agent" and, when the kernel has AF_VSOCK, on vsock port 1024.
+/* Guest agent: answers the host's line protocol (PING, SETTIME, GETTIME, LEASES, SYNC, IDENTITY, CHECKPOINTS, EXECKEY,
+ * PROBE, PROBEVIA) on the virtio-serial port named "agent" and, when the kernel has AF_VSOCK, on vsock port 1024.
  * The protocol is documented at the top of fleet-agent/drivers/common/guest-agent.ts.
  * Single-threaded poll loop; one vsock connection at a time. This file: the channels and the loop; agent.h: the parts. */
 #define _GNU_SOURCE

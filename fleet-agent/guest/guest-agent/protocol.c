@@ -36,6 +36,8 @@ static void handle_line(int fd, char *line) {
     apply_identity(fd, id, arg);
   } else if (strcmp(command, "CHECKPOINTS") == 0) {
     checkpoint_requests(fd, id);
+  } else if (strcmp(command, "EXECKEY") == 0) {
+    set_exec_key(fd, id, arg);
   } else if (strcmp(command, "PROBE") == 0) {
     /* Blocks this loop for at most PROBE_MAX_MS (probe.c): a test's tool, the host waits with a timeout. */
     probe_direct(fd, id, arg);
