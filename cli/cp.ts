@@ -83,12 +83,13 @@ async function download(agent: Agent, path: string, local: string, print: (s: st
       await pipeline(Readable.fromWeb((await agent.files.downloadTar(path)) as NodeReadableStream), process.stdout);
       return;
     }
-    // Into an existing directory the tree keeps its name; else it becomes `local`.
-    const target = isDir(local) ? join(local, posix.basename(path) || "root") : local;
-    mkdirSync(target, { recursive: true });
-    const t = tar(["-C", target, "-xf", "-", "--no-same-owner"], "write");
+    // The tar's entries are named from the path's last component: into an existing directory the tree keeps that
+    // name; else it becomes `local` (the first component stripped).
+    const into = isDir(local);
+    if (!into) mkdirSync(local, { recursive: true });
+    const t = tar(["-C", local, "-xf", "-", "--no-same-owner", ...(into ? [] : ["--strip-components=1"])], "write");
     await Promise.all([(await agent.files.downloadTar(path)).pipeTo(t.stream as WritableStream<Uint8Array>), t.done]);
-    return print(`${target}/`);
+    return print(into ? join(local, posix.basename(path)) : local);
   }
   const response = await agent.files.stream(path);
   const body = Readable.fromWeb(response.body! as NodeReadableStream);

@@ -57,7 +57,7 @@ describe("the TypeScript SDK against the system", () => {
   }, 300_000);
 
   it("runs a background process: output later, stdin, wait, a signal", async () => {
-    const proc = await agent.spawn("echo started; read line; echo got $line; sleep 600");
+    const proc = await agent.spawn("echo started; read line; echo got $line; sleep 600", { stdin: true });
     expect(proc.info.state).toBe("running");
     await proc.write("hello\n");
     let out = "";
@@ -174,7 +174,7 @@ describe("the Python SDK against the system", () => {
       ),
     );
     expect(r.code, r.out).toBe(0);
-    expect(r.out).toMatch(/Ran 5 tests/);
+    expect(r.out).toMatch(/Ran 6 tests/);
     expect(r.out).not.toMatch(/skipped/);
   }, 600_000);
 });
@@ -249,6 +249,9 @@ describe("agentvm exec and cp against the system", () => {
     r = await agentvm(["cp", `${id}:/tmp/cptree`, join(local, "down")]);
     expect(r.code, r.err).toBe(0);
     expect(readFileSync(join(local, "down", "sub", "b.txt"), "utf8")).toBe("BB");
+    r = await agentvm(["cp", `${id}:/tmp/cptree`, join(local, "down")]); // into an existing directory: it keeps its name
+    expect(r.code, r.err).toBe(0);
+    expect(readFileSync(join(local, "down", "cptree", "a.txt"), "utf8")).toBe("A");
 
     r = await agentvm(["cp", "-", `${id}:/tmp/cp/stdin.txt`], "from stdin\n");
     expect(r.code, r.err).toBe(0);

@@ -271,10 +271,14 @@ class Agent:
         cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         user: Optional[Union[str, int]] = None,
-        stdin: Optional[Union[str, bytes]] = None,
+        stdin: Optional[Union[str, bytes, bool]] = None,
         timeout_ms: Optional[int] = None,
     ) -> Process:
-        """Starts a command in the background: it runs on (through hibernation and wake) until it exits."""
+        """Starts a command in the background: it runs on (through hibernation and wake) until it exits. Its stdin
+        stays open for ``Process.write`` when ``stdin`` is given (``True``: open, nothing written yet); without it
+        stdin is /dev/null."""
+        if isinstance(stdin, bool):
+            stdin = "" if stdin else None
         body = _exec_body(cmd, cwd, env, user, stdin, timeout_ms, None, background=True)
         return Process(self._http, self.id, self._http.json("POST", self._path("/exec"), json_body=body))
 

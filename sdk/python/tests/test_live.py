@@ -5,6 +5,7 @@ checkpoint, a fork reset to it, a pool's acquire and release. Skipped without AG
 import io
 import os
 import tarfile
+import time
 import unittest
 
 from agentvm import AgentVM, AgentVMError
@@ -41,6 +42,23 @@ class LiveTest(unittest.TestCase):
         self.assertEqual((out, err), ("one\nthree\n", "two\n"))
         self.assertEqual(events[-1].kind, "exit")
         self.assertEqual(events[-1].exit.exit_code, 5)
+
+    def test_1b_background(self):
+        proc = self.agent.spawn("echo started; read line; echo got $line; sleep 600", stdin=True)
+        self.assertEqual(proc.info["state"], "running")
+        proc.write("hello\n")
+        out = ""
+        for _ in range(100):
+            out = proc.text()
+            if "got hello" in out:
+                break
+            time.sleep(0.1)
+        self.assertEqual(out, "started\ngot hello\n")
+        self.assertIn(proc.pid, [p.pid for p in self.agent.processes()])
+        self.assertEqual(proc.wait(timeout_ms=100)["state"], "running")
+        proc.kill("TERM")
+        info = proc.wait(timeout_ms=10_000)
+        self.assertEqual((info["state"], info["signal"]), ("exited", "TERM"))
 
     def test_2_files(self):
         files = self.agent.files

@@ -253,9 +253,14 @@ export class Agent {
     throw new AgentVMError("stream_ended", "the exec stream ended before the command's exit", { status: 502 });
   }
 
-  /** Starts a command in the background: it runs on (through hibernation and wake) until it exits. */
-  async spawn(cmd: Command, opts: Omit<ExecOptions, "encoding"> = {}): Promise<Process> {
-    const info = await this.http.json<ProcessInfo>("POST", this.path("/exec"), { json: execBody(cmd, opts, { background: true }), signal: opts.signal });
+  /**
+   * Starts a command in the background: it runs on (through hibernation and wake) until it exits. Its stdin stays open
+   * for `Process.write` when `stdin` is given (`true`: open, nothing written yet); without it stdin is /dev/null.
+   */
+  async spawn(cmd: Command, opts: Omit<ExecOptions, "encoding" | "stdin"> & { stdin?: string | Uint8Array | true } = {}): Promise<Process> {
+    const { stdin, ...rest } = opts;
+    const body = execBody(cmd, { ...rest, ...(stdin !== undefined ? { stdin: stdin === true ? "" : stdin } : {}) }, { background: true });
+    const info = await this.http.json<ProcessInfo>("POST", this.path("/exec"), { json: body, signal: opts.signal });
     return new Process(this.http, this.id, info);
   }
 
