@@ -1,6 +1,7 @@
 // `npm run bench:pool`: exec, reset and warm pools through the whole system (gateway → host → VM) on QEMU (issue 33),
 // every call through the TypeScript SDK over the public API. Measures: exec round trip on a warm agent (p50/p99) against
-// baselines in the same run (`echo` by execFile on the host; the same exec through the process driver); exec on a
+// baselines in the same run (`echo` by execFile on the host; the same exec through the process driver; a proxied call
+// to the same agent's own server, the path without a process started); exec on a
 // hibernated agent (its first output byte); episode reset (the reset call to the next exec's first output byte,
 // p50/p99); acquire from a pool of --pool (p50/p99, and to the acquired agent's first output); forks per second from
 // one checkpoint (direct creates, and the pool's own top-up). Options: --warm N (50), --hibernated N (5), --resets N (10),
@@ -13,7 +14,7 @@ import { parseArgs } from "node:util";
 import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
 import { AppError } from "../lib/errors.ts";
 import { printResult, round } from "./bench/figures.ts";
-import { acquires, filled, forks, hibernatedExec, hostExec, resets, spread, warmExec } from "./bench/pool/measure.ts";
+import { acquires, filled, forks, hibernatedExec, hostExec, resets, spread, warmCalls, warmExec } from "./bench/pool/measure.ts";
 import { type BenchSystem, processSystem, qemuSystem } from "./bench/pool/system.ts";
 
 const { values } = parseArgs({
@@ -71,7 +72,7 @@ try {
     running.push(proc);
     try {
       const agent = await proc.client.agents.create({ name: "bench-process", idleTimeoutMs: 600_000 });
-      baseline.processDriverExec = spread(await warmExec(agent, sizes.warm));
+      baseline.processDriverExec = spread((await warmExec(agent, sizes.warm)).times);
       say(`baseline: exec through the API on the process driver p50 ${(baseline.processDriverExec as { p50: number }).p50} ms`);
     } catch (err) {
       baseline.processDriverExec = { error: err instanceof Error ? err.message : String(err) };
@@ -96,9 +97,15 @@ try {
   result.firstExecMs = round(performance.now() - t0, 1);
   say(`first exec (boot or clone of the template, then the exec) ${result.firstExecMs} ms`);
 
-  const warm = spread(await warmExec(agent, sizes.warm));
+  const warmRun = await warmExec(agent, sizes.warm);
+  const warm = spread(warmRun.times);
   result.warmExec = warm;
-  say(`warm exec round trip: p50 ${warm.p50} ms, p99 ${warm.p99} ms (target ≤ ${TARGETS.warmExecP50Ms} ms p50)`);
+  result.warmExecInVm = spread(warmRun.inVm);
+  say(
+    `warm exec round trip: p50 ${warm.p50} ms, p99 ${warm.p99} ms (target ≤ ${TARGETS.warmExecP50Ms} ms p50); the command in the VM p50 ${(result.warmExecInVm as { p50: number }).p50} ms`,
+  );
+  baseline.proxiedCall = spread(await warmCalls(agent, sizes.warm));
+  say(`baseline: a proxied call to the same agent's server p50 ${(baseline.proxiedCall as { p50: number }).p50} ms`);
 
   const asleep = spread(await hibernatedExec(agent, sizes.hibernated));
   result.hibernatedExecFirstByte = asleep;

@@ -31,16 +31,34 @@ export async function hostExec(n: number): Promise<number[]> {
   return times;
 }
 
-/** `n` round trips of `echo hi` through the API on an awake agent (JSON answer: the call until its whole answer). */
-export async function warmExec(agent: Agent, n: number): Promise<number[]> {
+/**
+ * `n` round trips of `echo hi` through the API on an awake agent (JSON answer: the call until its whole answer), with
+ * what the exec server itself measured of each (`durationMs`: the command from its fork to its exit, in the VM).
+ */
+export async function warmExec(agent: Agent, n: number): Promise<{ times: number[]; inVm: number[] }> {
   const first = await agent.exec(["echo", "hi"]); // wakes it if it sleeps: not counted
   if (first.stdout !== "hi\n") throw new Error(`exec answered ${JSON.stringify(first)}`);
   const times: number[] = [];
+  const inVm: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = now();
     const r = await agent.exec(["echo", "hi"]);
     times.push(now() - t0);
+    inVm.push(r.durationMs);
     if (r.stdout !== "hi\n") throw new Error(`exec answered ${JSON.stringify(r)}`);
+  }
+  return { times, inVm };
+}
+
+/** `n` proxied calls to the awake agent's own server (`GET /counter`): the same gateway → host → VM path without a process started. */
+export async function warmCalls(agent: Agent, n: number): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = now();
+    const r = await agent.fetch("/counter");
+    await r.arrayBuffer();
+    times.push(now() - t0);
+    if (r.status !== 200) throw new Error(`GET /counter answered ${r.status}`);
   }
   return times;
 }
