@@ -14,6 +14,7 @@ interface Seen {
 let server: Server;
 let base: string;
 const seen: Seen[] = [];
+let exhaustedFor = 0; // acquires answered pool_exhausted before one succeeds
 const last = () => seen[seen.length - 1]!;
 
 const agentView = (id: string) => ({ id, name: "agent", state: "hibernated", path: `/a/${id}/` });
@@ -65,7 +66,10 @@ beforeAll(async () => {
       );
     }
     if (p === "/a/agt_1/hello") return res.writeHead(200, { "content-type": "text/plain" }).end(`hello ${req.method}`);
-    if (p === "/v1/pools/pol_1/acquire") return json(200, { agent: agentView("agt_p"), pool: "pol_1" });
+    if (p === "/v1/pools/pol_1/acquire") {
+      if (exhaustedFor-- > 0) return json(409, { error: { code: "pool_exhausted", message: "every agent handed out", requestId: "req_3" } });
+      return json(200, { agent: agentView("agt_p"), pool: "pol_1" });
+    }
     if (p === "/v1/pools/pol_1/release") return json(200, { agent: agentView(JSON.parse(body.toString()).agentId) });
     if (p === "/v1/pools/pol_1")
       return json(200, { id: "pol_1", name: null, fromCheckpoint: "ckp_1", size: 2, maxSize: 4, ready: 2, inUse: 0, state: "ready" });
@@ -139,8 +143,8 @@ describe("the TypeScript SDK", () => {
   });
 
   it("spawn, wait and the output's pages", async () => {
-    const proc = await client().agents.connect("agt_1").spawn(["sleep", "9"]);
-    expect(JSON.parse(last().body.toString())).toMatchObject({ background: true });
+    const proc = await client().agents.connect("agt_1").spawn(["sleep", "9"], { stdin: true });
+    expect(JSON.parse(last().body.toString())).toEqual({ cmd: ["sleep", "9"], background: true, stdin: "" });
     expect(proc.pid).toBe(42);
     expect((await proc.wait({ timeoutMs: 100 })).state).toBe("exited");
     expect(await proc.text()).toBe("abcd");
@@ -176,5 +180,9 @@ describe("the TypeScript SDK", () => {
     expect(got).toMatchObject({ id: "agt_p", poolId: "pol_1" });
     expect((await got.release()).agent.id).toBe("agt_p");
     expect(JSON.parse(last().body.toString())).toEqual({ agentId: "agt_p" });
+    exhaustedFor = 2;
+    expect((await pool.acquire({ waitMs: 5000 })).id).toBe("agt_p"); // asked three times
+    exhaustedFor = 1;
+    await expect(pool.acquire()).rejects.toMatchObject({ code: "pool_exhausted", status: 409 });
   });
 });
