@@ -769,6 +769,8 @@ export type components = {
       startedAt: string | null;
       /** @description ISO 8601; null while it runs */
       endedAt: string | null;
+      /** @description At its start only: why it could not be started (it exits 127) */
+      error?: string;
     };
     ExecRequest: {
       /**

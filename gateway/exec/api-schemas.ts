@@ -112,6 +112,7 @@ export const ProcessSchema = z
     signal: z.string().nullable(),
     startedAt: z.string().nullable().openapi({ description: "ISO 8601" }),
     endedAt: z.string().nullable().openapi({ description: "ISO 8601; null while it runs" }),
+    error: z.string().optional().openapi({ description: "At its start only: why it could not be started (it exits 127)" }),
   })
   .openapi("Process");
 

@@ -1,7 +1,7 @@
 // One call to an agent's exec server through the Fleet port (target `exec`): woken and held like a proxied call, its answers' faults as the error envelope.
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
-import { AppError, type ErrorCode } from "../../lib/errors.ts";
+import { AppError, errorStatus, type ErrorCode } from "../../lib/errors.ts";
 
 /** No limit on a timer the host sweeps (the longest `setTimeout` takes), ms. */
 export const noLimitMs = 2_147_483_647;
@@ -54,20 +54,23 @@ const guestCodes: Record<number, ErrorCode> = {
   413: "payload_too_large",
 };
 
-/** The exec server's refusal as an AppError (its body's first line or JSON `error` as the message; the rest let go). */
+/** The exec server's refusal as an AppError: its envelope's code and message (`{code, message}`) where the code is one of ours, else by its status. */
 export async function guestError(res: Response, agentId: string): Promise<AppError> {
-  const message = await shortText(res);
-  const code = guestCodes[res.status];
-  if (code) return new AppError(code, message || `${res.status} from the exec server`);
+  const { code: given, message } = await shortError(res);
   // 401 (a key this host did not push), 503 (none pushed yet), 5xx: the VM's side is wrong, not the caller's request.
-  return new AppError("bad_gateway", `agent ${agentId}'s exec server answered ${res.status}${message ? `: ${message}` : ""}`, {
-    ...(res.status === 503 ? { retryAfterS: 1 } : {}),
-  });
+  if (res.status === 401 || res.status >= 500) {
+    return new AppError("bad_gateway", `agent ${agentId}'s exec server answered ${res.status}${message ? `: ${message}` : ""}`, {
+      ...(res.status === 503 ? { retryAfterS: 1 } : {}),
+    });
+  }
+  const code = given !== undefined && given in errorStatus && errorStatus[given as ErrorCode] === res.status ? (given as ErrorCode) : guestCodes[res.status];
+  if (code) return new AppError(code, message || `${res.status} from the exec server`);
+  return new AppError("bad_gateway", `agent ${agentId}'s exec server answered ${res.status}${message ? `: ${message}` : ""}`);
 }
 
-/** At most 1 KiB of an error answer's text (a JSON `{error}` or `{error:{message}}` read for its message). */
-async function shortText(res: Response): Promise<string> {
-  if (!res.body) return "";
+/** At most 1 KiB of an error answer: its JSON `{code, message}` (or `{error}`), or its first line of text. */
+async function shortError(res: Response): Promise<{ code?: string; message: string }> {
+  if (!res.body) return { message: "" };
   const reader = res.body.getReader();
   const parts: Uint8Array[] = [];
   let n = 0;
@@ -91,15 +94,14 @@ async function shortText(res: Response): Promise<string> {
   }
   const text = new TextDecoder().decode(bytes.subarray(0, 1024)).trim();
   try {
-    const parsed = JSON.parse(text) as { error?: unknown; message?: unknown };
-    if (typeof parsed.error === "string") return parsed.error;
-    if (typeof parsed.message === "string") return parsed.message;
-    const inner = parsed.error as { message?: unknown } | undefined;
-    if (typeof inner?.message === "string") return inner.message;
+    const parsed = JSON.parse(text) as { code?: unknown; error?: unknown; message?: unknown };
+    const code = typeof parsed.code === "string" ? parsed.code : undefined;
+    if (typeof parsed.message === "string") return { ...(code ? { code } : {}), message: parsed.message.slice(0, 500) };
+    if (typeof parsed.error === "string") return { message: parsed.error.slice(0, 500) };
   } catch {
     /* plain text */
   }
-  return text.split("\n")[0]!.slice(0, 500);
+  return { message: text.split("\n")[0]!.slice(0, 500) };
 }
 
 /** The body read whole, up to `max` bytes (a JSON answer of the exec server: a process, a listing). */

@@ -233,7 +233,8 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
       ...(q.user !== undefined ? { user: q.user } : {}),
       timeoutMs,
       background: q.background,
-      stdin: stdin !== undefined,
+      // A background process always gets a stdin pipe (its first bytes, if any, from `stdin`): …/stdin writes to it.
+      stdin: stdin !== undefined || q.background,
     });
     const requestBody = stdin ? concat(specBytes, stdin) : specBytes;
     const requestId = c.get("requestId");
@@ -251,10 +252,11 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
     });
     const wake = res.headers.get("x-wake");
     if (q.background) {
-      const started = await readJson<{ pid?: unknown }>(res);
+      const started = await readJson<{ pid?: unknown; error?: unknown }>(res);
       if (typeof started.pid !== "number") throw new AppError("bad_gateway", "the exec server started a process without a pid");
-      await audit(c, caller, "agent.exec", spec.id, { ...what, background: true, pid: started.pid, timeoutMs });
-      const view = processView({ pid: started.pid, cmd: argv, state: "running", startedAtMs: startedAt });
+      const error = typeof started.error === "string" ? started.error : null;
+      await audit(c, caller, "agent.exec", spec.id, { ...what, background: true, pid: started.pid, timeoutMs, ...(error ? { error } : {}) });
+      const view = { ...processView({ pid: started.pid, cmd: argv, state: "running", startedAtMs: startedAt }), ...(error ? { error } : {}) };
       return c.json(view, 201, wake ? { "x-wake": wake } : {});
     }
     const recordExit = (exit: ExitStatus | undefined, error: string | undefined, truncated?: boolean) =>
@@ -267,13 +269,30 @@ export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
         ms: Date.now() - startedAt,
       });
     if (wantsNdjson(c.req.header("accept"))) {
-      const lines = res.body!.pipeThrough(frameDecoder()).pipeThrough(ndjsonLines(q.encoding, (exit, error) => void recordExit(exit, error)));
-      return new Response(lines, {
-        status: 200,
-        headers: { "content-type": ndjson, "cache-control": "no-store", ...(wake ? { "x-wake": wake } : {}) },
-      }) as never;
+      let recorded = false;
+      const record = (exit: ExitStatus | undefined, error: string | undefined) => {
+        if (recorded) return;
+        recorded = true;
+        void recordExit(exit, error);
+      };
+      const lines = res.body!.pipeThrough(frameDecoder()).pipeThrough(ndjsonLines(q.encoding, record));
+      // A client that goes away before the exit is recorded too (the command's connection ends with it).
+      return new Response(
+        onCancel(lines, () => record(undefined, "the client went away before the command ended")),
+        {
+          status: 200,
+          headers: { "content-type": ndjson, "cache-control": "no-store", ...(wake ? { "x-wake": wake } : {}) },
+        },
+      ) as never;
     }
-    const result = await collect(res.body!, q.encoding);
+    let result: Awaited<ReturnType<typeof collect>>;
+    try {
+      result = await collect(res.body!, q.encoding);
+    } catch (err) {
+      // Its stream broke (or the client went away): what ran is recorded all the same.
+      await recordExit(undefined, err instanceof Error ? err.message : String(err));
+      throw err;
+    }
     await recordExit(result.exit, result.error ?? undefined, result.truncated);
     if (!result.exit) throw new AppError("bad_gateway", `agent ${spec.id}'s exec server ended the command's stream without its exit status`);
     return c.json(
@@ -506,6 +525,29 @@ function limitBytes(max: number, counted: { bytes: number }): TransformStream<Ui
       controller.enqueue(chunk);
     },
   });
+}
+
+/** The stream as it is, `cancelled` called when its reader cancels it (before its end). */
+function onCancel(body: ReadableStream<Uint8Array>, cancelled: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const next = await reader.read();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        } catch (err) {
+          controller.error(err);
+        }
+      },
+      cancel(reason) {
+        cancelled();
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 /** One stream's output decoded as it comes (UTF-8 with a streaming decoder: a character cut between frames is whole), or base64. */

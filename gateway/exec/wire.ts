@@ -30,7 +30,7 @@ const encoder = new TextEncoder();
  * strings (`arg=` repeated in order, `env=NAME=VALUE` repeated, `cwd=`, `user=`, `timeout_ms=`, `background=1`,
  * `stdin=1`). A NUL inside a value cannot be carried: the schemas refuse it before this.
  */
-export function encodeSpec(spec: ExecSpec): Uint8Array {
+export function encodeSpec(spec: ExecSpec): Uint8Array<ArrayBuffer> {
   const lines: string[] = spec.argv.map((a) => `arg=${a}`);
   for (const [name, value] of Object.entries(spec.env ?? {})) lines.push(`env=${name}=${value}`);
   if (spec.cwd !== undefined) lines.push(`cwd=${spec.cwd}`);
@@ -66,7 +66,7 @@ export interface Frame {
 }
 
 /** One frame as bytes: `[u8 type][u32 big-endian length][payload]`. */
-export function encodeFrame(type: number, payload: Uint8Array): Uint8Array {
+export function encodeFrame(type: number, payload: Uint8Array): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(5 + payload.byteLength);
   out[0] = type;
   new DataView(out.buffer).setUint32(1, payload.byteLength);

@@ -258,7 +258,7 @@ describe("exec routes", () => {
     expect(started.status).toBe(201);
     const proc = (await started.json()) as { pid: number; state: string; cmd: string[]; startedAt: string };
     expect(proc).toMatchObject({ state: "running", cmd: ["server", "--port", "1"] });
-    expect(server.seen.at(-1)!.spec).toEqual(["arg=server", "arg=--port", "arg=1", "timeout_ms=0", "background=1"]);
+    expect(server.seen.at(-1)!.spec).toEqual(["arg=server", "arg=--port", "arg=1", "timeout_ms=0", "background=1", "stdin=1"]);
     const base = `/v1/agents/${agentId}/processes`;
     const list = (await (await app.request(base, { headers: await auth() })).json()) as { processes: { pid: number; startedAt: string }[] };
     expect(list.processes.map((p) => p.pid)).toContain(proc.pid);
@@ -428,5 +428,21 @@ describe("exec routes", () => {
       expect(res.status).toBe(status);
       expect(await errorOf(res)).toMatchObject({ code, message: `${code} here` });
     }
+  });
+});
+
+describe("exec audit when the caller goes away", () => {
+  it("an NDJSON stream cancelled before the exit still leaves its audit row", async () => {
+    const res = await execCall({ cmd: ["big", String(8 * 1024 * 1024)] }, { accept: "application/x-ndjson" });
+    const requestId = res.headers.get("x-request-id");
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    let row: { detail: unknown } | undefined;
+    for (let i = 0; i < 50 && !row; i++) {
+      row = (await database.db.select().from(auditLog).where(eq(auditLog.requestId, requestId!)))[0];
+      if (!row) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(row?.detail).toMatchObject({ argv: ["big", String(8 * 1024 * 1024)], exitCode: null, error: "the client went away before the command ended" });
   });
 });
