@@ -163,7 +163,18 @@ export const Usage = z
     groupBy: z.array(z.string()),
     agentId: z.string().optional(),
     source: z.enum(["rollup", "raw"]).openapi({ description: "rollup: 15-minute buckets; raw: segments split by overlap (ranges not on quarter hours)" }),
-    rows: z.array(z.object({ start: z.string(), end: z.string(), agentId: z.string().optional(), ...Sums })),
+    rows: z.array(
+      z.object({
+        start: z.string(),
+        end: z.string(),
+        agentId: z.string().optional(),
+        poolId: z
+          .string()
+          .optional()
+          .openapi({ description: "By agent: the warm pool the agent belongs to (absent for one in none); a pooled agent is billed as any other" }),
+        ...Sums,
+      }),
+    ),
     totals: z.object(Sums),
   })
   .openapi("Usage");

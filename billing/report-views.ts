@@ -57,7 +57,11 @@ export function usageJson(t: UsageTable, names: string[]): z.infer<typeof UsageS
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
     const sums = sumsAt(c, i);
-    rows.push(c.agents && c.agent ? { start, end, agentId: c.agents[c.agent[i] as number] as string, ...sums } : { start, end, ...sums });
+    if (c.agents && c.agent) {
+      const agentId = c.agents[c.agent[i] as number] as string;
+      const poolId = t.agentPools?.get(agentId);
+      rows.push(poolId !== undefined ? { start, end, agentId, poolId, ...sums } : { start, end, agentId, ...sums });
+    } else rows.push({ start, end, ...sums });
   }
   return { ...usageHead(t, names), rows, totals: t.totals };
 }
@@ -131,7 +135,10 @@ export function usageJsonBytes(t: UsageTable, names: string[]): Uint8Array<Array
   const head = encode(`${JSON.stringify(usageHead(t, names)).slice(0, -1)},"rows":[`);
   const tail = encode(`],"totals":${JSON.stringify(t.totals)}}`);
   // each agent's key and value with the key after it, so that a row is two copies, then the numbers and their keys
-  const agentKeys = c.agents?.map((id) => encode(`"agentId":${JSON.stringify(id)},"activeMs":`));
+  const agentKeys = c.agents?.map((id) => {
+    const poolId = t.agentPools?.get(id);
+    return encode(`"agentId":${JSON.stringify(id)},${poolId !== undefined ? `"poolId":${JSON.stringify(poolId)},` : ""}"activeMs":`);
+  });
   const noAgent = encode('"activeMs":');
   const prefix: Uint8Array[] = [];
   let buf = new Uint8Array(head.length + tail.length + c.length * 220);
@@ -182,6 +189,8 @@ export function usageCsv(t: UsageTable): string {
     "dozed_vcpu_ms",
     "dozed_mib_ms",
     "hibernated_ms",
+    // by agent: the warm pool the agent belongs to (empty for none), last so the columns before it keep their places
+    ...(c.agents ? ["pool_id"] : []),
   ];
   const rows: Cell[][] = [];
   for (let i = 0; i < c.length; i++) {
@@ -189,7 +198,10 @@ export function usageCsv(t: UsageTable): string {
     const start = fmt(t.boundaries[w] as number);
     const end = fmt(t.boundaries[w + 1] as number);
     const sums = [c.activeMs[i], c.vcpuMs[i], c.mibMs[i], c.dozedMs[i], c.dozedVcpuMs[i], c.dozedMibMs[i], c.hibernatedMs[i]];
-    rows.push(c.agents && c.agent ? [start, end, c.agents[c.agent[i] as number], ...sums] : [start, end, ...sums]);
+    if (c.agents && c.agent) {
+      const agentId = c.agents[c.agent[i] as number] as string;
+      rows.push([start, end, agentId, ...sums, t.agentPools?.get(agentId) ?? ""]);
+    } else rows.push([start, end, ...sums]);
   }
   return toCsv(header, rows);
 }

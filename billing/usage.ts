@@ -46,6 +46,8 @@ export interface UsageRow extends UsageSums {
   start: number;
   end: number;
   agentId?: string;
+  /** The warm pool the agent belongs to (by agent only; absent for an agent in none). */
+  poolId?: string;
 }
 
 export interface UsageReport {
@@ -63,6 +65,8 @@ export interface UsageTable {
   boundaries: readonly number[];
   columns: UsageColumns;
   totals: UsageSums;
+  /** By agent: the warm pool of each agent in one (agent id → pool id); a pooled agent is billed as any other. */
+  agentPools?: ReadonlyMap<string, string>;
 }
 
 export { columnsOf, compareCodePoints, type UsageColumns } from "./usage-columns.ts";
@@ -111,12 +115,24 @@ export async function usageTable(db: Db, q: UsageQuery, opts: UsageOptions = {})
   const source = wanted === "auto" ? (alignedToBuckets(boundaries) ? "rollup" : "raw") : wanted;
   if (source === "rollup" && !alignedToBuckets(boundaries))
     throw new AppError("bad_request", "these windows do not fall on 15-minute boundaries; rollups cannot answer them");
-  const [metered, hibernated] = await Promise.all([
+  const [metered, hibernated, agentPools] = await Promise.all([
     source === "rollup" ? rollupColumns(db, q, boundaries, opts.parts === undefined ? {} : { parts: opts.parts }) : rawColumns(db, q, boundaries),
     hibernatedCells(db, q, boundaries),
+    q.byAgent ? poolsOfAgents(db, q) : undefined,
   ]);
   const columns = withHibernated(metered, hibernated);
-  return { query: q, source, boundaries, columns, totals: sumColumns(columns) };
+  return { query: q, source, boundaries, columns, totals: sumColumns(columns), ...(agentPools ? { agentPools } : {}) };
+}
+
+/** Each of the tenant's agents that is (or was, deleted since) in a warm pool, with its pool: one query. */
+async function poolsOfAgents(db: Db, q: UsageQuery): Promise<Map<string, string>> {
+  const params: unknown[] = [q.tenantId];
+  if (q.agentId !== undefined) params.push(q.agentId);
+  const rows = await sqlRunner(db).query<{ id: string; pool_id: string }>(
+    `select id, pool_id from agents where tenant_id = $1 and pool_id is not null${q.agentId !== undefined ? " and id = $2" : ""}`,
+    params,
+  );
+  return new Map(rows.map((r) => [r.id, r.pool_id]));
 }
 
 /** The hibernated time of `q`'s agents per window (and agent, when by agent), from the VM event log. */
@@ -139,7 +155,12 @@ export async function usageReport(db: Db, q: UsageQuery, opts: UsageOptions = {}
       end: t.boundaries[w + 1] as number,
       ...sumsAt(c, i),
     };
-    if (c.agents && c.agent) row.agentId = c.agents[c.agent[i] as number];
+    if (c.agents && c.agent) {
+      const agentId = c.agents[c.agent[i] as number] as string;
+      row.agentId = agentId;
+      const poolId = t.agentPools?.get(agentId);
+      if (poolId !== undefined) row.poolId = poolId;
+    }
     rows.push(row);
   }
   return { query: t.query, source: t.source, rows, totals: t.totals };

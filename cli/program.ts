@@ -12,6 +12,7 @@ import { imagesCommand } from "./images.ts";
 import { invoicesCommand } from "./invoices.ts";
 import { loginCommand } from "./login.ts";
 import { eventsCommand, logsCommand } from "./logs.ts";
+import { poolsCommand } from "./pools.ts";
 import { ratesCommand } from "./rates.ts";
 import { templatesCommand } from "./templates.ts";
 import { tenantsCommand } from "./tenants.ts";
@@ -44,6 +45,7 @@ export function buildProgram(): Command {
   execCommand(program);
   cpCommand(program);
   checkpointsCommand(program);
+  poolsCommand(program);
   logsCommand(program);
   eventsCommand(program);
   imagesCommand(program);

@@ -1,4 +1,4 @@
-// The tenant's agents: state, last wake, image, calls in flight; refreshed every few seconds.
+// The tenant's agents: state, last wake, image, calls in flight, the pool an agent is in; refreshed every few seconds.
 import { getAll } from "./api.ts";
 import { ago } from "./format.ts";
 import { usePoll } from "./poll.ts";
@@ -48,6 +48,11 @@ export function Agents() {
                 <td>
                   <Link href={hrefs.agent(a.id)}>{a.name}</Link>
                   <div class="muted mono">{a.id}</div>
+                  {a.pool ? (
+                    <div class="muted small" data-testid="agent-pool">
+                      pool {a.pool.id} · {a.pool.state.replace("_", " ")}
+                    </div>
+                  ) : null}
                 </td>
                 <td>
                   <StateBadge state={a.state} />

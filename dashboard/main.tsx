@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { forgetToken, storedToken, whenUnauthorized } from "./api.ts";
 import { AgentPage } from "./AgentPage.tsx";
 import { Agents } from "./Agents.tsx";
+import { Pools } from "./Pools.tsx";
 import { hrefs, Link, navigate, useRoute } from "./route.tsx";
 import { SignIn } from "./SignIn.tsx";
 import { Usage } from "./Usage.tsx";
@@ -35,6 +36,9 @@ function App() {
         <Link href={hrefs.agents()} class={route.page === "agents" || route.page === "agent" ? "on" : ""}>
           Agents
         </Link>
+        <Link href={hrefs.pools()} class={route.page === "pools" ? "on" : ""}>
+          Pools
+        </Link>
         <Link href={hrefs.usage()} class={route.page === "usage" ? "on" : ""}>
           Usage
         </Link>
@@ -45,6 +49,7 @@ function App() {
       {route.page === "agents" ? <Agents /> : null}
       {route.page === "agent" ? <AgentPage key={route.id} id={route.id} /> : null}
       {route.page === "usage" ? <Usage /> : null}
+      {route.page === "pools" ? <Pools /> : null}
       {route.page === "missing" ? (
         <main>
           <h1>Not found</h1>

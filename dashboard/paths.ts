@@ -2,7 +2,13 @@
 
 export const base = "/dashboard";
 
-export type Route = { page: "signin" } | { page: "agents" } | { page: "agent"; id: string } | { page: "usage" } | { page: "missing"; path: string };
+export type Route =
+  | { page: "signin" }
+  | { page: "agents" }
+  | { page: "agent"; id: string }
+  | { page: "usage" }
+  | { page: "pools" }
+  | { page: "missing"; path: string };
 
 /** The page a path under /dashboard/ shows. */
 export function routeOf(pathname: string): Route {
@@ -16,6 +22,7 @@ export function routeOf(pathname: string): Route {
   if (parts.length === 0 || (parts.length === 1 && parts[0] === "agents")) return { page: "agents" };
   if (parts.length === 1 && parts[0] === "signin") return { page: "signin" };
   if (parts.length === 1 && parts[0] === "usage") return { page: "usage" };
+  if (parts.length === 1 && parts[0] === "pools") return { page: "pools" };
   if (parts.length === 2 && parts[0] === "agents") return { page: "agent", id: parts[1]! };
   return { page: "missing", path: pathname };
 }
@@ -24,5 +31,6 @@ export const hrefs = {
   agents: () => `${base}/`,
   agent: (id: string) => `${base}/agents/${encodeURIComponent(id)}`,
   usage: () => `${base}/usage`,
+  pools: () => `${base}/pools`,
   signin: () => `${base}/signin`,
 };

@@ -13,3 +13,5 @@ export type InvoiceLine = Schemas["Invoice"]["lines"][number];
 export type Invoice = Schemas["Invoice"];
 export type Operation = Schemas["Operation"];
 export type OperationsPage = Schemas["OperationList"];
+export type Pool = Schemas["Pool"];
+export type PoolList = Schemas["PoolList"];

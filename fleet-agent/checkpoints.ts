@@ -4,7 +4,7 @@ import { and, eq, inArray, isNull } from "drizzle-orm";
 import { AppError } from "../lib/errors.ts";
 import { isId } from "../lib/ids.ts";
 import type { Db } from "../schema/db.ts";
-import { checkpoints } from "../schema/core.ts";
+import { agents, checkpoints } from "../schema/core.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
 import { isUniqueViolation } from "../schema/db-errors.ts";
 import type { CheckpointView } from "../contracts/fleet.ts";
@@ -26,6 +26,8 @@ export interface CheckpointStore {
   deleteOfAgent(agentId: string, hostId: string, at: Date): Promise<string[]>;
   /** Which of these ids are live checkpoints (a row, not deleted). */
   liveOf(ids: readonly string[]): Promise<Set<string>>;
+  /** The checkpoint the agent was forked from (`agents.forked_from`): the one, besides its own, a reset restores it to. */
+  forkedFrom(agentId: string): Promise<string | undefined>;
 }
 
 /** A checkpoint's files: `<checkpointsDir>/<id>` (the id is checked: it names a directory). */
@@ -38,6 +40,10 @@ export function createDbCheckpointStore(db: Db): CheckpointStore {
   const audit = createDbAuditLog(db);
   const live = (id: string) => and(eq(checkpoints.id, id), isNull(checkpoints.deletedAt));
   return {
+    async forkedFrom(agentId) {
+      const rows = await db.select({ forkedFrom: agents.forkedFrom }).from(agents).where(eq(agents.id, agentId)).limit(1);
+      return rows[0]?.forkedFrom ?? undefined;
+    },
     async insert(r) {
       try {
         await db.transaction(async (tx) => {

@@ -117,13 +117,13 @@ export class Checkpointer {
    * Rolls the agent back to one of its checkpoints: an awake agent is stopped first (its run and meter end as a stop's
    * do, reason `api`), then the driver replaces its snapshot and disk with the checkpoint's (the snapshot it had is
    * gone), and it is `hibernated`: the next call wakes it from the checkpoint, with a fresh identity. The checkpoint is
-   * the agent's own, or (a reset: `POST /v1/agents/{id}/reset`, a pool's release) another agent's of its tenant that
-   * it was forked from: the gateway checks which (`agents.forked_from`); the host, that it is of the agent's tenant.
+   * the agent's own, or the one it was forked from (`agents.forked_from`: a reset, `POST /v1/agents/{id}/reset`, or a
+   * pool's release), never another.
    */
   async restoreCheckpoint(spec: AgentSpec, checkpointId: string, requestId?: string): Promise<VmState> {
     const record = await this.checkpointOf(checkpointId, "restore");
-    if (record.agentId !== spec.id && record.tenantId !== spec.tenantId)
-      throw new AppError("not_found", `checkpoint ${checkpointId} is not agent ${spec.id}'s`);
+    const itsFork = record.agentId !== spec.id && record.tenantId === spec.tenantId && (await this.store("restore").forkedFrom(spec.id)) === checkpointId;
+    if (record.agentId !== spec.id && !itsFork) throw new AppError("not_found", `checkpoint ${checkpointId} is not agent ${spec.id}'s`);
     const entry = await this.deps.leased(spec);
     return this.work.run(spec.id, () =>
       this.work.run(checkpointId, async () => {

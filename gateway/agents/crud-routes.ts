@@ -95,6 +95,8 @@ export function registerAgentCrud(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteCon
     const row = await ownAgent(caller, c.req.valid("param").id);
     await fleet.remove(row.id);
     await agents.markDeleted(row.id);
+    // A pool's agent deleted by hand: its pool forks another to keep its size.
+    if (row.poolId !== null) deps.pools?.kick(row.poolId);
     proxy.invalidate(row.id);
     await audit(c, caller, "agent.delete", row.id);
     return c.json({ id: row.id, deleted: true as const }, 200);

@@ -104,7 +104,7 @@ const resetRoute = createRoute({
 
 /**
  * The routes; `view` shows an agent as the agents API does (it is theirs). Every change is audited with the caller as
- * actor (`checkpoint.create`, `checkpoint.delete`, `agent.restore`); the host audits what it did (`vm.checkpoint`, the
+ * actor (`checkpoint.create`, `checkpoint.delete`, `agent.restore`, `agent.reset`); the host audits what it did (`vm.checkpoint`, the
  * transition to `hibernated`).
  */
 export function checkpointRoutes(

@@ -107,6 +107,11 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       }
       failures.delete(poolId);
     } catch (err) {
+      if (err instanceof AppError && err.code === "conflict") {
+        // Its checkpoint is gone: no retry would fork anything (the next acquire tries, and says so).
+        log.warn("a pool cannot be topped up", { poolId, err: err.message });
+        return;
+      }
       const n = (failures.get(poolId) ?? 0) + 1;
       failures.set(poolId, n);
       const delayMs = Math.min(backoff.firstMs * 2 ** (n - 1), backoff.maxMs);

@@ -111,7 +111,9 @@ describe("agentvm: one agent's life", () => {
     expect(mine?.activeMs).toBeGreaterThan(0);
     const csv = await agentvm(["usage", ...range, "--csv"]);
     expect(csv.code).toBe(0);
-    expect(csv.out.split("\r\n")[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms");
+    expect(csv.out.split("\r\n")[0]).toBe(
+      "window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms,pool_id",
+    );
     // The same agent's row; its active time at least what the JSON said (a segment shipped since may have added to it).
     const row = csv.out.split("\r\n").find((l) => l.includes(`,${id},`));
     expect(Number(row?.split(",")[3])).toBeGreaterThanOrEqual(mine!.activeMs);

@@ -10,6 +10,8 @@ import { hasChromium, launchChromium, type Browser } from "../helpers/chromium.t
 import { decodePng, distinctColors } from "../helpers/png.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 import { operations } from "../../schema/operations.ts";
+import { agents, pools } from "../../schema/core.ts";
+import { eq } from "drizzle-orm";
 
 // In CI the provisioning installs chromium, so a missing one fails the test instead of skipping it.
 const runnable = hasChromium() || process.env.CI === "true";
@@ -169,6 +171,26 @@ describe.runIf(runnable)("the dashboard in headless Chromium", () => {
     await page.locator("[data-testid=invoice-total]", { hasText: `${invoice.total} ${invoice.currency}` }).waitFor({ timeout: 15_000 });
     await page.locator("[data-testid=plot-active] rect.bar").first().waitFor();
     await page.locator(`[data-testid=invoice] tbody a[href="/dashboard/agents/${sys.demo.agentId}"]`).first().waitFor({ timeout: 15_000 });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it("shows the tenant's pools with their counts, and the pool an agent is in", async () => {
+    // The process driver keeps no checkpoints: the pool's row and its member are written as the pools API would leave them.
+    const poolId = "pol_dashboardtest01";
+    await sys.database.db
+      .insert(pools)
+      .values({ id: poolId, tenantId: sys.demo.tenantId, name: "episodes", fromCheckpoint: "ckp_dashboardtest01", size: 2, maxSize: 4 });
+    const { id: member } = await sys.createAgent({ name: "pooled" });
+    await sys.database.db.update(agents).set({ poolId, poolState: "in_use", poolAcquiredAt: new Date() }).where(eq(agents.id, member));
+    await page.click("nav >> text=Pools");
+    await page.waitForURL(/\/dashboard\/pools$/);
+    const row = page.locator(`tr[data-pool-id="${poolId}"]`);
+    await row.waitFor({ timeout: 15_000 });
+    expect(await row.locator("[data-testid=pool-in-use]").textContent()).toBe("1");
+    expect(await row.locator("[data-testid=pool-ready]").textContent()).toBe("0");
+    expect(await row.locator("td").first().textContent()).toContain("episodes");
+    await page.click("nav >> text=Agents");
+    await page.locator(`tr[data-agent-id="${member}"] [data-testid=agent-pool]`, { hasText: `pool ${poolId} · in use` }).waitFor({ timeout: 15_000 });
     expect(pageErrors).toEqual([]);
   });
 });

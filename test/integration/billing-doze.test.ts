@@ -209,8 +209,8 @@ describe("billing of dozed time", () => {
 
     const csv = await (await app.request("/v1/usage?from=2026-11-02&to=2026-11-03&groupBy=agent&format=csv", { headers: { "x-test-tenant": "ten_d" } })).text();
     expect(csv.split("\r\n").slice(0, 2)).toEqual([
-      "window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms",
-      `2026-11-02T00:00:00+00:00,2026-11-03T00:00:00+00:00,agt_d1,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},0`,
+      "window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms,pool_id",
+      `2026-11-02T00:00:00+00:00,2026-11-03T00:00:00+00:00,agt_d1,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},0,`,
     ]);
   });
 

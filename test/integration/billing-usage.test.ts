@@ -249,10 +249,10 @@ describe("usage", () => {
       const csv = await get("/v1/usage?from=2026-03-07&to=2026-03-10&tz=America/New_York&groupBy=agent,day", { "x-test-tenant": "ten_u", accept: "text/csv" });
       expect(csv.headers.get("content-type")).toMatch(/^text\/csv/);
       const lines = (await csv.text()).trim().split("\r\n");
-      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms");
+      expect(lines[0]).toBe("window_start,window_end,agent_id,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,hibernated_ms,pool_id");
       expect(lines.length - 1).toBe(body.rows.length);
       const first = body.rows[0]! as (typeof body.rows)[number] & { vcpuMs: number; mibMs: number };
-      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${first.vcpuMs},${first.mibMs},0,0,0,0`);
+      expect(lines[1]).toBe(`${first.start},${first.end},${first.agentId},${first.activeMs},${first.vcpuMs},${first.mibMs},0,0,0,0,`);
       expect((await get("/v1/usage?from=2026-03-07&to=2026-03-10&format=csv")).headers.get("content-type")).toMatch(/^text\/csv/);
     });
 

@@ -1,13 +1,32 @@
 // Warm pools through the real system (Postgres, HTTP, the host) over a driver that copies directories: top-up, atomic acquire, release and reset, delete, bad input.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { and, eq, isNull } from "drizzle-orm";
 import { agents, auditLog, pools } from "../../schema/core.ts";
 import { FakeCheckpointDriver, restoredFromFile } from "../helpers/fake-checkpoint-driver.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { runAgentvm } from "../helpers/cli.ts";
+import { openDatabase } from "../../schema/db.ts";
+import { tenants } from "../../schema/core.ts";
+import { createPoolStore } from "../../gateway/pools/store.ts";
+import { newId } from "../../lib/ids.ts";
+
+/** Fails the next `failures` restores and forks (a host out of disk, say), then copies as the fake does. */
+class FlakyDriver extends FakeCheckpointDriver {
+  failures = 0;
+  override async restoreCheckpoint(spec: Parameters<FakeCheckpointDriver["restoreCheckpoint"]>[0], dir: string): Promise<void> {
+    if (this.failures > 0) {
+      this.failures--;
+      throw new Error("no space left on device (a test's failure)");
+    }
+    return super.restoreCheckpoint(spec, dir);
+  }
+}
 
 let sys: TestSystem;
+let driver: FlakyDriver;
 let other: string; // a token of another tenant
 
 interface Pool {
@@ -77,7 +96,8 @@ async function filled(pool: Pool, ready = pool.size): Promise<Pool> {
 }
 
 beforeAll(async () => {
-  sys = await startSystem({ driver: new FakeCheckpointDriver() });
+  driver = new FlakyDriver();
+  sys = await startSystem({ driver });
   await sys.ensureTenant("ten_other");
   other = await sys.token({ tenant: "ten_other" });
 }, 60_000);
@@ -196,6 +216,62 @@ describe("pools", () => {
     expect(await getPool(topped.id)).toMatchObject({ inUse: 3, ready: 1, resetting: 0 });
   });
 
+  it("usage by agent says which pool each pooled agent is in (JSON and CSV); a pooled agent is billed as any other", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "billed", fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
+    const { agent } = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    expect((await sys.call(`/a/${agent.id}/counter`)).status).toBe(200);
+    await sys.host.flush();
+    const day = new Date().toISOString().slice(0, 10);
+    const next = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+    const range = `from=${day}&to=${next}&groupBy=agent`;
+    const usage = (await (await sys.call(`/v1/usage?${range}`)).json()) as { rows: { agentId: string; poolId?: string; hibernatedMs: number }[] };
+    const row = usage.rows.find((r) => r.agentId === agent.id);
+    expect(row, JSON.stringify(usage.rows)).toMatchObject({ poolId: pool.id });
+    expect(row!.hibernatedMs).toBeGreaterThan(0); // its disk while it slept in the pool
+    expect(usage.rows.find((r) => r.agentId === ckp.agentId)?.poolId).toBeUndefined();
+    const csv = (await (await sys.call(`/v1/usage?${range}&format=csv`)).text()).split("\r\n");
+    expect(csv[0]).toMatch(/,hibernated_ms,pool_id$/);
+    expect(csv.find((l) => l.includes(`,${agent.id},`))).toMatch(new RegExp(`,${pool.id}$`));
+  });
+
+  it("an agent of the pool deleted by hand is replaced; a pool whose checkpoint was deleted says so on acquire", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "replaced", fromCheckpoint: ckp.id, size: 2, maxSize: 2 }));
+    const [first] = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    expect((await sys.call(`/v1/agents/${first!.id}`, { method: "DELETE" })).status).toBe(200);
+    await filled(pool);
+    const live = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    expect(live.map((a) => a.id)).not.toContain(first!.id);
+
+    const gone = await createPool({ name: "orphan", fromCheckpoint: ckp.id, size: 0, maxSize: 1 });
+    expect((await sys.call(`/v1/agents/${ckp.agentId}/checkpoints/${ckp.id}`, { method: "DELETE" })).status).toBe(200);
+    const refused = await post(`/v1/pools/${gone.id}/acquire`);
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain("was deleted");
+    // The ready forks of the other pool are agents of their own: still handed out.
+    expect((await post(`/v1/pools/${pool.id}/acquire`)).status).toBe(200);
+  });
+
+  it("a top-up that fails is tried again with backoff: the failed forks leave no agent, the pool fills", async () => {
+    const ckp = await checkpoint();
+    driver.failures = 2;
+    const t0 = Date.now();
+    const pool = await createPool({ name: "flaky", fromCheckpoint: ckp.id, size: 2, maxSize: 2 });
+    await filled(pool);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(2500); // 1 s, then 2 s
+    expect(driver.failures).toBe(0);
+    const rows = await sys.database.db.select().from(agents).where(eq(agents.poolId, pool.id));
+    expect(rows.filter((r) => r.deletedAt === null)).toHaveLength(2);
+    expect(rows.filter((r) => r.deletedAt !== null)).toHaveLength(2);
+  });
+
   it("delete removes the ready agents, leaves the handed-out ones to their holders, and the pool is gone", async () => {
     const ckp = await checkpoint();
     const pool = await filled(await createPool({ name: "gone", fromCheckpoint: ckp.id, size: 3, maxSize: 3 }));
@@ -276,5 +352,76 @@ describe("pools", () => {
     const invokeOnly = await sys.token({ scopes: ["agents:invoke"] });
     expect((await sys.call("/v1/pools", { token: invokeOnly })).status).toBe(403);
     expect((await post(`/v1/pools/${pool.id}/acquire`, undefined, invokeOnly)).status).toBe(403);
+  });
+});
+
+describe("agentvm pools, agentvm reset", () => {
+  let home: string;
+  beforeAll(() => {
+    home = mkdtempSync(join(tmpdir(), "pools-cli-home-"));
+  });
+  afterAll(() => rmSync(home, { recursive: true, force: true }));
+
+  const agentvm = (args: string[]) => runAgentvm(args, { url: sys.url, token: sys.demo.token, home });
+
+  it("create → list → get → acquire → reset → release → delete; exhausted and bad flags exit non-zero with the message", async () => {
+    const ckp = await checkpoint("cli");
+    const created = await agentvm(["pools", "create", "--from-checkpoint", `${ckp.agentId}:cli`, "--size", "1", "--name", "cli-pool"]);
+    expect(created.code, created.err).toBe(0);
+    const poolId = created.out.trim();
+    expect(poolId).toMatch(/^pol_/);
+    await filled(await getPool(poolId));
+    const list = await agentvm(["pools", "list"]);
+    expect(list.code, list.err).toBe(0);
+    expect(list.out).toMatch(new RegExp(`${poolId}\\s+cli-pool\\s+${ckp.id}\\s+1\\s+0\\s+0\\s+1\\s+1`));
+    const got = JSON.parse((await agentvm(["--json", "pools", "get", poolId])).out) as Pool;
+    expect(got).toMatchObject({ id: poolId, ready: 1, inUse: 0 });
+    const acquired = await agentvm(["pools", "acquire", poolId]);
+    expect(acquired.code, acquired.err).toBe(0);
+    const agentId = acquired.out.trim();
+    expect(agentId).toMatch(/^agt_/);
+    const exhausted = await agentvm(["pools", "acquire", poolId]);
+    expect(exhausted.code).toBe(1);
+    expect(exhausted.err).toContain("every agent handed out");
+    const reset = await agentvm(["reset", agentId]);
+    expect(reset.code, reset.err).toBe(0);
+    expect(reset.out).toContain(`${agentId} reset to ${ckp.id}`);
+    const released = await agentvm(["pools", "release", poolId, agentId]);
+    expect(released.code, released.err).toBe(0);
+    expect(released.out).toContain(`${agentId} ready in ${poolId}`);
+    const bad = await agentvm(["pools", "create", "--size", "1"]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain("--from-checkpoint or --image");
+    const gone = await agentvm(["pools", "delete", poolId]);
+    expect(gone.code, gone.err).toBe(0);
+    expect(gone.out).toBe(`deleted ${poolId}: 1 agents removed, 0 left in use\n`);
+  });
+});
+
+describe("the pool store on embedded PGlite (the all-in-one npm start)", () => {
+  it("hands each ready agent out once to 20 concurrent claims, and reserves no more than maxSize", async () => {
+    const database = await openDatabase({ pgliteMemory: true });
+    try {
+      const { db } = database;
+      const store = createPoolStore(db);
+      await db.insert(tenants).values({ id: "ten_p", name: "p" });
+      const pool = await store.create({ id: newId("pool"), tenantId: "ten_p", name: "p", fromCheckpoint: "ckp_x", size: 5, maxSize: 6 });
+      const agent = () => ({ id: newId("agent"), tenantId: "ten_p", name: "p", image: "demo" });
+      for (let i = 0; i < 5; i++) {
+        const row = await store.reserve(pool.id, agent(), "top-up");
+        expect(row?.poolState).toBe("resetting");
+        await store.move(row!.id, pool.id, ["resetting"], "ready");
+      }
+      expect(await store.reserve(pool.id, agent(), "top-up")).toBeUndefined(); // size ready already
+      const claims = await Promise.all(Array.from({ length: 20 }, () => store.claimReady(pool.id)));
+      const got = claims.filter((c) => c !== undefined);
+      expect(got).toHaveLength(5);
+      expect(new Set(got.map((c) => c.id)).size).toBe(5);
+      const extra = await Promise.all(Array.from({ length: 3 }, () => store.reserve(pool.id, agent(), "acquire")));
+      expect(extra.filter((r) => r !== undefined)).toHaveLength(1); // 6 = maxSize
+      expect((await store.counts([pool.id])).get(pool.id)).toEqual({ ready: 0, inUse: 6, resetting: 0 });
+    } finally {
+      await database.close();
+    }
   });
 });

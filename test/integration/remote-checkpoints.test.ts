@@ -67,9 +67,16 @@ describe("checkpoints over the host protocol", () => {
 
     expect(await f.restoreCheckpoint!(a, ckp.id)).toBe("hibernated");
     expect((await f.status(a.id))?.state).toBe("hibernated");
-    // Another agent's checkpoint is refused by the host too.
+    // Another agent's checkpoint is refused by the host too, but for the one the agent was forked from (a reset).
     const stranger = await f.restoreCheckpoint!(fork, ckp.id).catch((e: unknown) => e);
     expect((stranger as AppError).code).toBe("not_found");
+    await database.db.update(agents).set({ forkedFrom: ckp.id }).where(eq(agents.id, fork.id));
+    expect(await f.restoreCheckpoint!(fork, ckp.id)).toBe("hibernated");
+    const sibling = await agent(ckp.hostId);
+    await database.db.update(agents).set({ forkedFrom: "ckp_someother0000" }).where(eq(agents.id, sibling.id));
+    expect(await f.fork!(sibling, ckp.id)).toBe("hibernated");
+    const notItsOwn = await f.restoreCheckpoint!(sibling, ckp.id).catch((e: unknown) => e);
+    expect((notItsOwn as AppError).code).toBe("not_found");
 
     await f.deleteCheckpoint!(a.id, ckp.id);
     expect(existsSync(join(dataDir, "hosts", daemon.hostId, "checkpoints", ckp.id))).toBe(false);

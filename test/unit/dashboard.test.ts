@@ -140,6 +140,7 @@ describe("the dashboard's routes", () => {
     expect(routeOf("/dashboard")).toEqual({ page: "agents" });
     expect(routeOf("/dashboard/signin")).toEqual({ page: "signin" });
     expect(routeOf("/dashboard/usage")).toEqual({ page: "usage" });
+    expect(routeOf(hrefs.pools())).toEqual({ page: "pools" });
     expect(routeOf(hrefs.agent("agt a/b"))).toEqual({ page: "agent", id: "agt a/b" });
     expect(routeOf("/dashboard/agents/x/y")).toEqual({ page: "missing", path: "/dashboard/agents/x/y" });
     expect(routeOf("/dashboard/agents/%E0%A4%A")).toMatchObject({ page: "missing" });

@@ -181,6 +181,7 @@ describe("host start: checkpoint directories without a live row", () => {
       nameTaken: async () => false,
       markDeleted: async () => false,
       deleteOfAgent: async () => [],
+      forkedFrom: async () => undefined,
       liveOf: async (ids: readonly string[]) => (asked.push([...ids].sort()), new Set(ids.filter((id) => id === "ckp_live00000001"))),
     };
     const host = hostOn(vmsDir, { checkpoints: store });
