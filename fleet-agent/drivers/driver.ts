@@ -98,6 +98,9 @@ export interface CheckpointInfo {
 /** A warm template a driver keeps (common/templates.ts): the API's view without the host, which the host adds. */
 export type DriverTemplate = Omit<TemplateView, "hostId">;
 
+/** The guest port the exec server (fleet-agent/guest/guest-exec/) listens on (TCP, and vsock where the guest has it). */
+export const EXEC_GUEST_PORT = 1025;
+
 /** Where a VM's exec server (fleet-agent/guest/guest-exec/) answers, and the key each of its requests must carry. */
 export interface ExecTarget {
   host: string;

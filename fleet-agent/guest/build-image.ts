@@ -8,6 +8,7 @@ import { basename, join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
 import { takeLock } from "../../lib/node-lock.ts";
 import { rememberWhileAptUnchanged } from "./apt-memo.ts";
+import { GUEST_EXEC_HEADERS, GUEST_EXEC_SOURCES } from "./guest-exec/sources.ts";
 import { writeCpio, type CpioEntry } from "./cpio.ts";
 import { moduleLoadOrder, normalizeModuleName } from "./kmod.ts";
 import { extractVmlinux } from "./vmlinux.ts";
@@ -71,10 +72,6 @@ const GUEST_SOURCES = import.meta.dirname;
 const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "execkey.c", "probe.c"].map(
   (f) => `guest-agent/${f}`,
 );
-/** The exec server's parts (guest-exec/exec.h says which does what); it shares launch-common.h with the launcher. */
-export const GUEST_EXEC_SOURCES = ["main.c", "http.c", "paths.c", "users.c", "run.c", "exec.c", "procs.c", "files.c", "tar.c"].map((f) => `guest-exec/${f}`);
-/** Headers the exec server is built from besides its sources (a change to them is a new binary). */
-export const GUEST_EXEC_HEADERS = ["guest-exec/exec.h", "launch-common.h"];
 /** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
 const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "fetch.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */
@@ -84,6 +81,7 @@ const SOURCE_FILES = [
   "guest-agent/agent.h",
   ...GUEST_EXEC_SOURCES,
   ...GUEST_EXEC_HEADERS,
+  "guest-exec/sources.ts",
   "launch.c",
   ...DEMO_AGENT_SOURCES,
   "demo-agent/demo.h",

@@ -1,12 +1,14 @@
 // The exec server in a real QEMU VM (the demo guest, TCG here): the driver's execTarget, then the wire protocol over
 // real HTTP through QEMU's forwarded port: version, key, foreground exec, a large stream under flow control, files,
-// tar, escapes refused, a background process across hibernate and wake. One VM for every case.
+// tar, escapes refused, a background process across hibernate and wake. One VM for every case; then a built image's
+// VM, where the root is the overlay the entrypoint runs in and the user the image's.
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import { encodeSpec, execRequest, execRun, listTar, makeTar, parseFrames, sh } from "../helpers/exec.ts";
 import { makeDriver, makeSpec } from "../helpers/qemu.ts";
+import { FIXTURE_UID, makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 
 describe("guest-exec in a QEMU demo VM", () => {
   let driver: QemuDriver;
@@ -229,4 +231,38 @@ describe("guest-exec in a QEMU demo VM", () => {
     console.log(`exec round trip (QEMU ${driver.accel}): p50 ${ms[25]!.toFixed(1)} ms, p90 ${ms[45]!.toFixed(1)} ms`);
     expect(ms[25]).toBeLessThan(2000);
   }, 120_000);
+});
+
+describe("guest-exec in a QEMU VM with a built image", () => {
+  let fixture: RootfsFixture;
+  let driver: QemuDriver;
+  let spec: VmSpec;
+  let t: ExecTarget;
+
+  beforeAll(async () => {
+    fixture = makeRootfsFixture();
+    driver = await makeDriver();
+    spec = makeSpec({ agentId: "agt_execimg", image: fixture.artifact.digest, rootImage: fixture.artifact, diskMiB: 64 });
+    const { vm } = await driver.boot(spec);
+    t = await driver.execTarget(vm);
+  }, 180_000);
+
+  afterAll(async () => {
+    await driver?.close();
+    if (spec) await driver?.destroy(spec);
+    fixture?.remove();
+  });
+
+  it("runs in the entrypoint's root as the image's user with its environment; the guest's own files are out of reach", async () => {
+    expect(await sh(t, 'echo "$(id -u) $AGENT_ID $PORT $(pwd)"')).toBe(`${FIXTURE_UID} agt_execimg 8081 /www\n`);
+    expect(await sh(t, "id -u", { user: "root" })).toBe("0\n");
+    // The image's files, not the initramfs's: no guest agent, no exec server, no key in this root.
+    expect(await sh(t, "ls /sbin/guest-exec /run/guest-exec 2>&1; true")).toMatch(/No such file.*\n.*No such file/s);
+    expect((await execRequest(t, "GET", "/v1/files?path=/run/guest-exec/key")).status).toBe(404);
+    expect(await sh(t, "ls -d /run/agentvm/leases")).toBe("/run/agentvm/leases\n"); // the guest agent's, shared: read-only here
+    expect((await execRequest(t, "PUT", "/v1/files?path=/run/agentvm/leases/x", "x")).status).toBe(403);
+    const put = await execRequest(t, "PUT", "/v1/files?path=/data/from-exec.txt", "hello");
+    expect(JSON.parse(put.body.toString())).toMatchObject({ uid: FIXTURE_UID, gid: FIXTURE_UID });
+    expect(await sh(t, "cat /data/from-exec.txt")).toBe("hello");
+  });
 });

@@ -32,6 +32,8 @@ export interface FakeVmView {
 export class FakeGuest {
   private readonly opts: FakeFirecrackerOptions;
   private readonly behaviour: FakeBehaviour;
+  /** The last key EXECKEY gave (GET /exec-key shows it). */
+  private execKey: string | undefined;
   private readonly vm: FakeVmView;
   private counter = 0;
   private leases: number[] = [];
@@ -258,6 +260,12 @@ export class FakeGuest {
         };
         return `${id} OK identity ${this.guest.generation} credited reseeded`;
       }
+      case "EXECKEY": {
+        if (this.behaviour.noExec) return `${id} ERR unknown command`;
+        if (!/^[0-9a-f]{64}$/.test(arg ?? "")) return `${id} ERR bad key (64 hex)`;
+        this.execKey = arg;
+        return `${id} OK exec/1`;
+      }
       case "CHECKPOINTS": {
         const names = this.guest.checkpointRequests;
         this.guest = { ...this.guest, checkpointRequests: [] };
@@ -303,6 +311,7 @@ export class FakeGuest {
       this.guest = { ...this.guest, checkpointRequests: [...this.guest.checkpointRequests, name] };
       return json({ requested: name });
     }
+    if (url.pathname === "/exec-key") return json({ key: this.execKey ?? null });
     if (url.pathname === "/ready") return json({ ready: true }, performance.now() - this.guestUpAt < (this.behaviour.readyAfterMs ?? 0) ? 503 : 200);
     if (url.pathname === "/disk-write" && req.method === "POST") {
       // The guest writes to its disk: a few bytes in the disk file's last block (free space of a fresh ext4).

@@ -21,6 +21,8 @@ export interface FakeBehaviour {
   readyAfterMs?: number;
   /** The guest agent answers SYNC with an error. */
   syncFails?: boolean;
+  /** The guest predates exec: EXECKEY is an unknown command. */
+  noExec?: boolean;
 }
 
 export interface FakeRequestRecord {

@@ -404,6 +404,31 @@ describe.skipIf(specMissing)("firecracker driver against a fake firecracker", ()
     await d.stop(vm);
   });
 
+  it("execTarget: the guest's address and port 1025, a key pushed once per process over vsock; a guest without exec is guest_outdated", async () => {
+    const d = makeDriver();
+    const s = spec("exec");
+    const { vm } = await d.boot(s);
+    const t = await d.execTarget!(vm);
+    expect(t).toEqual({ host: vm.endpoint.host, port: 1025, key: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    expect(await d.execTarget!(vm)).toEqual(t);
+    expect(await call(vm, "/exec-key")).toEqual({ key: t.key });
+    await d.hibernate(vm);
+    const woke = await d.wake(s);
+    const again = await d.execTarget!(woke.vm);
+    expect(again.key).not.toBe(t.key); // a new process: a new key
+    expect(await call(woke.vm, "/exec-key")).toEqual({ key: again.key });
+    await d.stop(woke.vm);
+    fake.setBehaviour({ noExec: true });
+    try {
+      const old = makeDriver();
+      const o = await old.boot(spec("exec-old"));
+      await expect(old.execTarget!(o.vm)).rejects.toMatchObject({ code: "guest_outdated", message: expect.stringContaining("restart it to update") });
+      await old.stop(o.vm);
+    } finally {
+      fake.setBehaviour({});
+    }
+  });
+
   it("destroy removes the tap, frees the network slot and deletes the state dir", async () => {
     const d = makeDriver();
     const s = spec("doomed", { allowEgress: true });

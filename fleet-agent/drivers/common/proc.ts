@@ -7,7 +7,7 @@
 // - CPU time: USER_HZ assumed to be 100 (process, firecracker) or asked of `getconf CLK_TCK` (qemu). Kept: getconf,
 //   once, 100 when it cannot answer; and `undefined` for a process that is gone (one driver threw, one said 0).
 import { execFileSync } from "node:child_process";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /** The command line of `pid` (arguments joined by spaces), or undefined when it is gone or a zombie. */
@@ -121,5 +121,52 @@ export function readMemoryKiB(pid: number): { rss: number; pss: number; anonymou
     return { rss: field("Rss"), pss: field("Pss"), anonymous: field("Anonymous") };
   } catch {
     return undefined;
+  }
+}
+
+/** `pid` and every live descendant of it (by the parent pid in /proc/<n>/stat), `pid` first; empty when it is gone. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return [];
+  }
+  for (const name of entries) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const list = children.get(ppid) ?? [];
+      list.push(Number(name));
+      children.set(ppid, list);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  if (!entries.includes(String(pid))) return [];
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]!) ?? []));
+  return tree;
+}
+
+/**
+ * Sends `signal` to every process of `pid`'s tree, walking it again until a walk finds none it has not signalled: a
+ * process forked meanwhile by one not yet stopped is caught by the next walk (a stopped one forks no more).
+ */
+export function signalTree(pid: number, signal: NodeJS.Signals): void {
+  const sent = new Set<number>();
+  for (let round = 0; round < 20; round++) {
+    const fresh = processTree(pid).filter((p) => !sent.has(p));
+    if (fresh.length === 0) return;
+    for (const p of fresh) {
+      sent.add(p);
+      try {
+        process.kill(p, signal);
+      } catch {
+        // gone
+      }
+    }
   }
 }

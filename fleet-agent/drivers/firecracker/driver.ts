@@ -32,11 +32,24 @@
 // supervisor.ts (the Firecracker and jailer processes, their exits, leftovers), guest.ts (the guest agent of a running
 // VM), image-files.ts (a built image's drive files), options.ts and paths.ts. This class composes them behind
 // VmDriver; each phase gets only the dependencies it names.
+import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
 import { processFiles } from "../common/state-dir.ts";
 import { VmTemplates } from "../common/templates.ts";
-import type { BootResult, CheckpointInfo, DriverTemplate, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import {
+  EXEC_GUEST_PORT,
+  type BootResult,
+  type CheckpointInfo,
+  type DriverTemplate,
+  type ExecTarget,
+  type RunningVm,
+  type SnapshotResult,
+  type VmDriver,
+  type VmExit,
+  type VmSpec,
+  type WakeResult,
+} from "../driver.ts";
 import { coldBoot, type BootDeps } from "./boot.ts";
 import { restoreCheckpoint, type RestoreCheckpointDeps } from "./checkpoint-restore.ts";
 import { takeCheckpoint, type TakeCheckpointDeps } from "./checkpoint-take.ts";
@@ -181,6 +194,24 @@ export class FirecrackerDriver implements VmDriver {
     const live = this.vms.owned(vm);
     if (live.dozing) return []; // a stopped guest asks for nothing; what it asked before the doze was polled then
     return askAgent(live, this.deps.agentPort, (agent) => agent.checkpointRequests());
+  }
+
+  /**
+   * The guest's exec server at the guest's own address (its tap network), port 1025, with a key made for this
+   * Firecracker process and pushed over the vsock guest agent on first use (a restore's new process pushes a new one).
+   */
+  async execTarget(vm: RunningVm): Promise<ExecTarget> {
+    const live = this.vms.owned(vm);
+    const key = (live.execKey ??= randomBytes(32).toString("hex"));
+    if (!live.execKeyPushed) {
+      const pushed = askAgent(live, this.deps.agentPort, (agent) => agent.execKey(key));
+      live.execKeyPushed = pushed;
+      pushed.catch(() => {
+        if (live.execKeyPushed === pushed) live.execKeyPushed = undefined;
+      });
+    }
+    await live.execKeyPushed;
+    return { host: live.net.guestIp, port: EXEC_GUEST_PORT, key };
   }
 
   stop(vm: RunningVm): Promise<void> {

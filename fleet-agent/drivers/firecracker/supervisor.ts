@@ -35,6 +35,9 @@ export interface Live {
   dozing?: boolean;
   /** The guest's keep-awake leases as it last answered: what a dozing guest holds (it cannot change them stopped). */
   lastLeases?: number;
+  /** This process's exec key (driver.ts `execTarget`) and its push through the guest agent (cleared when it failed). */
+  execKey?: string;
+  execKeyPushed?: Promise<void>;
 }
 
 export interface SupervisorOptions {

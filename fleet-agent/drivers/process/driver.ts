@@ -8,6 +8,8 @@
 // chroot, the image's workdir, uid and gid, env. Only a chroot: the agent shares the host's kernel, network (it
 // listens on a loopback port the driver picks), processes and resources, and root inside can leave the chroot.
 // Needs root (chroot). `diskMiB` is not enforced (a directory has no size).
+// Exec (execTarget) runs the guest's exec server on the host per VM (exec-server.ts), started on first use, frozen,
+// thawed and ended with the VM; as root only (it chroots into the agent's files, an empty directory for the demo).
 import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
@@ -22,9 +24,10 @@ import { freeLoopbackPort, waitForTcp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot } from "../common/restore-or-boot.ts";
 import { processFiles } from "../common/state-dir.ts";
 import { logTail, VmProcess, VmProcesses } from "../common/vm-process.ts";
-import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
+import type { BootResult, ExecTarget, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
 import { waitImageReady } from "../common/image-boot.ts";
-import { ensureLauncher } from "./launcher.ts";
+import { execPaths, ProcessExecServer, reapExecServer } from "./exec-server.ts";
+import { ensureGuestExec, ensureLauncher } from "./launcher.ts";
 import { ensureRootfs, prepareRootfs, rootfsPath } from "./rootfs.ts";
 
 /** Commands the process driver may run, by image name; each gets PORT and LEASE_DIR in its environment. */
@@ -57,6 +60,8 @@ interface Owned {
   frozenAt?: number;
   /** Dozing (SIGSTOP of its group): the next resume thaws it; apart from that it is a running VM. */
   dozing: boolean;
+  /** Its exec server, started by the first execTarget of this run. */
+  exec?: Promise<ProcessExecServer>;
 }
 
 export class ProcessDriver implements VmDriver {
@@ -105,6 +110,7 @@ export class ProcessDriver implements VmDriver {
     proc.onEnd(() => {
       if (this.owned.get(spec.vmId) === owned) this.owned.delete(spec.vmId);
       rmSync(pidFile, { force: true });
+      this.endExec(owned);
     });
     try {
       await waitForTcp(vm.endpoint, { deadline: started + this.bootTimeoutMs, gaveUp: () => (proc.exit ? "the process exited" : undefined) });
@@ -184,6 +190,7 @@ export class ProcessDriver implements VmDriver {
       rmSync(pidFile, { force: true });
       // An entrypoint that ended (or crashed) leaves none of its children behind, holding its port or its files.
       this.signal(owned, "SIGKILL");
+      this.endExec(owned);
     });
     try {
       const deadline = performance.now() + this.bootTimeoutMs;
@@ -206,6 +213,7 @@ export class ProcessDriver implements VmDriver {
     const owned = this.owned.get(vm.spec.vmId);
     if (!owned) throw new Error(`no process for ${vm.spec.vmId}`);
     this.signal(owned, "SIGSTOP");
+    await this.withExec(owned, (e) => e.freeze());
     owned.frozen = true;
     owned.frozenAt = Date.now();
     return { completed: true, snapshotMs: performance.now() - started, bytes: 0 };
@@ -218,6 +226,7 @@ export class ProcessDriver implements VmDriver {
         const owned = this.owned.get(spec.vmId);
         if (!owned?.frozen || owned.proc.exit) throw new RestoreFailed("no frozen process (the process driver keeps no snapshot across host restarts)");
         this.signal(owned, "SIGCONT");
+        await this.withExec(owned, (e) => e.thaw());
         owned.frozen = false;
         owned.dozing = false; // a VM hibernated while dozing runs again as a whole
         // The workload runs on the host's clock: there is nothing to fix (no guest agent).
@@ -234,6 +243,7 @@ export class ProcessDriver implements VmDriver {
   async pause(vm: RunningVm): Promise<void> {
     const owned = this.runningOwned(vm);
     this.signal(owned, "SIGSTOP", { group: true });
+    await this.withExec(owned, (e) => e.freeze());
     owned.dozing = true;
   }
 
@@ -241,8 +251,47 @@ export class ProcessDriver implements VmDriver {
   async resume(vm: RunningVm): Promise<{ clockFixMs: number }> {
     const owned = this.runningOwned(vm);
     this.signal(owned, "SIGCONT", { group: true });
+    await this.withExec(owned, (e) => e.thaw());
     owned.dozing = false;
     return { clockFixMs: 0 };
+  }
+
+  /**
+   * The VM's exec server on the host (exec-server.ts), started on the first call of this run with a fresh key: as root
+   * only (it chroots into the agent's files; the demo's root is an empty directory of its own).
+   */
+  async execTarget(vm: RunningVm): Promise<ExecTarget> {
+    const owned = this.runningOwned(vm);
+    if (!(this.opts.runningAsRoot ?? process.getuid?.() === 0))
+      throw new AppError("exec_unsupported", "the process driver runs exec only as root (its exec server chroots into the agent's files)");
+    if (!owned.exec) {
+      const stateDir = resolve(vm.spec.stateDir);
+      const starting = (async () => {
+        const binary = await ensureGuestExec(this.opts.launcherCacheDir ?? join(dirname(stateDir), ".launcher"));
+        let root = rootfsPath(stateDir);
+        if (!vm.spec.rootImage) {
+          root = execPaths(stateDir).demoRoot;
+          mkdirSync(root, { recursive: true });
+        }
+        const server = await ProcessExecServer.start({
+          binary,
+          stateDir,
+          root,
+          ...(vm.spec.rootImage ? { spec: join(stateDir, LAUNCH_SPEC_FILE) } : {}),
+          log: this.log.child({ vmId: vm.spec.vmId }),
+        });
+        if (this.owned.get(vm.spec.vmId) !== owned || owned.proc.exit) {
+          server.stop(); // the VM ended while it started
+          throw new Error(`VM ${vm.spec.vmId} is not running`);
+        }
+        return server;
+      })();
+      owned.exec = starting;
+      starting.catch(() => {
+        if (owned.exec === starting) owned.exec = undefined;
+      });
+    }
+    return (await owned.exec).target;
   }
 
   async stop(vm: RunningVm): Promise<void> {
@@ -289,6 +338,7 @@ export class ProcessDriver implements VmDriver {
 
   async reap(spec: VmSpec): Promise<void> {
     if (this.owned.has(spec.vmId)) return;
+    reapExecServer(spec.stateDir);
     const { pidFile } = processFiles(spec.stateDir, "workload");
     // A built image's leftover takes its process group with it (what its entrypoint started). Known by its files:
     // the host reaps every VM directory at its start with a bare spec.
@@ -307,7 +357,24 @@ export class ProcessDriver implements VmDriver {
     await Promise.all([...this.owned.values()].map((o) => this.kill(o)));
   }
 
+  /** Runs `f` on the VM's exec server if one was started (a failed start has nothing to freeze). */
+  private async withExec(owned: Owned, f: (e: ProcessExecServer) => void): Promise<void> {
+    const server = await owned.exec?.catch(() => undefined);
+    if (server) f(server);
+  }
+
+  /** Ends the VM's exec server and what it runs, with the VM. */
+  private endExec(owned: Owned): void {
+    const exec = owned.exec;
+    owned.exec = undefined;
+    void exec?.then(
+      (e) => e.stop(),
+      () => undefined,
+    );
+  }
+
   private async kill(owned: Owned): Promise<void> {
+    this.endExec(owned);
     // A dozing group runs again first: its other processes were stopped with it and would stay stopped.
     if (owned.dozing) this.signal(owned, "SIGCONT", { group: true });
     // A frozen process only sees SIGTERM once it runs again.

@@ -4,7 +4,7 @@ import { AGENT_DISK_LABEL, agentDiskPath } from "../common/agent-disk.ts";
 import { LAUNCH_DRIVE_FILE, LAUNCH_DRIVE_LABEL } from "../common/launch-data.ts";
 import { MANIFEST_FILE, processFiles, socketDir } from "../common/state-dir.ts";
 import { EGRESS_PROXY_GUEST_IP, EGRESS_PROXY_GUEST_PORT, egressProxyUrl } from "../../egress/guest-address.ts";
-import type { VmSpec } from "../driver.ts";
+import { EXEC_GUEST_PORT, type VmSpec } from "../driver.ts";
 
 export const RAM_FILE = "ram";
 export const RAM_GENERATION_FILE = "ram.gen";
@@ -224,9 +224,6 @@ export function machineArgs(
 
 /** The port the built-in demo serves on in the guest. */
 export const DEMO_PORT = 8080;
-
-/** The guest port the exec server (fleet-agent/guest/guest-exec/) listens on. */
-export const EXEC_GUEST_PORT = 1025;
 
 /**
  * A built image's three virtio-blk drives (the guest finds them by filesystem label, not by order): the image's

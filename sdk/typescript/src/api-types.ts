@@ -769,6 +769,8 @@ export type components = {
       startedAt: string | null;
       /** @description ISO 8601; null while it runs */
       endedAt: string | null;
+      /** @description At its start only: why it could not be started (it exits 127) */
+      error?: string;
     };
     ExecRequest: {
       /**
@@ -1013,6 +1015,8 @@ export type components = {
           start: string;
           end: string;
           agentId?: string;
+          /** @description By agent: the warm pool the agent belongs to (absent for one in none); a pooled agent is billed as any other */
+          poolId?: string;
           /** @description Milliseconds the VM ran (dozing and hibernation are not active time) */
           activeMs: number;
           /** @description vCPU-milliseconds while active */

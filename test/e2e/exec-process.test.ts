@@ -1,0 +1,160 @@
+// The exec server on the process driver (the guest's guest-exec built for the host, one per VM) over a built image's
+// rootfs with a non-root user: exec as the image's user, files owned by it, escapes resolved inside the root,
+// background processes frozen with the VM and ended with it, the key. Real processes, real HTTP on loopback.
+import { execFileSync } from "node:child_process";
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { createHash } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ImageArtifact } from "../../contracts/image.ts";
+import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
+import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import { ProcessDriver } from "../../fleet-agent/drivers/process/driver.ts";
+import { encodeSpec, execRequest, execRun, listTar, makeTar, sh } from "../helpers/exec.ts";
+
+const BUSYBOX = "/bin/busybox";
+const isRoot = process.getuid?.() === 0;
+const skip = !isRoot
+  ? "the process driver's exec server runs only as root (chroot)"
+  : !existsSync(BUSYBOX) || !existsSync("/usr/sbin/mke2fs")
+    ? "needs busybox-static and e2fsprogs"
+    : undefined;
+if (skip) console.warn(`test/e2e/exec-process.test.ts: skipped: ${skip}`);
+const UID = 1000;
+
+function makeImage(dir: string): ImageArtifact {
+  const root = join(dir, "root");
+  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "tmp", "home/agent", "www"]) mkdirSync(join(root, d), { recursive: true });
+  writeFileSync(join(root, "bin/busybox"), readFileSync(BUSYBOX), { mode: 0o755 });
+  for (const applet of execFileSync(BUSYBOX, ["--list-full"], { encoding: "utf8" }).split("\n").filter(Boolean)) {
+    if (applet === "bin/busybox") continue;
+    mkdirSync(join(root, dirname(applet)), { recursive: true });
+    symlinkSync("/bin/busybox", join(root, applet));
+  }
+  writeFileSync(join(root, "etc/passwd"), `root:x:0:0:root:/root:/bin/sh\nagent:x:${UID}:${UID}:agent:/home/agent:/bin/sh\n`);
+  writeFileSync(join(root, "etc/group"), `root:x:0:\nagent:x:${UID}:\nextra:x:2000:agent\n`);
+  chownSync(join(root, "home/agent"), UID, UID);
+  chmodSync(join(root, "tmp"), 0o1777);
+  const rootfs = join(dir, "rootfs.ext4");
+  execFileSync("/usr/sbin/mke2fs", ["-q", "-F", "-t", "ext4", "-L", "agentvm-image", "-d", root, rootfs, "32M"]);
+  return {
+    digest: `sha256:${createHash("sha256").update(readFileSync(rootfs)).digest("hex")}`,
+    rootfs,
+    sizeBytes: statSync(rootfs).size,
+    config: {
+      entrypoint: ["httpd", "-f", "-h", "/www"],
+      cmd: [],
+      env: ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GREETING=hello"],
+      workdir: "/home/agent",
+      user: "agent",
+      uid: UID,
+      gid: UID,
+      port: 8080,
+    },
+  };
+}
+
+describe.skipIf(skip)("guest-exec on the process driver, a built image with a non-root user", () => {
+  let work: string;
+  let driver: ProcessDriver;
+  let spec: VmSpec;
+  let vm: RunningVm;
+  let t: ExecTarget;
+
+  beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), "exec-process-"));
+    const image = makeImage(join(work, "image"));
+    // httpd takes its port from the command line: the entrypoint is a shell line given PORT.
+    image.config.entrypoint = ["/bin/sh", "-c", 'exec httpd -f -p "$PORT" -h /www'];
+    driver = new ProcessDriver({ bootTimeoutMs: 10_000 });
+    spec = {
+      vmId: "vm_exec",
+      agentId: "agt_exec",
+      image: image.digest,
+      vcpus: 1,
+      memMiB: 128,
+      allowEgress: false,
+      stateDir: join(work, "vms", "exec"),
+      rootImage: image,
+      diskMiB: 64,
+    };
+    vm = (await driver.boot(spec)).vm;
+    t = await driver.execTarget(vm);
+  }, 120_000);
+
+  afterAll(async () => {
+    await driver?.close();
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  it("answers with the key only; runs as the image's user in its workdir with its env and groups", async () => {
+    expect((await execRequest(t, "GET", "/v1/version")).body.toString()).toBe("agentvm-exec/1");
+    expect((await execRequest(t, "GET", "/v1/version", undefined, { key: "f".repeat(64) })).status).toBe(401);
+    expect(await driver.execTarget(vm)).toEqual(t);
+    expect(await sh(t, 'echo "$(id -u):$(id -g):$(id -G) $(pwd) $GREETING $AGENT_ID"')).toBe(`${UID}:${UID}:${UID} 2000 /home/agent hello agt_exec\n`);
+    expect(await sh(t, "id -u", { user: "root" })).toBe("0\n");
+    expect(await sh(t, "id -u; id -g", { user: "1234:55" })).toBe("1234\n55\n");
+    const r = await execRun(t, { cmd: ["cat"], stdin: "in" });
+    expect(r.stdout.toString()).toBe("in");
+    expect((await execRun(t, { cmd: ["sleep", "10"], timeoutMs: 200 })).timedOut).toBe(true);
+    expect((await execRequest(t, "POST", "/v1/exec", encodeSpec({ cmd: ["id"], user: "nobody-here" }))).status).toBe(400);
+  });
+
+  it("files default to the image's user; a symlink to /etc resolves inside the root; escapes are refused", async () => {
+    const put = await execRequest(t, "PUT", "/v1/files?path=/home/agent/notes/a.txt&mkdirs=1", "hi");
+    expect(JSON.parse(put.body.toString())).toEqual({ size: 2, mode: 0o644, uid: UID, gid: UID });
+    const root = join(spec.stateDir, "rootfs");
+    expect(statSync(join(root, "home/agent/notes/a.txt")).uid).toBe(UID);
+    expect(statSync(join(root, "home/agent/notes")).uid).toBe(UID);
+    await sh(t, "ln -s /etc /tmp/esc");
+    const passwd = await execRequest(t, "GET", "/v1/files?path=/tmp/esc/passwd");
+    expect(passwd.body.toString()).toContain(`agent:x:${UID}`); // the image's, not the host's
+    const list = JSON.parse((await execRequest(t, "GET", "/v1/files?path=/tmp")).body.toString());
+    expect(list.entries).toContainEqual(expect.objectContaining({ name: "esc", type: "symlink", uid: UID }));
+    expect((await execRequest(t, "GET", "/v1/files?path=/tmp/../../etc/passwd")).status).toBe(400);
+    expect((await execRequest(t, "PUT", "/v1/files?path=/run/agentvm/leases/x", "x")).status).toBe(403);
+    expect((await execRequest(t, "PUT", "/v1/files?path=/dev/null", "x")).status).toBe(403);
+    expect((await execRequest(t, "GET", "/v1/files?path=/dev/null")).status).toBe(403);
+    // The user cannot write where the user may not: the exec runs as it, with its rights.
+    const denied = await execRun(t, { cmd: ["/bin/sh", "-c", "echo x > /etc/x"] });
+    expect(denied.code).not.toBe(0);
+    expect(existsSync(join(root, "etc/x"))).toBe(false);
+  });
+
+  it("tar out and in inside the root", async () => {
+    const out = await execRequest(t, "GET", "/v1/tar?path=/home/agent/notes");
+    expect(listTar(out.body).map((e) => `${e.name}:${e.uid}`)).toEqual(["notes/:1000", "notes/a.txt:1000"]);
+    const put = await execRequest(t, "PUT", "/v1/tar?path=/home/agent/in", makeTar([{ name: "x", data: "tar", uid: UID, gid: UID, mode: 0o600 }]));
+    expect(put.status).toBe(201);
+    expect(await sh(t, "cat /home/agent/in/x; stat -c ' %a %u' /home/agent/in/x")).toBe(`tar 600 ${UID}\n`);
+  });
+
+  it("a background process is frozen with the VM, runs again after the wake, and ends with the VM", async () => {
+    const started = await execRequest(
+      t,
+      "POST",
+      "/v1/exec",
+      encodeSpec({ cmd: ["/bin/sh", "-c", "while true; do date +%s%N >> /tmp/ticks; sleep 0.05; done"], background: true }),
+    );
+    const { pid } = JSON.parse(started.body.toString()) as { pid: number };
+    const ticks = join(spec.stateDir, "rootfs/tmp/ticks");
+    const lines = () => (existsSync(ticks) ? readFileSync(ticks, "utf8").split("\n").length : 0);
+    await new Promise((r) => setTimeout(r, 300));
+    await driver.hibernate(vm);
+    const stateOf = (p: number) => readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]![0];
+    expect(stateOf(pid)).toBe("T");
+    const frozen = lines();
+    await new Promise((r) => setTimeout(r, 400));
+    expect(lines()).toBe(frozen);
+    vm = (await driver.wake(spec)).vm;
+    await new Promise((r) => setTimeout(r, 400));
+    expect(lines()).toBeGreaterThan(frozen);
+    const proc = JSON.parse((await execRequest(t, "GET", `/v1/procs/${pid}`)).body.toString());
+    expect(proc).toMatchObject({ pid, state: "running" });
+    await driver.stop(vm);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(processAlive(pid)).toBe(false);
+    await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
+  });
+});
