@@ -1,6 +1,7 @@
 // `npm run bench:pool`: exec, reset and warm pools through the whole system (gateway → host → VM) on QEMU (issue 33),
 // every call through the TypeScript SDK over the public API. Measures: exec round trip on a warm agent (p50/p99) against
-// baselines in the same run (`echo` by execFile on the host; the same exec through the process driver; a proxied call
+// baselines in the same run (`echo` by execFile on the host; the same exec through the process driver, busybox's echo
+// written into the demo's empty root there; a proxied call
 // to the same agent's own server, the path without a process started); exec on a
 // hibernated agent (its first output byte); episode reset (the reset call to the next exec's first output byte,
 // p50/p99); acquire from a pool of --pool (p50/p99, and to the acquired agent's first output); forks per second from
@@ -8,6 +9,7 @@
 // --pool N (20), --forks N (20), --concurrency N (4, the direct forks), --baseline host,process (both), --accel
 // auto|kvm|tcg, --data-dir DIR (where the guest image is built). Targets (under TCG): warm exec ≤ 20 ms p50, reset ≤
 // 150 ms p50, acquire ≤ 50 ms p50. Prints progress, then one `RESULT {json}` line; its parts are in bench/pool/.
+import { existsSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -49,6 +51,8 @@ if (!baselines.every((b) => b === "host" || b === "process"))
 const accel = values.accel === "kvm" || values.accel === "tcg" ? values.accel : "auto";
 /** The issue's targets under TCG, ms (p50). */
 const TARGETS = { warmExecP50Ms: 20, resetP50Ms: 150, acquireP50Ms: 50 };
+/** What the process driver's baseline runs `echo` with (the demo's root there is empty). */
+const busybox = "/bin/busybox";
 
 const began = performance.now();
 const say = (line: string) => console.log(`bench:pool [${((performance.now() - began) / 1000).toFixed(0).padStart(4)} s] ${line}`);
@@ -72,7 +76,12 @@ try {
     running.push(proc);
     try {
       const agent = await proc.client.agents.create({ name: "bench-process", idleTimeoutMs: 600_000 });
-      baseline.processDriverExec = spread((await warmExec(agent, sizes.warm)).times);
+      // The demo's root on the process driver is an empty directory: a static busybox written into it runs the echo.
+      if (!existsSync(busybox)) throw new Error(`${busybox} is missing (apt-get install busybox-static)`);
+      await agent.files.write("/bin/busybox", readFileSync(busybox), { mode: 0o755, mkdirs: true });
+      const run = await warmExec(agent, sizes.warm, ["/bin/busybox", "echo", "hi"]);
+      baseline.processDriverExec = spread(run.times);
+      baseline.processDriverExecInProcess = spread(run.inVm);
       say(`baseline: exec through the API on the process driver p50 ${(baseline.processDriverExec as { p50: number }).p50} ms`);
     } catch (err) {
       baseline.processDriverExec = { error: err instanceof Error ? err.message : String(err) };

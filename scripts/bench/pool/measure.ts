@@ -35,14 +35,14 @@ export async function hostExec(n: number): Promise<number[]> {
  * `n` round trips of `echo hi` through the API on an awake agent (JSON answer: the call until its whole answer), with
  * what the exec server itself measured of each (`durationMs`: the command from its fork to its exit, in the VM).
  */
-export async function warmExec(agent: Agent, n: number): Promise<{ times: number[]; inVm: number[] }> {
-  const first = await agent.exec(["echo", "hi"]); // wakes it if it sleeps: not counted
+export async function warmExec(agent: Agent, n: number, cmd: string[] = ["echo", "hi"]): Promise<{ times: number[]; inVm: number[] }> {
+  const first = await agent.exec(cmd); // wakes it if it sleeps: not counted
   if (first.stdout !== "hi\n") throw new Error(`exec answered ${JSON.stringify(first)}`);
   const times: number[] = [];
   const inVm: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = now();
-    const r = await agent.exec(["echo", "hi"]);
+    const r = await agent.exec(cmd);
     times.push(now() - t0);
     inVm.push(r.durationMs);
     if (r.stdout !== "hi\n") throw new Error(`exec answered ${JSON.stringify(r)}`);
