@@ -1,6 +1,6 @@
 // bench:pool's measurements, each through the TypeScript SDK over the public API: exec round trips, exec on a hibernated agent, reset to the next output, acquire, forks.
 import { execFile } from "node:child_process";
-import type { Agent, AgentVM, Pool } from "../../../sdk/typescript/src/index.ts";
+import { type Agent, type AgentVM, AgentVMError, type Pool } from "../../../sdk/typescript/src/index.ts";
 import { percentile, round } from "../figures.ts";
 
 export interface Spread {
@@ -75,11 +75,26 @@ export async function firstOutput(agent: Agent, word = "hi"): Promise<number> {
   return first;
 }
 
+/**
+ * Hibernates the agent, asking again while it answers 409 `conflict` (a call or exec just answered may still count as
+ * in flight on the host for a moment after its last byte reached the client).
+ */
+export async function hibernateNow(agent: Agent): Promise<{ state: string }> {
+  for (let i = 0; ; i++) {
+    try {
+      return await agent.hibernate();
+    } catch (err) {
+      if (!(err instanceof AgentVMError && err.code === "conflict") || i >= 40) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
 /** `n` rounds of hibernate, then a streamed exec: its first output byte (a restore under it). */
 export async function hibernatedExec(agent: Agent, n: number): Promise<number[]> {
   const times: number[] = [];
   for (let i = 0; i < n; i++) {
-    const slept = await agent.hibernate();
+    const slept = await hibernateNow(agent);
     if (slept.state !== "hibernated") throw new Error(`hibernate answered ${slept.state}`);
     times.push(await firstOutput(agent));
   }
