@@ -1,4 +1,5 @@
 // `agentvm exec ID [options] -- cmd…`: runs a command in an agent (waking it), its output streamed to ours as it happens, exiting with its status.
+import { randomBytes } from "node:crypto";
 import { constants } from "node:os";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { contextOf } from "./context.ts";
@@ -22,11 +23,36 @@ function envPair(raw: string, previous: Record<string, string> = {}): Record<str
   return { ...previous, [raw.slice(0, eq)]: raw.slice(eq + 1) };
 }
 
-/** All of our standard input (a pipe or a file; never a terminal). */
-async function readStdin(): Promise<Buffer> {
+/** Standard input up to this size goes inline with the command (the API's JSON body is bounded: 1 MiB by default). */
+export const inlineStdinMax = 512 * 1024;
+
+/**
+ * Our standard input (a pipe or a file; never a terminal): whole when it ends within `inlineStdinMax` bytes, else a
+ * stream of all of it (what was read first, then the rest as it is read: never held whole).
+ */
+async function takeStdin(): Promise<{ inline: Buffer } | { stream: ReadableStream<Uint8Array> }> {
   const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
+  let size = 0;
+  const it = process.stdin[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  for (;;) {
+    const { done, value } = await it.next();
+    if (done) return { inline: Buffer.concat(chunks) };
+    chunks.push(value);
+    size += value.length;
+    if (size > inlineStdinMax) {
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (const chunk of chunks) controller.enqueue(chunk);
+        },
+        async pull(controller) {
+          const next = await it.next();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        },
+      });
+      return { stream };
+    }
+  }
 }
 
 /** Writes a chunk and waits while the stream is full: the agent's output is read no faster than we can print it. */
@@ -49,7 +75,7 @@ export function execCommand(program: Command): void {
     .addOption(new Option("-n, --no-stdin", "send no standard input (default: ours when it is not a terminal)"))
     .addHelpText(
       "after",
-      "\nOutput goes to stdout and stderr as the command writes it. The exit status is the command's (128+N for signal N,\n124 for --timeout); agentvm's own failures keep their codes (agentvm --help).\nStandard input is read whole and sent with the command when it is a pipe or a file; a terminal is not read.",
+      "\nOutput goes to stdout and stderr as the command writes it. The exit status is the command's (128+N for signal N,\n124 for --timeout); agentvm's own failures keep their codes (agentvm --help).\nStandard input is sent with the command when it is a pipe or a file (a terminal is not read): up to 512 KiB inline,\nlarger as a temporary file in the agent's /tmp that the command reads through /bin/sh (removed after).",
     )
     .action(
       async (
@@ -59,23 +85,36 @@ export function execCommand(program: Command): void {
         cmd: Command,
       ) => {
         const ctx = contextOf(cmd);
-        const stdin = o.stdin && !process.stdin.isTTY ? await readStdin() : undefined;
+        const stdin = o.stdin && !process.stdin.isTTY ? await takeStdin() : undefined;
         const exit = await withSdk(ctx, async (client) => {
-          const events = client.agents.connect(id).execStream(o.shell ? words.join(" ") : words, {
-            encoding: "base64",
-            ...(o.cwd !== undefined ? { cwd: o.cwd } : {}),
-            ...(o.env !== undefined ? { env: o.env } : {}),
-            ...(o.user !== undefined ? { user: o.user } : {}),
-            ...(o.timeout !== undefined ? { timeoutMs: o.timeout } : {}),
-            ...(stdin !== undefined ? { stdin } : {}),
-          });
-          for await (const event of events) {
-            if ("stdout" in event) await write(process.stdout, Buffer.from(event.stdout, "base64"));
-            else if ("stderr" in event) await write(process.stderr, Buffer.from(event.stderr, "base64"));
-            else if ("error" in event) process.stderr.write(`agentvm: ${event.error}\n`);
-            else return event.exit;
+          const agent = client.agents.connect(id);
+          let command: string | string[] = o.shell ? words.join(" ") : words;
+          // A large stdin goes first as a file in the agent (streamed), and the command reads it through /bin/sh.
+          let stdinFile: string | undefined;
+          if (stdin && "stream" in stdin) {
+            stdinFile = `/tmp/.agentvm-stdin-${randomBytes(8).toString("hex")}`;
+            await agent.files.write(stdinFile, stdin.stream, { mode: o.user !== undefined ? 0o644 : 0o600 });
+            command = o.shell ? `exec < ${stdinFile}\n${command as string}` : ["/bin/sh", "-c", 'exec "$@" < "$0"', stdinFile, ...words];
           }
-          return undefined;
+          try {
+            const events = agent.execStream(command, {
+              encoding: "base64",
+              ...(o.cwd !== undefined ? { cwd: o.cwd } : {}),
+              ...(o.env !== undefined ? { env: o.env } : {}),
+              ...(o.user !== undefined ? { user: o.user } : {}),
+              ...(o.timeout !== undefined ? { timeoutMs: o.timeout } : {}),
+              ...(stdin && "inline" in stdin ? { stdin: stdin.inline } : {}),
+            });
+            for await (const event of events) {
+              if ("stdout" in event) await write(process.stdout, Buffer.from(event.stdout, "base64"));
+              else if ("stderr" in event) await write(process.stderr, Buffer.from(event.stderr, "base64"));
+              else if ("error" in event) process.stderr.write(`agentvm: ${event.error}\n`);
+              else return event.exit;
+            }
+            return undefined;
+          } finally {
+            if (stdinFile) await agent.files.remove(stdinFile).catch(() => {});
+          }
         });
         if (!exit) throw new CommandStatus(1);
         if (exit.timedOut) {

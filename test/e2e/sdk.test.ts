@@ -3,6 +3,7 @@
 // each driving the API's flows: an agent of the demo image, exec (result, stream, stdin, exit codes), files both ways
 // and as tar, hibernate then an exec that wakes it, a checkpoint, a fork reset to it, a pool's acquire and release.
 import { execFile, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -216,6 +217,12 @@ describe("agentvm exec and cp against the system", () => {
     const cat = await agentvm(["exec", id, "--", "wc", "-c"], Buffer.alloc(100_000, 1));
     expect(cat.code, cat.err).toBe(0);
     expect(cat.out.toString().trim()).toBe("100000");
+    const big = Buffer.alloc(3 * 1024 * 1024, 2); // beyond what goes inline: a file in the agent, read through /bin/sh
+    const md5 = await agentvm(["exec", id, "--", "md5sum"], big);
+    expect(md5.code, md5.err).toBe(0);
+    expect(md5.out.toString().split(" ")[0]).toBe(createHash("md5").update(big).digest("hex"));
+    expect((await agentvm(["exec", id, "--shell", "--", "wc -c | tr -d ' '"], big)).out.toString()).toBe(`${big.length}\n`);
+    expect((await agentvm(["exec", id, "--shell", "--", "ls /tmp/.agentvm-stdin-* 2>/dev/null | wc -l"])).out.toString().trim()).toBe("0");
     const env = await agentvm(["exec", id, "--cwd", "/tmp", "-e", "A=1", "-e", "B=two", "--shell", "--", "pwd; echo $A$B"]);
     expect(env.out.toString()).toBe("/tmp\n1two\n");
     expect((await agentvm(["exec", id, "--", "sh", "-c", "kill -TERM $$"])).code).toBe(128 + 15);
