@@ -2,7 +2,20 @@
 // rootfs with a non-root user: exec as the image's user, files owned by it, escapes resolved inside the root,
 // background processes frozen with the VM and ended with it, the key. Real processes, real HTTP on loopback.
 import { execFileSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
@@ -130,6 +143,35 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     expect(await sh(t, "cat /home/agent/in/x; stat -c ' %a %u' /home/agent/in/x")).toBe(`tar 600 ${UID}\n`);
   });
 
+  it("a background process's output is kept up to 16 MiB a stream, the rest counted; its timeout kills its group", async () => {
+    const big = await execRequest(t, "POST", "/v1/exec", encodeSpec({ cmd: ["/bin/sh", "-c", "head -c 20971520 /dev/zero; echo done >&2"], background: true }));
+    const { pid } = JSON.parse(big.body.toString()) as { pid: number };
+    const done = JSON.parse((await execRequest(t, "GET", `/v1/procs/${pid}/wait?timeout_ms=20000`)).body.toString());
+    expect(done).toMatchObject({ state: "exited", exitCode: 0 });
+    const tail = await execRequest(t, "GET", `/v1/procs/${pid}/output?stream=stdout&offset=${16 * 1024 * 1024 - 10}`);
+    expect([tail.body.length, tail.headers["x-dropped"], tail.headers["x-eof"], tail.headers["x-next-offset"]]).toEqual([
+      10,
+      String(4 << 20),
+      "1",
+      String(16 << 20),
+    ]);
+    expect((await execRequest(t, "GET", `/v1/procs/${pid}/output?stream=stderr`)).body.toString()).toBe("done\n");
+    const slow = await execRequest(t, "POST", "/v1/exec", encodeSpec({ cmd: ["/bin/sh", "-c", "sleep 100 & sleep 100"], background: true, timeoutMs: 300 }));
+    const s = JSON.parse(slow.body.toString()) as { pid: number };
+    const ended = JSON.parse((await execRequest(t, "GET", `/v1/procs/${s.pid}/wait?timeout_ms=5000`)).body.toString());
+    expect(ended).toMatchObject({ state: "exited", signal: 9, timedOut: true });
+    // No `sleep 100` left running in this agent's root (read from the host's /proc: the rootfs has none).
+    const rootfs = join(spec.stateDir, "rootfs");
+    const inRoot = readdirSync("/proc").filter((p) => {
+      try {
+        return /^\d+$/.test(p) && readlinkSync(`/proc/${p}/root`) === rootfs && readFileSync(`/proc/${p}/cmdline`, "utf8") === "sleep\u0000100\u0000";
+      } catch {
+        return false;
+      }
+    });
+    expect(inRoot).toEqual([]);
+  });
+
   it("a background process is frozen with the VM, runs again after the wake, and ends with the VM", async () => {
     const started = await execRequest(
       t,
@@ -156,5 +198,34 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     await new Promise((r) => setTimeout(r, 300));
     expect(processAlive(pid)).toBe(false);
     await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
+  });
+});
+
+describe.skipIf(skip)("guest-exec on the process driver, the demo workload", () => {
+  it("serves files in an empty root of the VM's own (nothing of the host's), and ends with the VM", async () => {
+    const work = mkdtempSync(join(tmpdir(), "exec-process-demo-"));
+    const driver = new ProcessDriver({ bootTimeoutMs: 15_000 });
+    try {
+      const spec: VmSpec = {
+        vmId: "vm_execdemo",
+        agentId: "agt_execdemo",
+        image: "demo",
+        vcpus: 1,
+        memMiB: 128,
+        allowEgress: false,
+        stateDir: join(work, "vm"),
+      };
+      const { vm } = await driver.boot(spec);
+      const t = await driver.execTarget(vm);
+      expect((await execRequest(t, "PUT", "/v1/files?path=/notes/a&mkdirs=1", "x")).status).toBe(201);
+      expect(readFileSync(join(spec.stateDir, "exec-root/notes/a"), "utf8")).toBe("x");
+      expect((await execRequest(t, "GET", "/v1/files?path=/etc/passwd")).status).toBe(404);
+      expect((await execRun(t, { cmd: ["sh", "-c", "true"] })).errors).toEqual(["not found: sh"]);
+      await driver.stop(vm);
+      await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
+    } finally {
+      await driver.close();
+      rmSync(work, { recursive: true, force: true });
+    }
   });
 });

@@ -57,6 +57,30 @@ describe("guest-exec in a QEMU demo VM", () => {
     expect(bad.status).toBe(400);
   });
 
+  it("a client that goes away takes its command with it", async () => {
+    const body = encodeSpec({ cmd: ["sleep", "301"] });
+    await new Promise<void>((resolve) => {
+      const req = request(
+        { host: t.host, port: t.port, method: "POST", path: "/v1/exec", agent: false, headers: { "x-agentvm-exec-key": t.key, "content-length": body.length } },
+        (res) => {
+          res.resume();
+          setTimeout(() => {
+            req.destroy();
+            resolve();
+          }, 300);
+        },
+      );
+      req.on("error", () => undefined);
+      req.end(body);
+    });
+    let left = "x";
+    for (let i = 0; i < 30 && left; i++) {
+      left = await sh(t, "ps | grep 'sleep 30[1]' || true");
+      if (left) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(left).toBe("");
+  });
+
   it("streams 50 MiB read slowly while the server's memory stays small (flow control)", async () => {
     const total = 50 << 20;
     const body = encodeSpec({ cmd: ["dd", "if=/dev/zero", "bs=65536", `count=${total / 65536}`] });

@@ -21,6 +21,15 @@ const paths = vmPaths("/var/lib/agentvm/vms/agt_a");
 const relay = "/tmp/agentvm-qemu-0/egress-relay-abc";
 
 describe("netdev", () => {
+  it("forwards a second host port to the exec server (guest port 1025); snapshots compare without either forward", () => {
+    const a = netdevArg({ spec: spec(false), paths, hostPort: 4000, execPort: 4100, egressRelay: undefined });
+    expect(a).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080,hostfwd=tcp:127.0.0.1:4100-:1025");
+    const base = { spec: spec(false), paths, accel: "tcg" as const, hostPort: 4000, egressRelay: undefined };
+    // Every QEMU start has its own exec port: a snapshot taken under one restores under another.
+    expect(hardware(machineArgs({ ...base, execPort: 4100 }))).toEqual(hardware(machineArgs({ ...base, execPort: 4222 })));
+    expect(hardware(machineArgs({ ...base, execPort: 4100 }))).toEqual(hardware(machineArgs(base)));
+  });
+
   it("is restrict=on with only the forwarded port when there is no relay, egress or not", () => {
     expect(netdevArg({ spec: spec(false), paths, hostPort: 4000, egressRelay: undefined })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");
     expect(netdevArg({ spec: spec(true), paths, hostPort: 4000, egressRelay: undefined })).toBe("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:4000-:8080");

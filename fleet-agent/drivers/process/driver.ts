@@ -284,6 +284,7 @@ export class ProcessDriver implements VmDriver {
           server.stop(); // the VM ended while it started
           throw new Error(`VM ${vm.spec.vmId} is not running`);
         }
+        if (owned.dozing || owned.frozen) server.freeze(); // it stopped while this one started: it stops with it
         return server;
       })();
       owned.exec = starting;

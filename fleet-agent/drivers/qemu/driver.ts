@@ -39,7 +39,7 @@ import { currentBootId, syncRamFile } from "./ram-file.ts";
 import { RamDigs, ramSpaceTool } from "./ram-space.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
-import type { QemuHost, QemuVm } from "./vm.ts";
+import { openAgent, type QemuHost, type QemuVm } from "./vm.ts";
 import { WaitingPool } from "./waiting.ts";
 
 export { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./options.ts";
@@ -252,7 +252,7 @@ export class QemuDriver implements VmDriver {
     const vp = this.sup.mustBeRunning(vm);
     const key = (vp.execKey ??= randomBytes(32).toString("hex"));
     if (!vp.execKeyPushed) {
-      const pushed = vp.agent!.execKey(key);
+      const pushed = openAgent(vp).then(() => vp.agent!.execKey(key)); // the agent's port reopened if it closed
       vp.execKeyPushed = pushed;
       pushed.catch(() => {
         if (vp.execKeyPushed === pushed) vp.execKeyPushed = undefined;

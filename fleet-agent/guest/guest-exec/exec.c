@@ -2,7 +2,8 @@
  * 1 stdout, 2 stderr, 3 exit, 4 error) until the connection closes. Flow control: at most one pipe read (64 KiB) is
  * held; while it has not gone out on the socket, the pipes are not read, so a slow reader slows the command down
  * (its pipe fills) rather than growing memory here. With stdin=1 a helper process copies the rest of the request
- * body into the command's stdin, closing it at the body's end. The timeout kills the process group. */
+ * body into the command's stdin, closing it at the body's end. The timeout kills the process group, and so does the
+ * client going away (watched once the body is in). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +104,9 @@ void handle_exec(struct req *r) {
   fcntl(errp[0], F_SETFL, O_NONBLOCK);
 
   int pfd = pidfd_of(pid);
+  /* While the helper reads the body the socket is its; once the body is in, a close by the client is watched for. */
+  int pump_fd = pump > 0 ? pidfd_of(pump) : -1;
+  int watch_close = pump <= 0;
   static unsigned char buf[5 + IO_CHUNK];
   size_t pend_off = 0, pend_len = 0;
   int open_fd[2] = {out[0], errp[0]};
@@ -111,21 +115,25 @@ void handle_exec(struct req *r) {
   long long ended = 0;
   for (;;) {
     if (pend_len == 0 && exited && open_fd[0] < 0 && open_fd[1] < 0) break;
-    struct pollfd fds[4];
-    int n = 0, sock_i = -1, pid_i = -1, pipe_i[2] = {-1, -1};
+    struct pollfd fds[5];
+    int n = 0, sock_i = -1, pid_i = -1, pump_i = -1, pipe_i[2] = {-1, -1};
     if (pend_len > 0) {
       sock_i = n;
-      fds[n++] = (struct pollfd){.fd = r->fd, .events = POLLOUT | (sp.use_stdin ? 0 : POLLRDHUP)};
+      fds[n++] = (struct pollfd){.fd = r->fd, .events = POLLOUT | (watch_close ? POLLRDHUP : 0)};
     } else {
       for (int k = 0; k < 2; k++)
         if (open_fd[k] >= 0) {
           pipe_i[k] = n;
           fds[n++] = (struct pollfd){.fd = open_fd[k], .events = POLLIN};
         }
-      if (!sp.use_stdin) {
+      if (watch_close) {
         sock_i = n;
         fds[n++] = (struct pollfd){.fd = r->fd, .events = POLLRDHUP};
       }
+    }
+    if (pump_fd >= 0) {
+      pump_i = n;
+      fds[n++] = (struct pollfd){.fd = pump_fd, .events = POLLIN};
     }
     if (!exited && pfd >= 0) {
       pid_i = n;
@@ -146,6 +154,13 @@ void handle_exec(struct req *r) {
       if (pfd >= 0) waitpid(pid, &status, 0);
       exited = 1;
       ended = mono_ms();
+    }
+    if (pump_i >= 0 && (fds[pump_i].revents & POLLIN)) {
+      waitpid(pump, NULL, 0);
+      close(pump_fd);
+      pump_fd = -1;
+      pump = -1;
+      watch_close = 1;
     }
     if (ready == 0 && exited && pend_len == 0) break;
     if (sock_i >= 0 && (fds[sock_i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
@@ -192,6 +207,7 @@ void handle_exec(struct req *r) {
     kill(pump, SIGKILL);
     waitpid(pump, NULL, 0);
   }
+  if (pump_fd >= 0) close(pump_fd);
   if (gone) {
     if (!exited) {
       kill_group(pid);

@@ -2,7 +2,8 @@
  * connection) starts the command and holds its pipes: stdout and stderr go to files in the state directory's
  * `<pid>/` (16 MiB each; bytes beyond are counted in `<stream>.dropped`), stdin comes from the fifo `stdin` (what
  * POST …/stdin writes; `eof=1` writes "e" into the fifo `ctl`, which closes it), and the exit goes to `status` (by
- * rename: it exists only once all output is written). `meta` holds the pid, the command and the start. The state
+ * rename: it exists only once all output is written). `meta` holds the pid, the command and the start. A timeout_ms
+ * kills its process group (`"timedOut":true` in the status). The last 64 exited processes are kept. The state
  * directory is guest tmpfs outside the root: all of it survives hibernate and wake with the guest's memory. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -141,7 +142,7 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
   if (failed) (void)!write(report, msg, strlen(msg));
   close(report);
 
-  int status = 0;
+  int status = 0, timed_out = 0;
   if (failed) {
     waitpid(pid, &status, 0);
     status = 127 << 8;
@@ -172,6 +173,7 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
     }
     free(body);
     int eof_asked = 0, exited = pfd == -2;
+    long long deadline = sp->timeout_ms > 0 ? mono_ms() + sp->timeout_ms : 0;
     while (!exited) {
       struct pollfd fds[6];
       int n = 0, oi[2] = {-1, -1}, fi = -1, ci = -1, wi = -1, pi = -1;
@@ -196,7 +198,18 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
         pi = n;
         fds[n++] = (struct pollfd){.fd = pfd, .events = POLLIN};
       }
-      if (poll(fds, (nfds_t)n, pfd >= 0 ? -1 : 100) < 0 && errno != EINTR) break;
+      int wait_ms = pfd >= 0 ? -1 : 100;
+      if (deadline) {
+        long long left = deadline - mono_ms();
+        wait_ms = left <= 0 ? 0 : (wait_ms < 0 || left < wait_ms ? (int)left : wait_ms);
+      }
+      if (poll(fds, (nfds_t)n, wait_ms) < 0 && errno != EINTR) break;
+      if (deadline && mono_ms() >= deadline) { /* its timeout: the process group is killed */
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        deadline = 0;
+        timed_out = 1;
+      }
       for (int k = 0; k < 2; k++)
         if (oi[k] >= 0 && fds[oi[k]].revents && !pump_output(&s[k])) {
           close(s[k].fd);
@@ -245,14 +258,49 @@ __attribute__((noreturn)) static void keeper(struct exec_spec *sp, const struct 
   }
   if (fifo >= 0) unlinkat(dfd, "stdin", 0);
   if (ctl >= 0) unlinkat(dfd, "ctl", 0);
-  char st[160];
+  char st[200];
   int len = WIFSIGNALED(status) ? snprintf(st, sizeof st, "\"state\":\"exited\",\"exitCode\":null,\"signal\":%d,\"endedAtMs\":%lld", WTERMSIG(status), now_ms())
                                 : snprintf(st, sizeof st, "\"state\":\"exited\",\"exitCode\":%d,\"signal\":null,\"endedAtMs\":%lld", WEXITSTATUS(status), now_ms());
+  if (timed_out) len += snprintf(st + len, sizeof st - (size_t)len, ",\"timedOut\":true");
   write_file_at(dfd, "status", st, (size_t)len);
   _exit(0);
 }
 
+struct ended {
+  long long at;
+  char name[16];
+};
+
+static int by_end(const void *a, const void *b) {
+  long long x = ((const struct ended *)a)->at, y = ((const struct ended *)b)->at;
+  return x < y ? -1 : x > y;
+}
+
+/* Keeps the records of at most KEEP_EXITED exited processes (their output is guest memory): the oldest go first. */
+static void prune_exited(void) {
+  enum { KEEP_EXITED = 64, MAX_SEEN = 4096 };
+  static struct ended list[MAX_SEEN];
+  int n = 0;
+  DIR *d = fdopendir(dup(state_fd));
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL && n < MAX_SEEN) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9' || strlen(e->d_name) >= sizeof list[0].name) continue;
+    char path[64];
+    snprintf(path, sizeof path, "%s/status", e->d_name);
+    struct stat st;
+    if (fstatat(state_fd, path, &st, 0) != 0) continue;
+    list[n].at = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    snprintf(list[n].name, sizeof list[n].name, "%s", e->d_name);
+    n++;
+  }
+  if (d) closedir(d);
+  if (n <= KEEP_EXITED) return;
+  qsort(list, (size_t)n, sizeof *list, by_end);
+  for (int i = 0; i < n - KEEP_EXITED; i++) remove_tree(state_fd, list[i].name);
+}
+
 void start_background(struct req *r, struct exec_spec *sp, const struct ids *ids, char **env) {
+  prune_exited();
   char *body = NULL;
   size_t body_len = 0;
   if (sp->use_stdin) {
