@@ -117,7 +117,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.route("/", logRoutes(deps));
   app.route("/", auditRoutes(deps));
   app.route("/", templateRoutes(deps));
-  app.route("/", execRoutes(deps));
+  app.route("/", execRoutes(deps, proxy));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).

@@ -10,8 +10,8 @@ import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../con
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { callerAction } from "../../schema/audit-log.ts";
 import { AgentParams } from "../agents/api-schemas.ts";
-import { agentSpec, ownAgent } from "../agents/repo.ts";
 import type { GatewayDeps } from "../deps.ts";
+import type { ProxyCore } from "../proxy/core.ts";
 import {
   defaultExecTimeoutMs,
   DeleteFileQuery,
@@ -37,7 +37,7 @@ import { maxFileBytes } from "./paths.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, signalNumbers, type ExitStatus, type Frame } from "./wire.ts";
 import { processView, listingView, octal, type GuestListing, type GuestProcess } from "./views.ts";
 
-export type ExecRouteDeps = Pick<GatewayDeps, "agents" | "fleet" | "audit" | "log" | "config">;
+export type ExecRouteDeps = Pick<GatewayDeps, "fleet" | "audit" | "log" | "config">;
 
 const tags = ["exec"];
 const ndjson = "application/x-ndjson";
@@ -200,16 +200,17 @@ const deleteFileRoute = createRoute({
   responses: { 204: { description: "Deleted" }, ...errors(400, 404, 409, 501, 502, 504) },
 });
 
-export function execRoutes(deps: ExecRouteDeps): OpenAPIHono<GatewayEnv> {
+export function execRoutes(deps: ExecRouteDeps, proxy: Pick<ProxyCore, "resolve">): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
-  const { agents, fleet, log } = deps;
+  const { fleet, log } = deps;
   const body = jsonBody(() => deps.config.maxApiBodyBytes);
 
-  /** The caller's agent (404 for another tenant's) and its spec. */
+  /** The caller's agent (404 for another tenant's), from the proxy's agent cache as a call to it would be, and its spec. */
   async function target(c: Context<GatewayEnv>, id: string): Promise<{ caller: Caller; spec: AgentSpec }> {
     const caller = requireScope(c, "agents:exec");
-    const row = await ownAgent(agents, caller, id);
-    return { caller, spec: agentSpec(row) };
+    const agent = await proxy.resolve(id);
+    if (agent.row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+    return { caller, spec: agent.spec };
   }
 
   /** Records the action; a failure to record is logged, never the caller's (the command ran). */
