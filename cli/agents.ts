@@ -85,6 +85,7 @@ function showAgent(ctx: Context, a: Agent): void {
     ],
   ];
   if (a.forkedFrom) rows.push(["forked from", a.forkedFrom]);
+  if (a.pool) rows.push(["pool", `${a.pool.id} (${a.pool.state.replace("_", " ")})`]);
   if (a.lastHibernateError) rows.push(["hibernate failed", `${a.lastHibernateError.message} (${a.lastHibernateError.attempts} attempts)`]);
   ctx.print(rows.map(([k, v]) => `${k.padEnd(16)} ${v}`).join("\n"));
 }

@@ -55,6 +55,8 @@ export interface GatewayAppDeps {
   hostHealth?: { liveWindowMs: number; maxClockSkewMs: number };
   /** The 32-byte key upstreams' secret headers are sealed with (compose/upstream-key.ts); none: the upstream routes answer 501. */
   upstreamKey?: Uint8Array;
+  /** Work that outlives a request (pools' top-ups, woken agents): a Worker keeps the request alive for it; none: it just runs. */
+  background?: (work: Promise<unknown>) => void;
 }
 
 export interface GatewayApp {
@@ -128,7 +130,14 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
   });
   const operations = operationRoutes({ agents, operations: createOperationRepo(db) });
   const checkpoints = createCheckpointRepo(db);
-  const pools = createPoolKeeper({ store: createPoolStore(db), agents, checkpoints, fleet, log: log.child({ component: "pools" }) });
+  const pools = createPoolKeeper({
+    store: createPoolStore(db),
+    agents,
+    checkpoints,
+    fleet,
+    log: log.child({ component: "pools" }),
+    ...(deps.background ? { background: deps.background } : {}),
+  });
   const health = deps.hostHealth ?? defaultHostHealth;
   const hosts = hostRoutes({ hosts: createHostRepo(db, { liveWindowMs: health.liveWindowMs }), audit, clock, maxClockSkewMs: health.maxClockSkewMs });
   const app = createGateway({

@@ -82,13 +82,15 @@ function isolateFor(env: WorkerBindings): Isolate {
       clientIp: (c) => c.req.header("cf-connecting-ip"),
       // A stored delivery is attempted right after the 202 (waitUntil); the cron picks up whatever that leaves.
       onWebhookQueued: () => scope.getStore()?.background.add(createDeliveryWorker(iso!.gateway!.webhookDeps).runOnce()),
+      // A pool's top-up and an acquired agent's wake run after the answer, on the request's client (waitUntil).
+      background: (work) => scope.getStore()?.background.add(work),
     });
   }
   isolates.set(env, iso);
   return iso;
 }
 
-/** Background work of one request (webhook delivery after intake); the request's db client closes after it. */
+/** Background work of one request (webhook delivery after intake, a pool's top-up); the request's db client closes after it. */
 class Background {
   private readonly tasks = new Set<Promise<unknown>>();
   private readonly ctx: ExecutionContext;

@@ -180,7 +180,9 @@ export function checkpointRoutes(
     const row = await ownAgent(caller, c.req.valid("param").id);
     const reset = await resetToFork(fleet, deps.checkpoints, row, c.get("requestId"));
     // The next episode starts now: its first call finds the agent awake, or waits for the wake under way.
-    void fleet.wake(agentSpec(row), "api").catch((err: unknown) => deps.log.warn("a reset agent did not wake", { agentId: row.id, err: String(err) }));
+    const woken = fleet.wake(agentSpec(row), "api");
+    if (deps.pools) deps.pools.after("a reset agent did not wake", woken, { agentId: row.id });
+    else void woken.catch((err: unknown) => deps.log.warn("a reset agent did not wake", { agentId: row.id, err: String(err) }));
     await audit(c, caller, "agent.reset", row.id, { checkpointId: reset.checkpointId, resetMs: reset.resetMs, state: reset.state });
     const agent = await view(row, await fleet.status(row.id));
     return c.json({ agent, checkpointId: reset.checkpointId, resetMs: reset.resetMs } as never, 200);

@@ -17,6 +17,11 @@ export interface PoolKeeperDeps {
   log: Logger;
   /** First and longest wait before a failed top-up is tried again (doubling), ms. */
   backoff?: { firstMs: number; maxMs: number };
+  /**
+   * Where work that outlives the request is handed (a top-up, an acquired agent's wake): a Worker keeps its request
+   * alive for it (`waitUntil`, its database client open until it settles); none: it just runs (Node).
+   */
+  background?: (work: Promise<unknown>) => void;
 }
 
 export interface PoolKeeper {
@@ -35,6 +40,8 @@ export interface PoolKeeper {
   remove(pool: PoolRow): Promise<{ removed: number; leftInUse: number }>;
   /** Resolves when no top-up is under way (tests). */
   idle(): Promise<void>;
+  /** Runs `work` after the answer (logged if it fails), kept alive where the runtime needs that (`PoolKeeperDeps.background`). */
+  after(what: string, work: Promise<unknown>, detail: Record<string, unknown>): void;
 }
 
 const defaultBackoff = { firstMs: 1000, maxMs: 60_000 };
@@ -45,7 +52,7 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
   const running = new Map<string, Promise<void>>();
   const again = new Set<string>();
   const failures = new Map<string, number>();
-  const timers = new Map<string, ReturnType<typeof setTimeout>>();
+  const timers = new Map<string, { timer: ReturnType<typeof setTimeout>; due: number }>();
   let stopped = false;
 
   /** A new agent of the pool, a hibernated fork of its checkpoint (the checkpoint's agent's shape and settings); undefined when the pool has no room. */
@@ -117,13 +124,11 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       const delayMs = Math.min(backoff.firstMs * 2 ** (n - 1), backoff.maxMs);
       log.warn("a pool's top-up failed; tried again later", { poolId, failures: n, retryInMs: delayMs, err: message(err) });
       if (!stopped) {
-        timers.set(
-          poolId,
-          setTimeout(() => {
-            timers.delete(poolId);
-            kick(poolId);
-          }, delayMs),
-        );
+        const timer = setTimeout(() => {
+          timers.delete(poolId);
+          kick(poolId);
+        }, delayMs);
+        timers.set(poolId, { timer, due: Date.now() + delayMs });
       }
     }
   }
@@ -134,12 +139,19 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       again.add(poolId);
       return;
     }
-    if (timers.has(poolId)) return; // backing off after a failure: its timer kicks it
+    const waiting = timers.get(poolId);
+    if (waiting) {
+      // Backing off after a failure: its timer kicks it (or, past its time, this does: a Worker's timers may not outlive its request).
+      if (Date.now() < waiting.due) return;
+      clearTimeout(waiting.timer);
+      timers.delete(poolId);
+    }
     const run = topUp(poolId).finally(() => {
       running.delete(poolId);
       if (again.delete(poolId)) kick(poolId);
     });
     running.set(poolId, run);
+    deps.background?.(run);
   }
 
   return {
@@ -159,7 +171,7 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
     },
     async stop() {
       stopped = true;
-      for (const t of timers.values()) clearTimeout(t);
+      for (const t of timers.values()) clearTimeout(t.timer);
       timers.clear();
       await Promise.allSettled([...running.values()]);
     },
@@ -207,6 +219,10 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
     },
     async idle() {
       while (running.size > 0) await Promise.allSettled([...running.values()]);
+    },
+    after(what, work, detail) {
+      const logged = work.catch((err: unknown) => log.warn(what, { ...detail, err: message(err) }));
+      deps.background?.(logged);
     },
   };
 

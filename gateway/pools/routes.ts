@@ -166,7 +166,7 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
       const ckp = await take(agentSpec(row), { name: `pool-${poolId}`, requestId: c.get("requestId") });
       await audit(c, caller, "checkpoint.create", row.id, { checkpointId: ckp.id, name: ckp.name, bytes: ckp.bytes, forPool: poolId });
       // Its own VM is not needed awake: the pool's agents are forks of the checkpoint.
-      void fleet.hibernate(row.id).catch((err: unknown) => deps.log.warn("a pool's image agent was not hibernated", { agentId: row.id, err: String(err) }));
+      keeper(deps).after("a pool's image agent was not hibernated", fleet.hibernate(row.id), { agentId: row.id });
       const got = await repo(deps).get(ckp.id);
       if (!got) throw new AppError("conflict", `the checkpoint of image ${image} was deleted before the pool was made`);
       return got;
@@ -228,9 +228,7 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
     const pool = await ownPool(caller, c.req.valid("param").id);
     const { row, forked } = await keeper(deps).acquire(pool, c.get("requestId"));
     // Woken in the background: the caller's first call finds it awake, or waits for the wake under way.
-    void fleet
-      .wake(agentSpec(row), "api")
-      .catch((err: unknown) => deps.log.warn("a pool's agent did not wake", { poolId: pool.id, agentId: row.id, err: String(err) }));
+    keeper(deps).after("a pool's agent did not wake", fleet.wake(agentSpec(row), "api"), { poolId: pool.id, agentId: row.id });
     await audit(c, caller, "pool.acquire", pool.id, { agentId: row.id, forked });
     const agent = await view(row, await fleet.status(row.id));
     return c.json({ agent, pool: pool.id, forked } as never, 200);

@@ -1,7 +1,7 @@
 // Tenant rows as the gateway reads and writes them (drizzle over `tenants`; Postgres or PGlite): create, page, status changes.
 import { and, asc, eq, getTableColumns, isNull, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../../schema/db.ts";
-import { agents, tenants, type TenantStatus } from "../../schema/core.ts";
+import { agents, pools, tenants, type TenantStatus } from "../../schema/core.ts";
 import { microsIso } from "../agents/repo.ts";
 
 export type TenantRow = typeof tenants.$inferSelect;
@@ -83,6 +83,11 @@ export function createTenantStore(db: Db): TenantStore {
       return changed ?? get(id);
     },
     async markDeleted(id, reason) {
+      // Its warm pools go first: no top-up forks an agent for a deleted tenant (its agents are destroyed next).
+      await db
+        .update(pools)
+        .set({ deletedAt: sql`now()`, updatedAt: sql`now()` })
+        .where(and(eq(pools.tenantId, id), isNull(pools.deletedAt)));
       return one(
         db
           .update(tenants)

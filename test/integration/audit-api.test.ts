@@ -80,6 +80,7 @@ beforeAll(async () => {
         return checkpointView(r);
       },
       restoreCheckpoint: async () => "hibernated",
+      fork: async () => "hibernated",
       deleteCheckpoint: async (_a, id) => void (await createDbCheckpointStore(database.db).markDeleted(id, new Date())),
     }),
     auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
@@ -292,6 +293,11 @@ const auditedAs: Record<string, string> = {
   createImage: "image.create",
   createCheckpoint: "checkpoint.create",
   restoreAgent: "agent.restore",
+  resetAgent: "agent.reset",
+  createPool: "pool.create",
+  acquirePoolAgent: "pool.acquire",
+  releasePoolAgent: "pool.release",
+  deletePool: "pool.delete",
   deleteCheckpoint: "checkpoint.delete",
   deleteImage: "image.delete",
   createTenant: "tenant.create",
@@ -368,6 +374,15 @@ describe("audit coverage of the API", () => {
     const checkpointId = ((await checkpoint.clone().json()) as { id: string }).id;
     await expectAudited("createCheckpoint", checkpoint, "user_cov", agentId);
     await expectAudited("restoreAgent", await call("POST", `/v1/agents/${agentId}/restore`, c, { checkpoint: "cov" }), "user_cov", agentId);
+    const pool = await call("POST", "/v1/pools", c, { fromCheckpoint: checkpointId, size: 0, maxSize: 1 });
+    const poolId = ((await pool.clone().json()) as { id: string }).id;
+    await expectAudited("createPool", pool, "user_cov", poolId);
+    const acquired = await call("POST", `/v1/pools/${poolId}/acquire`, c);
+    const pooled = ((await acquired.clone().json()) as { agent: { id: string } }).agent.id;
+    await expectAudited("acquirePoolAgent", acquired, "user_cov", poolId);
+    await expectAudited("resetAgent", await call("POST", `/v1/agents/${pooled}/reset`, c), "user_cov", pooled);
+    await expectAudited("releasePoolAgent", await call("POST", `/v1/pools/${poolId}/release`, c, { agentId: pooled }), "user_cov", poolId);
+    await expectAudited("deletePool", await call("DELETE", `/v1/pools/${poolId}`, c), "user_cov", poolId);
     await expectAudited("deleteCheckpoint", await call("DELETE", `/v1/agents/${agentId}/checkpoints/${checkpointId}`, c), "user_cov", agentId);
 
     const image = await app.request("/v1/images?name=cov&tag=v1", {

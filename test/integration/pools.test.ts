@@ -259,6 +259,28 @@ describe("pools", () => {
     expect((await post(`/v1/pools/${pool.id}/acquire`)).status).toBe(200);
   });
 
+  it("a deleted tenant's pools go with it: no top-up forks for it afterwards", async () => {
+    await sys.ensureTenant("ten_pooldel");
+    const t = await sys.token({ tenant: "ten_pooldel" });
+    const { id: agentId } = await sys.createAgent({}, t);
+    expect((await sys.call(`/a/${agentId}/counter`, { token: t })).status).toBe(200);
+    const taken = (await (await post(`/v1/agents/${agentId}/checkpoints`, {}, t)).json()) as { id: string };
+    const res = await post("/v1/pools", { fromCheckpoint: taken.id, size: 2 }, t);
+    expect(res.status, await res.clone().text()).toBe(201);
+    const pool = (await res.json()) as Pool;
+    await until("the pool to fill", async () => ((await (await sys.call(`/v1/pools/${pool.id}`, { token: t })).json()) as Pool).ready === 2);
+    const gone = await sys.call("/v1/tenants/ten_pooldel", { method: "DELETE", token: sys.operatorToken });
+    expect(gone.status, await gone.clone().text()).toBe(200);
+    const [row] = await sys.database.db.select().from(pools).where(eq(pools.id, pool.id));
+    expect(row?.deletedAt).not.toBeNull();
+    await new Promise((r) => setTimeout(r, 300));
+    const live = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.tenantId, "ten_pooldel"), isNull(agents.deletedAt)));
+    expect(live).toEqual([]);
+  });
+
   it("a top-up that fails is tried again with backoff: the failed forks leave no agent, the pool fills", async () => {
     const ckp = await checkpoint();
     driver.failures = 2;
@@ -380,6 +402,8 @@ describe("agentvm pools, agentvm reset", () => {
     expect(acquired.code, acquired.err).toBe(0);
     const agentId = acquired.out.trim();
     expect(agentId).toMatch(/^agt_/);
+    const shown = await agentvm(["agents", "show", agentId]);
+    expect(shown.out).toMatch(new RegExp(`^pool\\s+${poolId} \\(in use\\)$`, "m"));
     const exhausted = await agentvm(["pools", "acquire", poolId]);
     expect(exhausted.code).toBe(1);
     expect(exhausted.err).toContain("every agent handed out");

@@ -12,6 +12,7 @@ import { standardHeaders } from "../helpers/webhook-fixtures.ts";
 import { startWorker, type WorkerUnderTest } from "../helpers/worker-harness.ts";
 import { gzipAgentImage, startHostInProcess, testComponentSecret, waitFor, type InProcessHost } from "../helpers/worker-stack.ts";
 import { readEventStream } from "../helpers/streams.ts";
+import { FakeCheckpointDriver } from "../helpers/fake-checkpoint-driver.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let host: InProcessHost;
@@ -36,7 +37,8 @@ beforeAll(async () => {
     { id: "ten_edge", name: "edge" },
     { id: "ten_other", name: "other" },
   ]);
-  host = await startHostInProcess(database, { images: { gzip: gzipAgentImage } });
+  // The process driver with checkpoints (copies of the VM's directory): forks for the warm pool's test.
+  host = await startHostInProcess(database, { driver: new FakeCheckpointDriver({ images: { gzip: gzipAgentImage } }) });
   const pair = await generateKeyPair("ES256");
   signingKey = pair.privateKey;
   const jwk = { ...(await exportJWK(pair.publicKey)), kid, alg: "ES256", use: "sig" };
@@ -187,6 +189,29 @@ describe("gateway Worker in workerd", () => {
       other.once("error", () => resolve(-1));
     });
     expect(status).toBe(404);
+  });
+
+  it("a warm pool through the Worker: its top-up runs after the answer (waitUntil), acquire hands out a fork, release resets it", async () => {
+    const json = { "content-type": "application/json" };
+    const id = await createAgent();
+    expect(await counter(id)).toBeGreaterThanOrEqual(0);
+    const ckp = await call(`/v1/agents/${id}/checkpoints`, { method: "POST", headers: json, body: "{}" });
+    expect(ckp.status, await ckp.clone().text()).toBe(201);
+    const created = await call("/v1/pools", {
+      method: "POST",
+      headers: json,
+      body: JSON.stringify({ fromCheckpoint: ((await ckp.json()) as { id: string }).id, size: 2 }),
+    });
+    expect(created.status, await created.clone().text()).toBe(201);
+    const pool = (await created.json()) as { id: string };
+    await waitFor(async () => ((await (await call(`/v1/pools/${pool.id}`)).json()) as { ready: number }).ready === 2, 20_000, "the pool to fill");
+    const got = await call(`/v1/pools/${pool.id}/acquire`, { method: "POST" });
+    expect(got.status, await got.clone().text()).toBe(200);
+    const agent = ((await got.json()) as { agent: { id: string } }).agent.id;
+    expect(await counter(agent)).toBeGreaterThanOrEqual(0);
+    const released = await call(`/v1/pools/${pool.id}/release`, { method: "POST", headers: json, body: JSON.stringify({ agentId: agent }) });
+    expect(released.status, await released.clone().text()).toBe(200);
+    expect(await (await call(`/v1/pools/${pool.id}`)).json()).toMatchObject({ ready: 2, inUse: 0 });
   });
 
   it("the cron delivers what is due (a delivery stored without a kick)", async () => {
