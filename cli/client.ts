@@ -15,7 +15,7 @@ interface Answer<T> {
 }
 
 /** How to get a token when there is none. */
-const tokenHelp =
+export const tokenHelp =
   "no token: pass --token, set AGENTVM_TOKEN, or run `agentvm login --url URL --token TOKEN` (npm start prints one; `agentvm token --tenant ten_demo` mints one with the dev key)";
 
 /** A client of the configured gateway with its bearer token; a call that cannot reach the gateway throws exit 3. */

@@ -24,7 +24,8 @@ export const exitCodeHelp = `Exit codes:
   2  usage error (unknown command or option, a missing argument or token)
   3  cannot reach the gateway
   4  server error or unavailable (5xx)
-  5  a wait timed out (--timeout)`;
+  5  a wait timed out (--timeout)
+  (agentvm exec exits with the command's own status: 128+N for signal N, 124 when its --timeout killed it)`;
 
 /** A failure the command line reports in one line on stderr and exits with. */
 export class CliError extends Error {
@@ -39,4 +40,14 @@ export class CliError extends Error {
 /** A usage error: exit 2. */
 export function usageError(message: string): CliError {
   return new CliError(exitCodes.usage, message);
+}
+
+/** The exit status of a command run in an agent (`agentvm exec`): the program exits with it, printing nothing more. */
+export class CommandStatus extends Error {
+  readonly status: number;
+  constructor(status: number) {
+    super(`the command exited with ${status}`);
+    this.name = "CommandStatus";
+    this.status = status;
+  }
 }

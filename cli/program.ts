@@ -4,7 +4,9 @@ import { Command, CommanderError, Option } from "commander";
 import { agentsCommand } from "./agents.ts";
 import { checkpointsCommand } from "./checkpoints.ts";
 import { defaultPageSize, defaultUrl } from "./config.ts";
-import { CliError, exitCodeHelp, exitCodes } from "./exit.ts";
+import { cpCommand } from "./cp.ts";
+import { execCommand } from "./exec.ts";
+import { CliError, CommandStatus, exitCodeHelp, exitCodes } from "./exit.ts";
 import { hostsCommand } from "./hosts.ts";
 import { imagesCommand } from "./images.ts";
 import { invoicesCommand } from "./invoices.ts";
@@ -40,6 +42,8 @@ export function buildProgram(): Command {
     .addHelpText("after", `\n${configHelp}\n\n${exitCodeHelp}`);
   loginCommand(program);
   agentsCommand(program);
+  execCommand(program);
+  cpCommand(program);
   checkpointsCommand(program);
   poolsCommand(program);
   logsCommand(program);
@@ -63,6 +67,7 @@ export async function run(argv: readonly string[]): Promise<number> {
     return exitCodes.ok;
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode === 0 ? exitCodes.ok : exitCodes.usage; // commander printed it
+    if (err instanceof CommandStatus) return err.status;
     if (err instanceof CliError) {
       process.stderr.write(`${err.message}\n`);
       return err.exitCode;

@@ -1,4 +1,4 @@
-// `npm run openapi [-- --check] [--dir DIR]`: writes the gateway's OpenAPI document to contracts/api/openapi.json and the types generated from it (the CLI's client, the dashboard's answers) to contracts/api/types.ts; --check exits 1 when either differs.
+// `npm run openapi [-- --check] [--dir DIR]`: writes the gateway's OpenAPI document to contracts/api/openapi.json and the types generated from it (the CLI's client, the dashboard's answers) to contracts/api/types.ts, and their copy in the TypeScript SDK (sdk/typescript/src/api-types.ts, which is published alone); --check exits 1 when any differs.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -7,6 +7,7 @@ import openapiTS, { type OpenAPI3 } from "openapi-typescript";
 import { apiDocument } from "../compose/api-document.ts";
 
 const apiDir = fileURLToPath(new URL("../contracts/api/", import.meta.url));
+const sdkTypes = fileURLToPath(new URL("../sdk/typescript/src/api-types.ts", import.meta.url));
 
 const header = "// The API's types, generated from contracts/api/openapi.json by `npm run openapi` (openapi-typescript): do not edit.\n";
 
@@ -55,6 +56,7 @@ async function main(argv: string[]): Promise<number> {
   const files = [
     { path: join(values.dir, "openapi.json"), text: document },
     { path: join(values.dir, "types.ts"), text: types },
+    ...(values.dir === apiDir ? [{ path: sdkTypes, text: types }] : []),
   ];
   if (!values.check) {
     for (const f of files) writeFileSync(f.path, f.text);
