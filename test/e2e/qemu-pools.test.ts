@@ -1,5 +1,6 @@
 // A warm pool through the whole system (gateway + host + Postgres) on real QEMU VMs: 5 forks of a checkpoint of the demo
-// agent whose counter was set; acquire, change the state, reset (the counter is the checkpoint's again), release,
+// agent whose counter was set; acquire, change the state (the counter, files written with exec and the files API),
+// reset (the counter is the checkpoint's again, the files are gone), release,
 // acquire again; concurrent acquirers never get the same agent; the 6th acquire of 5 is 409 pool_exhausted.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
@@ -76,6 +77,10 @@ describe("a warm pool of QEMU VMs", () => {
     expect(a).toMatchObject({ forkedFrom: ckp.id, pool: { id: poolId, state: "in_use" } });
     expect(await counter(a.id, "POST")).toBe(4);
     expect(await counter(a.id, "POST")).toBe(5);
+    // The episode also writes a file (exec) and one through the files API: both are gone after the reset.
+    const wrote = await post(`/v1/agents/${a.id}/exec`, { cmd: "echo episode > /tmp/episode.txt && cat /tmp/episode.txt" });
+    expect(await wrote.json()).toMatchObject({ exitCode: 0, stdout: "episode\n" });
+    expect((await sys.call(`/v1/agents/${a.id}/files?path=/tmp/notes.txt`, { method: "PUT", body: "notes" })).status).toBe(201);
     const reset = await post(`/v1/agents/${a.id}/reset`);
     expect(reset.status, await reset.clone().text()).toBe(200);
     const { resetMs } = (await reset.json()) as { resetMs: number };
@@ -83,6 +88,9 @@ describe("a warm pool of QEMU VMs", () => {
     const after = await sys.call(`/a/${a.id}/counter`);
     const resetToCallMs = performance.now() - r0 + resetMs;
     expect(await after.json()).toEqual({ count: 3 });
+    for (const path of ["/tmp/episode.txt", "/tmp/notes.txt"]) expect((await sys.call(`/v1/agents/${a.id}/files?path=${path}`)).status).toBe(404);
+    const listed = await post(`/v1/agents/${a.id}/exec`, { cmd: ["ls", "/tmp"] });
+    expect(((await listed.json()) as { stdout: string }).stdout).not.toContain("episode");
     const wakeTiming = `${after.headers.get("x-wake")}; ${after.headers.get("server-timing")}`;
     expect(await counter(a.id, "POST")).toBe(4);
 
