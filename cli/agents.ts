@@ -134,7 +134,10 @@ export function agentsCommand(program: Command): void {
     .option("--idle-timeout <duration>", "idle time before it hibernates (30s, 5m, 1h)", duration)
     .option("--public", "anyone may call it, without a token")
     .option("--egress", "it may open connections out")
-    .option("--from-checkpoint <ckp>", "fork it from a checkpoint (ckp_…): its image, vcpus, memory and disk are the checkpoint's")
+    .option(
+      "--from-checkpoint <ckp>",
+      "fork it from a checkpoint (ckp_…, or AGENT:NAME for an agent's checkpoint by name): its image, vcpus, memory and disk are the checkpoint's",
+    )
     .option("--wait", "wake it now and wait until it runs (progress on stderr)")
     .option("--timeout <duration>", "with --wait: give up after this long (exit 5)", duration, duration(defaultWakeTimeout))
     .action(

@@ -435,7 +435,7 @@ export type components = {
       } | null;
       limits?: components["schemas"]["AgentLimitsInput"];
       /**
-       * @description Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity
+       * @description Fork: a checkpoint of the caller's, by id (`ckp_…`) or as `agt_…:name` (an agent's checkpoint by its name). The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity
        * @example ckp_0123456789abcdef
        */
       fromCheckpoint?: string;

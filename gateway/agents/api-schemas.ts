@@ -76,9 +76,9 @@ export const CreateAgentBody = z
       allowEgress: bool().optional().openapi({ description: "The agent may open connections out (default false)" }),
       nonWaking: NonWakingRulesInput.nullable().optional().openapi({ description: "null or absent: the defaults" }),
       limits: AgentLimitsInput.optional(),
-      fromCheckpoint: z.string({ error: "must be a checkpoint id (ckp_…)" }).min(1).max(200).optional().openapi({
+      fromCheckpoint: z.string({ error: "must be a checkpoint id (ckp_…) or agt_…:name" }).min(1).max(200).optional().openapi({
         description:
-          "Fork: a checkpoint id (`ckp_…`) of the caller's. The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity",
+          "Fork: a checkpoint of the caller's, by id (`ckp_…`) or as `agt_…:name` (an agent's checkpoint by its name). The new agent is its agent's shape (image, vcpus, memMiB and diskMiB must be left out), on the checkpoint's host, hibernated on the checkpoint; its first call wakes it with a fresh identity",
         example: "ckp_0123456789abcdef",
       }),
     },

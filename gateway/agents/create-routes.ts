@@ -7,7 +7,7 @@ import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import { requireScope, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { op, repo } from "../checkpoints/routes.ts";
-import { ownCheckpoint } from "../checkpoints/repo.ts";
+import { ownCheckpointRef } from "../checkpoints/repo.ts";
 import { AgentSchema, CreateAgentBody } from "./api-schemas.ts";
 import { agentSpec } from "./repo.ts";
 import { admin, tags, type AgentRouteContext } from "./route-context.ts";
@@ -87,7 +87,7 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
       if (b[field] !== undefined) throw new AppError("bad_request", `${field}: a fork's is its checkpoint's (leave it out with fromCheckpoint)`);
     }
     const forkOp = op(fleet, "fork");
-    const ckp = await ownCheckpoint(repo(deps), caller, fromCheckpoint, "fromCheckpoint");
+    const ckp = await ownCheckpointRef(repo(deps), agents, caller, fromCheckpoint, "fromCheckpoint");
     const source = await agents.get(ckp.agentId);
     if (!source) throw new AppError("not_found", `checkpoint ${ckp.id} not found`);
     if (b.limits && Object.keys(b.limits).length > 0 && !settings) throw new AppError("bad_request", "this gateway keeps no per-agent limits");

@@ -5,7 +5,7 @@ import { checkpoints } from "../../schema/core.ts";
 import type { Caller } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
-import { microsIso } from "../agents/repo.ts";
+import { microsIso, ownAgent, type AgentRepo } from "../agents/repo.ts";
 
 export type CheckpointRow = typeof checkpoints.$inferSelect;
 /** A listed checkpoint with its position in the order (the cursor after it): `createdAtUs` is µs since the epoch, as stored. */
@@ -73,6 +73,17 @@ const columns = {
 };
 
 /** The caller's own live checkpoint, or 404 (another tenant's does not exist for them); 400 for what is no checkpoint id. */
+/** A checkpoint of the caller's by `ckp_…` id, or by `agt_…:name` (one of the caller's agents' checkpoints by name). */
+export async function ownCheckpointRef(repo: CheckpointRepo, agents: AgentRepo, caller: Caller, ref: string, field: string): Promise<CheckpointRow> {
+  const colon = ref.indexOf(":");
+  if (colon < 0) return ownCheckpoint(repo, caller, ref, field);
+  const agent = await ownAgent(agents, caller, ref.slice(0, colon));
+  const name = ref.slice(colon + 1);
+  const ckp = await repo.byName(agent.id, name);
+  if (!ckp) throw new AppError("not_found", `${field}: agent ${agent.id} has no checkpoint named "${name.slice(0, 100)}"`);
+  return ckp;
+}
+
 export async function ownCheckpoint(repo: CheckpointRepo, caller: Caller, id: string, field = "checkpointId"): Promise<CheckpointRow> {
   if (!isId("checkpoint", id)) throw new AppError("invalid_id", `${field}: "${id.slice(0, 64)}" is not a checkpoint id`);
   const row = await repo.get(id);

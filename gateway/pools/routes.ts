@@ -8,7 +8,7 @@ import type { VmStatus } from "../../contracts/agent.ts";
 import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { callerAction } from "../../schema/audit-log.ts";
 import { agentSpec, ownAgent, type AgentRow } from "../agents/repo.ts";
-import { ownCheckpoint, type CheckpointRow } from "../checkpoints/repo.ts";
+import { ownCheckpointRef, type CheckpointRow } from "../checkpoints/repo.ts";
 import { op, repo, type CheckpointGatewayDeps } from "../checkpoints/routes.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { PoolKeeper } from "./keeper.ts";
@@ -128,17 +128,6 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
     };
   }
 
-  /** `ckp_…`, or `agt_…:name`: the caller's own checkpoint. */
-  async function checkpointOf(caller: Caller, ref: string): Promise<CheckpointRow> {
-    const colon = ref.indexOf(":");
-    if (colon < 0) return ownCheckpoint(repo(deps), caller, ref, "fromCheckpoint");
-    const agent = await ownAgent(agents, caller, ref.slice(0, colon));
-    const name = ref.slice(colon + 1);
-    const ckp = await repo(deps).byName(agent.id, name);
-    if (!ckp) throw new AppError("not_found", `fromCheckpoint: agent ${agent.id} has no checkpoint named "${name.slice(0, 100)}"`);
-    return ckp;
-  }
-
   /** The `image` variant: an agent of the image, booted, checkpointed, hibernated; its checkpoint is the pool's. */
   async function checkpointOfImage(c: Context<GatewayEnv>, caller: Caller, image: string, poolId: string): Promise<CheckpointRow> {
     const take = op(fleet, "checkpoint");
@@ -189,7 +178,10 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
     const name = b.name ?? id;
     // A taken name costs nothing (the unique index checks again).
     if ((await keep.store.list(caller.tenantId)).some((p) => p.name === name)) throw new AppError("conflict", `a pool named "${name}" exists`);
-    const ckp = b.fromCheckpoint !== undefined ? await checkpointOf(caller, b.fromCheckpoint) : await checkpointOfImage(c, caller, b.image!, id);
+    const ckp =
+      b.fromCheckpoint !== undefined
+        ? await ownCheckpointRef(repo(deps), agents, caller, b.fromCheckpoint, "fromCheckpoint")
+        : await checkpointOfImage(c, caller, b.image!, id);
     const row = await keep.store.create({ id, tenantId: caller.tenantId, name, fromCheckpoint: ckp.id, size: b.size, maxSize });
     await audit(c, caller, "pool.create", row.id, {
       name,

@@ -195,8 +195,13 @@ describe("checkpoints", () => {
     expect((await post("/v1/agents", { fromCheckpoint: "nope" })).status).toBe(400);
 
     const forks: { id: string; state: string; forkedFrom: string | null }[] = [];
-    for (const name of ["fork-1", "fork-2"]) {
-      const res = await post("/v1/agents", { fromCheckpoint: ckp.id, name });
+    expect((await post("/v1/agents", { fromCheckpoint: `${agentId}:no-such-name` })).status).toBe(404);
+    // By id, and by the agent's checkpoint's name (`agt_…:name`, as `restore` takes a name).
+    for (const [name, fromCheckpoint] of [
+      ["fork-1", ckp.id],
+      ["fork-2", `${agentId}:base`],
+    ] as const) {
+      const res = await post("/v1/agents", { fromCheckpoint, name });
       expect(res.status, await res.clone().text()).toBe(201);
       forks.push((await res.json()) as (typeof forks)[number]);
     }
