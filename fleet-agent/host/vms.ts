@@ -54,6 +54,8 @@ export class VmTable {
     let e = this.vms.get(spec.id);
     if (e) {
       e.spec = spec; // idle timeouts and limits may have changed; the VM's shape changes on its next boot
+      // Egress may change while the VM sleeps (PATCH): its next start opens the way out, or not, as the agent now says.
+      if (!e.running) e.vmSpec.allowEgress = spec.allowEgress;
       return e;
     }
     const stateDir = join(this.deps.vmsDir, spec.id);

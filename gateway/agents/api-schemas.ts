@@ -93,6 +93,9 @@ export const UpdateAgentBody = z
       streamIdleMs: streamIdle().optional(),
       nonWaking: NonWakingRulesInput.nullable().optional().openapi({ description: "null resets to the defaults" }),
       limits: AgentLimitsInput.optional(),
+      allowEgress: bool()
+        .optional()
+        .openapi({ description: "The agent may open connections out: changed only while it is not awake (409 otherwise), taken by its next wake or boot" }),
     },
     { error: bodyError },
   )

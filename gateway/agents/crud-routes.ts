@@ -4,6 +4,7 @@ import type { MiddlewareHandler } from "hono";
 import { badCursor, decodeCursor, errors, json, jsonRequest, pageOf } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
 import { requireScope, type GatewayEnv } from "../../contracts/caller.ts";
+import type { VmState } from "../../contracts/agent.ts";
 import { noOverrides, type AgentSettingsPatch } from "../proxy/agents.ts";
 import { AgentDeletedSchema, AgentListQuery, AgentListSchema, AgentParams, AgentSchema, UpdateAgentBody } from "./api-schemas.ts";
 import type { AgentPosition } from "./repo.ts";
@@ -34,7 +35,7 @@ const updateAgentRoute = (body: MiddlewareHandler) =>
     method: "patch",
     path: "/v1/agents/{id}",
     operationId: "updateAgent",
-    summary: "Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global)",
+    summary: "Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global), egress (while it sleeps)",
     tags,
     middleware: [admin, body],
     request: { params: AgentParams, ...jsonRequest(UpdateAgentBody) },
@@ -50,6 +51,9 @@ const deleteAgentRoute = createRoute({
   request: { params: AgentParams },
   responses: { 200: json(AgentDeletedSchema, "Deleted"), ...errors(400, 404, 502, 504) },
 });
+/** States in which the VM has started and runs on what it started with. */
+const awakeStates = new Set<VmState>(["booting", "restoring", "running", "dozing", "snapshotting"]);
+
 export function registerAgentCrud(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteContext): void {
   const { deps, proxy, body, view, ownAgent, audit } = ctx;
   const { agents, fleet, settings } = deps;
@@ -84,6 +88,14 @@ export function registerAgentCrud(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteCon
     if (b.streamIdleMs !== undefined) patch.streamIdleMs = b.streamIdleMs;
     if (b.nonWaking !== undefined) patch.nonWaking = b.nonWaking;
     if (b.limits) patch.limits = b.limits;
+    if (b.allowEgress !== undefined && b.allowEgress !== row.allowEgress) {
+      // The way out is set up when the VM starts: a running one keeps what it started with, so the change waits for
+      // a sleep the caller asks for rather than taking effect at some later, unannounced wake.
+      const state = (await fleet.status(row.id))?.state;
+      if (state !== undefined && awakeStates.has(state))
+        throw new AppError("conflict", `agent ${row.id} is ${state}: allowEgress changes while it sleeps (POST /v1/agents/${row.id}/hibernate first)`);
+      patch.allowEgress = b.allowEgress;
+    }
     await settings.update(row.id, patch);
     proxy.invalidate(row.id);
     await audit(c, caller, "agent.update", row.id, { ...patch });

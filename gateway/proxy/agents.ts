@@ -21,6 +21,8 @@ export interface AgentSettingsPatch {
   /** null resets to the defaults. */
   nonWaking?: NonWakingRules | null;
   limits?: Partial<AgentLimitOverrides>;
+  /** Taken by the agent's next start (the route refuses it while the agent is awake). */
+  allowEgress?: boolean;
 }
 
 /** Reads and writes what PATCH /v1/agents/:id changes (the agents row and the agent_proxy_limits row). */
@@ -57,6 +59,7 @@ export function createAgentSettingsStore(db: Db): AgentSettingsStore {
       if (patch.idleTimeoutMs !== undefined) set.idleTimeoutMs = patch.idleTimeoutMs;
       if (patch.streamIdleMs !== undefined) set.streamIdleMs = patch.streamIdleMs;
       if (patch.nonWaking !== undefined) set.nonWaking = patch.nonWaking;
+      if (patch.allowEgress !== undefined) set.allowEgress = patch.allowEgress;
       if (Object.keys(set).length > 0) await db.update(agents).set(set).where(eq(agents.id, agentId));
       const limits = patch.limits;
       if (limits && Object.keys(limits).length > 0) {

@@ -100,7 +100,16 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
   // event may not have arrived yet, so the process itself is asked.
   // One that holds RAM otherwise than this snapshot needs (started before the host's setting changed) is of no use either.
-  if (vp && (vp.proc.exit || vp.proc.pid === undefined || !processAlive(vp.proc.pid) || vp.memory !== plan.memory || vp.ramId !== plan.ramId)) {
+  // And one whose egress listener was opened for another `allowEgress` (changed while the agent slept).
+  if (
+    vp &&
+    (vp.proc.exit ||
+      vp.proc.pid === undefined ||
+      !processAlive(vp.proc.pid) ||
+      vp.memory !== plan.memory ||
+      vp.ramId !== plan.ramId ||
+      vp.spec.allowEgress !== spec.allowEgress)
+  ) {
     await vp.proc.kill().catch(() => undefined);
     vp = undefined;
   }

@@ -20,7 +20,7 @@ export type paths = {
     get: operations["getAgent"];
     /** Delete an agent (its VM is removed from its host) */
     delete: operations["deleteAgent"];
-    /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global) */
+    /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global), egress (while it sleeps) */
     patch: operations["updateAgent"];
   };
   "/v1/agents/{id}/hibernate": {
@@ -478,6 +478,8 @@ export type components = {
         userAgents?: string[];
       } | null;
       limits?: components["schemas"]["AgentLimitsInput"];
+      /** @description The agent may open connections out: changed only while it is not awake (409 otherwise), taken by its next wake or boot */
+      allowEgress?: boolean;
     };
     AgentDeleted: {
       id: string;
@@ -1788,7 +1790,7 @@ export type operations = {
       };
     };
   };
-  /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global) */
+  /** Change what may change on a live agent: idle timeouts, non-waking rules (null = defaults), limits (null = global), egress (while it sleeps) */
   updateAgent: {
     parameters: {
       path: {
