@@ -32,6 +32,17 @@ export class ConsoleWatch {
     return FAILURE_LINE.exec(this.text)?.[1];
   }
 
+  /**
+   * The process the guest kernel's OOM killer ended since the watch began (`python3 (pid 812)`), if it did: an agent
+   * given too little memory boots its kernel, then loses its entrypoint to the OOM killer and the VM ends, which
+   * otherwise reads as a bare "QEMU exited (code 0)".
+   */
+  outOfMemory(): string | undefined {
+    this.read();
+    const m = /Out of memory: Killed process (\d+) \(([^)]*)\)/.exec(this.text);
+    return m ? `${m[2]} (pid ${m[1]})` : undefined;
+  }
+
   /** The last lines written since the watch began, joined by " | " (for error messages). */
   tail(): string {
     this.read();
@@ -106,4 +117,10 @@ function httpStatus(endpoint: VmEndpoint, path: string, timeoutMs: number): Prom
     req.on("error", () => resolve(undefined));
     req.end();
   });
+}
+
+/** A boot failure's first words when the guest ran out of memory (`ConsoleWatch.outOfMemory`), else "". */
+export function outOfMemoryHint(watch: ConsoleWatch | undefined, memMiB: number): string {
+  const killed = watch?.outOfMemory();
+  return killed ? `the guest ran out of memory with memMiB ${memMiB}: its kernel killed ${killed}; create the agent with a larger memMiB. ` : "";
 }

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { beginDiskGeneration } from "../common/agent-disk.ts";
-import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
+import { ConsoleWatch, outOfMemoryHint, waitImageReady } from "../common/image-boot.ts";
 import { waitForHttp } from "../common/readiness.ts";
 import { withLogTail } from "../common/vm-process.ts";
 import type { BootResult, VmSpec } from "../driver.ts";
@@ -86,7 +86,13 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
       const said = consoleWatch.failure();
       const reason = said ? `the image's ${said}` : (err as Error).message;
       const tail = consoleWatch.tail();
-      throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${reason}${tail ? ` (console: ${tail})` : ""}`, { cause: err });
+      throw new AppError(
+        "boot_failed",
+        `agent ${spec.agentId} did not boot: ${outOfMemoryHint(consoleWatch, spec.memMiB)}${reason}${tail ? ` (console: ${tail})` : ""}`,
+        {
+          cause: err,
+        },
+      );
     }
     throw withLogTail(new Error(`firecracker boot of ${spec.vmId} failed: ${(err as Error).message}`, { cause: err }), paths.log, "firecracker log");
   }

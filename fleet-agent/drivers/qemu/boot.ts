@@ -5,7 +5,7 @@ import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { beginDiskGeneration, DEFAULT_DISK_MIB, ensureAgentDisk } from "../common/agent-disk.ts";
 import { fixGuestClock } from "../common/guest-agent.ts";
-import { ConsoleWatch, waitImageReady } from "../common/image-boot.ts";
+import { ConsoleWatch, outOfMemoryHint, waitImageReady } from "../common/image-boot.ts";
 import { waitForHttp } from "../common/readiness.ts";
 import type { ClockFix } from "../common/restore-or-boot.ts";
 import { capLog, withTail } from "../common/vm-process.ts";
@@ -93,7 +93,13 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
     const qemuSaid = vp ? await vp.proc.finalOutput() : "";
     const reason = withTail(err as Error, qemuSaid, "qemu").message;
     const tail = consoleWatch.tail();
-    throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${reason}${tail ? ` (console: ${tail})` : ""}`, { cause: err });
+    throw new AppError(
+      "boot_failed",
+      `agent ${spec.agentId} did not boot: ${outOfMemoryHint(consoleWatch, spec.memMiB)}${reason}${tail ? ` (console: ${tail})` : ""}`,
+      {
+        cause: err,
+      },
+    );
   }
 }
 
