@@ -70,7 +70,7 @@ export const CreateAgentBody = z
       vcpus: intIn(1, 16).optional(),
       memMiB: intIn(64, 65_536).optional().openapi({
         description:
-          "Guest memory, MiB. 64 boots the demo; an image's runtime needs what it needs (a Python or Node agent: 256 or more): one that runs out is killed by the guest kernel, and the boot fails saying so (`boot_failed`: the guest ran out of memory)",
+          "Guest memory, MiB (64 at the least). An image's runtime needs what it needs: one that runs out is killed by the guest kernel, and the boot fails saying so (`boot_failed`: the guest ran out of memory, with the process it killed)",
       }),
       diskMiB: intIn(64, 1024 * 1024, "the agent's persistent disk, MiB").optional(),
       idleTimeoutMs: idleTimeout().optional(),

@@ -404,7 +404,7 @@ export type components = {
       /** @description A built-in image (default `demo`), `name[:tag]` of a built image (pinned by digest at creation) or `sha256:<digest>` */
       image?: string;
       vcpus?: number;
-      /** @description Guest memory, MiB. 64 boots the demo; an image's runtime needs what it needs (a Python or Node agent: 256 or more): one that runs out is killed by the guest kernel, and the boot fails saying so (`boot_failed`: the guest ran out of memory) */
+      /** @description Guest memory, MiB (64 at the least). An image's runtime needs what it needs: one that runs out is killed by the guest kernel, and the boot fails saying so (`boot_failed`: the guest ran out of memory, with the process it killed) */
       memMiB?: number;
       /** @description the agent's persistent disk, MiB */
       diskMiB?: number;
