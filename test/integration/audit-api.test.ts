@@ -272,6 +272,15 @@ const exempt: Record<string, string> = {
   deliverWebhook:
     "webhook intake: unauthenticated senders, stored as deliveries; each attempt's outcome (webhook.delivery.delivered / dead_lettered) is audited by the delivery worker (test/integration/webhook-delivery.test.ts)",
   ingestMeterSegments: "meter ingest: hosts ship usage data (idempotent, signed with the component key), not an admin action",
+  // Exec and files reach a VM's exec server, which this test's fleet has none of: their rows (agent.exec,
+  // agent.files.write, agent.files.untar, agent.files.delete, agent.process.stdin, agent.process.signal) are driven in
+  // test/unit/exec-routes.test.ts (a fake exec server) and test/e2e/exec-api-qemu.test.ts (a real VM).
+  execInAgent: "audited as agent.exec: driven where there is an exec server (test/unit/exec-routes.test.ts, test/e2e/exec-api-qemu.test.ts)",
+  writeAgentFile: "audited as agent.files.write or agent.files.untar: driven in test/unit/exec-routes.test.ts and test/e2e/exec-api-qemu.test.ts",
+  deleteAgentFile: "audited as agent.files.delete: driven in test/unit/exec-routes.test.ts and test/e2e/exec-api-qemu.test.ts",
+  writeAgentProcessStdin: "audited as agent.process.stdin: driven in test/unit/exec-routes.test.ts",
+  signalAgentProcess: "audited as agent.process.signal: driven in test/unit/exec-routes.test.ts",
+  waitAgentProcess: "a POST that changes nothing: it waits for a background process to end and reads it",
 };
 
 /** What each audited operation records as its action. */
