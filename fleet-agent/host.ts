@@ -357,7 +357,18 @@ export class Host {
     const running = this.vms.get(agentId)?.running;
     // A held VM runs: its ticket keeps it so until the call is over.
     if (!running) throw new AppError("wake_failed", `agent ${agentId} is not running`, { retryAfterS: 1 });
-    return driver.execTarget(running);
+    try {
+      return await driver.execTarget(running);
+    } catch (err) {
+      if (err instanceof AppError) throw err;
+      // The VM ended under the call (deleted, or it crashed) while its exec server was being reached: said as such.
+      const entry = this.vms.get(agentId);
+      if (!entry || entry.state === "destroyed" || this.eviction.removing(agentId))
+        throw new AppError("not_found", `agent ${agentId} was deleted`, { cause: err });
+      if (entry.running !== running)
+        throw new AppError("wake_failed", `agent ${agentId} stopped while the call began: try again`, { retryAfterS: 1, cause: err });
+      throw err;
+    }
   }
 
   /** Wakes the agent (reason `api`) without holding it. */

@@ -31,14 +31,19 @@ export class Eviction {
   }
 
   /** Removals under way: a second delete of the agent while one runs joins it (the VM is stopped and destroyed once). */
-  private readonly removing = new Map<string, Promise<void>>();
+  private readonly removals = new Map<string, Promise<void>>();
+
+  /** Whether the agent's removal is under way (its VM may be stopping now). */
+  removing(agentId: string): boolean {
+    return this.removals.has(agentId);
+  }
 
   /** Stops the agent's VM and removes everything it left on disk; a removal already under way is joined, not repeated. */
   remove(agentId: string): Promise<void> {
-    const under = this.removing.get(agentId);
+    const under = this.removals.get(agentId);
     if (under) return under;
-    const removal = this.removeOnce(agentId).finally(() => this.removing.delete(agentId));
-    this.removing.set(agentId, removal);
+    const removal = this.removeOnce(agentId).finally(() => this.removals.delete(agentId));
+    this.removals.set(agentId, removal);
     return removal;
   }
 

@@ -178,6 +178,33 @@ describe("the local fleet with target exec", () => {
   });
 });
 
+describe("an agent deleted while its exec call reaches the VM", () => {
+  it("answers 404 not_found (the driver's own failure is not a 502)", async () => {
+    let arrived!: () => void;
+    const reached = new Promise<void>((r) => (arrived = r));
+    let stopped!: () => void;
+    const gone = new Promise<void>((r) => (stopped = r));
+    const driver = driverWith(async () => {
+      arrived();
+      await gone; // the delete stops the VM meanwhile
+      throw new Error("VM vm_ef000005 is not running");
+    });
+    driver.stop = async () => stopped();
+    const racing = hostWith(driver, "host_ef4");
+    const racingFleet = createLocalFleet(racing, silentLogger);
+    try {
+      const call = racingFleet.forward(spec("agt_ef000005"), execRequest(["echo"]), { requestId: "req_ef06", reason: "api", target: "exec" });
+      await reached;
+      const removal = racing.remove("agt_ef000005");
+      await expect(call).rejects.toMatchObject({ code: "not_found" });
+      await removal;
+    } finally {
+      await racingFleet.close();
+      await racing.stop();
+    }
+  });
+});
+
 describe("a remote gateway over the host's ingress", () => {
   let ingress: ServerType;
   let remote: Fleet;
