@@ -362,13 +362,17 @@ export class Host {
     } catch (err) {
       if (err instanceof AppError) throw err;
       // The VM ended under the call (deleted, or it crashed) while its exec server was being reached: said as such.
-      const entry = this.vms.get(agentId);
-      if (!entry || entry.state === "destroyed" || this.eviction.removing(agentId))
-        throw new AppError("not_found", `agent ${agentId} was deleted`, { cause: err });
-      if (entry.running !== running)
+      if (this.deleted(agentId)) throw new AppError("not_found", `agent ${agentId} was deleted`, { cause: err });
+      if (this.vms.get(agentId)?.running !== running)
         throw new AppError("wake_failed", `agent ${agentId} stopped while the call began: try again`, { retryAfterS: 1, cause: err });
       throw err;
     }
+  }
+
+  /** Whether the agent was deleted here, or its deletion is under way: a call that fails meanwhile failed for that. */
+  deleted(agentId: string): boolean {
+    const entry = this.vms.get(agentId);
+    return !entry || entry.state === "destroyed" || this.eviction.removing(agentId);
   }
 
   /** Wakes the agent (reason `api`) without holding it. */

@@ -178,6 +178,10 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
         ctx.signal?.removeEventListener("abort", onClientAbort);
         ticket.release();
         if (abort.signal.reason instanceof AppError) throw abort.signal.reason;
+        // The caller went away: nobody reads the answer, and nothing failed on the agent's side.
+        if (ctx.signal?.aborted) throw new AppError("client_gone", `the caller of agent ${agent.id} closed its connection`, { cause: err });
+        // Its VM was stopped under the call because the agent is being deleted: that, not a bad answer, is what failed.
+        if (!(err instanceof AppError) && host.deleted(agent.id)) throw new AppError("not_found", `agent ${agent.id} was deleted`, { cause: err });
         throw upstreamError(err, agent.id);
       }
     },

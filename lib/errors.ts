@@ -41,6 +41,11 @@ export const errorStatus = {
   /** An uploaded image archive is not an OCI archive or a `docker save` tarball, or is corrupt. */
   bad_archive: 400,
   rate_limited: 429,
+  /**
+   * The caller closed its connection before the answer (nginx's 499): nobody reads this answer; it is logged as a
+   * rejection, not as the agent's or the gateway's failure.
+   */
+  client_gone: 499,
   /** This client address holds as many connections as it may; `Retry-After`. */
   too_many_connections: 429,
   internal: 500,

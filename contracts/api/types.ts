@@ -319,7 +319,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "forbidden_path" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "guest_outdated" | "pool_exhausted" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "exec_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "forbidden_path" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "guest_outdated" | "pool_exhausted" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "client_gone" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "exec_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
