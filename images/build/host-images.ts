@@ -46,14 +46,19 @@ export interface HostImages {
 
 export function createHostImages(o: HostImagesOptions): HostImages {
   const fetching = new Map<string, Promise<ImageArtifact | undefined>>();
+  /** Images read whole once: a wake of one of them costs one `utimes`, not a read of image.json (the wake path). */
+  const known = new Map<string, ImageArtifact>();
   let trimming: Promise<string[]> | undefined;
 
-  const touch = (artifact: ImageArtifact) => {
+  /** Marks the image used now (image.json's mtime: the trim's "last used"); false when its files are gone. */
+  const touch = (digest: string): boolean => {
     const now = new Date();
     try {
-      utimesSync(join(imageDir(o.dataDir, artifact.digest), IMAGE_JSON), now, now); // the trim's "last used"
+      utimesSync(join(imageDir(o.dataDir, digest), IMAGE_JSON), now, now);
+      return true;
     } catch {
-      // an image removed meanwhile is fetched again at its next use
+      known.delete(digest); // removed meanwhile: found or fetched again below
+      return false;
     }
   };
 
@@ -103,6 +108,7 @@ export function createHostImages(o: HostImagesOptions): HostImages {
     for (const image of images.sort((a, b) => a.usedAt - b.usedAt)) {
       if (total <= o.maxBytes) break;
       if (inUse.has(image.digest) || !(await blobs.has(image.digest))) continue; // running, or this host holds the only copy
+      known.delete(image.digest);
       removeArtifact(o.dataDir, image.digest);
       total -= image.bytes;
       removed.push(image.digest);
@@ -114,14 +120,22 @@ export function createHostImages(o: HostImagesOptions): HostImages {
   const api: HostImages = {
     locate: (digest) => readArtifact(o.dataDir, digest),
     async ensure(digest) {
+      const seen = known.get(digest);
+      if (seen && touch(digest)) return seen;
       const here = readArtifact(o.dataDir, digest);
       if (here) {
-        touch(here);
+        known.set(digest, here);
+        touch(digest);
         return here;
       }
       let pending = fetching.get(digest);
       if (!pending) {
-        pending = fetchImage(digest).finally(() => fetching.delete(digest));
+        pending = fetchImage(digest)
+          .then((fetched) => {
+            if (fetched) known.set(digest, fetched);
+            return fetched;
+          })
+          .finally(() => fetching.delete(digest));
         fetching.set(digest, pending);
       }
       return pending;
