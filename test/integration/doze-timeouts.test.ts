@@ -3,6 +3,7 @@
 // ingress runs for a remote gateway, with the gateway's limits) and the Node fast path over it. An answer later than the
 // response timeout is cut when the VM ran all along, and delivered when the VM dozed while its outbound call waited.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loopbackDriver } from "../helpers/loopback-driver.ts";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { generateKeyPair, exportJWK, type JWK } from "jose";
@@ -20,7 +21,7 @@ import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
 import { Host, vmIdFor } from "../../fleet-agent/host.ts";
 import { createLocalFleet, type LocalFleet } from "../../fleet-agent/local-fleet.ts";
 import { createMemoryHostStore } from "../../fleet-agent/store.ts";
-import type { RunningVm, VmDriver, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import type { VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 
 const RESPONSE_TIMEOUT_MS = 400;
@@ -33,29 +34,14 @@ let fleet: LocalFleet;
 const pauses: string[] = [];
 
 /** A driver whose VMs are one HTTP server on loopback; pause and resume only count (the server answers regardless). */
-function loopbackDriver(): VmDriver {
-  const vm = (spec: VmSpec): RunningVm => ({ spec, endpoint: { host: "127.0.0.1", port: agentPort }, pid: 1 });
-  return {
-    name: "qemu",
-    isolated: true,
-    logPath: (spec) => `${spec.stateDir}/console.log`,
-    boot: async (spec) => ({ vm: vm(spec), bootMs: 1 }),
-    wake: async (spec) => ({ vm: vm(spec), mode: "restore", timings: { restoreMs: 1, clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 } }),
-    hibernate: async () => ({ completed: true, snapshotMs: 1, bytes: 1 }),
-    stop: async () => {},
-    destroy: async () => {},
-    cpuSeconds: async () => 0,
-    guestLeases: async () => 0,
-    onExit: () => {},
-    reap: async () => {},
-    close: async () => {},
+const countingDriver = (): VmDriver =>
+  loopbackDriver(() => agentPort, {
     pause: async (v) => void pauses.push(`pause ${v.spec.vmId}`),
     resume: async (v) => {
       pauses.push(`resume ${v.spec.vmId}`);
       return { clockFixMs: 0 };
     },
-  };
-}
+  });
 
 beforeAll(async () => {
   agentServer = createServer((req, res) => {
@@ -75,7 +61,7 @@ beforeAll(async () => {
       drainTimeoutMs: 0,
       doze: { afterMs: 100, maxMs: 60_000 },
     },
-    driver: loopbackDriver(),
+    driver: countingDriver(),
     store: createMemoryHostStore(),
     clock: systemClock,
     log: silentLogger,

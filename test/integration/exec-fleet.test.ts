@@ -4,6 +4,7 @@
 // header never reaches a workload, a running exec holds the VM in flight (no hibernation under it), a driver without
 // `execTarget` is 501 exec_unsupported and its AppErrors pass as they are, the remote target rides in the signed call.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loopbackDriver } from "../helpers/loopback-driver.ts";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -17,7 +18,7 @@ import { Host } from "../../fleet-agent/host.ts";
 import { createLocalFleet, type LocalFleet } from "../../fleet-agent/local-fleet.ts";
 import { createIngress } from "../../fleet-agent/ingress.ts";
 import { createMemoryHostStore } from "../../fleet-agent/store.ts";
-import type { ExecTarget, RunningVm, VmDriver, VmSpec } from "../../fleet-agent/drivers/driver.ts";
+import type { ExecTarget, VmDriver } from "../../fleet-agent/drivers/driver.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { createRemoteFleet } from "../../gateway/remote-fleet.ts";
@@ -32,25 +33,7 @@ let exec: FakeExecServer;
 let root: string;
 const keysSeenByWorkload: (string | undefined)[] = [];
 
-function driverWith(execTarget: VmDriver["execTarget"]): VmDriver {
-  const vm = (spec: VmSpec): RunningVm => ({ spec, endpoint: { host: "127.0.0.1", port: workloadPort }, pid: 1 });
-  return {
-    name: "qemu",
-    isolated: true,
-    logPath: (spec) => `${spec.stateDir}/console.log`,
-    boot: async (spec) => ({ vm: vm(spec), bootMs: 1 }),
-    wake: async (spec) => ({ vm: vm(spec), mode: "restore", timings: { restoreMs: 1, clockFixMs: 0, skewBeforeMs: 0, skewAfterMs: 0 } }),
-    hibernate: async () => ({ completed: true, snapshotMs: 1, bytes: 1 }),
-    stop: async () => {},
-    destroy: async () => {},
-    cpuSeconds: async () => 0,
-    guestLeases: async () => 0,
-    onExit: () => {},
-    reap: async () => {},
-    close: async () => {},
-    ...(execTarget ? { execTarget } : {}),
-  };
-}
+const driverWith = (execTarget: VmDriver["execTarget"]): VmDriver => loopbackDriver(() => workloadPort, execTarget ? { execTarget } : {});
 
 function hostWith(driver: VmDriver, id: string): Host {
   return new Host({
