@@ -1,10 +1,10 @@
 // A gateway and a fleet-agent as separate processes over real Postgres, where the fleet-agent can be killed with
 // SIGKILL and started again on the same data directory and port (same host id, same ingress URL).
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureDevKeys, mintToken } from "../../compose/dev-keys.ts";
-import { killLeftover } from "../../fleet-agent/drivers/common/proc.ts";
+import { endLeftoverVms } from "./leftovers.ts";
 import { meterDir } from "../../fleet-agent/meter/spool.ts";
 import { freeLoopbackPort } from "../../lib/node-net.ts";
 import { tenants } from "../../schema/core.ts";
@@ -161,11 +161,7 @@ export async function startCrashStack(opts: {
     async close() {
       await gateway?.stop();
       await host?.stop();
-      // VM processes a killed host left and no restart reaped (a test that failed midway): ended through their pid
-      // files, as a restarted host would (only a live process that still matches the file's marker).
-      for (const agentDir of existsSync(vmsDir) ? readdirSync(vmsDir) : []) {
-        for (const name of ["qemu.pid", "workload.pid"]) await killLeftover(join(vmsDir, agentDir, name)).catch(() => undefined); // one odd entry must not leave the rest running
-      }
+      await endLeftoverVms(vmsDir);
       await database.close();
       opts.unprepare?.();
       rmSync(dataDir, { recursive: true, force: true });

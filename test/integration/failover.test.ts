@@ -2,15 +2,16 @@
 // Creates spread by free capacity; after `kill -9` of a host its agents are served by the others once its lease ends
 // (503 + Retry-After meanwhile, never 502); the dead host brought back runs none of them and its leftovers are gone.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { eq, inArray, sql } from "drizzle-orm";
 import { agents, hosts, runs, tenants } from "../../schema/core.ts";
 import { ensureDevKeys, mintToken } from "../../compose/dev-keys.ts";
 import { processFiles } from "../../fleet-agent/drivers/common/state-dir.ts";
-import { killLeftover, processAlive, readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
+import { processAlive, readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
 import { freshDatabase } from "../helpers/db.ts";
+import { endLeftoverVms } from "../helpers/leftovers.ts";
 import { spawnNode, testComponentSecret, waitFor, type Child } from "../helpers/worker-stack.ts";
 
 const liveWindowMs = 2000;
@@ -77,12 +78,8 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const g of gateways) await g.stop();
   for (const h of hostProcs.values()) await h.stop();
-  // Workloads a killed host left and no restart reaped (a test that failed midway): ended through their pid files.
-  for (const [id, dir] of hostDirs) {
-    const vms = join(dir, "hosts", id, "vms");
-    for (const agentDir of existsSync(vms) ? readdirSync(vms) : [])
-      await killLeftover(processFiles(join(vms, agentDir), "workload").pidFile).catch(() => undefined);
-  }
+  // Workloads a killed host left and no restart reaped (a test that failed midway).
+  for (const [id, dir] of hostDirs) await endLeftoverVms(join(dir, "hosts", id, "vms"));
   await database?.close();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });

@@ -4,7 +4,7 @@
 // processes: a standalone gateway and two fleet-agents (process driver, built images in a chroot), one Postgres.
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,10 +12,9 @@ import { eq } from "drizzle-orm";
 import { agents, tenants } from "../../schema/core.ts";
 import { ensureDevKeys, mintToken } from "../../compose/dev-keys.ts";
 import { imageDir } from "../../contracts/image.ts";
-import { processFiles } from "../../fleet-agent/drivers/common/state-dir.ts";
-import { killLeftover } from "../../fleet-agent/drivers/common/proc.ts";
 import { toolPath } from "../../images/build/tools.ts";
 import { freshDatabase } from "../helpers/db.ts";
+import { endLeftoverVms } from "../helpers/leftovers.ts";
 import { spawnNode, testComponentSecret, waitFor, type Child } from "../helpers/worker-stack.ts";
 
 const BUSYBOX = "/bin/busybox";
@@ -122,11 +121,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await gateway?.stop();
   for (const h of hostProcs.values()) await h.stop();
-  for (const [id, dir] of hostDirs) {
-    const vms = join(dir, "hosts", id, "vms");
-    for (const agentDir of existsSync(vms) ? readdirSync(vms) : [])
-      await killLeftover(processFiles(join(vms, agentDir), "workload").pidFile).catch(() => undefined);
-  }
+  // Workloads a killed host left and no restart reaped (a test that failed midway).
+  for (const [id, dir] of hostDirs) await endLeftoverVms(join(dir, "hosts", id, "vms"));
   await database?.close();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
