@@ -7,7 +7,7 @@
 // p50/p99); acquire from a pool of --pool (p50/p99, and to the acquired agent's first output); forks per second from
 // one checkpoint (direct creates, and the pool's own top-up). Options: --warm N (50), --hibernated N (5), --resets N (10),
 // --pool N (20), --forks N (20), --concurrency N (4, the direct forks), --baseline host,process (both), --accel
-// auto|kvm|tcg, --data-dir DIR (where the guest image is built). Targets (under TCG): warm exec ≤ 20 ms p50, reset ≤
+// auto|kvm|tcg, --data-dir DIR (where the guest image is built), --log FILE (the system's log lines: a wake's phases). Targets (under TCG): warm exec ≤ 20 ms p50, reset ≤
 // 150 ms p50, acquire ≤ 50 ms p50. Prints progress, then one `RESULT {json}` line; its parts are in bench/pool/.
 import { existsSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
@@ -17,7 +17,7 @@ import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
 import { AppError } from "../lib/errors.ts";
 import { printResult, round } from "./bench/figures.ts";
 import { acquires, filled, forks, hibernatedExec, hostExec, resets, spread, warmCalls, warmExec } from "./bench/pool/measure.ts";
-import { type BenchSystem, processSystem, qemuSystem } from "./bench/pool/system.ts";
+import { type BenchSystem, benchLogger, processSystem, qemuSystem } from "./bench/pool/system.ts";
 
 const { values } = parseArgs({
   options: {
@@ -30,6 +30,7 @@ const { values } = parseArgs({
     baseline: { type: "string", default: "host,process" },
     accel: { type: "string", default: process.env.QEMU_ACCEL ?? "auto" },
     "data-dir": { type: "string", default: process.env.DATA_DIR ?? join(import.meta.dirname, "..", ".data") },
+    log: { type: "string" },
   },
 });
 const sizes = {
@@ -94,7 +95,7 @@ try {
   result.baseline = baseline;
 
   const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]!), log: say });
-  const sys = await qemuSystem(image, accel);
+  const sys = await qemuSystem(image, accel, benchLogger(values.log));
   running.push(sys);
   result.accel = sys.qemu.accel;
   say(`accel ${sys.qemu.accel} (${sys.qemu.accelReason}); ${sys.qemu.qemuVersion}; memory file, templates on`);

@@ -165,8 +165,11 @@ export interface VmDriver {
    * `guest_outdated` when the guest has no exec server. Absent: the driver cannot (501 `exec_unsupported`).
    */
   execTarget?(vm: RunningVm): Promise<ExecTarget>;
-  /** Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. */
-  stop(vm: RunningVm): Promise<void>;
+  /**
+   * Stop the VM without a snapshot (shutdown, delete). The snapshot, if any, is kept. `discard`: what the VM did since
+   * is thrown away (a restore of a checkpoint follows), so the guest is not asked to flush first and may be killed.
+   */
+  stop(vm: RunningVm, opts?: { discard?: boolean }): Promise<void>;
   /** Remove everything the VM left on disk. */
   destroy(spec: VmSpec): Promise<void>;
   /** Cumulative CPU seconds used by the VM's host process, for the idle rule. */

@@ -238,7 +238,7 @@ export class Checkpointer {
     const wasRunning = entry.state === "running";
     entry.running = undefined; // before the stop: its exit is ours, not a crash
     if (wasRunning) metering.endActivity(entry, "api");
-    await this.deps.driver.stop(vm).catch((err) => this.deps.log.warn("stop failed", { agentId: entry.spec.id, err }));
+    await this.deps.driver.stop(vm, { discard: true }).catch((err) => this.deps.log.warn("stop failed", { agentId: entry.spec.id, err }));
     if (canHappen(entry.state, "stop")) this.deps.lifecycle.move(entry, "stop", "api", undefined, { restoring: checkpointId });
     metering.endRun(entry, "api");
   }

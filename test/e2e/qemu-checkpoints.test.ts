@@ -3,7 +3,7 @@
 // itself never changed; one that does not fit is refused; a kill -9 in the middle of a restore boots cold; a built
 // image's checkpoint keeps its disk with its memory.
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { spawn } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,7 +11,7 @@ import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
-import type { MemoryMode } from "../../fleet-agent/drivers/qemu/args.ts";
+import { CHECKPOINT_RAM_FILE, type MemoryMode } from "../../fleet-agent/drivers/qemu/args.ts";
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 
@@ -87,6 +87,11 @@ describe.each(["file", "stream"] as MemoryMode[])("qemu checkpoints with %s memo
       woken.push(w.vm);
     }
     const [v1, v2] = woken as [RunningVm, RunningVm];
+    // File-backed: a fork maps the checkpoint's RAM file through a hard link (nothing copied); no RAM file of its own yet.
+    if (memory === "file") {
+      expect(statSync(join(f1.stateDir, CHECKPOINT_RAM_FILE)).ino).toBe(statSync(join(dir, "ram")).ino);
+      expect(existsSync(join(f1.stateDir, "ram"))).toBe(false);
+    }
     // Right after the wake, before anything else ran in them: different random bytes (the identity mixed new entropy in).
     const [r1, r2] = [await randomHex(v1), await randomHex(v2)];
     expect(r1).toMatch(/^[0-9a-f]{32}$/);
@@ -101,6 +106,11 @@ describe.each(["file", "stream"] as MemoryMode[])("qemu checkpoints with %s memo
 
     // Of a hibernated VM: its snapshot copied; a fork of that has its state.
     expect((await driver.hibernate(v1)).completed).toBe(true);
+    // Its first hibernation wrote a RAM file of its own: the link to the checkpoint's is gone.
+    if (memory === "file") {
+      expect(existsSync(join(f1.stateDir, "ram"))).toBe(true);
+      expect(existsSync(join(f1.stateDir, CHECKPOINT_RAM_FILE))).toBe(false);
+    }
     const dir2 = join(root, "ckp_second");
     const cold = await driver.checkpoint(f1, undefined, dir2);
     expect(cold.pausedMs).toBe(0);
@@ -111,12 +121,18 @@ describe.each(["file", "stream"] as MemoryMode[])("qemu checkpoints with %s memo
     // f1 itself still wakes from its own snapshot (the checkpoint took nothing away).
     expect(await count((await driver.wake(f1)).vm)).toBe(5);
 
-    // Deleting a checkpoint harms none of the VMs made from it: their files are their own.
+    // Deleting a checkpoint harms none of the VMs made from it: their files are their own (or a link to its RAM file),
+    // a fork that never ran included.
+    const f4 = spec();
+    await driver.restoreCheckpoint(f4, dir);
     rmSync(dir, { recursive: true, force: true });
     expect((await driver.hibernate(v2)).completed).toBe(true);
     const v2again = await driver.wake(f2);
     expect(v2again.mode).toBe("restore");
     expect(await count(v2again.vm)).toBe(4);
+    const v4 = await driver.wake(f4);
+    expect(v4.mode).toBe("restore");
+    expect(await count(v4.vm)).toBe(3);
   }, 300_000);
 
   it("refuses a checkpoint into a VM it does not fit (other memory size), leaving that VM as it was", async () => {

@@ -8,6 +8,8 @@ import { EXEC_GUEST_PORT, type VmSpec } from "../driver.ts";
 
 export const RAM_FILE = "ram";
 export const RAM_GENERATION_FILE = "ram.gen";
+/** A hard link to the checkpoint RAM file a restored snapshot names (checkpointing.ts `RamSharing` "link"). */
+export const CHECKPOINT_RAM_FILE = "ram.checkpoint";
 
 export type Accel = "kvm" | "tcg";
 

@@ -3,7 +3,7 @@
 // hibernated VM whose snapshot is a checkpoint: restoring an agent to one, forking one, cloning a template.
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync } from "node:fs";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { link, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
@@ -11,7 +11,7 @@ import { beginDiskGeneration, diskFingerprint } from "../common/agent-disk.ts";
 import { cowCopy, type CopyKind } from "../common/cow-copy.ts";
 import { commitManifest, fsyncPath, publishDirectory, sha256File } from "../common/snapshot-files.ts";
 import type { CheckpointInfo, RunningVm, VmSpec } from "../driver.ts";
-import { machineArgs, ramIdOf, snapshotAttempt, vmPaths, type MemoryMode } from "./args.ts";
+import { CHECKPOINT_RAM_FILE, machineArgs, ramIdOf, snapshotAttempt, vmPaths, type MemoryMode } from "./args.ts";
 import { CHECKPOINT_VERSION, checkpointFiles, checkpointMismatch, portableHardware, readCheckpoint, type CheckpointManifest } from "./checkpoint.ts";
 import { copyTemplateRam, migrateSplitting, migrateToFile, resumeAfterSnapshot } from "./migration.ts";
 import { beginRamGeneration, ramFingerprint, syncRamFile } from "./ram-file.ts";
@@ -120,10 +120,18 @@ export async function takeCheckpoint(d: CheckpointDeps, spec: VmSpec, vm: Runnin
 }
 
 /**
- * restoreCheckpoint's work. `shareRam` (a template's clone): the RAM file is not copied; the snapshot names the
- * checkpoint's, which the wake maps privately (ram-file.ts `ramPlan`).
+ * How a file-backed checkpoint's RAM reaches the VM: `template` (a template's clone) names the template's file in place;
+ * `link` (a restore or a fork) names a hard link to the checkpoint's file in the stateDir (CHECKPOINT_RAM_FILE), which
+ * outlives the checkpoint's deletion; either way the wake maps it privately (ram-plan.ts) and nothing is copied until
+ * the VM's first hibernation writes a RAM file of its own. `copy`: the VM gets a copy now.
  */
-export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, opts: { shareRam: boolean }): Promise<void> {
+export type RamSharing = "template" | "link" | "copy";
+
+/**
+ * restoreCheckpoint's work. Unless `shareRam` is `copy`, the RAM file is not copied: the snapshot names the
+ * checkpoint's (or a link to it), which the wake maps privately (ram-plan.ts).
+ */
+export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, opts: { shareRam: RamSharing }): Promise<void> {
   if (d.sup.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: stop it before restoring a checkpoint into it`);
   await d.sup.settled(spec.vmId);
   await d.sup.discardWaiting(spec.vmId);
@@ -151,7 +159,11 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
   const stateTmp = snapshotAttempt(spec.stateDir, `restore-${randomBytes(4).toString("hex")}`).data;
   await cowCopy(from.state, stateTmp);
   await rename(stateTmp, join(spec.stateDir, file));
-  const shared = opts.shareRam && c.memory === "file" ? await ramFingerprint({ ram: from.ram, ramGeneration: `${from.ram}.gen` }) : undefined;
+  const sharedPath = c.memory === "file" ? await sharedRamPath(opts.shareRam, from.ram, spec.stateDir) : undefined;
+  const shared = sharedPath ? await ramFingerprint({ ram: sharedPath, ramGeneration: `${sharedPath}.gen` }) : undefined;
+  // The VM's own RAM file of before pairs with no snapshot any more (the manifest is gone): not kept while unused.
+  if (sharedPath) await Promise.all([rm(paths.ram, { force: true }), rm(paths.ramGeneration, { force: true })]);
+  else await rm(join(spec.stateDir, CHECKPOINT_RAM_FILE), { force: true });
   if (c.memory === "file" && !shared) {
     const tmp = `${paths.ram}.tmp-${randomBytes(4).toString("hex")}`;
     await cowCopy(from.ram, tmp);
@@ -181,10 +193,34 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
     snapshotMs: 0,
     ...(disk ? { disk } : {}),
     ...(ram ? { ram } : {}),
-    ...(shared ? { templateRam: { path: from.ram, ...shared } } : {}),
+    ...(shared && sharedPath ? { templateRam: { path: sharedPath, ...shared } } : {}),
     clonedFrom: basename(dir),
   };
   await commitManifest(paths.manifest, manifest);
   await removeUnreferencedSnapshots(spec.stateDir, file);
   d.log.info("checkpoint restored into a VM", { vmId: spec.vmId, checkpoint: basename(dir) });
+}
+
+/**
+ * Where the VM maps a checkpoint's RAM from without a copy (`RamSharing`); undefined: it gets a copy of its own (asked
+ * for, or the link is impossible: the checkpoint on another filesystem).
+ */
+async function sharedRamPath(how: RamSharing, checkpointRam: string, stateDir: string): Promise<string | undefined> {
+  if (how === "template") return checkpointRam;
+  if (how === "copy") return undefined;
+  const path = join(stateDir, CHECKPOINT_RAM_FILE);
+  const tmp = `${path}.tmp-${randomBytes(4).toString("hex")}`;
+  try {
+    await link(checkpointRam, tmp);
+  } catch (err) {
+    if (["EXDEV", "EPERM", "EMLINK", "ENOTSUP", "EOPNOTSUPP"].includes((err as NodeJS.ErrnoException).code ?? "")) return undefined;
+    throw err;
+  }
+  // The generation beside it, as the fingerprint reads it (a checkpoint's file has none: a restored one keeps none).
+  await rm(`${path}.gen`, { force: true });
+  const gen = await readFile(`${checkpointRam}.gen`).catch(() => undefined);
+  if (gen !== undefined) await writeFile(`${path}.gen`, gen);
+  await rename(tmp, path);
+  await fsyncPath(stateDir);
+  return path;
 }

@@ -148,7 +148,7 @@ export class QemuDriver implements VmDriver {
       log: this.log,
       started,
       take: async () => this.templates?.take(spec),
-      clone: (template) => materialize(this.checkpointDeps, spec, template.dir, { shareRam: this.memory === "file" }),
+      clone: (template) => materialize(this.checkpointDeps, spec, template.dir, { shareRam: this.memory === "file" ? "template" : "copy" }),
       wake: () => this.wake(spec),
       discard: () => this.reap(spec),
       coldBoot: async () => {
@@ -194,10 +194,11 @@ export class QemuDriver implements VmDriver {
     });
   }
 
-  async stop(vm: RunningVm): Promise<void> {
+  async stop(vm: RunningVm, opts?: { discard?: boolean }): Promise<void> {
     await this.sup.settled(vm.spec.vmId);
     const vp = this.sup.running.get(vm.spec.vmId);
-    if (vp) await this.sup.quitRunning(vp);
+    if (vp && opts?.discard) await this.sup.kill(vp);
+    else if (vp) await this.sup.quitRunning(vp);
     await this.sup.discardWaiting(vm.spec.vmId);
     await this.egress.release(vm.spec.vmId);
   }
@@ -235,7 +236,7 @@ export class QemuDriver implements VmDriver {
    * part way leaves no snapshot (a cold boot) rather than one over the wrong files.
    */
   restoreCheckpoint(spec: VmSpec, dir: string): Promise<void> {
-    return materialize(this.checkpointDeps, spec, dir, { shareRam: false });
+    return materialize(this.checkpointDeps, spec, dir, { shareRam: "link" });
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {

@@ -11,7 +11,7 @@ import { commitManifest, fsyncPath, sha256File } from "../common/snapshot-files.
 import { ensureSnapshotSpace, freeBytes, saysNoSpace, SNAPSHOT_MARGIN_BYTES, snapshotBytesNeeded, SnapshotNoSpace } from "../common/snapshot-space.ts";
 import { withTail } from "../common/vm-process.ts";
 import type { RunningVm, SnapshotResult, VmSpec } from "../driver.ts";
-import { RAM_ID, snapshotAttempt, type MemoryMode, type VmPaths } from "./args.ts";
+import { CHECKPOINT_RAM_FILE, RAM_ID, snapshotAttempt, type MemoryMode, type VmPaths } from "./args.ts";
 import { copyTemplateRam, migrateSplitting, migrateToFile, resumeAfterSnapshot, setIgnoreShared, socketMigration } from "./migration.ts";
 import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
@@ -196,6 +196,8 @@ export class QemuHibernation {
     this.d.sup.running.delete(spec.vmId);
     const committed = manifest;
     await removeUnreferencedSnapshots(spec.stateDir, committed.file);
+    // A restored checkpoint's RAM, linked in (checkpointing.ts `materialize`): the VM has a file of its own now.
+    if (!committed.templateRam) await Promise.all([CHECKPOINT_RAM_FILE, `${CHECKPOINT_RAM_FILE}.gen`].map((f) => rm(join(spec.stateDir, f), { force: true })));
     // Converted to a streamed snapshot: the RAM file pairs with nothing now (the QEMU that maps it is ending).
     if (streamShared) await Promise.all([paths.ram, paths.ramGeneration, `${paths.ram}.synced`].map((f) => rm(f, { force: true })));
     phases.mark("cleanup");

@@ -332,6 +332,12 @@ export class QemuSupervisor {
     for (const p of [vp.paths.qmp, vp.paths.agent]) rmSync(p, { force: true });
   }
 
+  /** Kills QEMU at once (its guest's state is being thrown away: nothing to flush or close cleanly); waits for the exit. */
+  async kill(vp: QemuVm): Promise<void> {
+    await vp.proc.kill();
+    for (const p of [vp.paths.qmp, vp.paths.agent]) rmSync(p, { force: true });
+  }
+
   takeWaiting(spec: VmSpec): QemuVm | undefined {
     const vp = this.waiting.get(spec.vmId);
     if (!vp) return undefined;

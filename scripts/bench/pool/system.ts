@@ -8,7 +8,9 @@ import { ProcessDriver } from "../../../fleet-agent/drivers/process/driver.ts";
 import { QemuDriver } from "../../../fleet-agent/drivers/qemu/driver.ts";
 import type { Accel } from "../../../fleet-agent/drivers/qemu/args.ts";
 import type { GuestImage } from "../../../fleet-agent/guest/build-image.ts";
-import { silentLogger } from "../../../lib/log.ts";
+import { appendFileSync } from "node:fs";
+import { qemuEnv, qemuOptionsOf } from "../../../fleet-agent/drivers/qemu/config.ts";
+import { createLogger, type Logger, silentLogger } from "../../../lib/log.ts";
 import { AgentVM } from "../../../sdk/typescript/src/index.ts";
 
 export interface BenchSystem {
@@ -19,10 +21,10 @@ export interface BenchSystem {
   stop(): Promise<void>;
 }
 
-async function start(driver: VmDriver, prefix: string, stopDriver: () => Promise<void>): Promise<BenchSystem> {
+async function start(driver: VmDriver, prefix: string, log: Logger, stopDriver: () => Promise<void>): Promise<BenchSystem> {
   const dataDir = mkdtempSync(join(tmpdir(), prefix));
   const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
-  const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver, log: silentLogger });
+  const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver, log });
   return {
     system,
     driver,
@@ -35,11 +37,19 @@ async function start(driver: VmDriver, prefix: string, stopDriver: () => Promise
   };
 }
 
-/** The system on QEMU: file-backed RAM and templates (the defaults of npm start), so forks share the template's pages. */
-export async function qemuSystem(image: GuestImage, accel: Accel | "auto"): Promise<BenchSystem & { qemu: QemuDriver }> {
+/** A logger that appends the system's JSON lines to `file` (the bench's `--log`), or says nothing. */
+export function benchLogger(file: string | undefined): Logger {
+  return file ? createLogger({ level: "info", write: (line) => appendFileSync(file, `${line}\n`) }) : silentLogger;
+}
+
+/**
+ * The system on QEMU with the defaults of npm start (file-backed RAM, templates, kept paused QEMUs), so forks share the
+ * template's pages and a hibernated agent's wake is what a user's is.
+ */
+export async function qemuSystem(image: GuestImage, accel: Accel | "auto", log: Logger): Promise<BenchSystem & { qemu: QemuDriver }> {
   const templates = mkdtempSync(join(tmpdir(), "bench-pool-tpl-"));
-  const qemu = new QemuDriver({ image, accel, memory: "file", templates: { root: templates }, log: silentLogger });
-  const sys = await start(qemu, "bench-pool-", async () => {
+  const qemu = new QemuDriver({ ...qemuOptionsOf(qemuEnv.parse({}), "file"), image, accel, templates: { root: templates }, log });
+  const sys = await start(qemu, "bench-pool-", log, async () => {
     await qemu.templates?.settle();
     rmSync(templates, { recursive: true, force: true });
   });
@@ -48,5 +58,5 @@ export async function qemuSystem(image: GuestImage, accel: Accel | "auto"): Prom
 
 /** The same system over the process driver (the demo agent as a host process, its exec server beside it): the baseline. */
 export function processSystem(): Promise<BenchSystem> {
-  return start(new ProcessDriver({}), "bench-pool-proc-", async () => {});
+  return start(new ProcessDriver({}), "bench-pool-proc-", silentLogger, async () => {});
 }
