@@ -293,7 +293,7 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
     maxSkewMs: cfg.maxClockSkewMs ?? defaultMaxClockSkewMs,
     report: () => host.load(),
     // After each beat: drain if an operator asked, and stop what the database gave to another host (fencing).
-    afterBeat: () => host.afterHeartbeat(),
+    afterBeat: (beat) => host.afterHeartbeat(beat),
     onLost: () =>
       hostLog.error(
         `host ${hostId}: this process no longer owns its row; gateways do not reach it any more. Stop it (its agents belong to the other process now)`,

@@ -271,8 +271,11 @@ export interface HeartbeatOptions {
   maxSkewMs: number;
   /** The memory and number of this host's awake agents, written with each beat (what placement weighs). */
   report?(): { usedMiB: number; awakeAgents: number };
-  /** Awaited after each beat that refreshed the row (fencing checks); what it throws is logged. */
-  afterBeat?(): Promise<void>;
+  /**
+   * Awaited after each beat that refreshed the row (drain, fencing checks), told whether the host's clock is off past
+   * `maxSkewMs` (the host then drains itself: gateways cannot reach it with tokens it accepts); what it throws is logged.
+   */
+  afterBeat?(beat: { clockSkewed: boolean }): Promise<void>;
   /** Told once when a beat found the row taken by another secret; the heartbeat has stopped by then. */
   onLost?(): void;
 }
@@ -335,7 +338,7 @@ export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: 
     if (Math.abs(skewMs) > opts.maxSkewMs) {
       skewed = true;
       log.error(
-        `this host's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the database's (allowed ${opts.maxSkewMs} ms): it takes no new agents until fixed`,
+        `this host's clock is ${Math.abs(skewMs)} ms ${skewMs > 0 ? "ahead of" : "behind"} the database's (allowed ${opts.maxSkewMs} ms): it takes no new agents and drains its own until fixed`,
         { clockSkewMs: skewMs, maxClockSkewMs: opts.maxSkewMs },
       );
     } else if (skewed) {
@@ -343,7 +346,7 @@ export function startHeartbeat(db: Db, hostId: string, intervalMs: number, log: 
       log.info(`this host's clock is back within ${opts.maxSkewMs} ms of the database's`, { clockSkewMs: skewMs });
     }
     try {
-      await opts.afterBeat?.();
+      await opts.afterBeat?.({ clockSkewed: skewed });
     } catch (err) {
       log.error("heartbeat: afterBeat failed", { err: err instanceof Error ? err.message : String(err) });
     }

@@ -23,7 +23,7 @@ import type { CheckpointRecord, CheckpointStore } from "./checkpoints.ts";
 import type { SnapshotShipper } from "./artifacts/shipper.ts";
 import { Checkpointer } from "./host/checkpointer.ts";
 import { DozeController, type DozeConfig } from "./host/doze.ts";
-import { Drain } from "./host/drain.ts";
+import { Drain, type DrainReason } from "./host/drain.ts";
 import { Eviction } from "./host/eviction.ts";
 import { Fencing } from "./host/fencing.ts";
 import { DiskGenerations } from "./host/generations.ts";
@@ -467,15 +467,19 @@ export class Host {
     return this.fencing.fence();
   }
 
-  /** After each heartbeat: drain as the host's row says, then `fence`. */
-  async afterHeartbeat(): Promise<void> {
-    this.setDraining(await this.deps.store.draining(this.hostId));
+  /**
+   * After each heartbeat: drain as the host's row says, or while the host's clock is off (`clockSkewed`: gateways'
+   * tokens are refused here, so its agents must sleep and wake elsewhere), then `fence`.
+   */
+  async afterHeartbeat(beat: { clockSkewed: boolean } = { clockSkewed: false }): Promise<void> {
+    const operator = await this.deps.store.draining(this.hostId);
+    this.setDraining(operator || beat.clockSkewed, operator ? "operator" : "clock_skew");
     await this.fence();
   }
 
-  /** Drain on or off, as the host's row says at each heartbeat (host/drain.ts). */
-  setDraining(on: boolean): void {
-    this.drain.set(on);
+  /** Drain on or off (host/drain.ts): as the host's row says, or while its clock is off. */
+  setDraining(on: boolean, why: DrainReason = "operator"): void {
+    this.drain.set(on, why);
   }
 
   /** The built images (digests) this host's awake VMs run: what a trim of its cached images must keep. */

@@ -154,8 +154,9 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     if (!row) return { found: false, state: "", host: undefined, hostId: null, generation: 0, healthy: false, draining: false, carryable: false };
     const generation = Number(row.generation);
     const host = row.host_id && row.url ? { id: row.host_id, url: row.url, live: row.live === true, generation } : undefined;
-    const draining = row.draining === true;
-    const healthy = host?.live === true && Math.abs(Number(row.skew ?? 0)) <= maxSkew && !draining && (await reachable(host));
+    // A host whose clock is off drains itself (its gateways' tokens are refused there): its agents leave as a drain's do.
+    const draining = row.draining === true || Math.abs(Number(row.skew ?? 0)) > maxSkew;
+    const healthy = host?.live === true && !draining && (await reachable(host));
     return { found: true, state: row.state, host, hostId: row.host_id, generation, healthy, draining, carryable: row.carryable === true };
   }
 
@@ -277,7 +278,8 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
 
   /**
    * An agent stays on its host while that host's lease holds (its heartbeat is within the live window), unless the host
-   * drains and the agent sleeps with its state carryable: then it moves. One that never ran also leaves a host that is
+   * drains (an operator's drain, or its clock off past MAX_CLOCK_SKEW_MS) and the agent sleeps with its state
+   * carryable: then it moves. One that never ran also leaves a host that is
    * unhealthy now (skewed clock, draining, unreachable from here): it has nothing there. One whose host's lease ended
    * moves when its state is carryable (the process driver, or its last hibernation committed to the shared store);
    * otherwise it waits for that host (503). A moved agent gets a new lease generation; the old host, if it comes back,

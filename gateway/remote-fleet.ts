@@ -71,7 +71,8 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     }
     if (res.headers.has(hostErrorHeader)) {
       const error = await hostErrorFrom(res, host.id);
-      if (error.code === "host_unavailable") for (const id of agentIds) placement.forget(id); // a stale lease generation: ask the database next time
+      // A stale lease generation, or a host whose clock is off (it drains itself): ask the database next time.
+      if (error.code === "host_unavailable" || error.code === "clock_skew") for (const id of agentIds) placement.forget(id);
       if (error.code === "bad_gateway" && res.status === 401) {
         // Tokens name the host they are for: the process at this URL is not the agent's host (any more), or does not
         // share our secret. Either way the placement kept for the agent is not to be trusted: ask the database next time.

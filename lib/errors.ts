@@ -72,6 +72,12 @@ export const errorStatus = {
   shutting_down: 503,
   /** The server holds as many connections as it takes in total; `Retry-After`. */
   server_busy: 503,
+  /**
+   * A component token was refused for its times: the clocks of the host and of its caller (a gateway, or billing for a
+   * host's shipment) disagree past the tolerance. The host cannot serve until its clock is right; it drains itself, so
+   * its agents move to other hosts as they sleep. `Retry-After`.
+   */
+  clock_skew: 503,
   /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */
   database_unavailable: 503,
   gateway_timeout: 504,

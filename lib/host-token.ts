@@ -103,8 +103,12 @@ export async function verifyComponentToken(
   return { sub: String(payload.sub), aud, payload };
 }
 
-/** The refusal of a token for its times: logged (when a logger is given) with the skew, the host's clock minus the signer's, s. */
+/**
+ * The refusal of a token for its times: logged (when a logger is given) with the skew, the host's clock minus the
+ * signer's, s. `clock_skew` (503, Retry-After), not `unauthorized`: the caller's credentials are fine, one clock is off,
+ * and a caller retries (a gateway elsewhere, once the agent moved; a shipment, once the clock is right).
+ */
 function refusedForTime(message: string, skewS: number | undefined, aud: ComponentAudience, log: Logger | undefined): AppError {
   log?.warn(message, { aud, ...(skewS !== undefined ? { clockSkewS: skewS } : {}) });
-  return new AppError("unauthorized", message);
+  return new AppError("clock_skew", message, { retryAfterS: 2 });
 }

@@ -12,6 +12,9 @@ export interface DrainDeps {
   inFlight(): number;
 }
 
+/** Why a host drains: its row says so (an operator), or its own clock is off past the bound (a heartbeat found it). */
+export type DrainReason = "operator" | "clock_skew";
+
 export class Drain {
   private readonly deps: DrainDeps;
   /** An operator drains this host (`POST /v1/hosts/{id}/drain`): its VMs sleep as soon as no request is open, and gateways move them. */
@@ -32,10 +35,14 @@ export class Drain {
    * running VM with no request open (leases and idle timeouts aside); gateways place none of its agents here again
    * once they sleep, and no new agents (gateway/placement.ts).
    */
-  set(on: boolean): void {
+  set(on: boolean, why: DrainReason = "operator"): void {
     if (on === this.draining) return;
     this.draining = on;
-    this.deps.log.warn(on ? "draining: agents hibernate as soon as no request is open, and wake on other hosts" : "drain ended: this host takes agents again");
+    const cause = why === "clock_skew" ? " (this host's clock is off: gateways' calls are refused here)" : "";
+    this.deps.log.warn(
+      on ? `draining${cause}: agents hibernate as soon as no request is open, and wake on other hosts` : "drain ended: this host takes agents again",
+      { reason: why },
+    );
   }
 
   /**

@@ -2,7 +2,7 @@
 // Creates spread by free capacity; after `kill -9` of a host its agents are served by the others once its lease ends
 // (503 + Retry-After meanwhile, never 502); the dead host brought back runs none of them and its leftovers are gone.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { eq, inArray, sql } from "drizzle-orm";
@@ -340,5 +340,77 @@ describe("failover across hosts", () => {
     const placed = await hostsOf(created);
     for (const id of created) expect(["host_dark", "host_ahead"]).not.toContain(placed.get(id)!.hostId);
     for (const [i, id] of created.entries()) expect((await call(i, `/a/${id}/`)).status).toBe(200);
+  }, 120_000);
+
+  it("a host whose clock jumps 10 minutes ahead while serving: 503 + Retry-After meanwhile (never 502), it drains itself, its agents answer from other hosts", async () => {
+    const faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    if (!existsSync(faketime)) {
+      if (process.env.CI) throw new Error("libfaketime missing: scripts/provision.ts installs it");
+      console.log("skipped: libfaketime missing (apt-get install libfaketime)");
+      return;
+    }
+    const dir = mkdtempSync(join(tmpdir(), "agentvm-host_jump-"));
+    dirs.push(dir);
+    hostDirs.set("host_jump", dir);
+    // libfaketime reads the offset from this file at every call (no cache): rewriting it makes the host's clock jump.
+    const offsetFile = join(dir, "faketime-offset");
+    writeFileSync(offsetFile, "+0\n");
+    const jump = await spawnNode(
+      "scripts/fleet-agent.ts",
+      {
+        ...hostEnv("host_jump"),
+        HOST_CAPACITY_MIB: "262144", // the most free memory: it takes the next agents
+        LD_PRELOAD: faketime,
+        FAKETIME_TIMESTAMP_FILE: offsetFile,
+        FAKETIME_NO_CACHE: "1",
+        FAKETIME_DONT_FAKE_MONOTONIC: "1",
+      },
+      /fleet-agent (host_[0-9a-z]+) serving gateways at (http:\/\/\S+)/,
+    );
+    hostProcs.set("host_jump", jump);
+    await waitFor(
+      async () => ((await database.db.select().from(hosts).where(eq(hosts.id, "host_jump")))[0]?.lastHeartbeatAt.getTime() ?? 0) > Date.now() - 1000,
+      10_000,
+      "the new host heartbeating",
+    );
+    const created: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await call(i, "/v1/agents", { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
+      created.push(((await res.json()) as { id: string }).id);
+    }
+    const hostsOfNow = new Map<string, string | null>();
+    const refreshHosts = async () => {
+      for (const [id, h] of await hostsOf(created)) hostsOfNow.set(id, h.hostId);
+    };
+    await refreshHosts();
+    const onJump = created.filter((id) => hostsOfNow.get(id) === "host_jump");
+    expect(onJump.length).toBeGreaterThanOrEqual(2);
+    for (const [i, id] of onJump.entries()) expect((await call(i, `/a/${id}/counter`, { method: "POST" })).status).toBe(200);
+
+    writeFileSync(offsetFile, "+10m\n");
+    const statuses = new Map<number, number>();
+    let missingRetryAfter = 0;
+    await waitFor(
+      async () => {
+        const answers = await Promise.all(
+          onJump.map(async (id, i) => {
+            const res = await call(i, `/a/${id}/counter`, { method: "POST" });
+            statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+            if (res.status === 503 && !res.headers.get("retry-after")) missingRetryAfter++;
+            await res.body?.cancel();
+            return res.status;
+          }),
+        );
+        await refreshHosts();
+        return answers.every((s) => s === 200) && onJump.every((id) => hostsOfNow.get(id) !== "host_jump");
+      },
+      45_000,
+      "every agent of the host whose clock jumped answering from another host",
+    );
+    console.log(`clock jump: ${onJump.length} agents moved; statuses ${JSON.stringify(Object.fromEntries(statuses))}`);
+    expect(statuses.has(502)).toBe(false);
+    expect([...statuses.keys()].every((s) => s === 200 || s === 503)).toBe(true);
+    expect(missingRetryAfter).toBe(0);
+    expect(jump.output()).toMatch(/draining \(this host's clock is off/);
   }, 120_000);
 });

@@ -158,13 +158,15 @@ describe("heartbeat", () => {
     expect(Math.abs(registered.clockSkewMs - 600_000)).toBeLessThan(1000);
     let load = { usedMiB: 768, awakeAgents: 3 };
     let afterBeats = 0;
+    const told: boolean[] = [];
     const { lines, log } = captured();
     const hb = startHeartbeat(database.db, "h_skew", 60_000, log, {
       secretHash: id.secretHash,
       clock,
       maxSkewMs: 2000,
       report: () => load,
-      afterBeat: async () => {
+      afterBeat: async (beat) => {
+        told.push(beat.clockSkewed);
         afterBeats++;
         if (afterBeats === 2) throw new Error("fencing check failed");
       },
@@ -182,8 +184,11 @@ describe("heartbeat", () => {
     expect(last).toMatchObject({ usedMiB: 256, awakeAgents: 1 });
     expect(last!.lastHeartbeatAt.getTime()).toBeGreaterThan(first!.lastHeartbeatAt.getTime());
     expect(afterBeats).toBe(3);
+    expect(told).toEqual([true, true, true]); // the host drains itself while its clock is off (host.ts afterHeartbeat)
     const skewErrors = lines.filter(
-      (l) => l.level === "error" && /^this host's clock is \d+ ms ahead of the database's \(allowed 2000 ms\): it takes no new agents until fixed$/.test(l.msg),
+      (l) =>
+        l.level === "error" &&
+        /^this host's clock is \d+ ms ahead of the database's \(allowed 2000 ms\): it takes no new agents and drains its own until fixed$/.test(l.msg),
     );
     expect(skewErrors).toHaveLength(3);
     expect(Math.abs((skewErrors[0]!.clockSkewMs as number) - 600_000)).toBeLessThan(1000);
@@ -204,7 +209,7 @@ describe("heartbeat", () => {
     await hb.beat();
     await hb.stop();
     expect(behind.lines.find((l) => l.level === "error")?.msg).toMatch(
-      /^this host's clock is 3\d{4} ms behind the database's \(allowed 2000 ms\): it takes no new agents until fixed$/,
+      /^this host's clock is 3\d{4} ms behind the database's \(allowed 2000 ms\): it takes no new agents and drains its own until fixed$/,
     );
     expect((await row("h_behind"))!.clockSkewMs).toBeLessThan(-29_000);
 

@@ -29,13 +29,15 @@ function captured() {
   return { lines, log: createLogger({ level: "debug", write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) }) };
 }
 
-async function refusal(p: Promise<unknown>): Promise<AppError> {
+/** The refusal of a token: `clock_skew` (503, retried after 2 s) when for its times, `unauthorized` otherwise. */
+async function refusal(p: Promise<unknown>, code: "clock_skew" | "unauthorized" = "clock_skew"): Promise<AppError> {
   const err = await p.then(
     () => undefined,
     (e: unknown) => e,
   );
   expect(err).toBeInstanceOf(AppError);
-  expect((err as AppError).code).toBe("unauthorized");
+  expect((err as AppError).code).toBe(code);
+  if (code === "clock_skew") expect((err as AppError).retryAfterS).toBe(2);
   return err as AppError;
 }
 
@@ -76,7 +78,7 @@ describe("component token skew", () => {
     );
     const forged = await tokenAt(signedAtS, componentKey("another-component-secret-0123456789abcdef"));
     const { lines, log } = captured();
-    expect((await refusal(verifyComponentToken(key, forged, aud, { now: at(signedAtS + 612), log }))).message).toBe("component token invalid");
+    expect((await refusal(verifyComponentToken(key, forged, aud, { now: at(signedAtS + 612), log }), "unauthorized")).message).toBe("component token invalid");
     expect(lines).toHaveLength(0);
   });
 });
