@@ -81,7 +81,12 @@ function rawExecUntilExit(agentId: string, cmd: string[]): Promise<ClientRequest
     const body = JSON.stringify({ cmd });
     const req = request(`${sys.url}/v1/agents/${agentId}/exec`, {
       method: "POST",
-      headers: { authorization: `Bearer ${sys.demo.token}`, "content-type": "application/json", accept: "application/x-ndjson", "content-length": Buffer.byteLength(body) },
+      headers: {
+        authorization: `Bearer ${sys.demo.token}`,
+        "content-type": "application/json",
+        accept: "application/x-ndjson",
+        "content-length": Buffer.byteLength(body),
+      },
     });
     req.on("error", (err) => (req.destroyed ? undefined : reject(err)));
     req.on("response", (res) => {
@@ -118,7 +123,11 @@ describe("exec and files count against the tenant's concurrent-call limit", () =
     const a = await openExec(id, ["sleep", "30000"]);
     const b = await openExec(id, ["sleep", "1500"]);
 
-    const third = await sys.call(`/v1/agents/${id}/exec`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ cmd: ["echo", "x"] }) });
+    const third = await sys.call(`/v1/agents/${id}/exec`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ cmd: ["echo", "x"] }),
+    });
     expect(third.status).toBe(429);
     expect(third.headers.get("retry-after")).toBe("1");
     expect(await code(third)).toBe("rate_limited");
