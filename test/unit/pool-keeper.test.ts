@@ -60,6 +60,22 @@ function memoryStore(pools: PoolRow[]) {
       if (a) a.poolState = to;
       return a;
     },
+    resize: async (id, sizes) => {
+      const p = pools.find((x) => x.id === id && x.state === "active");
+      if (p) Object.assign(p, sizes);
+      return p;
+    },
+    takeSurplus: async (id) => {
+      const p = pools.find((x) => x.id === id);
+      const mine = agents.filter((x) => x.poolId === id && x.deletedAt === null);
+      if (!p) return [];
+      const surplus = Math.max(0, mine.filter((x) => x.poolState !== "in_use").length - p.size, mine.length - p.maxSize);
+      if (surplus === 0) return [];
+      const ready = mine.filter((x) => x.poolState === "ready");
+      const taken = ready.slice(Math.max(0, ready.length - surplus));
+      for (const a of taken) a.deletedAt = new Date();
+      return taken;
+    },
     members: async (id, states) => agents.filter((x) => x.poolId === id && x.deletedAt === null && (!states || states.includes(x.poolState!))),
     markDeleting: async (id) => {
       const p = pools.find((x) => x.id === id);
