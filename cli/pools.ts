@@ -1,4 +1,4 @@
-// `agentvm pools create|list|get|delete|acquire|release` and `agentvm reset`: warm pools of forks, and rolling a fork back to its checkpoint.
+// `agentvm pools create|list|get|resize|delete|acquire|release` and `agentvm reset`: warm pools of forks, and rolling a fork back to its checkpoint.
 import type { Command } from "commander";
 import type { components } from "../contracts/api/types.ts";
 import { ok } from "./client.ts";
@@ -80,6 +80,24 @@ export function poolsCommand(program: Command): void {
     });
 
   pools
+    .command("resize")
+    .description("change how many ready agents a pool keeps (more: forked now; fewer: the surplus ready ones deleted) and how many it may hold")
+    .argument("<pool>", "the pool's id (pol_…)")
+    .option("--size <n>", "how many ready agents it keeps")
+    .option("--max <n>", "how many agents it may hold in all")
+    .action(async (pool: string, o: { size?: string; max?: string }, cmd: Command) => {
+      const ctx = contextOf(cmd);
+      if (o.size === undefined && o.max === undefined) throw usageError("give --size, --max or both");
+      const body = {
+        ...(o.size !== undefined ? { size: count("--size", o.size) } : {}),
+        ...(o.max !== undefined ? { maxSize: count("--max", o.max) } : {}),
+      };
+      const p = ok(await ctx.api().PATCH("/v1/pools/{id}", { params: { path: { id: pool } }, body }));
+      if (ctx.json) return ctx.printJson(p);
+      ctx.printTable(columns, [row(p)]);
+    });
+
+  pools
     .command("delete")
     .alias("rm")
     .description("delete a pool: its ready agents are deleted, handed-out ones stay with their holders")
@@ -95,9 +113,11 @@ export function poolsCommand(program: Command): void {
     .command("acquire")
     .description("hand out one of the pool's agents (woken in the background); prints its id")
     .argument("<pool>", "the pool's id (pol_…)")
-    .action(async (pool: string, _o: unknown, cmd: Command) => {
+    .option("--wait <ms>", "with none ready at its maxSize: how long to wait for one being made ready (default 10000, at most 60000; 0: fail at once)")
+    .action(async (pool: string, o: { wait?: string }, cmd: Command) => {
       const ctx = contextOf(cmd);
-      const got = ok(await ctx.api().POST("/v1/pools/{id}/acquire", { params: { path: { id: pool } } }));
+      const query = o.wait !== undefined ? { waitMs: count("--wait", o.wait) } : {};
+      const got = ok(await ctx.api().POST("/v1/pools/{id}/acquire", { params: { path: { id: pool }, query } }));
       if (ctx.json) ctx.printJson(got);
       else ctx.print(got.agent.id);
     });

@@ -100,6 +100,8 @@ export class Host {
   /** The VM gauges' registrations, undone when the host stops. */
   private readonly unregisterGauges: (() => void)[];
   private stopping = false;
+  /** Explicit hibernations waiting for calls that are finishing: told at every release of a ticket. */
+  private readonly releaseWaiters: (() => void)[] = [];
   private readonly startup: Startup;
   private readonly drain: Drain;
   private readonly checkpoints: Checkpointer;
@@ -180,7 +182,10 @@ export class Host {
       leasedNow: (spec) => fencing.leasedNow(spec),
       ownerCheck: (entry) => fencing.ownerCheck(entry),
       checkpointBusy,
-      released: () => this.drain.released(),
+      released: () => {
+        this.drain.released();
+        for (const settled of this.releaseWaiters.splice(0)) settled();
+      },
       resumeDozing: (entry, reason) => this.doze.resumeFor(entry, reason === "boot" ? "api" : reason),
       left,
     });
@@ -382,21 +387,49 @@ export class Host {
     return ticket.wake;
   }
 
-  /** Explicit hibernation (reason `api`): refused while requests are in flight. */
-  async hibernateNow(agentId: string): Promise<VmState> {
+  /**
+   * Explicit hibernation (reason `api`): refused while requests are in flight. `settleMs`: how long calls in flight may
+   * take to end first — a call whose client already has its answer (an exec's exit line, a file's last byte) still
+   * holds the VM until its stream's end is seen, a moment later — before the refusal (the API's hibernate: 2 s).
+   */
+  async hibernateNow(agentId: string, opts: { settleMs?: number } = {}): Promise<VmState> {
     const entry = this.vms.get(agentId);
     if (!entry) return "hibernated";
     await this.checkpoints.busy(agentId);
     await entry.wake?.catch(() => undefined);
     if (entry.hibernation) await entry.hibernation.promise;
     if (entry.state !== "running" && entry.state !== "dozing") return entry.state;
-    const waiting = entry.tickets.filter((t) => t.phase === "waiting").length;
+    const waiting = await this.settled(entry, opts.settleMs ?? 0);
     if (waiting > 0) throw new AppError("conflict", `agent ${agentId} has ${waiting} request(s) in flight`);
+    if (entry.state !== "running" && entry.state !== "dozing") return entry.state; // it changed while the calls ended
     await this.doze.resumeFor(entry, "api"); // no call waits on it: it dozes for an outbound call of its own
     if (entry.state !== "running") return entry.state;
     for (const t of [...entry.tickets]) t.hibernating();
     await this.hibernation.hibernate(entry, "api");
     return entry.state;
+  }
+
+  /** The entry's calls waiting on the VM, after up to `ms` for them to end (on the injected clock): how many are left. */
+  private async settled(entry: VmEntry, ms: number): Promise<number> {
+    const waiting = () => entry.tickets.filter((t) => t.phase === "waiting").length;
+    if (waiting() === 0 || ms <= 0) return waiting();
+    let timedOut = false;
+    let wakeUp: () => void = () => {};
+    const timer = this.deps.clock.setTimeout(() => {
+      timedOut = true;
+      wakeUp();
+    }, ms);
+    try {
+      while (waiting() > 0 && !timedOut) {
+        await new Promise<void>((resolve) => {
+          wakeUp = resolve;
+          this.releaseWaiters.push(resolve);
+        });
+      }
+    } finally {
+      timer.cancel();
+    }
+    return waiting();
   }
 
   /** A keep-awake lease: wakes the agent if it sleeps and keeps it awake until the lease expires or is dropped. */

@@ -221,7 +221,8 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
       relayed.catch(() => undefined);
     },
     wake: (agent, reason) => host.wake(agent, reason),
-    hibernate: (agentId) => host.hibernateNow(agentId),
+    // A call whose client has its answer may hold the VM a moment longer (its stream's end not yet seen): waited for.
+    hibernate: (agentId) => host.hibernateNow(agentId, { settleMs: apiHibernateSettleMs }),
     status: async (agentId) => host.status(agentId),
     async statuses(agentIds) {
       const out = new Map<string, VmStatus>();
@@ -253,6 +254,9 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     },
   };
 }
+
+/** How long an explicit hibernate lets the calls in flight end before it refuses (409), ms. */
+export const apiHibernateSettleMs = 2000;
 
 /** The header that carries a VM's exec key to its exec server (fleet-agent/guest/guest-exec/); set by the host alone. */
 export const execKeyHeader = "x-agentvm-exec-key";

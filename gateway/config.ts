@@ -82,7 +82,7 @@ export const proxyLimitsEnv = z.object({
     fallback: defaultProxyConfig.tenantMaxConcurrent,
     min: 1,
     unit: "calls",
-    doc: "proxied calls in flight per tenant (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond",
+    doc: "proxied calls and exec, processes and files calls in flight per tenant, one count per gateway process (a WebSocket counts while its handshake runs); `429` + `Retry-After` beyond",
   }),
   PROXY_IDLE_TIMEOUT_MS: vars.int({
     fallback: defaultProxyConfig.proxyIdleTimeoutMs,

@@ -32,6 +32,7 @@ import {
   TarWrittenSchema,
   WaitBody,
 } from "./api-schemas.ts";
+import { tenantSlotScope, type SlotLeaves } from "./exec-slot.ts";
 import { callGuest, fromBase64, noLimitMs, readAll, readJson, toBase64 } from "./guest.ts";
 import { maxFileBytes } from "./paths.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, signalNumbers, type ExitStatus, type Frame } from "./wire.ts";
@@ -200,16 +201,25 @@ const deleteFileRoute = createRoute({
   responses: { 204: { description: "Deleted" }, ...errors(400, 404, 409, 501, 502, 504) },
 });
 
-export function execRoutes(deps: ExecRouteDeps, proxy: Pick<ProxyCore, "resolve">): OpenAPIHono<GatewayEnv> {
+export function execRoutes(deps: ExecRouteDeps, proxy: Pick<ProxyCore, "resolve" | "enter">): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
   const { fleet, log } = deps;
   const body = jsonBody(() => deps.config.maxApiBodyBytes);
+  const slots: SlotLeaves = new WeakMap();
+  // Each route's call holds a slot of its tenant's concurrent-call limit for as long as it runs (exec-slot.ts).
+  for (const path of ["/v1/agents/:id/exec", "/v1/agents/:id/processes", "/v1/agents/:id/processes/*", "/v1/agents/:id/files"]) {
+    r.use(path, tenantSlotScope(slots));
+  }
 
-  /** The caller's agent (404 for another tenant's), from the proxy's agent cache as a call to it would be, and its spec. */
+  /**
+   * The caller's agent (404 for another tenant's), from the proxy's agent cache as a call to it would be, and its spec;
+   * the call then counts against the tenant's concurrent-call limit, as a call to the agent does (429 at the limit).
+   */
   async function target(c: Context<GatewayEnv>, id: string): Promise<{ caller: Caller; spec: AgentSpec }> {
     const caller = requireScope(c, "agents:exec");
     const agent = await proxy.resolve(id);
     if (agent.row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+    if (!slots.has(c)) slots.set(c, proxy.enter(agent));
     return { caller, spec: agent.spec };
   }
 

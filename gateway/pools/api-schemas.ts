@@ -2,6 +2,7 @@
 import { z } from "../../lib/api.ts";
 import { objectError } from "../proxy/policy.ts";
 import { AgentSchema, imageRefPattern } from "../agents/api-schemas.ts";
+import { maxAcquireWaitMs } from "./keeper.ts";
 
 /** How many ready agents a pool may keep, and how many agents it may hold in all. */
 export const maxPoolSize = 100;
@@ -38,6 +39,32 @@ export const CreatePoolBody = z
     { error: objectError("a JSON object {name?, fromCheckpoint | image, size, maxSize?}") },
   )
   .openapi("CreatePool");
+
+export const ResizePoolBody = z
+  .strictObject(
+    {
+      size: intIn(0, maxPoolSize, "How many ready agents the pool keeps from now (more: forked at once; fewer: the surplus ready ones deleted)").optional(),
+      maxSize: intIn(1, maxPoolMaxSize, "How many agents it may hold in all from now (handed-out ones are never taken back)").optional(),
+    },
+    { error: objectError("a JSON object {size?, maxSize?}") },
+  )
+  .openapi("ResizePool");
+
+/** How long an acquire waits by default for an agent being made ready, ms. */
+export const defaultAcquireWaitMs = 10_000;
+
+export const AcquireQuery = z.strictObject({
+  waitMs: z
+    .string({ error: `must be an integer from 0 to ${maxAcquireWaitMs}` })
+    .regex(/^\d{1,6}$/, { error: `must be an integer from 0 to ${maxAcquireWaitMs}` })
+    .transform(Number)
+    .refine((n) => n <= maxAcquireWaitMs, { error: `must be an integer from 0 to ${maxAcquireWaitMs}` })
+    .optional()
+    .openapi({
+      type: "integer",
+      description: `When none is ready and the pool is at maxSize with agents being made ready: how long to wait for one, ms (default ${defaultAcquireWaitMs}, at most ${maxAcquireWaitMs}; 0: 409 at once)`,
+    }),
+});
 
 export const ReleaseBody = z
   .strictObject(

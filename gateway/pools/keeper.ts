@@ -32,8 +32,18 @@ export interface PoolKeeper {
   stop(): Promise<void>;
   /** Tops the pool up in the background (now, or when its backoff after a failure ends). */
   kick(poolId: string): void;
-  /** Hands out one of the pool's agents: a ready one, or one forked now while the pool holds fewer than `maxSize`; 409 pool_exhausted else. */
-  acquire(pool: PoolRow, requestId?: string): Promise<{ row: AgentRow; forked: boolean }>;
+  /**
+   * Hands out one of the pool's agents: a ready one, or one forked now while the pool holds fewer than `maxSize`. At
+   * `maxSize` with agents being made ready (forked by the top-up, reset after a release), it waits up to `waitMs` for
+   * one of them (woken when one is ready here, polling the database for other gateways'); 409 pool_exhausted when every
+   * agent is handed out, or none became ready in time.
+   */
+  acquire(pool: PoolRow, requestId?: string, opts?: AcquireOptions): Promise<{ row: AgentRow; forked: boolean }>;
+  /**
+   * Sets the pool's `size` and `maxSize`: a larger pool is topped up at once; a smaller one loses its surplus ready
+   * agents (handed-out ones stay with their holders, and count towards `maxSize` until released).
+   */
+  resize(pool: PoolRow, sizes: Pick<PoolRow, "size" | "maxSize">): Promise<{ row: PoolRow; removed: number }>;
   /** Takes a handed-out agent back: reset to the pool's checkpoint, then ready. A reset that fails deletes the agent (the top-up replaces it). */
   release(pool: PoolRow, row: AgentRow, requestId?: string): Promise<{ row: AgentRow; resetMs: number }>;
   /** Removes the pool's agents that are not handed out and marks it deleted; handed-out ones stay with their holders. */
@@ -44,7 +54,19 @@ export interface PoolKeeper {
   after(what: string, work: Promise<unknown>, detail: Record<string, unknown>): void;
 }
 
+/** The longest an acquire may wait for an agent being made ready, ms (`waitMs`). */
+export const maxAcquireWaitMs = 60_000;
+
+export interface AcquireOptions {
+  /** How long to wait for an agent being made ready when none is and the pool is at maxSize, ms (default 0: 409 at once). */
+  waitMs?: number;
+  /** The caller went away: the wait ends (409). */
+  signal?: AbortSignal;
+}
+
 const defaultBackoff = { firstMs: 1000, maxMs: 60_000 };
+/** How often a waiting acquire looks at the database again (another gateway's agents becoming ready wake no one here), ms. */
+const acquirePollMs = 200;
 
 export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
   const { store, agents, fleet, log } = deps;
@@ -53,7 +75,46 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
   const again = new Set<string>();
   const failures = new Map<string, number>();
   const timers = new Map<string, { timer: ReturnType<typeof setTimeout>; due: number }>();
+  /** Acquires waiting for one of a pool's agents to be ready (or to leave it): told when one does. */
+  const waiters = new Map<string, Set<() => void>>();
   let stopped = false;
+
+  /** Something changed in the pool that a waiting acquire should look at: an agent ready, one gone, new sizes. */
+  function changed(poolId: string): void {
+    const waiting = waiters.get(poolId);
+    if (!waiting) return;
+    waiters.delete(poolId);
+    for (const wake of waiting) wake();
+  }
+
+  /** Resolves when the pool changes here, after `ms`, or when `signal` aborts, whichever is first. */
+  function changeOrTimeout(poolId: string, ms: number, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve) => {
+      let set = waiters.get(poolId);
+      if (!set) waiters.set(poolId, (set = new Set()));
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        waiters.get(poolId)?.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal?.addEventListener("abort", done, { once: true });
+      set.add(done);
+    });
+  }
+
+  /** Removes the pool's ready agents beyond its sizes (their rows marked deleted first, then their VMs); how many. */
+  async function trim(poolId: string): Promise<number> {
+    const surplus = await store.takeSurplus(poolId);
+    for (const row of surplus) {
+      await fleet
+        .remove(row.id)
+        .catch((err: unknown) => log.warn("a pool's surplus agent was not removed from its host", { agentId: row.id, err: message(err) }));
+    }
+    if (surplus.length > 0) log.info("pool trimmed to its size", { poolId, removed: surplus.length });
+    return surplus.length;
+  }
 
   /** A new agent of the pool, a hibernated fork of its checkpoint (the checkpoint's agent's shape and settings); undefined when the pool has no room. */
   async function forkInto(pool: PoolRow, why: Reservation, requestId?: string): Promise<AgentRow | undefined> {
@@ -88,12 +149,14 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       await fork.call(fleet, agentSpec(row), ckp.id, requestId);
     } catch (err) {
       await discard(row);
+      changed(pool.id);
       throw err;
     }
     if (why === "acquire") return row;
     const ready = await store.move(row.id, pool.id, ["resetting"], "ready");
     // Deleted with its pool while it was forked: its VM goes too.
     if (!ready) await discard(row);
+    changed(pool.id);
     return ready ?? row;
   }
 
@@ -105,6 +168,8 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
 
   async function topUp(poolId: string): Promise<void> {
     try {
+      // A pool made smaller (or an agent released into one) may hold more ready agents than it keeps.
+      await trim(poolId);
       while (!stopped) {
         const pool = await store.get(poolId);
         if (pool?.state !== "active") return;
@@ -176,23 +241,46 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       await Promise.allSettled([...running.values()]);
     },
     kick,
-    async acquire(pool, requestId) {
+    async acquire(pool, requestId, opts = {}) {
       if (pool.state !== "active") throw new AppError("not_found", `pool ${pool.id} not found`);
-      const ready = await store.claimReady(pool.id);
-      if (ready) {
-        kick(pool.id);
-        return { row: ready, forked: false };
-      }
-      const forked = await forkInto(pool, "acquire", requestId);
-      if (!forked) {
+      const waitMs = opts.waitMs ?? 0;
+      const deadline = Date.now() + waitMs;
+      for (;;) {
+        const ready = await store.claimReady(pool.id);
+        if (ready) {
+          kick(pool.id);
+          return { row: ready, forked: false };
+        }
+        const forked = await forkInto(pool, "acquire", requestId);
+        if (forked) {
+          kick(pool.id);
+          return { row: forked, forked: true };
+        }
         const counts = (await store.counts([pool.id])).get(pool.id);
-        throw new AppError(
-          "pool_exhausted",
-          `pool ${pool.id} has every agent handed out (${counts?.inUse ?? 0} in use, ${counts?.resetting ?? 0} being made ready, maxSize ${pool.maxSize}): release one, or wait for one being made ready`,
-        );
+        // One became ready since the claim above (a release, a fork): claimed on the next turn, or by another acquirer.
+        if ((counts?.ready ?? 0) > 0 && deadline - Date.now() > 0) continue;
+        const inUse = counts?.inUse ?? 0;
+        const resetting = counts?.resetting ?? 0;
+        const left = deadline - Date.now();
+        if (resetting === 0 || left <= 0 || opts.signal?.aborted) {
+          const why = resetting === 0 ? "release one" : `none became ready within ${waitMs} ms (wait longer with waitMs, up to ${maxAcquireWaitMs})`;
+          throw new AppError(
+            "pool_exhausted",
+            `pool ${pool.id} has every agent handed out (${inUse} in use, ${resetting} being made ready, maxSize ${pool.maxSize}): ${why}`,
+            resetting > 0 ? { retryAfterS: 1 } : {},
+          );
+        }
+        await changeOrTimeout(pool.id, Math.min(left, acquirePollMs), opts.signal);
       }
+    },
+    async resize(pool, sizes) {
+      if (pool.state !== "active") throw new AppError("not_found", `pool ${pool.id} not found`);
+      const row = await store.resize(pool.id, sizes);
+      if (!row) throw new AppError("not_found", `pool ${pool.id} not found`);
+      const removed = await trim(pool.id);
+      changed(pool.id);
       kick(pool.id);
-      return { row: forked, forked: true };
+      return { row, removed };
     },
     async release(pool, row, requestId) {
       const taken = await store.move(row.id, pool.id, ["in_use"], "resetting");
@@ -203,11 +291,15 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
       } catch (err) {
         log.warn("a released agent's reset failed: it is deleted, the top-up replaces it", { poolId: pool.id, agentId: row.id, err: message(err) });
         await discard(taken);
+        changed(pool.id);
         kick(pool.id);
         throw err;
       }
       const ready = await store.move(row.id, pool.id, ["resetting"], "ready");
       if (!ready) throw new AppError("not_found", `agent ${row.id} left pool ${pool.id} while it was reset`);
+      changed(pool.id);
+      // Beyond the pool's size now (it was made smaller while the agent was out): the top-up's trim takes it.
+      kick(pool.id);
       return { row: ready, resetMs };
     },
     async remove(pool) {

@@ -1,4 +1,4 @@
-// Warm pools API under /v1/pools: create (from a checkpoint, or an image booted and checkpointed), list, get, delete, acquire an agent, release it.
+// Warm pools API under /v1/pools: create (from a checkpoint, or an image booted and checkpointed), list, get, resize, delete, acquire an agent, release it.
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
 import { apiRouter, errors, json, jsonBody, jsonRequest } from "../../lib/api.ts";
@@ -13,7 +13,19 @@ import { op, repo, type CheckpointGatewayDeps } from "../checkpoints/routes.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { PoolKeeper } from "./keeper.ts";
 import { noAgents, type PoolCounts, type PoolRow } from "./store.ts";
-import { AcquiredSchema, CreatePoolBody, PoolDeletedSchema, PoolListSchema, PoolParams, PoolSchema, ReleaseBody, ReleasedSchema } from "./api-schemas.ts";
+import {
+  AcquiredSchema,
+  AcquireQuery,
+  CreatePoolBody,
+  defaultAcquireWaitMs,
+  PoolDeletedSchema,
+  PoolListSchema,
+  PoolParams,
+  PoolSchema,
+  ReleaseBody,
+  ReleasedSchema,
+  ResizePoolBody,
+} from "./api-schemas.ts";
 
 /** What the pool routes need besides the gateway's own parts: the keeper (none: 501 checkpoints_unsupported). */
 export type PoolGatewayDeps = GatewayDeps & CheckpointGatewayDeps & { pools?: PoolKeeper };
@@ -66,15 +78,29 @@ const deletePoolRoute = createRoute({
   responses: { 200: json(PoolDeletedSchema, "Deleted"), ...errors(400, 404, 501, 502, 504) },
 });
 
+const resizePoolRoute = (body: MiddlewareHandler) =>
+  createRoute({
+    method: "patch",
+    path: "/v1/pools/{id}",
+    operationId: "resizePool",
+    summary: "Change a pool's size and maxSize: a larger pool is topped up at once; a smaller one deletes its surplus ready agents (never handed-out ones)",
+    tags,
+    middleware: [admin, body],
+    request: { params: PoolParams, ...jsonRequest(ResizePoolBody) },
+    responses: { 200: json(PoolSchema, "The pool with its new sizes (its top-up under way)"), ...errors(400, 404, 413, 501) },
+  });
+
 const acquireRoute = createRoute({
   method: "post",
   path: "/v1/pools/{id}/acquire",
   operationId: "acquirePoolAgent",
   summary:
     "Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize",
+  description:
+    "At maxSize with none ready but some being made ready (forked by the top-up, reset after a release), it waits for one of them up to `waitMs` (default 10 s). `409 pool_exhausted` when every agent is handed out (at once), or none became ready in time (with `Retry-After`).",
   tags,
   middleware: [admin],
-  request: { params: PoolParams },
+  request: { params: PoolParams, query: AcquireQuery },
   // 409 pool_exhausted: every agent handed out at maxSize.
   responses: { 200: json(AcquiredSchema, "The agent, awake or waking"), ...errors(400, 404, 409, 501, 502, 504) },
 });
@@ -94,7 +120,7 @@ const releaseRoute = (body: MiddlewareHandler) =>
 
 /**
  * The routes; `view` shows an agent as the agents API does. Every change is audited with the caller as actor
- * (`pool.create`, `pool.delete`, `pool.acquire`, `pool.release`); the hosts audit what they did (forks, restores).
+ * (`pool.create`, `pool.resize`, `pool.delete`, `pool.acquire`, `pool.release`); the hosts audit what they did (forks, restores).
  */
 export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: VmStatus | undefined) => Promise<unknown>): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
@@ -215,10 +241,24 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
     return c.json({ id: row.id, deleted: true as const, removed, leftInUse }, 200);
   });
 
+  r.openapi(resizePoolRoute(body), async (c) => {
+    const caller = requireScope(c, "agents:admin");
+    const pool = await ownPool(caller, c.req.valid("param").id);
+    const b = c.req.valid("json");
+    if (b.size === undefined && b.maxSize === undefined) throw new AppError("bad_request", "give size, maxSize or both");
+    const size = b.size ?? pool.size;
+    const maxSize = b.maxSize ?? pool.maxSize;
+    if (maxSize < size) throw new AppError("bad_request", `maxSize: must be at least size (${size})`);
+    const { row, removed } = await keeper(deps).resize(pool, { size, maxSize });
+    await audit(c, caller, "pool.resize", pool.id, { from: { size: pool.size, maxSize: pool.maxSize }, to: { size, maxSize }, removed });
+    return c.json(await poolJson(row), 200);
+  });
+
   r.openapi(acquireRoute, async (c) => {
     const caller = requireScope(c, "agents:admin");
     const pool = await ownPool(caller, c.req.valid("param").id);
-    const { row, forked } = await keeper(deps).acquire(pool, c.get("requestId"));
+    const waitMs = c.req.valid("query").waitMs ?? defaultAcquireWaitMs;
+    const { row, forked } = await keeper(deps).acquire(pool, c.get("requestId"), { waitMs, signal: c.req.raw.signal });
     // Woken in the background: the caller's first call finds it awake, or waits for the wake under way.
     keeper(deps).after("a pool's agent did not wake", fleet.wake(agentSpec(row), "api"), { poolId: pool.id, agentId: row.id });
     await audit(c, caller, "pool.acquire", pool.id, { agentId: row.id, forked });

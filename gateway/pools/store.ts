@@ -1,7 +1,7 @@
 // Warm pools as the gateway keeps them (drizzle; Postgres or PGlite): the pool rows, their agents' places, the atomic hand-out.
-import { and, asc, eq, getTableColumns, inArray, isNull, sql } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, inArray, isNull, sql } from "drizzle-orm";
 import type { Db } from "../../schema/postgres.ts";
-import { agents, pools, type PoolAgentState } from "../../schema/core.ts";
+import { agents, checkpoints, pools, type PoolAgentState } from "../../schema/core.ts";
 import { AppError } from "../../lib/errors.ts";
 import { isUniqueViolation } from "../../schema/db-errors.ts";
 import type { AgentRow, NewAgent } from "../agents/repo.ts";
@@ -42,6 +42,14 @@ export interface PoolStore {
    * or the pool is no longer active. `acquire` inserts it `in_use`, `top-up` `resetting` (it is forked next).
    */
   reserve(poolId: string, agent: NewAgent, why: Reservation): Promise<AgentRow | undefined>;
+  /** Sets an active pool's size and maxSize (under its row's lock: no reservation counts against the old ones after); undefined when it is not active. */
+  resize(id: string, sizes: Pick<PoolRow, "size" | "maxSize">): Promise<PoolRow | undefined>;
+  /**
+   * Takes the pool's ready agents beyond its sizes out of it, newest first — beyond `size` not in use, or beyond
+   * `maxSize` in all — and marks them deleted (their checkpoints with them), in one transaction under the pool row's
+   * lock; handed-out agents are never taken. The caller removes their VMs.
+   */
+  takeSurplus(poolId: string): Promise<AgentRow[]>;
   /** Moves the agent's pool state when it is one of `from`; undefined when it was not (or it left the pool). */
   move(agentId: string, poolId: string, from: readonly PoolAgentState[], to: PoolAgentState): Promise<AgentRow | undefined>;
   /** The pool's live agents, in the given states (all when none given). */
@@ -143,6 +151,49 @@ export function createPoolStore(db: Db): PoolStore {
           })
           .returning();
         return rows[0];
+      });
+    },
+    async resize(id, sizes) {
+      const rows = await db
+        .update(pools)
+        .set({ size: sizes.size, maxSize: sizes.maxSize, updatedAt: sql`now()` })
+        .where(and(eq(pools.id, id), isNull(pools.deletedAt), eq(pools.state, "active")))
+        .returning();
+      return rows[0];
+    },
+    takeSurplus(poolId) {
+      return db.transaction(async (tx) => {
+        const [pool] = await tx
+          .select()
+          .from(pools)
+          .where(and(eq(pools.id, poolId), isNull(pools.deletedAt)))
+          .for("update");
+        if (!pool) return [];
+        const [n] = await tx
+          .select({
+            all: sql<number>`count(*)::int`,
+            notInUse: sql<number>`(count(*) filter (where pool_state <> 'in_use'))::int`,
+          })
+          .from(agents)
+          .where(and(eq(agents.poolId, poolId), isNull(agents.deletedAt)));
+        const surplus = Math.max(0, Number(n?.notInUse ?? 0) - pool.size, Number(n?.all ?? 0) - pool.maxSize);
+        if (surplus === 0) return [];
+        const taken = await tx
+          .select({ id: agents.id })
+          .from(agents)
+          .where(and(eq(agents.poolId, poolId), eq(agents.poolState, "ready"), isNull(agents.deletedAt)))
+          .orderBy(desc(agents.createdAt), desc(agents.id))
+          .limit(surplus)
+          .for("update", { skipLocked: true });
+        if (taken.length === 0) return [];
+        const ids = taken.map((t) => t.id);
+        const at = new Date();
+        const rows = await tx.update(agents).set({ deletedAt: at, state: "destroyed" }).where(inArray(agents.id, ids)).returning();
+        await tx
+          .update(checkpoints)
+          .set({ deletedAt: at })
+          .where(and(inArray(checkpoints.agentId, ids), isNull(checkpoints.deletedAt)));
+        return rows;
       });
     },
     async move(agentId, poolId, from, to) {

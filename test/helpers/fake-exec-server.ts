@@ -1,7 +1,8 @@
 // A small Node fake of the exec server's wire protocol v1 (fleet-agent/guest/guest-exec/), for unit tests of the gateway's exec and files routes only.
 //
 // Commands are not run: a few argv[0]s stand for behaviours (`echo`, `cat` (stdin), `big N`, `exit N`, `killed N`,
-// `timeout`, `nosuch`, `cut` (a stream without an exit), `utf8split`). Files live in a real directory (`root`).
+// `timeout`, `nosuch`, `cut` (a stream without an exit), `utf8split`, `sleep MS`, `linger MS` (the exit, then the
+// answer's end MS later)). Files live in a real directory (`root`).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync, createReadStream } from "node:fs";
 import { dirname, join } from "node:path";
@@ -107,6 +108,19 @@ export async function startFakeExecServer(root: string, key = "k".repeat(64)): P
         case "cut":
           frame(frameType.stdout, "partial");
           return res.end();
+        case "sleep": {
+          // Runs for argv[1] ms (its answer's head and a first line at once), or until the caller goes away.
+          frame(frameType.stdout, "sleeping\n");
+          const timer = setTimeout(() => exit("code=0 ms=1"), Number(argv[1]));
+          res.once("close", () => clearTimeout(timer));
+          return;
+        }
+        case "linger":
+          // The exit frame at once, the end of the answer argv[1] ms later (a connection closed late).
+          frame(frameType.stdout, "done\n");
+          frame(frameType.exit, "code=0 ms=1");
+          setTimeout(() => res.end(), Number(argv[1]));
+          return;
         case "utf8split": {
           const e = enc.encode("é€");
           frame(frameType.stdout, e.subarray(0, 1));

@@ -304,6 +304,7 @@ const auditedAs: Record<string, string> = {
   restoreAgent: "agent.restore",
   resetAgent: "agent.reset",
   createPool: "pool.create",
+  resizePool: "pool.resize",
   acquirePoolAgent: "pool.acquire",
   releasePoolAgent: "pool.release",
   deletePool: "pool.delete",
@@ -386,6 +387,7 @@ describe("audit coverage of the API", () => {
     const pool = await call("POST", "/v1/pools", c, { fromCheckpoint: checkpointId, size: 0, maxSize: 1 });
     const poolId = ((await pool.clone().json()) as { id: string }).id;
     await expectAudited("createPool", pool, "user_cov", poolId);
+    await expectAudited("resizePool", await call("PATCH", `/v1/pools/${poolId}`, c, { maxSize: 2 }), "user_cov", poolId);
     const acquired = await call("POST", `/v1/pools/${poolId}/acquire`, c);
     const pooled = ((await acquired.clone().json()) as { agent: { id: string } }).agent.id;
     await expectAudited("acquirePoolAgent", acquired, "user_cov", poolId);

@@ -12,11 +12,14 @@ import { openDatabase } from "../../schema/db.ts";
 import { tenants } from "../../schema/core.ts";
 import { createPoolStore } from "../../gateway/pools/store.ts";
 import { newId } from "../../lib/ids.ts";
+import { AgentVM } from "../../sdk/typescript/src/index.ts";
 
-/** Fails the next `failures` restores and forks (a host out of disk, say), then copies as the fake does. */
+/** Fails the next `failures` restores and forks (a host out of disk, say), then copies as the fake does; each takes `slowMs` more. */
 class FlakyDriver extends FakeCheckpointDriver {
   failures = 0;
+  slowMs = 0;
   override async restoreCheckpoint(spec: Parameters<FakeCheckpointDriver["restoreCheckpoint"]>[0], dir: string): Promise<void> {
+    if (this.slowMs > 0) await new Promise((r) => setTimeout(r, this.slowMs));
     if (this.failures > 0) {
       this.failures--;
       throw new Error("no space left on device (a test's failure)");
@@ -216,6 +219,146 @@ describe("pools", () => {
     expect(await getPool(topped.id)).toMatchObject({ inUse: 3, ready: 1, resetting: 0 });
   });
 
+  it("acquire at maxSize while the top-up forks waits for the fork (it was 409 at once); waitMs=0, a short wait, and every agent handed out are 409", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "waits", fromCheckpoint: ckp.id, size: 1, maxSize: 2 }));
+    driver.slowMs = 1500;
+    try {
+      const first = await post(`/v1/pools/${pool.id}/acquire`);
+      expect(first.status).toBe(200);
+      const firstId = ((await first.json()) as { agent: Agent }).agent.id;
+      // The top-up forks the second agent (maxSize 2 reached, it being made ready).
+      await until("the top-up to fork", async () => (await getPool(pool.id)).resetting === 1);
+      let t0 = Date.now();
+      const atOnce = await post(`/v1/pools/${pool.id}/acquire?waitMs=0`);
+      expect(atOnce.status).toBe(409);
+      expect(await errorCode(atOnce)).toBe("pool_exhausted");
+      expect(Date.now() - t0).toBeLessThan(1000);
+      t0 = Date.now();
+      const short = await post(`/v1/pools/${pool.id}/acquire?waitMs=200`);
+      expect(short.status).toBe(409);
+      expect(short.headers.get("retry-after")).toBe("1");
+      expect(await short.text()).toContain("none became ready within 200 ms");
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(200);
+      // The default wait (10 s): the fork's agent, as soon as it is ready.
+      const second = await post(`/v1/pools/${pool.id}/acquire`);
+      expect(second.status, await second.clone().text()).toBe(200);
+      const got = (await second.json()) as { agent: Agent; forked: boolean };
+      expect(got.agent.id).not.toBe(firstId);
+      expect(got.forked).toBe(false);
+      expect(got.agent.pool).toEqual({ id: pool.id, state: "in_use" });
+      // Every agent handed out and none being made ready: 409 at once, whatever the wait.
+      t0 = Date.now();
+      const none = await post(`/v1/pools/${pool.id}/acquire?waitMs=60000`);
+      expect(none.status).toBe(409);
+      expect(await errorCode(none)).toBe("pool_exhausted");
+      expect(none.headers.get("retry-after")).toBeNull();
+      expect(Date.now() - t0).toBeLessThan(1000);
+      for (const bad of ["-1", "60001", "1.5", "soon"]) expect((await post(`/v1/pools/${pool.id}/acquire?waitMs=${bad}`)).status, bad).toBe(400);
+    } finally {
+      driver.slowMs = 0;
+    }
+  });
+
+  it("two acquirers waiting for an agent being reset after its release: one gets it, the other 409 (never the same agent)", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "waiters", fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
+    const { agent } = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    driver.slowMs = 1000;
+    try {
+      const released = post(`/v1/pools/${pool.id}/release`, { agentId: agent.id });
+      await until("the reset to start", async () => (await getPool(pool.id)).resetting === 1);
+      const [a, b] = await Promise.all([post(`/v1/pools/${pool.id}/acquire`), post(`/v1/pools/${pool.id}/acquire`)]);
+      expect((await released).status).toBe(200);
+      expect([a.status, b.status].sort(), `${await a.clone().text()} ${await b.clone().text()}`).toEqual([200, 409]);
+      const ok = (a.status === 200 ? a : b).json() as Promise<{ agent: Agent }>;
+      expect((await ok).agent.id).toBe(agent.id);
+      expect(await errorCode(a.status === 409 ? a : b)).toBe("pool_exhausted");
+    } finally {
+      driver.slowMs = 0;
+    }
+  });
+
+  it("PATCH /v1/pools/{id} grows the pool (topped up at once), shrinks it (surplus ready agents deleted, handed-out ones kept), audited; bad input gets the envelope", async () => {
+    const ckp = await checkpoint();
+    const pool = await filled(await createPool({ name: "resized", fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
+    const patch = (body: unknown, token?: string) =>
+      sys.call(`/v1/pools/${pool.id}`, { method: "PATCH", headers: json, body: JSON.stringify(body), ...(token !== undefined ? { token } : {}) });
+    const bad: [unknown, number, string][] = [
+      [{}, 400, "size, maxSize"],
+      [{ size: 2 }, 400, "maxSize"],
+      [{ size: 3, maxSize: 2 }, 400, "maxSize"],
+      [{ size: 101, maxSize: 200 }, 400, "size"],
+      [{ maxSize: 0 }, 400, "maxSize"],
+      [{ size: -1 }, 400, "size"],
+      [{ size: 1, colour: "red" }, 400, "colour"],
+    ];
+    for (const [body, status, says] of bad) {
+      const res = await patch(body);
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      expect(await res.text(), JSON.stringify(body)).toContain(says);
+    }
+    expect((await patch({ size: 1 }, other)).status).toBe(404);
+    expect((await sys.call("/v1/pools/nope", { method: "PATCH", headers: json, body: "{}" })).status).toBe(400);
+
+    const grown = await patch({ size: 3, maxSize: 4 });
+    expect(grown.status, await grown.clone().text()).toBe(200);
+    expect(await grown.json()).toMatchObject({ id: pool.id, size: 3, maxSize: 4 });
+    await filled(pool, 3);
+    const held = (await (await post(`/v1/pools/${pool.id}/acquire`)).json()) as { agent: Agent };
+    // The top-up replaces it: 3 ready and 1 in use (maxSize 4).
+    await until("the top-up after the acquire", async () => {
+      const p = await getPool(pool.id);
+      return p.ready === 3 && p.inUse === 1 && p.resetting === 0;
+    });
+    const readyBefore = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), eq(agents.poolState, "ready"), isNull(agents.deletedAt)));
+
+    const shrunk = await patch({ size: 1 });
+    expect(shrunk.status).toBe(200);
+    expect(await shrunk.json()).toMatchObject({ size: 1, maxSize: 4, ready: 1, inUse: 1, resetting: 0 });
+    const readyAfter = await sys.database.db
+      .select()
+      .from(agents)
+      .where(and(eq(agents.poolId, pool.id), isNull(agents.deletedAt)));
+    const gone = readyBefore.filter((r) => !readyAfter.some((a) => a.id === r.id));
+    expect(gone).toHaveLength(2);
+    for (const r of gone) {
+      expect((await sys.call(`/v1/agents/${r.id}`)).status).toBe(404);
+      expect(existsSync(stateDir(r.id))).toBe(false);
+    }
+    // Below what is handed out: the ready ones go, the holder keeps its agent.
+    const tiny = await patch({ size: 0, maxSize: 1 });
+    expect(await tiny.json()).toMatchObject({ size: 0, maxSize: 1, ready: 0, inUse: 1 });
+    expect((await sys.call(`/a/${held.agent.id}/counter`)).status).toBe(200);
+    // Released into a pool that keeps none ready: reset, then taken out as surplus.
+    expect((await post(`/v1/pools/${pool.id}/release`, { agentId: held.agent.id })).status).toBe(200);
+    await until("the released agent to be trimmed", async () => {
+      const p = await getPool(pool.id);
+      return p.ready === 0 && p.inUse === 0;
+    });
+    expect((await sys.call(`/v1/agents/${held.agent.id}`)).status).toBe(404);
+
+    const audits = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, pool.id));
+    const resizes = audits.filter((a) => a.action === "pool.resize");
+    expect(resizes).toHaveLength(3);
+    expect(resizes.map((a) => a.detail)).toEqual(
+      expect.arrayContaining([
+        { from: { size: 1, maxSize: 1 }, to: { size: 3, maxSize: 4 }, removed: 0 },
+        { from: { size: 3, maxSize: 4 }, to: { size: 1, maxSize: 4 }, removed: 2 },
+        { from: { size: 1, maxSize: 4 }, to: { size: 0, maxSize: 1 }, removed: 1 },
+      ]),
+    );
+
+    // The TypeScript SDK's pool.resize().
+    const sdkPool = await new AgentVM({ baseUrl: sys.url, token: sys.demo.token }).pools.get(pool.id);
+    expect(await sdkPool.resize({ size: 2, maxSize: 2 })).toMatchObject({ size: 2, maxSize: 2 });
+    expect(sdkPool.info.size).toBe(2);
+    await filled(pool, 2);
+  });
+
   it("usage by agent says which pool each pooled agent is in (JSON and CSV); a pooled agent is billed as any other", async () => {
     const ckp = await checkpoint();
     const pool = await filled(await createPool({ name: "billed", fromCheckpoint: ckp.id, size: 1, maxSize: 1 }));
@@ -404,7 +547,13 @@ describe("agentvm pools, agentvm reset", () => {
     expect(agentId).toMatch(/^agt_/);
     const shown = await agentvm(["agents", "show", agentId]);
     expect(shown.out).toMatch(new RegExp(`^pool\\s+${poolId} \\(in use\\)$`, "m"));
-    const exhausted = await agentvm(["pools", "acquire", poolId]);
+    const resized = await agentvm(["--json", "pools", "resize", poolId, "--size", "1", "--max", "1"]);
+    expect(resized.code, resized.err).toBe(0);
+    expect(JSON.parse(resized.out)).toMatchObject({ id: poolId, size: 1, maxSize: 1, inUse: 1 });
+    const noSizes = await agentvm(["pools", "resize", poolId]);
+    expect(noSizes.code).toBe(2);
+    expect(noSizes.err).toContain("--size, --max or both");
+    const exhausted = await agentvm(["pools", "acquire", poolId, "--wait", "0"]);
     expect(exhausted.code).toBe(1);
     expect(exhausted.err).toContain("every agent handed out");
     const reset = await agentvm(["reset", agentId]);

@@ -40,7 +40,18 @@ function memoryStore(pools: PoolRow[]) {
     get: async (id) => pools.find((p) => p.id === id && p.deletedAt === null),
     list: async (t) => pools.filter((p) => p.tenantId === t && p.deletedAt === null),
     live: async () => pools.filter((p) => p.deletedAt === null),
-    counts: async () => new Map(),
+    counts: async (ids) => {
+      const out = new Map<string, { ready: number; inUse: number; resetting: number }>();
+      for (const id of ids) {
+        const mine = agents.filter((x) => x.poolId === id && x.deletedAt === null);
+        out.set(id, {
+          ready: mine.filter((x) => x.poolState === "ready").length,
+          inUse: mine.filter((x) => x.poolState === "in_use").length,
+          resetting: mine.filter((x) => x.poolState === "resetting").length,
+        });
+      }
+      return out;
+    },
     claimReady: async (id) => {
       const a = agents.find((x) => x.poolId === id && x.poolState === "ready" && x.deletedAt === null);
       if (a) a.poolState = "in_use";
@@ -60,6 +71,22 @@ function memoryStore(pools: PoolRow[]) {
       if (a) a.poolState = to;
       return a;
     },
+    resize: async (id, sizes) => {
+      const p = pools.find((x) => x.id === id && x.state === "active");
+      if (p) Object.assign(p, sizes);
+      return p;
+    },
+    takeSurplus: async (id) => {
+      const p = pools.find((x) => x.id === id);
+      const mine = agents.filter((x) => x.poolId === id && x.deletedAt === null);
+      if (!p) return [];
+      const surplus = Math.max(0, mine.filter((x) => x.poolState !== "in_use").length - p.size, mine.length - p.maxSize);
+      if (surplus === 0) return [];
+      const ready = mine.filter((x) => x.poolState === "ready");
+      const taken = ready.slice(Math.max(0, ready.length - surplus));
+      for (const a of taken) a.deletedAt = new Date();
+      return taken;
+    },
     members: async (id, states) => agents.filter((x) => x.poolId === id && x.deletedAt === null && (!states || states.includes(x.poolState!))),
     markDeleting: async (id) => {
       const p = pools.find((x) => x.id === id);
@@ -73,18 +100,21 @@ function memoryStore(pools: PoolRow[]) {
   return { store, agents };
 }
 
-function parts(pools: PoolRow[], forkFailures = 0) {
+function parts(pools: PoolRow[], forkFailures = 0, forkMs = 0) {
   const { store, agents } = memoryStore(pools);
   const forks: number[] = [];
+  const forked: number[] = [];
   const removed: string[] = [];
   let failures = forkFailures;
   const fleet = {
     fork: async () => {
       forks.push(Date.now());
+      if (forkMs > 0) await new Promise((r) => setTimeout(r, forkMs));
       if (failures > 0) {
         failures--;
         throw new Error("disk full");
       }
+      forked.push(performance.now());
       return "hibernated";
     },
     remove: async (id: string) => void removed.push(id),
@@ -98,7 +128,7 @@ function parts(pools: PoolRow[], forkFailures = 0) {
   } as unknown as AgentRepo;
   const checkpoints = { get: async (id: string) => (id === ckp.id ? ckp : undefined) } as unknown as CheckpointRepo;
   const keeper = createPoolKeeper({ store, agents: agentRepo, checkpoints, fleet, log: silentLogger, backoff: { firstMs: 40, maxMs: 100 } });
-  return { keeper, agents, forks, removed };
+  return { keeper, agents, forks, forked, removed };
 }
 
 async function until(check: () => boolean, ms = 5000): Promise<void> {
@@ -133,6 +163,40 @@ describe("pool keeper", () => {
     expect(gaps[1]).toBeGreaterThanOrEqual(75); // 80 ms
     expect(gaps[2]).toBeGreaterThanOrEqual(95); // 160 ms, capped at 100
     expect(agents.filter((a) => a.deletedAt !== null)).toHaveLength(3);
+    await keeper.stop();
+  });
+
+  it("an acquire at maxSize waits for the top-up's fork and is woken as it is ready (not at its next look at the store); with none being made ready, 409 at once", async () => {
+    const p = pool("pol_f0000001", { size: 1, maxSize: 1 });
+    const { keeper, forked } = parts([p], 0, 300);
+    keeper.kick(p.id);
+    await new Promise((r) => setTimeout(r, 50)); // the fork is under way
+    const t0 = performance.now();
+    const got = await keeper.acquire(p, undefined, { waitMs: 5000 });
+    const answered = performance.now();
+    expect(got.forked).toBe(false);
+    expect(answered - t0).toBeGreaterThan(150);
+    // Woken by the fork's end: well before the 200 ms poll would have looked again.
+    expect(answered - forked[0]!).toBeLessThan(60);
+    const t1 = performance.now();
+    await expect(keeper.acquire(p, undefined, { waitMs: 5000 })).rejects.toMatchObject({ code: "pool_exhausted" });
+    expect(performance.now() - t1).toBeLessThan(100);
+    await keeper.stop();
+  });
+
+  it("resize: a larger pool is topped up at once, a smaller one's surplus ready agents are removed (its VMs too)", async () => {
+    const p = pool("pol_g0000001", { size: 1, maxSize: 3 });
+    const { keeper, agents, removed } = parts([p]);
+    const ready = () => agents.filter((a) => a.poolId === p.id && a.poolState === "ready" && a.deletedAt === null);
+    keeper.kick(p.id);
+    await until(() => ready().length === 1);
+    await keeper.idle();
+    expect((await keeper.resize(p, { size: 3, maxSize: 3 })).removed).toBe(0);
+    await until(() => ready().length === 3);
+    await keeper.idle();
+    const { row, removed: n } = await keeper.resize(p, { size: 1, maxSize: 3 });
+    expect([row.size, n, ready().length]).toEqual([1, 2, 1]);
+    expect(removed).toHaveLength(2);
     await keeper.stop();
   });
 

@@ -344,21 +344,37 @@ class Pool:
     def __repr__(self) -> str:
         return f"Pool({self.id!r})"
 
-    def acquire(self, wait_ms: int = 0) -> Agent:
-        """An agent for you alone; the pool tops itself up behind it. At its maxSize with none ready the API answers
-        409 ``pool_exhausted``: with ``wait_ms`` the call asks again (every 50–500 ms) until one is ready or the time is
-        up, then raises that error."""
-        deadline = time.monotonic() + wait_ms / 1000
+    def acquire(self, wait_ms: Optional[int] = None) -> Agent:
+        """An agent for you alone; the pool tops itself up behind it. At its maxSize with none ready but some being made
+        ready, the API waits for one (``wait_ms``, else its default of 10 s, at most 60 s per call); with every agent
+        handed out it answers 409 ``pool_exhausted`` at once. With ``wait_ms`` the call asks again (every 50–500 ms)
+        until one is ready (a release, a top-up's fork) or the time is up, then raises that error."""
+        deadline = time.monotonic() + (wait_ms or 0) / 1000
         pause = 0.05
         while True:
+            server_wait_ms = 10_000 if wait_ms is None else min(60_000, max(0, int((deadline - time.monotonic()) * 1000)))
+            query = None if wait_ms is None else {"waitMs": server_wait_ms}
+            # The call lasts as long as the gateway waits: the client's timeout is stretched to cover it.
+            timeout = None if self._http.timeout is None else max(self._http.timeout, server_wait_ms / 1000 + 30)
             try:
-                r = self._http.json("POST", f"/v1/pools/{_q(self.id)}/acquire")
+                r = self._http.json("POST", f"/v1/pools/{_q(self.id)}/acquire", query=query, timeout=timeout)
                 return Agent(self._http, r["agent"]["id"], r["agent"], self.id)
             except AgentVMError as e:
                 if e.code != "pool_exhausted" or time.monotonic() + pause > deadline:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 0.5)
+
+    def resize(self, size: Optional[int] = None, max_size: Optional[int] = None) -> Dict[str, Any]:
+        """Changes how many ready agents the pool keeps (more: forked now; fewer: the surplus ready ones deleted, never
+        handed-out ones) and how many it may hold in all; answers the pool, as ``info`` now is."""
+        body: Dict[str, Any] = {}
+        if size is not None:
+            body["size"] = size
+        if max_size is not None:
+            body["maxSize"] = max_size
+        self.info = self._http.json("PATCH", f"/v1/pools/{_q(self.id)}", json_body=body)
+        return self.info
 
     def release(self, agent: Union[Agent, str]) -> Dict[str, Any]:
         """Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire: ``{agent, resetMs}``."""

@@ -86,11 +86,13 @@ class Fake(BaseHTTPRequestHandler):
             return self._json(404, {"nope": True})
         if p == "/v1/pools/pol_1/acquire":
             return self._json(200, {"agent": {"id": "agt_p"}, "pool": "pol_1"})
+        if p == "/v1/pools/pol_1" and self.command == "PATCH":
+            return self._json(200, {"id": "pol_1", **json.loads(body)})
         if p == "/v1/pools/pol_1/release":
             return self._json(200, {"agent": {"id": json.loads(body)["agentId"]}})
         return self._json(502, "upstream gone")
 
-    do_GET = do_POST = do_PUT = do_DELETE = _handle
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
 
 class ClientTest(unittest.TestCase):
@@ -171,7 +173,14 @@ class ClientTest(unittest.TestCase):
         pool = Pool(self.client().http, {"id": "pol_1"})
         agent = pool.acquire()
         self.assertEqual((agent.id, agent.pool_id), ("agt_p", "pol_1"))
+        self.assertEqual(seen[-1]["query"], {})
+        pool.acquire(wait_ms=2500)
+        self.assertLessEqual(int(seen[-1]["query"]["waitMs"]), 2500)
+        self.assertGreater(int(seen[-1]["query"]["waitMs"]), 2000)
         self.assertEqual(agent.release()["agent"]["id"], "agt_p")
+        self.assertEqual(pool.resize(size=3, max_size=5), {"id": "pol_1", "size": 3, "maxSize": 5})
+        self.assertEqual((seen[-1]["method"], json.loads(seen[-1]["body"])), ("PATCH", {"size": 3, "maxSize": 5}))
+        self.assertEqual(pool.info["size"], 3)
 
 
 if __name__ == "__main__":

@@ -74,9 +74,14 @@ export type paths = {
     get: operations["getPool"];
     /** Delete a pool: its agents that are not handed out are deleted; handed-out ones stay with their holders as ordinary agents */
     delete: operations["deletePool"];
+    /** Change a pool's size and maxSize: a larger pool is topped up at once; a smaller one deletes its surplus ready agents (never handed-out ones) */
+    patch: operations["resizePool"];
   };
   "/v1/pools/{id}/acquire": {
-    /** Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize */
+    /**
+     * Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize
+     * @description At maxSize with none ready but some being made ready (forked by the top-up, reset after a release), it waits for one of them up to `waitMs` (default 10 s). `409 pool_exhausted` when every agent is handed out (at once), or none became ready in time (with `Retry-After`).
+     */
     post: operations["acquirePoolAgent"];
   };
   "/v1/pools/{id}/release": {
@@ -641,6 +646,12 @@ export type components = {
       removed: number;
       /** @description Its handed-out agents, left to their holders (ordinary agents now: delete them when done) */
       leftInUse: number;
+    };
+    ResizePool: {
+      /** @description How many ready agents the pool keeps from now (more: forked at once; fewer: the surplus ready ones deleted) */
+      size?: number;
+      /** @description How many agents it may hold in all from now (handed-out ones are never taken back) */
+      maxSize?: number;
     };
     PoolAcquired: {
       agent: components["schemas"]["Agent"];
@@ -2783,9 +2794,79 @@ export type operations = {
       };
     };
   };
-  /** Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize */
+  /** Change a pool's size and maxSize: a larger pool is topped up at once; a smaller one deletes its surplus ready agents (never handed-out ones) */
+  resizePool: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ResizePool"];
+      };
+    };
+    responses: {
+      /** @description The pool with its new sizes (its top-up under way) */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Pool"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Hand out one of the pool's agents (never the same one to two callers), woken in the background; one is forked now when none is ready and the pool is below maxSize
+   * @description At maxSize with none ready but some being made ready (forked by the top-up, reset after a release), it waits for one of them up to `waitMs` (default 10 s). `409 pool_exhausted` when every agent is handed out (at once), or none became ready in time (with `Retry-After`).
+   */
   acquirePoolAgent: {
     parameters: {
+      query?: {
+        /** @description When none is ready and the pool is at maxSize with agents being made ready: how long to wait for one, ms (default 10000, at most 60000; 0: 409 at once) */
+        waitMs?: number;
+      };
       path: {
         id: string;
       };

@@ -2,7 +2,10 @@
 import { Agent } from "./agent.ts";
 import { AgentVMError } from "./errors.ts";
 import { type Http, seg } from "./http.ts";
-import type { CreatePoolInput, PoolAcquired, PoolDeleted, PoolInfo, PoolReleased } from "./types.ts";
+import type { CreatePoolInput, PoolAcquired, PoolDeleted, PoolInfo, PoolReleased, ResizePoolInput } from "./types.ts";
+
+/** The longest one acquire call waits on the gateway, ms (its `waitMs` bound). */
+const maxServerWaitMs = 60_000;
 
 /** A pool: its id and what the API last said of it. */
 export class Pool {
@@ -17,15 +20,17 @@ export class Pool {
   }
 
   /**
-   * An agent of the pool for you alone; the pool tops itself up behind it. At its maxSize with none ready the API
-   * answers 409 `pool_exhausted`: with `waitMs` the call asks again (every 50–500 ms) until one is ready (a release,
-   * or a top-up's fork) or the time is up, then throws that error.
+   * An agent of the pool for you alone; the pool tops itself up behind it. At its maxSize with none ready but some
+   * being made ready, the API waits for one (`waitMs`, else its default of 10 s; at most 60 s a call); with every agent
+   * handed out it answers 409 `pool_exhausted` at once. With `waitMs` the call asks again (every 50–500 ms) until one
+   * is ready (a release, or a top-up's fork) or the time is up, then throws that error.
    */
   async acquire(opts: { waitMs?: number; signal?: AbortSignal } = {}): Promise<Agent> {
     const deadline = Date.now() + (opts.waitMs ?? 0);
     for (let pause = 50; ; pause = Math.min(pause * 2, 500)) {
+      const query = opts.waitMs === undefined ? "" : `?waitMs=${Math.min(maxServerWaitMs, Math.max(0, Math.round(deadline - Date.now())))}`;
       try {
-        const r = await this.http.json<PoolAcquired>("POST", `/v1/pools/${seg(this.id)}/acquire`, { signal: opts.signal });
+        const r = await this.http.json<PoolAcquired>("POST", `/v1/pools/${seg(this.id)}/acquire${query}`, { signal: opts.signal });
         return new Agent(this.http, r.agent.id, r.agent, this.id);
       } catch (err) {
         if (!(err instanceof AgentVMError && err.code === "pool_exhausted") || Date.now() + pause > deadline) throw err;
@@ -33,6 +38,15 @@ export class Pool {
         opts.signal?.throwIfAborted();
       }
     }
+  }
+
+  /**
+   * Changes how many ready agents the pool keeps (more: forked now; fewer: the surplus ready ones deleted, never
+   * handed-out ones) and how many it may hold in all; answers the pool, as `info` now is.
+   */
+  async resize(sizes: ResizePoolInput): Promise<PoolInfo> {
+    this.info = await this.http.json<PoolInfo>("PATCH", `/v1/pools/${seg(this.id)}`, { json: sizes });
+    return this.info;
   }
 
   /** Gives an agent back: it is reset to the pool's checkpoint and ready for the next acquire. */

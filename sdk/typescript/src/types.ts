@@ -77,6 +77,8 @@ export type FileData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream
 /** A warm pool, as the API describes it. */
 export type PoolInfo = Schemas["Pool"];
 export type CreatePoolInput = Schemas["CreatePool"];
+/** New sizes for a pool: `size` (ready agents kept), `maxSize` (agents in all), either or both. */
+export type ResizePoolInput = Schemas["ResizePool"];
 /** What acquire answers: the agent handed out, its pool, and whether it was forked for the call. */
 export type PoolAcquired = Schemas["PoolAcquired"];
 /** What release answers: the agent, back in the pool, and how long its reset took. */
