@@ -102,7 +102,7 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
   });
 
   it("answers with the key only; runs as the image's user in its workdir with its env and groups", async () => {
-    expect((await execRequest(t, "GET", "/v1/version")).body.toString()).toBe("agentvm-exec/1");
+    expect((await execRequest(t, "GET", "/v1/version")).body.toString()).toBe("agentvm-exec/2");
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: "f".repeat(64) })).status).toBe(401);
     expect(await driver.execTarget(vm)).toEqual(t);
     expect(await sh(t, 'echo "$(id -u):$(id -g):$(id -G) $(pwd) $GREETING $AGENT_ID"')).toBe(`${UID}:${UID}:${UID} 2000 /home/agent hello agt_exec\n`);

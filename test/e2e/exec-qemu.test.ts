@@ -33,7 +33,7 @@ describe("guest-exec in a QEMU demo VM", () => {
     expect(t.key).toMatch(/^[0-9a-f]{64}$/);
     expect(t.port).not.toBe(vm.endpoint.port);
     const v = await execRequest(t, "GET", "/v1/version");
-    expect([v.status, v.body.toString()]).toEqual([200, "agentvm-exec/1"]);
+    expect([v.status, v.body.toString()]).toEqual([200, "agentvm-exec/2"]);
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: "0".repeat(64) })).status).toBe(401);
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: null })).status).toBe(401);
     expect(await driver.execTarget(vm)).toEqual(t);
