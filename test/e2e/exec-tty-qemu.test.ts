@@ -2,12 +2,18 @@
 //
 // `sh` on a PTY: `tty` names a /dev/pts, `stty size` follows the size given and a resize, typed input echoes, `exit 3`
 // is the exit message and a 1000 close; a client that goes away hangs its command up; refusals before the upgrade
-// (no scope, an unknown agent, a bad size) are plain answers with the envelope; the audit row says tty.
-import { spawnSync } from "node:child_process";
+// (no scope, an unknown agent, a bad size) are plain answers with the envelope; the audit row says tty. Then
+// `agentvm exec` itself under a pseudo-terminal of ours (python3's pty): it picks the terminal, follows our size, passes
+// typed input, exits with the command's status and leaves our terminal as it found it.
+import { execFile, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { auditLog } from "../../schema/core.ts";
+import { agentvmBin } from "../helpers/cli.ts";
 import { makeDriver } from "../helpers/qemu.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 
@@ -185,4 +191,50 @@ describe.skipIf(!qemuPresent)(title, () => {
     expect(s.controls[0]).toMatchObject({ error: expect.stringMatching(/no-such-program/) });
     expect(s.controls.at(-1)).toMatchObject({ exit: { code: 127 } });
   }, 60_000);
+
+  it("agentvm exec under a pseudo-terminal: our size, typed input, the command's status, our terminal restored", async () => {
+    const home = mkdtempSync(join(tmpdir(), "h-tty-cli-"));
+    // The parent of the pty: size 33x99, types a line once the command asks, prints everything, exits with the child's status.
+    const driver = [
+      "import os, pty, sys, fcntl, termios, struct, select",
+      "pid, fd = pty.fork()",
+      "if pid == 0:",
+      "    os.execvp('sh', ['sh', '-c', sys.argv[1]])",
+      "fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', 33, 99, 0, 0))",
+      "out = b''",
+      "typed = False",
+      "while True:",
+      "    r, _, _ = select.select([fd], [], [], 30)",
+      "    if not r: break",
+      "    try:",
+      "        d = os.read(fd, 4096)",
+      "    except OSError:",
+      "        break",
+      "    if not d: break",
+      "    out += d",
+      "    if not typed and b'ready' in out:",
+      "        os.write(fd, b'typed words\\r')",
+      "        typed = True",
+      "sys.stdout.write(out.decode('utf-8', 'replace'))",
+      "_, status = os.waitpid(pid, 0)",
+      "sys.exit(os.waitstatus_to_exitcode(status))",
+    ].join("\n");
+    const remote = "tty; stty size; echo ready; read x; echo got:$x; exit 5";
+    const script = `before=$(stty -g); ${JSON.stringify(process.execPath)} ${JSON.stringify(agentvmBin)} exec ${agentId} -- sh -c '${remote}'; echo "status=$?"; [ "$before" = "$(stty -g)" ] && echo restored`;
+    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, AGENTVM_URL: sys.url, AGENTVM_TOKEN: sys.demo.token, TERM: "xterm-256color" };
+    try {
+      const out = await new Promise<string>((resolve, reject) =>
+        execFile("python3", ["-c", driver, script], { env, timeout: 60_000 }, (err, stdout, stderr) =>
+          err ? reject(new Error(`${err.message}\n${stdout}\n${stderr}`)) : resolve(stdout),
+        ),
+      );
+      expect(out).toMatch(/\/dev\/pts\/\d+/);
+      expect(out).toContain("33 99");
+      expect(out).toContain("got:typed words");
+      expect(out).toContain("status=5");
+      expect(out).toContain("restored");
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
