@@ -42,6 +42,8 @@ export interface TtySocket {
   /** Stops reading the client while the command's input is full, and reads on. */
   pause(): void;
   resume(): void;
+  /** Neither side has closed yet. */
+  readonly open: boolean;
 }
 
 /** What a runtime that takes WebSockets gives the route (in the request's env under `ttyAcceptorKey`). */
@@ -239,16 +241,30 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
         if (exit) {
           ws.send(JSON.stringify({ exit: { code: exit.exitCode, signal: exit.signal, timedOut: exit.timedOut, durationMs: exit.durationMs } }));
           ws.close(ttyClose.exited, "");
-        } else failSocket(ws, new AppError("bad_gateway", `agent ${id}'s exec server ended the terminal's stream without its exit status`), requestId);
+        } else void cut(new AppError("bad_gateway", `agent ${id}'s exec server ended the terminal's stream without its exit status`));
       },
       (err: unknown) => {
         finished = true;
         const message = err instanceof Error ? err.message : String(err);
         record(undefined, message);
         endInput();
-        failSocket(ws, err instanceof AppError ? err : new AppError("bad_gateway", `the terminal's stream broke: ${message}`), requestId);
+        void cut(err instanceof AppError ? err : new AppError("bad_gateway", `the terminal's stream broke: ${message}`));
       },
     );
+    /** A stream cut without an exit: 1001 when the agent is going to sleep under it (its host hibernated or moved it), else 1011. */
+    async function cut(err: AppError): Promise<void> {
+      if (!ws.open) return;
+      const state = await fleet.status(agent.spec.id).then(
+        (s) => s?.state,
+        () => undefined,
+      );
+      log.warn("terminal stream cut", { requestId, agentId: agent.spec.id, state, err: err.message });
+      if (state !== undefined && state !== "running" && state !== "dozing") {
+        ws.send(JSON.stringify({ error: `agent ${id} is going to sleep (${state}): the terminal ended with it` }));
+        return ws.close(ttyClose.goingAway, "the agent is hibernating");
+      }
+      failSocket(ws, err, requestId);
+    }
     return c.body(null, 200) as never;
   });
 

@@ -10,6 +10,7 @@ import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import { serveNode, type NodeServer } from "../../gateway/node/serve.ts";
 import type { Scope } from "../../contracts/caller.ts";
+import type { VmState } from "../../contracts/agent.ts";
 import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
 import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { auditLog } from "../../schema/core.ts";
@@ -24,6 +25,8 @@ let server: NodeServer;
 let agentId: string;
 /** What the fake exec server saw of each terminal: its spec, and whether its input ended (the hangup). */
 const seen: { spec: string[]; ended: boolean }[] = [];
+/** The agent's state as the fake fleet reports it. */
+let vmState: VmState = "running";
 
 const enc = new TextEncoder();
 const frame = (type: number, text: string) => encodeFrame(type, enc.encode(text));
@@ -70,7 +73,12 @@ async function fakeTerminal(body: ReadableStream<Uint8Array>): Promise<Response>
         }
         const payload = new TextDecoder().decode(await take(new DataView(head.buffer).getUint32(1)));
         if (head[0] === 5) controller.enqueue(frame(frameType.stdout, `size ${payload}`));
-        else if (payload.includes("exit")) {
+        else if (payload.includes("vanish")) {
+          // The stream ends with no exit: the VM stopped under the command (`vanish sleep`: its host hibernates it) or broke.
+          if (payload.includes("sleep")) vmState = "snapshotting";
+          void reader.cancel();
+          return controller.close();
+        } else if (payload.includes("exit")) {
           controller.enqueue(frame(frameType.exit, "code=3 ms=5"));
           void reader.cancel();
           return controller.close();
@@ -91,6 +99,9 @@ beforeAll(async () => {
     async forward(_agent, req, ctx) {
       if (ctx.target !== "exec" || !req.body) return new Response("workload");
       return fakeTerminal(req.body);
+    },
+    async status(id) {
+      return { agentId: id, vmId: "vm_x", state: vmState, inFlight: 0, leases: 0, runId: undefined, lastWakeAt: undefined, lastActivityAt: undefined };
     },
   });
   app = createGateway({
@@ -242,6 +253,20 @@ describe("exec on a terminal through the Node gateway", () => {
     expect([worker.status, ((await worker.json()) as { error: { code: string } }).error.code]).toEqual([501, "exec_unsupported"]);
     const plain = await fetch(`http://127.0.0.1:${server.port}/v1/agents/${agentId}/exec/tty?rows=1&cols=1`, { headers });
     expect(plain.status).toBe(400);
+  });
+
+  it("a stream cut without an exit: 1001 while the agent goes to sleep, 1011 with the envelope otherwise", async () => {
+    const s = await open("rows=5&cols=5");
+    s.ws.send(enc.encode("vanish sleep"));
+    expect((await s.closed).code).toBe(1001);
+    expect(s.controls[0]).toMatchObject({ error: expect.stringMatching(/going to sleep/) });
+    vmState = "running";
+    const broken = await open("rows=5&cols=5");
+    broken.ws.send(enc.encode("vanish"));
+    const closed = await broken.closed;
+    expect(closed.code).toBe(1011);
+    expect(JSON.parse(closed.reason)).toMatchObject({ error: { code: "bad_gateway" } });
+    expect(broken.controls[0]).toMatchObject({ error: { code: "bad_gateway", requestId: expect.stringMatching(/^req_/) } });
   });
 
   it("a gateway that stops closes its terminals with 1001", async () => {
