@@ -55,10 +55,13 @@ async function openTty(query: string, token = sys.demo.token): Promise<Session> 
   const decoder = new TextDecoder();
   let screen = "";
   const controls: unknown[] = [];
+  /** Checked on every message: a wait ends the moment its text arrives (the echo times below are not a poll's). */
+  const waiters = new Set<() => void>();
   const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })));
   ws.addEventListener("message", (e) => {
     if (typeof e.data === "string") controls.push(JSON.parse(e.data));
     else screen += decoder.decode(new Uint8Array(e.data as ArrayBuffer), { stream: true });
+    for (const check of [...waiters]) check();
   });
   await new Promise<void>((resolve, reject) => {
     ws.addEventListener("open", () => resolve(), { once: true });
@@ -71,14 +74,25 @@ async function openTty(query: string, token = sys.demo.token): Promise<Session> 
     controls,
     closed,
     type: (text) => ws.send(encoder.encode(text)),
-    async waitFor(pattern, from = 0, timeoutMs = 20_000) {
-      const until = Date.now() + timeoutMs;
-      for (;;) {
-        const m = pattern.exec(screen.slice(from));
-        if (m) return m[0];
-        if (Date.now() > until) throw new Error(`no ${pattern} on the screen: ${JSON.stringify(screen.slice(from))}`);
-        await new Promise((r) => setTimeout(r, 25));
-      }
+    waitFor(pattern, from = 0, timeoutMs = 20_000) {
+      return new Promise<string>((resolve, reject) => {
+        const check = () => {
+          const m = pattern.exec(screen.slice(from));
+          if (!m) return;
+          done();
+          resolve(m[0]);
+        };
+        const timer = setTimeout(() => {
+          done();
+          reject(new Error(`no ${pattern} on the screen: ${JSON.stringify(screen.slice(from))}`));
+        }, timeoutMs);
+        const done = () => {
+          clearTimeout(timer);
+          waiters.delete(check);
+        };
+        waiters.add(check);
+        check();
+      });
     },
   };
 }
@@ -129,11 +143,26 @@ describe.skipIf(!qemuPresent)(title, () => {
     s.type("stty size\n");
     await s.waitFor(/40 132\r\n/, at);
     at = s.screen().length;
-    const t1 = Date.now();
     s.type("echo hel");
     // The terminal echoes what is typed before any newline: the line discipline is the guest's.
     await s.waitFor(/echo hel/, at);
-    console.log(`keystroke echo round trip: ${Date.now() - t1} ms`);
+    // One key at a time, each after the last one's echo: the round trip a typist feels (gateway, host, QEMU, the PTY).
+    const echoes: number[] = [];
+    for (const key of "abcdefghijklmnopqrst") {
+      const from = s.screen().length;
+      const t1 = performance.now();
+      s.type(key);
+      await s.waitFor(new RegExp(key), from);
+      echoes.push(performance.now() - t1);
+    }
+    echoes.sort((a, b) => a - b);
+    console.log(`keystroke echo round trip over 20 keys: p50 ${echoes[10]!.toFixed(1)} ms, max ${echoes[19]!.toFixed(1)} ms`);
+    at = s.screen().length;
+    s.type("\n");
+    await s.waitFor(/\r\nhelabcdefghijklmnopqrst\r\n/, at);
+    at = s.screen().length;
+    s.type("echo hel");
+    await s.waitFor(/echo hel/, at);
     s.type("lo\n");
     await s.waitFor(/echo hello\r\nhello\r\n/, at);
     s.type("exit 3\n");
@@ -185,7 +214,9 @@ describe.skipIf(!qemuPresent)(title, () => {
   }, 60_000);
 
   it("a program that is missing: the error message, then exit 127", async () => {
+    const t0 = performance.now();
     const s = await openTty("arg=no-such-program&rows=5&cols=5");
+    console.log(`terminal open on an awake agent: ${(performance.now() - t0).toFixed(1)} ms`);
     const closed = await s.closed;
     expect(closed.code).toBe(1000);
     expect(s.controls[0]).toMatchObject({ error: expect.stringMatching(/no-such-program/) });
