@@ -102,7 +102,8 @@ const ttyRoute = createRoute({
   operationId: "execTtyInAgent",
   summary: "Run a command on a terminal inside the agent's VM, interactively (a WebSocket)",
   description: [
-    "A WebSocket upgrade (Node gateways; a Worker answers 501). The command starts (waking the agent, which stays awake while it runs)",
+    "A WebSocket upgrade (Node gateways; a Worker answers 501), with the bearer token in Authorization (a browser offers the subprotocols",
+    "`agentvm.tty` and `agentvm.bearer.<token>` instead). The command starts (waking the agent, which stays awake while it runs)",
     "before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways;",
     'text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and',
     '`{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited,',

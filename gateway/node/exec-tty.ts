@@ -13,6 +13,10 @@ import { sendErrorOnSocket } from "../../lib/node-respond.ts";
 import { ttyAcceptorKey, ttyClose, type TtyAcceptor } from "../exec/tty.ts";
 import { handshakeAnswer, WebSocketConnection } from "./websocket-server.ts";
 
+/** The subprotocol a browser offers its token in, and the one the answer selects. */
+export const bearerProtocol = "agentvm.bearer.";
+export const ttyProtocol = "agentvm.tty";
+
 /** The route's path (its query aside). */
 const ttyPath = /^\/v1\/agents\/[^/?#]+\/exec\/tty(?:\?|$)/;
 
@@ -40,6 +44,12 @@ export function createExecTtyUpgrades(app: FetchApp, log: Logger): ExecTtyUpgrad
     socket.on("error", () => socket.destroy());
     const headers = new Headers();
     for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    // A browser cannot set Authorization on a WebSocket: it may offer the token as a subprotocol instead
+    // (`agentvm.bearer.<token>`, beside `agentvm.tty`, the one the answer selects).
+    const offered = (headers.get("sec-websocket-protocol") ?? "").split(",").map((p) => p.trim());
+    const bearer = offered.find((p) => p.startsWith(bearerProtocol));
+    if (bearer && !headers.has("authorization")) headers.set("authorization", `Bearer ${bearer.slice(bearerProtocol.length)}`);
+    const selected: Record<string, string> = offered.includes(ttyProtocol) ? { "sec-websocket-protocol": ttyProtocol } : {};
     // The client going away before the command runs ends the call to the agent.
     const gone = new AbortController();
     const onGone = () => gone.abort(new AppError("client_gone", "the client closed its connection"));
@@ -53,7 +63,7 @@ export function createExecTtyUpgrades(app: FetchApp, log: Logger): ExecTtyUpgrad
     const acceptor: TtyAcceptor = {
       accept(extra) {
         socket.off("close", onGone);
-        if (!socket.destroyed) socket.write(handshakeAnswer(req.headers["sec-websocket-key"] ?? "", extra));
+        if (!socket.destroyed) socket.write(handshakeAnswer(req.headers["sec-websocket-key"] ?? "", { ...extra, ...selected }));
         const ws = new WebSocketConnection(socket, head);
         accepted = ws;
         open.add(ws);

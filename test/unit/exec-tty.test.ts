@@ -217,6 +217,21 @@ describe("exec on a terminal through the Node gateway", () => {
     });
   });
 
+  it("a browser's token as a subprotocol (agentvm.bearer.<token> beside agentvm.tty, which the answer selects)", async () => {
+    const ws = new WebSocket(`ws://127.0.0.1:${server.port}/v1/agents/${agentId}/exec/tty?rows=2&cols=3`, ["agentvm.tty", `agentvm.bearer.${await token()}`]);
+    await new Promise<void>((resolve, reject) => {
+      ws.addEventListener("open", () => resolve(), { once: true });
+      ws.addEventListener("error", () => reject(new Error("did not open")), { once: true });
+    });
+    expect(ws.protocol).toBe("agentvm.tty");
+    expect(seen.at(-1)!.spec).toContain("tty=2x3");
+    ws.close();
+    const refused = await upgrade(`/v1/agents/${agentId}/exec/tty?rows=2&cols=3`, {
+      "sec-websocket-protocol": `agentvm.tty, agentvm.bearer.${await token(["agents:invoke"])}`,
+    });
+    expect(refused).toMatchObject({ status: 403, code: "forbidden" });
+  });
+
   it("the client's close ends the command's input (its hangup); a bad control message closes 1008", async () => {
     const s = await open("cmd=sleep%201000&rows=5&cols=5");
     expect(seen.at(-1)!.spec.slice(0, 3)).toEqual(["arg=/bin/sh", "arg=-c", "arg=sleep 1000"]);

@@ -153,7 +153,7 @@ export type paths = {
   "/v1/agents/{id}/exec/tty": {
     /**
      * Run a command on a terminal inside the agent's VM, interactively (a WebSocket)
-     * @description A WebSocket upgrade (Node gateways; a Worker answers 501). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
+     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), with the bearer token in Authorization (a browser offers the subprotocols `agentvm.tty` and `agentvm.bearer.<token>` instead). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
      */
     get: operations["execTtyInAgent"];
   };
@@ -3922,7 +3922,7 @@ export type operations = {
   };
   /**
    * Run a command on a terminal inside the agent's VM, interactively (a WebSocket)
-   * @description A WebSocket upgrade (Node gateways; a Worker answers 501). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
+   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), with the bearer token in Authorization (a browser offers the subprotocols `agentvm.tty` and `agentvm.bearer.<token>` instead). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
    */
   execTtyInAgent: {
     parameters: {
