@@ -1847,6 +1847,12 @@ export type operations = {
           "application/json": components["schemas"]["Error"];
         };
       };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
       /** @description Body too large */
       413: {
         content: {
