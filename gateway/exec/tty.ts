@@ -26,6 +26,7 @@ import {
   resizeFrame,
   ShortFrame,
   type ExitStatus,
+  type Frame,
   type TtySize,
 } from "./wire.ts";
 
@@ -227,14 +228,21 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
       }
       push(resizeFrame(resize));
     });
+    const output = res.body!.pipeThrough(frameDecoder()).getReader();
     ws.onClose(() => {
-      // The client hung up: so does the command (the input's end is its SIGHUP); one that outlives the grace is cut.
+      // The client hung up: so does the command (the input's end is its SIGHUP); one that outlives the grace is cut
+      // (its connection to the exec server closed: SIGKILL to its group).
       endInput();
       if (finished) return;
-      setTimeout(() => call.abort(new AppError("client_gone", "the terminal's client went away")), hangupGraceMs).unref?.();
+      const timer = setTimeout(() => {
+        if (finished) return;
+        call.abort(new AppError("client_gone", "the terminal's client went away"));
+        void output.cancel().catch(() => undefined);
+      }, hangupGraceMs);
+      (timer as { unref?: () => void }).unref?.();
     });
 
-    void pump(res.body!, ws).then(
+    void pump(output, ws).then(
       ({ exit, error }) => {
         finished = true;
         record(exit, error);
@@ -273,8 +281,7 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
 }
 
 /** The output frames as messages (bytes as they come, each sent before the next is read); the exit, or none when the stream ended without one. */
-async function pump(body: ReadableStream<Uint8Array>, ws: TtySocket): Promise<{ exit: ExitStatus | undefined; error: string | undefined }> {
-  const reader = body.pipeThrough(frameDecoder()).getReader();
+async function pump(reader: ReadableStreamDefaultReader<Frame>, ws: TtySocket): Promise<{ exit: ExitStatus | undefined; error: string | undefined }> {
   const status = new ShortFrame();
   let error: string | undefined;
   for (;;) {

@@ -24,7 +24,7 @@ let app: ReturnType<typeof createGateway>;
 let server: NodeServer;
 let agentId: string;
 /** What the fake exec server saw of each terminal: its spec, and whether its input ended (the hangup). */
-const seen: { spec: string[]; ended: boolean }[] = [];
+const seen: { spec: string[]; ended: boolean; cut?: boolean }[] = [];
 /** The agent's state as the fake fleet reports it. */
 let vmState: VmState = "running";
 
@@ -56,16 +56,24 @@ async function fakeTerminal(body: ReadableStream<Uint8Array>): Promise<Response>
   const len = await take(4);
   const specBytes = await take(new DataView(len!.buffer).getUint32(0));
   const spec = new TextDecoder().decode(specBytes).split("\0").slice(0, -1);
-  const record = { spec, ended: false };
+  const record: (typeof seen)[number] = { spec, ended: false };
   seen.push(record);
   if (spec[0] === "arg=old") {
     void reader.cancel();
     return new Response(JSON.stringify({ code: "bad_request", message: "unknown spec entry: tty=24x80" }), { status: 400 });
   }
   const out = new ReadableStream<Uint8Array>({
+    cancel() {
+      record.cut = true;
+    },
     async start(controller) {
       for (;;) {
         const head = await take(5);
+        if (!head && spec.includes("arg=stubborn")) {
+          // A command that ignores its hangup: its output stays open until the gateway cuts the connection.
+          record.ended = true;
+          return;
+        }
         if (!head) {
           record.ended = true;
           controller.enqueue(frame(frameType.exit, "signal=1 ms=1"));
@@ -269,6 +277,19 @@ describe("exec on a terminal through the Node gateway", () => {
     const plain = await fetch(`http://127.0.0.1:${server.port}/v1/agents/${agentId}/exec/tty?rows=1&cols=1`, { headers });
     expect(plain.status).toBe(400);
   });
+
+  it("a command that ignores its hangup is cut 5 s after its client went away", async () => {
+    const s = await open("arg=stubborn&rows=5&cols=5");
+    const record = seen.at(-1)!;
+    const t0 = Date.now();
+    s.ws.close();
+    await s.closed;
+    const until = Date.now() + 10_000;
+    while (!record.cut && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(record.ended).toBe(true);
+    expect(record.cut).toBe(true);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(4900);
+  }, 15_000);
 
   it("a stream cut without an exit: 1001 while the agent goes to sleep, 1011 with the envelope otherwise", async () => {
     const s = await open("rows=5&cols=5");
