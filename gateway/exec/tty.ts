@@ -108,7 +108,7 @@ const ttyRoute = createRoute({
     "before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways;",
     'text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and',
     '`{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited,',
-    "1001 the gateway is going away, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit).",
+    "1001 the gateway is going away or the agent is going to sleep, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit).",
     "Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.",
   ].join(" "),
   tags: ["exec"],

@@ -16,6 +16,7 @@ import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { auditLog } from "../../schema/core.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
 import { encodeFrame, frameType } from "../../gateway/exec/wire.ts";
+import { AgentVM } from "../../sdk/typescript/src/index.ts";
 import { TerminalGuard, exitStatus, ttyUrl, wantsTty, windowSize, type GuardProcess } from "../../cli/exec-tty.ts";
 
 let database: Database;
@@ -238,6 +239,22 @@ describe("exec on a terminal through the Node gateway", () => {
       "sec-websocket-protocol": `agentvm.tty, agentvm.bearer.${await token(["agents:invoke"])}`,
     });
     expect(refused).toMatchObject({ status: 403, code: "forbidden" });
+  });
+
+  it("the TypeScript SDK's openTty: argv, size and env in the URL, the token as a subprotocol", async () => {
+    const agent = new AgentVM({ baseUrl: `http://127.0.0.1:${server.port}`, token: await token() }).agents.connect(agentId);
+    const ws = agent.openTty(["top", "-b"], { rows: 7, cols: 9, env: { A: "1" }, cwd: "/srv" });
+    const got: string[] = [];
+    const controls: unknown[] = [];
+    const closed = new Promise<number>((resolve) => ws.addEventListener("close", (e) => resolve(e.code)));
+    ws.addEventListener("message", (e) =>
+      typeof e.data === "string" ? controls.push(JSON.parse(e.data)) : got.push(new TextDecoder().decode(e.data as ArrayBuffer)),
+    );
+    await new Promise<void>((resolve) => ws.addEventListener("open", () => resolve(), { once: true }));
+    expect(seen.at(-1)!.spec).toEqual(["arg=top", "arg=-b", "env=A=1", "cwd=/srv", "timeout_ms=0", "tty=7x9"]);
+    ws.send(new TextEncoder().encode("exit"));
+    expect(await closed).toBe(1000);
+    expect(controls.at(-1)).toMatchObject({ exit: { code: 3 } });
   });
 
   it("the client's close ends the command's input (its hangup); a bad control message closes 1008", async () => {
