@@ -74,17 +74,19 @@ const queryInt = (min: number, max: number) => {
     .transform(Number)
     .refine((n) => n >= min && n <= max, { error: message });
 };
-const noNul = (what: string) => z.string({ error: `must be ${what}` }).max(128 * 1024, { error: "must be at most 131072 characters" });
-const many = (what: string) => z.union([noNul(what), z.array(noNul(what)).max(4096)]).optional();
+/** A query string's value (a NUL anywhere in the query was refused before any route: `refuseNul`). */
+const queryText = (what: string) => z.string({ error: `must be ${what}` }).max(128 * 1024, { error: "must be at most 131072 characters" });
+/** A parameter that may repeat (one value, or several). */
+const many = (what: string) => z.union([queryText(what), z.array(queryText(what)).max(4096)]).optional();
 
 export const TtyQuery = z.strictObject(
   {
-    cmd: noNul("a string").min(1).optional().openapi({ description: "A command line run by `/bin/sh -c` (or give `arg`; neither: `/bin/sh`)" }),
+    cmd: queryText("a string").min(1).optional().openapi({ description: "A command line run by `/bin/sh -c` (or give `arg`; neither: `/bin/sh`)" }),
     arg: many("a string").openapi({ description: "The argv, one `arg` each, in order (the program looked up in PATH)" }),
     rows: queryInt(1, maxTtyRows).openapi({ description: "The terminal's height", example: "24" }),
     cols: queryInt(1, maxTtyCols).openapi({ description: "The terminal's width", example: "80" }),
     env: many("NAME=VALUE").openapi({ description: "`NAME=VALUE` over the image's environment, repeated (TERM defaults to xterm-256color)" }),
-    cwd: noNul("an absolute path")
+    cwd: queryText("an absolute path")
       .refine((p) => p.startsWith("/") && !p.split("/").includes(".."), { error: "must be an absolute path without .. segments" })
       .optional()
       .openapi({ description: "Working directory (default: the image's)" }),
@@ -289,7 +291,7 @@ async function pump(reader: ReadableStreamDefaultReader<Frame>, ws: TtySocket): 
     if (next.done) return { exit: undefined, error };
     const frame = next.value;
     if (frame.type === frameType.stdout || frame.type === frameType.stderr) {
-      if (frame.payload.byteLength > 0 && !ws.send(frame.payload.slice())) await ws.drained();
+      if (frame.payload.byteLength > 0 && !ws.send(frame.payload)) await ws.drained();
       continue;
     }
     if (frame.type !== frameType.exit && frame.type !== frameType.error) continue;
