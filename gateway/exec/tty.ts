@@ -186,7 +186,7 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
       throw err;
     }
     const wake = res.headers.get("x-wake");
-    const ws = acceptor!.accept(wake ? { "x-wake": wake } : {});
+    const ws = acceptor!.accept({ "x-request-id": requestId, ...(wake ? { "x-wake": wake } : {}) });
     socket = ws;
 
     const what = { argv, cwd: q.cwd ?? null, user: q.user ?? null, env: Object.keys(env), tty: true, rows: size.rows, cols: size.cols };

@@ -179,7 +179,10 @@ async function open(query: string): Promise<Session> {
 }
 
 /** An upgrade by hand: the refusal's status and envelope (or "upgraded"). */
-function upgrade(path: string, headers: Record<string, string>): Promise<{ status: number; code?: string; message?: string }> {
+function upgrade(
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; code?: string; message?: string; requestId?: string; accept?: string }> {
   return new Promise((resolve, reject) => {
     const req = request({
       host: "127.0.0.1",
@@ -189,7 +192,7 @@ function upgrade(path: string, headers: Record<string, string>): Promise<{ statu
     });
     req.on("upgrade", (res, socket) => {
       socket.destroy();
-      resolve({ status: res.statusCode ?? 0 });
+      resolve({ status: res.statusCode ?? 0, requestId: String(res.headers["x-request-id"]), accept: String(res.headers["sec-websocket-accept"]) });
     });
     req.on("response", (res) => {
       let text = "";
@@ -285,6 +288,12 @@ describe("exec on a terminal through the Node gateway", () => {
     expect(await upgrade(path("rows=1&cols=1", "agt_0000000000000000"), await bearer())).toMatchObject({ status: 404, code: "not_found" });
     expect(await upgrade(path("rows=24&cols=80&arg=old"), await bearer())).toMatchObject({ status: 409, code: "guest_outdated" });
     expect(await upgrade(path("rows=1&cols=1"), { ...(await bearer()), "sec-websocket-version": "8" })).toMatchObject({ status: 400 });
+    // Accepted: the 101 with RFC 6455's accept value for the key, and the call's request id.
+    expect(await upgrade(path("rows=1&cols=1"), await bearer())).toMatchObject({
+      status: 101,
+      accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+      requestId: expect.stringMatching(/^req_/),
+    });
   });
 
   it("without a runtime that takes WebSockets: 501 for an upgrade (a Worker), 400 for a plain GET", async () => {
