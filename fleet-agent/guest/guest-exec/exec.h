@@ -43,6 +43,8 @@ struct defaults {
 extern struct defaults defaults;
 /* The state directory, opened before the chroot (it is outside the root). */
 extern int state_fd;
+/* The server's own /dev/pts (O_PATH), opened before the chroot: a terminal for a root without one (tty.c). */
+extern int host_pts_fd;
 long long now_ms(void);
 long long mono_ms(void);
 

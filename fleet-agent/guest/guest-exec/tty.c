@@ -1,5 +1,7 @@
 /* A foreground exec on a pseudo-terminal (spec `tty=<rows>x<cols>`): the PTY made inside the root (its /dev/ptmx, so
- * the command's `tty` names a /dev/pts/N it can see), its window size set, the terminal handed to the command's user,
+ * the command's `tty` names a /dev/pts/N it can see; a root without one, as the process driver's unpacked rootfs, gets
+ * one of the server's own /dev/pts, which works but has no name there), its window size set, the terminal handed to
+ * the command's user,
  * and the input direction: after the spec the request body is frames ([u8 type][u32 BE length][payload]: 1 bytes for
  * the terminal, 5 a window size `rows=<n> cols=<n>`), copied by a helper process into the PTY. The body's end (the
  * client hung up) is a hangup: SIGHUP to the command's group and to the terminal's foreground group. */
@@ -42,6 +44,7 @@ static void set_size(int master, int rows, int cols) {
 
 int open_tty(int fd, const struct exec_spec *sp, const struct ids *ids, int *master, int *slave) {
   int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (m < 0 && host_pts_fd >= 0) m = openat(host_pts_fd, "ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (m < 0) {
     respond_error(fd, 409, "conflict", "no pseudo-terminals inside this agent's root (/dev/ptmx: %s)", strerror(errno));
     return -1;
