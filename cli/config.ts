@@ -21,6 +21,8 @@ export interface CliConfig {
   pageSize: number;
   /** The config file read (and written by `agentvm login`). */
   file: string;
+  /** Our terminal's type (TERM), given to a command run on a terminal in an agent (`agentvm exec -t`). */
+  term: string | undefined;
 }
 
 /** The file the config lives in: `$XDG_CONFIG_HOME/agentvm/config.json`, by default `~/.config/agentvm/config.json`. */
@@ -90,7 +92,7 @@ export function resolveConfig(
     : env.AGENTVM_PAGE_SIZE
       ? parsePageSize(env.AGENTVM_PAGE_SIZE, "AGENTVM_PAGE_SIZE")
       : defaultPageSize;
-  return { url: normalizeUrl(url.value, url.from), urlFrom: url.from, token, pageSize, file };
+  return { url: normalizeUrl(url.value, url.from), urlFrom: url.from, token, pageSize, file, term: env.TERM || undefined };
 }
 
 /** Writes `{url, token}` for later commands, readable by its owner only (mode 0600, in a 0700 directory). */

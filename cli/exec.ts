@@ -3,8 +3,9 @@ import { randomBytes } from "node:crypto";
 import { constants } from "node:os";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { contextOf } from "./context.ts";
-import { CommandStatus } from "./exit.ts";
+import { CommandStatus, usageError } from "./exit.ts";
 import { duration } from "./options.ts";
+import { runOnTty, wantsTty } from "./exec-tty.ts";
 import { withSdk } from "./sdk.ts";
 
 /** The status a shell gives a command killed by a signal: 128 + its number (KILL → 137). */
@@ -73,18 +74,31 @@ export function execCommand(program: Command): void {
     .option("--timeout <duration>", "kill it after this long (exit 124); default the server's, 60s", duration)
     .option("--shell", "run the words as one /bin/sh -c string (pipes, globs and $VARS in the agent)")
     .addOption(new Option("-n, --no-stdin", "send no standard input (default: ours when it is not a terminal)"))
+    .option("-t, --tty", "run it on a terminal, interactively (default when our stdin and stdout are terminals)")
+    .option("-T, --no-tty", "never a terminal: output and stdin as plain streams")
     .addHelpText(
       "after",
-      "\nOutput goes to stdout and stderr as the command writes it. The exit status is the command's (128+N for signal N,\n124 for --timeout); agentvm's own failures keep their codes (agentvm --help).\nStandard input is sent with the command when it is a pipe or a file (a terminal is not read): up to 512 KiB inline,\nlarger as a temporary file in the agent's /tmp that the command reads through /bin/sh (removed after).",
+      "\nOutput goes to stdout and stderr as the command writes it. The exit status is the command's (128+N for signal N,\n124 for --timeout); agentvm's own failures keep their codes (agentvm --help).\nStandard input is sent with the command when it is a pipe or a file (a terminal is not read): up to 512 KiB inline,\nlarger as a temporary file in the agent's /tmp that the command reads through /bin/sh (removed after).\nOn a terminal (both ours are terminals, or -t) it runs on a pseudo-terminal in the agent like ssh -t: our terminal is\nraw while it runs (^C goes to the command), its size follows ours, TERM is ours; one output stream; no --timeout.\nOur terminal is restored however agentvm ends.",
     )
     .action(
       async (
         id: string,
         words: string[],
-        o: { cwd?: string; env?: Record<string, string>; user?: string; timeout?: number; shell?: boolean; stdin: boolean },
+        o: { cwd?: string; env?: Record<string, string>; user?: string; timeout?: number; shell?: boolean; stdin: boolean; tty?: boolean },
         cmd: Command,
       ) => {
         const ctx = contextOf(cmd);
+        if (wantsTty(o.tty, process.stdin.isTTY === true, process.stdout.isTTY === true)) {
+          if (o.timeout !== undefined) throw usageError("--timeout does not apply on a terminal (-T runs without one)");
+          const status = await runOnTty(ctx.config, id, words, {
+            ...(o.cwd !== undefined ? { cwd: o.cwd } : {}),
+            ...(o.env !== undefined ? { env: o.env } : {}),
+            ...(o.user !== undefined ? { user: o.user } : {}),
+            ...(o.shell ? { shell: true } : {}),
+          });
+          if (status !== 0) throw new CommandStatus(status);
+          return;
+        }
         const stdin = o.stdin && !process.stdin.isTTY ? await takeStdin() : undefined;
         const exit = await withSdk(ctx, async (client) => {
           const agent = client.agents.connect(id);

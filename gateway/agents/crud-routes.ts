@@ -39,7 +39,7 @@ const updateAgentRoute = (body: MiddlewareHandler) =>
     tags,
     middleware: [admin, body],
     request: { params: AgentParams, ...jsonRequest(UpdateAgentBody) },
-    responses: { 200: json(AgentSchema, "The agent as changed"), ...errors(400, 404, 405, 413) },
+    responses: { 200: json(AgentSchema, "The agent as changed"), ...errors(400, 404, 405, 409, 413) },
   });
 const deleteAgentRoute = createRoute({
   method: "delete",

@@ -35,6 +35,7 @@ import {
 import { tenantSlotScope, type SlotLeaves } from "./exec-slot.ts";
 import { callGuest, fromBase64, noLimitMs, readAll, readJson, toBase64 } from "./guest.ts";
 import { maxFileBytes } from "./paths.ts";
+import { execTtyRoutes } from "./tty.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, signalNumbers, type ExitStatus, type Frame } from "./wire.ts";
 import { processView, listingView, octal, type GuestListing, type GuestProcess } from "./views.ts";
 
@@ -484,6 +485,7 @@ export function execRoutes(deps: ExecRouteDeps, proxy: Pick<ProxyCore, "resolve"
     return c.body(null, 204);
   });
 
+  r.route("/", execTtyRoutes(deps, proxy));
   return r;
 }
 

@@ -1,4 +1,4 @@
-// The exec server's wire protocol v1 as the gateway speaks it (fleet-agent/guest/guest-exec/): the request's spec, the answer's frames, its exit line.
+// The exec server's wire protocol v2 as the gateway speaks it (fleet-agent/guest/guest-exec/): the request's spec, the answer's frames, its exit line, a terminal's input frames.
 //
 // Runtime-free: web streams and typed arrays only.
 
@@ -6,6 +6,15 @@
 export const framesType = "application/vnd.agentvm.exec-frames";
 
 export const frameType = { stdout: 1, stderr: 2, exit: 3, error: 4 } as const;
+
+/** The request body's frames after the spec of an exec on a terminal (`tty`): bytes typed, and window sizes. */
+export const inputFrameType = { data: 1, resize: 5 } as const;
+
+/** A terminal's window size, each 1..65535 on the wire (the API takes less). */
+export interface TtySize {
+  rows: number;
+  cols: number;
+}
 
 /** The largest frame the gateway accepts (the exec server sends at most a pipe's worth): beyond it the stream is bad. */
 export const maxFramePayload = 16 * 1024 * 1024;
@@ -21,6 +30,11 @@ export interface ExecSpec {
   background?: boolean;
   /** The rest of the request body is the process's stdin (EOF at its end); without it stdin is /dev/null. */
   stdin?: boolean;
+  /**
+   * On a pseudo-terminal of this size (foreground only; protocol v2): one output stream (stdout frames), and the rest
+   * of the request body is input frames (`inputFrameType`) until its end, which hangs the command up (SIGHUP).
+   */
+  tty?: TtySize;
 }
 
 const encoder = new TextEncoder();
@@ -28,7 +42,7 @@ const encoder = new TextEncoder();
 /**
  * The spec as the request body opens: a 4-byte big-endian length N, then N bytes of NUL-terminated `key=value`
  * strings (`arg=` repeated in order, `env=NAME=VALUE` repeated, `cwd=`, `user=`, `timeout_ms=`, `background=1`,
- * `stdin=1`). A NUL inside a value cannot be carried: the schemas refuse it before this.
+ * `stdin=1`, `tty=<rows>x<cols>`). A NUL inside a value cannot be carried: the schemas refuse it before this.
  */
 export function encodeSpec(spec: ExecSpec): Uint8Array<ArrayBuffer> {
   const lines: string[] = spec.argv.map((a) => `arg=${a}`);
@@ -38,12 +52,23 @@ export function encodeSpec(spec: ExecSpec): Uint8Array<ArrayBuffer> {
   if (spec.timeoutMs !== undefined) lines.push(`timeout_ms=${spec.timeoutMs}`);
   if (spec.background) lines.push("background=1");
   if (spec.stdin) lines.push("stdin=1");
+  if (spec.tty) lines.push(`tty=${spec.tty.rows}x${spec.tty.cols}`);
   for (const line of lines) if (line.includes("\0")) throw new Error("an exec spec string holds a NUL");
   const body = encoder.encode(lines.map((l) => `${l}\0`).join(""));
   const out = new Uint8Array(4 + body.byteLength);
   new DataView(out.buffer).setUint32(0, body.byteLength);
   out.set(body, 4);
   return out;
+}
+
+/** A window size as the input frame the exec server reads (`rows=<n> cols=<n>`). */
+export function resizeFrame(size: TtySize): Uint8Array<ArrayBuffer> {
+  return encodeFrame(inputFrameType.resize, encoder.encode(`rows=${size.rows} cols=${size.cols}`));
+}
+
+/** An exec server of protocol v1 refuses a spec with `tty=` this way (a 400 naming the entry it does not know). */
+export function isOldGuestTtyRefusal(code: string, message: string): boolean {
+  return code === "bad_request" && message.startsWith("unknown spec entry: tty=");
 }
 
 /** The spec's strings back (the fake exec server of the tests, and a check of the encoding). */

@@ -15,6 +15,7 @@ import { silentLogger, type Logger } from "../../lib/log.ts";
 import { metricsApp, metricsPath, type MetricsEndpoint } from "../../lib/metrics-endpoint.ts";
 import { agentTarget } from "../proxy/policy.ts";
 import { agentFilesPath } from "../exec/paths.ts";
+import { createExecTtyUpgrades, isExecTtyUpgrade } from "./exec-tty.ts";
 
 export const nodeClientIp = (c: Context<GatewayEnv>): string | undefined => getConnInfo(c).remote.address;
 
@@ -62,6 +63,8 @@ export interface ServeNodeOptions {
 
 export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promise<NodeServer> {
   const hono = getRequestListener(app.fetch);
+  // Exec on a terminal: the API's own WebSocket, through the app (gateway/exec/tty.ts).
+  const execTty = createExecTtyUpgrades(app, opts.log ?? silentLogger);
   const proxy = opts.proxy;
   const metrics = opts.metrics ? getRequestListener(metricsApp(opts.metrics.endpoint).fetch) : undefined;
   const metricsDomain = opts.metrics?.domain?.toLowerCase();
@@ -182,6 +185,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
     if (refusing) return sendErrorOnSocket(socket, shuttingDown(), newId("request"));
     if (hostHeaders(req) > 1) return sendErrorOnSocket(socket, new AppError("bad_request", "more than one Host header"), newId("request"));
     track(socket);
+    if (isExecTtyUpgrade(req.url ?? "") && !agentTarget(req.url ?? "/", req.headers.host, domain)) return execTty.upgrade(req, socket, head);
     if (proxy) return proxy.upgrade(req, socket, head);
     sendErrorOnSocket(socket, new AppError("not_found", "this gateway relays no upgrades"), newId("request"));
   });
@@ -210,6 +214,7 @@ export function serveNode(app: Hono<GatewayEnv>, opts: ServeNodeOptions): Promis
         refuseNew() {
           // Kept-alive connections stay open too: their next request is answered (and the connection closed after it).
           refusing = true;
+          execTty.goingAway();
         },
         idle: () => (inFlight === 0 ? Promise.resolve() : new Promise<void>((done) => onIdle.push(done))),
         close: () =>

@@ -24,7 +24,7 @@ import type { ImageArtifact } from "../../contracts/image.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { ProcessDriver } from "../../fleet-agent/drivers/process/driver.ts";
-import { encodeSpec, execRequest, execRun, listTar, makeTar, sh } from "../helpers/exec.ts";
+import { encodeSpec, execRequest, execRun, execTty, inputFrame, listTar, makeTar, sh } from "../helpers/exec.ts";
 
 const BUSYBOX = "/bin/busybox";
 const isRoot = process.getuid?.() === 0;
@@ -102,7 +102,7 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
   });
 
   it("answers with the key only; runs as the image's user in its workdir with its env and groups", async () => {
-    expect((await execRequest(t, "GET", "/v1/version")).body.toString()).toBe("agentvm-exec/1");
+    expect((await execRequest(t, "GET", "/v1/version")).body.toString()).toBe("agentvm-exec/2");
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: "f".repeat(64) })).status).toBe(401);
     expect(await driver.execTarget(vm)).toEqual(t);
     expect(await sh(t, 'echo "$(id -u):$(id -g):$(id -G) $(pwd) $GREETING $AGENT_ID"')).toBe(`${UID}:${UID}:${UID} 2000 /home/agent hello agt_exec\n`);
@@ -112,6 +112,16 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     expect(r.stdout.toString()).toBe("in");
     expect((await execRun(t, { cmd: ["sleep", "10"], timeoutMs: 200 })).timedOut).toBe(true);
     expect((await execRequest(t, "POST", "/v1/exec", encodeSpec({ cmd: ["id"], user: "nobody-here" }))).status).toBe(400);
+  });
+
+  it("a terminal in a root without /dev/pts: one of the server's own (its size, input, the command's status; no name inside)", async () => {
+    const r = await execTty(t, { cmd: ["/bin/sh", "-c", "stty size; tty; read x; echo got $x; exit 4"], tty: { rows: 5, cols: 7 } }, [inputFrame(1, "hi\n")]);
+    const screen = r.stdout.toString();
+    expect(screen).toContain("5 7\r\n");
+    expect(screen).toContain("not a tty");
+    expect(screen).toContain("got hi\r\n");
+    expect(r.stderr.length).toBe(0);
+    expect(r.code).toBe(4);
   });
 
   it("files default to the image's user; a symlink to /etc resolves inside the root; escapes are refused", async () => {
@@ -185,6 +195,9 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     await new Promise((r) => setTimeout(r, 300));
     await driver.hibernate(vm);
     const stateOf = (p: number) => readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]![0];
+    // SIGSTOP lands when the process next enters the kernel: on a busy machine a moment after the signal was sent.
+    const stopBy = Date.now() + 2000;
+    while (stateOf(pid) !== "T" && Date.now() < stopBy) await new Promise((r) => setTimeout(r, 10));
     expect(stateOf(pid)).toBe("T");
     const frozen = lines();
     await new Promise((r) => setTimeout(r, 400));

@@ -6,7 +6,7 @@ import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
-import { encodeSpec, execRequest, execRun, listTar, makeTar, parseFrames, sh } from "../helpers/exec.ts";
+import { encodeSpec, execRequest, execRun, execTty, listTar, makeTar, parseFrames, sh } from "../helpers/exec.ts";
 import { makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { FIXTURE_UID, makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 
@@ -33,7 +33,7 @@ describe("guest-exec in a QEMU demo VM", () => {
     expect(t.key).toMatch(/^[0-9a-f]{64}$/);
     expect(t.port).not.toBe(vm.endpoint.port);
     const v = await execRequest(t, "GET", "/v1/version");
-    expect([v.status, v.body.toString()]).toEqual([200, "agentvm-exec/1"]);
+    expect([v.status, v.body.toString()]).toEqual([200, "agentvm-exec/2"]);
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: "0".repeat(64) })).status).toBe(401);
     expect((await execRequest(t, "GET", "/v1/version", undefined, { key: null })).status).toBe(401);
     expect(await driver.execTarget(vm)).toEqual(t);
@@ -288,5 +288,14 @@ describe("guest-exec in a QEMU VM with a built image", () => {
     const put = await execRequest(t, "PUT", "/v1/files?path=/data/from-exec.txt", "hello");
     expect(JSON.parse(put.body.toString())).toMatchObject({ uid: FIXTURE_UID, gid: FIXTURE_UID });
     expect(await sh(t, "cat /data/from-exec.txt")).toBe("hello");
+  });
+
+  it("a terminal in the entrypoint's root: a /dev/pts it sees, owned by the image's user, of the size given", async () => {
+    const script = 'tty; stat -c %u "$(tty)"; stty size; exit 6';
+    const r = await execTty(t, { cmd: ["/bin/sh", "-c", script], tty: { rows: 12, cols: 34 } }, []);
+    const lines = r.stdout.toString().split("\r\n");
+    expect(lines[0]).toMatch(/^\/dev\/pts\/\d+$/);
+    expect(lines.slice(1, 3)).toEqual([String(FIXTURE_UID), "12 34"]);
+    expect(r.code).toBe(6);
   });
 });

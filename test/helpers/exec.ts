@@ -12,6 +12,8 @@ export interface ExecSpec {
   background?: boolean;
   /** Sent after the spec as the rest of the body (stdin=1). */
   stdin?: Buffer | string;
+  /** On a terminal of this size (tty=<rows>x<cols>): the body after the spec is input frames. */
+  tty?: { rows: number; cols: number };
 }
 
 /** The body's head: a 4-byte big-endian length, then NUL-terminated key=value strings. */
@@ -23,6 +25,7 @@ export function encodeSpec(s: ExecSpec): Buffer {
   if (s.timeoutMs !== undefined) parts.push(`timeout_ms=${s.timeoutMs}`);
   if (s.background) parts.push("background=1");
   if (s.stdin !== undefined) parts.push("stdin=1");
+  if (s.tty) parts.push(`tty=${s.tty.rows}x${s.tty.cols}`);
   const spec = Buffer.from(parts.map((p) => `${p}\0`).join(""), "utf8");
   const len = Buffer.alloc(4);
   len.writeUInt32BE(spec.length);
@@ -106,6 +109,35 @@ export async function execRun(t: ExecTarget, s: ExecSpec): Promise<ExecResult & 
   const a = await execRequest(t, "POST", "/v1/exec", body);
   if (a.status !== 200) throw new Error(`exec answered ${a.status}: ${a.body.toString()}`);
   return { status: a.status, ...parseFrames(a.body) };
+}
+
+/** A terminal's input frame: 1 bytes typed, 5 a window size (`rows=<n> cols=<n>`). */
+export function inputFrame(type: 1 | 5, payload: string | Buffer): Buffer {
+  const bytes = Buffer.from(payload);
+  const head = Buffer.alloc(5);
+  head[0] = type;
+  head.writeUInt32BE(bytes.length, 1);
+  return Buffer.concat([head, bytes]);
+}
+
+/** A foreground exec on a terminal: the spec and `input` frames sent, the body left open (its end would hang the command up) until the answer ends. */
+export function execTty(t: ExecTarget, s: ExecSpec & { tty: { rows: number; cols: number } }, input: Buffer[]): Promise<ExecResult & { status: number }> {
+  return new Promise((resolve, reject) => {
+    const headers = { "x-agentvm-exec-key": t.key, "transfer-encoding": "chunked" };
+    const req = request({ host: t.host, port: t.port, method: "POST", path: "/v1/exec", headers, agent: false, timeout: 60_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        req.destroy();
+        resolve({ status: res.statusCode ?? 0, ...parseFrames(Buffer.concat(chunks)) });
+      });
+      res.on("error", reject);
+    });
+    req.on("timeout", () => req.destroy(new Error("exec on a terminal: timed out")));
+    req.on("error", reject);
+    req.write(encodeSpec(s));
+    for (const frame of input) req.write(frame);
+  });
 }
 
 /** stdout of a command as text (throws unless it exits 0). */

@@ -2,7 +2,8 @@
 //
 // What it pins: the request reaches the exec server with the key the host adds (never the gateway), a client's key
 // header never reaches a workload, a running exec holds the VM in flight (no hibernation under it), a driver without
-// `execTarget` is 501 exec_unsupported and its AppErrors pass as they are, the remote target rides in the signed call.
+// `execTarget` is 501 exec_unsupported and its AppErrors pass as they are, the remote target rides in the signed call,
+// and a call is full duplex on both fleets (a terminal's input streams while its output comes back).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loopbackDriver } from "../helpers/loopback-driver.ts";
 import { createServer, type Server } from "node:http";
@@ -29,6 +30,10 @@ import { startFakeExecServer, type FakeExecServer } from "../helpers/fake-exec-s
 
 let workload: Server;
 let workloadPort: number;
+/** An exec server stand-in that answers at once and echoes each piece of the body as it comes (a terminal's duplex). */
+let duplexEcho: Server;
+let duplexPort: number;
+const duplexAgent = "agt_ef0000dd";
 let exec: FakeExecServer;
 let root: string;
 const keysSeenByWorkload: (string | undefined)[] = [];
@@ -82,8 +87,17 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => workload.listen(0, "127.0.0.1", r));
   workloadPort = (workload.address() as AddressInfo).port;
+  duplexEcho = createServer((req, res) => {
+    res.writeHead(200, { "content-type": "application/octet-stream" });
+    res.flushHeaders();
+    req.on("data", (chunk: Buffer) => res.write(chunk));
+    req.on("end", () => res.end("<end>"));
+  });
+  await new Promise<void>((r) => duplexEcho.listen(0, "127.0.0.1", r));
+  duplexPort = (duplexEcho.address() as AddressInfo).port;
   host = hostWith(
-    driverWith(async () => {
+    driverWith(async (vm) => {
+      if (vm.spec.agentId === duplexAgent) return { host: "127.0.0.1", port: duplexPort, key: exec.key };
       const t = { host: "127.0.0.1", port: exec.port, key: exec.key };
       targets.push(t);
       return t;
@@ -98,6 +112,7 @@ afterAll(async () => {
   await host?.stop();
   await exec?.close();
   await new Promise<void>((r) => workload.close(() => r()));
+  await new Promise<void>((r) => duplexEcho.close(() => r()));
   if (root) rmSync(root, { recursive: true, force: true });
 });
 
@@ -245,4 +260,46 @@ describe("a remote gateway over the host's ingress", () => {
     const plain = await remote.forward(spec("agt_ef000005"), new Request("http://agent/"), { requestId: "req_ef07", reason: "request" });
     expect(await plain.text()).toBe("workload");
   });
+
+  it("is full duplex: each piece of the request body is answered while the body is still open, on the local and the remote fleet", async () => {
+    for (const via of [fleet as Fleet, remote]) {
+      await duplexRoundTrips(via);
+    }
+  });
 });
+
+/** Sends the body a piece at a time, each only after the last one's echo came back: possible only if the call is full duplex. */
+async function duplexRoundTrips(via: Fleet): Promise<void> {
+  let input!: ReadableStreamDefaultController<Uint8Array>;
+  const enc = new TextEncoder();
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      input = c;
+      c.enqueue(enc.encode("spec;"));
+    },
+  });
+  const req = new Request("http://exec/v1/exec", { method: "POST", body, duplex: "half" } as RequestInit);
+  const res = await via.forward(spec(duplexAgent), req, {
+    requestId: "req_efdd",
+    reason: "api",
+    target: "exec",
+    limits: { responseTimeoutMs: 30_000, proxyIdleTimeoutMs: 30_000 },
+  });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  let got = "";
+  const until = async (text: string) => {
+    while (!got.includes(text)) {
+      const next = await reader.read();
+      if (next.done) throw new Error(`the answer ended before ${text}: ${got}`);
+      got += new TextDecoder().decode(next.value);
+    }
+  };
+  await until("spec;");
+  for (const word of ["one;", "two;", "three;"]) {
+    input.enqueue(enc.encode(word));
+    await until(word);
+  }
+  input.close();
+  await until("<end>");
+}

@@ -1,5 +1,6 @@
 /* POST /v1/exec in the foreground: the command's stdout and stderr as frames ([u8 type][u32 BE length][payload]:
- * 1 stdout, 2 stderr, 3 exit, 4 error) until the connection closes. Flow control: at most one pipe read (64 KiB) is
+ * 1 stdout, 2 stderr, 3 exit, 4 error) until the connection closes. On a PTY (tty.c) its one output is stdout and the
+ * body's input frames go through a helper of tty.c's. Flow control: at most one pipe read (64 KiB) is
  * held; while it has not gone out on the socket, the pipes are not read, so a slow reader slows the command down
  * (its pipe fills) rather than growing memory here. With stdin=1 a helper process copies the rest of the request
  * body into the command's stdin, closing it at the body's end. The timeout kills the process group, and so does the
@@ -62,7 +63,17 @@ void handle_exec(struct req *r) {
     return;
   }
   int out[2], errp[2], in[2];
-  if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(in, O_CLOEXEC)) {
+  if (sp.tty) {
+    /* One terminal for all three; the master is read as stdout (errp[0] -1: no stderr) and written by the pump. */
+    int master, slave;
+    if (open_tty(r->fd, &sp, &ids, &master, &slave) != 0) return;
+    out[0] = master;
+    out[1] = slave;
+    errp[0] = -1;
+    errp[1] = fcntl(slave, F_DUPFD_CLOEXEC, 0);
+    in[0] = fcntl(slave, F_DUPFD_CLOEXEC, 0);
+    in[1] = -1;
+  } else if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(in, O_CLOEXEC)) {
     respond_error(r->fd, 500, "internal", "pipe: %s", strerror(errno));
     return;
   }
@@ -87,7 +98,13 @@ void handle_exec(struct req *r) {
     return;
   }
   pid_t pump = -1;
-  if (sp.use_stdin) {
+  if (sp.tty) {
+    pump = fork();
+    if (pump == 0) {
+      tty_pump(r, out[0], pid);
+      _exit(0);
+    }
+  } else if (sp.use_stdin) {
     pump = fork();
     if (pump == 0) {
       close(out[0]);
@@ -99,9 +116,9 @@ void handle_exec(struct req *r) {
       _exit(0);
     }
   }
-  close(in[1]);
+  if (in[1] >= 0) close(in[1]);
   fcntl(out[0], F_SETFL, O_NONBLOCK);
-  fcntl(errp[0], F_SETFL, O_NONBLOCK);
+  if (errp[0] >= 0) fcntl(errp[0], F_SETFL, O_NONBLOCK);
 
   int pfd = pidfd_of(pid);
   /* While the helper reads the body the socket is its; once the body is in, a close by the client is watched for. */

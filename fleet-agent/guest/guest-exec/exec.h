@@ -7,6 +7,7 @@
  *   users.c  `user=` resolved from the root's /etc/passwd and /etc/group (static glibc has no NSS)
  *   run.c    the exec spec, the environment, starting a command as the image's user in its own session
  *   exec.c   POST /v1/exec in the foreground: frames out, stdin in, flow control, the timeout
+ *   tty.c    a foreground exec on a pseudo-terminal: the PTY, its input frames (bytes, window sizes), the hangup
  *   procs.c  background processes: the keeper, their files under the state directory, /v1/procs/…
  *   files.c  /v1/files: read, list, write by rename, delete
  *   tar.c    /v1/tar: a tree out as ustar (pax for long names), a tar in, every entry confined */
@@ -17,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define EXEC_VERSION "agentvm-exec/1"
+#define EXEC_VERSION "agentvm-exec/2"
 #define IO_CHUNK 65536
 
 /* main.c: the server's configuration (fixed at start) and the image's defaults (read per connection). */
@@ -42,6 +43,8 @@ struct defaults {
 extern struct defaults defaults;
 /* The state directory, opened before the chroot (it is outside the root). */
 extern int state_fd;
+/* The server's own /dev/pts (O_PATH), opened before the chroot: a terminal for a root without one (tty.c). */
+extern int host_pts_fd;
 long long now_ms(void);
 long long mono_ms(void);
 
@@ -113,6 +116,8 @@ struct exec_spec {
   long long timeout_ms;
   int background;
   int use_stdin;
+  int tty; /* on a PTY of tty_rows x tty_cols (`tty=<rows>x<cols>`) */
+  int tty_rows, tty_cols;
 };
 int read_exec_spec(struct req *r, struct exec_spec *sp);
 char **merged_env(struct exec_spec *sp, const struct ids *ids);
@@ -122,6 +127,11 @@ pid_t start_command(struct exec_spec *sp, const struct ids *ids, char **env, int
 /* Reads the start pipe: 0 when the command runs, else 1 with the message. */
 int start_failed(int err_fd, char *msg, size_t len);
 int pidfd_of(pid_t pid);
+
+/* tty.c: `<rows>x<cols>` (each 1..65535) → 0; the PTY (answers 0, or sends the error and answers -1); the input pump. */
+int parse_tty_size(const char *s, int *rows, int *cols);
+int open_tty(int fd, const struct exec_spec *sp, const struct ids *ids, int *master, int *slave);
+void tty_pump(struct req *r, int master, pid_t pid);
 
 /* exec.c, procs.c, files.c, tar.c */
 void handle_exec(struct req *r);

@@ -35,6 +35,7 @@ extern char **environ;
 struct config cfg = {.state_dir = "/run/guest-exec"};
 struct defaults defaults;
 int state_fd = -1;
+int host_pts_fd = -1;
 
 long long now_ms(void) {
   struct timespec ts;
@@ -172,6 +173,7 @@ static void serve(int fd) {
   snprintf(procs, sizeof procs, "%s/procs", cfg.state_dir);
   make_private_dirs(procs);
   state_fd = open(procs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  host_pts_fd = open("/dev/pts", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (state_fd < 0 || chroot(cfg.root) != 0 || chdir("/") != 0) {
     respond_error(fd, 500, "internal", "cannot enter the root %s: %s", cfg.root, strerror(errno));
     return;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -63,6 +64,13 @@ int read_exec_spec(struct req *r, struct exec_spec *sp) {
     else if (strncmp(s, "timeout_ms=", 11) == 0) sp->timeout_ms = strtoll(s + 11, NULL, 10);
     else if (strcmp(s, "background=1") == 0) sp->background = 1;
     else if (strcmp(s, "stdin=1") == 0) sp->use_stdin = 1;
+    else if (strncmp(s, "tty=", 4) == 0) {
+      if (parse_tty_size(s + 4, &sp->tty_rows, &sp->tty_cols) != 0) {
+        respond_error(r->fd, 400, "bad_request", "tty must be <rows>x<cols>, each 1..65535: %.100s", s + 4);
+        return -1;
+      }
+      sp->tty = 1;
+    }
     else if (*s) {
       respond_error(r->fd, 400, "bad_request", "unknown spec entry: %.100s", s);
       return -1;
@@ -74,6 +82,10 @@ int read_exec_spec(struct req *r, struct exec_spec *sp) {
   }
   if (sp->cwd && sp->cwd[0] != '/') {
     respond_error(r->fd, 400, "bad_request", "cwd must be absolute");
+    return -1;
+  }
+  if (sp->tty && sp->background) {
+    respond_error(r->fd, 400, "bad_request", "a background process cannot have a tty");
     return -1;
   }
   if (sp->timeout_ms < 0) sp->timeout_ms = 0;
@@ -95,7 +107,7 @@ static void env_set(char **list, int *n, char *entry) {
 char **merged_env(struct exec_spec *sp, const struct ids *ids) {
   int base = 0;
   while (defaults.env[base]) base++;
-  char **env = calloc((size_t)base + (size_t)sp->nenv + 4, sizeof *env);
+  char **env = calloc((size_t)base + (size_t)sp->nenv + 5, sizeof *env);
   if (!env) _exit(70);
   int n = 0;
   for (int i = 0; i < base; i++) env_set(env, &n, defaults.env[i]);
@@ -108,6 +120,7 @@ char **merged_env(struct exec_spec *sp, const struct ids *ids) {
     sprintf(home, "HOME=%s", ids->home);
     env_set(env, &n, home);
   }
+  if (sp->tty) env_set(env, &n, "TERM=xterm-256color"); /* the request's TERM, if any, comes next */
   for (int i = 0; i < sp->nenv; i++) env_set(env, &n, sp->env[i]);
   return env;
 }
@@ -132,6 +145,8 @@ pid_t start_command(struct exec_spec *sp, const struct ids *ids, char **env, int
     close(ep[0]);
     setsid();
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) fail(ep[1], "cannot set up stdio%s%s", "", "");
+    /* On a PTY: it is the new session's controlling terminal (job control, ^C as SIGINT, SIGWINCH). */
+    if (sp->tty && ioctl(0, TIOCSCTTY, 0) != 0) fail(ep[1], "TIOCSCTTY: %s%s", strerror(errno), "");
     const char *cwd = sp->cwd ? sp->cwd : defaults.workdir;
     if (chdir(cwd) != 0) {
       char err[512];

@@ -2,7 +2,9 @@
 import { join } from "node:path";
 
 /** Its sources, relative to fleet-agent/guest/. */
-export const GUEST_EXEC_SOURCES = ["main.c", "http.c", "paths.c", "users.c", "run.c", "exec.c", "procs.c", "files.c", "tar.c"].map((f) => `guest-exec/${f}`);
+export const GUEST_EXEC_SOURCES = ["main.c", "http.c", "paths.c", "users.c", "run.c", "exec.c", "tty.c", "procs.c", "files.c", "tar.c"].map(
+  (f) => `guest-exec/${f}`,
+);
 /** The headers it is built from besides (a change to them is a new binary); launch-common.h is shared with launch.c. */
 export const GUEST_EXEC_HEADERS = ["guest-exec/exec.h", "launch-common.h"];
 

@@ -18,6 +18,7 @@ import type {
   ProcessInfo,
   ProcessOutput,
   ResetResult,
+  TtyOptions,
   SignalName,
   TarWritten,
   Wake,
@@ -251,6 +252,29 @@ export class Agent {
       if ("exit" in event) return event.exit;
     }
     throw new AgentVMError("stream_ended", "the exec stream ended before the command's exit", { status: 502 });
+  }
+
+  /**
+   * Opens a terminal in the agent, interactively (`GET /v1/agents/{id}/exec/tty`, a WebSocket; it wakes the agent):
+   * `cmd` as an argv, or a `/bin/sh -c` string, or none for `/bin/sh`. Binary messages are the terminal's bytes both
+   * ways; text messages are JSON control: send `{"resize":{"rows":n,"cols":n}}`, receive `{"error":"…"}` (it could not
+   * start) and `{"exit":{"code","signal","timedOut","durationMs"}}` before a 1000 close. The token goes as a subprotocol
+   * (`agentvm.bearer.<token>` beside `agentvm.tty`), which browsers and Node ≥ 22 both send. A refusal (no scope, an
+   * unknown agent) shows only as a socket that fails to open: the API's plain answer is not readable through it.
+   */
+  openTty(cmd: Command | undefined, opts: TtyOptions): WebSocket {
+    const q = new URLSearchParams();
+    if (typeof cmd === "string") q.set("cmd", cmd);
+    else for (const arg of cmd ?? []) q.append("arg", arg);
+    q.set("rows", String(opts.rows));
+    q.set("cols", String(opts.cols));
+    for (const [name, value] of Object.entries(opts.env ?? {})) q.append("env", `${name}=${value}`);
+    if (opts.cwd !== undefined) q.set("cwd", opts.cwd);
+    if (opts.user !== undefined) q.set("user", opts.user);
+    const url = `${this.http.baseUrl.replace(/^http/, "ws")}${this.path("/exec/tty")}?${q.toString()}`;
+    const ws = new WebSocket(url, this.http.token ? ["agentvm.tty", `agentvm.bearer.${this.http.token}`] : ["agentvm.tty"]);
+    ws.binaryType = "arraybuffer";
+    return ws;
   }
 
   /**

@@ -155,6 +155,13 @@ export type paths = {
     /** Delete a file, or with recursive=true a directory and what it holds */
     delete: operations["deleteAgentFile"];
   };
+  "/v1/agents/{id}/exec/tty": {
+    /**
+     * Run a command on a terminal inside the agent's VM, interactively (a WebSocket)
+     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), with the bearer token in Authorization (a browser offers the subprotocols `agentvm.tty` and `agentvm.bearer.<token>` instead). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away or the agent is going to sleep, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
+     */
+    get: operations["execTtyInAgent"];
+  };
   "/hooks/{agentId}/{endpointName}": {
     /**
      * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
@@ -1847,6 +1854,12 @@ export type operations = {
       };
       /** @description Not allowed here */
       405: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
         content: {
           "application/json": components["schemas"]["Error"];
         };
@@ -3936,6 +3949,93 @@ export type operations = {
     responses: {
       /** @description Deleted */
       204: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Run a command on a terminal inside the agent's VM, interactively (a WebSocket)
+   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), with the bearer token in Authorization (a browser offers the subprotocols `agentvm.tty` and `agentvm.bearer.<token>` instead). The command starts (waking the agent, which stays awake while it runs) before the `101`: a refusal is a plain answer with the error envelope. Then binary messages are the terminal's bytes both ways; text messages are JSON control: in `{"resize":{"rows":n,"cols":n}}`, out `{"error":"…"}` (it could not start) and `{"exit":{"code":n|null,"signal":"HUP"|null,"timedOut":false,"durationMs":n}}` before the close. Close codes: 1000 it exited, 1001 the gateway is going away or the agent is going to sleep, 1008 a bad control message, 1011 an error (the reason is the error envelope, cut to fit). Closing the socket hangs the command up (SIGHUP); one still running 5 s later is killed.
+   */
+  execTtyInAgent: {
+    parameters: {
+      query: {
+        /** @description A command line run by `/bin/sh -c` (or give `arg`; neither: `/bin/sh`) */
+        cmd?: string;
+        /** @description The argv, one `arg` each, in order (the program looked up in PATH) */
+        arg?: string | string[];
+        /** @description The terminal's height */
+        rows: string;
+        /** @description The terminal's width */
+        cols: string;
+        /** @description `NAME=VALUE` over the image's environment, repeated (TERM defaults to xterm-256color) */
+        env?: string | string[];
+        /** @description Working directory (default: the image's) */
+        cwd?: string;
+        /** @description Run as this user (name, uid or uid:gid); default: the image's user */
+        user?: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Switching protocols: the terminal's WebSocket */
+      101: {
         content: never;
       };
       /** @description Bad request: a field, a parameter or the body is invalid */

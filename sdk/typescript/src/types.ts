@@ -31,6 +31,17 @@ export interface ExecOptions {
   signal?: AbortSignal;
 }
 
+/** A command on a terminal (`Agent.openTty`): the terminal's size (1–1000 each) and where and as whom it runs. */
+export interface TtyOptions {
+  rows: number;
+  cols: number;
+  cwd?: string;
+  /** Variables over the image's own environment (TERM defaults to xterm-256color). */
+  env?: Record<string, string>;
+  /** `name`, `uid` or `uid:gid` (default: the image's user). */
+  user?: string;
+}
+
 /** A finished command (`error`: why it could not start, exit code 127). `ok` is an exit code of 0. */
 export type ExecResult = Schemas["ExecResult"] & { ok: boolean };
 
