@@ -9,6 +9,7 @@ import { Pool, errors as undiciErrors } from "undici";
 import { rollbackHeader, type AgentSpec, type VmStatus } from "../contracts/agent.ts";
 import type { Fleet, ForwardContext, SocketLimits } from "../contracts/fleet.ts";
 import { serverTiming } from "../contracts/fleet.ts";
+import { execKeyHeader } from "../contracts/exec-wire.ts";
 import { AppError } from "../lib/errors.ts";
 import type { Logger } from "../lib/log.ts";
 import { PerRunPools } from "../lib/per-run.ts";
@@ -257,9 +258,6 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
 
 /** How long an explicit hibernate lets the calls in flight end before it refuses (409), ms. */
 export const apiHibernateSettleMs = 2000;
-
-/** The header that carries a VM's exec key to its exec server (fleet-agent/guest/guest-exec/); set by the host alone. */
-export const execKeyHeader = "x-agentvm-exec-key";
 
 function headerRecord(headers: Headers): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};

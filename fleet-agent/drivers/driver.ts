@@ -141,9 +141,11 @@ export interface VmDriver {
    * Makes `spec.stateDir`, whose VM must not be running, a hibernated VM whose snapshot is the checkpoint in `dir`
    * (an earlier snapshot and disk there are replaced; the checkpoint is left as it is). The next `wake` restores it
    * and gives the guest a fresh identity (agent id, hostname, entropy, the clone marker) before it returns. Restoring
-   * an agent to its own checkpoint and forking a new agent from one are both this.
+   * an agent to its own checkpoint and forking a new agent from one are both this. `again`: the VM is likely restored
+   * to this checkpoint again (a reset between RL episodes): the driver may keep something warm for that after the
+   * next wake (the qemu driver: a reset standby, qemu/standby.ts).
    */
-  restoreCheckpoint?(spec: VmSpec, dir: string): Promise<void>;
+  restoreCheckpoint?(spec: VmSpec, dir: string, opts?: { again?: boolean }): Promise<void>;
   /** Checkpoint names the workload asked for from inside since the last call (each once); absent: it cannot ask. */
   guestCheckpointRequests?(vm: RunningVm): Promise<string[]>;
   /** The warm templates new VMs are cloned from (ready, building, recently failed); absent: the driver keeps none. */

@@ -131,7 +131,8 @@ export class Checkpointer {
         if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
         if (entry.running) await this.stopForRestore(entry, checkpointId);
         await this.deps.vms.attachImage(entry);
-        await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId));
+        // Restored to a checkpoint (a reset, a roll-back): likely again, so the driver may keep a standby warm for it.
+        await this.deps.driver.restoreCheckpoint!(entry.vmSpec, checkpointDir(this.deps.checkpointsDir, checkpointId), { again: true });
         entry.hibernateFailures = 0;
         entry.lastHibernateError = undefined;
         this.deps.lifecycle.move(

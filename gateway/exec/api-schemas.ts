@@ -2,7 +2,7 @@
 import { z } from "../../lib/api.ts";
 import { AgentParams } from "../agents/api-schemas.ts";
 import { objectError } from "../proxy/policy.ts";
-import { signalNumbers } from "./wire.ts";
+import { signalNumbers } from "../../contracts/exec-wire.ts";
 
 /** Text the exec server takes: no NUL (its strings are NUL-terminated). */
 const text = (max: number, what: string) =>

@@ -36,7 +36,7 @@ import { tenantSlotScope, type SlotLeaves } from "./exec-slot.ts";
 import { callGuest, fromBase64, noLimitMs, readAll, readJson, toBase64 } from "./guest.ts";
 import { maxFileBytes } from "./paths.ts";
 import { execTtyRoutes } from "./tty.ts";
-import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, signalNumbers, type ExitStatus, type Frame } from "./wire.ts";
+import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, signalNumbers, type ExitStatus, type Frame } from "../../contracts/exec-wire.ts";
 import { processView, listingView, octal, type GuestListing, type GuestProcess } from "./views.ts";
 
 export type ExecRouteDeps = Pick<GatewayDeps, "fleet" | "audit" | "log" | "config">;

@@ -28,7 +28,7 @@ import {
   type ExitStatus,
   type Frame,
   type TtySize,
-} from "./wire.ts";
+} from "../../contracts/exec-wire.ts";
 
 /** A WebSocket the runtime accepted (binary messages are bytes, text messages JSON control). */
 export interface TtySocket {

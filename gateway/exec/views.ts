@@ -1,5 +1,5 @@
 // The exec server's JSON (processes, directory listings) as the API shows it: ISO times, signal names, octal modes.
-import { signalName } from "./wire.ts";
+import { signalName } from "../../contracts/exec-wire.ts";
 
 /** A process as the exec server describes it (`GET /v1/procs…`). */
 export interface GuestProcess {

@@ -12,7 +12,7 @@ import { Readable } from "node:stream";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { auditLog } from "../../schema/core.ts";
-import { encodeSpec } from "../../gateway/exec/wire.ts";
+import { encodeSpec } from "../../contracts/exec-wire.ts";
 import { makeDriver } from "../helpers/qemu.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 

@@ -7,7 +7,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync, createReadStream } from "node:fs";
 import { dirname, join } from "node:path";
 import type { AddressInfo } from "node:net";
-import { decodeSpec, encodeFrame, frameType } from "../../gateway/exec/wire.ts";
+import { decodeSpec, encodeFrame, frameType } from "../../contracts/exec-wire.ts";
 
 export interface FakeExecServer {
   url: string;

@@ -25,7 +25,7 @@ import type { Fleet } from "../../contracts/fleet.ts";
 import { createRemoteFleet } from "../../gateway/remote-fleet.ts";
 import { createNodeHostFetch } from "../../gateway/node/remote-fleet.ts";
 import type { PlacedHost, Placement } from "../../gateway/placement.ts";
-import { encodeSpec } from "../../gateway/exec/wire.ts";
+import { encodeSpec } from "../../contracts/exec-wire.ts";
 import { startFakeExecServer, type FakeExecServer } from "../helpers/fake-exec-server.ts";
 
 let workload: Server;

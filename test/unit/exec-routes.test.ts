@@ -17,7 +17,7 @@ import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { auditLog } from "../../schema/core.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
 import { startFakeExecServer, type FakeExecServer } from "../helpers/fake-exec-server.ts";
-import { decodeSpec, encodeFrame, encodeSpec, frameDecoder, parseExit, type Frame } from "../../gateway/exec/wire.ts";
+import { decodeSpec, encodeFrame, encodeSpec, frameDecoder, parseExit, type Frame } from "../../contracts/exec-wire.ts";
 import { hostCallMethod, signHostCall, verifyHostCall } from "../../contracts/host-protocol.ts";
 
 let database: Database;

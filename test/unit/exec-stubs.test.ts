@@ -1,10 +1,12 @@
 // Exec stubs (drivers/common/exec-stubs.ts, exec-stub.c): a waiting stub becomes the command it is handed, with that
 // environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { ExecStubs, stubRequest } from "../../fleet-agent/drivers/common/exec-stubs.ts";
+import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import { VmProcess } from "../../fleet-agent/drivers/common/vm-process.ts";
 import { silentLogger } from "../../lib/log.ts";
 import { waitFor } from "../helpers/wait.ts";
@@ -82,6 +84,25 @@ describe("exec stubs", () => {
     expect(exit.code).toBe(7);
     expect(await proc.finalOutput()).toContain("from-the-vm");
     await waitFor(() => readFileSync(log, "utf8").includes("from-the-vm"), 2000, "the log line");
+  });
+
+  it("a process started when no stub waits dies with its parent too (setpriv's parent-death signal)", async () => {
+    // A stand-in fleet-agent: VmProcess.spawn with a pool that has no stub free, of a `sleep`; then it is killed -9.
+    const script = join(dir, "parent.ts");
+    writeFileSync(
+      script,
+      `import { VmProcess } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/common/vm-process.ts"))};
+const empty = { take: () => undefined };
+const p = VmProcess.spawn({ vmId: "vm_orphan", command: "sleep", args: ["600"], log: ${JSON.stringify(join(dir, "orphan.log"))}, output: "stderr", relayStderr: true, stubs: empty });
+console.log(p.pid);
+setInterval(() => {}, 1000);
+`,
+    );
+    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
+    const pid = Number(await new Promise<string>((resolve) => parent.stdout!.once("data", (c: Buffer) => resolve(c.toString().trim()))));
+    expect(processAlive(pid)).toBe(true);
+    parent.kill("SIGKILL");
+    await waitFor(() => !processAlive(pid), 5000, "the orphaned process gone");
   });
 
   it("close ends the waiting stubs and takes no more", async () => {

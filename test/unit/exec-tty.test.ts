@@ -15,7 +15,7 @@ import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
 import { createDbAuditLog } from "../../schema/audit-log.ts";
 import { auditLog } from "../../schema/core.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
-import { encodeFrame, frameType } from "../../gateway/exec/wire.ts";
+import { encodeFrame, frameType } from "../../contracts/exec-wire.ts";
 import { AgentVM } from "../../sdk/typescript/src/index.ts";
 import { TerminalGuard, exitStatus, ttyUrl, wantsTty, windowSize, type GuardProcess } from "../../cli/exec-tty.ts";
 

@@ -11,7 +11,7 @@ import {
   ProtocolError,
 } from "../../gateway/node/websocket-server.ts";
 import { closeReason, parseControl } from "../../gateway/exec/tty.ts";
-import { decodeSpec, encodeSpec, resizeFrame, isOldGuestTtyRefusal } from "../../gateway/exec/wire.ts";
+import { decodeSpec, encodeSpec, resizeFrame, isOldGuestTtyRefusal } from "../../contracts/exec-wire.ts";
 import { AppError } from "../../lib/errors.ts";
 
 /** A client frame: masked with `mask`, the length in 7, 16 or 64 bits as it needs. */

@@ -5,7 +5,20 @@
 // a crash is told to onExit listeners exactly once, also to one that registers after the crash (only qemu did),
 // and a stop is "ask, wait a grace period, then SIGKILL and wait for the exit".
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, copyFileSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, truncateSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  fstatSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeSync,
+} from "node:fs";
 import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
@@ -55,6 +68,12 @@ export interface SpawnVmOptions {
   stubs?: ExecStubs | undefined;
 }
 
+/**
+ * util-linux's `setpriv`, which sets the parent-death signal and execs the command (same pid): what a hypervisor
+ * started without an exec stub runs under so that it too dies with the fleet-agent. Absent: it starts as it is.
+ */
+const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p));
+
 export class VmProcess {
   readonly vmId: string;
   readonly child: ChildProcess;
@@ -88,7 +107,9 @@ export class VmProcess {
           ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd })
           : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
-      const child = spawn(opts.command, [...opts.args], {
+      // No stub free (a burst): the process is still to die with this one, as a stub's would (parent-death signal).
+      const [command, args] = opts.stubs && setpriv ? [setpriv, ["--pdeathsig", "KILL", "--", opts.command, ...opts.args]] : [opts.command, [...opts.args]];
+      const child = spawn(command, args, {
         stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],
         detached: true,
         ...(opts.env ? { env: opts.env } : {}),

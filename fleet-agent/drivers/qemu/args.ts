@@ -64,6 +64,42 @@ export function vmPaths(stateDir: string): VmPaths {
 }
 
 /**
+ * The files of a VM's reset standby (standby.ts), a second QEMU beside the VM's own: whatever it opens by name is its
+ * own (sockets, pid file, logs, port, disk, the link to the checkpoint's RAM file), no name longer than the VM's (the
+ * socket directory is the VM's). It shares the VM's egress socket (same agent, same rules) and launch drive
+ * (read-only). Adopting it renames its files to the VM's (`standbyAdoption`).
+ */
+export function standbyPaths(stateDir: string): VmPaths & { ramLink: string; migration: string } {
+  const p = vmPaths(stateDir);
+  return {
+    ...p,
+    qmp: join(p.socketDir, "s-qmp.sock"),
+    agent: join(p.socketDir, "s-agt.sock"),
+    migration: "s-mig.sock",
+    pid: join(stateDir, "standby.pid"),
+    console: join(stateDir, "standby-console.log"),
+    qemuLog: join(stateDir, "standby-qemu.log"),
+    port: join(stateDir, "standby-port.json"),
+    disk: `${p.disk}.standby`,
+    ramLink: join(stateDir, "ram.standby"),
+  };
+}
+
+/** What adopting a standby renames: each of its files (`standbyPaths`) to the VM's own name (`vmPaths`). */
+export function standbyAdoption(stateDir: string): [from: string, to: string][] {
+  const s = standbyPaths(stateDir);
+  const v = vmPaths(stateDir);
+  return [
+    [s.qmp, v.qmp],
+    [s.agent, v.agent],
+    [s.pid, v.pid],
+    [s.console, v.console],
+    [s.qemuLog, v.qemuLog],
+    [s.port, v.port],
+  ];
+}
+
+/**
  * The files of one snapshot attempt: the data QEMU's `exec:` command writes and the marker it writes once that file
  * is closed. Named per attempt, so a marker (or a writer still finishing) left by an earlier, failed or cancelled
  * attempt can never end a later one early or write into its file.

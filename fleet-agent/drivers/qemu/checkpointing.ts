@@ -131,7 +131,7 @@ export type RamSharing = "template" | "link" | "copy";
  * restoreCheckpoint's work. Unless `shareRam` is `copy`, the RAM file is not copied: the snapshot names the
  * checkpoint's (or a link to it), which the wake maps privately (ram-plan.ts).
  */
-export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, opts: { shareRam: RamSharing }): Promise<void> {
+export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, opts: { shareRam: RamSharing }): Promise<SnapshotManifest> {
   if (d.sup.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is running: stop it before restoring a checkpoint into it`);
   await d.sup.settled(spec.vmId);
   await d.sup.discardWaiting(spec.vmId);
@@ -199,6 +199,7 @@ export async function materialize(d: CheckpointDeps, spec: VmSpec, dir: string, 
   await commitManifest(paths.manifest, manifest);
   await removeUnreferencedSnapshots(spec.stateDir, file);
   d.log.info("checkpoint restored into a VM", { vmId: spec.vmId, checkpoint: basename(dir) });
+  return manifest;
 }
 
 /**

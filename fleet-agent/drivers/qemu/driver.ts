@@ -37,6 +37,7 @@ import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./options.ts";
 import { currentBootId, syncRamFile } from "./ram-file.ts";
 import { RamDigs, ramSpaceTool } from "./ram-space.ts";
+import { ResetStandbys } from "./standby.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
 import { openAgent, type QemuHost, type QemuVm } from "./vm.ts";
@@ -65,6 +66,9 @@ export class QemuDriver implements VmDriver {
   private readonly digs: RamDigs;
   /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
   readonly templates: VmTemplates | undefined;
+  /** Reset standbys (standby.ts), and the checkpoint each VM restored with `again` wants one of after its wake. */
+  readonly standbys: ResetStandbys;
+  private readonly standbyWanted = new Map<string, string>();
 
   constructor(opts: QemuDriverOptions) {
     const hostCpu = hostCpuModel();
@@ -119,6 +123,14 @@ export class QemuDriver implements VmDriver {
       digs,
     }));
     this.hibernation = new QemuHibernation({ host, log, sup, opts, digs });
+    this.standbys = new ResetStandbys({
+      host,
+      log,
+      sup,
+      egress: this.egress,
+      limits: { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX },
+      timeoutMs: opts.restoreTimeoutMs ?? 60_000,
+    });
     this.bootDeps = { host, log, sup, bootTimeoutMs: opts.bootTimeoutMs };
     this.restoreDeps = { host, sup, opts, digs };
     this.checkpointDeps = { host, log, sup, syncTimeoutMs: opts.syncTimeoutMs };
@@ -148,7 +160,9 @@ export class QemuDriver implements VmDriver {
       log: this.log,
       started,
       take: async () => this.templates?.take(spec),
-      clone: (template) => materialize(this.checkpointDeps, spec, template.dir, { shareRam: this.memory === "file" ? "template" : "copy" }),
+      clone: async (template) => {
+        await materialize(this.checkpointDeps, spec, template.dir, { shareRam: this.memory === "file" ? "template" : "copy" });
+      },
       wake: () => this.wake(spec),
       discard: () => this.reap(spec),
       coldBoot: async () => {
@@ -185,13 +199,17 @@ export class QemuDriver implements VmDriver {
     const started = performance.now();
     if (this.sup.running.has(spec.vmId)) throw new Error(`VM ${spec.vmId} is already running`);
     await this.sup.settled(spec.vmId);
-    return restoreOrBoot({
+    const woken = await restoreOrBoot({
       spec,
       log: this.log,
       started,
       restore: (undo) => restoreVm(this.restoreDeps, spec, undo, started),
       boot: () => coldBoot(this.bootDeps, spec, started),
     });
+    // Restored to a checkpoint it is likely restored to again: the standby for that is made while this run goes on.
+    const again = this.standbyWanted.get(spec.vmId);
+    if (again) void this.standbys.prepare(spec, again);
+    return woken;
   }
 
   async stop(vm: RunningVm, opts?: { discard?: boolean }): Promise<void> {
@@ -199,6 +217,8 @@ export class QemuDriver implements VmDriver {
     const vp = this.sup.running.get(vm.spec.vmId);
     if (vp && opts?.discard) await this.sup.kill(vp);
     else if (vp) await this.sup.quitRunning(vp);
+    // A stop for a restore keeps the reset standby the restore may adopt; any other stop ends it.
+    if (!opts?.discard) await this.forgetStandby(vm.spec.vmId);
     await this.sup.discardWaiting(vm.spec.vmId);
     await this.egress.release(vm.spec.vmId);
   }
@@ -210,6 +230,7 @@ export class QemuDriver implements VmDriver {
     const vp = this.sup.running.get(spec.vmId);
     if (vp) await this.sup.quit(vp);
     await this.sup.discardWaiting(spec.vmId);
+    await this.forgetStandby(spec.vmId);
     await this.egress.release(spec.vmId);
     await this.reap(spec);
     const paths = vmPaths(spec.stateDir);
@@ -235,8 +256,31 @@ export class QemuDriver implements VmDriver {
    * them and says `clonedFrom`, so the wake gives the guest a fresh identity. The old snapshot is gone first: a crash
    * part way leaves no snapshot (a cold boot) rather than one over the wrong files.
    */
-  restoreCheckpoint(spec: VmSpec, dir: string): Promise<void> {
-    return materialize(this.checkpointDeps, spec, dir, { shareRam: "link" });
+  async restoreCheckpoint(spec: VmSpec, dir: string, opts?: { again?: boolean }): Promise<void> {
+    // A reset standby of this checkpoint (standby.ts) becomes the VM's kept paused QEMU: the wake is then a `cont`.
+    const standby = await this.standbys.take(spec.vmId, dir);
+    let manifest;
+    try {
+      manifest = await materialize(this.checkpointDeps, spec, dir, { shareRam: "link" });
+      if (standby) {
+        if (!manifest.templateRam) throw new Error("the restored snapshot names no shared RAM file");
+        await this.standbys.adopt(spec, standby, { pausedAt: `${manifest.file}:${manifest.sha256}`, templateRam: manifest.templateRam.path });
+      }
+    } catch (err) {
+      if (standby) {
+        this.log.warn("reset standby not adopted: the wake loads the checkpoint's files", { vmId: spec.vmId, err });
+        await standby.proc.kill();
+      }
+      if (!manifest) throw err;
+    }
+    if (opts?.again) this.standbyWanted.set(spec.vmId, dir);
+    else this.standbyWanted.delete(spec.vmId);
+  }
+
+  /** The VM is no longer restored to a checkpoint again: its reset standby, and the wish for one, end. */
+  private async forgetStandby(vmId: string): Promise<void> {
+    this.standbyWanted.delete(vmId);
+    await this.standbys.end(vmId);
   }
 
   async guestCheckpointRequests(vm: RunningVm): Promise<string[]> {
@@ -298,6 +342,7 @@ export class QemuDriver implements VmDriver {
     // Hibernations finish their work first: QEMUs exit, and RAM files become durable before the host goes.
     await Promise.all([...this.sup.allSettling(), ...this.hibernation.allRamWriteBacks()]);
     await this.digs.cancelAll(); // a dig left half done is one the next hibernation does again
+    await this.standbys.close();
     await Promise.all([...this.sup.waiting.keys()].map((id) => this.sup.discardWaiting(id)));
     await Promise.all([...this.sup.running.values()].map((vp) => this.sup.quitRunning(vp)));
     this.stubs?.close();
@@ -314,7 +359,8 @@ export class QemuDriver implements VmDriver {
    * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay.
    */
   async reap(spec: VmSpec): Promise<void> {
-    return this.sup.reap(spec);
+    await this.sup.reap(spec);
+    await this.standbys.reap(spec);
   }
 }
 

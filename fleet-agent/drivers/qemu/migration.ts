@@ -119,8 +119,8 @@ export async function socketMigration(
  * A restore's device state (read and verified already) into the QEMU waiting in `-incoming defer`, over a unix
  * socket it listens on: no `exec:cat` for QEMU to fork.
  */
-export async function sendIncoming(vp: QemuVm, data: Buffer): Promise<void> {
-  const sock = join(vp.paths.socketDir, "mig.sock");
+export async function sendIncoming(vp: QemuVm, data: Buffer, socketName = "mig.sock"): Promise<void> {
+  const sock = join(vp.paths.socketDir, socketName);
   rmSync(sock, { force: true });
   await vp.qmp!.execute("migrate-incoming", { uri: `unix:${sock}` });
   try {

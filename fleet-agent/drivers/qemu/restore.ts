@@ -3,7 +3,7 @@
 // new disk and RAM generations, `cont`; a clone's first answer and fresh identity before its clock is fixed.
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { diskChange, diskFingerprint, stageDiskGeneration, type DiskFingerprint } from "../common/agent-disk.ts";
 import { processAlive } from "../common/proc.ts";
@@ -21,7 +21,7 @@ import { ramPlan } from "./ram-plan.ts";
 import { reserveRamFile, type RamDigs } from "./ram-space.ts";
 import { forwardedAddresses, incompatibility, readManifest, snapshotMemory, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
-import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost } from "./vm.ts";
+import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
 
 /** Snapshots up to this size (device state: tens of KB) are read whole and handed to QEMU over a socket on restore. */
 const SOCKET_STATE_MAX_BYTES = 16 << 20;
@@ -30,7 +30,7 @@ const FULL_BELOW_BYTES = 1 << 20;
 
 export interface RestoreDeps {
   host: QemuHost;
-  sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "discardWaiting" | "settled" | "imageFor" | "launch" | "running">;
+  sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "settled" | "imageFor" | "launch" | "running">;
   opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeGenerations" | "beforeCont" | "afterCont">;
   /** The digs of sleeping VMs' RAM files: ended before this one's is reserved (ram-space.ts). */
   digs: Pick<RamDigs, "cancel">;
@@ -94,8 +94,13 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     undo(() => verify);
   }
   phases.mark("checks");
-  // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it.
-  let vp = plan.prestartable ? d.sup.takeWaiting(spec) : (await d.sup.discardWaiting(spec.vmId), undefined);
+  // A pre-started QEMU maps the VM's own RAM file with shared pages skipped: only that plan can use it; so does an
+  // adopted reset standby (standby.ts), kept paused over the checkpoint RAM file the plan names.
+  let vp = d.sup.takeWaiting(spec);
+  if (vp && !plan.prestartable && !(vp.pausedAt !== undefined && plan.templateRam !== undefined && vp.templateRam === plan.templateRam)) {
+    await endWaiting(vp);
+    vp = undefined;
+  }
   if (!vp) await d.sup.settled(spec.vmId); // a kept one just ended (`endKept`) still holds the VM's port and sockets
   // One that died while it waited (killed, out of memory) is of no use: the files restore into a new QEMU. Its exit
   // event may not have arrived yet, so the process itself is asked.
@@ -108,16 +113,23 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
       !processAlive(vp.proc.pid) ||
       vp.memory !== plan.memory ||
       vp.ramId !== plan.ramId ||
+      vp.templateRam !== plan.templateRam ||
       vp.spec.allowEgress !== spec.allowEgress)
   ) {
-    await vp.proc.kill().catch(() => undefined);
+    await endWaiting(vp).catch(() => undefined);
     vp = undefined;
   }
   // A QEMU kept stopped after its hibernation holds exactly one snapshot: this one, or it is of no use.
   const paused = vp?.pausedAt !== undefined && vp.pausedAt === `${manifest.file}:${manifest.sha256}`;
   if (vp?.pausedAt !== undefined && !paused) {
-    await vp.proc.kill();
+    await endWaiting(vp);
     vp = undefined;
+  }
+  // An adopted standby's own disk becomes the VM's now: its guest runs on it from the `cont` below, and the disk the
+  // restore wrote (the checkpoint's copy, which the snapshot pairs with) pairs with nothing once a guest runs.
+  if (paused && vp?.pendingDisk) {
+    await rename(vp.pendingDisk, paths.disk);
+    vp.pendingDisk = undefined;
   }
   // Once the guest runs it writes its disk and RAM file: no snapshot taken before pairs with them again. The new
   // generations are staged (written and synced beside the files) while QEMU starts and loads, and committed (renamed
@@ -219,6 +231,12 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
     ...takenAt(manifest.createdAt),
     tier: paused ? "kept" : prestarted ? "prestarted" : "files",
   };
+}
+
+/** Ends a kept QEMU the wake does not use, and the disk of its own an adopted standby had (standby.ts). */
+async function endWaiting(vp: QemuVm): Promise<void> {
+  await vp.proc.kill();
+  if (vp.pendingDisk) await rm(vp.pendingDisk, { force: true });
 }
 
 /** Why the snapshot no longer pairs with the VM's disk or RAM file (something ran on them since); undefined when it does. */

@@ -2,7 +2,7 @@
 // forwarded port, QMP's set-up), watching its exit, and the bookkeeping of each VM's QEMUs: the running one, the one
 // kept for a hibernated VM (pre-started or paused, waiting.ts), and the work after a hibernation that whatever starts
 // the VM's next QEMU waits for (`settled`).
-import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import type { Logger } from "../../../lib/log.ts";
 import { makeLaunchDrive } from "../common/launch-data.ts";
@@ -157,10 +157,12 @@ export class QemuSupervisor {
   /**
    * Starts QEMU and connects QMP; retries once on a new port when the stored one is taken. `incoming`: it waits for a
    * snapshot (`-incoming defer`); `ram`: how it holds guest RAM (ram-file.ts `ramPlan`; a cold boot: the host's mode).
+   * `standby` (standby.ts): a second QEMU beside the VM's, on its own files (`paths`), sharing the VM's launch drive
+   * and egress listener, which it neither rewrites nor opens.
    */
-  async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, ram: LaunchRam, phases?: Phases): Promise<QemuVm> {
+  async launch(spec: VmSpec, image: GuestImagePaths, incoming: boolean, ram: LaunchRam, phases?: Phases, standby?: { paths: VmPaths }): Promise<QemuVm> {
     mkdirSync(spec.stateDir, { recursive: true });
-    const paths = vmPaths(spec.stateDir);
+    const paths = standby?.paths ?? vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
     // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
@@ -169,7 +171,7 @@ export class QemuSupervisor {
     if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
     // A boot's environment names the tenant's upstreams (a restored guest read its own at its boot: nothing to ask).
     const upstreams = proxy && !incoming ? await this.upstreamNames(spec) : undefined;
-    if (spec.rootImage)
+    if (spec.rootImage && !(standby && existsSync(paths.launchDrive)))
       await makeLaunchDrive(spec.stateDir, spec.rootImage.config, {
         agentId: spec.agentId,
         port: spec.rootImage.config.port,
@@ -178,7 +180,7 @@ export class QemuSupervisor {
       });
     // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once). Every
     // VM gets it (its upstreams are there); one without egress is refused anything else.
-    if (proxy) await this.deps.egress.listen(spec.vmId, paths.egress, { egress });
+    if (proxy && !standby) await this.deps.egress.listen(spec.vmId, paths.egress, { egress });
     // A cold boot on file-backed RAM starts a fresh RAM file (and generation): no snapshot pairs with it any more; so
     // does the load of a streamed snapshot into file-backed RAM (`convert`: its pages are written into the file).
     // Its blocks are reserved before a guest runs on it (ram-space.ts: a full disk must not kill the VM).
@@ -375,6 +377,7 @@ export class QemuSupervisor {
       await vp.proc.kill();
       await this.deps.egress.release(vmId);
       if (vp.digTicket !== undefined) this.deps.digs.start(vmId, vp.paths.ram, vp.digTicket);
+      if (vp.pendingDisk) await rm(vp.pendingDisk, { force: true }); // an adopted reset standby's (standby.ts)
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
     this.trackSettling(vmId, ending);
   }
@@ -384,6 +387,7 @@ export class QemuSupervisor {
     if (!vp) return;
     this.waiting.delete(vmId);
     await vp.proc.kill();
+    if (vp.pendingDisk) await rm(vp.pendingDisk, { force: true }); // an adopted reset standby's (standby.ts)
   }
 
   private async prestart(spec: VmSpec, ram: LaunchRam): Promise<void> {

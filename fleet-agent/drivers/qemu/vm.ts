@@ -58,6 +58,11 @@ export interface QemuVm {
   templateFd: number | undefined;
   /** Kept stopped after its hibernation (`prestart: "paused"`): `<file>:<sha256>` of the snapshot it holds in memory. */
   pausedAt?: string;
+  /**
+   * An adopted reset standby (standby.ts): the disk it runs on, which becomes the VM's when its wake runs it (until
+   * then the VM's disk is the checkpoint's copy the restored snapshot pairs with).
+   */
+  pendingDisk?: string;
   /** Kept stopped over its own RAM file: the dig (ram-space.ts) its end asks for, valid unless a wake came first. */
   digTicket?: number;
   /** A running VM whose vCPUs are stopped by a doze (doze.ts); its process, memory and connections stay. */

@@ -110,12 +110,18 @@ export interface ResetRound {
   apiResetMs: number;
 }
 
-/** `n` episodes on a fork: a file written (dirtied), reset, the next exec's first output (checked: the file is gone). */
-export async function resets(fork: Agent, n: number): Promise<ResetRound[]> {
+/**
+ * `n` episodes on a fork: a file written (dirtied), the rest of the episode (`episodeMs` after its first exec: a
+ * harness's model and tool turns), reset, the next exec's first output (checked: the file is gone).
+ */
+export async function resets(fork: Agent, n: number, episodeMs: number): Promise<ResetRound[]> {
   const rounds: ResetRound[] = [];
   await fork.exec(["true"]);
   for (let i = 0; i < n; i++) {
+    const began = now();
     await fork.exec("echo dirty > /tmp/bench-episode");
+    const left = episodeMs - (now() - began);
+    if (left > 0) await new Promise((r) => setTimeout(r, left));
     const t0 = now();
     const r = await fork.reset();
     const call = now() - t0;

@@ -1,6 +1,9 @@
-// The exec server's wire protocol v2 as the gateway speaks it (fleet-agent/guest/guest-exec/): the request's spec, the answer's frames, its exit line, a terminal's input frames.
+// The exec server's wire protocol (fleet-agent/guest/guest-exec/, docs/exec.md) as its clients speak it: the gateway's exec API, and the host's warm-up of a reset standby (fleet-agent/drivers/qemu/standby.ts): the request's spec, the answer's frames, its exit line.
 //
 // Runtime-free: web streams and typed arrays only.
+
+/** The header that carries a VM's exec key to its exec server; set by the host alone (the key never leaves it). */
+export const execKeyHeader = "x-agentvm-exec-key";
 
 /** The media type of a foreground exec's answer: frames until the connection closes. */
 export const framesType = "application/vnd.agentvm.exec-frames";
