@@ -30,7 +30,12 @@ export const qemuEnv = z.object({
     unit: "ms",
     doc: "how long a kept QEMU (either kind of `QEMU_PRESTART`) waits for its agent's wake after the hibernation; then it is ended and the wake restores from the files; 0: until the wake",
   }),
-  QEMU_PRESTART_MAX: vars.int({ fallback: DEFAULT_PRESTART_MAX, min: 1, unit: "QEMUs", doc: "the most QEMUs kept waiting at once; the oldest is ended first" }),
+  QEMU_PRESTART_MAX: vars.int({
+    fallback: DEFAULT_PRESTART_MAX,
+    min: 1,
+    unit: "QEMUs",
+    doc: "the most QEMUs kept waiting at once; the oldest is ended first. Reset standbys (a second QEMU kept for an agent that is reset to a checkpoint again and again) are bounded by this, `QEMU_PRESTART_MEMORY_MIB` and `QEMU_PRESTART_KEEP_MS` too, counted apart",
+  }),
   QEMU_MEMORY: vars.oneOf(["auto", "stream", "file"] as const, {
     fallback: "auto",
     doc: "`file`: guest RAM in a file per agent (`<stateDir>/ram`), reserved while it runs and sparse while it sleeps; a hibernation writes only the device state; `stream`: all guest RAM into each snapshot; `auto`: `file` where the data directory's filesystem can reserve and punch a file's blocks (probed and logged at start), else `stream`. A change wakes every agent from the snapshot it has and converts it",

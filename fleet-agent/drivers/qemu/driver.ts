@@ -75,11 +75,13 @@ export class QemuDriver implements VmDriver {
     const bootId = currentBootId();
     // Made first: bounds it refuses fail the driver before QEMU is asked anything. It hands what it evicts to the supervisor.
     // A kept QEMU weighs its anonymous memory (its RAM file's pages are page cache the host can reclaim).
-    const waiting = new WaitingPool<QemuVm>(
-      { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX, maxBytes: opts.prestartMemoryBytes },
-      (id, vp, why) => this.sup.endKept(id, vp, why),
-      { weigh: (vp) => (vp.proc.pid === undefined ? 0 : (readMemoryKiB(vp.proc.pid)?.anonymous ?? 0) * 1024) },
-    );
+    const keptLimits = {
+      keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS,
+      max: opts.prestartMax ?? DEFAULT_PRESTART_MAX,
+      maxBytes: opts.prestartMemoryBytes,
+    };
+    const weigh = (vp: QemuVm) => (vp.proc.pid === undefined ? 0 : (readMemoryKiB(vp.proc.pid)?.anonymous ?? 0) * 1024);
+    const waiting = new WaitingPool<QemuVm>(keptLimits, (id, vp, why) => this.sup.endKept(id, vp, why), { weigh });
     const binary = opts.qemuBinary ?? "qemu-system-x86_64";
     this.memory = opts.memory ?? "stream";
     this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });
@@ -128,7 +130,8 @@ export class QemuDriver implements VmDriver {
       log,
       sup,
       egress: this.egress,
-      limits: { keepMs: opts.prestartKeepMs ?? DEFAULT_PRESTART_KEEP_MS, max: opts.prestartMax ?? DEFAULT_PRESTART_MAX },
+      limits: keptLimits, // a standby is a kept QEMU of another kind: the same bounds, counted apart
+      weigh,
       timeoutMs: opts.restoreTimeoutMs ?? 60_000,
     });
     this.bootDeps = { host, log, sup, bootTimeoutMs: opts.bootTimeoutMs };

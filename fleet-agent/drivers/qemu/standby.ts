@@ -37,8 +37,10 @@ export interface StandbyDeps {
   log: Logger;
   sup: Pick<QemuSupervisor, "launch" | "imageFor" | "waiting">;
   egress: Pick<EgressProxy, "listen">;
-  /** How many standbys at once, and how long one waits for its restore (the kept QEMUs' limits). */
+  /** How many standbys at once, their memory, and how long one waits for its restore (the kept QEMUs' limits). */
   limits: WaitingLimits;
+  /** A standby's bytes for `limits.maxBytes` (as a kept QEMU is weighed: its anonymous memory). */
+  weigh: (vp: QemuVm) => number;
   /** How long a standby's load and first answers may take. */
   timeoutMs: number;
 }
@@ -51,10 +53,14 @@ export class ResetStandbys {
 
   constructor(deps: StandbyDeps) {
     this.deps = deps;
-    this.pool = new WaitingPool<Standby>(deps.limits, (vmId, s, why) => {
-      deps.log.info("reset standby ended", { vmId, why });
-      void this.kill(s);
-    });
+    this.pool = new WaitingPool<Standby>(
+      deps.limits,
+      (vmId, s, why) => {
+        deps.log.info("reset standby ended", { vmId, why });
+        void this.kill(s);
+      },
+      { weigh: (s) => deps.weigh(s.vp) },
+    );
   }
 
   /**
