@@ -1,5 +1,5 @@
 // Where a host records what happened to its VMs: the event log, awake runs, agents' last known state.
-import { and, eq, inArray, isNull, lt, or } from "drizzle-orm";
+import { and, eq, inArray, isNull, lt, lte, or, sql } from "drizzle-orm";
 import type { Db } from "../schema/db.ts";
 import { agents, hosts, runs, vmEvents } from "../schema/core.ts";
 import { createDbAuditLog } from "../schema/audit-log.ts";
@@ -86,6 +86,14 @@ export interface AgentOwner {
 export interface HostStore extends HostRecoveryStore {
   /** The owners of these agents; agents without a row are left out. */
   owners(agentIds: readonly string[]): Promise<Map<string, AgentOwner>>;
+  /**
+   * Before this host wakes the agent: in one statement, whether its row still gives it to `hostId` under `generation`
+   * (or an older one), and if so marks it waking (`restoring`, or `booting` for a first boot) unless it is awake
+   * already. A gateway's move of a sleeping agent (gateway/placement.ts) only takes a row that still says it sleeps:
+   * of a wake and a move that race, exactly one goes ahead. Answers the owner when the claim was refused (moved, or
+   * a newer generation); undefined when it holds (or the agent has no row, or no host: nothing to fence against).
+   */
+  claimWake(agentId: string, hostId: string, generation: number): Promise<AgentOwner | undefined>;
   /** Whether an operator drains this host (its row's `draining_at`). */
   draining(hostId: string): Promise<boolean>;
   transition(r: TransitionRecord): Promise<void>;
@@ -152,6 +160,18 @@ export function createDbHostStore(db: Db): HostStore {
         .where(inArray(agents.id, [...agentIds]));
       for (const r of rows) out.set(r.id, { hostId: r.hostId, generation: r.generation, deleted: r.deletedAt !== null });
       return out;
+    },
+    async claimWake(agentId, hostId, generation) {
+      const claimed = await db
+        .update(agents)
+        .set({
+          state: sql`case when ${agents.state} = 'creating' then 'booting' when ${agents.state} in ('hibernated', 'stopped') then 'restoring' else ${agents.state} end`,
+        })
+        .where(and(eq(agents.id, agentId), eq(agents.hostId, hostId), lte(agents.generation, generation), isNull(agents.deletedAt)))
+        .returning({ id: agents.id });
+      if (claimed.length > 0) return undefined;
+      const owner = (await this.owners([agentId])).get(agentId);
+      return owner && !owner.deleted && owner.hostId !== null ? owner : undefined;
     },
     async draining(hostId) {
       const [row] = await db.select({ drainingAt: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId));
@@ -270,6 +290,10 @@ export function createMemoryHostStore(): MemoryHostStore {
         if (o) out.set(id, o);
       }
       return out;
+    },
+    async claimWake(agentId, hostId, generation) {
+      const o = owners.get(agentId);
+      return o && !o.deleted && o.hostId !== null && (o.hostId !== hostId || o.generation > generation) ? o : undefined;
     },
     async draining() {
       return drainingNow.value;

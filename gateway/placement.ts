@@ -348,8 +348,12 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     return db.transaction(async (tx) => {
       const updated = await queryRows<{ generation: number }>(
         tx as unknown as Db,
+        // From a live host (a drain, a skewed clock, a first run elsewhere) only a row that still says the agent sleeps
+        // (or never ran): that host marks the row waking before it wakes one (fleet-agent/store.ts `claimWake`), so of
+        // a wake there and this move exactly one goes ahead, never two copies. A lost host's agents move as they are.
         sql`update agents set host_id = ${toHostId}, generation = generation + 1${lost ? sql`, state = 'stopped'` : sql``}
             where id = ${agentId} and host_id is not distinct from ${fromHostId} and generation = ${generation}
+              ${lost ? sql`` : sql`and state in ('hibernated', 'stopped', 'creating')`}
             returning generation`,
       );
       if (updated.length !== 1) return undefined;

@@ -21,7 +21,7 @@ export interface FencingDeps {
   vmsDir: string;
   clock: Clock;
   fs: HostFs;
-  store: Pick<HostStore, "owners">;
+  store: Pick<HostStore, "owners" | "claimWake">;
   vms: Pick<VmTable, "get" | "ids" | "entryFor">;
   generations: Pick<DiskGenerations, "read" | "write">;
   eviction: Pick<Eviction, "evict" | "discardStateDir">;
@@ -97,15 +97,16 @@ export class Fencing {
 
   private async assertOwner(entry: VmEntry): Promise<void> {
     const id = entry.spec.id;
-    let owner;
+    let owner: AgentOwner | undefined;
     try {
-      // Bounded: a database that does not answer (an outage, a partition) must not hold the wake up.
-      owner = (await withDeadline(this.deps.clock, ownerCheckMs, this.deps.store.owners([id]), () => new Map<string, AgentOwner>())).get(id);
+      // The claim marks the row waking in the same statement that checks it is still ours, so a gateway's move of the
+      // sleeping agent that races it fails (store.ts `claimWake`). Bounded: a database that does not answer (an
+      // outage, a partition) must not hold the wake up.
+      owner = await withDeadline(this.deps.clock, ownerCheckMs, this.deps.store.claimWake(id, this.deps.hostId, entry.generation), () => undefined);
     } catch {
       return;
     }
-    if (!owner || owner.deleted || owner.hostId === null) return;
-    if (owner.hostId === this.deps.hostId && owner.generation <= entry.generation) return;
+    if (!owner) return;
     throw new AppError(
       "host_unavailable",
       `agent ${id} is on host ${owner.hostId} now (lease generation ${owner.generation}); this host's copy (generation ${entry.generation}) is not woken`,

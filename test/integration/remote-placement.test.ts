@@ -7,6 +7,7 @@ import { newId } from "../../lib/ids.ts";
 import { agentCommits, agents, hosts, runs, tenants } from "../../schema/core.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { chooseHost, createDbPlacement, expireHostLeases, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
+import { createDbHostStore } from "../../fleet-agent/store.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -231,6 +232,44 @@ describe("createDbPlacement", () => {
     const [row] = await db().select().from(agents).where(eq(agents.id, asleep.id));
     expect(row?.state).toBe("hibernated");
     expect((await p.hostFor(await addAgent())).id).toBe("host_other");
+  });
+
+  it("a wake on a draining host and a gateway's move of the same sleeping agent race: exactly one goes ahead, never two copies", async () => {
+    await addHost("host_drain", { draining: true });
+    await addHost("host_other", { usedMiB: 1000 });
+    const store = createDbHostStore(db());
+    const p = placement();
+
+    // The host claims first (a call from a gateway whose cache still names it): the move finds the row waking and leaves it.
+    const first = await addAgent({ hostId: "host_drain", state: "hibernated" });
+    expect(await store.claimWake(first.id, "host_drain", 0)).toBeUndefined();
+    const [claimed] = await db().select().from(agents).where(eq(agents.id, first.id));
+    expect(claimed).toMatchObject({ state: "restoring", hostId: "host_drain", generation: 0 });
+    expect(await p.hostFor(first)).toMatchObject({ id: "host_drain", generation: 0 });
+    expect(await hostOf(first.id)).toBe("host_drain");
+
+    // The move first: the host's claim is refused with the new owner (its wake answers 503 and the gateway asks again).
+    const second = await addAgent({ hostId: "host_drain", state: "hibernated" });
+    expect(await p.hostFor(second)).toMatchObject({ id: "host_other", generation: 1 });
+    expect(await store.claimWake(second.id, "host_drain", 0)).toMatchObject({ hostId: "host_other", generation: 1 });
+    const [moved] = await db().select().from(agents).where(eq(agents.id, second.id));
+    expect(moved).toMatchObject({ state: "hibernated", hostId: "host_other" });
+
+    // Many at once, both ways: for each agent the wake's claim and the move never both win.
+    const racing = await Promise.all(Array.from({ length: 20 }, () => addAgent({ hostId: "host_drain", state: "hibernated" })));
+    const outcomes = await Promise.all(
+      racing.map(async (a) => {
+        const [claim, place] = await Promise.all([store.claimWake(a.id, "host_drain", 0), p.hostFor(a)]);
+        return { woke: claim === undefined, movedTo: place.id };
+      }),
+    );
+    for (const o of outcomes) expect(o.woke ? o.movedTo === "host_drain" : o.movedTo === "host_other").toBe(true);
+    const rows = await db()
+      .select()
+      .from(agents)
+      .where(sql`${agents.id} in ${racing.map((a) => a.id)}`);
+    for (const r of rows)
+      expect(r.hostId === "host_drain" ? r.state === "restoring" && r.generation === 0 : r.state === "hibernated" && r.generation === 1).toBe(true);
   });
 
   it("a host whose lease ended gets its awake agents' rows stopped and its open runs ended at its last heartbeat, before anyone calls them", async () => {

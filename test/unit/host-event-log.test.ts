@@ -55,6 +55,7 @@ function recordingStore(opts: { hold?: string; fail?: string } = {}) {
     leftovers: async () => ({ openRuns: [], awakeAgents: [] }),
     recordCrash: async () => undefined,
     owners: async () => new Map(),
+    claimWake: async () => undefined,
     draining: async () => false,
   };
   return { store, landed, release };
