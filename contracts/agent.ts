@@ -16,7 +16,16 @@ export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete" | "mo
  * snapshot), or `hibernate_failed` (the snapshot could not be written: the VM went back to running, its previous
  * snapshot kept; the transition's `detail` says why, e.g. `code: "ENOSPC"` with the bytes needed and free).
  */
-export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hibernate_failed" | DozeReason | ResumeReason;
+/**
+ * Besides a host's own transitions, a gateway writes two into an agent's event log: `moved` (placement moved it to
+ * another host: a drain, a lost host) and `host_lost` (its host's lease ended while it was awake: the row stops).
+ */
+export type TransitionReason = WakeReason | SleepReason | "cancelled" | "hibernate_failed" | DozeReason | ResumeReason | "host_lost";
+
+/** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts and hosts. */
+export function vmIdFor(agentId: string): string {
+  return `vm_${agentId.replace(/^agt_/, "")}`;
+}
 /** Why a running VM dozed: every open call waits on an outbound call (the doze rule of fleet-agent/host/doze.ts). */
 export type DozeReason = "doze";
 /**

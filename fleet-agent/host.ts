@@ -35,7 +35,7 @@ import { Startup } from "./host/startup.ts";
 import { VmTable } from "./host/vms.ts";
 import { Waking } from "./host/wake.ts";
 
-export { vmIdFor } from "./host/vms.ts";
+export { vmIdFor } from "../contracts/agent.ts";
 
 export interface HostConfig {
   hostId: string;

@@ -3,7 +3,7 @@
 import { sql } from "drizzle-orm";
 import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
-import type { AgentSpec } from "../contracts/agent.ts";
+import { type AgentSpec, vmIdFor } from "../contracts/agent.ts";
 import { queryRows, type Db } from "../schema/postgres.ts";
 import { asDatabaseError, isDatabaseUnavailable, isTransactionConflict } from "../schema/db-errors.ts";
 
@@ -321,7 +321,7 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
           );
         throw new AppError("wake_failed", `no live host has ${agent.memMiB} MiB free for agent ${agent.id}`, { retryAfterS: 10 });
       }
-      const moved = await moveAgent(agent.id, now.hostId, now.generation, choice.id, reason === "host_lost");
+      const moved = await moveAgent(agent.id, now.hostId, now.generation, choice.id, reason);
       if (moved !== undefined) {
         if (reason) opts.onMove?.({ agentId: agent.id, fromHostId: now.hostId!, toHostId: choice.id, generation: moved, reason });
         return remember(agent.id, { id: choice.id, url: choice.url, live: true, generation: moved });
@@ -336,17 +336,30 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
    * open runs there end at the old host's last heartbeat, in the same transaction. Answers the new generation, or
    * undefined when it lost the race.
    */
-  async function moveAgent(agentId: string, fromHostId: string | null, generation: number, toHostId: string, lost: boolean): Promise<number | undefined> {
+  async function moveAgent(
+    agentId: string,
+    fromHostId: string | null,
+    generation: number,
+    toHostId: string,
+    reason: AgentMove["reason"] | undefined,
+  ): Promise<number | undefined> {
     // Aborted against another transaction (a lease expiry pass, a racing gateway): as if it lost the race; the caller reads again.
-    return moveOnce(agentId, fromHostId, generation, toHostId, lost).catch((err: unknown) => {
+    return moveOnce(agentId, fromHostId, generation, toHostId, reason).catch((err: unknown) => {
       if (isTransactionConflict(err)) return undefined;
       throw err;
     });
   }
 
-  function moveOnce(agentId: string, fromHostId: string | null, generation: number, toHostId: string, lost: boolean): Promise<number | undefined> {
+  function moveOnce(
+    agentId: string,
+    fromHostId: string | null,
+    generation: number,
+    toHostId: string,
+    reason: AgentMove["reason"] | undefined,
+  ): Promise<number | undefined> {
+    const lost = reason === "host_lost";
     return db.transaction(async (tx) => {
-      const updated = await queryRows<{ generation: number }>(
+      const updated = await queryRows<{ generation: number; state: string }>(
         tx as unknown as Db,
         // From a live host (a drain, a skewed clock, a first run elsewhere) only a row that still says the agent sleeps
         // (or never ran): that host marks the row waking before it wakes one (fleet-agent/store.ts `claimWake`), so of
@@ -354,9 +367,17 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
         sql`update agents set host_id = ${toHostId}, generation = generation + 1${lost ? sql`, state = 'stopped'` : sql``}
             where id = ${agentId} and host_id is not distinct from ${fromHostId} and generation = ${generation}
               ${lost ? sql`` : sql`and state in ('hibernated', 'stopped', 'creating')`}
-            returning generation`,
+            returning generation, state`,
       );
       if (updated.length !== 1) return undefined;
+      // The move in the agent's event log (a first placement is none): from the old host, in the same transaction.
+      if (fromHostId && reason)
+        await queryRows(
+          tx as unknown as Db,
+          sql`insert into vm_events (host_id, agent_id, vm_id, from_state, to_state, reason, detail)
+              values (${fromHostId}, ${agentId}, ${vmIdFor(agentId)}, ${updated[0]!.state}, ${updated[0]!.state}, 'moved',
+                      ${JSON.stringify({ why: reason, fromHostId, toHostId, generation: Number(updated[0]!.generation) })}::jsonb)`,
+        );
       if (fromHostId && lost) {
         await queryRows(
           tx as unknown as Db,
@@ -386,13 +407,26 @@ export async function expireHostLeases(db: Db, liveWindowMs: number): Promise<{ 
   return db.transaction(async (tx) => {
     const [lock] = await queryRows<{ ok: boolean }>(tx as unknown as Db, sql`select pg_try_advisory_xact_lock(${leaseExpiryLock}::bigint) as ok`);
     if (!lock?.ok) return { agents: 0, runs: 0 };
+    // Each agent's row stops saying it is awake, and its event log says why (at the host's last heartbeat, naming the
+    // run that ends), before the runs are closed.
     const stopped = await queryRows<{ id: string }>(
       tx as unknown as Db,
-      sql`update agents set state = 'stopped'
-          from hosts h
-          where h.id = agents.host_id and agents.deleted_at is null and h.last_heartbeat_at < now() - ${window}
-            and agents.state in ('booting', 'running', 'dozing', 'restoring', 'snapshotting')
-          returning agents.id`,
+      sql`with lost as (
+            select a.id, a.state, a.host_id, h.last_heartbeat_at as seen
+            from agents a join hosts h on h.id = a.host_id
+            where a.deleted_at is null and h.last_heartbeat_at < now() - ${window}
+              and a.state in ('booting', 'running', 'dozing', 'restoring', 'snapshotting')
+            for update of a
+          ), stopped as (
+            update agents set state = 'stopped' from lost where agents.id = lost.id
+            returning agents.id, lost.state as from_state, lost.host_id, lost.seen
+          )
+          insert into vm_events (at, host_id, agent_id, vm_id, run_id, from_state, to_state, reason, detail)
+          select s.seen, s.host_id, s.id, 'vm_' || substr(s.id, 5),
+                 (select r.id from runs r where r.agent_id = s.id and r.host_id = s.host_id and r.slept_at is null order by r.woke_at desc limit 1),
+                 s.from_state, 'stopped', 'host_lost', jsonb_build_object('lastHeartbeatAt', s.seen)
+          from stopped s
+          returning agent_id as id`,
     );
     const closed = await queryRows<{ id: string }>(
       tx as unknown as Db,

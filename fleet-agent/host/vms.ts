@@ -2,7 +2,7 @@
 import { join } from "node:path";
 import type { Clock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
-import type { AgentSpec, VmState } from "../../contracts/agent.ts";
+import { type AgentSpec, type VmState, vmIdFor } from "../../contracts/agent.ts";
 import { isImageDigest, type ImageArtifact, type ImageLocator } from "../../contracts/image.ts";
 import type { VmSpec } from "../drivers/driver.ts";
 import type { HostFs } from "../host-fs.ts";
@@ -134,9 +134,4 @@ export class VmTable {
     }
     return { usedMiB, awakeAgents };
   }
-}
-
-/** One VM per agent per host: its id is derived from the agent's, so meters and logs line up across restarts. */
-export function vmIdFor(agentId: string): string {
-  return `vm_${agentId.replace(/^agt_/, "")}`;
 }

@@ -4,8 +4,8 @@ import { eq, sql } from "drizzle-orm";
 import { ManualClock, systemClock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
-import { agentCommits, agents, hosts, runs, tenants } from "../../schema/core.ts";
-import type { AgentSpec } from "../../contracts/agent.ts";
+import { agentCommits, agents, hosts, runs, tenants, vmEvents } from "../../schema/core.ts";
+import { type AgentSpec, vmIdFor } from "../../contracts/agent.ts";
 import { chooseHost, createDbPlacement, expireHostLeases, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
 import { createDbHostStore } from "../../fleet-agent/store.ts";
 import { freshDatabase } from "../helpers/db.ts";
@@ -231,6 +231,17 @@ describe("createDbPlacement", () => {
     expect(moves).toEqual([{ agentId: asleep.id, fromHostId: "host_drain", toHostId: "host_other", generation: 1, reason: "drain" }]);
     const [row] = await db().select().from(agents).where(eq(agents.id, asleep.id));
     expect(row?.state).toBe("hibernated");
+    // The move is in the agent's event log, from the old host.
+    expect(await db().select().from(vmEvents).where(eq(vmEvents.agentId, asleep.id))).toEqual([
+      expect.objectContaining({
+        hostId: "host_drain",
+        vmId: vmIdFor(asleep.id),
+        fromState: "hibernated",
+        toState: "hibernated",
+        reason: "moved",
+        detail: { why: "drain", fromHostId: "host_drain", toHostId: "host_other", generation: 1 },
+      }),
+    ]);
     expect((await p.hostFor(await addAgent())).id).toBe("host_other");
   });
 
@@ -308,6 +319,19 @@ describe("createDbPlacement", () => {
     expect(run).toMatchObject({ sleepReason: "host_lost", sleptAt: host!.lastHeartbeatAt });
     const [other] = await db().select().from(runs).where(eq(runs.id, "run_fine00000001"));
     expect(other!.sleptAt).toBeNull();
+    // The lost host's awake agent has it in its event log, at the host's last heartbeat, naming the run that ended.
+    expect(await db().select().from(vmEvents).where(eq(vmEvents.agentId, lapsed.id))).toEqual([
+      expect.objectContaining({
+        at: host!.lastHeartbeatAt,
+        hostId: "host_lapsed",
+        vmId: vmIdFor(lapsed.id),
+        runId: "run_lapsed000001",
+        fromState: "running",
+        toState: "stopped",
+        reason: "host_lost",
+      }),
+    ]);
+    expect(await db().select().from(vmEvents).where(eq(vmEvents.agentId, asleep.id))).toEqual([]);
     expect(await expireHostLeases(db(), 30_000)).toEqual({ agents: 0, runs: 0 });
   });
 
