@@ -105,6 +105,21 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
    * answer is about one URL: a host that restarted at another one is asked again at once.
    */
   const reach = new Map<string, { ok: boolean; at: number; url: string }>();
+  /**
+   * Memory this process just moved onto each host (a failover, a drain): a moved agent sleeps there, so neither the
+   * host's report (awake agents) nor the agents placed but not yet run count it until it wakes and the next heartbeat
+   * says so. Counted as used for `movedInMs`, so a burst of moves spreads over the hosts and stays within their
+   * capacity instead of all landing on the one that looked emptiest.
+   */
+  const movedIn = new Map<string, { mib: number; at: number }[]>();
+  const movedInMs = 5000;
+  function movedInMiB(hostId: string): number {
+    const now = opts.clock.monotonic();
+    const kept = (movedIn.get(hostId) ?? []).filter((m) => now - m.at < movedInMs);
+    if (kept.length > 0) movedIn.set(hostId, kept);
+    else movedIn.delete(hostId);
+    return kept.reduce((sum, m) => sum + m.mib, 0);
+  }
 
   async function reachable(h: { id: string; url: string }): Promise<boolean> {
     const kept = reach.get(h.id);
@@ -306,11 +321,14 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
       } else if (now.hostId && !fresh) {
         throw new AppError("wake_failed", `agent ${agent.id} is on host ${now.hostId}, which has no ingress URL`, { retryAfterS: 10 });
       }
+      const loads = (await candidates()).filter((h) => h.id !== now.hostId);
       const choice = chooseHost(
-        (await candidates()).filter((h) => h.id !== now.hostId),
+        loads.map((h) => ({ ...h, usedMiB: h.usedMiB + movedInMiB(h.id) })),
         agent.memMiB,
         opts.reserveMiB,
       );
+      // Noted before the move is awaited: the moves of a burst decided meanwhile see it.
+      if (choice && reason) movedIn.set(choice.id, [...(movedIn.get(choice.id) ?? []), { mib: agent.memMiB, at: opts.clock.monotonic() }]);
       if (!choice) {
         if (reason === "drain") return remember(agent.id, now.host!); // nowhere to go: it stays on the draining host for now
         if (reason)

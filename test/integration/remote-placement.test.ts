@@ -283,6 +283,32 @@ describe("createDbPlacement", () => {
       expect(r.hostId === "host_drain" ? r.state === "restoring" && r.generation === 0 : r.state === "hibernated" && r.generation === 1).toBe(true);
   });
 
+  it("a burst of failovers spreads over the live hosts and stays within their capacity", async () => {
+    await addHost("host_gone", { ageS: 3600 });
+    await addHost("host_left", { capacityMiB: 1024 });
+    await addHost("host_right", { capacityMiB: 1024 });
+    const victims = await Promise.all(Array.from({ length: 6 }, () => addAgent({ hostId: "host_gone", state: "hibernated" })));
+    const p = placement();
+    // All at once, as calls to a dead host's agents come in: each moves (process driver: its state is carryable). None
+    // of the moved agents is awake yet, so no heartbeat counts them: without this process's note all six took the host
+    // that looked emptiest, 1536 MiB on 1024.
+    const placed = await Promise.all(victims.map((a) => p.hostFor(a)));
+    const count = (id: string) => placed.filter((h) => h.id === id).length;
+    expect([count("host_left"), count("host_right")]).toEqual([3, 3]);
+    // Past both hosts' capacity the next ones are refused (a 503 to retry), not piled on.
+    const more = await Promise.all(Array.from({ length: 4 }, () => addAgent({ hostId: "host_gone", state: "hibernated" })));
+    const outcomes = await Promise.all(
+      more.map((a) =>
+        p.hostFor(a).then(
+          (h) => h.id,
+          (e: AppError) => e.code,
+        ),
+      ),
+    );
+    expect(outcomes.filter((o) => o === "host_left" || o === "host_right")).toHaveLength(2);
+    expect(outcomes.filter((o) => o === "host_unavailable")).toHaveLength(2);
+  });
+
   it("a host whose lease ended gets its awake agents' rows stopped and its open runs ended at its last heartbeat, before anyone calls them", async () => {
     await addHost("host_lapsed", { ageS: 3600 });
     await addHost("host_beating");
