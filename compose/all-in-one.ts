@@ -189,7 +189,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
   }
   const token = await mintToken(gateway.keys.privateJwk, {
     tenant: demoTenantId,
-    scopes: ["agents:invoke", "agents:admin", "agents:exec", "usage:read"],
+    scopes: ["agents:invoke", "agents:admin", "agents:exec", "images:read", "images:write", "usage:read"],
     subject: "demo",
     ttlS: 30 * 24 * 3600,
     issuer: cfg.auth.issuer,

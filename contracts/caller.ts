@@ -5,10 +5,13 @@ import { AppError } from "../lib/errors.ts";
 /**
  * `operator` is the platform operator's: it drives tenants and rate cards (`/v1/tenants…`), whatever tenant its token
  * names, and is never needed (nor enough) for a tenant's own routes. `agents:exec` runs commands and reads and writes
- * files inside an agent's VM (gateway/exec/): a scope of its own, which `agents:admin` does not imply.
+ * files inside an agent's VM (gateway/exec/): a scope of its own, which `agents:admin` does not imply. Images have
+ * theirs too (images/routes.ts): `images:read` lists and reads them and their builds, `images:write` builds, imports
+ * and deletes them (a build runs the tenant's `RUN` steps): a pipeline that pushes images needs no power over agents,
+ * and `agents:admin` alone builds nothing.
  */
-export type Scope = "agents:invoke" | "agents:admin" | "agents:exec" | "usage:read" | "operator";
-export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "agents:exec", "usage:read", "operator"];
+export type Scope = "agents:invoke" | "agents:admin" | "agents:exec" | "images:read" | "images:write" | "usage:read" | "operator";
+export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "agents:exec", "images:read", "images:write", "usage:read", "operator"];
 
 export interface Caller {
   tenantId: string;

@@ -31,7 +31,7 @@ const buildJson = (build: BuildRecord) => build.view() as z.infer<typeof Build>;
 
 const uploadRoute = createRoute({
   method: "post",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:write")],
   path: "/v1/images",
   operationId: "createImage",
   summary: "Build an image from a tar of a build context (Containerfile), or import an OCI / docker save archive",
@@ -59,7 +59,7 @@ const uploadRoute = createRoute({
 
 const listRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:read")],
   path: "/v1/images",
   operationId: "listImages",
   summary: "The tenant's images, by name then tag",
@@ -70,7 +70,7 @@ const listRoute = createRoute({
 
 const buildRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:read")],
   path: "/v1/images/builds/{id}",
   operationId: "getImageBuild",
   summary: "A build's status (builds are kept in this process's memory)",
@@ -81,7 +81,7 @@ const buildRoute = createRoute({
 
 const buildLogRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:read")],
   path: "/v1/images/builds/{id}/log",
   operationId: "getImageBuildLog",
   summary: "A build's log as text; with follow=true it streams until the build ends",
@@ -92,7 +92,7 @@ const buildLogRoute = createRoute({
 
 const getRoute = createRoute({
   method: "get",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:read")],
   path: "/v1/images/{id}",
   operationId: "getImage",
   summary: "One image",
@@ -103,7 +103,7 @@ const getRoute = createRoute({
 
 const deleteRoute = createRoute({
   method: "delete",
-  middleware: [scopeGate("agents:admin")],
+  middleware: [scopeGate("images:write")],
   path: "/v1/images/{id}",
   operationId: "deleteImage",
   summary: "Delete the tag; the files go when no tag names the digest (409 while a live agent runs the last one)",
@@ -147,7 +147,7 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
   }
 
   r.openapi(uploadRoute, async (c) => {
-    const caller = requireScope(c, "agents:admin");
+    const caller = requireScope(c, "images:write");
     const b = needBuilder();
     const { name, tag, kind, file } = c.req.valid("query");
     const declared = Number(c.req.header("content-length") ?? "0");
@@ -207,17 +207,17 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
   });
 
   r.openapi(listRoute, async (c) => {
-    const caller = requireScope(c, "agents:admin");
+    const caller = requireScope(c, "images:read");
     const { limit, cursor } = c.req.valid("query");
     const rows = await repo.list(caller.tenantId, { limit: limit + 1, ...(cursor !== undefined ? { after: imagePosition(cursor) } : {}) });
     const page = pageOf(rows, limit, (i) => [i.name, i.tag]);
     return c.json({ images: page.items.map(imageRecord), nextCursor: page.nextCursor }, 200);
   });
 
-  r.openapi(buildRoute, (c) => c.json(buildJson(ownBuild(c.req.valid("param").id, requireScope(c, "agents:admin"))), 200));
+  r.openapi(buildRoute, (c) => c.json(buildJson(ownBuild(c.req.valid("param").id, requireScope(c, "images:read"))), 200));
 
   r.openapi(buildLogRoute, (c) => {
-    const build = ownBuild(c.req.valid("param").id, requireScope(c, "agents:admin"));
+    const build = ownBuild(c.req.valid("param").id, requireScope(c, "images:read"));
     if (c.req.valid("query").follow !== "true")
       return c.text(
         build
@@ -237,11 +237,11 @@ export function createImageRoutes(deps: ImageRoutesDeps) {
     return new Response(stream, { headers: { "content-type": "text/plain; charset=utf-8" } }) as never;
   });
 
-  r.openapi(getRoute, async (c) => c.json(imageRecord(await ownImage(c.req.valid("param").id, requireScope(c, "agents:admin"))), 200));
+  r.openapi(getRoute, async (c) => c.json(imageRecord(await ownImage(c.req.valid("param").id, requireScope(c, "images:read"))), 200));
 
   /** Deletes the tag; the files go when no row names the digest and no live agent runs it (409 while one does). */
   r.openapi(deleteRoute, async (c) => {
-    const caller = requireScope(c, "agents:admin");
+    const caller = requireScope(c, "images:write");
     const row = await ownImage(c.req.valid("param").id, caller);
     const otherRows = (await repo.rowsWithDigest(row.digest)) - 1;
     const agentsUsing = await repo.agentsWithDigest(row.digest);

@@ -150,7 +150,11 @@ async function credentials(privateJwk: JWK, demoToken: string): Promise<Record<A
     demo: [bearer(demoToken)],
     operator: [
       bearer(
-        await mintToken(privateJwk, { tenant: "ten_demo", scopes: ["agents:invoke", "agents:admin", "usage:read", "operator"], subject: "fuzz-operator" }),
+        await mintToken(privateJwk, {
+          tenant: "ten_demo",
+          scopes: ["agents:invoke", "agents:admin", "images:read", "images:write", "usage:read", "operator"],
+          subject: "fuzz-operator",
+        }),
       ),
     ],
     none: [],

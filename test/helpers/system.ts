@@ -63,7 +63,7 @@ export async function startSystem(opts: StartSystemOptions = {}): Promise<TestSy
   const token: TestSystem["token"] = (t = {}) =>
     mintToken(base.keys.privateJwk, {
       tenant: t.tenant ?? base.demo.tenantId,
-      scopes: t.scopes ?? ["agents:invoke", "agents:admin", "usage:read"],
+      scopes: t.scopes ?? ["agents:invoke", "agents:admin", "images:read", "images:write", "usage:read"],
       ttlS: t.ttlS ?? 3600,
     });
 

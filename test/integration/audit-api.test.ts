@@ -349,7 +349,7 @@ describe("audit coverage of the API", () => {
     const op = await operator();
 
     await expectAudited("createTenant", await call("POST", "/v1/tenants", op, { id: "ten_cov", name: "coverage" }), "op_1", "ten_cov");
-    const c = await token("ten_cov", ["agents:admin", "agents:invoke"], "user_cov");
+    const c = await token("ten_cov", ["agents:admin", "agents:invoke", "images:write"], "user_cov");
     const created = await call("POST", "/v1/agents", c, { name: "cov", image: "demo" });
     const agentId = ((await created.clone().json()) as { id: string }).id;
     await expectAudited("createAgent", created, "user_cov", agentId);

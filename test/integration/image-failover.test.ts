@@ -114,7 +114,7 @@ beforeAll(async () => {
     },
     /gateway listening at (http:\/\/\S+)/,
   );
-  token = await mintToken(keys.privateJwk, { tenant: "ten_img", scopes: ["agents:invoke", "agents:admin"] });
+  token = await mintToken(keys.privateJwk, { tenant: "ten_img", scopes: ["agents:invoke", "agents:admin", "images:read", "images:write"] });
   await database.db.insert(tenants).values({ id: "ten_img", name: "images" });
 }, 120_000);
 

@@ -1,4 +1,5 @@
 // The image API over real Postgres with a scripted builder: registration after a build, tags, tenants, deletes, agents pinned by digest.
+import type { Scope } from "../../contracts/caller.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateKeyPair, exportJWK, type JWK } from "jose";
 import { silentLogger } from "../../lib/log.ts";
@@ -93,7 +94,9 @@ beforeAll(async () => {
 });
 afterAll(async () => database?.close());
 
-const auth = async (tenant = "ten_a") => ({ authorization: `Bearer ${await mintToken(privateJwk, { tenant, scopes: ["agents:invoke", "agents:admin"] })}` });
+const auth = async (tenant = "ten_a") => ({
+  authorization: `Bearer ${await mintToken(privateJwk, { tenant, scopes: ["agents:invoke", "agents:admin", "images:read", "images:write"] })}`,
+});
 
 async function upload(query: string, body: string, headers: Record<string, string> = {}) {
   return app.request(`/v1/images?${query}`, { method: "POST", body, headers: { ...(await auth()), "content-type": "application/x-tar", ...headers } });
@@ -124,6 +127,25 @@ describe("image API", () => {
     const log = await (await app.request(`/v1/images/builds/${build.id}/log`, { headers: await auth() })).text();
     expect(log).toContain("STEP 1/2: FROM scratch");
     expect(log).toContain("got 11 bytes");
+  });
+
+  it("images have scopes of their own: agents:admin alone neither builds nor lists; images:write without it builds", async () => {
+    const as = async (scopes: Scope[]) => ({ authorization: `Bearer ${await mintToken(privateJwk, { tenant: "ten_a", scopes })}` });
+    const adminOnly = await as(["agents:invoke", "agents:admin"]);
+    const refused = await upload("name=scoped&tag=v1", "context-scoped", adminOnly);
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: "forbidden",
+      message: expect.stringContaining("images:write"),
+    });
+    expect((await app.request("/v1/images", { headers: adminOnly })).status).toBe(403);
+    const pipeline = await as(["images:write"]);
+    const built = await upload("name=scoped&tag=v1", "context-scoped", pipeline);
+    expect(built.status).toBe(201);
+    const { image } = (await built.json()) as { image: ImageJson };
+    expect((await app.request(`/v1/images/${image.id}`, { headers: pipeline })).status).toBe(403); // reading is images:read
+    expect((await app.request(`/v1/images/${image.id}`, { headers: await as(["images:read"]) })).status).toBe(200);
+    expect((await app.request(`/v1/images/${image.id}`, { method: "DELETE", headers: await as(["images:read"]) })).status).toBe(403);
   });
 
   it("a failed build answers 422 build_failed and registers nothing", async () => {

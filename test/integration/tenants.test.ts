@@ -47,7 +47,7 @@ async function answer<T>(res: Response): Promise<{ status: number; body: T }> {
 }
 
 const op = (path: string, init: RequestInit = {}) => sys.call(path, { ...init, token: operator });
-const tenantToken = (tenant: string) => sys.token({ tenant, scopes: ["agents:invoke", "agents:admin", "usage:read"] });
+const tenantToken = (tenant: string) => sys.token({ tenant, scopes: ["agents:invoke", "agents:admin", "images:read", "usage:read"] });
 
 async function createTenant(body: Record<string, unknown>): Promise<TenantJson> {
   const res = await answer<TenantJson>(await sys.call("/v1/tenants", jsonInit("POST", body, operator)));
