@@ -2,7 +2,7 @@
 # Creates (up) or removes (down) the tap device of one Firecracker VM, with default-deny networking (nftables).
 #
 #   setup-firecracker-net.sh up   --tap fcvm0 --host-ip 172.30.0.1 --guest-ip 172.30.0.2 [--prefix 30]
-#                                 [--allow-egress] [--uplink eth0] [--host-port 18080 [--guest-port 8080]] [--owner UID]
+#                                 [--allow-egress [--deny CIDR,CIDR…]] [--uplink eth0] [--host-port 18080 [--guest-port 8080]] [--owner UID]
 #   setup-firecracker-net.sh down --tap fcvm0
 #
 # What `up` sets (idempotent; the firecracker driver runs it before every boot and restore):
@@ -10,7 +10,9 @@
 #   - nftables table `inet agentvm_<tap>`:
 #       input:   from the tap only replies to connections the host opened (the guest reaches no host service);
 #       forward: the guest reaches nothing beyond the host unless --allow-egress (then only from its own
-#                address, masqueraded on --uplink); nothing else is forwarded to the guest except --host-port;
+#                address, masqueraded on --uplink, and none of the --deny ranges: the driver passes the
+#                private, loopback, link-local, metadata and reserved ranges the QEMU VMs' proxy refuses);
+#                nothing else is forwarded to the guest except --host-port;
 #       anti-spoofing: packets from the tap with another source address are dropped;
 #   - --host-port P: DNAT tcp P on the host's addresses to guest-ip:guest-port (optional ingress mapping; the
 #     fleet-agent itself reaches the guest directly at guest-ip:8080 over the tap route).
@@ -22,7 +24,7 @@ die() { echo "setup-firecracker-net: $*" >&2; exit 1; }
 run() { if [[ "${DRY_RUN:-}" == 1 ]]; then echo "+ $*"; else "$@"; fi; }
 
 ACTION="${1:-}"; shift || true
-TAP="" HOST_IP="" GUEST_IP="" PREFIX=30 ALLOW_EGRESS=0 UPLINK="" HOST_PORT="" GUEST_PORT=8080 OWNER=""
+TAP="" HOST_IP="" GUEST_IP="" PREFIX=30 ALLOW_EGRESS=0 DENY="" UPLINK="" HOST_PORT="" GUEST_PORT=8080 OWNER=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tap) TAP="$2"; shift 2 ;;
@@ -30,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --guest-ip) GUEST_IP="$2"; shift 2 ;;
     --prefix) PREFIX="$2"; shift 2 ;;
     --allow-egress) ALLOW_EGRESS=1; shift ;;
+    --deny) DENY="$2"; shift 2 ;;
     --uplink) UPLINK="$2"; shift 2 ;;
     --host-port) HOST_PORT="$2"; shift 2 ;;
     --guest-port) GUEST_PORT="$2"; shift 2 ;;
@@ -40,6 +43,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ "$TAP" =~ ^[A-Za-z0-9_-]{1,15}$ ]] || die "--tap must be 1-15 letters, digits, - or _"
+[[ -z "$DENY" || "$DENY" =~ ^[0-9./,]+$ ]] || die "--deny takes IPv4 CIDRs separated by commas"
 TABLE="agentvm_${TAP//-/_}"
 
 if [[ "${DRY_RUN:-}" != 1 ]]; then
@@ -76,6 +80,10 @@ case "$ACTION" in
     oifname \"$TAP\" ip daddr $GUEST_IP tcp dport $GUEST_PORT ct status dnat accept"
     fi
     if [[ "$ALLOW_EGRESS" == 1 ]]; then
+      if [[ -n "$DENY" ]]; then
+        rules+="
+    iifname \"$TAP\" ip daddr { ${DENY//,/, } } drop"
+      fi
       rules+="
     iifname \"$TAP\" $egress_out accept"
     fi

@@ -93,6 +93,14 @@ const V4_RANGES: [AddressClass, string, number][] = [
   ["reserved", "240.0.0.0", 4], // with the broadcast address 255.255.255.255
 ];
 
+/**
+ * The IPv4 ranges no egress may reach (every class but `public`), as CIDRs: what a Firecracker VM's nftables rules
+ * refuse where it reaches out directly, not through the proxy (drivers/firecracker/net.ts).
+ */
+export function refusedV4Cidrs(): string[] {
+  return V4_RANGES.map(([, net, bits]) => `${net}/${bits}`);
+}
+
 const V6_RANGES: [AddressClass, string, number][] = [
   ["unspecified", "::", 128],
   ["loopback", "::1", 128],

@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { claimNet, kernelIpArg, maxSlots, releaseNet, slotNet } from "../../fleet-agent/drivers/firecracker/net.ts";
+import { claimNet, DEFAULT_NET_CIDR, kernelIpArg, maxSlots, netScriptArgs, releaseNet, slotNet } from "../../fleet-agent/drivers/firecracker/net.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fcn-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -65,6 +65,20 @@ describe("firecracker VM networking", () => {
     expect(allowed).toContain('ip saddr 172.30.0.14 oifname "eth0" masquerade');
     expect(allowed).toContain("tcp dport 18080 dnat ip to 172.30.0.14:8080");
     expect(allowed).toContain("+ sysctl -q -w net.ipv4.ip_forward=1");
+
+    // What the driver passes where egress is allowed: the proxy's refusals as a drop before the accept.
+    const net = slotNet(DEFAULT_NET_CIDR, 3);
+    const driverArgs = netScriptArgs("up", net, { allowEgress: true, uplink: "eth0" });
+    expect(driverArgs).toContain("--deny");
+    const fromDriver = dry(...driverArgs);
+    const drop = fromDriver.indexOf(`iifname "${net.tap}" ip daddr { `);
+    expect(drop).toBeGreaterThan(0);
+    expect(drop).toBeLessThan(fromDriver.indexOf(`iifname "${net.tap}" oifname "eth0" accept`));
+    for (const cidr of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"]) expect(fromDriver).toContain(cidr);
+    expect(netScriptArgs("up", net, { allowEgress: false })).not.toContain("--deny");
+    expect(() =>
+      dry("up", "--tap", "fcvm3", "--host-ip", "172.30.0.13", "--guest-ip", "172.30.0.14", "--allow-egress", "--deny", "10.0.0.0/8; rm -rf /"),
+    ).toThrow(/--deny takes/);
 
     expect(dry("down", "--tap", "fcvm3")).toBe("+ nft delete table inet agentvm_fcvm3\n+ ip link del dev fcvm3\n");
     expect(() => dry("up", "--tap", "bad name")).toThrow(/--tap must be/);

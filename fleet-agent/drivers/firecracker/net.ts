@@ -7,6 +7,7 @@
 import { execFile } from "node:child_process";
 import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { refusedV4Cidrs } from "../../egress/policy.ts";
 
 export interface NetOptions {
   /** Directory of slot claims shared by every VM on this host. */
@@ -89,11 +90,20 @@ export async function recordedNet(stateDir: string): Promise<VmNet | undefined> 
   }
 }
 
+/**
+ * The setup script's arguments. Egress, where allowed, refuses what the QEMU VMs' egress proxy refuses
+ * (egress/policy.ts: private, loopback, link-local with the cloud metadata address, CGNAT, multicast, reserved).
+ */
+export function netScriptArgs(action: "up" | "down", net: VmNet, opts: { allowEgress: boolean; uplink?: string }): string[] {
+  const args = [action, "--tap", net.tap, "--host-ip", net.hostIp, "--guest-ip", net.guestIp, "--prefix", String(net.prefix)];
+  if (action === "up" && opts.allowEgress) args.push("--allow-egress", "--deny", refusedV4Cidrs().join(","));
+  if (opts.uplink) args.push("--uplink", opts.uplink);
+  return args;
+}
+
 /** Runs the setup script: `up` creates the tap with its rules (idempotent), `down` removes them. */
 export function runNetScript(script: string, action: "up" | "down", net: VmNet, opts: { allowEgress: boolean; uplink?: string }): Promise<void> {
-  const args = [action, "--tap", net.tap, "--host-ip", net.hostIp, "--guest-ip", net.guestIp, "--prefix", String(net.prefix)];
-  if (action === "up" && opts.allowEgress) args.push("--allow-egress");
-  if (opts.uplink) args.push("--uplink", opts.uplink);
+  const args = netScriptArgs(action, net, opts);
   return new Promise((resolve, reject) => {
     execFile(script, args, { timeout: 20_000 }, (err, _stdout, stderr) => {
       if (err) reject(new Error(`${script} ${args.join(" ")} failed: ${stderr.trim().slice(-400) || err.message}`));
