@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "launch-common.h"
@@ -50,6 +51,12 @@ int main(int argc, char **argv) {
     if (chdir(workdir) != 0) die(125, "chdir %s: %s", workdir, strerror(errno));
   }
 
+  /* A parent-death signal it was started with (the process driver starts it under `setpriv --pdeathsig`, so an
+   * entrypoint dies with its fleet-agent): a change of ids clears it, so it is set again after them. None in a guest. */
+  int pdeath = 0;
+  pid_t parent = getppid();
+  prctl(PR_GET_PDEATHSIG, &pdeath);
+
   /* Drop to the image's user: supplementary groups first (only the primary one; the image's /etc/group was
    * resolved at build time), then the group, then the user, which ends the right to change either. */
   if (geteuid() == 0) {
@@ -58,6 +65,10 @@ int main(int argc, char **argv) {
     if (setuid(uid) != 0) die(125, "setuid(%u): %s", (unsigned)uid, strerror(errno));
   } else if (getuid() != uid || getgid() != gid) {
     die(125, "not root: cannot run as uid %u gid %u", (unsigned)uid, (unsigned)gid);
+  }
+  if (pdeath != 0) {
+    if (prctl(PR_SET_PDEATHSIG, pdeath) != 0) die(125, "prctl(PR_SET_PDEATHSIG): %s", strerror(errno));
+    if (getppid() != parent) die(125, "its parent went before the entrypoint started"); /* the signal would never come */
   }
 
   launch_reset_signals();

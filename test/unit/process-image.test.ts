@@ -1,12 +1,15 @@
 // The process driver's pieces for built images that need no root and no image: reading debugfs's listings, making
 // directories inside an agent's copy without following its symlinks out, and building the launcher once under
 // concurrency (with a stand-in compiler that counts its runs).
-import { execFile } from "node:child_process";
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { dyingWithUs } from "../../fleet-agent/drivers/common/vm-process.ts";
 import { ensureLauncher } from "../../fleet-agent/drivers/process/launcher.ts";
+import { encodeLaunchSpec } from "../../fleet-agent/guest/launch-spec.ts";
+import { waitFor } from "../helpers/wait.ts";
 import { mkdirInRoot, parseListings } from "../../fleet-agent/drivers/process/rootfs.ts";
 
 const root = mkdtempSync(join(tmpdir(), "process-image-unit-"));
@@ -110,6 +113,39 @@ describe("the launcher build", () => {
     expect(runs()).toBeGreaterThanOrEqual(1); // each process may build; the last rename wins with the same bytes
     expect(readdirSync(cache)).toEqual([outputs[0]!.split("/").at(-1)]);
     expect(readFileSync(outputs[0]!, "utf8")).toBe("#!/bin/sh\n");
+  });
+
+  it("an entrypoint started under the parent-death signal keeps it past the drop to the image's user: it dies with the fleet-agent", async () => {
+    const launcher = await ensureLauncher(join(root, "real-launcher"));
+    const fs = join(root, "pdeath-root");
+    mkdirSync(join(fs, "bin"), { recursive: true });
+    copyFileSync("/bin/busybox", join(fs, "bin", "busybox"));
+    chmodSync(join(fs, "bin", "busybox"), 0o755);
+    const spec = join(root, "pdeath.spec");
+    const config = { entrypoint: ["/bin/busybox"], cmd: ["sleep", "600"], env: [], workdir: "/", user: "65534:65534", uid: 65534, gid: 65534, port: 8080 };
+    writeFileSync(spec, encodeLaunchSpec(config, []));
+    // A stand-in fleet-agent starts it as the process driver does (vm-process.ts `dyingWithUs`), then is killed -9.
+    const [command, args] = dyingWithUs(launcher, [fs, spec]);
+    const parent = spawn(
+      process.execPath,
+      [
+        "-e",
+        `const c = require("node:child_process").spawn(${JSON.stringify(command)}, ${JSON.stringify(args)}, { stdio: "ignore", detached: true }); console.log(c.pid); setInterval(() => {}, 1000);`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    const pid = Number(await new Promise<string>((resolve) => parent.stdout!.once("data", (c: Buffer) => resolve(c.toString().trim()))));
+    await waitFor(
+      () => (readFileSync(`/proc/${pid}/status`, "utf8").match(/^Uid:\s+(\d+)/m)?.[1] ?? "") === "65534",
+      5000,
+      "the entrypoint running as the image's user",
+    );
+    parent.kill("SIGKILL");
+    await waitFor(
+      () => !existsSync(`/proc/${pid}`) || /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8")),
+      5000,
+      "the entrypoint gone with its parent",
+    );
   });
 
   it("no compiler: a clear error naming what to install", async () => {

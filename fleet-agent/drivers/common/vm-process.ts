@@ -69,10 +69,16 @@ export interface SpawnVmOptions {
 }
 
 /**
- * util-linux's `setpriv`, which sets the parent-death signal and execs the command (same pid): what a hypervisor
- * started without an exec stub runs under so that it too dies with the fleet-agent. Absent: it starts as it is.
+ * util-linux's `setpriv`, which sets the parent-death signal and execs the command (same pid): what a VM's process
+ * started without an exec stub runs under so that it too dies with the fleet-agent (a workload of the process driver,
+ * its exec server, a hypervisor when no stub was free). Absent: it starts as it is (and a restart reaps it).
  */
 const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((p) => existsSync(p));
+
+/** `command args` as spawned so that the process gets SIGKILL when this one (its parent) goes. */
+export function dyingWithUs(command: string, args: readonly string[]): [string, string[]] {
+  return setpriv ? [setpriv, ["--pdeathsig", "KILL", "--", command, ...args]] : [command, [...args]];
+}
 
 export class VmProcess {
   readonly vmId: string;
@@ -107,8 +113,8 @@ export class VmProcess {
           ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd })
           : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
-      // No stub free (a burst): the process is still to die with this one, as a stub's would (parent-death signal).
-      const [command, args] = opts.stubs && setpriv ? [setpriv, ["--pdeathsig", "KILL", "--", opts.command, ...opts.args]] : [opts.command, [...opts.args]];
+      // Not from a stub (none free, or none kept): the process is still to die with this one, as a stub's would.
+      const [command, args] = dyingWithUs(opts.command, opts.args);
       const child = spawn(command, args, {
         stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],
         detached: true,

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import type { Logger } from "../../../lib/log.ts";
 import { processAlive, readPidFile, signalTree, writePidFile } from "../common/proc.ts";
-import { openLog } from "../common/vm-process.ts";
+import { dyingWithUs, openLog } from "../common/vm-process.ts";
 import type { ExecTarget } from "../driver.ts";
 
 /** The exec server's files in a VM's stateDir: its key, background processes' state, its pid file and log. */
@@ -49,7 +49,8 @@ export class ProcessExecServer {
     const logFd = openLog(paths.log);
     let child: ChildProcess;
     try {
-      child = spawn(opts.binary, args, { stdio: ["ignore", "pipe", logFd], detached: true, env: {} });
+      // It dies with the fleet-agent, as the workload does (vm-process.ts `dyingWithUs`).
+      child = spawn(...dyingWithUs(opts.binary, args), { stdio: ["ignore", "pipe", logFd], detached: true, env: {} });
     } finally {
       closeSync(logFd);
     }
