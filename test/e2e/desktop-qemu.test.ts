@@ -1,0 +1,332 @@
+// Persistent desktops through the whole system on the real qemu driver: the desktop example built FROM agentvm/desktop, one agent for the file.
+//
+// A screenshot of the right size that is not blank, text typed into the terminal through the actions API, then a
+// hibernation: the next screenshot is a restore showing the same pixels, and a half-typed command line survived it.
+// Bad input (off-screen, unknown key, too many actions, an agent without a desktop) is a 4xx envelope. Prints the
+// figures docs/desktop.md quotes (boot to first screenshot, warm and restored latencies, snapshot size).
+import { spawn, spawnSync } from "node:child_process";
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { inflateSync } from "node:zlib";
+import { and, eq } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { auditLog } from "../../schema/core.ts";
+import { makeDriver } from "../helpers/qemu.ts";
+import { startSystem, type TestSystem } from "../helpers/system.ts";
+
+const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
+if (!qemuPresent && process.env.CI === "true") throw new Error("CI: qemu-system-x86_64 missing (npm test provisions it: scripts/provision.ts)");
+
+const width = 800;
+const height = 600;
+let sys: TestSystem;
+let agentId: string;
+const figures: Record<string, number | string> = {};
+
+interface Picture {
+  width: number;
+  height: number;
+  /** RGB, 3 bytes a pixel, rows top to bottom. */
+  rgb: Buffer;
+}
+
+/** A PNG as the helper writes it (8-bit RGB, filter 0 on every row), decoded; anything else fails the test. */
+function decodePng(png: Buffer): Picture {
+  expect(png.subarray(0, 8).toString("hex")).toBe("89504e470d0a1a0a");
+  let at = 8;
+  let w = 0;
+  let h = 0;
+  const idat: Buffer[] = [];
+  while (at < png.length) {
+    const len = png.readUInt32BE(at);
+    const type = png.subarray(at + 4, at + 8).toString("latin1");
+    const body = png.subarray(at + 8, at + 8 + len);
+    if (type === "IHDR") {
+      w = body.readUInt32BE(0);
+      h = body.readUInt32BE(4);
+      expect([body[8], body[9]]).toEqual([8, 2]);
+    }
+    if (type === "IDAT") idat.push(body);
+    at += 12 + len;
+  }
+  const raw = inflateSync(Buffer.concat(idat));
+  const row = w * 3 + 1;
+  expect(raw.length).toBe(row * h);
+  const rgb = Buffer.alloc(w * h * 3);
+  for (let y = 0; y < h; y++) {
+    expect(raw[y * row]).toBe(0);
+    raw.copy(rgb, y * w * 3, y * row + 1, (y + 1) * row);
+  }
+  return { width: w, height: h, rgb };
+}
+
+function distinctColours(p: Picture): number {
+  const seen = new Set<number>();
+  for (let i = 0; i < p.rgb.length && seen.size < 1000; i += 3) seen.add((p.rgb[i]! << 16) | (p.rgb[i + 1]! << 8) | p.rgb[i + 2]!);
+  return seen.size;
+}
+
+function differingPixels(a: Picture, b: Picture): number {
+  let n = 0;
+  for (let i = 0; i < a.rgb.length; i += 3) if (a.rgb[i] !== b.rgb[i] || a.rgb[i + 1] !== b.rgb[i + 1] || a.rgb[i + 2] !== b.rgb[i + 2]) n++;
+  return n;
+}
+
+async function screenshot(query = ""): Promise<{ res: Response; picture: Picture; ms: number }> {
+  const t0 = performance.now();
+  const res = await sys.call(`/v1/agents/${agentId}/desktop/screenshot${query}`);
+  const bytes = Buffer.from(await res.arrayBuffer());
+  const ms = performance.now() - t0;
+  expect(res.status, bytes.toString("utf8", 0, 300)).toBe(200);
+  expect(res.headers.get("content-type")).toBe("image/png");
+  return { res, picture: decodePng(bytes), ms };
+}
+
+async function actions(body: Record<string, unknown>, id = agentId): Promise<{ res: Response; json: Record<string, unknown>; ms: number }> {
+  const t0 = performance.now();
+  const res = await sys.call(`/v1/agents/${id}/desktop/actions`, {
+    method: "POST",
+    body: JSON.stringify(body),
+    headers: { "content-type": "application/json" },
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  return { res, json, ms: performance.now() - t0 };
+}
+
+async function exec(cmd: string): Promise<string> {
+  const res = await sys.call(`/v1/agents/${agentId}/exec`, { method: "POST", body: JSON.stringify({ cmd }), headers: { "content-type": "application/json" } });
+  const json = (await res.json()) as { stdout: string; exitCode: number };
+  expect(res.status, JSON.stringify(json)).toBe(200);
+  return json.stdout;
+}
+
+async function hibernate(): Promise<void> {
+  const res = await sys.call(`/v1/agents/${agentId}/hibernate`, { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
+  expect(((await res.json()) as { state: string }).state).toBe("hibernated");
+}
+
+const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
+const round = (ms: number) => Math.round(ms);
+
+/** Bytes of the agent's memory snapshot on its host (`snapshot-*.bin` in its state directory), found under the data directory. */
+function snapshotBytes(): number {
+  const find = (dir: string, depth: number): string | undefined => {
+    for (const n of readdirSync(dir, { withFileTypes: true })) {
+      if (!n.isDirectory()) continue;
+      if (n.name === agentId) return join(dir, n.name);
+      const hit = depth > 0 ? find(join(dir, n.name), depth - 1) : undefined;
+      if (hit) return hit;
+    }
+    return undefined;
+  };
+  const stateDir = find(sys.dataDir, 4);
+  expect(stateDir, "the agent's state directory").toBeDefined();
+  const files = readdirSync(stateDir!).filter((n) => /^snapshot-.*\.bin$/.test(n));
+  expect(files.length).toBeGreaterThan(0);
+  return files.reduce((n, f) => n + statSync(join(stateDir!, f)).size, 0);
+}
+
+async function waitForPicture(pred: (p: Picture) => boolean, what: string): Promise<Picture> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const { picture } = await screenshot();
+    if (pred(picture)) return picture;
+    if (Date.now() > deadline) throw new Error(`the screen never showed ${what}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+beforeAll(async () => {
+  if (!qemuPresent) return;
+  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000" } });
+}, 120_000);
+
+afterAll(async () => {
+  await sys?.stop();
+  if (sys) spawnSync("rm", ["-rf", sys.dataDir]);
+  if (Object.keys(figures).length > 0) console.log(`desktop figures: ${JSON.stringify(figures)}`);
+}, 120_000);
+
+const title = qemuPresent ? "persistent desktops on QEMU" : "persistent desktops on QEMU — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+describe.skipIf(!qemuPresent)(title, () => {
+  it("builds the desktop example and boots an agent of it at its display size: a screenshot of that size, not blank", async () => {
+    const tar = spawn("tar", ["-c", "-C", join(import.meta.dirname, "..", "..", "examples", "desktop-agent"), "."], { stdio: ["ignore", "pipe", "inherit"] });
+    const built0 = performance.now();
+    const res = await sys.call("/v1/images?name=desktop-agent", {
+      method: "POST",
+      body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>,
+      duplex: "half",
+    } as RequestInit);
+    expect(res.status, await res.clone().text()).toBe(201);
+    const image = (await res.json()) as { image: { sizeBytes: number; config: { desktop?: unknown } } };
+    expect(image.image.config.desktop).toEqual({ width: 1024, height: 768 });
+    figures.imageBuildS = Math.round((performance.now() - built0) / 100) / 10;
+    figures.imageBytes = image.image.sizeBytes;
+
+    const created0 = performance.now();
+    const agent = await sys.createAgent({ image: "desktop-agent", memMiB: 512, diskMiB: 256, desktop: { width, height } });
+    agentId = agent.id;
+    expect(agent.desktop).toEqual({ width, height });
+    const first = await screenshot();
+    expect(first.res.headers.get("x-wake")).toBe("boot");
+    expect([first.picture.width, first.picture.height]).toEqual([width, height]);
+    expect([first.res.headers.get("x-desktop-width"), first.res.headers.get("x-desktop-height")]).toEqual([String(width), String(height)]);
+    figures.bootToFirstScreenshotMs = round(performance.now() - created0);
+    // The terminal maps a moment after the agent's port answers: its white window on the black root.
+    const shown = await waitForPicture((p) => distinctColours(p) > 2, "the terminal");
+    figures.bootToTerminalShownMs = round(performance.now() - created0);
+    expect(distinctColours(shown)).toBeGreaterThan(2);
+    const half = await screenshot("?scale=0.5");
+    expect([half.picture.width, half.picture.height]).toEqual([width / 2, height / 2]);
+  }, 900_000);
+
+  it("types into the terminal through the actions API; the cursor and the screen come back", async () => {
+    const done = await actions({
+      actions: [
+        { type: "click", x: 400, y: 300 },
+        { type: "type", text: "echo typed-through-the-api > /tmp/typed.txt" },
+        { type: "key", keys: "enter" },
+        { type: "wait", ms: 300 },
+      ],
+    });
+    expect(done.res.status, JSON.stringify(done.json)).toBe(200);
+    expect(done.json.cursor).toEqual({ x: 400, y: 300 });
+    expect(done.json.display).toEqual({ width, height });
+    const after = decodePng(Buffer.from(done.json.screenshot as string, "base64"));
+    expect([after.width, after.height]).toEqual([width, height]);
+    expect(await exec("cat /tmp/typed.txt")).toBe("typed-through-the-api\n");
+
+    const noShot = await actions({ actions: [{ type: "move", x: 10, y: 20 }], screenshot: false });
+    expect(noShot.res.status).toBe(200);
+    expect(noShot.json).toMatchObject({ cursor: { x: 10, y: 20 }, screenshot: null });
+
+    const rows = await sys.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.target, agentId), eq(auditLog.action, "agent.desktop.actions")));
+    expect(rows.length).toBe(2);
+    expect(rows.find((r) => (r.detail as { count: number }).count === 4)?.detail).toMatchObject({
+      types: ["click", "type", "key", "wait"],
+      typedChars: "echo typed-through-the-api > /tmp/typed.txt".length,
+    });
+  }, 300_000);
+
+  it("a hibernated desktop wakes as it was: a restore, the same pixels, a half-typed command line still there", async () => {
+    const typing = await actions({
+      actions: [
+        { type: "type", text: "echo half-typed-survived > /tmp/after.txt" },
+        { type: "wait", ms: 300 },
+      ],
+      screenshot: false,
+    });
+    expect(typing.res.status).toBe(200);
+    const before = (await screenshot()).picture;
+    await hibernate();
+    figures.snapshotBytes = snapshotBytes();
+    const woken = await screenshot();
+    expect(woken.res.headers.get("x-wake")).toBe("restore");
+    figures.restoredScreenshotMs = round(woken.ms);
+    // Nothing on this screen moves by itself (no clock, the cursor does not blink): the same pixels.
+    expect(differingPixels(before, woken.picture)).toBe(0);
+    const enter = await actions({
+      actions: [
+        { type: "key", keys: "Return" },
+        { type: "wait", ms: 300 },
+      ],
+      screenshot: false,
+    });
+    expect(enter.res.status).toBe(200);
+    expect(await exec("cat /tmp/after.txt")).toBe("half-typed-survived\n");
+  }, 300_000);
+
+  it("latency: screenshot and a 10-action batch, warm and from hibernation", async () => {
+    const batch = {
+      actions: [
+        { type: "move", x: 100, y: 100 },
+        { type: "click", x: 400, y: 300 },
+        { type: "type", text: "echo x" },
+        { type: "key", keys: "ctrl+u" },
+        { type: "move", x: 200, y: 200 },
+        { type: "scroll", direction: "down", amount: 2 },
+        { type: "move", x: 300, y: 300 },
+        { type: "type", text: "ok" },
+        { type: "key", keys: "ctrl+u" },
+        { type: "move", x: 400, y: 300 },
+      ],
+    };
+    const warmShots: number[] = [];
+    for (let i = 0; i < 5; i++) warmShots.push((await screenshot()).ms);
+    const warmBatches: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await actions(batch);
+      expect(r.res.status, JSON.stringify(r.json)).toBe(200);
+      warmBatches.push(r.ms);
+    }
+    const coldShots: number[] = [figures.restoredScreenshotMs as number];
+    const coldBatches: number[] = [];
+    for (let i = 0; i < 2; i++) {
+      await hibernate();
+      const shot = await screenshot();
+      expect(shot.res.headers.get("x-wake")).toBe("restore");
+      coldShots.push(shot.ms);
+      await hibernate();
+      const r = await actions(batch);
+      expect(r.res.status).toBe(200);
+      expect(r.res.headers.get("x-wake")).toBe("restore");
+      coldBatches.push(r.ms);
+    }
+    Object.assign(figures, {
+      screenshotWarmP50Ms: round(p50(warmShots)),
+      screenshotRestoredP50Ms: round(p50(coldShots)),
+      batch10WarmP50Ms: round(p50(warmBatches)),
+      batch10RestoredP50Ms: round(p50(coldBatches)),
+    });
+  }, 300_000);
+
+  it("bad input is a 4xx with the envelope: off-screen, unknown key, too many actions, a bad scale, an agent without a desktop", async () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ actions: [{ type: "click", x: width, y: 10 }] }, /off the 800x600 screen/],
+      [{ actions: [{ type: "drag", startX: 10, startY: 10, x: 10, y: height + 5 }] }, /off the 800x600 screen/],
+      [{ actions: [{ type: "key", keys: "ctrl+nosuchkey" }] }, /unknown key "nosuchkey"/],
+      [{ actions: Array.from({ length: 51 }, () => ({ type: "move", x: 1, y: 1 })) }, /at most 50/],
+      [{ actions: [{ type: "teleport", x: 1, y: 1 }] }, /must be an action/],
+      [{ actions: [{ type: "click", x: 5 }] }, /both x and y/],
+      [{ actions: [] }, /at least one/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await actions(body);
+      expect(r.res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+      const error = (r.json as { error: { code: string; message: string; requestId: string } }).error;
+      expect(error.code).toBe("bad_request");
+      expect(error.message).toMatch(message);
+      expect(error.requestId).toBeTruthy();
+    }
+    const badScale = await sys.call(`/v1/agents/${agentId}/desktop/screenshot?scale=2`);
+    expect(badScale.status).toBe(400);
+    expect(((await badScale.json()) as { error: { code: string } }).error.code).toBe("bad_request");
+
+    const plain = await sys.createAgent({});
+    const none = await sys.call(`/v1/agents/${plain.id}/desktop/screenshot`);
+    expect(none.status).toBe(409);
+    expect(((await none.json()) as { error: { code: string } }).error.code).toBe("no_desktop");
+    const noneActions = await actions({ actions: [{ type: "wait", ms: 1 }] }, plain.id);
+    expect(noneActions.res.status).toBe(409);
+    const refused = await sys.call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ desktop: { width: 800, height: 600 } }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/has no desktop/);
+    const tooBig = await sys.call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ image: "desktop-agent", desktop: { width: 5000, height: 600 } }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(tooBig.status).toBe(400);
+    const noScope = await sys.token({ scopes: ["agents:admin"] });
+    const forbidden = await sys.call(`/v1/agents/${agentId}/desktop/screenshot`, { token: noScope });
+    expect(forbidden.status).toBe(403);
+  }, 120_000);
+});
