@@ -73,9 +73,9 @@ function differingPixels(a: Picture, b: Picture): number {
   return n;
 }
 
-async function screenshot(query = ""): Promise<{ res: Response; picture: Picture; ms: number }> {
+async function screenshot(query = "", id = agentId): Promise<{ res: Response; picture: Picture; ms: number }> {
   const t0 = performance.now();
-  const res = await sys.call(`/v1/agents/${agentId}/desktop/screenshot${query}`);
+  const res = await sys.call(`/v1/agents/${id}/desktop/screenshot${query}`);
   const bytes = Buffer.from(await res.arrayBuffer());
   const ms = performance.now() - t0;
   expect(res.status, bytes.toString("utf8", 0, 300)).toBe(200);
@@ -238,6 +238,22 @@ describe.skipIf(!qemuPresent)(title, () => {
     });
     expect(enter.res.status).toBe(200);
     expect(await exec("cat /tmp/after.txt")).toBe("half-typed-survived\n");
+  }, 300_000);
+
+  it("a checkpoint of the desktop forks into an agent that wakes on the same screen, with its display size", async () => {
+    const json = { "content-type": "application/json" };
+    const before = (await screenshot()).picture;
+    const made = await sys.call(`/v1/agents/${agentId}/checkpoints`, { method: "POST", headers: json, body: JSON.stringify({ name: "screen" }) });
+    expect(made.status, await made.clone().text()).toBe(201);
+    const ckp = (await made.json()) as { id: string };
+    const forked = await sys.call("/v1/agents", { method: "POST", headers: json, body: JSON.stringify({ fromCheckpoint: ckp.id }) });
+    expect(forked.status, await forked.clone().text()).toBe(201);
+    const fork = (await forked.json()) as { id: string; desktop: unknown };
+    expect(fork.desktop).toEqual({ width, height });
+    const shot = await screenshot("", fork.id);
+    expect(shot.res.headers.get("x-wake")).toBe("restore");
+    expect(differingPixels(before, shot.picture)).toBe(0);
+    expect((await sys.call(`/v1/agents/${fork.id}`, { method: "DELETE" })).status).toBe(200);
   }, 300_000);
 
   it("latency: screenshot and a 10-action batch, warm and from hibernation", async () => {
