@@ -57,9 +57,9 @@ export const bases: readonly BaseSpec[] = [
   { repo: "agentvm/python", tag: "bookworm", suite: "bookworm", include: ["python3"] },
   { repo: "agentvm/debian", tag: "bookworm", suite: "bookworm", include: [] },
   {
-    // A persistent desktop (docs/desktop.md): an X display at the agent's size, a window manager, a VNC server on the
-    // guest's loopback, and the helper the desktop API runs through the exec path. Its entrypoint starts the display,
-    // then the image's CMD.
+    // A persistent desktop (docs/desktop.md): an X display at the agent's size, a window manager, a VNC server for the
+    // guest's loopback (started by vnc-bridge on first use), and the helper the desktop API runs through the exec
+    // path. Its entrypoint starts the display, then the image's CMD.
     repo: "agentvm/desktop",
     tag: "bookworm",
     suite: "bookworm",
@@ -68,6 +68,7 @@ export const bases: readonly BaseSpec[] = [
       { path: "/usr/lib/agentvm/desktop/session", source: join(desktopDir, "session.sh"), mode: 0o755, links: ["/usr/local/bin/agentvm-desktop-session"] },
       { path: "/usr/lib/agentvm/desktop/helper", source: join(desktopDir, "helper.py"), mode: 0o755 },
       { path: "/usr/lib/agentvm/desktop/call", source: join(desktopDir, "call.sh"), mode: 0o755 },
+      { path: "/usr/lib/agentvm/desktop/vnc-bridge", source: join(desktopDir, "vnc-bridge.sh"), mode: 0o755 },
     ],
     // Xvfb depends on Mesa's GL drivers (and through them on LLVM and Z3: 160 MB of the 448); nothing here draws
     // with GL, so they go (a GL client would fail to load its driver).

@@ -1,10 +1,11 @@
 #!/bin/sh
 # agentvm-desktop-session: the desktop base's entrypoint. Starts the agent's X display at its size, a window manager
-# and a VNC server on the guest's loopback, then runs the image's command (its CMD, or the arguments given).
+# and the desktop API's helper, then runs the image's command (its CMD, or the arguments given; xterm without any).
 #
 # AGENTVM_DESKTOP_SIZE (`WIDTHxHEIGHT`) is set by the host from the agent's `desktop` size; DISPLAY is `:0` (the
-# base's environment). AGENTVM_DESKTOP_VNC=0 starts no VNC server; AGENTVM_DESKTOP_HELPER_PORT (default 5999) is
-# the loopback port of the resident helper. Xvfb's messages go to the console (the agent's log).
+# base's environment); AGENTVM_DESKTOP_HELPER_PORT (default 5999) is the loopback port of the resident helper. The
+# VNC server is not started here: `vnc-bridge` starts it when a viewer first connects (nothing idles for nobody).
+# Xvfb's messages go to the console (the agent's log).
 set -eu
 size="${AGENTVM_DESKTOP_SIZE:-1024x768}"
 case "$size" in
@@ -33,10 +34,5 @@ done
 matchbox-window-manager -use_titlebar no -use_cursor no >/dev/null 2>&1 &
 # The resident helper the desktop API calls (through /usr/lib/agentvm/desktop/call): screenshots and input.
 /usr/lib/agentvm/desktop/helper serve --port "${AGENTVM_DESKTOP_HELPER_PORT:-5999}" >/dev/null 2>&1 &
-if [ "${AGENTVM_DESKTOP_VNC:-1}" != 0 ]; then
-  # The guest's loopback only: a viewer reaches it through the host's relay, never from the network directly.
-  x11vnc -display "$DISPLAY" -localhost -rfbport 5900 -forever -shared -nopw -quiet -noxdamage -bg -o /tmp/x11vnc.log >/dev/null 2>&1 || echo "agentvm-desktop-session: x11vnc did not start" >&2
-fi
-
 if [ "$#" -eq 0 ]; then exec xterm; fi
 exec "$@"
