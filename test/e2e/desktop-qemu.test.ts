@@ -12,6 +12,7 @@ import { inflateSync } from "node:zlib";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { auditLog } from "../../schema/core.ts";
+import { AgentVM } from "../../sdk/typescript/src/index.ts";
 import { makeDriver } from "../helpers/qemu.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 
@@ -299,6 +300,57 @@ describe.skipIf(!qemuPresent)(title, () => {
       batch10RestoredP50Ms: round(p50(coldBatches)),
     });
   }, 300_000);
+
+  it("the SDKs: screenshot and act, in TypeScript and in Python", async () => {
+    const client = new AgentVM({ baseUrl: sys.url, token: sys.demo.token });
+    const agent = await client.agents.get(agentId);
+    const png = decodePng(Buffer.from(await agent.screenshot({ scale: 0.5 })));
+    expect([png.width, png.height]).toEqual([width / 2, height / 2]);
+    const done = await agent.act([{ type: "move", x: 5, y: 6 }], { screenshot: false });
+    expect(done).toMatchObject({ cursor: { x: 5, y: 6 }, screenshot: null, display: { width, height } });
+
+    const script = [
+      "import base64, json, struct, sys",
+      "from agentvm import AgentVM",
+      "agent = AgentVM(sys.argv[1], sys.argv[2]).agents.get(sys.argv[3])",
+      "png = agent.screenshot(scale=0.25)",
+      "done = agent.act([{'type': 'move', 'x': 7, 'y': 8}])",
+      "shot = base64.b64decode(done['screenshot'])",
+      "print(json.dumps({'small': struct.unpack('>II', png[16:24]), 'full': struct.unpack('>II', shot[16:24]), 'cursor': done['cursor']}))",
+    ].join("\n");
+    // Not spawnSync: the gateway answering the script runs in this process.
+    const child = spawn("python3", ["-c", script, sys.url, sys.demo.token, agentId], {
+      env: { ...process.env, PYTHONPATH: join(import.meta.dirname, "..", "..", "sdk", "python") },
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const status = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    const py = { status, stdout, stderr };
+    expect(py.status, py.stderr).toBe(0);
+    expect(JSON.parse(py.stdout)).toEqual({ small: [width / 4, height / 4], full: [width, height], cursor: { x: 7, y: 8 } });
+  }, 120_000);
+
+  it("vnc-bridge reaches the display's VNC servers on the guest's loopback, started on first use (what a viewer is relayed to)", async () => {
+    const bridge = async (mode: string) => {
+      const res = await sys.call(`/v1/agents/${agentId}/exec`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        // The client's version, then nothing: the server answers its security types and waits until the timeout.
+        body: JSON.stringify({ cmd: ["/usr/lib/agentvm/desktop/vnc-bridge", mode], stdin: "RFB 003.008\n", timeoutMs: 8000, encoding: "base64" }),
+      });
+      const json = (await res.json()) as { stdout: string; timedOut: boolean };
+      expect(res.status, JSON.stringify(json)).toBe(200);
+      return Buffer.from(json.stdout, "base64");
+    };
+    const [view, control] = await Promise.all([bridge("view"), bridge("control")]);
+    for (const out of [view, control]) {
+      expect(out.subarray(0, 12).toString("latin1")).toBe("RFB 003.008\n");
+      // Security types: a count, then the types; 1 is None (loopback only, no password).
+      expect([...out.subarray(12, 12 + 1 + out[12]!)]).toContain(1);
+    }
+  }, 120_000);
 
   it("bad input is a 4xx with the envelope: off-screen, unknown key, too many actions, a bad scale, an agent without a desktop", async () => {
     const cases: [Record<string, unknown>, RegExp][] = [
