@@ -95,7 +95,10 @@ export const ActionsResultSchema = z
   .object({
     cursor: z.object({ x: z.number().int(), y: z.number().int() }).openapi({ description: "Where the pointer is after the last action" }),
     display: z.object({ width: z.number().int(), height: z.number().int() }),
-    screenshot: z.string().nullable().openapi({ description: "The screen after the last action as a base64 PNG; null with `screenshot: false`" }),
+    screenshot: z.string().nullable().openapi({
+      description:
+        "The screen after the last action as a base64 PNG, taken once nothing was drawn for 50 ms (at most 1 s later); null with `screenshot: false`",
+    }),
     durationMs: z.number().int().openapi({ description: "The batch's time inside the VM, ms (its waits included)" }),
   })
   .openapi("DesktopActionsResult");

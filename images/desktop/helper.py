@@ -6,7 +6,8 @@
 #   helper request            one request as a JSON line on stdin, answered on stdout (what `call` falls back to)
 #
 # A request is {"cmd": "screenshot", "scale"?} (answer: a PNG) or {"cmd": "actions", "actions": [...],
-# "screenshot"?: bool, "scale"?} (answer: {"cursor": {x, y}, "screenshot": base64 PNG | null}) or {"cmd": "size"}.
+# "screenshot"?: bool, "scale"?} (answer: {"cursor": {x, y}, "screenshot": base64 PNG | null}, the screenshot taken
+# once nothing was drawn for 50 ms, at most 1 s after the last action) or {"cmd": "size"}.
 # The API checks what it sends; this checks again what it can and refuses the rest (exit 2, or a `refused:` line).
 # Resident, it answers a screenshot without starting a process: Python's start alone is ~0.3 s under TCG.
 import base64
@@ -78,11 +79,15 @@ class Display:
         self.root = struct.unpack_from("<I", extra, at)[0]
         self.width, self.height = struct.unpack_from("<HH", extra, at + 20)
         self.depth = extra[at + 38]
+        self.id_base = struct.unpack_from("<I", extra, 4)[0]
         self.seq = 0
         self.xtest = self.extension(b"XTEST")
         if self.xtest is None:
             raise XError("the X server has no XTEST extension")
         self.load_keymap()
+        self.damaged = False
+        self.damage = None
+        self.damage = self.track_damage()
 
     def read(self, n):
         while len(self.buf) < n:
@@ -110,7 +115,9 @@ class Display:
                     raise XError(f"X error {code} on request {seq}")
                 continue
             if kind != 1:
-                continue  # an event (MappingNotify after a keymap change)
+                if self.damage and (kind & 0x7F) == self.damage[1]:
+                    self.damaged = True
+                continue  # an event: DamageNotify, MappingNotify after a keymap change
             more = struct.unpack_from("<I", head, 4)[0] * 4
             body = self.read(more) if more else bytearray()
             if struct.unpack_from("<H", head, 2)[0] == seq:
@@ -120,10 +127,40 @@ class Display:
         """A round trip: everything sent before it has been processed by the server."""
         self.reply(self.send(struct.pack("<BxH", 43, 1)))  # GetInputFocus
 
-    def extension(self, name):
+    def extension(self, name, event=False):
         pad = (4 - len(name) % 4) % 4
         head, _ = self.reply(self.send(struct.pack("<BxHHxx", 98, 2 + (len(name) + pad) // 4, len(name)) + name + b"\0" * pad))
-        return head[9] if head[8] else None
+        if not head[8]:
+            return None
+        return (head[9], head[10]) if event else head[9]
+
+    def track_damage(self):
+        """(major opcode, DamageNotify's code, damage id) watching the root window (level NonEmpty), or None without DAMAGE."""
+        ext = self.extension(b"DAMAGE", event=True)
+        if ext is None:
+            return None
+        major, first_event = ext
+        self.reply(self.send(struct.pack("<BBHII", major, 0, 3, 1, 1)))  # QueryVersion 1.1: required before any other
+        damage = self.id_base | 1
+        self.send(struct.pack("<BBHIIBxxx", major, 1, 4, damage, self.root, 3))  # Create, NonEmpty
+        self.sync()
+        return (major, first_event, damage)
+
+    def settle(self, quiet_ms=50, max_ms=1000):
+        """Waits until nothing was drawn for `quiet_ms` (at most `max_ms`): the screenshot after actions shows their result."""
+        if not self.damage:
+            time.sleep(quiet_ms / 1000)
+            return
+        major, _, damage = self.damage
+        deadline = time.monotonic() + max_ms / 1000
+        while True:
+            self.damaged = False
+            self.send(struct.pack("<BBHIII", major, 3, 4, damage, 0, 0))  # Subtract all: the next drawing notifies again
+            self.sync()
+            time.sleep(quiet_ms / 1000)
+            self.sync()  # reads the DamageNotify of anything drawn meanwhile
+            if not self.damaged or time.monotonic() >= deadline:
+                return
 
     def load_keymap(self):
         count = self.max_keycode - self.min_keycode + 1
@@ -335,6 +372,7 @@ def answer(d, req):
         act(d, actions)
         out = {"cursor": d.pointer(), "screenshot": None}
         if req.get("screenshot", True):
+            d.settle()
             out["screenshot"] = base64.b64encode(screenshot(d, scale)).decode()
         return json.dumps(out).encode()
     raise Refused(f"unknown cmd {cmd!r}")

@@ -946,7 +946,7 @@ export type components = {
         width: number;
         height: number;
       };
-      /** @description The screen after the last action as a base64 PNG; null with `screenshot: false` */
+      /** @description The screen after the last action as a base64 PNG, taken once nothing was drawn for 50 ms (at most 1 s later); null with `screenshot: false` */
       screenshot: string | null;
       /** @description The batch's time inside the VM, ms (its waits included) */
       durationMs: number;
