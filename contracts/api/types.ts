@@ -162,6 +162,13 @@ export type paths = {
      */
     get: operations["execTtyInAgent"];
   };
+  "/v1/agents/{id}/desktop/vnc": {
+    /**
+     * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
+     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+     */
+    get: operations["desktopVnc"];
+  };
   "/v1/agents/{id}/desktop/screenshot": {
     /**
      * The agent's screen as a PNG (waking it: a hibernated desktop comes back as it was)
@@ -4128,6 +4135,81 @@ export type operations = {
     };
     responses: {
       /** @description Switching protocols: the terminal's WebSocket */
+      101: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
+   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+   */
+  desktopVnc: {
+    parameters: {
+      query?: {
+        /** @description Take over the keyboard and pointer (needs agents:admin as well); default false: view only */
+        control?: "true" | "false";
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Switching protocols: the viewer's WebSocket */
       101: {
         content: never;
       };

@@ -5,6 +5,7 @@
 // Bad input (off-screen, unknown key, too many actions, an agent without a desktop) is a 4xx envelope. Prints the
 // figures docs/desktop.md quotes (boot to first screenshot, warm and restored latencies, snapshot size).
 import { spawn, spawnSync } from "node:child_process";
+import { request as httpRequest } from "node:http";
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -102,6 +103,15 @@ async function exec(cmd: string): Promise<string> {
   return json.stdout;
 }
 
+/** A file a command typed into the terminal writes: the shell runs the line once the key lands (a busy machine may take a moment). */
+async function fileOnceWritten(path: string): Promise<string> {
+  for (let i = 0; ; i++) {
+    const text = await exec(`cat ${path} 2>/dev/null || true`);
+    if (text !== "" || i >= 50) return text;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 async function hibernate(): Promise<void> {
   const res = await sys.call(`/v1/agents/${agentId}/hibernate`, { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
   expect(((await res.json()) as { state: string }).state).toBe("hibernated");
@@ -136,6 +146,103 @@ async function waitForPicture(pred: (p: Picture) => boolean, what: string): Prom
     if (Date.now() > deadline) throw new Error(`the screen never showed ${what}`);
     await new Promise((r) => setTimeout(r, 500));
   }
+}
+
+/** An RFB client over the viewer's WebSocket, as far as the handshake and input events. */
+class Viewer {
+  private buf = Buffer.alloc(0);
+  private wake: (() => void) | undefined;
+  closed = false;
+  readonly ws: WebSocket;
+  constructor(ws: WebSocket) {
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.addEventListener("message", (e) => {
+      this.buf = Buffer.concat([this.buf, Buffer.from(e.data as ArrayBuffer)]);
+      this.wake?.();
+    });
+    ws.addEventListener("close", () => {
+      this.closed = true;
+      this.wake?.();
+    });
+  }
+
+  async read(n: number): Promise<Buffer> {
+    const deadline = Date.now() + 30_000;
+    while (this.buf.length < n) {
+      if (this.closed || Date.now() > deadline) throw new Error(`the viewer's socket ended before ${n} bytes (${this.buf.length})`);
+      await new Promise<void>((r) => {
+        this.wake = r;
+        setTimeout(r, 200);
+      });
+    }
+    const out = this.buf.subarray(0, n);
+    this.buf = this.buf.subarray(n);
+    return out;
+  }
+
+  /** Version 3.8, security None, a shared session: the display's size from ServerInit. */
+  async handshake(): Promise<{ width: number; height: number }> {
+    expect((await this.read(12)).toString("latin1")).toBe("RFB 003.008\n");
+    this.ws.send(Buffer.from("RFB 003.008\n", "latin1"));
+    const types = await this.read((await this.read(1))[0]!);
+    expect([...types]).toContain(1);
+    this.ws.send(Buffer.from([1]));
+    expect((await this.read(4)).readUInt32BE(0)).toBe(0);
+    this.ws.send(Buffer.from([1]));
+    const init = await this.read(24);
+    await this.read(init.readUInt32BE(20));
+    return { width: init.readUInt16BE(0), height: init.readUInt16BE(2) };
+  }
+
+  pointer(x: number, y: number): void {
+    const m = Buffer.alloc(6);
+    m[0] = 5;
+    m.writeUInt16BE(x, 2);
+    m.writeUInt16BE(y, 4);
+    this.ws.send(m);
+  }
+}
+
+async function openViewer(control: boolean, token = sys.demo.token): Promise<Viewer> {
+  const url = `${sys.url.replace(/^http/, "ws")}/v1/agents/${agentId}/desktop/vnc${control ? "?control=true" : ""}`;
+  const ws = new WebSocket(url, ["binary", `agentvm.bearer.${token}`]);
+  const viewer = new Viewer(ws);
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener("open", () => resolve(), { once: true });
+    ws.addEventListener("error", () => reject(new Error("the viewer's WebSocket did not open")), { once: true });
+  });
+  expect(ws.protocol).toBe("binary");
+  return viewer;
+}
+
+/** The status a WebSocket upgrade of `path` gets (101 when it is taken; the socket is then dropped). */
+function upgradeStatus(path: string, token: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${sys.url}${path}`, {
+      headers: {
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        authorization: `Bearer ${token}`,
+      },
+    });
+    req.on("upgrade", (_res, socket) => {
+      socket.destroy();
+      resolve(101);
+    });
+    req.on("response", (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+async function mouse(): Promise<string> {
+  return (await exec("xdotool getmouselocation")).split(" ").slice(0, 2).join(" ");
 }
 
 beforeAll(async () => {
@@ -199,7 +306,7 @@ describe.skipIf(!qemuPresent)(title, () => {
     // Taken once the terminal had drawn what was typed (the helper waits for the screen to be still): it shows the
     // command's line, so it differs from the screen before.
     expect(differingPixels(before, after)).toBeGreaterThan(100);
-    expect(await exec("cat /tmp/typed.txt")).toBe("typed-through-the-api\n");
+    expect(await fileOnceWritten("/tmp/typed.txt")).toBe("typed-through-the-api\n");
 
     const noShot = await actions({ actions: [{ type: "move", x: 10, y: 20 }], screenshot: false });
     expect(noShot.res.status).toBe(200);
@@ -241,7 +348,7 @@ describe.skipIf(!qemuPresent)(title, () => {
       screenshot: false,
     });
     expect(enter.res.status).toBe(200);
-    expect(await exec("cat /tmp/after.txt")).toBe("half-typed-survived\n");
+    expect(await fileOnceWritten("/tmp/after.txt")).toBe("half-typed-survived\n");
   }, 300_000);
 
   it("a checkpoint of the desktop forks into an agent that wakes on the same screen, with its display size", async () => {
@@ -353,6 +460,46 @@ describe.skipIf(!qemuPresent)(title, () => {
       // Security types: a count, then the types; 1 is None (loopback only, no password).
       expect([...out.subarray(12, 12 + 1 + out[12]!)]).toContain(1);
     }
+  }, 120_000);
+
+  it("a viewer's WebSocket: RFB to the display, view only by default; control takes the pointer, holds off the actions API, and is audited", async () => {
+    const view = await openViewer(false);
+    expect(await view.handshake()).toEqual({ width, height });
+    const before = await mouse();
+    view.pointer(321, 54);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await mouse()).toBe(before); // x11vnc's view port drops input
+
+    const control = await openViewer(true);
+    expect(await control.handshake()).toEqual({ width, height });
+    control.pointer(123, 45);
+    for (let i = 0; i < 50 && (await mouse()) !== "x:123 y:45"; i++) await new Promise((r) => setTimeout(r, 200));
+    expect(await mouse()).toBe("x:123 y:45");
+    const held = await actions({ actions: [{ type: "move", x: 1, y: 1 }] });
+    expect(held.res.status).toBe(409);
+    expect((held.json as { error: { message: string } }).error.message).toMatch(/holds control/);
+    const vncPath = `/v1/agents/${agentId}/desktop/vnc`;
+    expect(await upgradeStatus(`${vncPath}?control=true`, sys.demo.token)).toBe(409); // one holder at a time
+    expect(await upgradeStatus(`${vncPath}?control=true`, await sys.token({ scopes: ["agents:exec"] }))).toBe(403);
+    expect(await upgradeStatus(vncPath, await sys.token({ scopes: ["agents:admin"] }))).toBe(403);
+
+    control.ws.close();
+    view.ws.close();
+    let after = held;
+    for (let i = 0; i < 50 && after.res.status === 409; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      after = await actions({ actions: [{ type: "move", x: 1, y: 1 }], screenshot: false });
+    }
+    expect(after.res.status).toBe(200);
+    let rows: (typeof auditLog.$inferSelect)[] = [];
+    for (let i = 0; i < 50; i++) {
+      rows = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, agentId));
+      if (rows.some((r) => r.action === "agent.desktop.view")) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const phases = rows.filter((r) => r.action === "agent.desktop.control").map((r) => (r.detail as { phase: string }).phase);
+    expect(phases.sort()).toEqual(["end", "start"]);
+    expect(rows.find((r) => r.action === "agent.desktop.view")?.detail).toMatchObject({ ms: expect.any(Number) });
   }, 120_000);
 
   it("bad input is a 4xx with the envelope: off-screen, unknown key, too many actions, a bad scale, an agent without a desktop", async () => {
