@@ -92,7 +92,8 @@ export function desktopVncRoutes(
       {
         start(controller) {
           input = controller;
-          controller.enqueue(encodeSpec({ argv: [vncBridgePath, mode], timeoutMs: 0, stdin: true }));
+          // The holder's name goes to the file that tells the agent it is being controlled.
+          controller.enqueue(encodeSpec({ argv: [vncBridgePath, mode, ...(control ? [control.actor] : [])], timeoutMs: 0, stdin: true }));
         },
         pull() {
           socket?.resume();

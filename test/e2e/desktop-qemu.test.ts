@@ -69,6 +69,13 @@ function distinctColours(p: Picture): number {
   return seen.size;
 }
 
+/** Pixels darker than mid-grey in rows `from` to `to` (text on the terminal's white). */
+function darkPixels(p: Picture, from: number, to: number): number {
+  let n = 0;
+  for (let i = from * p.width * 3; i < Math.min(to, p.height) * p.width * 3; i += 3) if (p.rgb[i]! + p.rgb[i + 1]! + p.rgb[i + 2]! < 384) n++;
+  return n;
+}
+
 function differingPixels(a: Picture, b: Picture): number {
   let n = 0;
   for (let i = 0; i < a.rgb.length; i += 3) if (a.rgb[i] !== b.rgb[i] || a.rgb[i + 1] !== b.rgb[i + 1] || a.rgb[i + 2] !== b.rgb[i + 2]) n++;
@@ -281,8 +288,9 @@ describe.skipIf(!qemuPresent)(title, () => {
     expect([first.picture.width, first.picture.height]).toEqual([width, height]);
     expect([first.res.headers.get("x-desktop-width"), first.res.headers.get("x-desktop-height")]).toEqual([String(width), String(height)]);
     figures.bootToFirstScreenshotMs = round(performance.now() - created0);
-    // The terminal maps a moment after the agent's port answers: its white window on the black root.
-    const shown = await waitForPicture((p) => distinctColours(p) > 2, "the terminal");
+    // The terminal maps a moment after the agent's port answers: its white window on the black root, then the shell's
+    // prompt on its first line (what is typed before the shell is ready may be discarded by it: readline flushes it).
+    const shown = await waitForPicture((p) => distinctColours(p) > 2 && darkPixels(p, 0, 20) > 50, "the shell's prompt");
     figures.bootToTerminalShownMs = round(performance.now() - created0);
     expect(distinctColours(shown)).toBeGreaterThan(2);
     const half = await screenshot("?scale=0.5");
@@ -475,6 +483,7 @@ describe.skipIf(!qemuPresent)(title, () => {
     control.pointer(123, 45);
     for (let i = 0; i < 50 && (await mouse()) !== "x:123 y:45"; i++) await new Promise((r) => setTimeout(r, 200));
     expect(await mouse()).toBe("x:123 y:45");
+    expect(await exec("cat /tmp/agentvm-desktop-control")).toMatch(/^since=\S+Z\nby=demo\n$/); // the agent can tell
     const held = await actions({ actions: [{ type: "move", x: 1, y: 1 }] });
     expect(held.res.status).toBe(409);
     expect((held.json as { error: { message: string } }).error.message).toMatch(/holds control/);
@@ -491,6 +500,7 @@ describe.skipIf(!qemuPresent)(title, () => {
       after = await actions({ actions: [{ type: "move", x: 1, y: 1 }], screenshot: false });
     }
     expect(after.res.status).toBe(200);
+    expect(await exec("test -e /tmp/agentvm-desktop-control && echo held || echo free")).toBe("free\n");
     let rows: (typeof auditLog.$inferSelect)[] = [];
     for (let i = 0; i < 50; i++) {
       rows = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, agentId));
