@@ -1,7 +1,8 @@
-// A desktop agent's screen over the API (`/v1/agents/{id}/desktop/screenshot|actions`): scope agents:exec, actions in the audit log.
+// A desktop agent's screen over the API (`/v1/agents/{id}/desktop/screenshot|actions`, and the viewer's `…/vnc` from vnc.ts): scope agents:exec, actions in the audit log.
 //
 // Both run the desktop helper in the VM through the exec path (helper.ts): the agent is woken as a call wakes it (a
-// hibernated desktop comes back as it was) and held awake while the helper runs. Docs: docs/desktop.md.
+// hibernated desktop comes back as it was) and held awake while the helper runs. While a human holds control through
+// the viewer, actions are refused (409). Docs: docs/desktop.md.
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { apiRouter, errors, json, jsonBody, jsonRequest, z } from "../../lib/api.ts";
