@@ -85,6 +85,9 @@ class Display:
         if self.xtest is None:
             raise XError("the X server has no XTEST extension")
         self.load_keymap()
+        # No key autorepeat: a key is pressed once however long the VM stalls between its press and its release
+        # (under load a stall past the server's 660 ms delay typed the key again and again).
+        self.send(struct.pack("<BxHII", 102, 3, 0x80, 0))  # ChangeKeyboardControl: auto-repeat-mode Off
         self.damaged = False
         self.damage = None
         self.damage = self.track_damage()
@@ -406,6 +409,10 @@ def main(argv):
     if argv[:1] == ["serve"]:
         port = int(argv[argv.index("--port") + 1]) if "--port" in argv else DEFAULT_PORT
         with Server(("127.0.0.1", port), Handler) as server:
+            try:
+                server.display = Display()  # now: the display's settings (no autorepeat) hold from the start
+            except (XError, OSError) as e:
+                print(f"helper: the display is not there yet ({e}); the first request connects", file=sys.stderr)
             server.serve_forever()
         return
     if argv[:1] != ["request"]:
