@@ -34,6 +34,30 @@ export type DozeReason = "doze";
  */
 export type ResumeReason = "upstream" | "request" | "webhook" | "api" | "doze_max";
 
+/** An agent's X display size, pixels (docs/desktop.md): within `desktopLimits`. */
+export interface DesktopSize {
+  width: number;
+  height: number;
+}
+
+/** The display sizes an agent may have, and the one a desktop image's agent gets when it names none. */
+export const desktopLimits = { minWidth: 320, maxWidth: 3840, minHeight: 200, maxHeight: 2160, defaultSize: { width: 1024, height: 768 } } as const;
+
+/** Whether `v` is a `DesktopSize` within `desktopLimits`. */
+export function isDesktopSize(v: unknown): v is DesktopSize {
+  if (typeof v !== "object" || v === null) return false;
+  const { width, height } = v as Record<string, unknown>;
+  const L = desktopLimits;
+  return (
+    Number.isInteger(width) &&
+    Number.isInteger(height) &&
+    (width as number) >= L.minWidth &&
+    (width as number) <= L.maxWidth &&
+    (height as number) >= L.minHeight &&
+    (height as number) <= L.maxHeight
+  );
+}
+
 /** The part of an agent row a host needs to run it. */
 export interface AgentSpec {
   id: string;
@@ -47,6 +71,8 @@ export interface AgentSpec {
   idleTimeoutMs: number;
   streamIdleMs: number;
   allowEgress: boolean;
+  /** A desktop agent's display size: its image's entrypoint sees it as `AGENTVM_DESKTOP_SIZE=<width>x<height>`. */
+  desktop?: DesktopSize;
   /**
    * The lease generation the gateway placed the agent under (`agents.generation`; 0 or absent: never moved). A host
    * refuses a call of an older generation than its own (the caller's placement is stale) and discards its copy of the

@@ -1,7 +1,7 @@
 // The wire contract between gateways and a host's ingress: one signed, short-lived token per call that says exactly what the call may do.
 import { AppError, errorStatus, type ErrorCode } from "../lib/errors.ts";
 import { signComponentToken, verifyComponentToken } from "../lib/host-token.ts";
-import type { AgentSpec, WakeReason } from "./agent.ts";
+import { isDesktopSize, type AgentSpec, type WakeReason } from "./agent.ts";
 
 /** The component token travels in its own header: `Authorization` belongs to the agent's traffic. */
 export const hostTokenHeader = "x-agentvm-host-token";
@@ -169,7 +169,10 @@ function isAgentSpec(v: unknown): v is AgentSpec {
   const a = v as Record<string, unknown>;
   const ints = ["vcpus", "memMiB", "idleTimeoutMs", "streamIdleMs"].every((k) => Number.isInteger(a[k]) && (a[k] as number) > 0);
   const disk = a.diskMiB === undefined || (Number.isInteger(a.diskMiB) && (a.diskMiB as number) > 0);
-  return typeof a.id === "string" && typeof a.tenantId === "string" && typeof a.image === "string" && typeof a.allowEgress === "boolean" && ints && disk;
+  const desktop = a.desktop === undefined || isDesktopSize(a.desktop);
+  return (
+    typeof a.id === "string" && typeof a.tenantId === "string" && typeof a.image === "string" && typeof a.allowEgress === "boolean" && ints && disk && desktop
+  );
 }
 
 /** The AppError a host's error answer stands for (its envelope and Retry-After), read back on the gateway side. */

@@ -1,5 +1,7 @@
 // What every component knows of an agent image: its config, where a host finds its files, and the catalog port the gateway resolves names with.
 
+import type { DesktopSize } from "./agent.ts";
+
 /** How to start an image, from its OCI config, resolved at build time (the guest has no passwd lookup of its own). */
 export interface ImageConfig {
   /** OCI `Entrypoint` and `Cmd`: the process is `[...entrypoint, ...cmd]`. */
@@ -17,6 +19,8 @@ export interface ImageConfig {
   port: number;
   /** When set (label `agentvm.ready-path`), readiness is a 2xx/3xx/4xx answer on this path rather than an open port. */
   readyPath?: string;
+  /** A desktop image (label `agentvm.desktop`, set by the `agentvm/desktop` base): the display size its agents get by default. */
+  desktop?: DesktopSize;
 }
 
 /** A built image on a host's disk: content-addressed by the digest of its root filesystem. */

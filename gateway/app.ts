@@ -20,6 +20,7 @@ import { logRoutes } from "./logs/routes.ts";
 import { auditRoutes } from "./audit/routes.ts";
 import { templateRoutes } from "./templates/routes.ts";
 import { execRoutes } from "./exec/routes.ts";
+import { desktopRoutes } from "./desktop/routes.ts";
 import { hookAgentId, skipsTenantCheck } from "./tenants/gate.ts";
 
 export type { GatewayConfig, GatewayDeps } from "./deps.ts";
@@ -118,6 +119,7 @@ export function createGateway(deps: GatewayDeps): OpenAPIHono<GatewayEnv> {
   app.route("/", auditRoutes(deps));
   app.route("/", templateRoutes(deps));
   app.route("/", execRoutes(deps, proxy));
+  app.route("/", desktopRoutes(deps, proxy));
   for (const routes of deps.routes ?? []) app.route("/", routes);
 
   // The API described by the schemas that validate it (every route above and in `deps.routes` that is an OpenAPI router).

@@ -25,6 +25,8 @@ export const errorStatus = {
   replay: 409,
   /** The agent's guest was built before the exec server (its snapshot carries the old guest): a restart (cold boot) updates it. */
   guest_outdated: 409,
+  /** A desktop call (`/v1/agents/{id}/desktop/…`) to an agent whose image has no desktop (not built FROM agentvm/desktop). */
+  no_desktop: 409,
   /** A pool's every agent is handed out and it holds `maxSize`: release one, or raise `maxSize`. */
   pool_exhausted: 409,
   /** An upstream call's `Idempotency-Key` was used before by this agent for another request (another request hash). */

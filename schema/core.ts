@@ -1,7 +1,7 @@
 // Core tables: tenants, agents, hosts, checkpoints, the append-only VM event log and awake runs, the audit log.
 import { sql } from "drizzle-orm";
 import { bigint, bigserial, boolean, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
-import type { TransitionTimings, WakeTimings } from "../contracts/agent.ts";
+import type { DesktopSize, TransitionTimings, WakeTimings } from "../contracts/agent.ts";
 
 const tz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -50,6 +50,8 @@ export const agents = pgTable(
     public: boolean("public").notNull().default(false),
     allowEgress: boolean("allow_egress").notNull().default(false),
     nonWaking: jsonb("non_waking").$type<NonWakingRules>(),
+    /** A desktop agent's display size (docs/desktop.md); null for an agent without a desktop. */
+    desktop: jsonb("desktop").$type<DesktopSize>(),
     hostId: text("host_id"),
     /**
      * The lease generation of `host_id`'s ownership: raised by one each time the agent moves to another host (failover,

@@ -162,6 +162,27 @@ export type paths = {
      */
     get: operations["execTtyInAgent"];
   };
+  "/v1/agents/{id}/desktop/vnc": {
+    /**
+     * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
+     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+     */
+    get: operations["desktopVnc"];
+  };
+  "/v1/agents/{id}/desktop/screenshot": {
+    /**
+     * The agent's screen as a PNG (waking it: a hibernated desktop comes back as it was)
+     * @description The whole display, `scale` times its size (nearest pixel). `x-desktop-width` and `x-desktop-height` give the display's own size, `x-wake` the wake the call caused. `409 no_desktop` for an agent whose image has no desktop.
+     */
+    get: operations["desktopScreenshot"];
+  };
+  "/v1/agents/{id}/desktop/actions": {
+    /**
+     * Act on the agent's screen: move, click, drag, scroll, type, keys, wait (waking it); answers the cursor and the screen after the last action
+     * @description At most 50 actions, run in order; coordinates must be on the agent's display and keys known (else 400 before anything runs). The answer has the cursor and, unless `screenshot: false`, the screen after the last action as a base64 PNG. Recorded in the audit log as `agent.desktop.actions` (the actions' types and the number of characters typed, never the text).
+     */
+    post: operations["desktopActions"];
+  };
   "/hooks/{agentId}/{endpointName}": {
     /**
      * A sender delivers a webhook: signed (Standard Webhooks or GitHub), stored durably, then delivered to the agent
@@ -331,7 +352,7 @@ export type components = {
     Error: {
       error: {
         /** @enum {string} */
-        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "forbidden_path" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "guest_outdated" | "pool_exhausted" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "client_gone" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "exec_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "clock_skew" | "database_unavailable" | "gateway_timeout";
+        code: "bad_request" | "invalid_id" | "unauthorized" | "invalid_signature" | "forbidden" | "forbidden_path" | "tenant_not_found" | "tenant_suspended" | "tenant_deleted" | "not_found" | "upstream_not_found" | "method_not_allowed" | "request_timeout" | "conflict" | "replay" | "guest_outdated" | "no_desktop" | "pool_exhausted" | "idempotency_conflict" | "idempotency_in_flight" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unprocessable" | "build_failed" | "bad_archive" | "rate_limited" | "client_gone" | "too_many_connections" | "internal" | "checkpoints_unsupported" | "upstreams_unsupported" | "exec_unsupported" | "bad_gateway" | "host_unavailable" | "wake_failed" | "boot_failed" | "queue_full" | "shutting_down" | "server_busy" | "clock_skew" | "database_unavailable" | "gateway_timeout";
         message: string;
         /** @example req_V1StGXR8Z5jdHi6B */
         requestId: string;
@@ -349,6 +370,7 @@ export type components = {
       vcpus: number;
       memMiB: number;
       diskMiB: number;
+      desktop: components["schemas"]["DesktopSize"];
       idleTimeoutMs: number;
       streamIdleMs: number;
       public: boolean;
@@ -380,6 +402,11 @@ export type components = {
       /** Format: date-time */
       createdAt: string;
     };
+    /** @description A desktop agent's display size (docs/desktop.md); null for an agent without a desktop */
+    DesktopSize: {
+      width: number;
+      height: number;
+    } | null;
     /** @description Paths match exactly or by prefix (trailing *), methods exactly, user agents by substring ignoring case */
     NonWakingRules: {
       paths: string[];
@@ -420,6 +447,7 @@ export type components = {
       memMiB?: number;
       /** @description the agent's persistent disk, MiB */
       diskMiB?: number;
+      desktop?: components["schemas"]["DesktopSizeInput"];
       /** @description ms without a call (or a stream moving bytes) before the agent hibernates */
       idleTimeoutMs?: number;
       /** @description an open stream keeps the agent awake only while it moved bytes within this window, ms */
@@ -452,6 +480,13 @@ export type components = {
        * @example ckp_0123456789abcdef
        */
       fromCheckpoint?: string;
+    };
+    /** @description The display size of an agent of a desktop image (one built FROM `agentvm/desktop:bookworm`); default 1024x768 for such an image, refused for another */
+    DesktopSizeInput: {
+      /** @description display width, pixels */
+      width: number;
+      /** @description display height, pixels */
+      height: number;
     };
     /** @description Per-agent proxy limits; null = the gateway's global value */
     AgentLimitsInput: {
@@ -907,6 +942,71 @@ export type components = {
     TarWritten: {
       path: string;
       entries: number;
+    };
+    DesktopActionsResult: {
+      /** @description Where the pointer is after the last action */
+      cursor: {
+        x: number;
+        y: number;
+      };
+      display: {
+        width: number;
+        height: number;
+      };
+      /** @description The screen after the last action as a base64 PNG, taken once nothing was drawn for 50 ms (at most 1 s later); null with `screenshot: false` */
+      screenshot: string | null;
+      /** @description The batch's time inside the VM, ms (its waits included) */
+      durationMs: number;
+    };
+    DesktopActions: {
+      actions: components["schemas"]["DesktopAction"][];
+      /** @description Answer the screen after the last action (default true) */
+      screenshot?: boolean;
+      /** @description The screenshot's scale, 0.1 to 1 (default 1) */
+      scale?: number;
+    };
+    /** @description `move {x, y}`; `click` and `double_click {x?, y?, button?}` (at the cursor without x and y); `drag {startX, startY, x, y, button?}`; `scroll {direction: up|down|left|right, amount?: 1..50, x?, y?}`; `type {text}`; `key {keys}` (a combination such as `ctrl+c`, `enter`, `shift+Tab`); `wait {ms}` (at most 10000). Coordinates are pixels of the agent's display, (0, 0) its top left corner. */
+    DesktopAction: {
+      /** @enum {string} */
+      type: "move";
+      x: number;
+      y: number;
+    } | ({
+      /** @enum {string} */
+      type: "click" | "double_click";
+      x?: number;
+      y?: number;
+      /** @enum {string} */
+      button?: "left" | "middle" | "right";
+    }) | ({
+      /** @enum {string} */
+      type: "drag";
+      startX: number;
+      startY: number;
+      x: number;
+      y: number;
+      /** @enum {string} */
+      button?: "left" | "middle" | "right";
+    }) | ({
+      /** @enum {string} */
+      type: "scroll";
+      x?: number;
+      y?: number;
+      /** @enum {string} */
+      direction: "up" | "down" | "left" | "right";
+      amount?: number;
+    }) | {
+      /** @enum {string} */
+      type: "type";
+      text: string;
+    } | {
+      /** @enum {string} */
+      type: "key";
+      keys: string;
+    } | {
+      /** @enum {string} */
+      type: "wait";
+      ms: number;
     };
     WebhookAccepted: {
       deliveryId: string;
@@ -4064,6 +4164,242 @@ export type operations = {
       };
       /** @description Conflict */
       409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
+   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+   */
+  desktopVnc: {
+    parameters: {
+      query?: {
+        /** @description Take over the keyboard and pointer (needs agents:admin as well); default false: view only */
+        control?: "true" | "false";
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description Switching protocols: the viewer's WebSocket */
+      101: {
+        content: never;
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * The agent's screen as a PNG (waking it: a hibernated desktop comes back as it was)
+   * @description The whole display, `scale` times its size (nearest pixel). `x-desktop-width` and `x-desktop-height` give the display's own size, `x-wake` the wake the call caused. `409 no_desktop` for an agent whose image has no desktop.
+   */
+  desktopScreenshot: {
+    parameters: {
+      query?: {
+        /** @description Scale the picture by this factor, 0.1 to 1 (default 1: the display's own size) */
+        scale?: string;
+      };
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The screen */
+      200: {
+        content: {
+          "image/png": string;
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Error */
+      501: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Bad gateway */
+      502: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Timeout */
+      504: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
+  /**
+   * Act on the agent's screen: move, click, drag, scroll, type, keys, wait (waking it); answers the cursor and the screen after the last action
+   * @description At most 50 actions, run in order; coordinates must be on the agent's display and keys known (else 400 before anything runs). The answer has the cursor and, unless `screenshot: false`, the screen after the last action as a base64 PNG. Recorded in the audit log as `agent.desktop.actions` (the actions' types and the number of characters typed, never the text).
+   */
+  desktopActions: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["DesktopActions"];
+      };
+    };
+    responses: {
+      /** @description Done */
+      200: {
+        content: {
+          "application/json": components["schemas"]["DesktopActionsResult"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Conflict */
+      409: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Body too large */
+      413: {
         content: {
           "application/json": components["schemas"]["Error"];
         };

@@ -1,5 +1,5 @@
 // The one interface every hypervisor driver implements (process, qemu, firecracker).
-import type { WakeTier } from "../../contracts/agent.ts";
+import type { DesktopSize, WakeTier } from "../../contracts/agent.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import type { TemplateView } from "../../contracts/fleet.ts";
 
@@ -23,6 +23,8 @@ export interface VmSpec {
   rootImage?: ImageArtifact;
   /** Size of the agent's persistent disk, MiB (with `rootImage`). */
   diskMiB?: number;
+  /** A desktop agent's display size (`AGENTVM_DESKTOP_SIZE` in its entrypoint's environment). */
+  desktop?: DesktopSize;
 }
 
 /** Where the workload's HTTP server is reachable from the host. */

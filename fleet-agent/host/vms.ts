@@ -68,6 +68,7 @@ export class VmTable {
       allowEgress: spec.allowEgress,
       stateDir,
       ...(spec.diskMiB !== undefined ? { diskMiB: spec.diskMiB } : {}),
+      ...(spec.desktop ? { desktop: spec.desktop } : {}),
     };
     // A directory left by an earlier host process may hold a snapshot: wake tries it, else boots.
     const state = this.deps.fs.hasStateDir(stateDir) ? "stopped" : "creating";

@@ -1,6 +1,6 @@
 // The agents API's schemas: the bodies and queries the routes validate and the answers they give, as the OpenAPI document names them.
 import { instantQuery, NextCursor, PageQuery, z } from "../../lib/api.ts";
-import type { VmState } from "../../contracts/agent.ts";
+import { desktopLimits, type VmState } from "../../contracts/agent.ts";
 import { NonWakingRulesInput, NonWakingRulesSchema, objectError } from "../proxy/policy.ts";
 
 /** Every state a VM can be in (contracts/agent.ts), checked complete at compile time. */
@@ -58,6 +58,19 @@ export const AgentLimitsInput = z
 
 const bodyError = objectError("a JSON object");
 
+const L = desktopLimits;
+export const DesktopSizeInput = z
+  .strictObject(
+    {
+      width: intIn(L.minWidth, L.maxWidth, "display width, pixels"),
+      height: intIn(L.minHeight, L.maxHeight, "display height, pixels"),
+    },
+    { error: objectError("an object {width, height}") },
+  )
+  .openapi("DesktopSizeInput", { description: `A display size, ${L.minWidth}..${L.maxWidth} x ${L.minHeight}..${L.maxHeight} pixels` });
+
+export const DesktopSizeSchema = z.object({ width: z.number().int(), height: z.number().int() }).openapi("DesktopSize");
+
 export const CreateAgentBody = z
   .strictObject(
     {
@@ -73,6 +86,10 @@ export const CreateAgentBody = z
           "Guest memory, MiB (64 at the least). An image's runtime needs what it needs: one that runs out is killed by the guest kernel, and the boot fails saying so (`boot_failed`: the guest ran out of memory, with the process it killed)",
       }),
       diskMiB: intIn(64, 1024 * 1024, "the agent's persistent disk, MiB").optional(),
+      desktop: DesktopSizeInput.optional().openapi({
+        description:
+          "The display size of an agent of a desktop image (one built FROM `agentvm/desktop:bookworm`); default 1024x768 for such an image, refused for another",
+      }),
       idleTimeoutMs: idleTimeout().optional(),
       streamIdleMs: streamIdle().optional(),
       public: bool().optional().openapi({ description: "Anyone may call it, without a token (default false)" }),
@@ -158,6 +175,7 @@ export const AgentSchema = z
     vcpus: z.number().int(),
     memMiB: z.number().int(),
     diskMiB: z.number().int(),
+    desktop: DesktopSizeSchema.nullable().openapi({ description: "A desktop agent's display size (docs/desktop.md); null for an agent without a desktop" }),
     idleTimeoutMs: z.number().int(),
     streamIdleMs: z.number().int(),
     public: z.boolean(),

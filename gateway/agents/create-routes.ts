@@ -10,6 +10,8 @@ import { op, repo } from "../checkpoints/routes.ts";
 import { ownCheckpointRef } from "../checkpoints/repo.ts";
 import { AgentSchema, CreateAgentBody } from "./api-schemas.ts";
 import { agentSpec } from "./repo.ts";
+import type { DesktopSize } from "../../contracts/agent.ts";
+import type { ImageConfig } from "../../contracts/image.ts";
 import { admin, tags, type AgentRouteContext } from "./route-context.ts";
 const createAgentRoute = (body: MiddlewareHandler) =>
   createRoute({
@@ -54,6 +56,7 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
       vcpus: b.vcpus ?? d.vcpus,
       memMiB: b.memMiB ?? d.memMiB,
       diskMiB: b.diskMiB ?? d.diskMiB ?? 1024,
+      desktop: desktopFor(image, built?.config, b.desktop),
       idleTimeoutMs: b.idleTimeoutMs ?? d.idleTimeoutMs,
       streamIdleMs: b.streamIdleMs ?? d.streamIdleMs,
       public: b.public ?? false,
@@ -68,6 +71,7 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
       vcpus: row.vcpus,
       memMiB: row.memMiB,
       diskMiB: row.diskMiB,
+      ...(row.desktop ? { desktop: row.desktop } : {}),
     });
     // Placed now, by free capacity, so a burst of creates spreads over the hosts; when no host can take it yet, its first call places it.
     await fleet
@@ -83,7 +87,7 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
    * there), made a hibernated copy of the checkpoint before it answers. A failed fork leaves no agent behind.
    */
   async function fork(c: Context<GatewayEnv>, caller: Caller, b: CreateAgentInput, fromCheckpoint: string) {
-    for (const field of ["image", "vcpus", "memMiB", "diskMiB"] as const) {
+    for (const field of ["image", "vcpus", "memMiB", "diskMiB", "desktop"] as const) {
       if (b[field] !== undefined) throw new AppError("bad_request", `${field}: a fork's is its checkpoint's (leave it out with fromCheckpoint)`);
     }
     const forkOp = op(fleet, "fork");
@@ -100,6 +104,7 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
       vcpus: source.vcpus,
       memMiB: source.memMiB,
       diskMiB: source.diskMiB,
+      desktop: source.desktop,
       idleTimeoutMs: b.idleTimeoutMs ?? source.idleTimeoutMs,
       streamIdleMs: b.streamIdleMs ?? source.streamIdleMs,
       public: b.public ?? source.public,
@@ -130,3 +135,12 @@ export function registerCreateAgent(r: OpenAPIHono<GatewayEnv>, ctx: AgentRouteC
 }
 
 type CreateAgentInput = z.infer<typeof CreateAgentBody>;
+
+/** The display size an agent of `image` gets: the one asked for, else its image's default; none for an image without a desktop (asking is a 400). */
+function desktopFor(image: string, config: ImageConfig | undefined, asked: DesktopSize | undefined): DesktopSize | null {
+  if (!config?.desktop) {
+    if (asked) throw new AppError("bad_request", `desktop: image "${image}" has no desktop (build it FROM agentvm/desktop:bookworm)`);
+    return null;
+  }
+  return asked ?? config.desktop;
+}

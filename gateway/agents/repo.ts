@@ -137,6 +137,7 @@ export function agentSpec(row: AgentRow): AgentSpec {
     idleTimeoutMs: row.idleTimeoutMs,
     streamIdleMs: row.streamIdleMs,
     allowEgress: row.allowEgress,
+    ...(row.desktop ? { desktop: row.desktop } : {}),
   };
 }
 

@@ -13,6 +13,8 @@ export function agentJson(row: AgentRow, status: VmStatus | undefined, limits: E
     vcpus: row.vcpus,
     memMiB: row.memMiB,
     diskMiB: row.diskMiB,
+    /** A desktop agent's display size; null without a desktop. */
+    desktop: row.desktop ?? null,
     idleTimeoutMs: row.idleTimeoutMs,
     streamIdleMs: row.streamIdleMs,
     public: row.public,

@@ -339,14 +339,14 @@ export function parseControl(text: string): TtySize | undefined {
   return ok(rows, maxTtyRows) && ok(cols, maxTtyCols) ? { rows, cols } : undefined;
 }
 
-function acceptorOf(c: Context<GatewayEnv>): TtyAcceptor | undefined {
+export function acceptorOf(c: Context<GatewayEnv>): TtyAcceptor | undefined {
   const env = c.env as Record<string, unknown> | undefined;
   const acceptor = env?.[ttyAcceptorKey];
   return acceptor && typeof (acceptor as TtyAcceptor).accept === "function" ? (acceptor as TtyAcceptor) : undefined;
 }
 
 /** A WebSocket handshake this runtime can take: 400 for anything else, 501 where the runtime takes none (a Worker). */
-function checkHandshake(c: Context<GatewayEnv>, acceptor: TtyAcceptor | undefined): void {
+export function checkHandshake(c: Context<GatewayEnv>, acceptor: TtyAcceptor | undefined): void {
   const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
   if (!acceptor) {
     if (upgrade) throw new AppError("exec_unsupported", "this gateway takes no WebSocket for exec on a terminal; use a Node gateway");

@@ -1,4 +1,4 @@
-// The Node gateway's WebSocket upgrades for exec on a terminal (`/v1/agents/{id}/exec/tty`): the upgrade goes through the Hono app like any API call, carrying an acceptor the route uses once the command runs.
+// The Node gateway's WebSocket upgrades for exec on a terminal (`/v1/agents/{id}/exec/tty`) and a desktop's viewer (`…/desktop/vnc`): the upgrade goes through the Hono app like any API call, carrying an acceptor the route uses once the command runs.
 //
 // Auth, the tenant gate, validation and the request id are the app's (gateway/exec/tty.ts); a refusal comes back as
 // the app's Response and is written on the socket as a plain HTTP answer. Sockets still open when the gateway stops
@@ -17,8 +17,10 @@ import { handshakeAnswer, WebSocketConnection } from "./websocket-server.ts";
 export const bearerProtocol = "agentvm.bearer.";
 export const ttyProtocol = "agentvm.tty";
 
-/** The route's path (its query aside). */
-const ttyPath = /^\/v1\/agents\/[^/?#]+\/exec\/tty(?:\?|$)/;
+/** The routes' paths (their query aside): exec on a terminal, and a desktop's viewer (gateway/desktop/vnc.ts), on the same acceptor. */
+const ttyPath = /^\/v1\/agents\/[^/?#]+\/(?:exec\/tty|desktop\/vnc)(?:\?|$)/;
+/** The subprotocol a viewer (noVNC) offers for RFB's bytes. */
+export const binaryProtocol = "binary";
 
 export function isExecTtyUpgrade(url: string): boolean {
   return ttyPath.test(url);
@@ -49,7 +51,8 @@ export function createExecTtyUpgrades(app: FetchApp, log: Logger): ExecTtyUpgrad
     const offered = (headers.get("sec-websocket-protocol") ?? "").split(",").map((p) => p.trim());
     const bearer = offered.find((p) => p.startsWith(bearerProtocol));
     if (bearer && !headers.has("authorization")) headers.set("authorization", `Bearer ${bearer.slice(bearerProtocol.length)}`);
-    const selected: Record<string, string> = offered.includes(ttyProtocol) ? { "sec-websocket-protocol": ttyProtocol } : {};
+    const chosen = [ttyProtocol, binaryProtocol].find((p) => offered.includes(p));
+    const selected: Record<string, string> = chosen ? { "sec-websocket-protocol": chosen } : {};
     // The client going away before the command runs ends the call to the agent.
     const gone = new AbortController();
     const onGone = () => gone.abort(new AppError("client_gone", "the client closed its connection"));

@@ -134,6 +134,7 @@ export function createPoolKeeper(deps: PoolKeeperDeps): PoolKeeper {
         vcpus: source.vcpus,
         memMiB: source.memMiB,
         diskMiB: source.diskMiB,
+        desktop: source.desktop,
         idleTimeoutMs: source.idleTimeoutMs,
         streamIdleMs: source.streamIdleMs,
         public: source.public,

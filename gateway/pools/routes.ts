@@ -169,6 +169,7 @@ export function poolRoutes(deps: PoolGatewayDeps, view: (row: AgentRow, status: 
       vcpus: d.vcpus,
       memMiB: d.memMiB,
       diskMiB: d.diskMiB ?? 1024,
+      desktop: built?.config.desktop ?? null,
       idleTimeoutMs: d.idleTimeoutMs,
       streamIdleMs: d.streamIdleMs,
       public: false,

@@ -7,13 +7,14 @@
 // and `FROM localhost/agentvm/node:bookworm` both build from the local image without any registry.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { AppError } from "../../lib/errors.ts";
 import { buildahCommitScratch, buildahImageLabels, buildahRemoveImage, buildahSetup } from "./buildah.ts";
 import { takeLock } from "../../lib/node-lock.ts";
 import { run, tailText } from "./run.ts";
 import { requireTools } from "./tools.ts";
+import { DESKTOP_LABEL } from "./unpack.ts";
 import type { BuildEvent } from "./events.ts";
 
 export interface BaseSpec {
@@ -23,7 +24,28 @@ export interface BaseSpec {
   suite: string;
   /** Packages on top of `--variant=minbase`. */
   include: string[];
+  /** Files of ours put into the image when it is committed (scripts, helpers): not part of the debootstrapped root. */
+  files?: readonly BaseFile[];
+  /** `buildah config` flags beyond the common ones (environment, entrypoint, labels). */
+  config?: readonly string[];
+  /**
+   * Paths (globs in their last part: `dir/*.so`) removed from the image when it is committed: files a package brings
+   * that the base never uses. dpkg still lists their packages.
+   */
+  prune?: readonly string[];
 }
+
+export interface BaseFile {
+  /** Absolute path in the image. */
+  path: string;
+  /** The file in this repository it is copied from. */
+  source: string;
+  mode: number;
+  /** Extra absolute paths in the image that are symlinks to `path`. */
+  links?: readonly string[];
+}
+
+const desktopDir = join(import.meta.dirname, "../desktop");
 
 /**
  * The bases. Measured on a 2-core machine against deb.debian.org, cold: node (Node 18.20) 62 s of debootstrap + 8 s
@@ -34,6 +56,25 @@ export const bases: readonly BaseSpec[] = [
   { repo: "agentvm/node", tag: "bookworm", suite: "bookworm", include: ["nodejs"] },
   { repo: "agentvm/python", tag: "bookworm", suite: "bookworm", include: ["python3"] },
   { repo: "agentvm/debian", tag: "bookworm", suite: "bookworm", include: [] },
+  {
+    // A persistent desktop (docs/desktop.md): an X display at the agent's size, a window manager, a VNC server for the
+    // guest's loopback (started by vnc-bridge on first use), and the helper the desktop API runs through the exec
+    // path. Its entrypoint starts the display, then the image's CMD.
+    repo: "agentvm/desktop",
+    tag: "bookworm",
+    suite: "bookworm",
+    include: ["python3", "xvfb", "matchbox-window-manager", "x11vnc", "xdotool", "xterm", "x11-apps", "fonts-dejavu-core"],
+    files: [
+      { path: "/usr/lib/agentvm/desktop/session", source: join(desktopDir, "session.sh"), mode: 0o755, links: ["/usr/local/bin/agentvm-desktop-session"] },
+      { path: "/usr/lib/agentvm/desktop/helper", source: join(desktopDir, "helper.py"), mode: 0o755 },
+      { path: "/usr/lib/agentvm/desktop/call", source: join(desktopDir, "call.sh"), mode: 0o755 },
+      { path: "/usr/lib/agentvm/desktop/vnc-bridge", source: join(desktopDir, "vnc-bridge.sh"), mode: 0o755 },
+    ],
+    // Xvfb depends on Mesa's GL drivers (and through them on LLVM and Z3: 160 MB of the 448); nothing here draws
+    // with GL, so they go (a GL client would fail to load its driver).
+    prune: ["/usr/lib/x86_64-linux-gnu/dri", "/usr/lib/x86_64-linux-gnu/libLLVM-15.so*", "/usr/lib/x86_64-linux-gnu/libz3.so*"],
+    config: ["--env", "DISPLAY=:0", "--entrypoint", '["/usr/lib/agentvm/desktop/session"]', "--label", `${DESKTOP_LABEL}=1024x768`],
+  },
 ];
 
 /** Bump when what a base holds changes other than through the key's inputs (the cleanup, the config). */
@@ -143,10 +184,58 @@ function debootstrapVersion(bin: string): string {
   return (r.stdout || r.stderr || "").trim() || "unknown";
 }
 
-/** What a base is built from; its hash names the cache directory and the label in buildah's storage. */
+/** What a base's root is debootstrapped from; its hash names the cache directory. */
 export function baseKey(spec: BaseSpec, mirror: string, debootstrap: string): string {
   const inputs = { recipe: RECIPE, suite: spec.suite, variant: "minbase", include: [...spec.include].sort(), mirror, debootstrap, arch: "amd64" };
   return createHash("sha256").update(JSON.stringify(inputs)).digest("hex").slice(0, 32);
+}
+
+/**
+ * The key the committed image carries: the root's key, plus our files' contents and the config when the base has
+ * any (changing a helper recommits the image without debootstrapping again).
+ */
+export function imageKey(spec: BaseSpec, rootKey: string): string {
+  if (!spec.files?.length && !spec.config?.length && !spec.prune?.length) return rootKey;
+  const hash = createHash("sha256")
+    .update(rootKey)
+    .update(JSON.stringify([spec.config ?? [], spec.prune ?? []]));
+  for (const f of spec.files ?? []) hash.update(JSON.stringify([f.path, f.mode, f.links ?? []])).update(readFileSync(f.source));
+  return `${rootKey.slice(0, 16)}${hash.digest("hex").slice(0, 16)}`;
+}
+
+/** Removes a base's `prune` paths from a mounted root (a `*` in the last part matches any run of characters). */
+function prunePaths(root: string, paths: readonly string[]): void {
+  for (const p of paths) {
+    const dir = dirname(p);
+    const last = p.slice(dir.length + 1);
+    if (!last.includes("*")) {
+      rmSync(join(root, p), { recursive: true, force: true });
+      continue;
+    }
+    const pattern = new RegExp(`^${last.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*")}$`);
+    let names: string[] = [];
+    try {
+      names = readdirSync(join(root, dir));
+    } catch {
+      continue;
+    }
+    for (const n of names) if (pattern.test(n)) rmSync(join(root, dir, n), { recursive: true, force: true });
+  }
+}
+
+/** Writes a base's own files into a mounted root (owned by root, their modes, their links). */
+function addFiles(root: string, files: readonly BaseFile[]): void {
+  for (const f of files) {
+    const target = join(root, f.path);
+    mkdirSync(dirname(target), { recursive: true });
+    writeFileSync(target, readFileSync(f.source));
+    chmodSync(target, f.mode);
+    for (const link of f.links ?? []) {
+      mkdirSync(dirname(join(root, link)), { recursive: true });
+      rmSync(join(root, link), { force: true });
+      symlinkSync(f.path, join(root, link));
+    }
+  }
 }
 
 export interface BaseImage {
@@ -274,22 +363,28 @@ export async function ensureBase(spec: BaseSpec, opts: EnsureBaseOptions): Promi
 
     const setup = buildahSetup(opts.cacheDir);
     const present = await buildahImageLabels(setup, name);
+    const labelKey = imageKey(spec, key);
     let committed = false;
-    if (present?.labels[KEY_LABEL] !== key) {
+    if (present?.labels[KEY_LABEL] !== labelKey) {
       opts.onEvent?.({ type: "progress", phase: "base", text: `committing ${name} into buildah's storage` });
       const id = await buildahCommitScratch(setup, {
-        fill: (root) => copyTree(rootfs, root, opts.signal),
+        fill: async (root) => {
+          await copyTree(rootfs, root, opts.signal);
+          prunePaths(root, spec.prune ?? []);
+          addFiles(root, spec.files ?? []);
+        },
         config: [
           "--env",
           "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
           "--env",
           "LANG=C.UTF-8",
           "--label",
-          `${KEY_LABEL}=${key}`,
+          `${KEY_LABEL}=${labelKey}`,
           "--label",
           `agentvm.base=${spec.repo}:${spec.tag}`,
           "--workingdir",
           "/",
+          ...(spec.config ?? []),
         ],
         names: baseNames(spec),
       });

@@ -2,6 +2,7 @@
 import { lstatSync, readFileSync, readlinkSync } from "node:fs";
 import { join, posix } from "node:path";
 import { AppError } from "../../lib/errors.ts";
+import { isDesktopSize } from "../../contracts/agent.ts";
 import { defaultImagePort, type ImageConfig } from "../../contracts/image.ts";
 import { run, tailText, type RunOptions } from "./run.ts";
 import { requireTools } from "./tools.ts";
@@ -179,6 +180,8 @@ export function imagePort(exposed: Record<string, unknown> | null | undefined): 
 }
 
 export const READY_PATH_LABEL = "agentvm.ready-path";
+/** Set by the desktop base (images/build/base.ts): the image's entrypoint starts a desktop of this default size. */
+export const DESKTOP_LABEL = "agentvm.desktop";
 
 /** The `ImageConfig` of an unpacked image: what the guest needs to start it, resolved now. */
 export function imageConfigOf(oci: OciImageConfig, root: string): ImageConfig {
@@ -199,6 +202,17 @@ export function imageConfigOf(oci: OciImageConfig, root: string): ImageConfig {
     if (!/^\/[\x21-\x7e]*$/.test(readyPath))
       throw new AppError("build_failed", `label ${READY_PATH_LABEL} must be a path starting with / (got ${JSON.stringify(readyPath)})`);
     config.readyPath = readyPath;
+  }
+  const desktop = c.Labels?.[DESKTOP_LABEL];
+  if (desktop !== undefined) {
+    const m = /^(\d{1,4})x(\d{1,4})$/.exec(desktop);
+    const size = m ? { width: Number(m[1]), height: Number(m[2]) } : undefined;
+    if (!isDesktopSize(size))
+      throw new AppError(
+        "build_failed",
+        `label ${DESKTOP_LABEL} must be a display size WIDTHxHEIGHT within 320x200..3840x2160 (got ${JSON.stringify(desktop)})`,
+      );
+    config.desktop = size;
   }
   return config;
 }

@@ -281,6 +281,7 @@ const exempt: Record<string, string> = {
   writeAgentProcessStdin: "audited as agent.process.stdin: driven in test/unit/exec-routes.test.ts",
   signalAgentProcess: "audited as agent.process.signal: driven in test/unit/exec-routes.test.ts",
   waitAgentProcess: "a POST that changes nothing: it waits for a background process to end and reads it",
+  desktopActions: "audited as agent.desktop.actions: driven where there is a desktop agent (test/e2e/desktop-qemu.test.ts)",
 };
 
 /** What each audited operation records as its action. */

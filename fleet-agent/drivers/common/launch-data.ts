@@ -8,6 +8,7 @@
 // a hypervisor that has the old one open keeps reading the old file.
 import { mkdtemp, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { DesktopSize } from "../../../contracts/agent.ts";
 import { guestLeaseDir, type ImageConfig } from "../../../contracts/image.ts";
 import { encodeLaunchSpec } from "../../guest/launch-spec.ts";
 import { egressProxyEnv, upstreamsEnv } from "../../egress/guest-address.ts";
@@ -33,11 +34,14 @@ export interface LaunchIdentity {
   egressProxy?: string;
   /** A VM that reaches the proxy: its tenant's upstreams' names at boot (`AGENTVM_UPSTREAMS_URL`, `AGENTVM_UPSTREAM_<NAME>_URL`). */
   upstreams?: readonly string[];
+  /** A desktop agent's display size (`AGENTVM_DESKTOP_SIZE`, read by the desktop base's session). */
+  desktop?: DesktopSize;
 }
 
 /**
  * `PORT`, `AGENT_ID`, `LEASE_DIR`, with egress `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy`, `NO_PROXY`,
- * `no_proxy`, `NODE_USE_ENV_PROXY`, and with the proxy `AGENTVM_UPSTREAMS_URL` and `AGENTVM_UPSTREAM_<NAME>_URL`: what the host adds after
+ * `no_proxy`, `NODE_USE_ENV_PROXY`, with the proxy `AGENTVM_UPSTREAMS_URL` and `AGENTVM_UPSTREAM_<NAME>_URL`, for a desktop
+ * `AGENTVM_DESKTOP_SIZE`: what the host adds after
  * the image's own environment (these win over it).
  */
 export function launchEnv(id: LaunchIdentity): string[] {
@@ -47,6 +51,7 @@ export function launchEnv(id: LaunchIdentity): string[] {
     `LEASE_DIR=${id.leaseDir ?? guestLeaseDir}`,
     ...(id.egressProxy ? egressProxyEnv(id.egressProxy) : []),
     ...(id.upstreams ? upstreamsEnv(id.upstreams) : []),
+    ...(id.desktop ? [`AGENTVM_DESKTOP_SIZE=${id.desktop.width}x${id.desktop.height}`] : []),
   ];
 }
 

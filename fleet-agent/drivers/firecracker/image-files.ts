@@ -22,7 +22,9 @@ export async function prepareImageFiles(spec: VmSpec, purpose: "boot" | "restore
   const disk = await ensureAgentDisk(stateDir, spec.diskMiB ?? DEFAULT_DISK_MIB, log.child({ vmId: spec.vmId }));
   const kept = join(stateDir, LAUNCH_DRIVE_FILE);
   const launch =
-    purpose === "restore" && existsSync(kept) ? kept : await makeLaunchDrive(stateDir, image.config, { agentId: spec.agentId, port: image.config.port });
+    purpose === "restore" && existsSync(kept)
+      ? kept
+      : await makeLaunchDrive(stateDir, image.config, { agentId: spec.agentId, port: image.config.port, ...(spec.desktop ? { desktop: spec.desktop } : {}) });
   return { image: resolve(image.rootfs), disk, launch };
 }
 

@@ -165,7 +165,10 @@ export class ProcessDriver implements VmDriver {
       await prepareRootfs(root, guestLeaseDir);
       launcher = await ensureLauncher(this.opts.launcherCacheDir ?? join(dirname(stateDir), ".launcher"));
       port = await freeLoopbackPort();
-      await writeFile(specFile, launchSpecFor(image.config, { agentId: spec.agentId, port, leaseDir: guestLeaseDir }));
+      await writeFile(
+        specFile,
+        launchSpecFor(image.config, { agentId: spec.agentId, port, leaseDir: guestLeaseDir, ...(spec.desktop ? { desktop: spec.desktop } : {}) }),
+      );
     } catch (err) {
       throw new AppError("boot_failed", `agent ${spec.agentId} did not boot: ${(err as Error).message}`, { cause: err });
     }

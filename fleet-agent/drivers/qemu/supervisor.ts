@@ -177,6 +177,7 @@ export class QemuSupervisor {
         port: spec.rootImage.config.port,
         ...(egress ? { egressProxy: egressProxyUrl } : {}),
         ...(proxy ? { upstreams: upstreams ?? [] } : {}),
+        ...(spec.desktop ? { desktop: spec.desktop } : {}),
       });
     // The proxy listens before QEMU starts: the guest may connect as soon as it runs (a restored one at once). Every
     // VM gets it (its upstreams are there); one without egress is refused anything else.

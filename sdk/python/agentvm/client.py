@@ -294,6 +294,22 @@ class Agent:
         url = f"{self._http.base_url}/a/{_q(self.id)}/{path.lstrip('/')}"
         return self._http.open(method, "", url=url, body=body, headers=headers, check=False)
 
+    def screenshot(self, scale: Optional[float] = None) -> bytes:
+        """A desktop agent's screen as PNG bytes (waking it), ``scale`` 0.1..1 of the display's size."""
+        query = {"scale": scale} if scale is not None else None
+        with self._http.open("GET", self._path("/desktop/screenshot"), query=query, headers={"Accept": "image/png"}) as r:
+            return r.read()
+
+    def act(self, actions: List[Dict[str, Any]], screenshot: Optional[bool] = None, scale: Optional[float] = None) -> Dict[str, Any]:
+        """Runs input actions on a desktop agent's screen, in order (at most 50): ``{cursor, display, screenshot, durationMs}``,
+        ``screenshot`` the screen after them as base64 PNG (None with ``screenshot=False``)."""
+        body: Dict[str, Any] = {"actions": list(actions)}
+        if screenshot is not None:
+            body["screenshot"] = screenshot
+        if scale is not None:
+            body["scale"] = scale
+        return self._http.json("POST", self._path("/desktop/actions"), json_body=body)
+
     def wake(self) -> Dict[str, Any]:
         return self._http.json("POST", self._path("/wake"))
 

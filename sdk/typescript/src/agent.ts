@@ -1,4 +1,4 @@
-// One agent: its commands (run, streamed, in the background), its files, calls to its URL, and its lifecycle (wake, hibernate, checkpoint, reset).
+// One agent: its commands (run, streamed, in the background), its files, its desktop, calls to its URL, and its lifecycle (wake, hibernate, checkpoint, reset).
 import { AgentVMError } from "./errors.ts";
 import { type Http, lines, seg, toBase64 } from "./http.ts";
 import type {
@@ -6,6 +6,8 @@ import type {
   AgentState,
   Checkpoint,
   Command,
+  DesktopAction,
+  DesktopActionsResult,
   DirectoryListing,
   ExecEvent,
   ExecExit,
@@ -303,6 +305,23 @@ export class Agent {
   async fetch(path = "/", init: RequestInit = {}): Promise<Response> {
     const headers = this.http.authHeaders(init.headers);
     return this.http.send(`${this.http.baseUrl}/a/${seg(this.id)}${path.startsWith("/") ? path : `/${path}`}`, { ...init, headers });
+  }
+
+  /** A desktop agent's screen as PNG bytes (waking it), `scale` 0.1..1 of the display's size. */
+  async screenshot(opts: { scale?: number; signal?: AbortSignal } = {}): Promise<Uint8Array> {
+    const res = await this.http.raw("GET", this.path("/desktop/screenshot"), {
+      query: { scale: opts.scale },
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return new Uint8Array(await res.arrayBuffer());
+  }
+
+  /** Runs input actions on a desktop agent's screen, in order (at most 50), answering the cursor and the screen after them. */
+  async act(actions: readonly DesktopAction[], opts: { screenshot?: boolean; scale?: number } = {}): Promise<DesktopActionsResult> {
+    const json: Record<string, unknown> = { actions: [...actions] };
+    if (opts.screenshot !== undefined) json.screenshot = opts.screenshot;
+    if (opts.scale !== undefined) json.scale = opts.scale;
+    return this.http.json<DesktopActionsResult>("POST", this.path("/desktop/actions"), { json });
   }
 
   /** Wakes it now and waits until it runs. */

@@ -97,3 +97,8 @@ export type PoolReleased = Schemas["PoolReleased"];
 /** The answer of a reset: the agent, back at its checkpoint, the checkpoint, and how long it took. */
 export type ResetResult = Schemas["AgentReset"];
 export type PoolDeleted = Schemas["PoolDeleted"];
+
+/** One input action on a desktop agent's screen (`move`, `click`, `double_click`, `drag`, `scroll`, `type`, `key`, `wait`). */
+export type DesktopAction = Schemas["DesktopAction"];
+/** The cursor, the display and (unless asked not to) the screen after a batch, as base64 PNG. */
+export type DesktopActionsResult = Schemas["DesktopActionsResult"];

@@ -1,0 +1,194 @@
+// A viewer's WebSocket to a desktop agent's VNC server (`GET /v1/agents/{id}/desktop/vnc`): view-only by default, input with `control=true`; audited, and the actions API refused while a human holds control.
+//
+// Runtime-free, on the same acceptor as exec on a terminal (gateway/exec/tty.ts; the Node gateway takes the upgrade
+// in gateway/node/exec-tty.ts). The bytes are RFB both ways: the exec path runs the desktop base's `vnc-bridge` in the
+// VM (stdin to x11vnc on the guest's loopback, its answers to stdout), so the agent is woken by the connection and
+// held awake while it is open, like any exec. View-only is x11vnc's own (`-viewonly` on its view port): a view
+// socket's keys and pointer never reach the display.
+import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
+import { apiRouter, errors, z } from "../../lib/api.ts";
+import { AppError } from "../../lib/errors.ts";
+import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
+import { encodeSpec, frameDecoder, frameType, type Frame } from "../../contracts/exec-wire.ts";
+import { callerAction } from "../../schema/audit-log.ts";
+import type { GatewayDeps } from "../deps.ts";
+import type { ProxyCore } from "../proxy/core.ts";
+import { callGuest, noLimitMs } from "../exec/guest.ts";
+import { acceptorOf, checkHandshake, failSocket, ttyClose, type TtySocket } from "../exec/tty.ts";
+import { AgentParams } from "./api-schemas.ts";
+import type { DesktopControl, DesktopControls } from "./controls.ts";
+
+/** Where the desktop base installs the bridge (images/desktop/vnc-bridge.sh). */
+export const vncBridgePath = "/usr/lib/agentvm/desktop/vnc-bridge";
+/** Time the exec server has to start the bridge and answer, ms. */
+const answerTimeoutMs = 30_000;
+
+const VncQuery = z.strictObject(
+  {
+    control: z
+      .enum(["true", "false"], { error: "must be true or false" })
+      .optional()
+      .openapi({ description: "Take over the keyboard and pointer (needs agents:admin as well); default false: view only" }),
+  },
+  { error: "takes control only" },
+);
+
+const vncRoute = createRoute({
+  method: "get",
+  path: "/v1/agents/{id}/desktop/vnc",
+  operationId: "desktopVnc",
+  summary: "A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer",
+  description: [
+    "A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the",
+    "subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's",
+    "`RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs",
+    "`agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API",
+    "answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is",
+    "given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.",
+  ].join(" "),
+  tags: ["desktop"],
+  middleware: [scopeGate("agents:exec")],
+  request: { params: AgentParams, query: VncQuery },
+  responses: {
+    101: { description: "Switching protocols: the viewer's WebSocket" },
+    ...errors(400, 404, 409, 501, 502, 504),
+  },
+});
+
+export function desktopVncRoutes(
+  deps: Pick<GatewayDeps, "fleet" | "audit" | "log">,
+  proxy: Pick<ProxyCore, "resolve">,
+  controls: DesktopControls,
+): OpenAPIHono<GatewayEnv> {
+  const r = apiRouter<GatewayEnv>();
+  const { fleet, log } = deps;
+
+  r.openapi(vncRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    const wantsControl = c.req.valid("query").control === "true";
+    const caller = requireScope(c, "agents:exec");
+    if (wantsControl) requireScope(c, "agents:admin");
+    const agent = await proxy.resolve(id);
+    if (agent.row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+    if (!agent.row.desktop) throw new AppError("no_desktop", `agent ${id} has no desktop: its image is not built FROM agentvm/desktop:bookworm`);
+    const acceptor = acceptorOf(c);
+    checkHandshake(c, acceptor);
+    const requestId = c.get("requestId");
+    const mode = wantsControl ? "control" : "view";
+    const control: DesktopControl | undefined = wantsControl ? { actor: caller.subject, since: new Date() } : undefined;
+    if (control && !controls.take(agent.spec.id, control)) {
+      const holder = controls.holder(agent.spec.id);
+      throw new AppError("conflict", `${holder?.actor ?? "someone"} holds control of agent ${id}'s desktop (since ${holder?.since.toISOString() ?? "now"})`);
+    }
+    const audit = (action: string, detail: Record<string, unknown>) =>
+      deps.audit.record(callerAction(caller, requestId, action, agent.spec.id, detail)).catch((err: unknown) => {
+        log.error("audit record failed", { requestId, action, agentId: agent.spec.id, err: err instanceof Error ? err.message : String(err) });
+      });
+
+    // The viewer's bytes: the spec first, then each message as it comes (the bridge's stdin).
+    let input!: ReadableStreamDefaultController<Uint8Array>;
+    let socket: TtySocket | undefined;
+    const body = new ReadableStream<Uint8Array>(
+      {
+        start(controller) {
+          input = controller;
+          // The holder's name goes to the file that tells the agent it is being controlled.
+          controller.enqueue(encodeSpec({ argv: [vncBridgePath, mode, ...(control ? [control.actor] : [])], timeoutMs: 0, stdin: true }));
+        },
+        pull() {
+          socket?.resume();
+        },
+      },
+      { highWaterMark: 8 },
+    );
+    const call = new AbortController();
+    c.req.raw.signal?.addEventListener("abort", () => call.abort(c.req.raw.signal.reason), { once: true });
+    const startedAt = new Date();
+    let res: Response;
+    try {
+      res = await callGuest(fleet, agent.spec, {
+        method: "POST",
+        path: "/v1/exec",
+        body,
+        headers: { "content-type": "application/octet-stream" },
+        requestId,
+        signal: call.signal,
+        responseTimeoutMs: answerTimeoutMs,
+        idleTimeoutMs: noLimitMs,
+      });
+    } catch (err) {
+      if (control) controls.release(agent.spec.id, control);
+      throw err;
+    }
+    const wake = res.headers.get("x-wake");
+    const ws = acceptor!.accept({ "x-request-id": requestId, ...(wake ? { "x-wake": wake } : {}) });
+    socket = ws;
+    if (control) await audit("agent.desktop.control", { phase: "start", since: startedAt.toISOString() });
+
+    let inputOpen = true;
+    const endInput = () => {
+      if (!inputOpen) return;
+      inputOpen = false;
+      try {
+        input.close();
+      } catch {
+        /* already cancelled by the call's end */
+      }
+    };
+    ws.onMessage((data) => {
+      if (typeof data === "string") return ws.close(ttyClose.badMessage, "binary messages only: RFB");
+      if (!inputOpen) return;
+      input.enqueue(data);
+      if ((input.desiredSize ?? 1) <= 0) ws.pause();
+    });
+    const output = res.body!.pipeThrough(frameDecoder()).getReader();
+    let ended = false;
+    const end = (error?: string) => {
+      if (ended) return;
+      ended = true;
+      endInput();
+      call.abort(new AppError("client_gone", "the viewer went away"));
+      void output.cancel().catch(() => undefined);
+      const ms = Date.now() - startedAt.getTime();
+      if (control) {
+        controls.release(agent.spec.id, control);
+        void audit("agent.desktop.control", { phase: "end", since: startedAt.toISOString(), until: new Date().toISOString(), ms, ...(error ? { error } : {}) });
+      } else void audit("agent.desktop.view", { since: startedAt.toISOString(), ms, ...(error ? { error } : {}) });
+    };
+    // The viewer left: the bridge's connection is cut (its process group ends with the exec call).
+    ws.onClose(() => end());
+
+    void pump(output, ws).then(
+      async () => {
+        if (!ws.open) return end();
+        // The bridge ended under an open socket: the agent going to sleep (1001), or the VNC server gone.
+        const state = await fleet.status(agent.spec.id).then(
+          (s) => s?.state,
+          () => undefined,
+        );
+        end("the VNC stream ended");
+        if (state !== undefined && state !== "running" && state !== "dozing") return ws.close(ttyClose.goingAway, "the agent is hibernating");
+        ws.close(ttyClose.error, "the agent's VNC server closed the connection");
+      },
+      (err: unknown) => {
+        const message = err instanceof Error ? err.message : String(err);
+        end(message);
+        if (ws.open) failSocket(ws, err instanceof AppError ? err : new AppError("bad_gateway", `the viewer's stream broke: ${message}`), requestId);
+      },
+    );
+    return c.body(null, 200) as never;
+  });
+
+  return r;
+}
+
+/** The bridge's stdout as binary messages (each sent before the next is read); stderr and the exit are not the viewer's. */
+async function pump(reader: ReadableStreamDefaultReader<Frame>, ws: TtySocket): Promise<void> {
+  for (;;) {
+    const next = await reader.read();
+    if (next.done) return;
+    const frame = next.value;
+    if (frame.type !== frameType.stdout || frame.payload.byteLength === 0) continue;
+    if (!ws.send(frame.payload)) await ws.drained();
+  }
+}

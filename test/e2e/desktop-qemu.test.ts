@@ -1,0 +1,560 @@
+// Persistent desktops through the whole system on the real qemu driver: the desktop example built FROM agentvm/desktop, one agent for the file.
+//
+// A screenshot of the right size that is not blank, text typed into the terminal through the actions API, then a
+// hibernation: the next screenshot is a restore showing the same pixels, and a half-typed command line survived it.
+// Bad input (off-screen, unknown key, too many actions, an agent without a desktop) is a 4xx envelope. Prints the
+// figures docs/desktop.md quotes (boot to first screenshot, warm and restored latencies, snapshot size).
+import { spawn, spawnSync } from "node:child_process";
+import { request as httpRequest } from "node:http";
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { inflateSync } from "node:zlib";
+import { and, eq } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { auditLog } from "../../schema/core.ts";
+import { AgentVM } from "../../sdk/typescript/src/index.ts";
+import { makeDriver } from "../helpers/qemu.ts";
+import { startSystem, type TestSystem } from "../helpers/system.ts";
+
+const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
+if (!qemuPresent && process.env.CI === "true") throw new Error("CI: qemu-system-x86_64 missing (npm test provisions it: scripts/provision.ts)");
+
+const width = 800;
+const height = 600;
+let sys: TestSystem;
+let agentId: string;
+const figures: Record<string, number | string> = {};
+
+interface Picture {
+  width: number;
+  height: number;
+  /** RGB, 3 bytes a pixel, rows top to bottom. */
+  rgb: Buffer;
+}
+
+/** A PNG as the helper writes it (8-bit RGB, filter 0 on every row), decoded; anything else fails the test. */
+function decodePng(png: Buffer): Picture {
+  expect(png.subarray(0, 8).toString("hex")).toBe("89504e470d0a1a0a");
+  let at = 8;
+  let w = 0;
+  let h = 0;
+  const idat: Buffer[] = [];
+  while (at < png.length) {
+    const len = png.readUInt32BE(at);
+    const type = png.subarray(at + 4, at + 8).toString("latin1");
+    const body = png.subarray(at + 8, at + 8 + len);
+    if (type === "IHDR") {
+      w = body.readUInt32BE(0);
+      h = body.readUInt32BE(4);
+      expect([body[8], body[9]]).toEqual([8, 2]);
+    }
+    if (type === "IDAT") idat.push(body);
+    at += 12 + len;
+  }
+  const raw = inflateSync(Buffer.concat(idat));
+  const row = w * 3 + 1;
+  expect(raw.length).toBe(row * h);
+  const rgb = Buffer.alloc(w * h * 3);
+  for (let y = 0; y < h; y++) {
+    expect(raw[y * row]).toBe(0);
+    raw.copy(rgb, y * w * 3, y * row + 1, (y + 1) * row);
+  }
+  return { width: w, height: h, rgb };
+}
+
+function distinctColours(p: Picture): number {
+  const seen = new Set<number>();
+  for (let i = 0; i < p.rgb.length && seen.size < 1000; i += 3) seen.add((p.rgb[i]! << 16) | (p.rgb[i + 1]! << 8) | p.rgb[i + 2]!);
+  return seen.size;
+}
+
+/** Pixels darker than mid-grey in rows `from` to `to` (text on the terminal's white). */
+function darkPixels(p: Picture, from: number, to: number): number {
+  let n = 0;
+  for (let i = from * p.width * 3; i < Math.min(to, p.height) * p.width * 3; i += 3) if (p.rgb[i]! + p.rgb[i + 1]! + p.rgb[i + 2]! < 384) n++;
+  return n;
+}
+
+function differingPixels(a: Picture, b: Picture): number {
+  let n = 0;
+  for (let i = 0; i < a.rgb.length; i += 3) if (a.rgb[i] !== b.rgb[i] || a.rgb[i + 1] !== b.rgb[i + 1] || a.rgb[i + 2] !== b.rgb[i + 2]) n++;
+  return n;
+}
+
+async function screenshot(query = "", id = agentId): Promise<{ res: Response; picture: Picture; ms: number }> {
+  const t0 = performance.now();
+  const res = await sys.call(`/v1/agents/${id}/desktop/screenshot${query}`);
+  const bytes = Buffer.from(await res.arrayBuffer());
+  const ms = performance.now() - t0;
+  expect(res.status, bytes.toString("utf8", 0, 300)).toBe(200);
+  expect(res.headers.get("content-type")).toBe("image/png");
+  return { res, picture: decodePng(bytes), ms };
+}
+
+async function actions(body: Record<string, unknown>, id = agentId): Promise<{ res: Response; json: Record<string, unknown>; ms: number }> {
+  const t0 = performance.now();
+  const res = await sys.call(`/v1/agents/${id}/desktop/actions`, {
+    method: "POST",
+    body: JSON.stringify(body),
+    headers: { "content-type": "application/json" },
+  });
+  const json = (await res.json()) as Record<string, unknown>;
+  return { res, json, ms: performance.now() - t0 };
+}
+
+async function exec(cmd: string): Promise<string> {
+  const res = await sys.call(`/v1/agents/${agentId}/exec`, { method: "POST", body: JSON.stringify({ cmd }), headers: { "content-type": "application/json" } });
+  const json = (await res.json()) as { stdout: string; exitCode: number };
+  expect(res.status, JSON.stringify(json)).toBe(200);
+  return json.stdout;
+}
+
+/** A file a command typed into the terminal writes: the shell runs the line once the key lands (a busy machine may take a moment). */
+async function fileOnceWritten(path: string): Promise<string> {
+  for (let i = 0; ; i++) {
+    const text = await exec(`cat ${path} 2>/dev/null || true`);
+    if (text !== "" || i >= 50) return text;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function hibernate(): Promise<void> {
+  const res = await sys.call(`/v1/agents/${agentId}/hibernate`, { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
+  expect(((await res.json()) as { state: string }).state).toBe("hibernated");
+}
+
+const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
+const round = (ms: number) => Math.round(ms);
+
+/** Bytes of the agent's memory snapshot on its host (`snapshot-*.bin` in its state directory), found under the data directory. */
+function snapshotBytes(): number {
+  const find = (dir: string, depth: number): string | undefined => {
+    for (const n of readdirSync(dir, { withFileTypes: true })) {
+      if (!n.isDirectory()) continue;
+      if (n.name === agentId) return join(dir, n.name);
+      const hit = depth > 0 ? find(join(dir, n.name), depth - 1) : undefined;
+      if (hit) return hit;
+    }
+    return undefined;
+  };
+  const stateDir = find(sys.dataDir, 4);
+  expect(stateDir, "the agent's state directory").toBeDefined();
+  const files = readdirSync(stateDir!).filter((n) => /^snapshot-.*\.bin$/.test(n));
+  expect(files.length).toBeGreaterThan(0);
+  return files.reduce((n, f) => n + statSync(join(stateDir!, f)).size, 0);
+}
+
+async function waitForPicture(pred: (p: Picture) => boolean, what: string): Promise<Picture> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const { picture } = await screenshot();
+    if (pred(picture)) return picture;
+    if (Date.now() > deadline) throw new Error(`the screen never showed ${what}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+/** An RFB client over the viewer's WebSocket, as far as the handshake and input events. */
+class Viewer {
+  private buf = Buffer.alloc(0);
+  private wake: (() => void) | undefined;
+  closed = false;
+  readonly ws: WebSocket;
+  constructor(ws: WebSocket) {
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.addEventListener("message", (e) => {
+      this.buf = Buffer.concat([this.buf, Buffer.from(e.data as ArrayBuffer)]);
+      this.wake?.();
+    });
+    ws.addEventListener("close", () => {
+      this.closed = true;
+      this.wake?.();
+    });
+  }
+
+  async read(n: number): Promise<Buffer> {
+    const deadline = Date.now() + 30_000;
+    while (this.buf.length < n) {
+      if (this.closed || Date.now() > deadline) throw new Error(`the viewer's socket ended before ${n} bytes (${this.buf.length})`);
+      await new Promise<void>((r) => {
+        this.wake = r;
+        setTimeout(r, 200);
+      });
+    }
+    const out = this.buf.subarray(0, n);
+    this.buf = this.buf.subarray(n);
+    return out;
+  }
+
+  /** Version 3.8, security None, a shared session: the display's size from ServerInit. */
+  async handshake(): Promise<{ width: number; height: number }> {
+    expect((await this.read(12)).toString("latin1")).toBe("RFB 003.008\n");
+    this.ws.send(Buffer.from("RFB 003.008\n", "latin1"));
+    const types = await this.read((await this.read(1))[0]!);
+    expect([...types]).toContain(1);
+    this.ws.send(Buffer.from([1]));
+    expect((await this.read(4)).readUInt32BE(0)).toBe(0);
+    this.ws.send(Buffer.from([1]));
+    const init = await this.read(24);
+    await this.read(init.readUInt32BE(20));
+    return { width: init.readUInt16BE(0), height: init.readUInt16BE(2) };
+  }
+
+  pointer(x: number, y: number): void {
+    const m = Buffer.alloc(6);
+    m[0] = 5;
+    m.writeUInt16BE(x, 2);
+    m.writeUInt16BE(y, 4);
+    this.ws.send(m);
+  }
+}
+
+async function openViewer(control: boolean, token = sys.demo.token): Promise<Viewer> {
+  const url = `${sys.url.replace(/^http/, "ws")}/v1/agents/${agentId}/desktop/vnc${control ? "?control=true" : ""}`;
+  const ws = new WebSocket(url, ["binary", `agentvm.bearer.${token}`]);
+  const viewer = new Viewer(ws);
+  await new Promise<void>((resolve, reject) => {
+    ws.addEventListener("open", () => resolve(), { once: true });
+    ws.addEventListener("error", () => reject(new Error("the viewer's WebSocket did not open")), { once: true });
+  });
+  expect(ws.protocol).toBe("binary");
+  return viewer;
+}
+
+/** The status a WebSocket upgrade of `path` gets (101 when it is taken; the socket is then dropped). */
+function upgradeStatus(path: string, token: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${sys.url}${path}`, {
+      headers: {
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        authorization: `Bearer ${token}`,
+      },
+    });
+    req.on("upgrade", (_res, socket) => {
+      socket.destroy();
+      resolve(101);
+    });
+    req.on("response", (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+async function mouse(): Promise<string> {
+  return (await exec("xdotool getmouselocation")).split(" ").slice(0, 2).join(" ");
+}
+
+beforeAll(async () => {
+  if (!qemuPresent) return;
+  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000" } });
+}, 120_000);
+
+afterAll(async () => {
+  await sys?.stop();
+  if (sys) spawnSync("rm", ["-rf", sys.dataDir]);
+  if (Object.keys(figures).length > 0) console.log(`desktop figures: ${JSON.stringify(figures)}`);
+}, 120_000);
+
+const title = qemuPresent ? "persistent desktops on QEMU" : "persistent desktops on QEMU — skipped: qemu-system-x86_64 is not installed (npm run setup:vm)";
+describe.skipIf(!qemuPresent)(title, () => {
+  it("builds the desktop example and boots an agent of it at its display size: a screenshot of that size, not blank", async () => {
+    const tar = spawn("tar", ["-c", "-C", join(import.meta.dirname, "..", "..", "examples", "desktop-agent"), "."], { stdio: ["ignore", "pipe", "inherit"] });
+    const built0 = performance.now();
+    const res = await sys.call("/v1/images?name=desktop-agent", {
+      method: "POST",
+      body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>,
+      duplex: "half",
+    } as RequestInit);
+    expect(res.status, await res.clone().text()).toBe(201);
+    const image = (await res.json()) as { image: { sizeBytes: number; config: { desktop?: unknown } } };
+    expect(image.image.config.desktop).toEqual({ width: 1024, height: 768 });
+    figures.imageBuildS = Math.round((performance.now() - built0) / 100) / 10;
+    figures.imageBytes = image.image.sizeBytes;
+
+    const created0 = performance.now();
+    const agent = await sys.createAgent({ image: "desktop-agent", memMiB: 512, diskMiB: 256, desktop: { width, height } });
+    agentId = agent.id;
+    expect(agent.desktop).toEqual({ width, height });
+    const first = await screenshot();
+    expect(first.res.headers.get("x-wake")).toBe("boot");
+    expect([first.picture.width, first.picture.height]).toEqual([width, height]);
+    expect([first.res.headers.get("x-desktop-width"), first.res.headers.get("x-desktop-height")]).toEqual([String(width), String(height)]);
+    figures.bootToFirstScreenshotMs = round(performance.now() - created0);
+    // The terminal maps a moment after the agent's port answers: its white window on the black root, then the shell's
+    // prompt on its first line (what is typed before the shell is ready may be discarded by it: readline flushes it).
+    const shown = await waitForPicture((p) => distinctColours(p) > 2 && darkPixels(p, 0, 20) > 50, "the shell's prompt");
+    figures.bootToTerminalShownMs = round(performance.now() - created0);
+    expect(distinctColours(shown)).toBeGreaterThan(2);
+    const half = await screenshot("?scale=0.5");
+    expect([half.picture.width, half.picture.height]).toEqual([width / 2, height / 2]);
+  }, 900_000);
+
+  it("types into the terminal through the actions API; the cursor and the screen come back", async () => {
+    const before = (await screenshot()).picture;
+    const done = await actions({
+      actions: [
+        { type: "click", x: 400, y: 300 },
+        { type: "type", text: "echo typed-through-the-api > /tmp/typed.txt" },
+        { type: "key", keys: "enter" },
+      ],
+    });
+    expect(done.res.status, JSON.stringify(done.json)).toBe(200);
+    expect(done.json.cursor).toEqual({ x: 400, y: 300 });
+    expect(done.json.display).toEqual({ width, height });
+    const after = decodePng(Buffer.from(done.json.screenshot as string, "base64"));
+    expect([after.width, after.height]).toEqual([width, height]);
+    // Taken once the terminal had drawn what was typed (the helper waits for the screen to be still): it shows the
+    // command's line, so it differs from the screen before.
+    expect(differingPixels(before, after)).toBeGreaterThan(100);
+    expect(await fileOnceWritten("/tmp/typed.txt")).toBe("typed-through-the-api\n");
+
+    const noShot = await actions({ actions: [{ type: "move", x: 10, y: 20 }], screenshot: false });
+    expect(noShot.res.status).toBe(200);
+    expect(noShot.json).toMatchObject({ cursor: { x: 10, y: 20 }, screenshot: null });
+
+    const rows = await sys.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.target, agentId), eq(auditLog.action, "agent.desktop.actions")));
+    expect(rows.length).toBe(2);
+    expect(rows.find((r) => (r.detail as { count: number }).count === 3)?.detail).toMatchObject({
+      types: ["click", "type", "key"],
+      typedChars: "echo typed-through-the-api > /tmp/typed.txt".length,
+    });
+  }, 300_000);
+
+  it("a hibernated desktop wakes as it was: a restore, the same pixels, a half-typed command line still there", async () => {
+    const typing = await actions({
+      actions: [
+        { type: "type", text: "echo half-typed-survived > /tmp/after.txt" },
+        { type: "wait", ms: 300 },
+      ],
+      screenshot: false,
+    });
+    expect(typing.res.status).toBe(200);
+    const before = (await screenshot()).picture;
+    await hibernate();
+    figures.snapshotBytes = snapshotBytes();
+    const woken = await screenshot();
+    expect(woken.res.headers.get("x-wake")).toBe("restore");
+    figures.restoredScreenshotMs = round(woken.ms);
+    // Nothing on this screen moves by itself (no clock, the cursor does not blink): the same pixels.
+    expect(differingPixels(before, woken.picture)).toBe(0);
+    const enter = await actions({
+      actions: [
+        { type: "key", keys: "Return" },
+        { type: "wait", ms: 300 },
+      ],
+      screenshot: false,
+    });
+    expect(enter.res.status).toBe(200);
+    expect(await fileOnceWritten("/tmp/after.txt")).toBe("half-typed-survived\n");
+  }, 300_000);
+
+  it("a checkpoint of the desktop forks into an agent that wakes on the same screen, with its display size", async () => {
+    const json = { "content-type": "application/json" };
+    const before = (await screenshot()).picture;
+    const made = await sys.call(`/v1/agents/${agentId}/checkpoints`, { method: "POST", headers: json, body: JSON.stringify({ name: "screen" }) });
+    expect(made.status, await made.clone().text()).toBe(201);
+    const ckp = (await made.json()) as { id: string };
+    const forked = await sys.call("/v1/agents", { method: "POST", headers: json, body: JSON.stringify({ fromCheckpoint: ckp.id }) });
+    expect(forked.status, await forked.clone().text()).toBe(201);
+    const fork = (await forked.json()) as { id: string; desktop: unknown };
+    expect(fork.desktop).toEqual({ width, height });
+    const shot = await screenshot("", fork.id);
+    expect(shot.res.headers.get("x-wake")).toBe("restore");
+    expect(differingPixels(before, shot.picture)).toBe(0);
+    expect((await sys.call(`/v1/agents/${fork.id}`, { method: "DELETE" })).status).toBe(200);
+  }, 300_000);
+
+  it("latency: screenshot and a 10-action batch, warm and from hibernation", async () => {
+    const batch = {
+      actions: [
+        { type: "move", x: 100, y: 100 },
+        { type: "click", x: 400, y: 300 },
+        { type: "type", text: "echo x" },
+        { type: "key", keys: "ctrl+u" },
+        { type: "move", x: 200, y: 200 },
+        { type: "scroll", direction: "down", amount: 2 },
+        { type: "move", x: 300, y: 300 },
+        { type: "type", text: "ok" },
+        { type: "key", keys: "ctrl+u" },
+        { type: "move", x: 400, y: 300 },
+      ],
+    };
+    const warmShots: number[] = [];
+    for (let i = 0; i < 5; i++) warmShots.push((await screenshot()).ms);
+    const warmBatches: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await actions(batch);
+      expect(r.res.status, JSON.stringify(r.json)).toBe(200);
+      warmBatches.push(r.ms);
+    }
+    const coldShots: number[] = [figures.restoredScreenshotMs as number];
+    const coldBatches: number[] = [];
+    for (let i = 0; i < 2; i++) {
+      await hibernate();
+      const shot = await screenshot();
+      expect(shot.res.headers.get("x-wake")).toBe("restore");
+      coldShots.push(shot.ms);
+      await hibernate();
+      const r = await actions(batch);
+      expect(r.res.status).toBe(200);
+      expect(r.res.headers.get("x-wake")).toBe("restore");
+      coldBatches.push(r.ms);
+    }
+    Object.assign(figures, {
+      screenshotWarmP50Ms: round(p50(warmShots)),
+      screenshotRestoredP50Ms: round(p50(coldShots)),
+      batch10WarmP50Ms: round(p50(warmBatches)),
+      batch10RestoredP50Ms: round(p50(coldBatches)),
+    });
+  }, 300_000);
+
+  it("the SDKs: screenshot and act, in TypeScript and in Python", async () => {
+    const client = new AgentVM({ baseUrl: sys.url, token: sys.demo.token });
+    const agent = await client.agents.get(agentId);
+    const png = decodePng(Buffer.from(await agent.screenshot({ scale: 0.5 })));
+    expect([png.width, png.height]).toEqual([width / 2, height / 2]);
+    const done = await agent.act([{ type: "move", x: 5, y: 6 }], { screenshot: false });
+    expect(done).toMatchObject({ cursor: { x: 5, y: 6 }, screenshot: null, display: { width, height } });
+
+    const script = [
+      "import base64, json, struct, sys",
+      "from agentvm import AgentVM",
+      "agent = AgentVM(sys.argv[1], sys.argv[2]).agents.get(sys.argv[3])",
+      "png = agent.screenshot(scale=0.25)",
+      "done = agent.act([{'type': 'move', 'x': 7, 'y': 8}])",
+      "shot = base64.b64decode(done['screenshot'])",
+      "print(json.dumps({'small': struct.unpack('>II', png[16:24]), 'full': struct.unpack('>II', shot[16:24]), 'cursor': done['cursor']}))",
+    ].join("\n");
+    // Not spawnSync: the gateway answering the script runs in this process.
+    const child = spawn("python3", ["-c", script, sys.url, sys.demo.token, agentId], {
+      env: { ...process.env, PYTHONPATH: join(import.meta.dirname, "..", "..", "sdk", "python") },
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const status = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    const py = { status, stdout, stderr };
+    expect(py.status, py.stderr).toBe(0);
+    expect(JSON.parse(py.stdout)).toEqual({ small: [width / 4, height / 4], full: [width, height], cursor: { x: 7, y: 8 } });
+  }, 120_000);
+
+  it("vnc-bridge reaches the display's VNC servers on the guest's loopback, started on first use (what a viewer is relayed to)", async () => {
+    const bridge = async (mode: string) => {
+      const res = await sys.call(`/v1/agents/${agentId}/exec`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        // The client's version, then nothing: the server answers its security types and waits until the timeout.
+        body: JSON.stringify({ cmd: ["/usr/lib/agentvm/desktop/vnc-bridge", mode], stdin: "RFB 003.008\n", timeoutMs: 8000, encoding: "base64" }),
+      });
+      const json = (await res.json()) as { stdout: string; timedOut: boolean };
+      expect(res.status, JSON.stringify(json)).toBe(200);
+      return Buffer.from(json.stdout, "base64");
+    };
+    const [view, control] = await Promise.all([bridge("view"), bridge("control")]);
+    for (const out of [view, control]) {
+      expect(out.subarray(0, 12).toString("latin1")).toBe("RFB 003.008\n");
+      // Security types: a count, then the types; 1 is None (loopback only, no password).
+      expect([...out.subarray(12, 12 + 1 + out[12]!)]).toContain(1);
+    }
+  }, 120_000);
+
+  it("a viewer's WebSocket: RFB to the display, view only by default; control takes the pointer, holds off the actions API, and is audited", async () => {
+    const view = await openViewer(false);
+    expect(await view.handshake()).toEqual({ width, height });
+    const before = await mouse();
+    view.pointer(321, 54);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await mouse()).toBe(before); // x11vnc's view port drops input
+
+    const control = await openViewer(true);
+    expect(await control.handshake()).toEqual({ width, height });
+    control.pointer(123, 45);
+    for (let i = 0; i < 50 && (await mouse()) !== "x:123 y:45"; i++) await new Promise((r) => setTimeout(r, 200));
+    expect(await mouse()).toBe("x:123 y:45");
+    expect(await exec("cat /tmp/agentvm-desktop-control")).toMatch(/^since=\S+Z\nby=demo\n$/); // the agent can tell
+    const held = await actions({ actions: [{ type: "move", x: 1, y: 1 }] });
+    expect(held.res.status).toBe(409);
+    expect((held.json as { error: { message: string } }).error.message).toMatch(/holds control/);
+    const vncPath = `/v1/agents/${agentId}/desktop/vnc`;
+    expect(await upgradeStatus(`${vncPath}?control=true`, sys.demo.token)).toBe(409); // one holder at a time
+    expect(await upgradeStatus(`${vncPath}?control=true`, await sys.token({ scopes: ["agents:exec"] }))).toBe(403);
+    expect(await upgradeStatus(vncPath, await sys.token({ scopes: ["agents:admin"] }))).toBe(403);
+
+    control.ws.close();
+    view.ws.close();
+    let after = held;
+    for (let i = 0; i < 50 && after.res.status === 409; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      after = await actions({ actions: [{ type: "move", x: 1, y: 1 }], screenshot: false });
+    }
+    expect(after.res.status).toBe(200);
+    expect(await exec("test -e /tmp/agentvm-desktop-control && echo held || echo free")).toBe("free\n");
+    let rows: (typeof auditLog.$inferSelect)[] = [];
+    for (let i = 0; i < 50; i++) {
+      rows = await sys.database.db.select().from(auditLog).where(eq(auditLog.target, agentId));
+      if (rows.some((r) => r.action === "agent.desktop.view")) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const phases = rows.filter((r) => r.action === "agent.desktop.control").map((r) => (r.detail as { phase: string }).phase);
+    expect(phases.sort()).toEqual(["end", "start"]);
+    expect(rows.find((r) => r.action === "agent.desktop.view")?.detail).toMatchObject({ ms: expect.any(Number) });
+  }, 120_000);
+
+  it("bad input is a 4xx with the envelope: off-screen, unknown key, too many actions, a bad scale, an agent without a desktop", async () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ actions: [{ type: "click", x: width, y: 10 }] }, /off the 800x600 screen/],
+      [{ actions: [{ type: "drag", startX: 10, startY: 10, x: 10, y: height + 5 }] }, /off the 800x600 screen/],
+      [{ actions: [{ type: "key", keys: "ctrl+nosuchkey" }] }, /unknown key "nosuchkey"/],
+      [{ actions: Array.from({ length: 51 }, () => ({ type: "move", x: 1, y: 1 })) }, /at most 50/],
+      [{ actions: [{ type: "teleport", x: 1, y: 1 }] }, /must be an action/],
+      [{ actions: [{ type: "click", x: 5 }] }, /both x and y/],
+      [{ actions: [] }, /at least one/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await actions(body);
+      expect(r.res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+      const error = (r.json as { error: { code: string; message: string; requestId: string } }).error;
+      expect(error.code).toBe("bad_request");
+      expect(error.message).toMatch(message);
+      expect(error.requestId).toBeTruthy();
+    }
+    const badScale = await sys.call(`/v1/agents/${agentId}/desktop/screenshot?scale=2`);
+    expect(badScale.status).toBe(400);
+    expect(((await badScale.json()) as { error: { code: string } }).error.code).toBe("bad_request");
+
+    const plain = await sys.createAgent({});
+    const none = await sys.call(`/v1/agents/${plain.id}/desktop/screenshot`);
+    expect(none.status).toBe(409);
+    expect(((await none.json()) as { error: { code: string } }).error.code).toBe("no_desktop");
+    const noneActions = await actions({ actions: [{ type: "wait", ms: 1 }] }, plain.id);
+    expect(noneActions.res.status).toBe(409);
+    const refused = await sys.call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ desktop: { width: 800, height: 600 } }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/has no desktop/);
+    const tooBig = await sys.call("/v1/agents", {
+      method: "POST",
+      body: JSON.stringify({ image: "desktop-agent", desktop: { width: 5000, height: 600 } }),
+      headers: { "content-type": "application/json" },
+    });
+    expect(tooBig.status).toBe(400);
+    const noScope = await sys.token({ scopes: ["agents:admin"] });
+    const forbidden = await sys.call(`/v1/agents/${agentId}/desktop/screenshot`, { token: noScope });
+    expect(forbidden.status).toBe(403);
+  }, 120_000);
+});
