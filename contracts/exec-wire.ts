@@ -2,6 +2,7 @@
 //
 // Runtime-free: web streams and typed arrays only.
 
+import { concatBytes } from "../lib/bytes.ts";
 /** The header that carries a VM's exec key to its exec server; set by the host alone (the key never leaves it). */
 export const execKeyHeader = "x-agentvm-exec-key";
 
@@ -155,12 +156,7 @@ export class ShortFrame {
     if (this.bytes > 64 * 1024) throw new Error("exec status frame too long");
     this.parts.push(frame.payload);
     if (!frame.last) return undefined;
-    const out = new Uint8Array(this.bytes);
-    let at = 0;
-    for (const p of this.parts) {
-      out.set(p, at);
-      at += p.byteLength;
-    }
+    const out = concatBytes(...this.parts);
     this.parts = [];
     this.bytes = 0;
     return new TextDecoder().decode(out);

@@ -1,5 +1,6 @@
 // Reads a request body into memory without ever holding more than the limit: Content-Length first, then counted bytes.
 import { AppError } from "./errors.ts";
+import { concatBytes } from "./bytes.ts";
 
 /**
  * The raw body bytes; throws `payload_too_large` (413) as soon as the declared or streamed size passes `maxBytes`
@@ -32,13 +33,7 @@ export async function readBodyLimited(req: Request, maxBytes: number, what = "bo
     chunks.push(value);
   }
   if (chunks.length === 1 && chunks[0]) return chunks[0];
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
+  return concatBytes(...chunks);
 }
 
 /** A body that stops before its end (the client went away, the connection broke) is the client's doing: a 400, logged as a rejection, not a 500 with a stack. */

@@ -9,6 +9,7 @@ import type { Fleet } from "../../contracts/fleet.ts";
 import { AppError } from "../../lib/errors.ts";
 import { callGuest } from "../exec/guest.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, type ExitStatus, type Frame } from "../../contracts/exec-wire.ts";
+import { concatBytes } from "../../lib/bytes.ts";
 
 /** Where the desktop base installs the helper's entry (images/desktop/call.sh). */
 export const helperCallPath = "/usr/lib/agentvm/desktop/call";
@@ -42,7 +43,7 @@ export interface HelperAnswer {
 export async function runHelper(fleet: Fleet, agent: AgentSpec, call: HelperCall): Promise<HelperAnswer> {
   // One JSON line (JSON.stringify escapes every newline inside strings).
   const stdin = new TextEncoder().encode(`${JSON.stringify(call.request)}\n`);
-  const body = join([encodeSpec({ argv: [helperCallPath], timeoutMs: call.timeoutMs, stdin: true }), stdin]);
+  const body = concatBytes(encodeSpec({ argv: [helperCallPath], timeoutMs: call.timeoutMs, stdin: true }), stdin);
   const res = await callGuest(fleet, agent, {
     method: "POST",
     path: "/v1/exec",
@@ -112,17 +113,5 @@ async function collect(
       else exit = parseExit(text);
     }
   }
-  return { stdout: join(stdout), stderr: join(stderr), exit, error };
-}
-
-function join(parts: readonly Uint8Array[]): Uint8Array {
-  let n = 0;
-  for (const p of parts) n += p.byteLength;
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
+  return { stdout: concatBytes(...stdout), stderr: concatBytes(...stderr), exit, error };
 }

@@ -13,15 +13,13 @@ import { encodeSpec, frameDecoder, frameType, type Frame } from "../../contracts
 import { callerAction } from "../../schema/audit-log.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { ProxyCore } from "../proxy/core.ts";
-import { callGuest, noLimitMs } from "../exec/guest.ts";
+import { startSocketExec, type SocketExec } from "../exec/socket-exec.ts";
 import { acceptorOf, checkHandshake, failSocket, ttyClose, type TtySocket } from "../exec/tty.ts";
 import { AgentParams } from "./api-schemas.ts";
 import type { DesktopControl, DesktopControls } from "./controls.ts";
 
 /** Where the desktop base installs the bridge (images/desktop/vnc-bridge.sh). */
 export const vncBridgePath = "/usr/lib/agentvm/desktop/vnc-bridge";
-/** Time the exec server has to start the bridge and answer, ms. */
-const answerTimeoutMs = 30_000;
 
 const VncQuery = z.strictObject(
   {
@@ -85,61 +83,26 @@ export function desktopVncRoutes(
         log.error("audit record failed", { requestId, action, agentId: agent.spec.id, err: err instanceof Error ? err.message : String(err) });
       });
 
-    // The viewer's bytes: the spec first, then each message as it comes (the bridge's stdin).
-    let input!: ReadableStreamDefaultController<Uint8Array>;
-    let socket: TtySocket | undefined;
-    const body = new ReadableStream<Uint8Array>(
-      {
-        start(controller) {
-          input = controller;
-          // The holder's name goes to the file that tells the agent it is being controlled.
-          controller.enqueue(encodeSpec({ argv: [vncBridgePath, mode, ...(control ? [control.actor] : [])], timeoutMs: 0, stdin: true }));
-        },
-        pull() {
-          socket?.resume();
-        },
-      },
-      { highWaterMark: 8 },
-    );
-    const call = new AbortController();
-    c.req.raw.signal?.addEventListener("abort", () => call.abort(c.req.raw.signal.reason), { once: true });
+    // The viewer's bytes: the spec first, then each message as it comes (the bridge's stdin). The holder's name goes
+    // to the file that tells the agent it is being controlled.
+    const spec = encodeSpec({ argv: [vncBridgePath, mode, ...(control ? [control.actor] : [])], timeoutMs: 0, stdin: true });
     const startedAt = new Date();
-    let res: Response;
+    let exec: SocketExec;
     try {
-      res = await callGuest(fleet, agent.spec, {
-        method: "POST",
-        path: "/v1/exec",
-        body,
-        headers: { "content-type": "application/octet-stream" },
-        requestId,
-        signal: call.signal,
-        responseTimeoutMs: answerTimeoutMs,
-        idleTimeoutMs: noLimitMs,
-      });
+      exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal });
     } catch (err) {
       if (control) controls.release(agent.spec.id, control);
       throw err;
     }
+    const { res, push, endInput } = exec;
     const wake = res.headers.get("x-wake");
     const ws = acceptor!.accept({ "x-request-id": requestId, ...(wake ? { "x-wake": wake } : {}) });
-    socket = ws;
+    exec.attach(ws);
     if (control) await audit("agent.desktop.control", { phase: "start", since: startedAt.toISOString() });
 
-    let inputOpen = true;
-    const endInput = () => {
-      if (!inputOpen) return;
-      inputOpen = false;
-      try {
-        input.close();
-      } catch {
-        /* already cancelled by the call's end */
-      }
-    };
     ws.onMessage((data) => {
       if (typeof data === "string") return ws.close(ttyClose.badMessage, "binary messages only: RFB");
-      if (!inputOpen) return;
-      input.enqueue(data);
-      if ((input.desiredSize ?? 1) <= 0) ws.pause();
+      push(data);
     });
     const output = res.body!.pipeThrough(frameDecoder()).getReader();
     let ended = false;
@@ -147,7 +110,7 @@ export function desktopVncRoutes(
       if (ended) return;
       ended = true;
       endInput();
-      call.abort(new AppError("client_gone", "the viewer went away"));
+      exec.abort(new AppError("client_gone", "the viewer went away"));
       void output.cancel().catch(() => undefined);
       const ms = Date.now() - startedAt.getTime();
       if (control) {

@@ -2,6 +2,7 @@
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { AppError, errorStatus, type ErrorCode } from "../../lib/errors.ts";
+import { concatBytes } from "../../lib/bytes.ts";
 
 /** No limit on a timer the host sweeps (the longest `setTimeout` takes), ms. */
 export const noLimitMs = 2_147_483_647;
@@ -120,13 +121,7 @@ export async function readAll(res: Response, max: number): Promise<Uint8Array> {
     }
     parts.push(next.value);
   }
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
+  return concatBytes(...parts);
 }
 
 /** The exec server's JSON answer. */

@@ -14,7 +14,7 @@ import { callerAction } from "../../schema/audit-log.ts";
 import { AgentParams } from "../agents/api-schemas.ts";
 import type { ProxyCore } from "../proxy/core.ts";
 import type { GatewayDeps } from "../deps.ts";
-import { callGuest, noLimitMs } from "./guest.ts";
+import { startSocketExec, type SocketExec } from "./socket-exec.ts";
 import {
   encodeFrame,
   encodeSpec,
@@ -63,8 +63,6 @@ export const maxTtyRows = 1000;
 export const maxTtyCols = 1000;
 /** A closed client's command is given this long to end after its hangup (SIGHUP) before its connection is cut (SIGKILL), ms. */
 const hangupGraceMs = 5_000;
-/** Time the exec server has to start the command and answer, ms. */
-const answerTimeoutMs = 30_000;
 
 const queryInt = (min: number, max: number) => {
   const message = `must be an integer from ${min} to ${max}`;
@@ -151,43 +149,19 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
     });
 
     // The terminal's input: the spec first (the request's head goes with its first bytes), then frames as typed.
-    let input!: ReadableStreamDefaultController<Uint8Array>;
-    let socket: TtySocket | undefined;
-    const body = new ReadableStream<Uint8Array>(
-      {
-        start(controller) {
-          input = controller;
-          controller.enqueue(spec);
-        },
-        pull() {
-          socket?.resume();
-        },
-      },
-      { highWaterMark: 8 },
-    );
-    const call = new AbortController();
-    c.req.raw.signal?.addEventListener("abort", () => call.abort(c.req.raw.signal.reason), { once: true });
     const startedAt = Date.now();
-    let res: Response;
+    let exec: SocketExec;
     try {
-      res = await callGuest(fleet, agent.spec, {
-        method: "POST",
-        path: "/v1/exec",
-        body,
-        headers: { "content-type": "application/octet-stream" },
-        requestId,
-        signal: call.signal,
-        responseTimeoutMs: answerTimeoutMs,
-        idleTimeoutMs: noLimitMs,
-      });
+      exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal });
     } catch (err) {
       if (err instanceof AppError && isOldGuestTtyRefusal(err.code, err.message))
         throw new AppError("guest_outdated", `agent ${id}'s guest was built before exec on a terminal; restart it to update`);
       throw err;
     }
+    const { res, push, endInput } = exec;
     const wake = res.headers.get("x-wake");
     const ws = acceptor!.accept({ "x-request-id": requestId, ...(wake ? { "x-wake": wake } : {}) });
-    socket = ws;
+    exec.attach(ws);
 
     const what = { argv, cwd: q.cwd ?? null, user: q.user ?? null, env: Object.keys(env), tty: true, rows: size.rows, cols: size.cols };
     let recorded = false;
@@ -205,21 +179,6 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
       });
     };
 
-    let inputOpen = true;
-    const endInput = () => {
-      if (!inputOpen) return;
-      inputOpen = false;
-      try {
-        input.close();
-      } catch {
-        /* already cancelled by the call's end */
-      }
-    };
-    const push = (bytes: Uint8Array) => {
-      if (!inputOpen) return;
-      input.enqueue(bytes);
-      if ((input.desiredSize ?? 1) <= 0) ws.pause();
-    };
     let finished = false;
     ws.onMessage((data) => {
       if (typeof data !== "string") return push(encodeFrame(inputFrameType.data, data));
@@ -238,7 +197,7 @@ export function execTtyRoutes(deps: Pick<GatewayDeps, "fleet" | "audit" | "log">
       if (finished) return;
       const timer = setTimeout(() => {
         if (finished) return;
-        call.abort(new AppError("client_gone", "the terminal's client went away"));
+        exec.abort(new AppError("client_gone", "the terminal's client went away"));
         void output.cancel().catch(() => undefined);
       }, hangupGraceMs);
       (timer as { unref?: () => void }).unref?.();

@@ -6,15 +6,7 @@ export function utf8Bytes(text: string): Uint8Array {
   return utf8.encode(text);
 }
 
-export function concatBytes(...parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
-}
+export { concatBytes } from "../../lib/bytes.ts";
 
 export function base64Encode(bytes: Uint8Array): string {
   let binary = "";
