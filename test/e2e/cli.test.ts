@@ -227,7 +227,7 @@ describe("agentvm: what scripts rely on", () => {
     expect(json<{ agents: { id: string }[] }>(fromFile).agents.some((a) => a.id === sys.demo.agentId)).toBe(true);
     const tenants = await agentvm(["tenants"], { env: { AGENTVM_URL: "", AGENTVM_TOKEN: "" } });
     expect(tenants.out).toMatch(new RegExp(`^tenant\\s+${sys.demo.tenantId}$`, "m"));
-    expect(tenants.out).toMatch(/^scopes\s+agents:invoke agents:admin agents:exec usage:read$/m);
+    expect(tenants.out).toMatch(/^scopes\s+agents:invoke agents:admin agents:exec images:read images:write usage:read$/m);
     rmSync(join(home, ".config"), { recursive: true, force: true });
   });
 
