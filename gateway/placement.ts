@@ -354,21 +354,7 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
    * open runs there end at the old host's last heartbeat, in the same transaction. Answers the new generation, or
    * undefined when it lost the race.
    */
-  async function moveAgent(
-    agentId: string,
-    fromHostId: string | null,
-    generation: number,
-    toHostId: string,
-    reason: AgentMove["reason"] | undefined,
-  ): Promise<number | undefined> {
-    // Aborted against another transaction (a lease expiry pass, a racing gateway): as if it lost the race; the caller reads again.
-    return moveOnce(agentId, fromHostId, generation, toHostId, reason).catch((err: unknown) => {
-      if (isTransactionConflict(err)) return undefined;
-      throw err;
-    });
-  }
-
-  function moveOnce(
+  function moveAgent(
     agentId: string,
     fromHostId: string | null,
     generation: number,
@@ -376,36 +362,44 @@ export function createDbPlacement(db: Db, opts: PlacementOptions, cache: Placeme
     reason: AgentMove["reason"] | undefined,
   ): Promise<number | undefined> {
     const lost = reason === "host_lost";
-    return db.transaction(async (tx) => {
-      const updated = await queryRows<{ generation: number; state: string }>(
-        tx as unknown as Db,
-        // From a live host (a drain, a skewed clock, a first run elsewhere) only a row that still says the agent sleeps
-        // (or never ran): that host marks the row waking before it wakes one (fleet-agent/store.ts `claimWake`), so of
-        // a wake there and this move exactly one goes ahead, never two copies. A lost host's agents move as they are.
-        sql`update agents set host_id = ${toHostId}, generation = generation + 1${lost ? sql`, state = 'stopped'` : sql``}
+    return (
+      db
+        .transaction(async (tx) => {
+          const updated = await queryRows<{ generation: number; state: string }>(
+            tx as unknown as Db,
+            // From a live host (a drain, a skewed clock, a first run elsewhere) only a row that still says the agent sleeps
+            // (or never ran): that host marks the row waking before it wakes one (fleet-agent/store.ts `claimWake`), so of
+            // a wake there and this move exactly one goes ahead, never two copies. A lost host's agents move as they are.
+            sql`update agents set host_id = ${toHostId}, generation = generation + 1${lost ? sql`, state = 'stopped'` : sql``}
             where id = ${agentId} and host_id is not distinct from ${fromHostId} and generation = ${generation}
               ${lost ? sql`` : sql`and state in ('hibernated', 'stopped', 'creating')`}
             returning generation, state`,
-      );
-      if (updated.length !== 1) return undefined;
-      // The move in the agent's event log (a first placement is none): from the old host, in the same transaction.
-      if (fromHostId && reason)
-        await queryRows(
-          tx as unknown as Db,
-          sql`insert into vm_events (host_id, agent_id, vm_id, from_state, to_state, reason, detail)
+          );
+          if (updated.length !== 1) return undefined;
+          // The move in the agent's event log (a first placement is none): from the old host, in the same transaction.
+          if (fromHostId && reason)
+            await queryRows(
+              tx as unknown as Db,
+              sql`insert into vm_events (host_id, agent_id, vm_id, from_state, to_state, reason, detail)
               values (${fromHostId}, ${agentId}, ${vmIdFor(agentId)}, ${updated[0]!.state}, ${updated[0]!.state}, 'moved',
                       ${JSON.stringify({ why: reason, fromHostId, toHostId, generation: Number(updated[0]!.generation) })}::jsonb)`,
-        );
-      if (fromHostId && lost) {
-        await queryRows(
-          tx as unknown as Db,
-          sql`update runs set slept_at = greatest(runs.woke_at, h.last_heartbeat_at), sleep_reason = 'host_lost'
+            );
+          if (fromHostId && lost) {
+            await queryRows(
+              tx as unknown as Db,
+              sql`update runs set slept_at = greatest(runs.woke_at, h.last_heartbeat_at), sleep_reason = 'host_lost'
               from hosts h
               where h.id = runs.host_id and runs.agent_id = ${agentId} and runs.host_id = ${fromHostId} and runs.slept_at is null`,
-        );
-      }
-      return Number(updated[0]!.generation);
-    });
+            );
+          }
+          return Number(updated[0]!.generation);
+        })
+        // Aborted against another transaction (a lease expiry pass, a racing gateway): as if it lost the race; the caller reads again.
+        .catch((err: unknown) => {
+          if (isTransactionConflict(err)) return undefined;
+          throw err;
+        })
+    );
   }
 }
 

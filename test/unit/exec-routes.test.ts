@@ -6,14 +6,12 @@ import { join } from "node:path";
 import { generateKeyPair, exportJWK, type JWK } from "jose";
 import { eq } from "drizzle-orm";
 import { openDatabase, type Database } from "../../schema/db.ts";
-import { silentLogger } from "../../lib/log.ts";
-import { createGateway } from "../../gateway/app.ts";
+import type { createGateway } from "../../gateway/app.ts";
+import { testGateway } from "../helpers/test-gateway.ts";
 import { createAgentRepo } from "../../gateway/agents/repo.ts";
-import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import type { ForwardContext } from "../../contracts/fleet.ts";
 import type { Scope } from "../../contracts/caller.ts";
-import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
-import { createDbAuditLog } from "../../schema/audit-log.ts";
+import { mintToken } from "../../compose/dev-keys.ts";
 import { auditLog } from "../../schema/core.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
 import { startFakeExecServer, type FakeExecServer } from "../helpers/fake-exec-server.ts";
@@ -56,20 +54,7 @@ beforeAll(async () => {
       return new Response(res.body, { status: res.status, headers: out });
     },
   });
-  app = createGateway({
-    agents: repo,
-    fleet,
-    audit: createDbAuditLog(database.db),
-    auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
-    log: silentLogger,
-    config: {
-      domain: undefined,
-      maxBodyBytes: 1000,
-      maxApiBodyBytes: 100_000,
-      images: ["demo"],
-      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
-    },
-  });
+  app = testGateway({ db: database.db, agents: repo, fleet, privateJwk });
   const res = await app.request("/v1/agents", { method: "POST", body: "{}", headers: await auth() });
   agentId = ((await res.json()) as { id: string }).id;
 });
@@ -406,23 +391,15 @@ describe("exec routes", () => {
       ["exec_unsupported", 501],
       ["guest_outdated", 409],
     ] as const) {
-      const failing = createGateway({
+      const failing = testGateway({
+        db: database.db,
         agents: createAgentRepo(database.db),
         fleet: fakeFleet({
           async forward() {
             throw new AppError(code, `${code} here`);
           },
         }),
-        audit: createDbAuditLog(database.db),
-        auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
-        log: silentLogger,
-        config: {
-          domain: undefined,
-          maxBodyBytes: 1000,
-          maxApiBodyBytes: 10_000,
-          images: ["demo"],
-          agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
-        },
+        privateJwk,
       });
       const res = await failing.request(`/v1/agents/${agentId}/exec`, { method: "POST", body: JSON.stringify({ cmd: ["a"] }), headers: await auth() });
       expect(res.status).toBe(status);

@@ -4,15 +4,13 @@ import { generateKeyPair, exportJWK, type JWK } from "jose";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../../schema/db.ts";
-import { silentLogger } from "../../lib/log.ts";
-import { createGateway } from "../../gateway/app.ts";
+import type { createGateway } from "../../gateway/app.ts";
+import { testGateway } from "../helpers/test-gateway.ts";
 import { createAgentRepo } from "../../gateway/agents/repo.ts";
-import { createJwtAuthenticator } from "../../gateway/auth.ts";
 import { serveNode, type NodeServer } from "../../gateway/node/serve.ts";
 import type { Scope } from "../../contracts/caller.ts";
 import type { VmState } from "../../contracts/agent.ts";
-import { fromPrivateJwk, mintToken } from "../../compose/dev-keys.ts";
-import { createDbAuditLog } from "../../schema/audit-log.ts";
+import { mintToken } from "../../compose/dev-keys.ts";
 import { auditLog } from "../../schema/core.ts";
 import { fakeFleet } from "../helpers/fake-fleet.ts";
 import { encodeFrame, frameType } from "../../contracts/exec-wire.ts";
@@ -113,20 +111,7 @@ beforeAll(async () => {
       return { agentId: id, vmId: "vm_x", state: vmState, inFlight: 0, leases: 0, runId: undefined, lastWakeAt: undefined, lastActivityAt: undefined };
     },
   });
-  app = createGateway({
-    agents: repo,
-    fleet,
-    audit: createDbAuditLog(database.db),
-    auth: createJwtAuthenticator({ keys: { jwks: fromPrivateJwk(privateJwk).jwks }, issuer: "agentvm-dev", audience: "agentvm", algorithms: ["ES256"] }),
-    log: silentLogger,
-    config: {
-      domain: undefined,
-      maxBodyBytes: 1000,
-      maxApiBodyBytes: 100_000,
-      images: ["demo"],
-      agentDefaults: { vcpus: 1, memMiB: 256, idleTimeoutMs: 1000, streamIdleMs: 1000 },
-    },
-  });
+  app = testGateway({ db: database.db, agents: repo, fleet, privateJwk });
   const res = await app.request("/v1/agents", { method: "POST", body: "{}", headers: { authorization: `Bearer ${await token()}` } });
   agentId = ((await res.json()) as { id: string }).id;
   server = await serveNode(app, { port: 0, hostname: "127.0.0.1" });
