@@ -14,6 +14,7 @@ import { createAgentRepo, type AgentRepo } from "../gateway/agents/repo.ts";
 import { createCheckpointRepo } from "../gateway/checkpoints/repo.ts";
 import { createPoolKeeper, type PoolKeeper } from "../gateway/pools/keeper.ts";
 import { createPoolStore } from "../gateway/pools/store.ts";
+import { createDesktopSessionStore } from "../gateway/desktop/session-store.ts";
 import type { Authenticator } from "../gateway/auth.ts";
 import { createAgentSettingsStore } from "../gateway/proxy/agents.ts";
 import { createProxyCore, defaultProxyConfig, type ProxyCore } from "../gateway/proxy/core.ts";
@@ -153,6 +154,7 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     imageCatalog: imageRepo,
     checkpoints,
     pools,
+    desktopSessions: createDesktopSessionStore(db),
     settings,
     proxy,
     readiness: { database: databaseCheck(db) },

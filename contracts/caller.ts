@@ -8,10 +8,20 @@ import { AppError } from "../lib/errors.ts";
  * files inside an agent's VM (gateway/exec/): a scope of its own, which `agents:admin` does not imply. Images have
  * theirs too (images/routes.ts): `images:read` lists and reads them and their builds, `images:write` builds, imports
  * and deletes them (a build runs the tenant's `RUN` steps): a pipeline that pushes images needs no power over agents,
- * and `agents:admin` alone builds nothing.
+ * and `agents:admin` alone builds nothing. `desktop:control` takes over a desktop agent's keyboard and pointer through
+ * the viewer (gateway/desktop/vnc.ts; `agents:admin` may too): a support person can be given it without the admin API.
  */
-export type Scope = "agents:invoke" | "agents:admin" | "agents:exec" | "images:read" | "images:write" | "usage:read" | "operator";
-export const allScopes: readonly Scope[] = ["agents:invoke", "agents:admin", "agents:exec", "images:read", "images:write", "usage:read", "operator"];
+export type Scope = "agents:invoke" | "agents:admin" | "agents:exec" | "desktop:control" | "images:read" | "images:write" | "usage:read" | "operator";
+export const allScopes: readonly Scope[] = [
+  "agents:invoke",
+  "agents:admin",
+  "agents:exec",
+  "desktop:control",
+  "images:read",
+  "images:write",
+  "usage:read",
+  "operator",
+];
 
 export interface Caller {
   tenantId: string;

@@ -50,6 +50,17 @@ export function AgentPage(props: { id: string }) {
           <dd>
             {a.inFlight} · {a.leases}
           </dd>
+          {a.desktop ? (
+            <>
+              <dt>Desktop</dt>
+              <dd>
+                {a.desktop.width}×{a.desktop.height} ·{" "}
+                <Link href={hrefs.desktop(a.id)} class="desktop-link">
+                  Open the desktop
+                </Link>
+              </dd>
+            </>
+          ) : null}
           <dt>Id</dt>
           <dd class="mono">{a.id}</dd>
         </dl>

@@ -17,7 +17,9 @@ export function SignIn(props: { notice?: string }) {
     setBusy(false);
     if (refused) return setError(refused.message);
     storeToken(t);
-    navigate(hrefs.agents(), { replace: true });
+    // Back to the page that sent here (a viewer's link), else the agents.
+    const next = new URLSearchParams(location.search).get("next");
+    navigate(next && hrefs.signin(next) !== hrefs.signin() ? next : hrefs.agents(), { replace: true });
   };
 
   return (

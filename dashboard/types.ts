@@ -15,3 +15,4 @@ export type Operation = Schemas["Operation"];
 export type OperationsPage = Schemas["OperationList"];
 export type Pool = Schemas["Pool"];
 export type PoolList = Schemas["PoolList"];
+export type DesktopViewers = Schemas["DesktopViewers"];

@@ -8,6 +8,7 @@ import type { ReadinessChecks } from "../lib/readiness.ts";
 import type { AuditLog, AuditReader } from "../schema/audit-log.ts";
 import type { CheckpointRepo } from "./checkpoints/repo.ts";
 import type { PoolKeeper } from "./pools/keeper.ts";
+import type { DesktopSessions } from "./desktop/sessions.ts";
 import type { AgentRepo } from "./agents/repo.ts";
 import type { Authenticator } from "./auth.ts";
 import type { ProxyConfig, ProxyCore } from "./proxy/core.ts";
@@ -65,4 +66,6 @@ export interface GatewayDeps {
   checkpoints?: CheckpointRepo;
   /** Warm pools (their rows, hand-outs, top-ups); none: the pool routes answer 501. */
   pools?: PoolKeeper;
+  /** Viewers' sessions on desktop agents (who holds control, shared by gateways); none: kept in this process only. */
+  desktopSessions?: DesktopSessions;
 }

@@ -24,6 +24,7 @@ export const idPrefixes = {
   upstream: "ups",
   operation: "op",
   pool: "pol",
+  desktopSession: "dsk",
 } as const;
 
 export type IdKind = keyof typeof idPrefixes;

@@ -265,3 +265,38 @@ export const checkpoints = pgTable(
     index("checkpoints_tenant_idx").on(t.tenantId, t.createdAt),
   ],
 );
+
+export type DesktopSessionMode = "view" | "control";
+
+/**
+ * A viewer's connection to a desktop agent's screen (`GET /v1/agents/{id}/desktop/vnc`, gateway/desktop/vnc.ts): who,
+ * watching or in control, from when to when. Shared by every gateway: at most one live `control` session an agent (the
+ * unique index), so behind several gateways one human holds a desktop and the actions API of every gateway refuses
+ * while they do. The gateway relaying it renews `expires_at` while the socket is open; a session whose gateway died is
+ * over at its `expires_at` (the next open of the agent's sessions ends it there).
+ */
+export const desktopSessions = pgTable(
+  "desktop_sessions",
+  {
+    id: text("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    agentId: text("agent_id")
+      .notNull()
+      .references(() => agents.id),
+    mode: text("mode").$type<DesktopSessionMode>().notNull(),
+    /** The caller's subject (the audit log's actor). */
+    actor: text("actor").notNull(),
+    /** The upgrade request that opened it. */
+    requestId: text("request_id").notNull(),
+    startedAt: tz("started_at").notNull(),
+    /** Until when it counts as live unless renewed. */
+    expiresAt: tz("expires_at").notNull(),
+    endedAt: tz("ended_at"),
+  },
+  (t) => [
+    uniqueIndex("desktop_sessions_control_idx").on(t.agentId).where(sql`mode = 'control' and ended_at is null`),
+    index("desktop_sessions_agent_idx").on(t.agentId, t.startedAt),
+  ],
+);

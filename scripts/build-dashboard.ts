@@ -11,8 +11,8 @@ export const dashboardSourceDir = join(root, "dashboard");
 /** Where the gateway serves the dashboard from (gateway/node/dashboard.ts reads the same directory). */
 export const dashboardOutDir = join(root, "dist", "dashboard");
 const stampName = ".build-stamp.json";
-/** What the bundle's file names start with: the build removes older ones of these names. */
-const bundleFile = /^(app|style)-[A-Z0-9]+\.(js|css)$/;
+/** The bundle's files (`app-`, `style-`, and `vnc-`: the desktop viewer's noVNC, loaded by that page only), named by their content: the build removes older ones. */
+const bundleFile = /^[a-z]+-[A-Z0-9]+\.(js|css)$/;
 
 interface Stamp {
   hash: string;
@@ -37,7 +37,7 @@ function readOr(path: string, fallback: string): string {
   }
 }
 
-/** The hash of what the bundle is made of: the dashboard's files, this script, and the esbuild and preact that build it. */
+/** The hash of what the bundle is made of: the dashboard's files, this script, and the esbuild, preact and noVNC that build it. */
 export function dashboardSourceHash(): string {
   const h = createHash("sha256");
   for (const file of filesUnder(dashboardSourceDir)) {
@@ -46,7 +46,7 @@ export function dashboardSourceHash(): string {
     h.update("\0");
   }
   h.update(readFileSync(fileURLToPath(import.meta.url)));
-  for (const pkg of ["esbuild", "preact"])
+  for (const pkg of ["esbuild", "preact", "@novnc/novnc"])
     h.update(`${pkg}@${(JSON.parse(readOr(join(root, "node_modules", pkg, "package.json"), "{}")) as { version?: string }).version ?? "?"}\0`);
   return h.digest("hex");
 }
@@ -79,7 +79,10 @@ async function bundle(outDir: string): Promise<string[]> {
     entryPoints: { app: join(dashboardSourceDir, "main.tsx"), style: join(dashboardSourceDir, "style.css") },
     outdir: outDir,
     entryNames: "[name]-[hash]",
+    chunkNames: "chunk-[hash]",
     bundle: true,
+    // The viewer's noVNC is a chunk of its own, loaded when a desktop is opened (import() in DesktopViewer.tsx).
+    splitting: true,
     minify: true,
     format: "esm",
     platform: "browser",
@@ -97,9 +100,9 @@ async function bundle(outDir: string): Promise<string[]> {
     writeAtomically(file.path, file.contents);
     names.push(basename(file.path));
   }
-  const script = names.find((n) => n.endsWith(".js"));
-  const style = names.find((n) => n.endsWith(".css"));
-  if (!script || !style) throw new Error(`dashboard build: expected one .js and one .css, got ${names.join(", ")}`);
+  const script = names.find((n) => n.startsWith("app-") && n.endsWith(".js"));
+  const style = names.find((n) => n.startsWith("style-") && n.endsWith(".css"));
+  if (!script || !style) throw new Error(`dashboard build: expected app-*.js and style-*.css, got ${names.join(", ")}`);
   const html = readFileSync(join(dashboardSourceDir, "index.html"), "utf8")
     .replace("%SCRIPT%", `/dashboard/${script}`)
     .replace("%STYLE%", `/dashboard/${style}`);

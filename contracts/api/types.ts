@@ -162,10 +162,14 @@ export type paths = {
      */
     get: operations["execTtyInAgent"];
   };
+  "/v1/agents/{id}/desktop/viewers": {
+    /** Who is watching the agent's desktop, and who holds control (through any gateway) */
+    get: operations["desktopViewers"];
+  };
   "/v1/agents/{id}/desktop/vnc": {
     /**
      * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
-     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+     * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open (a keep-awake lease, counted in the agent's `leases`). `control=true` needs `desktop:control` (or `agents:admin`) as well as `agents:exec`, and one holder at a time across gateways (409 while another holds it); while it is held the actions API answers 409. Listed by `GET /v1/agents/{id}/desktop/viewers`. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
      */
     get: operations["desktopVnc"];
   };
@@ -942,6 +946,18 @@ export type components = {
     TarWritten: {
       path: string;
       entries: number;
+    };
+    DesktopViewers: {
+      viewers: ({
+          /** @description The session (`dsk_…`) */
+          id: string;
+          /** @enum {string} */
+          mode: "view" | "control";
+          /** @description Who (the token's subject) */
+          actor: string;
+          /** Format: date-time */
+          since: string;
+        })[];
     };
     DesktopActionsResult: {
       /** @description Where the pointer is after the last action */
@@ -4194,14 +4210,60 @@ export type operations = {
       };
     };
   };
+  /** Who is watching the agent's desktop, and who holds control (through any gateway) */
+  desktopViewers: {
+    parameters: {
+      path: {
+        id: string;
+      };
+    };
+    responses: {
+      /** @description The viewers connected now, oldest first */
+      200: {
+        content: {
+          "application/json": components["schemas"]["DesktopViewers"];
+        };
+      };
+      /** @description Bad request: a field, a parameter or the body is invalid */
+      400: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description No valid token */
+      401: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description The token lacks the scope */
+      403: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Not found (another tenant's resources do not exist for the caller) */
+      404: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+      /** @description Unavailable (Retry-After) */
+      503: {
+        content: {
+          "application/json": components["schemas"]["Error"];
+        };
+      };
+    };
+  };
   /**
    * A viewer's WebSocket to the agent's screen (RFB, as noVNC speaks it): view only, or with control=true the keyboard and pointer
-   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs `agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
+   * @description A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's `RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open (a keep-awake lease, counted in the agent's `leases`). `control=true` needs `desktop:control` (or `agents:admin`) as well as `agents:exec`, and one holder at a time across gateways (409 while another holds it); while it is held the actions API answers 409. Listed by `GET /v1/agents/{id}/desktop/viewers`. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.
    */
   desktopVnc: {
     parameters: {
       query?: {
-        /** @description Take over the keyboard and pointer (needs agents:admin as well); default false: view only */
+        /** @description Take over the keyboard and pointer (needs desktop:control or agents:admin as well); default false: view only */
         control?: "true" | "false";
       };
       path: {

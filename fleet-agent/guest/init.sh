@@ -11,8 +11,8 @@ mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
-mkdir -p /run/leases
-chmod 1777 /run/leases
+mkdir -p /run/leases /run/desktop
+chmod 1777 /run/leases /run/desktop
 # /run/agentvm is what the workload shares with the guest agent (identity, checkpoint-requests/): a built image's
 # workload sees the same directory at the same path (bound into its root below). init's own files are in /run/init.
 mkdir -p /run/agentvm
@@ -175,10 +175,12 @@ start_image() {
   mount -o rbind /dev $r/dev # devtmpfs with /dev/pts and /dev/shm
   mount -t tmpfs -o mode=1777 tmpfs $r/tmp
   # The shared directory as a whole (a file the guest agent replaces by rename shows through a directory bind only),
-  # the lease directory on top of it: the workload sees /run/agentvm/{identity,checkpoint-requests,leases}.
-  mkdir -p /run/agentvm/leases
+  # the lease directory on top of it, and the desktop's (a desktop base's viewer bridge says there who holds control,
+  # docs/desktop.md): the workload sees /run/agentvm/{identity,checkpoint-requests,leases,desktop}.
+  mkdir -p /run/agentvm/leases /run/agentvm/desktop
   mount -o bind /run/agentvm $r/run/agentvm || { image_failed "cannot bind /run/agentvm"; return; }
   mount -o bind /run/leases $r/run/agentvm/leases || { image_failed "cannot bind the lease directory"; return; }
+  mount -o bind /run/desktop $r/run/agentvm/desktop || { image_failed "cannot bind the desktop directory"; return; }
   hostname "$name"
   echo "$name" > /run/init/etc/hostname
   printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n' "$addr" "$name" > /run/init/etc/hosts

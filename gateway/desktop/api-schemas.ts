@@ -102,3 +102,16 @@ export const ActionsResultSchema = z
     durationMs: z.number().int().openapi({ description: "The batch's time inside the VM, ms (its waits included)" }),
   })
   .openapi("DesktopActionsResult");
+
+export const DesktopViewersSchema = z
+  .object({
+    viewers: z.array(
+      z.object({
+        id: z.string().openapi({ description: "The session (`dsk_…`)" }),
+        mode: z.enum(["view", "control"]),
+        actor: z.string().openapi({ description: "Who (the token's subject)" }),
+        since: z.string().openapi({ format: "date-time" }),
+      }),
+    ),
+  })
+  .openapi("DesktopViewers");

@@ -15,10 +15,10 @@ import type { ProxyCore } from "../proxy/core.ts";
 import { ActionsBody, ActionsResultSchema, AgentParams, maxBatchWaitMs, ScreenshotQuery, type DesktopActionInput } from "./api-schemas.ts";
 import { runHelper } from "./helper.ts";
 import { parseKeys } from "./keys.ts";
-import { DesktopControls } from "./controls.ts";
+import { controlHolder, memoryDesktopSessions } from "./sessions.ts";
 import { desktopVncRoutes } from "./vnc.ts";
 
-export type DesktopRouteDeps = Pick<GatewayDeps, "fleet" | "audit" | "log" | "config">;
+export type DesktopRouteDeps = Pick<GatewayDeps, "fleet" | "audit" | "log" | "config" | "desktopSessions">;
 
 const tags = ["desktop"];
 const gate = scopeGate("agents:exec");
@@ -60,8 +60,8 @@ const actionsRoute = (body: ReturnType<typeof jsonBody>) =>
 export function desktopRoutes(deps: DesktopRouteDeps, proxy: Pick<ProxyCore, "resolve">): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
   const body = jsonBody(() => deps.config.maxApiBodyBytes);
-  const controls = new DesktopControls();
-  r.route("/", desktopVncRoutes(deps, proxy, controls));
+  const sessions = deps.desktopSessions ?? memoryDesktopSessions();
+  r.route("/", desktopVncRoutes(deps, proxy, sessions));
 
   /** The caller's agent (404 for another tenant's) and its display: `no_desktop` before anything wakes it when it has none. */
   async function target(c: Context<GatewayEnv>, id: string): Promise<{ caller: Caller; spec: AgentSpec; size: DesktopSize }> {
@@ -101,11 +101,11 @@ export function desktopRoutes(deps: DesktopRouteDeps, proxy: Pick<ProxyCore, "re
     const q = c.req.valid("json");
     const { caller, spec, size } = await target(c, id);
     const actions = checkActions(q.actions, size);
-    const holder = controls.holder(spec.id);
+    const holder = await controlHolder(sessions, spec.id, new Date());
     if (holder)
       throw new AppError(
         "conflict",
-        `a human (${holder.actor}) holds control of agent ${id}'s desktop since ${holder.since.toISOString()}: actions wait until they give it back`,
+        `a human (${holder.actor}) holds control of agent ${id}'s desktop since ${holder.startedAt.toISOString()}: actions wait until they give it back`,
       );
     const waits = actions.reduce((n, a) => n + (a.type === "wait" ? a.ms : 0), 0);
     const shot = q.screenshot ?? true;

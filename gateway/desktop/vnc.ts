@@ -1,22 +1,24 @@
-// A viewer's WebSocket to a desktop agent's VNC server (`GET /v1/agents/{id}/desktop/vnc`): view-only by default, input with `control=true`; audited, and the actions API refused while a human holds control.
+// A viewer's WebSocket to a desktop agent's VNC server (`GET /v1/agents/{id}/desktop/vnc`): view-only by default, input with `control=true`; a session shared by all gateways, a keep-awake lease while it is open, audited.
 //
 // Runtime-free, on the same acceptor as exec on a terminal (gateway/exec/tty.ts; the Node gateway takes the upgrade
 // in gateway/node/exec-tty.ts). The bytes are RFB both ways: the exec path runs the desktop base's `vnc-bridge` in the
 // VM (stdin to x11vnc on the guest's loopback, its answers to stdout), so the agent is woken by the connection and
 // held awake while it is open, like any exec. View-only is x11vnc's own (`-viewonly` on its view port): a view
-// socket's keys and pointer never reach the display.
+// socket's keys and pointer never reach the display. The session row (sessions.ts) is what the actions API of every
+// gateway checks for a holder, and what the agent's page lists; the lease shows the hold in the agent's state.
 import { createRoute, type OpenAPIHono } from "@hono/zod-openapi";
-import { apiRouter, errors, z } from "../../lib/api.ts";
+import { apiRouter, errors, json, z } from "../../lib/api.ts";
 import { AppError } from "../../lib/errors.ts";
-import { requireScope, scopeGate, type GatewayEnv } from "../../contracts/caller.ts";
+import { newId } from "../../lib/ids.ts";
+import { requireScope, scopeGate, type Caller, type GatewayEnv } from "../../contracts/caller.ts";
 import { encodeSpec, frameDecoder, frameType, type Frame } from "../../contracts/exec-wire.ts";
 import { callerAction } from "../../schema/audit-log.ts";
 import type { GatewayDeps } from "../deps.ts";
 import type { ProxyCore } from "../proxy/core.ts";
 import { startSocketExec, type SocketExec } from "../exec/socket-exec.ts";
 import { acceptorOf, checkHandshake, failSocket, ttyClose, type TtySocket } from "../exec/tty.ts";
-import { AgentParams } from "./api-schemas.ts";
-import type { DesktopControl, DesktopControls } from "./controls.ts";
+import { AgentParams, DesktopViewersSchema } from "./api-schemas.ts";
+import { sessionRenewMs, sessionTtlMs, type DesktopSession, type DesktopSessions } from "./sessions.ts";
 
 /** Where the desktop base installs the bridge (images/desktop/vnc-bridge.sh). */
 export const vncBridgePath = "/usr/lib/agentvm/desktop/vnc-bridge";
@@ -26,7 +28,7 @@ const VncQuery = z.strictObject(
     control: z
       .enum(["true", "false"], { error: "must be true or false" })
       .optional()
-      .openapi({ description: "Take over the keyboard and pointer (needs agents:admin as well); default false: view only" }),
+      .openapi({ description: "Take over the keyboard and pointer (needs desktop:control or agents:admin as well); default false: view only" }),
   },
   { error: "takes control only" },
 );
@@ -39,33 +41,60 @@ const vncRoute = createRoute({
   description: [
     "A WebSocket upgrade (Node gateways; a Worker answers 501), the bearer token in Authorization or, from a browser, offered as the",
     "subprotocol `agentvm.bearer.<token>` beside `binary` (the one the answer selects). Binary messages are RFB both ways (noVNC's",
-    "`RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open. `control=true` needs",
-    "`agents:admin` as well as `agents:exec`, and one holder at a time (409 while another holds it); while it is held the actions API",
-    "answers 409. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when control is taken and when it is",
-    "given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.",
+    "`RFB` class connects to it as it is). The connection wakes the agent and holds it awake while it is open (a keep-awake lease,",
+    "counted in the agent's `leases`). `control=true` needs `desktop:control` (or `agents:admin`) as well as `agents:exec`, and one",
+    "holder at a time across gateways (409 while another holds it); while it is held the actions API answers 409. Listed by",
+    "`GET /v1/agents/{id}/desktop/viewers`. Audited: `agent.desktop.view` when a viewer leaves, `agent.desktop.control` when",
+    "control is taken and when it is given back (with how long). Closes 1001 when the agent goes to sleep under it or the gateway stops.",
   ].join(" "),
   tags: ["desktop"],
   middleware: [scopeGate("agents:exec")],
   request: { params: AgentParams, query: VncQuery },
   responses: {
     101: { description: "Switching protocols: the viewer's WebSocket" },
-    ...errors(400, 404, 409, 501, 502, 504),
+    ...errors(400, 403, 404, 409, 501, 502, 504),
   },
 });
+
+const viewersRoute = createRoute({
+  method: "get",
+  path: "/v1/agents/{id}/desktop/viewers",
+  operationId: "desktopViewers",
+  summary: "Who is watching the agent's desktop, and who holds control (through any gateway)",
+  tags: ["desktop"],
+  middleware: [scopeGate("agents:exec")],
+  request: { params: AgentParams },
+  responses: { 200: json(DesktopViewersSchema, "The viewers connected now, oldest first"), ...errors(400, 404) },
+});
+
+/** A takeover needs `desktop:control`, or `agents:admin` (which manages the agent anyway). */
+function requireControl(caller: Caller): void {
+  if (!caller.scopes.has("desktop:control") && !caller.scopes.has("agents:admin"))
+    throw new AppError("forbidden", "token lacks the desktop:control scope (or agents:admin) to take control of a desktop");
+}
 
 export function desktopVncRoutes(
   deps: Pick<GatewayDeps, "fleet" | "audit" | "log">,
   proxy: Pick<ProxyCore, "resolve">,
-  controls: DesktopControls,
+  sessions: DesktopSessions,
 ): OpenAPIHono<GatewayEnv> {
   const r = apiRouter<GatewayEnv>();
   const { fleet, log } = deps;
+
+  r.openapi(viewersRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    const caller = requireScope(c, "agents:exec");
+    const agent = await proxy.resolve(id);
+    if (agent.row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
+    const live = await sessions.live(agent.spec.id, new Date());
+    return c.json({ viewers: live.map((s) => ({ id: s.id, mode: s.mode, actor: s.actor, since: s.startedAt.toISOString() })) }, 200);
+  });
 
   r.openapi(vncRoute, async (c) => {
     const { id } = c.req.valid("param");
     const wantsControl = c.req.valid("query").control === "true";
     const caller = requireScope(c, "agents:exec");
-    if (wantsControl) requireScope(c, "agents:admin");
+    if (wantsControl) requireControl(caller);
     const agent = await proxy.resolve(id);
     if (agent.row.tenantId !== caller.tenantId) throw new AppError("not_found", `agent ${id} not found`);
     if (!agent.row.desktop) throw new AppError("no_desktop", `agent ${id} has no desktop: its image is not built FROM agentvm/desktop:bookworm`);
@@ -73,50 +102,83 @@ export function desktopVncRoutes(
     checkHandshake(c, acceptor);
     const requestId = c.get("requestId");
     const mode = wantsControl ? "control" : "view";
-    const control: DesktopControl | undefined = wantsControl ? { actor: caller.subject, since: new Date() } : undefined;
-    if (control && !controls.take(agent.spec.id, control)) {
-      const holder = controls.holder(agent.spec.id);
-      throw new AppError("conflict", `${holder?.actor ?? "someone"} holds control of agent ${id}'s desktop (since ${holder?.since.toISOString() ?? "now"})`);
-    }
+    const agentId = agent.spec.id;
+    const startedAt = new Date();
+    const opened = await sessions.open({
+      id: newId("desktopSession"),
+      tenantId: caller.tenantId,
+      agentId,
+      mode,
+      actor: caller.subject,
+      requestId,
+      startedAt,
+      expiresAt: new Date(startedAt.getTime() + sessionTtlMs),
+    });
+    if ("heldBy" in opened)
+      throw new AppError("conflict", `${opened.heldBy.actor} holds control of agent ${id}'s desktop (since ${opened.heldBy.startedAt.toISOString()})`);
+    const session: DesktopSession = opened.session;
     const audit = (action: string, detail: Record<string, unknown>) =>
-      deps.audit.record(callerAction(caller, requestId, action, agent.spec.id, detail)).catch((err: unknown) => {
-        log.error("audit record failed", { requestId, action, agentId: agent.spec.id, err: err instanceof Error ? err.message : String(err) });
+      deps.audit.record(callerAction(caller, requestId, action, agentId, detail)).catch((err: unknown) => {
+        log.error("audit record failed", { requestId, action, agentId, err: err instanceof Error ? err.message : String(err) });
       });
+    const quietly = (what: string) => (err: unknown) =>
+      log.warn(`desktop viewer: ${what} failed`, { requestId, agentId, sessionId: session.id, err: err instanceof Error ? err.message : String(err) });
 
     // The viewer's bytes: the spec first, then each message as it comes (the bridge's stdin). The holder's name goes
     // to the file that tells the agent it is being controlled.
-    const spec = encodeSpec({ argv: [vncBridgePath, mode, ...(control ? [control.actor] : [])], timeoutMs: 0, stdin: true });
-    const startedAt = new Date();
+    const spec = encodeSpec({ argv: [vncBridgePath, mode, ...(wantsControl ? [caller.subject] : [])], timeoutMs: 0, stdin: true });
     let exec: SocketExec;
     try {
       exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal });
     } catch (err) {
-      if (control) controls.release(agent.spec.id, control);
+      await sessions.close(session.id, new Date()).catch(quietly("closing the session"));
       throw err;
     }
     const { res, push, endInput } = exec;
     const wake = res.headers.get("x-wake");
     const ws = acceptor!.accept({ "x-request-id": requestId, ...(wake ? { "x-wake": wake } : {}) });
     exec.attach(ws);
-    if (control) await audit("agent.desktop.control", { phase: "start", since: startedAt.toISOString() });
+    if (wantsControl) await audit("agent.desktop.control", { phase: "start", since: startedAt.toISOString(), sessionId: session.id });
+
+    // The hold, in the open: a keep-awake lease the agent's state counts, renewed with the session while the socket
+    // is open (the exec already keeps the VM awake; the lease is what the dashboard and the agent's state show).
+    let ended = false;
+    let leaseId: string | undefined;
+    const holdOn = async () => {
+      // The agent as it is now: a lease carries its spec to the host, and a PATCH since the connection (its idle
+      // timeout, say) must not be undone by the renewal.
+      const lease = await fleet.addLease((await proxy.resolve(id)).spec, sessionTtlMs);
+      // A lease taken while the viewer was leaving goes at once (else it would hold the agent for its whole ttl).
+      if (ended) return void (await fleet.dropLease(agentId, lease.leaseId));
+      const previous = leaseId;
+      leaseId = lease.leaseId;
+      if (previous) await fleet.dropLease(agentId, previous);
+    };
+    void holdOn().catch(quietly("taking the keep-awake lease"));
+    const renewal = setInterval(() => {
+      void sessions.renew(session.id, new Date(Date.now() + sessionTtlMs)).catch(quietly("renewing the session"));
+      void holdOn().catch(quietly("renewing the keep-awake lease"));
+    }, sessionRenewMs);
 
     ws.onMessage((data) => {
       if (typeof data === "string") return ws.close(ttyClose.badMessage, "binary messages only: RFB");
       push(data);
     });
     const output = res.body!.pipeThrough(frameDecoder()).getReader();
-    let ended = false;
     const end = (error?: string) => {
       if (ended) return;
       ended = true;
+      clearInterval(renewal);
       endInput();
       exec.abort(new AppError("client_gone", "the viewer went away"));
       void output.cancel().catch(() => undefined);
-      const ms = Date.now() - startedAt.getTime();
-      if (control) {
-        controls.release(agent.spec.id, control);
-        void audit("agent.desktop.control", { phase: "end", since: startedAt.toISOString(), until: new Date().toISOString(), ms, ...(error ? { error } : {}) });
-      } else void audit("agent.desktop.view", { since: startedAt.toISOString(), ms, ...(error ? { error } : {}) });
+      const until = new Date();
+      void sessions.close(session.id, until).catch(quietly("closing the session"));
+      if (leaseId) void fleet.dropLease(agentId, leaseId).catch(quietly("dropping the keep-awake lease"));
+      const ms = until.getTime() - startedAt.getTime();
+      const times = { since: startedAt.toISOString(), ms, sessionId: session.id, ...(error ? { error } : {}) };
+      if (wantsControl) void audit("agent.desktop.control", { phase: "end", ...times, until: until.toISOString() });
+      else void audit("agent.desktop.view", times);
     };
     // The viewer left: the bridge's connection is cut (its process group ends with the exec call).
     ws.onClose(() => end());
@@ -125,7 +187,7 @@ export function desktopVncRoutes(
       async () => {
         if (!ws.open) return end();
         // The bridge ended under an open socket: the agent going to sleep (1001), or the VNC server gone.
-        const state = await fleet.status(agent.spec.id).then(
+        const state = await fleet.status(agentId).then(
           (s) => s?.state,
           () => undefined,
         );

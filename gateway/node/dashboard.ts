@@ -1,9 +1,10 @@
 // Serves the built dashboard (dist/dashboard, scripts/build-dashboard.ts) at /dashboard/: its files with their content
-// types, index.html for the client-side routes, `/` redirecting there. No tenant auth: its API calls carry the token.
+// types, index.html for the client-side routes and for a desktop agent's viewer at `/v1/agents/{id}/desktop`, `/`
+// redirecting there. No tenant auth: the page holds nothing of a tenant's; its API calls and sockets carry the token.
 import { readFile } from "node:fs/promises";
 import { extname, join, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import { AppError } from "../../lib/errors.ts";
 
@@ -78,6 +79,14 @@ export function dashboardRoutes(dir: string = defaultDashboardDir): Hono<Gateway
         "x-content-type-options": "nosniff",
       });
     }
+    return page(c);
+  });
+  // The desktop viewer (dashboard/DesktopViewer.tsx) at the agent's own API path: the same page, whose client route
+  // reads the agent's id from the address. Whether the agent exists, has a desktop and is the caller's is the
+  // viewer's WebSocket's to answer, with the token.
+  r.get("/v1/agents/:id/desktop", page);
+
+  async function page(c: Context<GatewayEnv>): Promise<Response> {
     const index = await readOrUndefined(join(dir, "index.html"));
     if (!index) throw new AppError("not_found", "the dashboard is not built: run npm run dashboard:build (npm start builds it)");
     return c.body(index as Uint8Array<ArrayBuffer>, 200, {
@@ -87,7 +96,7 @@ export function dashboardRoutes(dir: string = defaultDashboardDir): Hono<Gateway
       "content-security-policy": contentSecurityPolicy,
       "referrer-policy": "no-referrer",
     });
-  });
+  }
 
   return r;
 }

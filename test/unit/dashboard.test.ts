@@ -144,6 +144,16 @@ describe("the dashboard's routes", () => {
     expect(routeOf(hrefs.agent("agt a/b"))).toEqual({ page: "agent", id: "agt a/b" });
     expect(routeOf("/dashboard/agents/x/y")).toEqual({ page: "missing", path: "/dashboard/agents/x/y" });
     expect(routeOf("/dashboard/agents/%E0%A4%A")).toMatchObject({ page: "missing" });
+    // The desktop viewer, at the API's path and under /dashboard/
+    expect(routeOf(hrefs.desktop("agt_x"))).toEqual({ page: "desktop", id: "agt_x" });
+    expect(hrefs.desktop("agt_x")).toBe("/v1/agents/agt_x/desktop");
+    expect(routeOf("/dashboard/agents/agt_x/desktop")).toEqual({ page: "desktop", id: "agt_x" });
+    expect(routeOf("/v1/agents/agt_x/desktop/vnc")).toMatchObject({ page: "missing" });
+    expect(routeOf("/v1/agents/%E0%A4%A/desktop")).toMatchObject({ page: "missing" });
+    // Sign-in comes back to a known page only
+    expect(hrefs.signin("/v1/agents/agt_x/desktop")).toBe("/dashboard/signin?next=%2Fv1%2Fagents%2Fagt_x%2Fdesktop");
+    for (const elsewhere of ["/v1/agents", "/agents", "//evil.example/dashboard/", "/dashboard/signin"])
+      expect(hrefs.signin(elsewhere)).toBe("/dashboard/signin");
   });
 
   it("serves only files inside the build, none hidden", () => {
@@ -155,15 +165,26 @@ describe("the dashboard's routes", () => {
 });
 
 describe("the dashboard's sources", () => {
-  it("build into one script, one stylesheet and the index.html naming them, and only once while unchanged", async () => {
+  it("build into one script, one stylesheet, the viewer's noVNC chunk and the index.html naming the first two, and only once while unchanged", async () => {
     const out = join(mkdtempSync(join(tmpdir(), "agentvm-dashboard-build-")), "dashboard");
     try {
       const lines: string[] = [];
       expect(await ensureDashboard({ outDir: out, log: (l) => lines.push(l) })).toBe(out);
       const files = readdirSync(out).sort();
-      expect(files).toEqual([".build-stamp.json", expect.stringMatching(/^app-[A-Z0-9]+\.js$/), "index.html", expect.stringMatching(/^style-[A-Z0-9]+\.css$/)]);
+      expect(files).toEqual([
+        ".build-stamp.json",
+        expect.stringMatching(/^app-[A-Z0-9]+\.js$/),
+        expect.stringMatching(/^chunk-[A-Z0-9]+\.js$/),
+        "index.html",
+        expect.stringMatching(/^style-[A-Z0-9]+\.css$/),
+      ]);
       const html = readFileSync(join(out, "index.html"), "utf8");
-      for (const f of files.filter((f) => /\.(js|css)$/.test(f))) expect(html).toContain(`/dashboard/${f}`);
+      for (const f of files.filter((f) => /^(app|style)-.*\.(js|css)$/.test(f))) expect(html).toContain(`/dashboard/${f}`);
+      // noVNC is in the chunk the viewer imports, not in the script every page loads
+      const chunk = files.find((f) => f.startsWith("chunk-"))!;
+      expect(readFileSync(join(out, chunk), "utf8")).toContain("RFB");
+      expect(readFileSync(join(out, files[1]!), "utf8")).toContain(chunk);
+      expect(statSync(join(out, files[1]!)).size).toBeLessThan(80_000);
       expect(html).not.toMatch(/https?:\/\//); // nothing from a CDN
       expect(JSON.parse(readFileSync(join(out, ".build-stamp.json"), "utf8")).hash).toBe(dashboardSourceHash());
       const built = statSync(join(out, "index.html")).mtimeMs;
