@@ -48,9 +48,9 @@ export const hrefs = {
   signin: (next?: string) => (next && comesBackTo(next) ? `${base}/signin?next=${encodeURIComponent(next)}` : `${base}/signin`),
 };
 
-/** Whether sign-in may send the browser on to `path` after it: a page of the dashboard's or the viewer's, never elsewhere. */
+/** Whether sign-in sends the browser on to `path` after it: a page of the dashboard's or the viewer's (never elsewhere), other than the agents it goes to anyway. */
 function comesBackTo(path: string): boolean {
   const route = routeOf(path);
-  if (route.page === "missing" || route.page === "signin") return false;
+  if (route.page === "missing" || route.page === "signin" || route.page === "agents") return false;
   return route.page === "desktop" || path.startsWith(`${base}/`);
 }

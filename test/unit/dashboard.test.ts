@@ -152,7 +152,8 @@ describe("the dashboard's routes", () => {
     expect(routeOf("/v1/agents/%E0%A4%A/desktop")).toMatchObject({ page: "missing" });
     // Sign-in comes back to a known page only
     expect(hrefs.signin("/v1/agents/agt_x/desktop")).toBe("/dashboard/signin?next=%2Fv1%2Fagents%2Fagt_x%2Fdesktop");
-    for (const elsewhere of ["/v1/agents", "/agents", "//evil.example/dashboard/", "/dashboard/signin"])
+    expect(hrefs.signin("/dashboard/usage")).toBe("/dashboard/signin?next=%2Fdashboard%2Fusage");
+    for (const elsewhere of ["/v1/agents", "/agents", "//evil.example/dashboard/", "/dashboard/signin", "/dashboard/"])
       expect(hrefs.signin(elsewhere)).toBe("/dashboard/signin");
   });
 
