@@ -172,12 +172,19 @@ static int x_reply(struct display *d, uint16_t seq, uint8_t head[32], int *error
   }
 }
 
+/** Connects to DISPLAY: `:N` is /tmp/.X11-unix/XN; a name starting with `/` is the socket's path before its last `:` (as xcb reads it). */
 static void x_open(struct display *d) {
   const char *name = getenv("DISPLAY");
-  const char *colon = name ? strchr(name, ':') : NULL;
-  int number = colon ? atoi(colon + 1) : 0;
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  snprintf(addr.sun_path, sizeof addr.sun_path, "/tmp/.X11-unix/X%d", number);
+  if (name && name[0] == '/') {
+    const char *colon = strrchr(name, ':');
+    size_t n = colon ? (size_t)(colon - name) : strlen(name);
+    if (n >= sizeof addr.sun_path) fail(1, "DISPLAY's socket path is too long");
+    memcpy(addr.sun_path, name, n);
+  } else {
+    const char *colon = name ? strchr(name, ':') : NULL;
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/tmp/.X11-unix/X%d", colon ? atoi(colon + 1) : 0);
+  }
   d->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (d->fd < 0 || connect(d->fd, (struct sockaddr *)&addr, sizeof addr) != 0) fail(1, "cannot connect to the X display %s: %s", addr.sun_path, strerror(errno));
   uint8_t setup[12] = {'l', 0, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0};
