@@ -4,13 +4,14 @@
 // creates an agent of it (--width x --height, 1024x768), then measures through the public API, p50/p99: boot to the
 // first screenshot; a warm screenshot; a warm 10-action batch with its screenshot (the e2e test's batch); a
 // screenshot and a batch of a hibernated agent (hibernate, then the call: the restore included), and the snapshot's
-// size. Beside each, in the same run on the same agent, the reference: an exec of `true` through the same API (the
+// size (the device state, and the RAM file's bytes on disk: npm start keeps RAM in a file). Beside each, in the same run on the same agent, the reference: an exec of `true` through the same API (the
 // floor the desktop path adds to), warm and from hibernation; and what the screenshot costs inside the VM (the exec
 // server's own `durationMs` of the `call` program). Options: --warm N (20), --hibernated N (5), --width, --height,
 // --accel auto|kvm|tcg, --data-dir DIR (where the guest image is built), --log FILE (the system's log lines).
 // Targets under TCG (p50): warm screenshot ≤ 150 ms, screenshot of a hibernated agent ≤ 500 ms. Prints progress, then
 // one `RESULT {json}` line.
 import { spawn } from "node:child_process";
+import { readdirSync, statSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { Readable } from "node:stream";
@@ -97,6 +98,28 @@ async function callInVm(sys: BenchSystem, id: string): Promise<number> {
 async function events(sys: BenchSystem, id: string, limit: number): Promise<{ toState: string; timings: Record<string, number | string> | null }[]> {
   const r = await call(sys, `/v1/agents/${id}/events?limit=${limit}`);
   return (JSON.parse(new TextDecoder().decode(r.body)) as { events: { toState: string; timings: Record<string, number | string> | null }[] }).events;
+}
+
+/**
+ * Bytes on disk of a hibernated agent's RAM file (`<stateDir>/ram`, file-backed RAM: the part of its sleep that is not
+ * in the snapshot's device state), its state directory found under the data directory by the agent's id; null without one.
+ */
+function ramFileBytes(dataDir: string, agentId: string): number | null {
+  const find = (dir: string, depth: number): string | undefined => {
+    for (const n of readdirSync(dir, { withFileTypes: true })) {
+      if (!n.isDirectory()) continue;
+      if (n.name === agentId) return join(dir, n.name);
+      const hit = depth > 0 ? find(join(dir, n.name), depth - 1) : undefined;
+      if (hit) return hit;
+    }
+    return undefined;
+  };
+  const stateDir = find(dataDir, 4);
+  try {
+    return stateDir ? statSync(join(stateDir, "ram")).blocks * 512 : null;
+  } catch {
+    return null;
+  }
 }
 
 /** Builds examples/desktop-agent through the API (a tar of its directory), seconds. */
@@ -186,6 +209,7 @@ try {
   };
   for (let i = 0; i < sizes.hibernated; i++) {
     await asleep();
+    if (i === 0) result.ramFileBytes = ramFileBytes(sys.dataDir, id);
     const s = await screenshot(sys, id);
     if (s.wake !== "restore") throw new Error(`a hibernated agent's screenshot woke it by ${s.wake}`);
     cold.screenshot.push(s.ms);
@@ -211,7 +235,7 @@ try {
   result.wakeTiers = Object.fromEntries([...new Set(cold.tiers)].map((t) => [t, cold.tiers.filter((x) => x === t).length]));
   result.snapshotBytes = snapshots.length > 0 ? Math.max(...snapshots) : null;
   say(
-    `hibernated: screenshot p50 ${spread(cold.screenshot).p50} ms, p99 ${spread(cold.screenshot).p99} ms (target ≤ ${TARGETS.screenshotHibernatedP50Ms}); batch p50 ${spread(cold.batch).p50} ms; exec of true p50 ${spread(cold.execTrue).p50} ms; restore p50 ${spread(cold.restoreMs).p50} ms; snapshot ${result.snapshotBytes} bytes`,
+    `hibernated: screenshot p50 ${spread(cold.screenshot).p50} ms, p99 ${spread(cold.screenshot).p99} ms (target ≤ ${TARGETS.screenshotHibernatedP50Ms}); batch p50 ${spread(cold.batch).p50} ms; exec of true p50 ${spread(cold.execTrue).p50} ms; restore p50 ${spread(cold.restoreMs).p50} ms; snapshot ${result.snapshotBytes} bytes of device state beside ${result.ramFileBytes} bytes of RAM file`,
   );
 
   await agent.delete();
