@@ -32,7 +32,7 @@ until xdotool getdisplaygeometry >/dev/null 2>&1; do
 done
 
 matchbox-window-manager -use_titlebar no -use_cursor no >/dev/null 2>&1 &
-# The resident helper the desktop API calls (through /usr/lib/agentvm/desktop/call): screenshots and input.
+# The resident helper the desktop API calls (through /usr/lib/agentvm/desktop/call): input actions (call takes screenshots itself).
 /usr/lib/agentvm/desktop/helper serve --port "${AGENTVM_DESKTOP_HELPER_PORT:-5999}" >/dev/null 2>&1 &
 if [ "$#" -eq 0 ]; then exec xterm; fi
 exec "$@"
