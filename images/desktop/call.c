@@ -246,6 +246,9 @@ static uint32_t *x_image(struct display *d) {
   if (shm) {
     int id = shmget(IPC_PRIVATE, bytes, IPC_CREAT | 0600);
     void *mem = id >= 0 ? shmat(id, NULL, 0) : (void *)-1;
+    // Marked for removal at once: it goes when the last process detaches it (this one at its exit, the server when
+    // we disconnect), so a call killed halfway leaves nothing behind. Linux lets the server attach it meanwhile.
+    if (id >= 0) shmctl(id, IPC_RMID, NULL);
     if (mem != (void *)-1) {
       uint32_t seg = d->id_base | 1;
       uint8_t attach[16] = {(uint8_t)shm, 1};
@@ -265,14 +268,9 @@ static uint32_t *x_image(struct display *d) {
       put32(get + 28, 0);
       uint8_t head[32];
       int error = 0;
-      int ok = x_reply(d, x_send(d, get, sizeof get), head, &error);
-      // Removed now: it goes when both are detached (this process's exit, the server's at our disconnect).
-      shmctl(id, IPC_RMID, NULL);
-      if (ok && get32(head + 12) >= bytes) return mem;
+      if (x_reply(d, x_send(d, get, sizeof get), head, &error) && get32(head + 12) >= bytes) return mem;
       shmdt(mem);
       // An error (a server that cannot attach our segment): the socket below.
-    } else if (id >= 0) {
-      shmctl(id, IPC_RMID, NULL);
     }
   }
   uint8_t req[20] = {73, 2};
