@@ -2,9 +2,8 @@
 //
 // Runtime-free. The exec runs the base's `call` (a static C program): it takes a screenshot itself and hands
 // actions to the resident helper the desktop session started (no interpreter starts per call), or runs the helper
-// once when none answers. Both are programs of the
-// base, outside what an image's own Containerfile touches; the exec runs as the image's user like any other, so the
-// agent is woken and held awake while it runs (callGuest).
+// once when none answers. Both are programs of the base, outside what an image's own Containerfile touches; the exec
+// runs as the image's user like any other, so the agent is woken and held awake while it runs (callGuest).
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { AppError } from "../../lib/errors.ts";
