@@ -1,9 +1,9 @@
 // Sends one request to the desktop helper (images/desktop/, in the desktop base) in an agent's VM through the exec path, and reads its answer whole.
 //
-// Runtime-free. The exec runs the base's `call` script, which hands the request to the resident helper the desktop
-// session started (no Python starts per call) or runs the helper once when none answers. Both are programs of the
-// base, outside what an image's own Containerfile touches; the exec runs as the image's user like any other, so the
-// agent is woken and held awake while it runs (callGuest).
+// Runtime-free. The exec runs the base's `call` (a static C program): it takes a screenshot itself and hands
+// actions to the resident helper the desktop session started (no interpreter starts per call), or runs the helper
+// once when none answers. Both are programs of the base, outside what an image's own Containerfile touches; the exec
+// runs as the image's user like any other, so the agent is woken and held awake while it runs (callGuest).
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { AppError } from "../../lib/errors.ts";
@@ -11,7 +11,7 @@ import { callGuest } from "../exec/guest.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, type ExitStatus, type Frame } from "../../contracts/exec-wire.ts";
 import { concatBytes } from "../../lib/bytes.ts";
 
-/** Where the desktop base installs the helper's entry (images/desktop/call.sh). */
+/** Where the desktop base installs the helper's entry (images/desktop/call.c, compiled). */
 export const helperCallPath = "/usr/lib/agentvm/desktop/call";
 /** The largest answer taken from it: a PNG of a 3840x2160 screen stays well under this. */
 const maxStdoutBytes = 48 * 1024 * 1024;

@@ -38,9 +38,15 @@ export interface BaseSpec {
 export interface BaseFile {
   /** Absolute path in the image. */
   path: string;
-  /** The file in this repository it is copied from. */
+  /** The file in this repository it is copied from (with `compile`, the C source it is built from). */
   source: string;
   mode: number;
+  /**
+   * Built from `source` with this host's gcc (`-static -O2`, then these flags) when the base is committed: a static
+   * program runs in any image built FROM the base, whatever its libc. The source and the compiler's version are in
+   * the image's key: changing either recommits the base.
+   */
+  compile?: { flags: readonly string[] };
   /** Extra absolute paths in the image that are symlinks to `path`. */
   links?: readonly string[];
 }
@@ -67,7 +73,8 @@ export const bases: readonly BaseSpec[] = [
     files: [
       { path: "/usr/lib/agentvm/desktop/session", source: join(desktopDir, "session.sh"), mode: 0o755, links: ["/usr/local/bin/agentvm-desktop-session"] },
       { path: "/usr/lib/agentvm/desktop/helper", source: join(desktopDir, "helper.py"), mode: 0o755 },
-      { path: "/usr/lib/agentvm/desktop/call", source: join(desktopDir, "call.sh"), mode: 0o755 },
+      // Compiled: a screenshot with no interpreter's start (call.c says what it does and why).
+      { path: "/usr/lib/agentvm/desktop/call", source: join(desktopDir, "call.c"), mode: 0o755, compile: { flags: ["-lm"] } },
       { path: "/usr/lib/agentvm/desktop/vnc-bridge", source: join(desktopDir, "vnc-bridge.sh"), mode: 0o755 },
     ],
     // Xvfb depends on Mesa's GL drivers (and through them on LLVM and Z3: 160 MB of the 448); nothing here draws
@@ -199,8 +206,29 @@ export function imageKey(spec: BaseSpec, rootKey: string): string {
   const hash = createHash("sha256")
     .update(rootKey)
     .update(JSON.stringify([spec.config ?? [], spec.prune ?? []]));
-  for (const f of spec.files ?? []) hash.update(JSON.stringify([f.path, f.mode, f.links ?? []])).update(readFileSync(f.source));
+  for (const f of spec.files ?? []) {
+    hash.update(JSON.stringify([f.path, f.mode, f.links ?? [], f.compile ?? null])).update(readFileSync(f.source));
+    if (f.compile) hash.update(gccVersion());
+  }
   return `${rootKey.slice(0, 16)}${hash.digest("hex").slice(0, 16)}`;
+}
+
+let gccSeen: string | undefined;
+
+/** gcc's first `--version` line (part of a compiled file's key), or `none` without gcc (the commit then says to install it). */
+function gccVersion(): string {
+  if (gccSeen === undefined) {
+    const r = spawnSync("gcc", ["--version"], { encoding: "utf8" });
+    gccSeen = r.status === 0 ? (r.stdout.split("\n")[0] ?? "gcc") : "none";
+  }
+  return gccSeen;
+}
+
+/** Builds a compiled base file into `target` (gcc -static -O2), or AppError("internal") saying what failed. */
+function compileFile(f: BaseFile & { compile: { flags: readonly string[] } }, target: string): void {
+  const r = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", target, f.source, ...f.compile.flags], { encoding: "utf8" });
+  if (r.error) throw new AppError("internal", `a base's ${f.path} is compiled on this host: install gcc libc6-dev (apt-get install -y gcc libc6-dev)`);
+  if (r.status !== 0) throw new AppError("internal", `compiling ${f.path} from ${f.source} failed:\n${tailText((r.stderr ?? "").split("\n"), 10)}`);
 }
 
 /** Removes a base's `prune` paths from a mounted root (a `*` in the last part matches any run of characters). */
@@ -228,7 +256,8 @@ function addFiles(root: string, files: readonly BaseFile[]): void {
   for (const f of files) {
     const target = join(root, f.path);
     mkdirSync(dirname(target), { recursive: true });
-    writeFileSync(target, readFileSync(f.source));
+    if (f.compile) compileFile({ ...f, compile: f.compile }, target);
+    else writeFileSync(target, readFileSync(f.source));
     chmodSync(target, f.mode);
     for (const link of f.links ?? []) {
       mkdirSync(dirname(join(root, link)), { recursive: true });

@@ -8,6 +8,8 @@
 # A request is {"cmd": "screenshot", "scale"?} (answer: a PNG) or {"cmd": "actions", "actions": [...],
 # "screenshot"?: bool, "scale"?} (answer: {"cursor": {x, y}, "screenshot": base64 PNG | null}, the screenshot taken
 # once nothing was drawn for 50 ms, at most 1 s after the last action) or {"cmd": "size"}.
+# The base's `call` (call.c, compiled) takes screenshots itself; it marks an actions request `"screenshotBy": "call"`,
+# and the resident server then answers `shot <scale>` and {"cursor"} after the stillness wait, the screenshot left to it.
 # The API checks what it sends; this checks again what it can and refuses the rest (exit 2, or a `refused:` line).
 # Resident, it answers a screenshot without starting a process: Python's start alone is ~0.3 s under TCG.
 import base64
@@ -356,8 +358,8 @@ def act(d, actions):
         d.sync()
 
 
-def answer(d, req):
-    """The answer's bytes for one request."""
+def answer(d, req, caller_shoots=False):
+    """The answer's status line and bytes for one request (`shot <scale>`: the caller adds the screenshot)."""
     if not isinstance(req, dict):
         raise Refused("a request is a JSON object")
     scale = req.get("scale", 1)
@@ -365,9 +367,9 @@ def answer(d, req):
         raise Refused("scale must be within 0.05..1")
     cmd = req.get("cmd")
     if cmd == "screenshot":
-        return screenshot(d, scale)
+        return b"ok", screenshot(d, scale)
     if cmd == "size":
-        return json.dumps({"width": d.width, "height": d.height}).encode()
+        return b"ok", json.dumps({"width": d.width, "height": d.height}).encode()
     if cmd == "actions":
         actions = req.get("actions")
         if not isinstance(actions, list):
@@ -376,8 +378,10 @@ def answer(d, req):
         out = {"cursor": d.pointer(), "screenshot": None}
         if req.get("screenshot", True):
             d.settle()
+            if caller_shoots:
+                return f"shot {scale}".encode(), json.dumps({"cursor": out["cursor"]}).encode()
             out["screenshot"] = base64.b64encode(screenshot(d, scale)).decode()
-        return json.dumps(out).encode()
+        return b"ok", json.dumps(out).encode()
     raise Refused(f"unknown cmd {cmd!r}")
 
 
@@ -396,8 +400,9 @@ class Handler(socketserver.StreamRequestHandler):
         try:
             if self.server.display is None:
                 self.server.display = Display()
-            body = answer(self.server.display, json.loads(line))
-            self.wfile.write(b"ok\n" + body)
+            req = json.loads(line)
+            status, body = answer(self.server.display, req, isinstance(req, dict) and req.get("screenshotBy") == "call")
+            self.wfile.write(status + b"\n" + body)
         except Refused as e:
             self.wfile.write(f"refused: {e}\n".encode())
         except (XError, OSError, ValueError, struct.error) as e:
@@ -418,7 +423,7 @@ def main(argv):
     if argv[:1] != ["request"]:
         raise Refused("usage: helper serve [--port P] | helper request < request.json")
     req = json.loads(sys.stdin.buffer.readline() or b"null")
-    sys.stdout.buffer.write(answer(Display(), req))
+    sys.stdout.buffer.write(answer(Display(), req)[1])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ screen="${screen%%.*}"
 # Xvfb makes its socket directory itself when it can; a non-root image user needs it made and open to all.
 mkdir -p /tmp/.X11-unix 2>/dev/null && chmod 1777 /tmp/.X11-unix 2>/dev/null || true
 rm -f "/tmp/.X$screen-lock" "/tmp/.X11-unix/X$screen"
-Xvfb "$DISPLAY" -screen 0 "${size}x24" -nolisten tcp -ac -nocursor +extension XTEST &
+# -noreset: the server stays as it is when its last client leaves (`call` connects per screenshot; without a window
+# manager or helper connected, a reset between two calls dropped the second's connection).
+Xvfb "$DISPLAY" -screen 0 "${size}x24" -nolisten tcp -ac -nocursor -noreset +extension XTEST &
 
 # The display is up when a client can read its size (at most 30 s: TCG is slow to start an X server).
 tries=0
@@ -32,7 +34,7 @@ until xdotool getdisplaygeometry >/dev/null 2>&1; do
 done
 
 matchbox-window-manager -use_titlebar no -use_cursor no >/dev/null 2>&1 &
-# The resident helper the desktop API calls (through /usr/lib/agentvm/desktop/call): screenshots and input.
+# The resident helper the desktop API calls (through /usr/lib/agentvm/desktop/call): input actions (call takes screenshots itself).
 /usr/lib/agentvm/desktop/helper serve --port "${AGENTVM_DESKTOP_HELPER_PORT:-5999}" >/dev/null 2>&1 &
 if [ "$#" -eq 0 ]; then exec xterm; fi
 exec "$@"

@@ -36,7 +36,7 @@ interface Picture {
   rgb: Buffer;
 }
 
-/** A PNG as the helper writes it (8-bit RGB, filter 0 on every row), decoded; anything else fails the test. */
+/** A PNG as the base's `call` (and the Python helper) writes it (8-bit RGB, filter 0 on every row), decoded; anything else fails the test. */
 function decodePng(png: Buffer): Picture {
   expect(png.subarray(0, 8).toString("hex")).toBe("89504e470d0a1a0a");
   let at = 8;

@@ -18,6 +18,8 @@ export interface BenchSystem {
   driver: VmDriver;
   /** The SDK's client with the demo tenant's token: the bench calls the public API as a user would. */
   client: AgentVM;
+  /** The system's DATA_DIR (a temporary directory, removed by stop): where the agents' state directories are. */
+  dataDir: string;
   stop(): Promise<void>;
 }
 
@@ -29,6 +31,7 @@ async function start(driver: VmDriver, prefix: string, log: Logger, stopDriver: 
     system,
     driver,
     client: new AgentVM({ baseUrl: system.url, token: system.demo.token }),
+    dataDir,
     async stop() {
       await system.stop();
       await stopDriver();
