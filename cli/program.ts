@@ -13,6 +13,7 @@ import { invoicesCommand } from "./invoices.ts";
 import { loginCommand } from "./login.ts";
 import { eventsCommand, logsCommand } from "./logs.ts";
 import { poolsCommand } from "./pools.ts";
+import { desktopCommand } from "./desktop.ts";
 import { ratesCommand } from "./rates.ts";
 import { templatesCommand } from "./templates.ts";
 import { tenantsCommand } from "./tenants.ts";
@@ -46,6 +47,7 @@ export function buildProgram(): Command {
   cpCommand(program);
   checkpointsCommand(program);
   poolsCommand(program);
+  desktopCommand(program);
   logsCommand(program);
   eventsCommand(program);
   imagesCommand(program);
