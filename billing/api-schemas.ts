@@ -212,6 +212,10 @@ export const Run = z
     }),
     inputTokens: z.number().int().openapi({ description: "Input tokens of those operations, where their completions said" }),
     outputTokens: z.number().int().openapi({ description: "Output tokens of those operations, where their completions said" }),
+    viewerMs: z.number().int().openapi({
+      description: "Of the run, how long a desktop viewer was connected (a viewer holds the agent awake; several at once count once)",
+    }),
+    controlMs: z.number().int().openapi({ description: "Of the run, how long a human held control of the desktop through the viewer" }),
   })
   .openapi("Run");
 

@@ -281,6 +281,8 @@ export function runJson(r: RunReport): z.infer<typeof RunSchema> {
     upstreamWaitMs: r.upstreamWaitMs,
     inputTokens: r.inputTokens,
     outputTokens: r.outputTokens,
+    viewerMs: r.viewerMs,
+    controlMs: r.controlMs,
   };
 }
 
@@ -308,6 +310,8 @@ export function runsCsv(runs: RunReport[]): string {
       "upstream_wait_ms",
       "input_tokens",
       "output_tokens",
+      "viewer_ms",
+      "control_ms",
     ],
     runs.map((r) => [
       r.runId,
@@ -328,6 +332,8 @@ export function runsCsv(runs: RunReport[]): string {
       r.upstreamWaitMs,
       r.inputTokens,
       r.outputTokens,
+      r.viewerMs,
+      r.controlMs,
     ]),
   );
 }

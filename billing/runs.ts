@@ -30,6 +30,9 @@ export interface RunReport {
   upstreamWaitMs: number;
   inputTokens: number;
   outputTokens: number;
+  /** Of the run's time, how long a desktop viewer was connected (any mode), and how long a human held control (docs/desktop.md): a viewer holds the agent awake. */
+  viewerMs: number;
+  controlMs: number;
 }
 
 /** Throws not_found unless `agentId` is an agent of `tenantId` (another tenant's agent does not exist for the caller). */
@@ -96,6 +99,16 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
     agentId,
     listed.map((r) => String(r.id)),
   );
+  const viewers = await runViewers(
+    db,
+    tenantId,
+    agentId,
+    listed.map((r) => ({
+      id: String(r.id),
+      from: toNumber(r.woke_ms),
+      until: r.slept_ms === null || r.slept_ms === undefined ? undefined : toNumber(r.slept_ms),
+    })),
+  );
   return listed.map((r) => {
     const o = ops.get(String(r.id));
     return {
@@ -119,6 +132,8 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
       upstreamWaitMs: o?.upstreamWaitMs ?? 0,
       inputTokens: o?.inputTokens ?? 0,
       outputTokens: o?.outputTokens ?? 0,
+      viewerMs: viewers.get(String(r.id))?.viewerMs ?? 0,
+      controlMs: viewers.get(String(r.id))?.controlMs ?? 0,
       position: { wokeAt: String(r.woke_key), runId: String(r.id) },
     };
   });
@@ -153,6 +168,61 @@ async function runOperations(db: Db, tenantId: string, agentId: string, runIds: 
       outputTokens: toNumber(r.output_tokens),
     });
   return out;
+}
+
+/**
+ * How long desktop viewers were connected during each run, and held control (the union of their sessions' spans within
+ * the run: two viewers at once count once). One query for the page: the agent's sessions that overlap the page's
+ * span; a session still open counts to now, or to its expiry if its gateway stopped renewing it.
+ */
+async function runViewers(
+  db: Db,
+  tenantId: string,
+  agentId: string,
+  runs: readonly { id: string; from: number; until: number | undefined }[],
+): Promise<Map<string, Pick<RunReport, "viewerMs" | "controlMs">>> {
+  const out = new Map<string, Pick<RunReport, "viewerMs" | "controlMs">>();
+  if (runs.length === 0) return out;
+  const now = Date.now();
+  const from = Math.min(...runs.map((r) => r.from));
+  const until = Math.max(...runs.map((r) => r.until ?? now));
+  const rows = await sqlRunner(db).query<Record<string, unknown>>(
+    `SELECT mode, (extract(epoch FROM started_at) * 1000)::int8 AS from_ms,
+       (extract(epoch FROM coalesce(ended_at, least(expires_at, now()))) * 1000)::int8 AS until_ms
+     FROM desktop_sessions
+     WHERE agent_id = $1 AND tenant_id = $2 AND started_at < $4::text::timestamptz AND coalesce(ended_at, expires_at) > $3::text::timestamptz`,
+    [agentId, tenantId, new Date(from).toISOString(), new Date(until).toISOString()],
+  );
+  const spans = rows.map((r) => ({ control: r.mode === "control", from: toNumber(r.from_ms), until: toNumber(r.until_ms) }));
+  if (spans.length === 0) return out;
+  for (const run of runs) {
+    const end = run.until ?? now;
+    out.set(run.id, {
+      viewerMs: coveredMs(spans, run.from, end),
+      controlMs: coveredMs(
+        spans.filter((s) => s.control),
+        run.from,
+        end,
+      ),
+    });
+  }
+  return out;
+}
+
+/** Milliseconds of [from, until) covered by at least one of `spans` (each [from, until)). */
+export function coveredMs(spans: readonly { from: number; until: number }[], from: number, until: number): number {
+  const clipped = spans
+    .map((s) => ({ from: Math.max(s.from, from), until: Math.min(s.until, until) }))
+    .filter((s) => s.until > s.from)
+    .sort((a, b) => a.from - b.from);
+  let total = 0;
+  let reach = from;
+  for (const s of clipped) {
+    if (s.until <= reach) continue;
+    total += s.until - Math.max(s.from, reach);
+    reach = s.until;
+  }
+  return Math.round(total);
 }
 
 /** The run's timings as stored (jsonb), keeping the contract's keys with numeric values. */

@@ -140,7 +140,19 @@ function Runs(props: { path: string }) {
                 </td>
                 <td data-timing="clockFixMs">{timing(r.timings.clockFixMs)}</td>
                 <td data-timing="firstByteMs">{timing(r.timings.firstByteMs)}</td>
-                <td>{r.awakeMs !== null ? formatMs(r.awakeMs) : `${formatMs(Math.max(0, now - Date.parse(r.wokeAt)))} so far`}</td>
+                <td>
+                  {r.awakeMs !== null ? formatMs(r.awakeMs) : `${formatMs(Math.max(0, now - Date.parse(r.wokeAt)))} so far`}
+                  {r.viewerMs > 0 ? (
+                    <div
+                      class="muted small"
+                      data-testid="run-viewers"
+                      title="a desktop viewer was connected (it holds the agent awake); with control: a human had the keyboard"
+                    >
+                      viewed {formatMs(r.viewerMs)}
+                      {r.controlMs > 0 ? ` · control ${formatMs(r.controlMs)}` : ""}
+                    </div>
+                  ) : null}
+                </td>
                 <td>{formatMs(r.activeMs)}</td>
                 <td data-testid="run-dozed">{formatMs(r.dozedMs)}</td>
                 <td data-testid="run-operations" title={`tokens in ${r.inputTokens}, out ${r.outputTokens}`}>

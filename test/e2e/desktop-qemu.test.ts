@@ -651,6 +651,15 @@ describe.skipIf(!qemuPresent)(title, () => {
         const phase = (p: string) => ends.filter((r) => (r.detail as { phase: string }).phase === p).length;
         expect(phase("end")).toBe(phase("start")); // every takeover given back, with its time
 
+        // The run explains the time: how long viewers were connected, how long a human had control.
+        const runs = (await (await sys.call(`/v1/agents/${agentId}/runs?limit=1`)).json()) as {
+          runs: { viewerMs: number; controlMs: number; awakeMs: number }[];
+        };
+        const run = runs.runs[0]!;
+        expect(run.viewerMs).toBeGreaterThan(8000);
+        expect(run.controlMs).toBeGreaterThan(8000);
+        expect(run.viewerMs).toBeLessThanOrEqual(run.awakeMs);
+
         // Reconnecting wakes it: the screen comes back as it was (the typed line on it).
         const again = await browser.context.newPage();
         again.on("pageerror", (err) => pageErrors.push(err.message));

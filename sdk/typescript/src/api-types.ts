@@ -1225,6 +1225,10 @@ export type components = {
       inputTokens: number;
       /** @description Output tokens of those operations, where their completions said */
       outputTokens: number;
+      /** @description Of the run, how long a desktop viewer was connected (a viewer holds the agent awake; several at once count once) */
+      viewerMs: number;
+      /** @description Of the run, how long a human held control of the desktop through the viewer */
+      controlMs: number;
     };
     /** @description The wake's parts in ms, as the host recorded them, and a restore's sleep tier */
     WakeTimings: {
