@@ -165,6 +165,7 @@ class Viewer {
   private buf = Buffer.alloc(0);
   private wake: (() => void) | undefined;
   closed = false;
+  closeCode: number | undefined;
   readonly ws: WebSocket;
   constructor(ws: WebSocket) {
     this.ws = ws;
@@ -173,8 +174,9 @@ class Viewer {
       this.buf = Buffer.concat([this.buf, Buffer.from(e.data as ArrayBuffer)]);
       this.wake?.();
     });
-    ws.addEventListener("close", () => {
+    ws.addEventListener("close", (e) => {
       this.closed = true;
+      this.closeCode = e.code;
       this.wake?.();
     });
   }
@@ -272,9 +274,12 @@ beforeAll(async () => {
   }
 }, 120_000);
 
+/** The last test stops the system itself. */
+let stopped = false;
+
 afterAll(async () => {
   await browser?.close();
-  await sys?.stop();
+  if (!stopped) await sys?.stop();
   if (sys) spawnSync("rm", ["-rf", sys.dataDir]);
   if (Object.keys(figures).length > 0) console.log(`desktop figures: ${JSON.stringify(figures)}`);
 }, 120_000);
@@ -677,6 +682,15 @@ describe.skipIf(!qemuPresent)(title, () => {
     300_000,
   );
 
+  it("a viewer holds the agent awake against an explicit hibernate (409 while it is connected)", async () => {
+    const viewer = await openViewer(false);
+    expect(await viewer.handshake()).toEqual({ width, height });
+    const res = await sys.call(`/v1/agents/${agentId}/hibernate`, { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
+    expect(res.status).toBe(409);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/in flight/);
+    viewer.ws.close();
+  }, 120_000);
+
   it("bad input is a 4xx with the envelope: off-screen, unknown key, too many actions, a bad scale, an agent without a desktop", async () => {
     const cases: [Record<string, unknown>, RegExp][] = [
       [{ actions: [{ type: "click", x: width, y: 10 }] }, /off the 800x600 screen/],
@@ -721,5 +735,14 @@ describe.skipIf(!qemuPresent)(title, () => {
     const noScope = await sys.token({ scopes: ["agents:admin"] });
     const forbidden = await sys.call(`/v1/agents/${agentId}/desktop/screenshot`, { token: noScope });
     expect(forbidden.status).toBe(403);
+  }, 120_000);
+
+  it("the system stopping under a viewer closes its socket with 1001", async () => {
+    const viewer = await openViewer(true);
+    expect(await viewer.handshake()).toEqual({ width, height });
+    await sys.stop();
+    stopped = true;
+    for (let i = 0; i < 50 && !viewer.closed; i++) await new Promise((r) => setTimeout(r, 200));
+    expect(viewer.closeCode).toBe(1001);
   }, 120_000);
 });
