@@ -11,7 +11,7 @@
 // Targets under TCG (p50): warm screenshot ≤ 150 ms, screenshot of a hibernated agent ≤ 500 ms. Prints progress, then
 // one `RESULT {json}` line.
 import { spawn } from "node:child_process";
-import { readdirSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { Readable } from "node:stream";
@@ -22,6 +22,8 @@ import type { Agent } from "../sdk/typescript/src/index.ts";
 import { printResult, round } from "./bench/figures.ts";
 import { hibernateNow, spread } from "./bench/pool/measure.ts";
 import { type BenchSystem, benchLogger, qemuSystem } from "./bench/pool/system.ts";
+import { latencyBatch } from "./bench/desktop/batch.ts";
+import { agentStateDir } from "./bench/state-dir.ts";
 
 const { values } = parseArgs({
   options: {
@@ -41,19 +43,6 @@ if (![...Object.values(sizes), ...Object.values(display)].every((x) => Number.is
 const accel = values.accel === "kvm" || values.accel === "tcg" ? values.accel : "auto";
 /** Issue 34's targets under TCG, ms (p50). */
 const TARGETS = { screenshotWarmP50Ms: 150, screenshotHibernatedP50Ms: 500 };
-/** The e2e test's latency batch (test/e2e/desktop-qemu.test.ts): ten actions, then the screenshot after them. */
-const BATCH = [
-  { type: "move", x: 100, y: 100 },
-  { type: "click", x: 400, y: 300 },
-  { type: "type", text: "echo x" },
-  { type: "key", keys: "ctrl+u" },
-  { type: "move", x: 200, y: 200 },
-  { type: "scroll", direction: "down", amount: 2 },
-  { type: "move", x: 300, y: 300 },
-  { type: "type", text: "ok" },
-  { type: "key", keys: "ctrl+u" },
-  { type: "move", x: 400, y: 300 },
-];
 
 const began = performance.now();
 const say = (line: string) => console.log(`bench:desktop [${((performance.now() - began) / 1000).toFixed(0).padStart(4)} s] ${line}`);
@@ -80,7 +69,8 @@ async function call(sys: BenchSystem, path: string, init: RequestInit = {}): Pro
 }
 
 const screenshot = (sys: BenchSystem, id: string) => call(sys, `/v1/agents/${id}/desktop/screenshot`);
-const batch = (sys: BenchSystem, id: string) => call(sys, `/v1/agents/${id}/desktop/actions`, { method: "POST", body: JSON.stringify({ actions: BATCH }) });
+const batch = (sys: BenchSystem, id: string) =>
+  call(sys, `/v1/agents/${id}/desktop/actions`, { method: "POST", body: JSON.stringify({ actions: latencyBatch }) });
 const execTrue = (sys: BenchSystem, id: string) => call(sys, `/v1/agents/${id}/exec`, { method: "POST", body: JSON.stringify({ cmd: ["true"] }) });
 
 /** The screenshot program's own time in the VM: the exec server's `durationMs` of `call` given a screenshot request. */
@@ -105,16 +95,7 @@ async function events(sys: BenchSystem, id: string, limit: number): Promise<{ to
  * in the snapshot's device state), its state directory found under the data directory by the agent's id; null without one.
  */
 function ramFileBytes(dataDir: string, agentId: string): number | null {
-  const find = (dir: string, depth: number): string | undefined => {
-    for (const n of readdirSync(dir, { withFileTypes: true })) {
-      if (!n.isDirectory()) continue;
-      if (n.name === agentId) return join(dir, n.name);
-      const hit = depth > 0 ? find(join(dir, n.name), depth - 1) : undefined;
-      if (hit) return hit;
-    }
-    return undefined;
-  };
-  const stateDir = find(dataDir, 4);
+  const stateDir = agentStateDir(dataDir, agentId);
   try {
     return stateDir ? statSync(join(stateDir, "ram")).blocks * 512 : null;
   } catch {

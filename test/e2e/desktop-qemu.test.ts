@@ -10,7 +10,6 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
-import { inflateSync } from "node:zlib";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { auditLog } from "../../schema/core.ts";
@@ -19,8 +18,11 @@ import type { Page } from "playwright-core";
 import { ensureDashboard } from "../../scripts/build-dashboard.ts";
 import { chromiumPath, hasChromium, launchChromium, type Browser } from "../helpers/chromium.ts";
 import { makeDriver } from "../helpers/qemu.ts";
+import { latencyBatch } from "../../scripts/bench/desktop/batch.ts";
+import { decodePng as decodeAnyPng } from "../helpers/png.ts";
 import { cliJson, runAgentvm } from "../helpers/cli.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
+import { agentStateDir } from "../../scripts/bench/state-dir.ts";
 
 const qemuPresent = spawnSync("sh", ["-c", "command -v qemu-system-x86_64"]).status === 0;
 if (!qemuPresent && process.env.CI === "true") throw new Error("CI: qemu-system-x86_64 missing (npm test provisions it: scripts/provision.ts)");
@@ -38,34 +40,11 @@ interface Picture {
   rgb: Buffer;
 }
 
-/** A PNG as the base's `call` (and the Python helper) writes it (8-bit RGB, filter 0 on every row), decoded; anything else fails the test. */
+/** A PNG as the desktop's `call` writes it (8-bit RGB), decoded (test/helpers/png.ts); anything else fails the test. */
 function decodePng(png: Buffer): Picture {
-  expect(png.subarray(0, 8).toString("hex")).toBe("89504e470d0a1a0a");
-  let at = 8;
-  let w = 0;
-  let h = 0;
-  const idat: Buffer[] = [];
-  while (at < png.length) {
-    const len = png.readUInt32BE(at);
-    const type = png.subarray(at + 4, at + 8).toString("latin1");
-    const body = png.subarray(at + 8, at + 8 + len);
-    if (type === "IHDR") {
-      w = body.readUInt32BE(0);
-      h = body.readUInt32BE(4);
-      expect([body[8], body[9]]).toEqual([8, 2]);
-    }
-    if (type === "IDAT") idat.push(body);
-    at += 12 + len;
-  }
-  const raw = inflateSync(Buffer.concat(idat));
-  const row = w * 3 + 1;
-  expect(raw.length).toBe(row * h);
-  const rgb = Buffer.alloc(w * h * 3);
-  for (let y = 0; y < h; y++) {
-    expect(raw[y * row]).toBe(0);
-    raw.copy(rgb, y * w * 3, y * row + 1, (y + 1) * row);
-  }
-  return { width: w, height: h, rgb };
+  const p = decodeAnyPng(png);
+  expect(p.channels).toBe(3);
+  return { width: p.width, height: p.height, rgb: Buffer.from(p.data) };
 }
 
 function distinctColours(p: Picture): number {
@@ -134,16 +113,7 @@ const round = (ms: number) => Math.round(ms);
 
 /** Bytes of the agent's memory snapshot on its host (`snapshot-*.bin` in its state directory), found under the data directory. */
 function snapshotBytes(): number {
-  const find = (dir: string, depth: number): string | undefined => {
-    for (const n of readdirSync(dir, { withFileTypes: true })) {
-      if (!n.isDirectory()) continue;
-      if (n.name === agentId) return join(dir, n.name);
-      const hit = depth > 0 ? find(join(dir, n.name), depth - 1) : undefined;
-      if (hit) return hit;
-    }
-    return undefined;
-  };
-  const stateDir = find(sys.dataDir, 4);
+  const stateDir = agentStateDir(sys.dataDir, agentId);
   expect(stateDir, "the agent's state directory").toBeDefined();
   const files = readdirSync(stateDir!).filter((n) => /^snapshot-.*\.bin$/.test(n));
   expect(files.length).toBeGreaterThan(0);
@@ -399,20 +369,7 @@ describe.skipIf(!qemuPresent)(title, () => {
   }, 300_000);
 
   it("latency: screenshot and a 10-action batch, warm and from hibernation", async () => {
-    const batch = {
-      actions: [
-        { type: "move", x: 100, y: 100 },
-        { type: "click", x: 400, y: 300 },
-        { type: "type", text: "echo x" },
-        { type: "key", keys: "ctrl+u" },
-        { type: "move", x: 200, y: 200 },
-        { type: "scroll", direction: "down", amount: 2 },
-        { type: "move", x: 300, y: 300 },
-        { type: "type", text: "ok" },
-        { type: "key", keys: "ctrl+u" },
-        { type: "move", x: 400, y: 300 },
-      ],
-    };
+    const batch = { actions: [...latencyBatch] };
     const warmShots: number[] = [];
     for (let i = 0; i < 5; i++) warmShots.push((await screenshot()).ms);
     const warmBatches: number[] = [];

@@ -4,9 +4,9 @@ import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { inflateSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type BaseSpec, bases, imageKey } from "../../images/build/base.ts";
+import { decodePng } from "../helpers/png.ts";
 
 const gcc = spawnSync("gcc", ["--version"]).status === 0;
 const source = join(import.meta.dirname, "..", "..", "images", "desktop", "call.c");
@@ -101,34 +101,13 @@ function fakeX(path: string): Server {
   return server;
 }
 
-/** An 8-bit RGB PNG with filter 0 rows (what the e2e test's decoder takes), decoded: its size and 0xRRGGBB pixels. */
+/** The PNG `call` wrote (8-bit RGB; test/helpers/png.ts checks its chunks and the Adler-32): its size and 0xRRGGBB pixels. */
 function decode(png: Buffer): { w: number; h: number; px: number[] } {
-  expect(png.subarray(0, 8).toString("hex")).toBe("89504e470d0a1a0a");
-  let at = 8;
-  let w = 0;
-  let h = 0;
-  const idat: Buffer[] = [];
-  while (at < png.length) {
-    const len = png.readUInt32BE(at);
-    const type = png.subarray(at + 4, at + 8).toString("latin1");
-    const body = png.subarray(at + 8, at + 8 + len);
-    if (type === "IHDR") {
-      w = body.readUInt32BE(0);
-      h = body.readUInt32BE(4);
-      expect([...body.subarray(8, 13)]).toEqual([8, 2, 0, 0, 0]);
-    }
-    if (type === "IDAT") idat.push(body);
-    at += 12 + len;
-  }
-  const raw = inflateSync(Buffer.concat(idat)); // checks the Adler-32 too
-  expect(raw.length).toBe((w * 3 + 1) * h);
+  const p = decodePng(png);
+  expect(p.channels).toBe(3);
   const px: number[] = [];
-  for (let y = 0; y < h; y++) {
-    const row = y * (w * 3 + 1);
-    expect(raw[row]).toBe(0);
-    for (let x = 0; x < w; x++) px.push((raw[row + 1 + x * 3]! << 16) | (raw[row + 2 + x * 3]! << 8) | raw[row + 3 + x * 3]!);
-  }
-  return { w, h, px };
+  for (let i = 0; i < p.data.length; i += 3) px.push((p.data[i]! << 16) | (p.data[i + 1]! << 8) | p.data[i + 2]!);
+  return { w: p.width, h: p.height, px };
 }
 
 /** Runs `call` with `stdin` (not spawnSync: the fake servers answering it run in this process). */
