@@ -18,7 +18,8 @@ import type { ProxyCore } from "../proxy/core.ts";
 import { startSocketExec, type SocketExec } from "../exec/socket-exec.ts";
 import { acceptorOf, checkHandshake, failSocket, ttyClose, type TtySocket } from "../exec/tty.ts";
 import { AgentParams, DesktopViewersSchema } from "./api-schemas.ts";
-import { sessionRenewMs, sessionTtlMs, type DesktopSession, type DesktopSessions } from "./sessions.ts";
+import { holdForViewer } from "./hold.ts";
+import { sessionTtlMs, type DesktopSession, type DesktopSessions } from "./sessions.ts";
 
 /** Where the desktop base installs the bridge (images/desktop/vnc-bridge.sh). */
 export const vncBridgePath = "/usr/lib/agentvm/desktop/vnc-bridge";
@@ -121,8 +122,6 @@ export function desktopVncRoutes(
       deps.audit.record(callerAction(caller, requestId, action, agentId, detail)).catch((err: unknown) => {
         log.error("audit record failed", { requestId, action, agentId, err: err instanceof Error ? err.message : String(err) });
       });
-    const quietly = (what: string) => (err: unknown) =>
-      log.warn(`desktop viewer: ${what} failed`, { requestId, agentId, sessionId: session.id, err: err instanceof Error ? err.message : String(err) });
 
     // The viewer's bytes: the spec first, then each message as it comes (the bridge's stdin). The holder's name goes
     // to the file that tells the agent it is being controlled.
@@ -131,7 +130,9 @@ export function desktopVncRoutes(
     try {
       exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal });
     } catch (err) {
-      await sessions.close(session.id, new Date()).catch(quietly("closing the session"));
+      await sessions
+        .close(session.id, new Date())
+        .catch((e: unknown) => log.warn("desktop viewer: closing the session failed", { requestId, agentId, err: String(e) }));
       throw err;
     }
     const { res, push, endInput } = exec;
@@ -140,41 +141,23 @@ export function desktopVncRoutes(
     exec.attach(ws);
     if (wantsControl) await audit("agent.desktop.control", { phase: "start", since: startedAt.toISOString(), sessionId: session.id });
 
-    // The hold, in the open: a keep-awake lease the agent's state counts, renewed with the session while the socket
-    // is open (the exec already keeps the VM awake; the lease is what the dashboard and the agent's state show).
-    let ended = false;
-    let leaseId: string | undefined;
-    const holdOn = async () => {
-      // The agent as it is now: a lease carries its spec to the host, and a PATCH since the connection (its idle
-      // timeout, say) must not be undone by the renewal.
-      const lease = await fleet.addLease((await proxy.resolve(id)).spec, sessionTtlMs);
-      // A lease taken while the viewer was leaving goes at once (else it would hold the agent for its whole ttl).
-      if (ended) return void (await fleet.dropLease(agentId, lease.leaseId));
-      const previous = leaseId;
-      leaseId = lease.leaseId;
-      if (previous) await fleet.dropLease(agentId, previous);
-    };
-    void holdOn().catch(quietly("taking the keep-awake lease"));
-    const renewal = setInterval(() => {
-      void sessions.renew(session.id, new Date(Date.now() + sessionTtlMs)).catch(quietly("renewing the session"));
-      void holdOn().catch(quietly("renewing the keep-awake lease"));
-    }, sessionRenewMs);
+    // The hold, in the open: the session stays live for every gateway and a keep-awake lease shows in the agent's state.
+    const hold = holdForViewer({ sessions, fleet, log }, session, async () => (await proxy.resolve(id)).spec, requestId);
 
     ws.onMessage((data) => {
       if (typeof data === "string") return ws.close(ttyClose.badMessage, "binary messages only: RFB");
       push(data);
     });
     const output = res.body!.pipeThrough(frameDecoder()).getReader();
+    let ended = false;
     const end = (error?: string) => {
       if (ended) return;
       ended = true;
-      clearInterval(renewal);
       endInput();
       exec.abort(new AppError("client_gone", "the viewer went away"));
       void output.cancel().catch(() => undefined);
       const until = new Date();
-      void sessions.close(session.id, until).catch(quietly("closing the session"));
-      if (leaseId) void fleet.dropLease(agentId, leaseId).catch(quietly("dropping the keep-awake lease"));
+      hold.release(until);
       const ms = until.getTime() - startedAt.getTime();
       const times = { since: startedAt.toISOString(), ms, sessionId: session.id, ...(error ? { error } : {}) };
       if (wantsControl) void audit("agent.desktop.control", { phase: "end", ...times, until: until.toISOString() });
