@@ -3,7 +3,8 @@
 // Builds examples/desktop-agent (FROM agentvm/desktop:bookworm; the base is built or recommitted first when needed),
 // creates an agent of it (--width x --height, 1024x768), then measures through the public API, p50/p99: boot to the
 // first screenshot; a warm screenshot; a warm 10-action batch with its screenshot (the e2e test's batch); a
-// screenshot and a batch of a hibernated agent (hibernate, then the call: the restore included), and the snapshot's
+// screenshot and a batch of a hibernated agent (hibernate, then the call: the restore included); a viewer's WebSocket
+// to its first RFB byte, warm and from hibernation (the viewer's wake first byte); and the snapshot's
 // size (the device state, and the RAM file's bytes on disk: npm start keeps RAM in a file). Beside each, in the same run on the same agent, the reference: an exec of `true` through the same API (the
 // floor the desktop path adds to), warm and from hibernation; and what the screenshot costs inside the VM (the exec
 // server's own `durationMs` of the `call` program). Options: --warm N (20), --hibernated N (5), --width, --height,
@@ -72,6 +73,26 @@ const screenshot = (sys: BenchSystem, id: string) => call(sys, `/v1/agents/${id}
 const batch = (sys: BenchSystem, id: string) =>
   call(sys, `/v1/agents/${id}/desktop/actions`, { method: "POST", body: JSON.stringify({ actions: latencyBatch }) });
 const execTrue = (sys: BenchSystem, id: string) => call(sys, `/v1/agents/${id}/exec`, { method: "POST", body: JSON.stringify({ cmd: ["true"] }) });
+
+/**
+ * A viewer's WebSocket (`…/desktop/vnc`, view only) from its opening to its first byte of RFB (the server's version):
+ * what a person opening the viewer waits for before noVNC's handshake. The socket is closed after it.
+ */
+async function viewerFirstByte(sys: BenchSystem, id: string): Promise<number> {
+  const t0 = now();
+  const ws = new WebSocket(`${sys.system.url.replace(/^http/, "ws")}/v1/agents/${id}/desktop/vnc`, ["binary", `agentvm.bearer.${sys.system.demo.token}`]);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      ws.addEventListener("message", () => resolve(), { once: true });
+      ws.addEventListener("close", (e) => reject(new Error(`the viewer's socket closed before its first byte (${e.code} ${e.reason})`)), { once: true });
+    });
+    return now() - t0;
+  } finally {
+    ws.close();
+    // Its exec and lease are given back as the gateway sees the close: a hibernation right after must not find them.
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
 
 /** The screenshot program's own time in the VM: the exec server's `durationMs` of `call` given a screenshot request. */
 async function callInVm(sys: BenchSystem, id: string): Promise<number> {
@@ -168,13 +189,24 @@ try {
   say(
     `warm screenshot p50 ${spread(shots).p50} ms, p99 ${spread(shots).p99} ms (target ≤ ${TARGETS.screenshotWarmP50Ms}); exec of true p50 ${spread(execs).p50} ms; the call in the VM p50 ${spread(inVm).p50} ms; ${pngBytes} bytes of PNG`,
   );
+  const viewers: number[] = [];
+  for (let i = 0; i < 5; i++) viewers.push(await viewerFirstByte(sys, id));
+  result.viewerFirstByteWarm = spread(viewers);
+  say(`viewer's socket to its first RFB byte, warm, p50 ${spread(viewers).p50} ms (the first: x11vnc started, ${round(viewers[0]!, 0)} ms)`);
   const batches: number[] = [];
   for (let i = 0; i < Math.max(3, Math.floor(sizes.warm / 2)); i++) batches.push((await batch(sys, id)).ms);
   result.batch10Warm = spread(batches);
   say(`warm 10-action batch with its screenshot p50 ${spread(batches).p50} ms, p99 ${spread(batches).p99} ms`);
 
   // From hibernation: each call after its own hibernation, the three kinds in turn.
-  const cold = { screenshot: [] as number[], batch: [] as number[], execTrue: [] as number[], tiers: [] as string[], restoreMs: [] as number[] };
+  const cold = {
+    screenshot: [] as number[],
+    batch: [] as number[],
+    execTrue: [] as number[],
+    viewer: [] as number[],
+    tiers: [] as string[],
+    restoreMs: [] as number[],
+  };
   const snapshots: number[] = [];
   const asleep = async () => {
     const slept = await hibernateNow(agent);
@@ -205,13 +237,17 @@ try {
     if (e.wake !== "restore") throw new Error(`a hibernated agent's exec woke it by ${e.wake}`);
     cold.execTrue.push(e.ms);
     await noteWake();
+    await asleep();
+    cold.viewer.push(await viewerFirstByte(sys, id));
+    await noteWake();
     say(
-      `hibernated round ${i + 1}: screenshot ${round(s.ms, 0)} ms, batch ${round(b.ms, 0)} ms, exec of true ${round(e.ms, 0)} ms (tiers ${cold.tiers.slice(-3).join(", ")})`,
+      `hibernated round ${i + 1}: screenshot ${round(s.ms, 0)} ms, batch ${round(b.ms, 0)} ms, exec of true ${round(e.ms, 0)} ms, viewer's first byte ${round(cold.viewer.at(-1)!, 0)} ms (tiers ${cold.tiers.slice(-4).join(", ")})`,
     );
   }
   result.screenshotHibernated = spread(cold.screenshot);
   result.batch10Hibernated = spread(cold.batch);
   result.execTrueHibernated = spread(cold.execTrue);
+  result.viewerFirstByteHibernated = spread(cold.viewer);
   result.restoreMs = spread(cold.restoreMs);
   result.wakeTiers = Object.fromEntries([...new Set(cold.tiers)].map((t) => [t, cold.tiers.filter((x) => x === t).length]));
   result.snapshotBytes = snapshots.length > 0 ? Math.max(...snapshots) : null;
