@@ -69,9 +69,18 @@ const WANTED_MODULES = [
 const IMAGE_MODULES = ["virtio_blk", "overlay"];
 const GUEST_SOURCES = import.meta.dirname;
 /** The guest agent's parts (guest-agent/agent.h says which does what), compiled together into one binary. */
-const GUEST_AGENT_SOURCES = ["main.c", "protocol.c", "reply.c", "clock.c", "leases.c", "identity.c", "checkpoints.c", "execkey.c", "probe.c"].map(
-  (f) => `guest-agent/${f}`,
-);
+const GUEST_AGENT_SOURCES = [
+  "main.c",
+  "protocol.c",
+  "reply.c",
+  "clock.c",
+  "leases.c",
+  "identity.c",
+  "checkpoints.c",
+  "execkey.c",
+  "probe.c",
+  "listening.c",
+].map((f) => `guest-agent/${f}`);
 /** The demo agent's parts (demo-agent/demo.h says which does what), compiled together into one binary. */
 const DEMO_AGENT_SOURCES = ["main.c", "http.c", "routes.c", "fetch.c", "clock.c"].map((f) => `demo-agent/${f}`);
 /** Everything in the image comes from these (and the packages): a change to any of them means a rebuild. */

@@ -67,6 +67,8 @@ describe("qemu driver with a built image", () => {
     const log = readFileSync(driver.logPath(spec), "utf8");
     expect(log).toContain("workload-started port=8081 agent=agt_rootfs1");
     expect(log).toContain("url:/cgi-bin/env"); // httpd -vv on stderr: the workload's stderr is in the log too
+    // Readiness asked the guest whether the port listens: the workload saw no request before the test's own.
+    expect(log.match(/url:\S+/g)).toEqual(["url:/cgi-bin/env"]);
     const disk = statSync(agentDiskPath(spec.stateDir));
     expect(disk.size).toBe(DISK_MIB * 1024 * 1024);
     expect(disk.blocks * 512).toBeLessThan(disk.size); // sparse
@@ -229,7 +231,7 @@ describe("qemu driver: when a built image is ready, and when it does not come up
     const started = performance.now();
     const err = await bootFailure(driver.boot(s));
     expect(performance.now() - started).toBeGreaterThanOrEqual(BOOT_TIMEOUT_MS - 500);
-    expect(err.message).toMatch(/did not answer HTTP on port 8081 within the boot timeout/);
+    expect(err.message).toMatch(/did not listen on port 8081 within the boot timeout/);
     expect(err.message).toContain("sleeping instead of serving");
   }, 60_000);
 });

@@ -8,6 +8,8 @@
 //                                                                   host's forwarded addresses may have changed; guest-agent/clock.c)
 //                  "<id> GETTIME"                                  "<id> OK <sec>.<nsec9>"
 //                  "<id> LEASES"                                   "<id> OK <count>"             (live keep-awake leases)
+//                  "<id> LISTENING <port>"                         "<id> OK 1|0"                 (a socket in the guest listens on
+//                                                                   that TCP port: an image's readiness, guest-agent/listening.c)
 //                  "<id> SYNC"                                     "<id> OK synced"              (sync(2) done: the disks hold what was written)
 //                  "<id> IDENTITY <agentId> <hostname> <hex64> <clonedFrom>"
 //                                                                  "<id> OK identity <n> credited|uncredited reseeded|noreseed"
@@ -143,6 +145,22 @@ export class GuestAgentClient {
     const n = Number(answer);
     if (!Number.isInteger(n) || n < 0) throw new GuestAgentError(`unexpected leases answer: ${answer}`);
     return n;
+  }
+
+  /**
+   * Whether a socket in the guest listens on TCP `port` (the kernel's tables, not a connection: the workload sees
+   * nothing). Undefined from a guest built before the command (the caller falls back to another probe).
+   */
+  async listening(port: number, timeoutMs = 2000): Promise<boolean | undefined> {
+    let answer: string;
+    try {
+      answer = await this.call(`LISTENING ${port}`, timeoutMs);
+    } catch (err) {
+      if (err instanceof GuestAgentError && /unknown command/.test(err.message)) return undefined;
+      throw err;
+    }
+    if (answer !== "0" && answer !== "1") throw new GuestAgentError(`unexpected listening answer: ${answer}`);
+    return answer === "1";
   }
 
   /**

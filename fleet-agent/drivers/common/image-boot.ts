@@ -85,23 +85,38 @@ function fileSize(path: string): number {
 }
 
 /**
- * Resolves once the image's agent is ready: with `readyPath`, GET on it answers 2xx–4xx; without, any HTTP answer to
- * GET /healthz (under QEMU's user networking an accepted TCP connection proves nothing: the host side accepts it
- * before the guest does).
+ * Resolves once the image's agent is ready: with `readyPath`, GET on it answers 2xx–4xx (the image asked for that
+ * probe); without, a socket in the guest listens on its port, asked of the guest agent (`listening`), so the workload
+ * gets no request it did not ask for (a probe it would see and count as a call). A guest too old to answer that, or no
+ * guest agent, falls back to any HTTP answer to GET /healthz (under QEMU's user networking an accepted TCP connection
+ * proves nothing: the host side accepts it before the guest does).
  */
 export function waitImageReady(
   endpoint: VmEndpoint,
   config: Pick<ImageConfig, "readyPath" | "port">,
-  opts: { deadline: number; gaveUp: () => string | undefined },
+  opts: { deadline: number; gaveUp: () => string | undefined; listening?: (port: number, timeoutMs: number) => Promise<boolean | undefined> },
 ): Promise<void> {
   const path = config.readyPath ?? "/healthz";
   const okStatus = config.readyPath ? (s: number) => s >= 200 && s < 500 : () => true;
+  let askGuest = config.readyPath === undefined && opts.listening !== undefined;
   return pollUntil(
     async (remaining) => {
-      const status = await httpStatus(endpoint, path, Math.min(2000, Math.max(100, remaining)));
+      const timeoutMs = Math.min(2000, Math.max(100, remaining));
+      if (askGuest) {
+        const listens = await opts.listening!(config.port, timeoutMs).catch(() => false);
+        if (listens !== undefined) return listens ? true : undefined;
+        askGuest = false; // a guest built before LISTENING: the HTTP probe from now on
+      }
+      const status = await httpStatus(endpoint, path, timeoutMs);
       return status !== undefined && okStatus(status) ? true : undefined;
     },
-    { ...opts, timeout: `the agent did not answer HTTP on port ${config.port}${config.readyPath ? ` (GET ${config.readyPath})` : ""} within the boot timeout` },
+    {
+      deadline: opts.deadline,
+      gaveUp: opts.gaveUp,
+      timeout: config.readyPath
+        ? `the agent did not answer HTTP on port ${config.port} (GET ${config.readyPath}) within the boot timeout`
+        : `the agent did not listen on port ${config.port} within the boot timeout`,
+    },
   ).then(() => undefined);
 }
 

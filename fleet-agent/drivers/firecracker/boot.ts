@@ -77,7 +77,8 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
       return said ? `the image's ${said}` : live.proc.exitedWhy("firecracker");
     };
     live.agent = await waitForGuestAgent(paths.vsock, deps.agentPort, { deadlineMs: deadline - performance.now(), gaveUp });
-    if (spec.rootImage) await waitImageReady(live.vm.endpoint, spec.rootImage.config, { deadline, gaveUp });
+    const agent = live.agent;
+    if (spec.rootImage) await waitImageReady(live.vm.endpoint, spec.rootImage.config, { deadline, gaveUp, listening: (port, ms) => agent.listening(port, ms) });
     else await waitForHttp(live.vm.endpoint, { deadline, gaveUp });
   } catch (err) {
     await vms.kill(live);

@@ -76,7 +76,8 @@ async function bootImage(d: BootDeps, spec: VmSpec, image: GuestImagePaths, star
     await waitAgent(vp, deadline, "guest agent did not answer before the boot deadline", gaveUp);
     const holes = await holesAfterBoot(d, vp);
     const clock = await fixGuestClock(vp.agent!, { sameNetwork: true }); // a fresh guest: no neighbour to forget
-    await waitImageReady(runningVm(vp).endpoint, config, { deadline, gaveUp });
+    const agent = vp.agent!;
+    await waitImageReady(runningVm(vp).endpoint, config, { deadline, gaveUp, listening: (port, ms) => agent.listening(port, ms) });
     await holes.recached;
     d.sup.running.set(spec.vmId, vp);
     d.log.info("booted", {

@@ -46,6 +46,9 @@ void checkpoint_requests(int out, const char *id);
 /* execkey.c: EXECKEY */
 void set_exec_key(int out, const char *id, const char *arg);
 
+/* listening.c: LISTENING */
+void listening(int out, const char *id, const char *arg);
+
 /* probe.c: PROBE, PROBEVIA */
 void probe_direct(int out, const char *id, char *arg);
 void probe_via(int out, const char *id, char *arg);

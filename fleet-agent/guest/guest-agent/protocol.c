@@ -25,6 +25,8 @@ static void handle_line(int fd, char *line) {
     get_time(fd, id);
   } else if (strcmp(command, "SETTIME") == 0) {
     set_time(fd, id, arg);
+  } else if (strcmp(command, "LISTENING") == 0) {
+    listening(fd, id, arg);
   } else if (strcmp(command, "LEASES") == 0) {
     reply(fd, id, "OK %d", count_leases());
   } else if (strcmp(command, "SYNC") == 0) {
