@@ -404,6 +404,7 @@ describe.skipIf(!qemuPresent)(title, () => {
     const agent = await client.agents.get(agentId);
     const png = decodePng(Buffer.from(await agent.screenshot({ scale: 0.5 })));
     expect([png.width, png.height]).toEqual([width / 2, height / 2]);
+    expect(await agent.viewers()).toEqual([]);
     const done = await agent.act([{ type: "move", x: 5, y: 6 }], { screenshot: false });
     expect(done).toMatchObject({ cursor: { x: 5, y: 6 }, screenshot: null, display: { width, height } });
 
@@ -413,6 +414,7 @@ describe.skipIf(!qemuPresent)(title, () => {
       "agent = AgentVM(sys.argv[1], sys.argv[2]).agents.get(sys.argv[3])",
       "png = agent.screenshot(scale=0.25)",
       "done = agent.act([{'type': 'move', 'x': 7, 'y': 8}])",
+      "assert agent.viewers() == []",
       "shot = base64.b64decode(done['screenshot'])",
       "print(json.dumps({'small': struct.unpack('>II', png[16:24]), 'full': struct.unpack('>II', shot[16:24]), 'cursor': done['cursor']}))",
     ].join("\n");

@@ -310,6 +310,10 @@ class Agent:
             body["scale"] = scale
         return self._http.json("POST", self._path("/desktop/actions"), json_body=body)
 
+    def viewers(self) -> List[Dict[str, Any]]:
+        """Who is watching a desktop agent's screen through the viewer, and who holds control: ``[{id, mode, actor, since}]``."""
+        return self._http.json("GET", self._path("/desktop/viewers"))["viewers"]
+
     def wake(self) -> Dict[str, Any]:
         return self._http.json("POST", self._path("/wake"))
 

@@ -8,6 +8,7 @@ import type {
   Command,
   DesktopAction,
   DesktopActionsResult,
+  DesktopViewers,
   DirectoryListing,
   ExecEvent,
   ExecExit,
@@ -322,6 +323,11 @@ export class Agent {
     if (opts.screenshot !== undefined) json.screenshot = opts.screenshot;
     if (opts.scale !== undefined) json.scale = opts.scale;
     return this.http.json<DesktopActionsResult>("POST", this.path("/desktop/actions"), { json });
+  }
+
+  /** Who is watching a desktop agent's screen through the viewer, and who holds control (through any gateway). */
+  async viewers(): Promise<DesktopViewers["viewers"]> {
+    return (await this.http.json<DesktopViewers>("GET", this.path("/desktop/viewers"))).viewers;
   }
 
   /** Wakes it now and waits until it runs. */

@@ -102,3 +102,4 @@ export type PoolDeleted = Schemas["PoolDeleted"];
 export type DesktopAction = Schemas["DesktopAction"];
 /** The cursor, the display and (unless asked not to) the screen after a batch, as base64 PNG. */
 export type DesktopActionsResult = Schemas["DesktopActionsResult"];
+export type DesktopViewers = Schemas["DesktopViewers"];
