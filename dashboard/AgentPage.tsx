@@ -7,7 +7,7 @@ import { hrefs, Link } from "./route.tsx";
 import { StateBadge } from "./Agents.tsx";
 import { UsagePlots } from "./UsagePlots.tsx";
 import { Operations } from "./Operations.tsx";
-import type { Agent, Rates, Run, RunsPage, UsageReport } from "./types.ts";
+import type { Agent, DesktopViewers, Rates, Run, RunsPage, UsageReport } from "./types.ts";
 
 const runsPerPage = 20;
 /** The log's tail shown, bytes. */
@@ -58,6 +58,7 @@ export function AgentPage(props: { id: string }) {
                 <Link href={hrefs.desktop(a.id)} class="desktop-link">
                   Open the desktop
                 </Link>
+                <DesktopViewersNow id={a.id} />
               </dd>
             </>
           ) : null}
@@ -75,6 +76,21 @@ export function AgentPage(props: { id: string }) {
       <AgentUsage id={props.id} />
       <Logs path={path} />
     </main>
+  );
+}
+
+/** Who watches the desktop now (a viewer holds the agent awake with a lease), and who has control. */
+function DesktopViewersNow(props: { id: string }) {
+  const viewers = usePoll(() => getJson<DesktopViewers>(`/v1/agents/${encodeURIComponent(props.id)}/desktop/viewers`), [props.id]);
+  const list = viewers.data?.viewers ?? [];
+  if (list.length === 0) return null;
+  const holder = list.find((v) => v.mode === "control");
+  return (
+    <span data-testid="agent-desktop-viewers">
+      {" "}
+      · {list.length} viewer{list.length === 1 ? "" : "s"}
+      {holder ? `, ${holder.actor} has control` : ""}
+    </span>
   );
 }
 

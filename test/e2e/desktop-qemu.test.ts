@@ -582,6 +582,10 @@ describe.skipIf(!qemuPresent)(title, () => {
         // Both pages list the viewers; the takeover is audited and holds a lease; the actions API waits.
         await page.waitForSelector('[data-testid="desktop-viewers"]:has-text("demo has control")', { timeout: 10_000 });
         expect((await agentState()).leases).toBeGreaterThanOrEqual(1);
+        const agentPage = await browser.context.newPage();
+        await agentPage.goto(`${sys.url}/dashboard/agents/${agentId}#token=${sys.demo.token}`);
+        await agentPage.waitForSelector('[data-testid="agent-desktop-viewers"]:has-text("2 viewers, demo has control")', { timeout: 10_000 });
+        await agentPage.close();
         const held = await actions({ actions: [{ type: "move", x: 1, y: 1 }] });
         expect(held.res.status).toBe(409);
         const starts = await sys.database.db
