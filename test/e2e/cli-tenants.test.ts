@@ -99,7 +99,9 @@ describe("agentvm tenants", () => {
     expect((await agentvm(["tenants", "whoami"], token)).out).toMatch(/^tenant\s+ten_operator$/m);
     expect(json<{ tenants: unknown[] }>(await agentvm(["tenants", "ls", "--json"], token)).tenants.length).toBeGreaterThan(0);
     const plain = (await agentvm(["token", "--tenant", sys.demo.tenantId, "--data-dir", sys.dataDir])).out.trim();
-    expect((await agentvm(["tenants", "whoami"], plain)).out).toMatch(/^scopes\s+agents:invoke agents:admin agents:exec desktop:control images:read images:write usage:read$/m);
+    expect((await agentvm(["tenants", "whoami"], plain)).out).toMatch(
+      /^scopes\s+agents:invoke agents:admin agents:exec desktop:control images:read images:write usage:read$/m,
+    );
     expect((await agentvm(["tenants", "ls"], plain)).code).toBe(1);
     const noTenant = await agentvm(["token", "--data-dir", sys.dataDir]);
     expect(noTenant.code).toBe(2);
