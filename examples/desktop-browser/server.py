@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT = int(os.environ.get("PORT", "8080"))
 AGENT_ID = os.environ.get("AGENT_ID", "local")
 SIZE = os.environ.get("AGENTVM_DESKTOP_SIZE", "1024x768")
-# A file, not this server: under TCG, Chromium's network service crashed as it started (restarted, it still loaded
-# nothing over http, even from 127.0.0.1; not diagnosed yet), while file: pages load (docs/desktop.md#browser-variant).
+# A file, not this server: the one way measured to work. Under TCG the first page a starting Chromium was given never
+# loaded, over http from 127.0.0.1 (this server never saw the request) as well as a file; given again (unstick below),
+# a file loads. An http page given again was not tried (docs/desktop.md#browser-variant).
 PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "page.html")
 START_URL = os.environ.get("BROWSER_URL", f"file://{PAGE}")
 STARTED = time.time()
@@ -72,7 +73,8 @@ def unstick(argv, env, log):
 
     Under TCG, Chromium's network service crashed as Chromium started (it is restarted) and the first page it was
     given never loaded, a file: page as well as one over http: the window stayed "Untitled - Chromium", black. The
-    same URL given again to the running browser (a second `chromium`, which hands it over: a new tab) loads."""
+    same URL given again to the running browser (a second `chromium`, which hands it over: a new tab) loads (seen with
+    the file: page)."""
     stuck = 0
     reopened = False
     for _ in range(30):
