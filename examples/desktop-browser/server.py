@@ -21,7 +21,8 @@ sandboxed = True
 
 # Flags for a VM without a GPU, under TCG: software drawing without trying the GPU process first, and nothing that
 # runs in the background on its own (update checks, sync, translation, field trials), which would cost CPU and keep
-# the agent's network busy while it should sleep. /dev/shm is a tmpfs of half the VM's memory, so it is used as is.
+# the agent's network busy while it should sleep. No --disable-dev-shm-usage: Debian's wrapper adds it when /dev/shm
+# (a tmpfs of half the VM's memory here) is under 3.8 GB, and its files then go to /tmp, also a tmpfs.
 FLAGS = [
     "--no-first-run",
     "--no-default-browser-check",
