@@ -94,11 +94,11 @@ async function exec(cmd: string): Promise<string> {
   return json.stdout;
 }
 
-/** A file a command typed into the terminal writes: the shell runs the line once the key lands (a busy machine may take a moment). */
+/** A file a command typed into the terminal writes: the shell runs the line once the key lands (a busy machine may take a while: up to ~30 s at load 4 under TCG). */
 async function fileOnceWritten(path: string): Promise<string> {
   for (let i = 0; ; i++) {
     const text = await exec(`cat ${path} 2>/dev/null || true`);
-    if (text !== "" || i >= 50) return text;
+    if (text !== "" || i >= 150) return text;
     await new Promise((r) => setTimeout(r, 200));
   }
 }

@@ -327,7 +327,8 @@ describe.skipIf(!qemuPresent)(title, () => {
       await res.arrayBuffer();
     }
     await post(`/v1/agents/${agentId}/processes/${swapPid}/signal`, { signal: "KILL" });
-    for (const s of statuses) expect([201, 403, 404]).toContain(s);
+    // 400: the directory was swapped away between resolving the path and writing beside it ("cannot write beside …"): refused too.
+    for (const s of statuses) expect([201, 400, 403, 404]).toContain(s);
   }, 300_000);
 
   it("a call without agents:exec is 403; every exec, write and delete is in the audit log with its request id", async () => {
