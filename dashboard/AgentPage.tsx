@@ -7,7 +7,8 @@ import { hrefs, Link } from "./route.tsx";
 import { StateBadge } from "./Agents.tsx";
 import { UsagePlots } from "./UsagePlots.tsx";
 import { Operations } from "./Operations.tsx";
-import type { Agent, DesktopViewers, Rates, Run, RunsPage, UsageReport } from "./types.ts";
+import type { Agent, Rates, Run, RunsPage, UsageReport } from "./types.ts";
+import { useDesktopViewers } from "./desktop-viewers.ts";
 
 const runsPerPage = 20;
 /** The log's tail shown, bytes. */
@@ -81,14 +82,12 @@ export function AgentPage(props: { id: string }) {
 
 /** Who watches the desktop now (a viewer holds the agent awake with a lease), and who has control. */
 function DesktopViewersNow(props: { id: string }) {
-  const viewers = usePoll(() => getJson<DesktopViewers>(`/v1/agents/${encodeURIComponent(props.id)}/desktop/viewers`), [props.id]);
-  const list = viewers.data?.viewers ?? [];
+  const { list, holder, count } = useDesktopViewers(props.id);
   if (list.length === 0) return null;
-  const holder = list.find((v) => v.mode === "control");
   return (
     <span data-testid="agent-desktop-viewers">
       {" "}
-      · {list.length} viewer{list.length === 1 ? "" : "s"}
+      · {count}
       {holder ? `, ${holder.actor} has control` : ""}
     </span>
   );

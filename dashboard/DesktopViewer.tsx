@@ -1,10 +1,9 @@
 // A desktop agent's screen (at /v1/agents/{id}/desktop and /dashboard/agents/{id}/desktop): watch it, take over its keyboard and pointer, see who else is there; a closed connection says why, and reconnecting wakes the agent.
 import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, getJson, storedToken } from "./api.ts";
+import { ApiError, storedToken } from "./api.ts";
+import { useDesktopViewers } from "./desktop-viewers.ts";
 import { ago } from "./format.ts";
-import { usePoll } from "./poll.ts";
 import { hrefs, Link } from "./route.tsx";
-import type { DesktopViewers } from "./types.ts";
 import type { Viewer } from "./vnc.ts";
 
 type Status = { state: "connecting" } | { state: "connected" } | { state: "closed"; message: string };
@@ -24,7 +23,7 @@ export function DesktopViewer(props: { id: string }) {
   const [control, setControl] = useState(false);
   const [attempt, setAttempt] = useState(0);
   const [status, setStatus] = useState<Status>({ state: "connecting" });
-  const viewers = usePoll(() => getJson<DesktopViewers>(`/v1/agents/${encodeURIComponent(props.id)}/desktop/viewers`), [props.id]);
+  const viewers = useDesktopViewers(props.id);
 
   useEffect(() => {
     const target = screen.current;
@@ -51,8 +50,7 @@ export function DesktopViewer(props: { id: string }) {
     };
   }, [props.id, control, attempt]);
 
-  const list = viewers.data?.viewers ?? [];
-  const holder = list.find((v) => v.mode === "control");
+  const { holder, count, polled } = viewers;
   return (
     <main class="desktop">
       <p>
@@ -73,13 +71,13 @@ export function DesktopViewer(props: { id: string }) {
           </button>
         ) : null}
         <span class="muted" data-testid="desktop-viewers">
-          {list.length} viewer{list.length === 1 ? "" : "s"}
+          {count}
           {holder ? ` · ${holder.actor} has control since ${ago(holder.since, Date.now())}` : " · nobody has control"}
         </span>
       </div>
-      {viewers.error && !(viewers.error instanceof ApiError && viewers.error.status === 404) ? (
+      {polled.error && !(polled.error instanceof ApiError && polled.error.status === 404) ? (
         <p class="error" role="alert">
-          {viewers.error.message}
+          {polled.error.message}
         </p>
       ) : null}
       <div class="desktop-screen" ref={screen} data-testid="desktop-screen" />

@@ -43,3 +43,25 @@ export function buildCTool(source: { file: string } | { text: string }, name: st
     if (src) rmSync(src, { force: true });
   }
 }
+
+let gccSeen: string | undefined;
+
+/** gcc's first `--version` line (part of the key of whatever it builds), or `none` without gcc. */
+export function gccVersion(): string {
+  if (gccSeen === undefined) {
+    const r = spawnSync("gcc", ["--version"], { encoding: "utf8" });
+    gccSeen = r.status === 0 ? (r.stdout.split("\n")[0] ?? "gcc") : "none";
+  }
+  return gccSeen;
+}
+
+/**
+ * Compiles `sources` into the static program `output` (`gcc -static -O2 -Wall`, then `flags`): what runs in a guest or
+ * in any image, whatever its libc (the guest image's programs, the desktop base's `call`). Answers gcc's complaint
+ * (`missing`: no gcc at all), or undefined when it built.
+ */
+export function compileStatic(sources: readonly string[], output: string, flags: readonly string[] = []): { missing?: true; stderr: string } | undefined {
+  const r = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", output, ...sources, ...flags], { encoding: "utf8" });
+  if (r.error) return { missing: true, stderr: r.error.message };
+  return r.status === 0 ? undefined : { stderr: r.stderr ?? "" };
+}

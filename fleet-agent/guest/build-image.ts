@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
+import { compileStatic, gccVersion } from "../../lib/c-tool.ts";
 import { takeLock } from "../../lib/node-lock.ts";
 import { rememberWhileAptUnchanged } from "./apt-memo.ts";
 import { GUEST_EXEC_HEADERS, GUEST_EXEC_SOURCES } from "./guest-exec/sources.ts";
@@ -142,10 +143,6 @@ function hasInterpreter(elf: Buffer): boolean {
   return false;
 }
 
-function compilerVersion(): string {
-  return run("gcc", ["--version"]).split("\n")[0] ?? "gcc";
-}
-
 function imageDir(dataDir: string): string {
   return join(resolve(dataDir), "images", "demo");
 }
@@ -180,7 +177,7 @@ function gatherInputs(custom: CustomKernel | undefined, dir: string): Inputs {
   } else {
     kernel = rememberWhileAptUnchanged(join(dir, ".kernel-package.json"), resolveKernelPackage);
   }
-  return { kernel, busybox: findBusybox(), gcc: compilerVersion(), sources, modules: WANTED_MODULES, imageModules: IMAGE_MODULES };
+  return { kernel, busybox: findBusybox(), gcc: gccVersion(), sources, modules: WANTED_MODULES, imageModules: IMAGE_MODULES };
 }
 
 interface Manifest {
@@ -272,8 +269,8 @@ function walk(dir: string, out: string[] = []): string[] {
 
 /** Compiles and links `sources` (one program) into `output`. */
 function compile(sources: string[], output: string, extra: string[] = []): void {
-  const result = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", output, ...sources, ...extra], { encoding: "utf8" });
-  if (result.status !== 0) throw new Error(`gcc ${basename(output)} failed:\n${result.stderr}`);
+  const failed = compileStatic(sources, output, extra);
+  if (failed) throw new Error(`gcc ${basename(output)} failed:\n${failed.stderr}`);
 }
 
 function build(dir: string, dataDir: string, inputs: Inputs, key: string, log: (line: string) => void): GuestImage {

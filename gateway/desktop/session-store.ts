@@ -1,5 +1,5 @@
 // Viewers' sessions on desktop agents in the database (drizzle; Postgres or PGlite): shared by every gateway, one control holder an agent by a unique index.
-import { and, asc, eq, gt, isNull, lte } from "drizzle-orm";
+import { and, asc, eq, gt, isNull, lte, sql } from "drizzle-orm";
 import type { Db } from "../../schema/postgres.ts";
 import { desktopSessions } from "../../schema/core.ts";
 import { isUniqueViolation } from "../../schema/db-errors.ts";
@@ -30,12 +30,10 @@ export function createDesktopSessionStore(db: Db): DesktopSessions {
     async open(s) {
       // A session its gateway stopped renewing ended when it expired (the unique index then lets a new holder in).
       const expired = and(eq(desktopSessions.agentId, s.agentId), isNull(desktopSessions.endedAt), lte(desktopSessions.expiresAt, s.startedAt));
-      const stale = await db.select({ id: desktopSessions.id, expiresAt: desktopSessions.expiresAt }).from(desktopSessions).where(expired);
-      for (const row of stale)
-        await db
-          .update(desktopSessions)
-          .set({ endedAt: row.expiresAt })
-          .where(and(eq(desktopSessions.id, row.id), isNull(desktopSessions.endedAt)));
+      await db
+        .update(desktopSessions)
+        .set({ endedAt: sql`${desktopSessions.expiresAt}` })
+        .where(expired);
       try {
         await db.insert(desktopSessions).values({ ...s });
         return { session: s };

@@ -9,6 +9,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { compileStatic, gccVersion } from "../../lib/c-tool.ts";
 import { AppError } from "../../lib/errors.ts";
 import { buildahCommitScratch, buildahImageLabels, buildahRemoveImage, buildahSetup } from "./buildah.ts";
 import { takeLock } from "../../lib/node-lock.ts";
@@ -213,22 +214,11 @@ export function imageKey(spec: BaseSpec, rootKey: string): string {
   return `${rootKey.slice(0, 16)}${hash.digest("hex").slice(0, 16)}`;
 }
 
-let gccSeen: string | undefined;
-
-/** gcc's first `--version` line (part of a compiled file's key), or `none` without gcc (the commit then says to install it). */
-function gccVersion(): string {
-  if (gccSeen === undefined) {
-    const r = spawnSync("gcc", ["--version"], { encoding: "utf8" });
-    gccSeen = r.status === 0 ? (r.stdout.split("\n")[0] ?? "gcc") : "none";
-  }
-  return gccSeen;
-}
-
 /** Builds a compiled base file into `target` (gcc -static -O2), or AppError("internal") saying what failed. */
 function compileFile(f: BaseFile & { compile: { flags: readonly string[] } }, target: string): void {
-  const r = spawnSync("gcc", ["-static", "-O2", "-Wall", "-o", target, f.source, ...f.compile.flags], { encoding: "utf8" });
-  if (r.error) throw new AppError("internal", `a base's ${f.path} is compiled on this host: install gcc libc6-dev (apt-get install -y gcc libc6-dev)`);
-  if (r.status !== 0) throw new AppError("internal", `compiling ${f.path} from ${f.source} failed:\n${tailText((r.stderr ?? "").split("\n"), 10)}`);
+  const failed = compileStatic([f.source], target, f.compile.flags);
+  if (failed?.missing) throw new AppError("internal", `a base's ${f.path} is compiled on this host: install gcc libc6-dev (apt-get install -y gcc libc6-dev)`);
+  if (failed) throw new AppError("internal", `compiling ${f.path} from ${f.source} failed:\n${tailText(failed.stderr.split("\n"), 10)}`);
 }
 
 /** Removes a base's `prune` paths from a mounted root (a `*` in the last part matches any run of characters). */
