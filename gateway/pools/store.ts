@@ -184,7 +184,10 @@ export function createPoolStore(db: Db): PoolStore {
           .where(and(eq(agents.poolId, poolId), eq(agents.poolState, "ready"), isNull(agents.deletedAt)))
           .orderBy(desc(agents.createdAt), desc(agents.id))
           .limit(surplus)
-          .for("update", { skipLocked: true });
+          // Waits for a row another transaction holds (the host writing the agent's state after its reset): skipping it
+          // left the surplus in the pool until something else kicked a trim. Trims are serialised by the pool row's lock
+          // above, and one taking a row a claim just handed out sees it is no longer ready and leaves it.
+          .for("update");
         if (taken.length === 0) return [];
         const ids = taken.map((t) => t.id);
         const at = new Date();

@@ -598,3 +598,35 @@ describe("the pool store on embedded PGlite (the all-in-one npm start)", () => {
     }
   });
 });
+
+describe("the pool store on Postgres", () => {
+  it("trims a surplus ready agent whose row another transaction holds for a moment (the host writing its state): it waits, never skips it", async () => {
+    const { db } = sys.database;
+    const store = createPoolStore(db);
+    await db.insert(tenants).values({ id: "ten_trim", name: "t" }).onConflictDoNothing();
+    const pool = await store.create({ id: newId("pool"), tenantId: "ten_trim", name: "t", fromCheckpoint: "ckp_x", size: 1, maxSize: 1 });
+    const row = await store.reserve(pool.id, { id: newId("agent"), tenantId: "ten_trim", name: "t", image: "demo" }, "top-up");
+    await store.move(row!.id, pool.id, ["resetting"], "ready");
+    await store.resize(pool.id, { size: 0, maxSize: 1 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => {
+      locked = r;
+    });
+    const holder = db.transaction(async (tx) => {
+      await tx.update(agents).set({ state: "hibernated" }).where(eq(agents.id, row!.id));
+      locked();
+      await held;
+    });
+    await isLocked;
+    const taken = store.takeSurplus(pool.id);
+    await new Promise((r) => setTimeout(r, 200));
+    release();
+    await holder;
+    expect((await taken).map((r) => r.id)).toEqual([row!.id]);
+    expect((await store.counts([pool.id])).get(pool.id)?.ready ?? 0).toBe(0);
+  });
+});

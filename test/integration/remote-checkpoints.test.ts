@@ -8,7 +8,7 @@ import { AppError } from "../../lib/errors.ts";
 import { componentKey } from "../../lib/host-token.ts";
 import { newId } from "../../lib/ids.ts";
 import { silentLogger } from "../../lib/log.ts";
-import { agents, checkpoints, hosts, tenants } from "../../schema/core.ts";
+import { agents, checkpoints, tenants } from "../../schema/core.ts";
 import { createAgentRepo } from "../../gateway/agents/repo.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { createDbPlacement } from "../../gateway/placement.ts";
@@ -32,9 +32,9 @@ afterAll(async () => {
   await database?.close();
 });
 
-const fleet = () =>
+const fleet = ({ liveWindowMs = 30_000 } = {}) =>
   createRemoteFleet({
-    placement: createDbPlacement(database.db, { liveWindowMs: 30_000, cacheTtlMs: 0, clock: systemClock }),
+    placement: createDbPlacement(database.db, { liveWindowMs, cacheTtlMs: 0, clock: systemClock }),
     key: componentKey(testComponentSecret),
     log: silentLogger,
   });
@@ -85,22 +85,15 @@ describe("checkpoints over the host protocol", () => {
   });
 
   it("an agent deleted while its host is not live takes its checkpoints' rows with it (the host sweeps their files at its next start)", async () => {
-    const f = fleet();
     const a = await agent();
-    await f.wake(a, "api");
-    const ckp = await f.checkpoint!(a, { name: "before-outage" });
-    await database.db
-      .update(hosts)
-      .set({ lastHeartbeatAt: new Date(Date.now() - 3_600_000) })
-      .where(eq(hosts.id, daemon.hostId));
-    try {
-      await f.remove(a.id); // the host is not live: nothing is asked of it
-      await createAgentRepo(database.db).markDeleted(a.id);
-      const [row] = await database.db.select().from(checkpoints).where(eq(checkpoints.id, ckp.id));
-      expect(row!.deletedAt).not.toBeNull();
-      expect(existsSync(join(dataDir, "hosts", daemon.hostId, "checkpoints", ckp.id))).toBe(true);
-    } finally {
-      await database.db.update(hosts).set({ lastHeartbeatAt: new Date() }).where(eq(hosts.id, daemon.hostId));
-    }
+    await fleet().wake(a, "api");
+    const ckp = await fleet().checkpoint!(a, { name: "before-outage" });
+    // Seen from a gateway whose live window is empty the host is not live, whatever its heartbeat (every 500 ms here) says.
+    const outage = fleet({ liveWindowMs: 0 });
+    await outage.remove(a.id); // the host is not live: nothing is asked of it
+    await createAgentRepo(database.db).markDeleted(a.id);
+    const [row] = await database.db.select().from(checkpoints).where(eq(checkpoints.id, ckp.id));
+    expect(row!.deletedAt).not.toBeNull();
+    expect(existsSync(join(dataDir, "hosts", daemon.hostId, "checkpoints", ckp.id))).toBe(true);
   });
 });
