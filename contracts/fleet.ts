@@ -20,6 +20,8 @@ export interface ForwardContext {
    * itself (the key never leaves the host). Only the gateway's exec and files routes set it: no client header can.
    */
   target?: ForwardTarget;
+  /** The caller repeats the call elsewhere if need be: a draining host does not wake the agent for it (`host_draining`). */
+  handOff?: boolean;
 }
 
 /** What a forwarded request reaches inside the VM (`ForwardContext.target`). */
@@ -48,7 +50,7 @@ export interface Fleet {
    * `webSocket`) as is, or the agent's refusal. The host relays frames and applies the idle rules.
    */
   upgradeFetch?(agent: AgentSpec, req: Request, ctx: ForwardContext & SocketLimits): Promise<Response>;
-  wake(agent: AgentSpec, reason: WakeReason): Promise<WakeInfo>;
+  wake(agent: AgentSpec, reason: WakeReason, opts?: { handOff?: boolean }): Promise<WakeInfo>;
   /** Optional: chooses the agent's host now (at creation), so agents spread by free capacity before their first call; absent: the first call places it. */
   place?(agent: AgentSpec): Promise<void>;
   hibernate(agentId: string): Promise<VmState>;

@@ -29,10 +29,16 @@ export type HostCall =
       proxyIdleTimeoutMs?: number;
       /** `exec`: to the VM's exec server (the host adds its key), not the agent's own server; absent: the agent's. */
       target?: "exec";
+      /**
+       * The gateway can repeat this call elsewhere (it has no body): a draining host that would have to wake the agent
+       * for it answers `host_draining` instead, and the gateway places the agent again (a drain's move) and repeats it.
+       */
+      handOff?: true;
     }
   /** A WebSocket upgrade (GET with `Upgrade: websocket`) relayed by the host; the limits are the gateway's for this agent. */
   | { op: "websocket"; agent: AgentSpec; reason: WakeReason; path: string; requestId: string; proxyIdleTimeoutMs: number; responseTimeoutMs: number }
-  | { op: "wake"; agent: AgentSpec; reason: WakeReason }
+  /** `handOff` as for forward. */
+  | { op: "wake"; agent: AgentSpec; reason: WakeReason; handOff?: true }
   | { op: "hibernate"; agentId: string }
   | { op: "status"; agentId: string }
   /** The live status of several agents in one call (a page of a list); at most `maxStatusesPerCall` ids. */
@@ -93,6 +99,10 @@ export async function verifyHostCall(key: Uint8Array, hostId: string, token: str
   return call;
 }
 
+function optTrue(v: unknown): boolean {
+  return v === undefined || v === true;
+}
+
 function optPositiveInt(v: unknown): boolean {
   return v === undefined || (Number.isInteger(v) && (v as number) > 0);
 }
@@ -113,7 +123,8 @@ function isHostCall(v: unknown): v is HostCall {
         str("requestId") &&
         optPositiveInt(c.responseTimeoutMs) &&
         optPositiveInt(c.proxyIdleTimeoutMs) &&
-        (c.target === undefined || c.target === "exec")
+        (c.target === undefined || c.target === "exec") &&
+        optTrue(c.handOff)
       );
     case "websocket":
       return (
@@ -128,7 +139,7 @@ function isHostCall(v: unknown): v is HostCall {
         (c.responseTimeoutMs as number) > 0
       );
     case "wake":
-      return isAgentSpec(c.agent) && isReason(c.reason);
+      return isAgentSpec(c.agent) && isReason(c.reason) && optTrue(c.handOff);
     case "lease":
       return isAgentSpec(c.agent) && Number.isInteger(c.ttlMs) && (c.ttlMs as number) > 0;
     case "drop-lease":

@@ -18,6 +18,12 @@ export class EventLog {
   private readonly store: HostStore;
   private readonly log: Logger;
   private tail: Promise<void> = Promise.resolve();
+  /** Transitions queued and not yet begun, by agent, in order (`overtake` takes them out of turn). */
+  private readonly queued = new Map<string, TransitionRecord[]>();
+  /** The transition being written in turn (at most one: the queue is serial), and whose. */
+  private writing: { agentId: string; done: Promise<void> } | undefined;
+  /** Agents whose queued transitions are being written out of turn (`overtake`). */
+  private readonly overtaking = new Map<string, Promise<void>>();
 
   constructor(store: HostStore, log: Logger) {
     this.store = store;
@@ -25,7 +31,51 @@ export class EventLog {
   }
 
   transition(record: TransitionRecord): void {
-    this.enqueue(() => this.store.transition(record));
+    const id = record.agentId;
+    const mine = this.queued.get(id);
+    if (mine) mine.push(record);
+    else this.queued.set(id, [record]);
+    this.enqueue(() => {
+      const list = this.queued.get(id);
+      const i = list ? list.indexOf(record) : -1;
+      if (i < 0) return Promise.resolve(); // written out of turn already (`overtake`)
+      list!.splice(i, 1);
+      if (list!.length === 0) this.queued.delete(id);
+      const write = this.store.transition(record);
+      const done = write.then(
+        () => undefined,
+        () => undefined,
+      );
+      this.writing = { agentId: id, done };
+      void done.then(() => {
+        if (this.writing?.done === done) this.writing = undefined;
+      });
+      return write;
+    });
+  }
+
+  /**
+   * Writes the agent's queued transitions now, in their order, ahead of the rest of the queue (after the one being
+   * written, if it is the agent's). Before the host writes the agent's row past the queue (`HostStore.claimWake`
+   * before a wake, `markAsleep` when a draining host hands it off): a host waking an agent again before its log caught
+   * up (writes queue behind holds; under load seconds behind) would otherwise have the row say `hibernated` after the
+   * claim said `restoring`, and a drain's move take the agent while it wakes here; and the log would have the old
+   * host's last transitions after the move. Waits only for the agent's own writes, never for a hold.
+   */
+  overtake(agentId: string): Promise<void> {
+    const under = this.overtaking.get(agentId);
+    const run = (async () => {
+      await under;
+      if (this.writing?.agentId === agentId) await this.writing.done;
+      const mine = this.queued.get(agentId) ?? [];
+      this.queued.delete(agentId);
+      for (const r of mine) await this.store.transition(r).catch((err) => this.log.error("event log write failed", { err }));
+    })();
+    this.overtaking.set(agentId, run);
+    void run.then(() => {
+      if (this.overtaking.get(agentId) === run) this.overtaking.delete(agentId);
+    });
+    return run;
   }
 
   runStarted(run: RunStart): void {

@@ -153,7 +153,7 @@ export class Host {
     const checkpointBusy = (agentId: string) => checkpoints.busy(agentId);
     const removeCheckpointsOf = (agentId: string) => checkpoints.removeCheckpointsOf(agentId);
     const eviction = (this.eviction = new Eviction({ driver, log, vms, lifecycle, metering, generations, checkpointBusy, removeCheckpointsOf, left }));
-    const fencing = (this.fencing = new Fencing({ hostId, vmsDir, clock, fs, store: deps.store, vms, generations, eviction }));
+    const fencing = (this.fencing = new Fencing({ hostId, vmsDir, clock, fs, store: deps.store, events, vms, generations, eviction }));
     const checkpointWorkOn = (agentId: string) => checkpoints.has(agentId);
     this.hibernation = new Hibernation({ clock, log, metrics, driver, events, lifecycle, metering, ...hibernateRetry, ...shipper, checkpointWorkOn });
     this.waking = new Waking({
@@ -181,6 +181,8 @@ export class Host {
       leased,
       leasedNow: (spec) => fencing.leasedNow(spec),
       ownerCheck: (entry) => fencing.ownerCheck(entry),
+      draining: () => this.drain.isDraining,
+      handOff: (entry) => fencing.handOff(entry),
       checkpointBusy,
       released: () => {
         this.drain.released();
@@ -340,10 +342,11 @@ export class Host {
   /**
    * Holds the agent's VM awake for one request, waking it first if needed. Concurrent callers share one
    * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After. `requestId`: the
-   * call that asked (the wake it starts records it, in the event log's detail and the audit log).
+   * call that asked (the wake it starts records it, in the event log's detail and the audit log). `handOff`: the
+   * caller can repeat the call elsewhere, so while this host drains a sleeping agent is not woken (`host_draining`).
    */
-  acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
-    return this.waking.acquire(spec, reason, requestId);
+  acquire(spec: AgentSpec, reason: WakeReason, requestId?: string, opts: { handOff?: boolean } = {}): Promise<Ticket> {
+    return this.waking.acquire(spec, reason, requestId, opts);
   }
 
   /** `acquire` when the VM is awake and nothing is to be waited for: a ticket at once, else undefined (then `acquire`). */
@@ -381,8 +384,8 @@ export class Host {
   }
 
   /** Wakes the agent (reason `api`) without holding it. */
-  async wake(spec: AgentSpec, reason: WakeReason = "api"): Promise<WakeInfo> {
-    const ticket = await this.acquire(spec, reason);
+  async wake(spec: AgentSpec, reason: WakeReason = "api", opts: { handOff?: boolean } = {}): Promise<WakeInfo> {
+    const ticket = await this.acquire(spec, reason, undefined, opts);
     ticket.release();
     return ticket.wake;
   }

@@ -77,13 +77,14 @@ export function createIngress(deps: IngressDeps): Hono<IngressEnv> {
     const limits = responseTimeoutMs !== undefined && proxyIdleTimeoutMs !== undefined ? { limits: { responseTimeoutMs, proxyIdleTimeoutMs } } : {};
     // The exec server only when the gateway's signed call says so (its exec and files routes).
     const target = call.target === "exec" ? { target: "exec" as const } : {};
-    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal, ...limits, ...target });
+    const handOff = call.handOff ? { handOff: true } : {};
+    const res = await fleet.forward(call.agent, req, { requestId: call.requestId, reason: call.reason, signal: raw.signal, ...limits, ...target, ...handOff });
     return new Response(res.body, { status: res.status, statusText: res.statusText, headers: withoutHopByHop(res.headers) });
   });
 
   app.post(hostOpPaths.wake, async (c) => {
     const call = await authorize(c, "wake");
-    return c.json(await fleet.wake(call.agent, call.reason));
+    return c.json(await fleet.wake(call.agent, call.reason, { handOff: call.handOff === true }));
   });
 
   app.post(hostOpPaths.hibernate, async (c) => {

@@ -112,7 +112,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
 
   return {
     async forward(agent: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
-      const ticket = await host.acquire(agent, ctx.reason, ctx.requestId);
+      const ticket = await host.acquire(agent, ctx.reason, ctx.requestId, { handOff: ctx.handOff === true });
       const abort = new AbortController();
       const onClientAbort = () => abort.abort(ctx.signal?.reason);
       ctx.signal?.addEventListener("abort", onClientAbort, { once: true });
@@ -221,7 +221,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
       await Promise.race([handshake, relayed]);
       relayed.catch(() => undefined);
     },
-    wake: (agent, reason) => host.wake(agent, reason),
+    wake: (agent, reason, opts) => host.wake(agent, reason, opts),
     // A call whose client has its answer may hold the VM a moment longer (its stream's end not yet seen): waited for.
     hibernate: (agentId) => host.hibernateNow(agentId, { settleMs: apiHibernateSettleMs }),
     status: async (agentId) => host.status(agentId),

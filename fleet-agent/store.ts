@@ -94,6 +94,12 @@ export interface HostStore extends HostRecoveryStore {
    * a newer generation); undefined when it holds (or the agent has no row, or no host: nothing to fence against).
    */
   claimWake(agentId: string, hostId: string, generation: number): Promise<AgentOwner | undefined>;
+  /**
+   * A draining host that will not wake the agent says at once that it sleeps here (`state`), while the row is still
+   * its own under `generation`: the row may lag behind the host's queued writes, and a gateway moves only an agent
+   * whose row says it sleeps.
+   */
+  markAsleep(agentId: string, hostId: string, generation: number, state: "hibernated" | "stopped"): Promise<void>;
   /** Whether an operator drains this host (its row's `draining_at`). */
   draining(hostId: string): Promise<boolean>;
   transition(r: TransitionRecord): Promise<void>;
@@ -162,16 +168,24 @@ export function createDbHostStore(db: Db): HostStore {
       return out;
     },
     async claimWake(agentId, hostId, generation) {
+      // The host wakes only a VM that sleeps here: a row still saying it runs, dozes or snapshots lags behind the host's
+      // queued writes, and is claimed as one that sleeps.
       const claimed = await db
         .update(agents)
         .set({
-          state: sql`case when ${agents.state} = 'creating' then 'booting' when ${agents.state} in ('hibernated', 'stopped') then 'restoring' else ${agents.state} end`,
+          state: sql`case when ${agents.state} = 'creating' then 'booting' when ${agents.state} in ('hibernated', 'stopped', 'running', 'dozing', 'snapshotting') then 'restoring' else ${agents.state} end`,
         })
         .where(and(eq(agents.id, agentId), eq(agents.hostId, hostId), lte(agents.generation, generation), isNull(agents.deletedAt)))
         .returning({ id: agents.id });
       if (claimed.length > 0) return undefined;
       const owner = (await this.owners([agentId])).get(agentId);
       return owner && !owner.deleted && owner.hostId !== null ? owner : undefined;
+    },
+    async markAsleep(agentId, hostId, generation, state) {
+      await db
+        .update(agents)
+        .set({ state })
+        .where(and(eq(agents.id, agentId), eq(agents.hostId, hostId), eq(agents.generation, generation), isNull(agents.deletedAt)));
     },
     async draining(hostId) {
       const [row] = await db.select({ drainingAt: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId));
@@ -290,6 +304,10 @@ export function createMemoryHostStore(): MemoryHostStore {
         if (o) out.set(id, o);
       }
       return out;
+    },
+    async markAsleep(agentId, hostId, _generation, state) {
+      const row = agentRows.get(agentId);
+      if (row?.hostId === hostId) row.state = state;
     },
     async claimWake(agentId, hostId, generation) {
       const o = owners.get(agentId);

@@ -38,6 +38,8 @@ export interface RemoteFleetDeps {
 
 /** `statuses` calls a page of a list has in flight at once (one per host and batch of ids). */
 const statusConcurrency = 8;
+/** A call's body up to this size (declared by its Content-Length) is read before it is sent, so it can be sent again (`handedOff`). */
+const repeatableBodyBytes = 64 * 1024;
 
 export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
   const { placement, key, log } = deps;
@@ -95,6 +97,24 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     }
   }
 
+  /**
+   * Sends a call that may wake the agent. When it can be repeated (`repeatable`), its first try lets a draining host
+   * refuse to wake the sleeping agent (`host_draining`): then the agent is placed again, which moves it off the
+   * draining host when its state can go (gateway/placement.ts), and the call goes once more, wherever it is placed,
+   * without the offer. Otherwise the agent would wake on the draining host for as long as calls come, and never move.
+   */
+  async function handedOff<T>(spec: AgentSpec, repeatable: boolean, send: (host: PlacedHost, handOff: boolean) => Promise<T>): Promise<T> {
+    const host = await placement.hostFor(spec);
+    if (!repeatable) return send(host, false);
+    try {
+      return await send(host, true);
+    } catch (err) {
+      if (!(err instanceof AppError) || err.code !== "host_draining") throw err;
+      placement.forget(spec.id);
+      return send(await placement.hostFor(spec), false);
+    }
+  }
+
   async function status(agentId: string): Promise<VmStatus | undefined> {
     const host = await placement.currentHost(agentId);
     if (!host) return undefined;
@@ -129,22 +149,28 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
     appliesLimits: true,
     ...(liveHosts ? { templates: () => templates(liveHosts) } : {}),
     async forward(spec: AgentSpec, req: Request, ctx: ForwardContext): Promise<Response> {
-      const host = await placement.hostFor(spec);
-      const agent = leased(spec, host);
       const url = new URL(req.url);
-      const call: HostCall = {
-        op: "forward",
-        agent,
-        reason: ctx.reason,
-        method: req.method,
-        path: url.pathname + url.search,
-        requestId: ctx.requestId,
-        ...(ctx.limits ? { responseTimeoutMs: ctx.limits.responseTimeoutMs, proxyIdleTimeoutMs: ctx.limits.proxyIdleTimeoutMs } : {}),
-        // Signed into the token with the rest: a client's headers cannot pick it.
-        ...(ctx.target === "exec" ? { target: "exec" as const } : {}),
-      };
       const hasBody = req.body !== null && req.method !== "GET" && req.method !== "HEAD";
-      return send(host, call, { headers: new Headers(req.headers), body: hasBody ? req.body : null, ...(ctx.signal ? { signal: ctx.signal } : {}) });
+      // A call without a body, or with a small one read here first, can be sent twice: it offers a draining host to
+      // hand the agent off (see `handedOff`). A larger body streams once.
+      const declared = Number(req.headers.get("content-length") ?? Number.NaN);
+      const small = hasBody && declared <= repeatableBodyBytes;
+      const body = small ? await req.arrayBuffer() : hasBody ? req.body : null;
+      return handedOff(spec, !hasBody || small, (host, handOff) => {
+        const call: HostCall = {
+          op: "forward",
+          agent: leased(spec, host),
+          reason: ctx.reason,
+          method: req.method,
+          path: url.pathname + url.search,
+          requestId: ctx.requestId,
+          ...(ctx.limits ? { responseTimeoutMs: ctx.limits.responseTimeoutMs, proxyIdleTimeoutMs: ctx.limits.proxyIdleTimeoutMs } : {}),
+          // Signed into the token with the rest: a client's headers cannot pick it.
+          ...(ctx.target === "exec" ? { target: "exec" as const } : {}),
+          ...(handOff ? { handOff: true as const } : {}),
+        };
+        return send(host, call, { headers: new Headers(req.headers), body, ...(ctx.signal ? { signal: ctx.signal } : {}) });
+      });
     },
     async upgradeFetch(spec, req, ctx) {
       const host = await placement.hostFor(spec);
@@ -164,8 +190,9 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
       return send(host, call, { headers, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     },
     async wake(spec, reason) {
-      const host = await placement.hostFor(spec);
-      return control<WakeInfo>(host, { op: "wake", agent: leased(spec, host), reason }, undefined);
+      return handedOff(spec, true, (host, handOff) =>
+        control<WakeInfo>(host, { op: "wake", agent: leased(spec, host), reason, ...(handOff ? { handOff: true as const } : {}) }, undefined),
+      );
     },
     async place(spec) {
       await placement.hostFor(spec);

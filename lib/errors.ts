@@ -80,6 +80,11 @@ export const errorStatus = {
    * its agents move to other hosts as they sleep. `Retry-After`.
    */
   clock_skew: 503,
+  /**
+   * The agent sleeps on a host that drains, and the gateway's call offered to place it elsewhere (`handOff`): the host
+   * did not wake it. The gateway places it again and repeats the call there; a client sees it only when it cannot.
+   */
+  host_draining: 503,
   /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */
   database_unavailable: 503,
   gateway_timeout: 504,

@@ -5,6 +5,7 @@ import { AppError } from "../../lib/errors.ts";
 import { isId } from "../../lib/ids.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { withDeadline } from "../deadline.ts";
+import type { EventLog } from "../event-log.ts";
 import type { HostFs } from "../host-fs.ts";
 import type { AgentOwner, HostStore } from "../store.ts";
 import type { VmEntry } from "../vm-entry.ts";
@@ -21,7 +22,9 @@ export interface FencingDeps {
   vmsDir: string;
   clock: Clock;
   fs: HostFs;
-  store: Pick<HostStore, "owners" | "claimWake">;
+  store: Pick<HostStore, "owners" | "claimWake" | "markAsleep">;
+  /** The host's event log: its queued writes of the agent's earlier runs must not undo a claim (`overtake`). */
+  events: Pick<EventLog, "overtake">;
   vms: Pick<VmTable, "get" | "ids" | "entryFor">;
   generations: Pick<DiskGenerations, "read" | "write">;
   eviction: Pick<Eviction, "evict" | "discardStateDir">;
@@ -95,6 +98,22 @@ export class Fencing {
     return check;
   }
 
+  /**
+   * A draining host does not wake a sleeping agent for a call its gateway can repeat elsewhere (wake.ts): its row is
+   * made to say it sleeps here now, so the gateway's next placement moves it. Not while a wake's claim is under way
+   * for it here (another call that cannot be repeated): that wake goes ahead, and the row says so.
+   */
+  async handOff(entry: VmEntry): Promise<void> {
+    const id = entry.spec.id;
+    if (this.ownerChecks.has(id) || (entry.state !== "hibernated" && entry.state !== "stopped")) return;
+    const state = entry.state;
+    const mark = async () => {
+      await this.deps.events.overtake(id);
+      await this.deps.store.markAsleep(id, this.deps.hostId, entry.generation, state);
+    };
+    await withDeadline(this.deps.clock, ownerCheckMs, mark(), () => undefined).catch(() => undefined);
+  }
+
   private async assertOwner(entry: VmEntry): Promise<void> {
     const id = entry.spec.id;
     let owner: AgentOwner | undefined;
@@ -102,7 +121,11 @@ export class Fencing {
       // The claim marks the row waking in the same statement that checks it is still ours, so a gateway's move of the
       // sleeping agent that races it fails (store.ts `claimWake`). Bounded: a database that does not answer (an
       // outage, a partition) must not hold the wake up.
-      owner = await withDeadline(this.deps.clock, ownerCheckMs, this.deps.store.claimWake(id, this.deps.hostId, entry.generation), () => undefined);
+      const claim = async () => {
+        await this.deps.events.overtake(id);
+        return this.deps.store.claimWake(id, this.deps.hostId, entry.generation);
+      };
+      owner = await withDeadline(this.deps.clock, ownerCheckMs, claim(), () => undefined);
     } catch {
       return;
     }

@@ -53,6 +53,10 @@ export interface WakingDeps {
   leasedNow(spec: AgentSpec): VmEntry | undefined;
   /** Refuses a wake of an agent the database gives another host (fencing.ts). */
   ownerCheck(entry: VmEntry): Promise<void>;
+  /** Whether this host drains (an operator's drain, or its clock off): a wake a caller could take elsewhere is refused. */
+  draining(): boolean;
+  /** Before that refusal: the agent's row says it sleeps here (fencing.ts `handOff`). */
+  handOff(entry: VmEntry): Promise<void>;
   /** Settles once the checkpoint work under way on the agent has (undefined: none). */
   checkpointBusy(agentId: string): Promise<void> | undefined;
   /** A ticket was released (the drain waits for the last one). */
@@ -85,7 +89,7 @@ export class Waking {
    * wake; callers beyond the queue limit, or still waiting at the deadline, get a 503 with Retry-After. `requestId`: the
    * call that asked (the wake it starts records it, in the event log's detail and the audit log).
    */
-  async acquire(spec: AgentSpec, reason: WakeReason, requestId?: string): Promise<Ticket> {
+  async acquire(spec: AgentSpec, reason: WakeReason, requestId?: string, opts: { handOff?: boolean } = {}): Promise<Ticket> {
     if (this.deps.stopping()) throw new AppError("shutting_down", "host is shutting down", { retryAfterS: 5 });
     const entry = await this.deps.leased(spec);
     const queuedAt = this.deps.clock.monotonic();
@@ -112,6 +116,12 @@ export class Waking {
       }
       if (entry.waiting >= this.deps.wakeQueueLimit) {
         throw new AppError("queue_full", `too many requests waiting for agent ${spec.id} to wake`, { retryAfterS: 2 });
+      }
+      if (!entry.wake && opts.handOff && this.deps.draining()) {
+        // A drain gives sleeping agents to other hosts: waking one here for a call its gateway can repeat elsewhere
+        // would keep it here for as long as calls come (and its row waking, which no move takes).
+        await this.deps.handOff(entry);
+        throw new AppError("host_draining", `host is draining: agent ${spec.id} sleeps and is not woken here; place it again`, { retryAfterS: 1 });
       }
       if (!entry.wake && !ownerChecked) {
         // A wake is to start: ask who owns the agent first, then look again (the state may have moved meanwhile).

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { eq, inArray, sql } from "drizzle-orm";
-import { agents, hosts, runs, tenants } from "../../schema/core.ts";
+import { asc, eq, inArray, sql } from "drizzle-orm";
+import { agents, hosts, runs, tenants, vmEvents } from "../../schema/core.ts";
 import { ensureDevKeys, mintToken } from "../../compose/dev-keys.ts";
 import { processFiles } from "../../fleet-agent/drivers/common/state-dir.ts";
 import { processAlive, readPidFile } from "../../fleet-agent/drivers/common/proc.ts";
@@ -275,6 +275,7 @@ describe("failover across hosts", () => {
       }),
     );
     await new Promise((r) => setTimeout(r, 500));
+    const drainedAt = Date.now();
     const drain = await fetch(`${gateways[0]!.match[1]}/v1/hosts/host_f2/drain`, { method: "POST", headers: { authorization: `Bearer ${operator}` } });
     expect(drain.status).toBe(202);
     await waitFor(
@@ -286,6 +287,26 @@ describe("failover across hosts", () => {
     await load;
     expect([...statuses.keys()]).toEqual([200]);
     console.log(`drain: ${onHost.length} agents moved, ${statuses.get(200)} calls, all 200`);
+    // Each moved agent's event log tells one story in time: the drained host's last transitions, the move, then the
+    // new host's; no transition of the drained host after the move (no copy ran there once it had moved). Ids may still
+    // interleave: a host's writes can land after the move they preceded.
+    for (const id of onHost) {
+      const evs = await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, id)).orderBy(asc(vmEvents.at), asc(vmEvents.id));
+      const move = evs.findLastIndex((e) => e.reason === "moved" && e.hostId === "host_f2");
+      const story = evs
+        .slice(Math.max(0, move - 4))
+        .map((e) => `${e.hostId}:${e.fromState}>${e.toState}(${e.reason})@${e.at.getTime() - (evs[move]?.at.getTime() ?? 0)}`)
+        .join(" ");
+      expect(move, story).toBeGreaterThan(0);
+      // A call its gateway can repeat elsewhere does not wake a sleeping agent on the draining host (`handOff`): it
+      // moves. Without that, each call woke it there again and the drain only won a race between calls.
+      const wokenThere = evs.filter((e) => e.hostId === "host_f2" && e.toState === "restoring" && e.at.getTime() > drainedAt);
+      expect(wokenThere.length, story).toBeLessThanOrEqual(2);
+      expect(
+        evs.slice(move + 1).filter((e) => e.hostId === "host_f2"),
+        story,
+      ).toEqual([]);
+    }
     const created = await call(0, "/v1/agents", { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
     const { id } = (await created.json()) as { id: string };
     expect((await hostsOf([id])).get(id)!.hostId).not.toBe("host_f2");

@@ -1,12 +1,14 @@
 // Placement on real Postgres: which host a new agent goes to, that it stays there, and that racing gateways agree.
 import { beforeAll, afterAll, beforeEach, describe, expect, it } from "vitest";
-import { eq, sql } from "drizzle-orm";
+import { asc, eq, sql } from "drizzle-orm";
 import { ManualClock, systemClock } from "../../lib/clock.ts";
 import { AppError } from "../../lib/errors.ts";
 import { newId } from "../../lib/ids.ts";
 import { agentCommits, agents, hosts, runs, tenants, vmEvents } from "../../schema/core.ts";
 import { type AgentSpec, vmIdFor } from "../../contracts/agent.ts";
 import { chooseHost, createDbPlacement, expireHostLeases, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
+import { EventLog } from "../../fleet-agent/event-log.ts";
+import { silentLogger } from "../../lib/log.ts";
 import { createDbHostStore } from "../../fleet-agent/store.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
@@ -281,6 +283,62 @@ describe("createDbPlacement", () => {
       .where(sql`${agents.id} in ${racing.map((a) => a.id)}`);
     for (const r of rows)
       expect(r.hostId === "host_drain" ? r.state === "restoring" && r.generation === 0 : r.state === "hibernated" && r.generation === 1).toBe(true);
+  });
+
+  it("a claim outlives the host's own late writes of the runs before it: the row stays waking, so a drain's move cannot take it", async () => {
+    await addHost("host_drain", { draining: true });
+    await addHost("host_other", { usedMiB: 1000 });
+    const store = createDbHostStore(db());
+    const events = new EventLog(store, silentLogger);
+    const p = placement();
+    const a = await addAgent({ hostId: "host_drain", state: "running" });
+    const t = (fromState: string, toState: string) =>
+      events.transition({
+        at: new Date(),
+        hostId: "host_drain",
+        agentId: a.id,
+        tenantId: "ten_p",
+        vmId: vmIdFor(a.id),
+        runId: null,
+        fromState,
+        toState,
+        reason: "drain",
+        timings: null,
+        detail: null,
+        generation: 0,
+      });
+    const state = async () => (await db().select().from(agents).where(eq(agents.id, a.id)))[0]?.state;
+
+    // The host hibernated the agent, woke and hibernated it again, before its event log wrote any of it (writes queue
+    // behind holds; under load seconds behind); then it claims the row for the next wake.
+    const release = events.hold(10_000);
+    t("running", "snapshotting");
+    t("snapshotting", "hibernated");
+    t("hibernated", "restoring");
+    t("restoring", "running");
+    t("running", "snapshotting");
+    t("snapshotting", "hibernated");
+    await events.overtake(a.id);
+    expect(await store.claimWake(a.id, "host_drain", 0)).toBeUndefined();
+    expect(await state()).toBe("restoring");
+    release();
+    await events.flush();
+    // The log has every transition; the row still says the claim's wake, and a drain's move leaves it here.
+    expect(await db().select().from(vmEvents).where(eq(vmEvents.agentId, a.id))).toHaveLength(6);
+    expect(await state()).toBe("restoring");
+    expect(await p.hostFor(a)).toMatchObject({ id: "host_drain", generation: 0 });
+
+    // The wake's own transitions move the row on; once it sleeps again the move takes it, after every event of the host.
+    t("hibernated", "restoring");
+    t("restoring", "running");
+    await events.flush();
+    expect(await state()).toBe("running");
+    t("running", "snapshotting");
+    t("snapshotting", "hibernated");
+    await events.flush();
+    expect(await p.hostFor(a)).toMatchObject({ id: "host_other", generation: 1 });
+    const log = await db().select().from(vmEvents).where(eq(vmEvents.agentId, a.id)).orderBy(asc(vmEvents.id));
+    expect(log.map((e) => `${e.hostId}:${e.toState}:${e.reason}`).at(-1)).toBe("host_drain:hibernated:moved");
   });
 
   it("a burst of failovers spreads over the live hosts and stays within their capacity", async () => {

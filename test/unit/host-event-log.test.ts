@@ -56,6 +56,7 @@ function recordingStore(opts: { hold?: string; fail?: string } = {}) {
     recordCrash: async () => undefined,
     owners: async () => new Map(),
     claimWake: async () => undefined,
+    markAsleep: async () => {},
     draining: async () => false,
   };
   return { store, landed, release };
