@@ -6,7 +6,7 @@ import { silentLogger, type Logger } from "../lib/log.ts";
 import { noopMetrics, seconds, type Metrics } from "../lib/metrics.ts";
 import type { Db } from "../schema/db.ts";
 import { bucketMs } from "./buckets.ts";
-import { clipAgainst, multirangeText, type BilledSpan, type Clip, type Span } from "./overlap.ts";
+import { billedSpansOf, clipAgainst, mergeCoverage, multirangeText, type Clip, type CoverSpan, type Span } from "./overlap.ts";
 import { CopyUnsupportedError, sqlRunner, sqlState, toNumber, type SqlRunner } from "./sql-runner.ts";
 import { isRejection, sameBody, segmentLimits, validateSegment, type ValidSegment } from "./validate.ts";
 
@@ -70,17 +70,28 @@ const lockAgentsSql = `
 SELECT count(pg_advisory_xact_lock(k)) AS n FROM (SELECT DISTINCT hashtext(a) AS k FROM unnest($1::text[]) AS x(a) ORDER BY 1) l`;
 
 /**
- * The stored segments of each (tenant, agent) of the batch that overlap the span the batch reports for it: one
- * `(agent_id, started_at)` index range per agent (a segment lasts at most an hour, which bounds the range's start).
+ * The coverage rows of each (tenant, agent) of the batch that overlap or touch the span `[lo, hi]` the batch reports
+ * for it: rows are disjoint, so that is the last one starting at or before `lo` (if it reaches `lo`) and those
+ * starting inside; two primary-key ranges per agent.
  */
-const billedSql = `
-SELECT m.id, m.tenant_id, m.agent_id, (extract(epoch FROM m.started_at) * 1000)::int8 AS s, (extract(epoch FROM m.ended_at) * 1000)::int8 AS e
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS q(t, a, scan, lo, hi)
+const coverageSql = `
+SELECT q.t AS tenant_id, q.a AS agent_id, c.start_ms, c.end_ms, array_to_string(c.host_ids, ',') AS hosts
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) AS q(t, a, lo, hi)
 CROSS JOIN LATERAL (
-  SELECT id, tenant_id, agent_id, started_at, ended_at FROM meter_segments
-  WHERE agent_id = q.a AND started_at >= q.scan::timestamptz AND started_at < q.hi::timestamptz
-    AND ended_at > q.lo::timestamptz AND tenant_id = q.t
-) m`;
+  SELECT start_ms, end_ms, host_ids FROM meter_coverage
+  WHERE tenant_id = q.t AND agent_id = q.a AND start_ms <= q.hi
+    AND start_ms >= coalesce((SELECT max(start_ms) FROM meter_coverage WHERE tenant_id = q.t AND agent_id = q.a AND start_ms <= q.lo), q.lo)
+) c
+WHERE c.end_ms >= q.lo`;
+
+const coverageDeleteSql = `
+DELETE FROM meter_coverage c USING unnest($1::text[], $2::text[], $3::int8[]) AS d(t, a, s)
+WHERE c.tenant_id = d.t AND c.agent_id = d.a AND c.start_ms = d.s`;
+
+const coverageUpsertSql = `
+INSERT INTO meter_coverage AS c (tenant_id, agent_id, start_ms, end_ms, host_ids)
+SELECT t, a, s, e, string_to_array(h, ',') FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[]) AS x(t, a, s, e, h)
+ON CONFLICT (tenant_id, agent_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, host_ids = excluded.host_ids`;
 
 const clipSql = `
 UPDATE meter_segments m SET billed_spans = c.b::int8multirange, overlap_ms = c.o
@@ -200,9 +211,9 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
   if (preferCopy && runner.copyIn) {
     try {
       return await runner.transaction(async (tx) => {
-        const billed = await lockAndReadBilled(tx, valid);
+        const coverage = await lockAndReadCoverage(tx, valid);
         await tx.copyIn!("meter_segments", segmentColumns, copyRows(valid, receivedAt));
-        const clips = await clip(tx, billed, valid);
+        const clips = await clip(tx, coverage, valid);
         await upsertRollups(tx, valid, clips);
         return { written: valid, clips };
       });
@@ -214,7 +225,7 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
     }
   }
   return runner.transaction(async (tx) => {
-    const billed = await lockAndReadBilled(tx, valid);
+    const coverage = await lockAndReadCoverage(tx, valid);
     const rows = await tx.query<{ id: string }>(insertSql, [
       valid.map((s) => s.id),
       valid.map((s) => s.tenantId),
@@ -231,7 +242,7 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
     ]);
     const ids = new Set(rows.map((r) => r.id));
     const written = valid.filter((s) => ids.has(s.id));
-    const clips = await clip(tx, billed, written);
+    const clips = await clip(tx, coverage, written);
     await upsertRollups(tx, written, clips);
     return { written, clips };
   });
@@ -240,10 +251,10 @@ async function writeBatch(runner: ReturnType<typeof sqlRunner>, valid: ValidSegm
 const agentKey = (tenantId: string, agentId: string) => `${tenantId}\u0000${agentId}`;
 
 /**
- * Locks the batch's agents, then reads what is already stored of their time over the batch's span, per agent (before
- * the batch's own rows are written, so everything read was billed earlier; a re-sent segment's row is among it).
+ * Locks the batch's agents, then reads the time their stored segments cover around the batch's span, per agent
+ * (written before this batch: a re-sent segment's time is in it).
  */
-async function lockAndReadBilled(tx: SqlRunner, valid: readonly ValidSegment[]): Promise<Map<string, BilledSpan[]>> {
+async function lockAndReadCoverage(tx: SqlRunner, valid: readonly ValidSegment[]): Promise<Map<string, CoverSpan[]>> {
   const spans = new Map<string, { tenantId: string; agentId: string; lo: number; hi: number }>();
   for (const s of valid) {
     const key = agentKey(s.tenantId, s.agentId);
@@ -256,26 +267,27 @@ async function lockAndReadBilled(tx: SqlRunner, valid: readonly ValidSegment[]):
   }
   const list = [...spans.values()];
   await tx.query(lockAgentsSql, [[...new Set(list.map((a) => a.agentId))]]);
-  const iso = (ms: number) => new Date(ms).toISOString();
-  const rows = await tx.query<Record<string, unknown>>(billedSql, [
+  const rows = await tx.query<Record<string, unknown>>(coverageSql, [
     list.map((a) => a.tenantId),
     list.map((a) => a.agentId),
-    list.map((a) => iso(a.lo - segmentLimits.maxDurationMs)),
-    list.map((a) => iso(a.lo)),
-    list.map((a) => iso(a.hi)),
+    list.map((a) => a.lo),
+    list.map((a) => a.hi),
   ]);
-  const out = new Map<string, BilledSpan[]>();
+  const out = new Map<string, CoverSpan[]>();
   for (const r of rows) {
     const key = agentKey(String(r.tenant_id), String(r.agent_id));
     let l = out.get(key);
     if (!l) out.set(key, (l = []));
-    l.push({ hostId: String(r.id).split(":")[0] ?? "", startMs: toNumber(r.s), endMs: toNumber(r.e) });
+    l.push({ startMs: toNumber(r.start_ms), endMs: toNumber(r.end_ms), hostIds: String(r.hosts).split(",") });
   }
   return out;
 }
 
-/** Clips the written segments by the time already billed (and by each other, in batch order) and marks their rows. */
-async function clip(tx: SqlRunner, billed: Map<string, BilledSpan[]>, written: readonly ValidSegment[]): Promise<Map<string, Clip>> {
+/**
+ * Clips the written segments by the time already covered (and by each other, in batch order), marks the clipped
+ * rows, and adds the written segments' time to their agents' coverage.
+ */
+async function clip(tx: SqlRunner, coverage: Map<string, CoverSpan[]>, written: readonly ValidSegment[]): Promise<Map<string, Clip>> {
   const byAgent = new Map<string, ValidSegment[]>();
   for (const s of written) {
     const key = agentKey(s.tenantId, s.agentId);
@@ -284,7 +296,28 @@ async function clip(tx: SqlRunner, billed: Map<string, BilledSpan[]>, written: r
     else byAgent.set(key, [s]);
   }
   const clips = new Map<string, Clip>();
-  for (const [key, segments] of byAgent) for (const [id, c] of clipAgainst(billed.get(key) ?? [], segments)) clips.set(id, c);
+  const del = { t: [] as string[], a: [] as string[], s: [] as number[] };
+  const up = { t: [] as string[], a: [] as string[], s: [] as number[], e: [] as number[], h: [] as string[] };
+  for (const [key, segments] of byAgent) {
+    const read = coverage.get(key) ?? [];
+    for (const [id, c] of clipAgainst(billedSpansOf(read), segments)) clips.set(id, c);
+    const { tenantId, agentId } = segments[0]!;
+    const { upsert, removed } = mergeCoverage(read, segments);
+    for (const start of removed) {
+      del.t.push(tenantId);
+      del.a.push(agentId);
+      del.s.push(start);
+    }
+    for (const c of upsert) {
+      up.t.push(tenantId);
+      up.a.push(agentId);
+      up.s.push(c.startMs);
+      up.e.push(c.endMs);
+      up.h.push(c.hostIds.join(","));
+    }
+  }
+  if (del.s.length > 0) await tx.query(coverageDeleteSql, [del.t, del.a, del.s]);
+  if (up.s.length > 0) await tx.query(coverageUpsertSql, [up.t, up.a, up.s, up.e, up.h]);
   if (clips.size > 0) {
     const ids = [...clips.keys()].sort();
     await tx.query(clipSql, [ids, ids.map((id) => multirangeText(clips.get(id)!.pieces)), ids.map((id) => clips.get(id)!.overlapMs)]);

@@ -113,6 +113,45 @@ function add(covered: [number, number][], start: number, end: number): void {
   covered.splice(i, j - i, [a, b]);
 }
 
+/** A row of `meter_coverage`: a merged span of an agent's stored segments and the hosts that reported it. */
+export interface CoverSpan {
+  startMs: number;
+  endMs: number;
+  hostIds: string[];
+}
+
+/** The coverage rows as spans `clipAgainst` takes: one per host, so a warning can name every host that billed a span. */
+export function billedSpansOf(cover: readonly CoverSpan[]): BilledSpan[] {
+  return cover.flatMap((c) => c.hostIds.map((hostId) => ({ hostId, startMs: c.startMs, endMs: c.endMs })));
+}
+
+/**
+ * One agent's coverage after `written` joins the rows `read` (every row that overlaps or touches the batch's span):
+ * the merged rows, and of them the ones to write (new, or changed) and the starts of the read rows merged away.
+ */
+export function mergeCoverage(read: readonly CoverSpan[], written: readonly BilledSpan[]): { upsert: CoverSpan[]; removed: number[] } {
+  const all: CoverSpan[] = [...read, ...written.map((w) => ({ startMs: w.startMs, endMs: w.endMs, hostIds: [w.hostId] }))];
+  all.sort((a, b) => a.startMs - b.startMs);
+  const merged: { startMs: number; endMs: number; hosts: Set<string> }[] = [];
+  for (const c of all) {
+    const last = merged[merged.length - 1];
+    if (last && c.startMs <= last.endMs) {
+      last.endMs = Math.max(last.endMs, c.endMs);
+      for (const h of c.hostIds) last.hosts.add(h);
+    } else merged.push({ startMs: c.startMs, endMs: c.endMs, hosts: new Set(c.hostIds) });
+  }
+  const before = new Map(read.map((r) => [r.startMs, r]));
+  const upsert: CoverSpan[] = [];
+  for (const m of merged) {
+    const hostIds = [...m.hosts].sort();
+    const old = before.get(m.startMs);
+    if (!old || old.endMs !== m.endMs || old.hostIds.length !== hostIds.length || old.hostIds.some((h) => !m.hosts.has(h)))
+      upsert.push({ startMs: m.startMs, endMs: m.endMs, hostIds });
+  }
+  const starts = new Set(merged.map((m) => m.startMs));
+  return { upsert, removed: read.filter((r) => !starts.has(r.startMs)).map((r) => r.startMs) };
+}
+
 /** Postgres' text form of an `int8multirange` (`{}` when nothing is billed). */
 export function multirangeText(pieces: readonly Span[]): string {
   return `{${pieces.map(([a, b]) => `[${a},${b})`).join(",")}}`;

@@ -14,8 +14,8 @@ const msRanges = customType<{ data: string }>({ dataType: () => "int8multirange"
 /**
  * One row per metered segment `[started_at, ended_at)`, written once: the primary key makes ingest idempotent.
  * BRIN indexes stay tiny because rows arrive roughly in time order; they serve the late-arrival and raw-scan paths.
- * The `(agent_id, started_at)` index finds, per batch, the time already billed for its agents (two hosts that
- * report the same agent's time are billed for it once: the later segment only for what was not yet covered).
+ * Two hosts that report the same agent's time are billed for it once: the later segment only for what
+ * `meter_coverage` says was not yet covered.
  */
 export const meterSegments = pgTable(
   "meter_segments",
@@ -45,10 +45,28 @@ export const meterSegments = pgTable(
   },
   (t) => [
     index("meter_segments_received_brin").using("brin", t.receivedAt),
-    index("meter_segments_agent_started_idx").on(t.agentId, t.startedAt),
     index("meter_segments_started_brin").using("brin", t.startedAt),
     check("meter_segments_positive", sql`${t.endedAt} > ${t.startedAt}`),
   ],
+);
+
+/**
+ * The time each agent's stored segments cover, merged: disjoint spans that do not touch, in epoch ms (a run's
+ * segments touch, so a run is one row, extended as its segments arrive). Kept by ingest in its transaction under a
+ * per-agent lock; a new segment bills only what no row covers. Far fewer rows than segments: the hot path indexes
+ * about one row per agent per batch instead of every segment.
+ */
+export const meterCoverage = pgTable(
+  "meter_coverage",
+  {
+    tenantId: idText("tenant_id").notNull(),
+    agentId: idText("agent_id").notNull(),
+    startMs: count("start_ms").notNull(),
+    endMs: count("end_ms").notNull(),
+    /** Hosts whose segments make up the span (named in the warning when a later segment overlaps it). */
+    hostIds: text("host_ids").array().notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.agentId, t.startMs] }), check("meter_coverage_positive", sql`${t.endMs} > ${t.startMs}`)],
 );
 
 /** Usage per tenant × agent × 15-minute UTC bucket, kept in the ingest transaction; sums equal the raw segments split by overlap. */

@@ -1,6 +1,6 @@
 // Clipping a new segment by the time its agent was already billed: every arrival order bills exactly the union.
 import { describe, expect, it } from "vitest";
-import { clipAgainst, multirangeText, type BilledSpan, type NewSpan } from "../../billing/overlap.ts";
+import { billedSpansOf, clipAgainst, mergeCoverage, multirangeText, type BilledSpan, type CoverSpan, type NewSpan } from "../../billing/overlap.ts";
 
 function lcg(seed: number): (n: number) => number {
   let s = seed;
@@ -49,6 +49,34 @@ describe("clipAgainst", () => {
           expect(c.overlapMs).toBeGreaterThan(0);
           for (const [a, b] of c.pieces) expect(a >= s.startMs && b <= s.endMs && a < b).toBe(true);
         }
+      }
+    }
+  });
+
+  it("keeps an agent's coverage as merged rows over batches, so each batch bills only what no earlier one covered", () => {
+    const rnd = lcg(5);
+    for (let round = 0; round < 200; round++) {
+      let rows: CoverSpan[] = [];
+      const seen: NewSpan[] = [];
+      let billedTotal = 0;
+      for (let batch = 0; batch < 1 + rnd(6); batch++) {
+        const spans: NewSpan[] = Array.from({ length: 1 + rnd(5) }, (_, i) => {
+          const start = rnd(300);
+          return { id: `b${batch}s${i}`, hostId: `host_${rnd(3)}`, startMs: start, endMs: start + 1 + rnd(40) };
+        });
+        const lo = Math.min(...spans.map((x) => x.startMs));
+        const hi = Math.max(...spans.map((x) => x.endMs));
+        // what the coverage query reads: the rows that overlap or touch [lo, hi]
+        const read = rows.filter((r) => r.endMs >= lo && r.startMs <= hi);
+        const clips = clipAgainst(billedSpansOf(read), spans);
+        billedTotal += spans.reduce((n, x) => n + billedMs(clips, x), 0);
+        const { upsert, removed } = mergeCoverage(read, spans);
+        rows = rows.filter((r) => !removed.includes(r.startMs) && !upsert.some((u) => u.startMs === r.startMs));
+        rows = [...rows, ...upsert].sort((a, b) => a.startMs - b.startMs);
+        seen.push(...spans);
+        expect(billedTotal).toBe(unionMs(seen));
+        expect(rows.reduce((n, r) => n + r.endMs - r.startMs, 0)).toBe(unionMs(seen));
+        for (let i = 1; i < rows.length; i++) expect(rows[i]!.startMs).toBeGreaterThan(rows[i - 1]!.endMs);
       }
     }
   });
