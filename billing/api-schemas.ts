@@ -206,6 +206,10 @@ export const Run = z
     ...ActiveSums,
     ...DozedSums,
     segments: z.number().int(),
+    overlapMs: z.number().int().openapi({
+      description:
+        "Ms of the run's segments not billed: time of the agent that another segment (another host's, e.g. after a failover) had already billed; the sums above leave it out",
+    }),
     operations: z.number().int().openapi({ description: "Calls through upstreams made during the run (operation records)" }),
     upstreamWaitMs: z.number().int().openapi({
       description: "Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing)",

@@ -81,7 +81,7 @@ export interface Invoice {
  * default) plus what its spool held; that time is not charged. Its runs end at its last heartbeat.
  */
 export const meteringNote =
-  "Compute is billed from the meter segments each host ships (one segment at most every meter heartbeat, METER_HEARTBEAT_MS). A host that is lost before it ships loses at most its open segment per agent, which is not charged; an agent that moves to another host is metered there from its wake.";
+  "Compute is billed from the meter segments each host ships (one segment at most every meter heartbeat, METER_HEARTBEAT_MS). A host that is lost before it ships loses at most its open segment per agent, which is not charged; an agent that moves to another host is metered there from its wake. Time of one agent that two hosts both report (a host that ran on, or shipped late, after the agent moved) is billed once: each segment only for what no segment received before it had billed (the run report's overlapMs).";
 
 export interface InvoiceOptions {
   graceMs?: number;

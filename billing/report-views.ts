@@ -277,6 +277,7 @@ export function runJson(r: RunReport): z.infer<typeof RunSchema> {
     dozedVcpuMs: r.dozedVcpuMs,
     dozedMibMs: r.dozedMibMs,
     segments: r.segments,
+    overlapMs: r.overlapMs,
     operations: r.operations,
     upstreamWaitMs: r.upstreamWaitMs,
     inputTokens: r.inputTokens,
@@ -312,6 +313,8 @@ export function runsCsv(runs: RunReport[]): string {
       "output_tokens",
       "viewer_ms",
       "control_ms",
+      // last: a column added after the others keeps every earlier one where a reader expects it
+      "overlap_ms",
     ],
     runs.map((r) => [
       r.runId,
@@ -334,6 +337,7 @@ export function runsCsv(runs: RunReport[]): string {
       r.outputTokens,
       r.viewerMs,
       r.controlMs,
+      r.overlapMs,
     ]),
   );
 }

@@ -24,6 +24,8 @@ export interface RunReport {
   dozedVcpuMs: number;
   dozedMibMs: number;
   segments: number;
+  /** Ms of the run's segments not billed: time of the agent another segment (another host's, or a re-report) had already billed. */
+  overlapMs: number;
   /** Calls through upstreams made during the run (operation records), what they waited for (their first bytes), and their tokens. */
   operations: number;
   /** Sum over the run's operations of first byte − sent (those that got no answer add nothing): the wait a doze can sleep through. */
@@ -82,7 +84,7 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
        SELECT r.id, r.host_id, r.vm_id, (extract(epoch FROM r.woke_at) * 1000)::int8 AS woke_ms,
          to_char(r.woke_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS woke_key, r.wake_reason, r.wake_mode, r.timings,
          (extract(epoch FROM r.slept_at) * 1000)::int8 AS slept_ms, r.sleep_reason,
-         u.active_ms, u.vcpu_ms, u.mib_ms, u.dozed_ms, u.dozed_vcpu_ms, u.dozed_mib_ms, u.segments
+         u.active_ms, u.vcpu_ms, u.mib_ms, u.dozed_ms, u.dozed_vcpu_ms, u.dozed_mib_ms, u.segments, u.overlap_ms
        FROM runs r LEFT JOIN run_usage u ON u.run_id = r.id
        WHERE r.agent_id = a.id AND r.tenant_id = a.tenant_id${where.map((w) => ` AND ${w}`).join("")}
        ORDER BY r.woke_at DESC, r.id DESC
@@ -128,6 +130,7 @@ export async function agentRuns(db: Db, tenantId: string, agentId: string, opts:
       dozedVcpuMs: toNumber(r.dozed_vcpu_ms),
       dozedMibMs: toNumber(r.dozed_mib_ms),
       segments: toNumber(r.segments),
+      overlapMs: toNumber(r.overlap_ms),
       operations: o?.operations ?? 0,
       upstreamWaitMs: o?.upstreamWaitMs ?? 0,
       inputTokens: o?.inputTokens ?? 0,

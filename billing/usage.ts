@@ -329,7 +329,8 @@ export async function rollupUsage(db: Db, q: Pick<UsageQuery, "tenantId" | "byAg
 }
 
 /**
- * The same sums straight from raw segments, each split by overlap with the windows, in (window, agent) order.
+ * The same sums straight from raw segments, each split by overlap with the windows, in (window, agent) order: of a
+ * segment clipped at ingest (its agent's time was already billed), only its billed pieces.
  * `received.before` / `received.from` restrict to segments billing received before / at-or-after an instant (invoice
  * cutoffs). Segments last at most an hour, which bounds the scan to `[from - 1 h, to)` by start time.
  */
@@ -362,10 +363,15 @@ export async function rawColumns(
        sum(o.ms * (1 - s.dz))::int8 AS active_ms, sum(o.ms * s.vcpus * (1 - s.dz))::int8 AS vcpu_ms, sum(o.ms * s.mem_mib * (1 - s.dz))::int8 AS mib_ms,
        sum(o.ms * s.dz)::int8 AS dozed_ms, sum(o.ms * s.vcpus * s.dz)::int8 AS dozed_vcpu_ms, sum(o.ms * s.mem_mib * s.dz)::int8 AS dozed_mib_ms
      FROM (
-       SELECT agent_id, vcpus, mem_mib, (state = 'dozing')::int AS dz, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em
-       FROM meter_segments
-       WHERE tenant_id = $1 AND started_at < $4::text::timestamptz AND ended_at > $3::text::timestamptz
-         AND started_at >= $5::text::timestamptz${extra.map((e) => ` AND ${e}`).join("")}
+       SELECT r.agent_id, r.vcpus, r.mem_mib, r.dz, p.sm, p.em
+       FROM (
+         SELECT agent_id, vcpus, mem_mib, (state = 'dozing')::int AS dz, ${msOf("started_at")} AS sm, ${msOf("ended_at")} AS em, billed_spans
+         FROM meter_segments
+         WHERE tenant_id = $1 AND started_at < $4::text::timestamptz AND ended_at > $3::text::timestamptz
+           AND started_at >= $5::text::timestamptz${extra.map((e) => ` AND ${e}`).join("")}
+       ) r,
+         -- the segment's billed pieces: all of it, or what time already billed for its agent left (ingest.ts)
+         LATERAL (SELECT r.sm, r.em WHERE r.billed_spans IS NULL UNION ALL SELECT lower(b), upper(b) FROM unnest(r.billed_spans) AS b) p(sm, em)
      ) s,
        LATERAL generate_series(greatest(width_bucket(s.sm, $2::int8[]), 1), least(width_bucket(s.em - 1, $2::int8[]), $6::int)) AS i,
        LATERAL (SELECT least(s.em, ($2::int8[])[i + 1]) - greatest(s.sm, ($2::int8[])[i]) AS ms) o

@@ -107,10 +107,10 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
     if (!parts.database) await database.close();
     throw err;
   }
-  // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
-  const sink = billingSink(db, clock, log.child({ component: "billing" }));
-  // One registry for the process: the host and the gateway count into it, the gateway's listener serves it.
+  // One registry for the process: the host, billing and the gateway count into it, the gateway's listener serves it.
   const metrics = processMetrics(cfg.metricsToken);
+  // Billing runs in this process: meter segments go straight to its ingest, no HTTP hop.
+  const sink = billingSink(db, clock, log.child({ component: "billing" }), metrics.metrics);
   let runtime: HostRuntime | undefined;
   let images: HostImages;
   try {

@@ -202,10 +202,10 @@ export async function startFleetAgent(cfg: FleetAgentDaemonConfig, parts: FleetA
   }
   const { secretHash } = identity;
   if (!driver.isolated) hostLog.warn(`driver ${driver.name}: agents run as plain host processes, NOT isolated`);
+  const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
   const sink = cfg.billingUrl
     ? new HttpSink({ billingUrl: cfg.billingUrl, hostId, key: componentKey(cfg.componentSecret) })
-    : billingSink(database.db, clock, hostLog.child({ component: "billing" }));
-  const { metrics, endpoint: metricsEndpoint } = processMetrics(cfg.metricsToken);
+    : billingSink(database.db, clock, hostLog.child({ component: "billing" }), metrics);
   let runtime: HostRuntime | undefined;
   let images: HostImages;
   try {

@@ -104,7 +104,13 @@ export function assembleGatewayApp(deps: GatewayAppDeps): GatewayApp {
     forward: fleetForward(agents, fleet, tenants),
     config: deps.webhooks,
   };
-  const billing = createBillingRoutes({ db, clock, log: log.child({ component: "billing" }), componentKey: deps.componentKey });
+  const billing = createBillingRoutes({
+    db,
+    clock,
+    log: log.child({ component: "billing" }),
+    componentKey: deps.componentKey,
+    ...(deps.metrics ? { metrics: deps.metrics } : {}),
+  });
   const imageRepo = createImageRepo(db);
   const images = createImageRoutes({
     repo: imageRepo,

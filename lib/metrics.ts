@@ -94,6 +94,16 @@ export const metricCatalogue = {
     labels: [],
   },
   agentvm_meter_ship_failures_total: { type: "counter", help: "Meter shipments to billing that failed (retried with backoff)", labels: [] },
+  agentvm_billing_overlap_segments_total: {
+    type: "counter",
+    help: "Meter segments billing stored but clipped: part or all of their time was already billed for their agent (another host's segment)",
+    labels: [],
+  },
+  agentvm_billing_overlap_seconds_total: {
+    type: "counter",
+    help: "Metered time not billed because another segment of the same agent (any host) had already billed it, seconds",
+    labels: [],
+  },
   agentvm_webhook_queue_depth: { type: "gauge", help: "Webhook deliveries pending or in flight (due now or waiting for a retry)", labels: [] },
   agentvm_webhook_attempts_total: {
     type: "counter",

@@ -8,9 +8,14 @@ const count = (name: string) => bigint(name, { mode: "number" });
 /** Opaque ids compared byte-wise: the "C" collation makes the hot unique index cheaper than a locale's rules. */
 const idText = customType<{ data: string }>({ dataType: () => 'text COLLATE "C"' });
 
+/** Sets of half-open epoch-millisecond ranges, in Postgres' text form (`{[1,5),[7,9)}`; `{}` is empty). */
+const msRanges = customType<{ data: string }>({ dataType: () => "int8multirange" });
+
 /**
  * One row per metered segment `[started_at, ended_at)`, written once: the primary key makes ingest idempotent.
  * BRIN indexes stay tiny because rows arrive roughly in time order; they serve the late-arrival and raw-scan paths.
+ * Two hosts that report the same agent's time are billed for it once: the later segment only for what
+ * `meter_coverage` says was not yet covered.
  */
 export const meterSegments = pgTable(
   "meter_segments",
@@ -30,12 +35,38 @@ export const meterSegments = pgTable(
     state: text("state").$type<"active" | "dozing">().notNull().default("active"),
     /** Billing's clock when the segment was written: invoices count segments received before their cutoff. */
     receivedAt: tz("received_at").notNull(),
+    /**
+     * The parts of `[started_at, ended_at)` billed, in epoch ms, when segments of the same agent received earlier (any
+     * host) had already billed the rest; null: all of it (the rollups hold exactly these parts).
+     */
+    billedSpans: msRanges("billed_spans"),
+    /** Ms of the segment that earlier segments of the same agent had already billed: kept, not billed again. */
+    overlapMs: count("overlap_ms").notNull().default(0),
   },
   (t) => [
     index("meter_segments_received_brin").using("brin", t.receivedAt),
     index("meter_segments_started_brin").using("brin", t.startedAt),
     check("meter_segments_positive", sql`${t.endedAt} > ${t.startedAt}`),
   ],
+);
+
+/**
+ * The time each agent's stored segments cover, merged: disjoint spans that do not touch, in epoch ms (a run's
+ * segments touch, so a run is one row, extended as its segments arrive). Kept by ingest in its transaction under a
+ * per-agent lock; a new segment bills only what no row covers. Far fewer rows than segments: the hot path indexes
+ * about one row per agent per batch instead of every segment.
+ */
+export const meterCoverage = pgTable(
+  "meter_coverage",
+  {
+    tenantId: idText("tenant_id").notNull(),
+    agentId: idText("agent_id").notNull(),
+    startMs: count("start_ms").notNull(),
+    endMs: count("end_ms").notNull(),
+    /** Hosts whose segments make up the span (named in the warning when a later segment overlaps it). */
+    hostIds: text("host_ids").array().notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.agentId, t.startMs] }), check("meter_coverage_positive", sql`${t.endMs} > ${t.startMs}`)],
 );
 
 /** Usage per tenant × agent × 15-minute UTC bucket, kept in the ingest transaction; sums equal the raw segments split by overlap. */
@@ -69,6 +100,8 @@ export const runUsage = pgTable("run_usage", {
   dozedVcpuMs: count("dozed_vcpu_ms").notNull().default(0),
   dozedMibMs: count("dozed_mib_ms").notNull().default(0),
   segments: integer("segments").notNull(),
+  /** Ms of the run's segments not billed because another segment of the agent (another host's) had billed that time. */
+  overlapMs: count("overlap_ms").notNull().default(0),
   firstStartedAt: tz("first_started_at").notNull(),
   lastEndedAt: tz("last_ended_at").notNull(),
 });

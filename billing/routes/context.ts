@@ -3,6 +3,7 @@ import type { OpenAPIHono } from "@hono/zod-openapi";
 import type { GatewayEnv } from "../../contracts/caller.ts";
 import type { Clock } from "../../lib/clock.ts";
 import type { Logger } from "../../lib/log.ts";
+import type { Metrics } from "../../lib/metrics.ts";
 import type { DbAuditLog } from "../../schema/audit-log.ts";
 import type { Db } from "../../schema/db.ts";
 
@@ -16,6 +17,8 @@ export interface BillingRouteDeps {
   invoiceGraceMs?: number;
   /** Where rate-card versions are recorded (`rate_card.create`); default the Postgres audit log over `db`. */
   audit?: DbAuditLog;
+  /** Where ingest counts what it clipped (`agentvm_billing_overlap_*`); default nowhere. */
+  metrics?: Metrics;
   /** Most rollup queries one usage report runs at once (usage.ts `rollupParts`); default 2, 1 for one query. */
   usageParts?: number;
 }

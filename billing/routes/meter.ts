@@ -38,7 +38,11 @@ export function addMeterRoutes(app: BillingRouter, deps: BillingRouteContext): v
   app.openapi({ ...ingestRoute, middleware: ingestMiddleware }, async (c) => {
     const hostId = c.get("meterHostId");
     const { segments } = c.req.valid("json");
-    const result = await ingestSegments(deps.db, segments, deps.clock, { hostId, log: deps.log.child({ hostId, requestId: c.get("requestId") }) });
+    const result = await ingestSegments(deps.db, segments, deps.clock, {
+      hostId,
+      log: deps.log.child({ hostId, requestId: c.get("requestId") }),
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
+    });
     return c.json(result, 200);
   });
 }

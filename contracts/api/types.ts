@@ -1217,6 +1217,8 @@ export type components = {
       /** @description MiB-milliseconds of configured memory while dozing */
       dozedMibMs: number;
       segments: number;
+      /** @description Ms of the run's segments not billed: time of the agent that another segment (another host's, e.g. after a failover) had already billed; the sums above leave it out */
+      overlapMs: number;
       /** @description Calls through upstreams made during the run (operation records) */
       operations: number;
       /** @description Sum over those operations of first byte minus sent: the time the run waited on upstreams (calls without an answer add nothing) */

@@ -287,9 +287,9 @@ describe("billing of dozed time", () => {
     expect(next.runs).toEqual([expect.objectContaining(runAReport)]);
     const csv = await (await app.request("/v1/agents/agt_d1/runs?from=2026-11-02&to=2026-11-03&format=csv", { headers: { "x-test-tenant": "ten_d" } })).text();
     expect(csv.split("\r\n")[0]).toMatch(
-      /,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens,viewer_ms,control_ms$/,
+      /,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens,viewer_ms,control_ms,overlap_ms$/,
     );
-    expect(csv).toContain(`,idle,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},11,2,50000,2000,300,0,0\r\n`);
+    expect(csv).toContain(`,idle,11000,22000,${11_000 * 1024},50000,100000,${50_000 * 1024},11,2,50000,2000,300,0,0,0\r\n`);
   });
 
   it("reports hibernated time from the event log, for agents that only slept in a window too", async () => {

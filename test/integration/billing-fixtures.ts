@@ -69,13 +69,13 @@ export async function seedTenant(db: Db, id: string, timeZone = "UTC", agentIds:
   for (const agentId of agentIds) await db.insert(agents).values({ id: agentId, tenantId: id, name: agentId, image: "demo" }).onConflictDoNothing();
 }
 
-/** Totals straight from the raw table (no splitting): what every report must add up to. */
+/** Totals straight from the raw table (no splitting; less what overlapping segments left unbilled): what every report must add up to. */
 export async function rawTotals(db: Db, tenantId?: string): Promise<{ n: number; activeMs: number; vcpuMs: number; mibMs: number }> {
   const where = tenantId ? sql`where tenant_id = ${tenantId}` : sql``;
   const rows = (await db.execute(sql`select count(*)::int as n,
-      coalesce(sum(extract(epoch from ended_at - started_at) * 1000), 0)::int8 as a,
-      coalesce(sum(extract(epoch from ended_at - started_at) * 1000 * vcpus), 0)::int8 as v,
-      coalesce(sum(extract(epoch from ended_at - started_at) * 1000 * mem_mib), 0)::int8 as m
+      coalesce(sum(extract(epoch from ended_at - started_at) * 1000 - overlap_ms), 0)::int8 as a,
+      coalesce(sum((extract(epoch from ended_at - started_at) * 1000 - overlap_ms) * vcpus), 0)::int8 as v,
+      coalesce(sum((extract(epoch from ended_at - started_at) * 1000 - overlap_ms) * mem_mib), 0)::int8 as m
     from meter_segments ${where}`)) as unknown;
   const r = (Array.isArray(rows) ? rows[0] : (rows as { rows: unknown[] }).rows[0]) as Record<string, unknown>;
   return { n: Number(r.n), activeMs: Number(r.a), vcpuMs: Number(r.v), mibMs: Number(r.m) };

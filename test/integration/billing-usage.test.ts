@@ -436,7 +436,7 @@ describe("usage", () => {
       ]);
       const csv = await (await get("/v1/agents/agt_u1/runs?from=2026-06-01&to=2026-06-03&format=csv")).text();
       expect(csv.split("\r\n")[0]).toBe(
-        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens,viewer_ms,control_ms",
+        "run_id,woke_at,wake_reason,wake_mode,queued_ms,restore_ms,clock_fix_ms,first_byte_ms,boot_ms,skew_before_ms,skew_after_ms,rollback_ms,slept_at,sleep_reason,active_ms,vcpu_ms,mib_ms,dozed_ms,dozed_vcpu_ms,dozed_mib_ms,segments,operations,upstream_wait_ms,input_tokens,output_tokens,viewer_ms,control_ms,overlap_ms",
       );
       expect(csv).toContain(
         "run_r1,2026-06-02T08:00:00.000Z,webhook,restore,3,850,2,910,,,,,2026-06-02T08:01:35.000Z,idle,95000,190000,48640000,0,0,0,10,0,0,0,0",
