@@ -1,7 +1,8 @@
 // The exec server on the process driver (the guest's guest-exec built for the host, one per VM) over a built image's
 // rootfs with a non-root user: exec as the image's user, files owned by it, escapes resolved inside the root,
-// background processes frozen with the VM and ended with it, the key. Real processes, real HTTP on loopback.
-import { execFileSync } from "node:child_process";
+// background processes frozen with the VM and ended with it, also with a fleet-agent killed -9 (the server's PID
+// namespace), the key. Real processes, real HTTP on loopback.
+import { execFileSync, spawn } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -35,6 +36,27 @@ const skip = !isRoot
     : undefined;
 if (skip) console.warn(`test/e2e/exec-process.test.ts: skipped: ${skip}`);
 const UID = 1000;
+
+/**
+ * The host's pid of a process the exec server names (a pid of its PID namespace, where the driver made one): the
+ * process in the agent's root whose innermost pid (the last of its status's NSpid) it is.
+ */
+function hostPid(pid: number, root: string): number {
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readlinkSync(`/proc/${name}/root`) !== root) continue;
+      const nspids = /^NSpid:\s+(.+)$/m
+        .exec(readFileSync(`/proc/${name}/status`, "utf8"))?.[1]
+        ?.trim()
+        .split(/\s+/);
+      if (Number(nspids?.at(-1)) === pid) return Number(name);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  throw new Error(`no process ${pid} in ${root}`);
+}
 
 function makeImage(dir: string): ImageArtifact {
   const root = join(dir, "root");
@@ -190,6 +212,7 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
       encodeSpec({ cmd: ["/bin/sh", "-c", "while true; do date +%s%N >> /tmp/ticks; sleep 0.05; done"], background: true }),
     );
     const { pid } = JSON.parse(started.body.toString()) as { pid: number };
+    const host = hostPid(pid, join(spec.stateDir, "rootfs"));
     const ticks = join(spec.stateDir, "rootfs/tmp/ticks");
     const lines = () => (existsSync(ticks) ? readFileSync(ticks, "utf8").split("\n").length : 0);
     await new Promise((r) => setTimeout(r, 300));
@@ -197,8 +220,8 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     const stateOf = (p: number) => readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]![0];
     // SIGSTOP lands when the process next enters the kernel: on a busy machine a moment after the signal was sent.
     const stopBy = Date.now() + 2000;
-    while (stateOf(pid) !== "T" && Date.now() < stopBy) await new Promise((r) => setTimeout(r, 10));
-    expect(stateOf(pid)).toBe("T");
+    while (stateOf(host) !== "T" && Date.now() < stopBy) await new Promise((r) => setTimeout(r, 10));
+    expect(stateOf(host)).toBe("T");
     const frozen = lines();
     await new Promise((r) => setTimeout(r, 400));
     expect(lines()).toBe(frozen);
@@ -209,8 +232,59 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     expect(proc).toMatchObject({ pid, state: "running" });
     await driver.stop(vm);
     await new Promise((r) => setTimeout(r, 300));
-    expect(processAlive(pid)).toBe(false);
+    expect(processAlive(host)).toBe(false);
     await expect(execRequest(t, "GET", "/v1/version", undefined, { timeoutMs: 2000 })).rejects.toThrow();
+  });
+
+  it("kill -9 of the fleet-agent: the exec server, a background process and what that one daemonised are gone within 3 s", async () => {
+    const s: VmSpec = { ...spec, vmId: "vm_execkilled", agentId: "agt_execkilled", stateDir: join(work, "vms", "execkilled") };
+    // A stand-in fleet-agent: the driver in a process of its own, which boots the agent, starts its exec server and is
+    // then killed -9.
+    const script = join(work, "fleet-agent.ts");
+    writeFileSync(
+      script,
+      `import { ProcessDriver } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/process/driver.ts"))};
+const d = new ProcessDriver({ bootTimeoutMs: 10_000 });
+const { vm } = await d.boot(${JSON.stringify(s)});
+console.log(JSON.stringify(await d.execTarget(vm)));
+setInterval(() => {}, 1000);
+`,
+    );
+    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
+    const target = JSON.parse(
+      await new Promise<string>((resolve, reject) => {
+        parent.stdout!.once("data", (c: Buffer) => resolve(c.toString()));
+        parent.once("exit", (code) => reject(new Error(`the stand-in fleet-agent exited (${code})`)));
+      }),
+    ) as ExecTarget;
+    const bg = await execRequest(
+      target,
+      "POST",
+      "/v1/exec",
+      encodeSpec({ cmd: ["/bin/sh", "-c", "(setsid sleep 603 </dev/null >/dev/null 2>&1 &); exec sleep 604"], background: true }),
+    );
+    expect(bg.status).toBe(201);
+    const root = join(s.stateDir, "rootfs");
+    const inRoot = () =>
+      readdirSync("/proc").filter((p) => {
+        try {
+          return /^\d+$/.test(p) && readlinkSync(`/proc/${p}/root`) === root && processAlive(Number(p));
+        } catch {
+          return false;
+        }
+      });
+    const cmdOf = (p: string) => readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").join(" ").trim();
+    let before: string[] = [];
+    const deadline = Date.now() + 5000;
+    while (!["sleep 603", "sleep 604"].every((c) => (before = inRoot()).some((p) => cmdOf(p) === c)) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(before.map(cmdOf)).toEqual(expect.arrayContaining(["sleep 603", "sleep 604"]));
+    parent.kill("SIGKILL");
+    const gone = Date.now() + 3000;
+    while (before.some((p) => processAlive(Number(p))) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
+    const left = before.filter((p) => processAlive(Number(p)));
+    for (const p of inRoot()) process.kill(Number(p), "SIGKILL"); // a failure's leftovers
+    expect(left).toEqual([]);
   });
 });
 

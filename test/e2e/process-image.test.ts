@@ -1,8 +1,9 @@
 // The process driver running a built image, with real processes: a busybox rootfs made here, turned into an ext4
 // with mke2fs, unpacked by the driver with debugfs and started through the launcher (chroot, uid 1000) as
 // `busybox httpd` serving shell CGI scripts. Boot, what the agent sees, hibernate/wake (the whole process group
-// frozen), cold boots over the kept files, leases, the log, boot failures, destroy, and what the unpack preserves.
-import { execFileSync } from "node:child_process";
+// frozen), cold boots over the kept files, leases, the log, boot failures, destroy, what the unpack preserves, and a
+// killed fleet-agent taking the agent with it, a daemon it started too (its PID namespace).
+import { execFileSync, spawn } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -13,6 +14,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -61,6 +63,8 @@ const CGI: Record<string, string> = {
   // The answer is out before the kill: the driver ends the whole group (this CGI and its httpd too) as soon as it
   // sees the entrypoint die, and a kill in the foreground raced that against the echo.
   crash: `pid=$(cat /tmp/start.pid); echo crashed; (sleep 0.3; kill -9 "$pid") </dev/null >/dev/null 2>&1 &`,
+  // A daemon: its own session, its parent gone (out of the entrypoint's process group and tree).
+  daemon: `(setsid sleep 602 </dev/null >/dev/null 2>&1 &); echo started`,
 };
 
 let work: string;
@@ -159,13 +163,37 @@ function spec(name: string, extra: Partial<VmSpec> = {}): VmSpec {
   };
 }
 
-async function cgi(vm: RunningVm, script: string, timeoutMs = 5000): Promise<string> {
+async function cgi(vm: Pick<RunningVm, "endpoint">, script: string, timeoutMs = 5000): Promise<string> {
   const res = await fetch(`http://127.0.0.1:${vm.endpoint.port}/cgi-bin/${script}`, { signal: AbortSignal.timeout(timeoutMs) });
   expect(res.status).toBe(200);
   return (await res.text()).trim();
 }
 
 const warnings = (msg: RegExp, vmId: string) => logLines.filter((l) => msg.test(l.msg) && l.vmId === vmId);
+
+/** Polls until `pred` holds, or fails after `ms`. */
+async function waitUntil(pred: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The live processes whose root is `root` (an agent's: its entrypoint and whatever runs under it, wherever it went). */
+function inRoot(root: string): { pid: number; cmd: string }[] {
+  const found: { pid: number; cmd: string }[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readlinkSync(`/proc/${name}/root`) === root && processAlive(Number(name)))
+        found.push({ pid: Number(name), cmd: readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0").join(" ").trim() });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
 
 describe.skipIf(skip)("process driver: a built image as a host process (NOT isolated)", () => {
   it("boots: the CGI answers with AGENT_ID, PORT and LEASE_DIR, as the image's user, in its workdir", async () => {
@@ -338,18 +366,56 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
     await expect(cgi(vm, "env", 700)).rejects.toThrow(); // httpd went with it
   });
 
-  it("reap ends what a previous fleet-agent left running, the entrypoint's children too", async () => {
+  it("reap ends what a previous fleet-agent left running, the entrypoint's children and daemons too", async () => {
     const first = makeDriver();
     const s = spec("leftover");
     const { vm } = await first.boot(s);
-    const group = execFileSync("ps", ["-o", "pid=", "-g", String(vm.pid)], { encoding: "utf8" })
-      .split("\n")
-      .map(Number)
-      .filter(Boolean);
-    expect(group.length).toBeGreaterThanOrEqual(2); // start.sh and its httpd
+    expect(await cgi(vm, "daemon")).toBe("started");
+    const root = join(s.stateDir, "rootfs");
+    let left: { pid: number; cmd: string }[] = [];
+    await waitUntil(() => (left = inRoot(root)).some((p) => p.cmd === "sleep 602"), "the daemon");
+    expect(left.map((p) => p.cmd)).toEqual(expect.arrayContaining(["/bin/sh /start.sh", `httpd -f -p ${vm.endpoint.port} -h /www`]));
     // The fleet-agent restarted: it knows nothing of the running agent, and reaps every VM directory with a bare spec.
     await makeDriver().reap({ vmId: s.vmId, agentId: s.agentId, image: "", vcpus: 0, memMiB: 0, allowEgress: false, stateDir: s.stateDir });
-    for (const pid of group) expect(processAlive(pid)).toBe(false);
+    try {
+      await waitUntil(() => left.every((p) => !processAlive(p.pid)), "every process of the agent gone", 3000);
+    } finally {
+      for (const p of inRoot(root)) process.kill(p.pid, "SIGKILL"); // a failure's leftovers
+    }
+    await expect(cgi(vm, "env", 700)).rejects.toThrow();
+  });
+
+  it("kill -9 of the fleet-agent: the entrypoint, its server and a daemon it started are all gone within 3 s", async () => {
+    const s = spec("killed");
+    // A stand-in fleet-agent: the driver in a process of its own, which boots the agent and is then killed -9.
+    const script = join(work, "fleet-agent.ts");
+    writeFileSync(
+      script,
+      `import { ProcessDriver } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/process/driver.ts"))};
+const { vm } = await new ProcessDriver({ bootTimeoutMs: 10_000 }).boot(${JSON.stringify(s)});
+console.log(JSON.stringify({ port: vm.endpoint.port }));
+setInterval(() => {}, 1000);
+`,
+    );
+    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
+    const { port } = JSON.parse(
+      await new Promise<string>((resolve, reject) => {
+        parent.stdout!.once("data", (c: Buffer) => resolve(c.toString()));
+        parent.once("exit", (code) => reject(new Error(`the stand-in fleet-agent exited (${code})`)));
+      }),
+    ) as { port: number };
+    const vm = { spec: s, endpoint: { host: "127.0.0.1", port } };
+    expect(await cgi(vm, "daemon")).toBe("started");
+    const root = join(s.stateDir, "rootfs");
+    let agent: { pid: number; cmd: string }[] = [];
+    await waitUntil(() => (agent = inRoot(root)).some((p) => p.cmd === "sleep 602"), "the daemon");
+    expect(agent.length).toBeGreaterThanOrEqual(3); // start.sh, httpd, the daemon
+    parent.kill("SIGKILL");
+    try {
+      await waitUntil(() => agent.every((p) => !processAlive(p.pid)), "every process of the agent gone", 3000);
+    } finally {
+      for (const p of inRoot(root)) process.kill(p.pid, "SIGKILL"); // a failure's leftovers
+    }
     await expect(cgi(vm, "env", 700)).rejects.toThrow();
   });
 

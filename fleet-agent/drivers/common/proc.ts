@@ -7,7 +7,7 @@
 // - CPU time: USER_HZ assumed to be 100 (process, firecracker) or asked of `getconf CLK_TCK` (qemu). Kept: getconf,
 //   once, 100 when it cannot answer; and `undefined` for a process that is gone (one driver threw, one said 0).
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /** The command line of `pid` (arguments joined by spaces), or undefined when it is gone or a zombie. */
@@ -124,8 +124,54 @@ export function readMemoryKiB(pid: number): { rss: number; pss: number; anonymou
   }
 }
 
-/** `pid` and every live descendant of it (by the parent pid in /proc/<n>/stat), `pid` first; empty when it is gone. */
+/**
+ * Whether this kernel lists a thread's children (`/proc/<pid>/task/<tid>/children`, CONFIG_PROC_CHILDREN): a tree is
+ * then walked from its root, reading a few files per process, instead of reading every process's stat on the host.
+ */
+const childrenFiles = existsSync("/proc/thread-self/children");
+
+/**
+ * `pid` and every live descendant of it, `pid` first; empty when it is gone. A process that forks or exits during the
+ * walk may be missed (the kernel's lists are read one at a time): callers that must miss none walk again
+ * (`signalTree`), a sum tolerates it (`treeCpuSeconds`).
+ */
 export function processTree(pid: number): number[] {
+  return childrenFiles ? walkChildren(pid) : scanParents(pid);
+}
+
+/** The tree from the children files of each process's threads. */
+function walkChildren(pid: number): number[] {
+  if (!existsSync(`/proc/${pid}/task`)) return [];
+  const tree = [pid];
+  const seen = new Set(tree);
+  for (let i = 0; i < tree.length; i++) {
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${tree[i]}/task`);
+    } catch {
+      continue; // gone meanwhile
+    }
+    for (const task of tasks) {
+      let text: string;
+      try {
+        text = readFileSync(`/proc/${tree[i]}/task/${task}/children`, "utf8");
+      } catch {
+        continue;
+      }
+      for (const word of text.split(" ")) {
+        const child = Number(word);
+        if (word && !seen.has(child)) {
+          seen.add(child);
+          tree.push(child);
+        }
+      }
+    }
+  }
+  return tree;
+}
+
+/** The tree from the parent pid in every process's /proc/<n>/stat. */
+function scanParents(pid: number): number[] {
   const children = new Map<number, number[]>();
   let entries: string[];
   try {
@@ -149,6 +195,19 @@ export function processTree(pid: number): number[] {
   const tree = [pid];
   for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]!) ?? []));
   return tree;
+}
+
+/**
+ * CPU seconds of `pid`'s whole tree: each live process's own and its reaped children's (a process that ended is
+ * counted in whoever reaped it, inside the tree). Undefined when `pid` is gone.
+ */
+export function treeCpuSeconds(pid: number): number | undefined {
+  let total: number | undefined;
+  for (const p of processTree(pid)) {
+    const s = readCpuSeconds(p, { includeChildren: true });
+    if (s !== undefined) total = (total ?? 0) + s;
+  }
+  return total;
 }
 
 /**

@@ -23,7 +23,8 @@ import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
 import type { ExecStubs } from "./exec-stubs.ts";
-import { readCpuSeconds } from "./proc.ts";
+import { inPidNamespace } from "./pid-namespace.ts";
+import { processTree, readCpuSeconds, treeCpuSeconds } from "./proc.ts";
 
 /**
  * A VM's log is rotated (`rotateLog`) when a new process starts on it past this size. The host rotates the logs of
@@ -66,6 +67,13 @@ export interface SpawnVmOptions {
    * only for `output: "stderr"` with `relayStderr` (the stdio a stub has).
    */
   stubs?: ExecStubs | undefined;
+  /**
+   * The namespace helper (pid-namespace.ts): the command runs as the first process of a PID namespace of its own, so
+   * that whatever it starts ends with it, and with the fleet-agent. The VM's pid is then the helper's outer process,
+   * which ends as the command did; signals other than SIGSTOP, SIGCONT and SIGKILL sent to it reach the command's
+   * process group; CPU time is the whole tree's.
+   */
+  pidNamespace?: string | undefined;
 }
 
 /**
@@ -95,6 +103,8 @@ export class VmProcess {
   private readonly crashListeners: ((e: VmExit) => void)[] = [];
   private readonly endHooks: ((e: VmExit) => void)[] = [];
   private readonly cpuIncludesChildren: boolean;
+  /** Started in a PID namespace of its own (`SpawnVmOptions.pidNamespace`). */
+  readonly namespaced: boolean;
   private lastCpuSeconds = 0;
   /** Relayed stderr: its tail, the log appends in order, the first append that failed, the pipe's end. */
   private recent = "";
@@ -108,13 +118,20 @@ export class VmProcess {
     try {
       // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
+      // The helper dies with this process by itself (it is told which one), as everything in its namespace does then.
+      const wrapped = opts.pidNamespace ? inPidNamespace(opts.pidNamespace, opts.command, opts.args) : undefined;
       const viaStub =
         opts.stubs && opts.output === "stderr" && opts.relayStderr
-          ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd })
+          ? opts.stubs.take({
+              command: wrapped?.[0] ?? opts.command,
+              args: wrapped?.[1] ?? opts.args,
+              env: opts.env ?? process.env,
+              cwd: opts.cwd,
+            })
           : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
       // Not from a stub (none free, or none kept): the process is still to die with this one, as a stub's would.
-      const [command, args] = dyingWithUs(opts.command, opts.args);
+      const [command, args] = wrapped ?? dyingWithUs(opts.command, opts.args);
       const child = spawn(command, args, {
         stdio: ["ignore", opts.output === "stderr" ? "ignore" : fd, opts.relayStderr ? "pipe" : fd],
         detached: true,
@@ -132,6 +149,7 @@ export class VmProcess {
     this.child = child;
     this.pid = child.pid;
     this.cpuIncludesChildren = opts.cpuIncludesChildren ?? false;
+    this.namespaced = opts.pidNamespace !== undefined;
     this.exited = new Promise((r) => (this.resolveExit = r));
     const stderr = opts.relayStderr ? child.stderr : null;
     this.outputEnded = stderr ? new Promise((r) => stderr.once("close", () => r())) : Promise.resolve();
@@ -217,7 +235,15 @@ export class VmProcess {
 
   /** Cumulative CPU seconds; the last value read once the process is gone, so the counter never runs backwards. */
   cpuSeconds(): number {
-    const s = this.pid === undefined ? undefined : readCpuSeconds(this.pid, { includeChildren: this.cpuIncludesChildren });
+    if (this.pid === undefined) return this.lastCpuSeconds;
+    if (this.namespaced) {
+      // The outer process and the namespace's init spend next to nothing: the work is below them, in processes that
+      // come and go. A process reaped between two reads of the walk is missed once: the counter never goes back.
+      const s = treeCpuSeconds(this.pid);
+      if (s !== undefined) this.lastCpuSeconds = Math.max(this.lastCpuSeconds, s);
+      return this.lastCpuSeconds;
+    }
+    const s = readCpuSeconds(this.pid, { includeChildren: this.cpuIncludesChildren });
     if (s !== undefined) this.lastCpuSeconds = s;
     return this.lastCpuSeconds;
   }
@@ -236,6 +262,19 @@ export class VmProcess {
   async kill(): Promise<void> {
     this.stopping = true;
     if (this.exit) return;
+    // In a namespace the init is killed: the kernel ends everything in it before the init is gone, and only then does
+    // the outer process exit, so that nothing of the VM runs any more once its exit is seen. (Killing the outer one
+    // would end the init too, through its parent-death signal, but after the exit was seen.)
+    const init = this.namespaced && this.pid !== undefined ? processTree(this.pid)[1] : undefined;
+    if (init !== undefined) {
+      try {
+        process.kill(init, "SIGKILL");
+      } catch {
+        // gone already
+      }
+      this.signal("SIGCONT"); // a frozen outer process would not see its init go
+      await waitAtMost(this.exited, 2000);
+    }
     this.signal("SIGKILL");
     await this.exited;
   }

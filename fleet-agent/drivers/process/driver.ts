@@ -10,6 +10,9 @@
 // Needs root (chroot). `diskMiB` is not enforced (a directory has no size).
 // Exec (execTarget) runs the guest's exec server on the host per VM (exec-server.ts), started on first use, frozen,
 // thawed and ended with the VM; as root only (it chroots into the agent's files, an empty directory for the demo).
+// Where the host lets it (CAP_SYS_ADMIN), the workload and the exec server each run in a PID namespace of their own
+// (common/pid-ns.c): whatever they start, daemons included, is killed by the kernel when the namespace's init goes,
+// which dies with the fleet-agent; freezing and thawing then signal the whole tree, which holds the whole namespace.
 import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
@@ -19,7 +22,8 @@ import { guestLeaseDir } from "../../../contracts/image.ts";
 import { AppError } from "../../../lib/errors.ts";
 import { silentLogger, type Logger } from "../../../lib/log.ts";
 import { launchSpecFor } from "../common/launch-data.ts";
-import { killLeftover, processAlive, readPidFile, writePidFile } from "../common/proc.ts";
+import { pidNamespaceSupport, type PidNamespaceSupport } from "../common/pid-namespace.ts";
+import { killLeftover, processAlive, readPidFile, signalTree, writePidFile } from "../common/proc.ts";
 import { freeLoopbackPort, waitForTcp } from "../common/readiness.ts";
 import { RestoreFailed, restoreOrBoot } from "../common/restore-or-boot.ts";
 import { processFiles } from "../common/state-dir.ts";
@@ -45,6 +49,11 @@ export interface ProcessDriverOptions {
   launcherCacheDir?: string;
   /** Whether this process may chroot (default: it runs as root); a built image is refused without. */
   runningAsRoot?: boolean;
+  /**
+   * Whether workloads and exec servers run in PID namespaces of their own (default: probed once per process, used where
+   * the host allows it): `{ error }` runs them without, as where it does not.
+   */
+  pidNamespaces?: PidNamespaceSupport;
   logger?: Logger;
 }
 
@@ -75,12 +84,22 @@ export class ProcessDriver implements VmDriver {
   private readonly log: Logger;
   /** VMs already told that their diskMiB is not enforced (once per VM and driver). */
   private readonly diskWarned = new Set<string>();
+  /** The namespace helper (common/pid-ns.c), when namespaces can be made here. */
+  private readonly pidNs: string | undefined;
 
   constructor(opts: ProcessDriverOptions = {}) {
     this.opts = opts;
     this.images = { ...defaultProcessImages, ...opts.images };
     this.bootTimeoutMs = opts.bootTimeoutMs ?? 15_000;
     this.log = (opts.logger ?? silentLogger).child({ driver: "process" });
+    const ns = opts.pidNamespaces ?? pidNamespaceSupport();
+    this.pidNs = "path" in ns ? ns.path : undefined;
+    if ("error" in ns)
+      this.log.warn(
+        "workloads run without a PID namespace of their own: what one starts in the background may outlive a killed fleet-agent until its next start",
+        { why: ns.error },
+      );
+    else this.log.info("each workload runs in a PID namespace of its own: nothing it starts outlives it or the fleet-agent");
   }
 
   async boot(spec: VmSpec): Promise<BootResult> {
@@ -100,6 +119,7 @@ export class ProcessDriver implements VmDriver {
       env: { ...process.env, PORT: String(port), LEASE_DIR: join(spec.stateDir, "leases"), AGENT_ID: spec.agentId },
       // A shell command's work may run in children of the workload process.
       cpuIncludesChildren: true,
+      pidNamespace: this.pidNs,
     });
     const vm: RunningVm = { spec, endpoint: { host: "127.0.0.1", port }, pid: proc.pid };
     const owned: Owned = { proc, vm, frozen: false, dozing: false };
@@ -181,13 +201,16 @@ export class ProcessDriver implements VmDriver {
       env: {},
       cwd: stateDir,
       cpuIncludesChildren: true,
+      pidNamespace: this.pidNs,
     });
     const vm: RunningVm = { spec, endpoint: { host: "127.0.0.1", port }, pid: proc.pid };
     const owned: Owned = { proc, vm, frozen: false, dozing: false };
     this.owned.set(spec.vmId, owned);
     this.processes.add(proc);
-    // The launcher execs the entrypoint in place: from then on the pid's command line is the image's command.
-    if (proc.pid) writePidFile(pidFile, proc.pid, [...image.config.entrypoint, ...image.config.cmd].join(" "));
+    // The launcher execs the entrypoint in place: from then on the pid's command line is the image's command (in a
+    // namespace the pid is the helper's, whose command line names the launcher, this VM's root and spec).
+    const marker = proc.namespaced ? [launcher, root, specFile].join(" ") : [...image.config.entrypoint, ...image.config.cmd].join(" ");
+    if (proc.pid) writePidFile(pidFile, proc.pid, marker);
     proc.onEnd(() => {
       if (this.owned.get(spec.vmId) === owned) this.owned.delete(spec.vmId);
       rmSync(pidFile, { force: true });
@@ -280,6 +303,7 @@ export class ProcessDriver implements VmDriver {
           binary,
           stateDir,
           root,
+          pidNamespace: this.pidNs,
           ...(vm.spec.rootImage ? { spec: join(stateDir, LAUNCH_SPEC_FILE) } : {}),
           log: this.log.child({ vmId: vm.spec.vmId }),
         });
@@ -344,12 +368,14 @@ export class ProcessDriver implements VmDriver {
     if (this.owned.has(spec.vmId)) return;
     reapExecServer(spec.stateDir);
     const { pidFile } = processFiles(spec.stateDir, "workload");
-    // A built image's leftover takes its process group with it (what its entrypoint started). Known by its files:
-    // the host reaps every VM directory at its start with a bare spec.
-    const left = spec.rootImage || existsSync(rootfsPath(spec.stateDir)) ? readPidFile(pidFile) : undefined;
+    const left = readPidFile(pidFile);
     if (left?.marker && processAlive(left.pid, left.marker)) {
+      // Its tree goes with it (in a namespace of its own: all of it). A built image's leftover takes its process group
+      // too (what its entrypoint started, without a namespace), known by its files: the host reaps every VM directory
+      // at its start with a bare spec.
+      signalTree(left.pid, "SIGKILL");
       try {
-        process.kill(-left.pid, "SIGKILL");
+        if (spec.rootImage || existsSync(rootfsPath(spec.stateDir))) process.kill(-left.pid, "SIGKILL");
       } catch {
         // not a group leader any more, or gone
       }
@@ -398,12 +424,20 @@ export class ProcessDriver implements VmDriver {
   }
 
   /**
-   * A built image's signals go to its whole process group (the launcher leads it, the entrypoint keeps it): an
-   * entrypoint script that starts its server as a child is frozen, thawed and ended as one. The demo keeps its
-   * one-process signals, except for a doze (`group`), which stops every process of the workload.
+   * In a PID namespace, SIGSTOP and SIGCONT reach every process of it (the tree below the helper's pid: nothing in the
+   * namespace leaves it, a daemon neither), any other signal goes to the helper, which forwards it to the workload's
+   * process group (SIGKILL: the namespace goes with its init, which dies with the helper).
+   * Without one, a built image's signals go to its whole process group (the launcher leads it, the entrypoint keeps
+   * it): an entrypoint script that starts its server as a child is frozen, thawed and ended as one. The demo keeps
+   * its one-process signals, except for a doze (`group`), which stops every process of the workload.
    */
   private signal(owned: Owned, sig: NodeJS.Signals, opts: { group?: boolean } = {}): void {
     const pid = owned.proc.pid;
+    if (owned.proc.namespaced && pid !== undefined) {
+      if (sig !== "SIGSTOP" && sig !== "SIGCONT") return owned.proc.signal(sig);
+      if (!owned.proc.exit) signalTree(pid, sig);
+      return;
+    }
     if (!(owned.vm.spec.rootImage || opts.group) || pid === undefined) return owned.proc.signal(sig);
     try {
       process.kill(-pid, sig);

@@ -3,15 +3,17 @@
 // its own), the image's launch spec for the defaults, and a key made per run in a root-only file of the stateDir. It
 // chroots like the launcher: NOT isolation (the process driver has none), only the same paths as in a VM. Its whole
 // process tree (connections, commands, background processes' keepers, which it keeps as a subreaper) is frozen,
-// thawed and ended with the VM.
+// thawed and ended with the VM; where the host allows it, in a PID namespace of its own (common/pid-ns.c), so that a
+// command it started ends with it also when the fleet-agent is killed.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync } from "node:fs";
-import { chmod, mkdir, writeFile } from "node:fs/promises";
+import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import type { Logger } from "../../../lib/log.ts";
 import { processAlive, readPidFile, signalTree, writePidFile } from "../common/proc.ts";
+import { inPidNamespace } from "../common/pid-namespace.ts";
 import { dyingWithUs, openLog } from "../common/vm-process.ts";
 import type { ExecTarget } from "../driver.ts";
 
@@ -38,10 +40,21 @@ export class ProcessExecServer {
   }
 
   /** Starts it and waits for its port (its first line on stdout). */
-  static async start(opts: { binary: string; stateDir: string; root: string; spec?: string; log: Logger }): Promise<ProcessExecServer> {
+  static async start(opts: {
+    binary: string;
+    stateDir: string;
+    root: string;
+    spec?: string;
+    /** The namespace helper (pid-namespace.ts), when the server is to run in a PID namespace of its own. */
+    pidNamespace?: string | undefined;
+    log: Logger;
+  }): Promise<ProcessExecServer> {
     const paths = execPaths(opts.stateDir);
     await mkdir(paths.dir, { recursive: true, mode: 0o700 });
     await chmod(paths.dir, 0o700);
+    // A run starts without the background processes of the last one, as a guest's tmpfs does at its boot; their pids
+    // (a namespace's, counted from 1 again) would be read against this run's processes.
+    await rm(paths.state, { recursive: true, force: true });
     const key = randomBytes(32).toString("hex");
     await writeFile(paths.key, key, { mode: 0o600 });
     const args = ["--listen", "127.0.0.1:0", "--root", opts.root, "--key-file", paths.key, "--state-dir", paths.state];
@@ -49,8 +62,9 @@ export class ProcessExecServer {
     const logFd = openLog(paths.log);
     let child: ChildProcess;
     try {
-      // It dies with the fleet-agent, as the workload does (vm-process.ts `dyingWithUs`).
-      child = spawn(...dyingWithUs(opts.binary, args), { stdio: ["ignore", "pipe", logFd], detached: true, env: {} });
+      // It dies with the fleet-agent, as the workload does (vm-process.ts `dyingWithUs`, or the namespace's helper).
+      const command = opts.pidNamespace ? inPidNamespace(opts.pidNamespace, opts.binary, args) : dyingWithUs(opts.binary, args);
+      child = spawn(...command, { stdio: ["ignore", "pipe", logFd], detached: true, env: {} });
     } finally {
       closeSync(logFd);
     }
