@@ -111,7 +111,7 @@ export async function prepareNet(network: NetOptions, spec: VmSpec): Promise<VmN
   await mkdir(spec.stateDir, { recursive: true });
   const net = await claimNet(network, spec.stateDir, spec.vmId);
   if (network.setupScript) {
-    await runNetScript(network.setupScript, "up", net, { allowEgress: spec.allowEgress, uplink: network.uplink });
+    await runNetScript(network.setupScript, "up", net, { allowEgress: spec.allowEgress, uplink: network.uplink, egress: network.egress });
   }
   return net;
 }

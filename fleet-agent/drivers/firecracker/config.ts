@@ -4,6 +4,8 @@ import { z } from "zod";
 import { parseEnv, vars, type Env } from "../../../lib/env.ts";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
+import { directEgressLists } from "../../egress/direct-lists.ts";
+import type { EgressRules } from "../../egress/policy.ts";
 import { FirecrackerDriver, type FirecrackerImage } from "./driver.ts";
 
 export const NET_SETUP_SCRIPT = resolve(import.meta.dirname, "../../../scripts/setup-firecracker-net.sh");
@@ -48,10 +50,15 @@ export function createFirecrackerDriver(opts: {
   logger?: Logger;
   /** Warm templates under `root` (FirecrackerDriverOptions.templates); none when absent (FIRECRACKER_TEMPLATES decides at the edge). */
   templates?: { root: string };
+  /** The operator's EGRESS_ALLOW / EGRESS_DENY (egress/config.ts), enforced on the taps of agents with egress; none when absent. */
+  egressRules?: EgressRules;
 }): FirecrackerDriver {
   const v = opts.settings ?? parseEnv(firecrackerEnv, opts.env ?? {});
   const uplink = v.FIRECRACKER_UPLINK;
   const jailer = v.FIRECRACKER_JAILER;
+  const egress = directEgressLists(opts.egressRules ?? { allow: [], deny: [] });
+  // Once per driver (here: at the program's start), not per VM: what the taps' rules cannot do that the proxy does.
+  for (const note of egress.notes) opts.logger?.warn(note);
   return new FirecrackerDriver({
     binary: v.FIRECRACKER_BIN,
     images: opts.images,
@@ -60,6 +67,7 @@ export function createFirecrackerDriver(opts: {
       cidr: v.FIRECRACKER_NET_CIDR,
       setupScript: NET_SETUP_SCRIPT,
       ...(uplink ? { uplink } : {}),
+      egress,
     },
     diffSnapshots: v.FIRECRACKER_DIFF,
     verifyChecksums: v.FIRECRACKER_VERIFY,
