@@ -2,13 +2,18 @@
 // hibernation, the kernel ip= argument, and the rules scripts/setup-firecracker-net.sh would apply (DRY_RUN), checked
 // by `nft -c` (check mode: nothing is applied) where nft runs.
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { claimNet, DEFAULT_NET_CIDR, kernelIpArg, maxSlots, netScriptArgs, releaseNet, slotNet } from "../../fleet-agent/drivers/firecracker/net.ts";
+import { prepareNet } from "../../fleet-agent/drivers/firecracker/boot.ts";
+import { firecrackerEnv, firecrackerNetwork, NET_SETUP_SCRIPT } from "../../fleet-agent/drivers/firecracker/config.ts";
+import { parseEgressConfig } from "../../fleet-agent/egress/config.ts";
 import { directEgressLists } from "../../fleet-agent/egress/direct-lists.ts";
 import { parseRules } from "../../fleet-agent/egress/policy.ts";
+import { parseEnv } from "../../lib/env.ts";
+import { createLogger } from "../../lib/log.ts";
 
 const root = mkdtempSync(join(tmpdir(), "fcn-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -182,4 +187,29 @@ describe("firecracker VM networking", () => {
       }
     },
   );
+  it("at the driver's edge: EGRESS_ALLOW / EGRESS_DENY reach every VM's tap script; what a tap cannot carry is logged once", async () => {
+    const lines: string[] = [];
+    const logger = createLogger({ write: (line) => lines.push(line) });
+    const settings = parseEnv(firecrackerEnv, {});
+    const { rules } = parseEgressConfig({ EGRESS_ALLOW: "10.9.0.0/16, [fd00::5]:443", EGRESS_DENY: "203.0.114.0/24" });
+    const network = firecrackerNetwork(settings, { dataDir: stateDir("edge"), egressRules: rules, logger });
+    expect(network.setupScript).toBe(NET_SETUP_SCRIPT);
+    // A recording stand-in for the script (the real one would make taps): two VMs booted with egress.
+    const calls = join(root, "edge-net.log");
+    const recorder = join(root, "edge-net.sh");
+    writeFileSync(recorder, `#!/bin/sh\necho "$*" >> '${calls}'\n`);
+    chmodSync(recorder, 0o755);
+    for (const vmId of ["vm_e1", "vm_e2"]) await prepareNet({ ...network, setupScript: recorder }, { vmId, stateDir: stateDir(vmId), allowEgress: true });
+    const recorded = readFileSync(calls, "utf8").trim().split("\n");
+    expect(recorded).toHaveLength(2);
+    for (const args of recorded) {
+      expect(args).toContain("--allow-egress --allow 10.9.0.0/16 --deny 203.0.114.0/24,0.0.0.0/8,");
+      expect(args).toMatch(/,240\.0\.0\.0\/4,::\/0$/);
+    }
+    const warnings = lines.map((l) => JSON.parse(l) as { level: string; msg: string }).filter((e) => e.level === "warn");
+    expect(warnings.map((w) => w.msg)).toEqual([expect.stringMatching(/^EGRESS_ALLOW \[fd00::5\]:443 does not apply to Firecracker agents/)]);
+    // An entry that is no CIDR refuses the driver at start, before any VM.
+    const bad = { allow: [{ net: [10, 0, 0], bits: 8, text: "10.0.0" }], deny: [] };
+    expect(() => firecrackerNetwork(settings, { dataDir: stateDir("edge-bad"), egressRules: bad })).toThrow('egress rule "10.0.0": not an IP address or CIDR');
+  });
 });

@@ -7,6 +7,7 @@ import type { Logger } from "../../../lib/log.ts";
 import { directEgressLists } from "../../egress/direct-lists.ts";
 import type { EgressRules } from "../../egress/policy.ts";
 import { FirecrackerDriver, type FirecrackerImage } from "./driver.ts";
+import type { NetOptions } from "./net.ts";
 
 export const NET_SETUP_SCRIPT = resolve(import.meta.dirname, "../../../scripts/setup-firecracker-net.sh");
 
@@ -54,21 +55,11 @@ export function createFirecrackerDriver(opts: {
   egressRules?: EgressRules;
 }): FirecrackerDriver {
   const v = opts.settings ?? parseEnv(firecrackerEnv, opts.env ?? {});
-  const uplink = v.FIRECRACKER_UPLINK;
   const jailer = v.FIRECRACKER_JAILER;
-  const egress = directEgressLists(opts.egressRules ?? { allow: [], deny: [] });
-  // Once per driver (here: at the program's start), not per VM: what the taps' rules cannot do that the proxy does.
-  for (const note of egress.notes) opts.logger?.warn(note);
   return new FirecrackerDriver({
     binary: v.FIRECRACKER_BIN,
     images: opts.images,
-    network: {
-      slotsDir: join(opts.dataDir, "firecracker", "net-slots"),
-      cidr: v.FIRECRACKER_NET_CIDR,
-      setupScript: NET_SETUP_SCRIPT,
-      ...(uplink ? { uplink } : {}),
-      egress,
-    },
+    network: firecrackerNetwork(v, opts),
     diffSnapshots: v.FIRECRACKER_DIFF,
     verifyChecksums: v.FIRECRACKER_VERIFY,
     ...(jailer
@@ -83,6 +74,24 @@ export function createFirecrackerDriver(opts: {
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.templates ? { templates: opts.templates } : {}),
   });
+}
+
+/**
+ * The driver's host networking: the taps' range, the setup script, the uplink, and the egress policy as the taps'
+ * rules take it. What those rules cannot do that the proxy does is logged here, once per driver (at the program's
+ * start), not per VM.
+ */
+export function firecrackerNetwork(v: FirecrackerSettings, opts: { dataDir: string; egressRules?: EgressRules; logger?: Logger }): NetOptions {
+  const egress = directEgressLists(opts.egressRules ?? { allow: [], deny: [] });
+  for (const note of egress.notes) opts.logger?.warn(note);
+  const uplink = v.FIRECRACKER_UPLINK;
+  return {
+    slotsDir: join(opts.dataDir, "firecracker", "net-slots"),
+    cidr: v.FIRECRACKER_NET_CIDR,
+    setupScript: NET_SETUP_SCRIPT,
+    ...(uplink ? { uplink } : {}),
+    egress,
+  };
 }
 
 function requiredId(id: number | undefined, name: string): number {
