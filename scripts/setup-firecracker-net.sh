@@ -21,7 +21,8 @@
 # An ENTRY is a CIDR with its prefix length, optionally with one port (TCP and UDP to that port only):
 # `10.0.0.0/8`, `10.1.2.3/32:8080`; --deny also takes IPv6 (`fd00::/8`, `[fd00::5/128]:443`, `::/0`). --allow takes
 # IPv4 only: the guest has no IPv6 address, so an IPv6 exception would accept packets from a source nobody checks.
-# Both may be repeated; anything else is refused before a rule is written (this runs as root).
+# Both may be repeated; anything else is refused before a rule is written (this runs as root), as is an address,
+# port, prefix, interface or owner that is not one.
 # Needs root (CAP_NET_ADMIN), iproute2 and nftables (`apt-get install iproute2 nftables`).
 # DRY_RUN=1 prints the commands and the ruleset instead of running them.
 set -euo pipefail
@@ -44,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --host-port) HOST_PORT="$2"; shift 2 ;;
     --guest-port) GUEST_PORT="$2"; shift 2 ;;
     --owner) OWNER="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) die "unknown argument $1" ;;
   esac
 done
@@ -57,6 +58,14 @@ OCTET='(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
 V4_CIDR="($OCTET\\.){3}$OCTET/(3[0-2]|[12]?[0-9])"
 V6_CIDR='[0-9a-fA-F]{0,4}(:[0-9a-fA-F]{0,4}){2,7}/(12[0-8]|1[01][0-9]|[1-9]?[0-9])'
 PORT='[1-9][0-9]{0,4}'
+V4_ADDR="($OCTET\\.){3}$OCTET"
+# Every other value lands in the ruleset or an ip command too.
+[[ "$PREFIX" =~ ^(3[0-2]|[12]?[0-9])$ ]] || die "--prefix must be 0..32"
+[[ -z "$UPLINK" || "$UPLINK" =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || die "--uplink must be an interface name (1-15 letters, digits, ., - or _)"
+for p in "$HOST_PORT" "$GUEST_PORT"; do
+  [[ -z "$p" || ( "$p" =~ ^$PORT$ && "$p" -le 65535 ) ]] || die "--host-port and --guest-port must be 1..65535"
+done
+[[ -z "$OWNER" || "$OWNER" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "--owner must be a user name or id"
 ALLOW4=() ALLOW4_PORT=() DENY4=() DENY6=() DENY4_PORT=() DENY6_PORT=()
 # One entry of --allow (v6=0) or --deny (v6=1) into the named arrays: "net" or "net port". Dies on anything else.
 add_entry() {
@@ -93,7 +102,7 @@ fi
 
 case "$ACTION" in
   up)
-    [[ "$HOST_IP" =~ ^[0-9.]+$ && "$GUEST_IP" =~ ^[0-9.]+$ ]] || die "--host-ip and --guest-ip are required IPv4 addresses"
+    [[ "$HOST_IP" =~ ^$V4_ADDR$ && "$GUEST_IP" =~ ^$V4_ADDR$ ]] || die "--host-ip and --guest-ip are required IPv4 addresses"
     if [[ "${DRY_RUN:-}" == 1 ]] || ! ip link show dev "$TAP" >/dev/null 2>&1; then
       run ip tuntap add dev "$TAP" mode tap ${OWNER:+user "$OWNER"}
     fi

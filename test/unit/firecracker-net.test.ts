@@ -143,7 +143,7 @@ describe("firecracker VM networking", () => {
     expect(dry(...netScriptArgs("up", net, { allowEgress: true }))).toContain('iifname "fcvm3" ip6 daddr { ::/0 } drop');
   });
 
-  it("setup script: refuses --allow / --deny entries that are not CIDRs (it runs as root), IPv6 exceptions included", () => {
+  it("setup script: refuses --allow / --deny entries that are not CIDRs, IPv6 exceptions and malformed other arguments (it runs as root)", () => {
     const up =
       (...extra: string[]) =>
       () =>
@@ -161,6 +161,13 @@ describe("firecracker VM networking", () => {
     expect(up("--deny", "1::2::3/64")).toThrow(/not a CIDR/);
     expect(up("--deny", "fd00::5/128:443")).toThrow(/not a CIDR/);
     expect(up("--deny", "10.0.0.0/8\n; flush ruleset")).toThrow(/one line each/);
+    // The other values land in the ruleset or an ip command as well.
+    expect(up("--uplink", 'eth0" accept')).toThrow(/--uplink must be an interface name/);
+    expect(up("--host-port", "80 accept")).toThrow(/--host-port and --guest-port must be 1\.\.65535/);
+    expect(up("--host-port", "18080", "--guest-port", "0")).toThrow(/--host-port and --guest-port must be 1\.\.65535/);
+    expect(up("--prefix", "30 dev lo")).toThrow(/--prefix must be 0\.\.32/);
+    expect(up("--owner", "root; id")).toThrow(/--owner must be a user name or id/);
+    expect(() => dry("up", "--tap", "fcvm3", "--host-ip", "172.30.0.13", "--guest-ip", "172.30.0.300")).toThrow(/--guest-ip are required IPv4 addresses/);
     // IPv6 in --deny: a set of its own and a rule per port.
     const v6 = up("--deny", "fd00::/8,[2001:db8::1/128]:443")();
     expect(v6).toContain('iifname "fcvm3" ip6 daddr 2001:db8::1/128 meta l4proto { tcp, udp } th dport 443 drop');
