@@ -31,6 +31,7 @@ die() { echo "setup-firecracker-net: $*" >&2; exit 1; }
 run() { if [[ "${DRY_RUN:-}" == 1 ]]; then echo "+ $*"; else "$@"; fi; }
 
 ACTION="${1:-}"; shift || true
+[[ "$ACTION" == -h || "$ACTION" == --help ]] && set -- --help
 TAP="" HOST_IP="" GUEST_IP="" PREFIX=30 ALLOW_EGRESS=0 ALLOW="" DENY="" UPLINK="" HOST_PORT="" GUEST_PORT=8080 OWNER=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -45,7 +46,7 @@ while [[ $# -gt 0 ]]; do
     --host-port) HOST_PORT="$2"; shift 2 ;;
     --guest-port) GUEST_PORT="$2"; shift 2 ;;
     --owner) OWNER="$2"; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) die "unknown argument $1" ;;
   esac
 done
