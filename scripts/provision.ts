@@ -1,5 +1,6 @@
 // `npm test` runs this first: provisions what the suite needs on this machine (Postgres server binaries, QEMU and
-// the guest image, the image tools, Chromium), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
+// the guest image, the image tools, Chromium, nft), installing Debian's packages when root and missing. In CI (`CI=true`) anything missing fails.
+import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { findPgBin } from "./postgres-server.ts";
@@ -36,6 +37,12 @@ log(
     ? `libfaketime: ${faketime}`
     : "libfaketime: missing (the skewed-clock host test says so and skips; as root: apt-get install libfaketime)",
 );
+
+// The Firecracker tap test checks its nftables ruleset with `nft -c` (check mode: nothing is applied to the host).
+const haveNft = () => spawnSync("sh", ["-c", "command -v nft"]).status === 0;
+if (!haveNft() && process.getuid?.() === 0 && existsSync("/etc/debian_version")) aptInstall(["nftables"], log);
+if (!haveNft() && ci) throw new Error("no nft for the Firecracker tap rules' check: install Debian's nftables package (as root: apt-get install nftables)");
+log(haveNft() ? "nft: present" : "nft: missing (the tap rules' nft -c check says so and skips; as root: apt-get install nftables)");
 
 const kernel = customKernelFromEnv(process.env);
 await provisionVm({ ci, dataDir: resolve(process.env.DATA_DIR ?? ".data"), log, ...(kernel ? { kernel } : {}) });

@@ -70,6 +70,7 @@ export async function selectDriver(
         return { kernel: built.vmlinux!, initrd: built.initrd };
       },
       logger: log,
+      egressRules: egressConfigOf(settings).rules,
       ...(settings.FIRECRACKER_TEMPLATES ? { templates: { root: join(dataDir, "firecracker", "templates") } } : {}),
     });
     await driver.ready(); // refuses, naming what is missing, on a host that cannot run Firecracker

@@ -46,10 +46,10 @@ const rules = (doc: string) =>
 
 export const egressEnv = z.object({
   EGRESS_ALLOW: rules(
-    "addresses or CIDRs, each optionally with one port (`10.1.2.3:8080`, `10.20.0.0/16`, `[fd00::5]:443`), that egress may reach although refused by default; an entry wins over every refusal, the host's own addresses and `EGRESS_DENY` included",
+    "addresses or CIDRs, each optionally with one port (`10.1.2.3:8080`, `10.20.0.0/16`, `[fd00::5]:443`), that egress may reach although refused by default; an entry wins over every refusal, the host's own addresses and `EGRESS_DENY` included. Firecracker agents get the IPv4 entries on their tap's rules (no IPv6, and 127/8 is the guest's own: such entries are logged at start; docs/firecracker.md)",
   ),
   EGRESS_DENY: rules(
-    "the same form: refused on top of the built-in refusals (add the host's public address if it sits behind NAT: it is not an interface address)",
+    "the same form: refused on top of the built-in refusals (add the host's public address if it sits behind NAT: it is not an interface address); on Firecracker agents' taps too, where an entry with a port refuses TCP and UDP to it",
   ),
   EGRESS_CONNECT_TIMEOUT_MS: vars.int({ fallback: 10_000, min: 100, unit: "ms", doc: "resolving a destination, and connecting to it, each; `504` after" }),
   EGRESS_IDLE_TIMEOUT_MS: vars.int({

@@ -95,7 +95,7 @@ const V4_RANGES: [AddressClass, string, number][] = [
 
 /**
  * The IPv4 ranges no egress may reach (every class but `public`), as CIDRs: what a Firecracker VM's nftables rules
- * refuse where it reaches out directly, not through the proxy (drivers/firecracker/net.ts).
+ * refuse where it reaches out directly, not through the proxy (direct-lists.ts).
  */
 export function refusedV4Cidrs(): string[] {
   return V4_RANGES.map(([, net, bits]) => `${net}/${bits}`);

@@ -107,11 +107,11 @@ export async function coldBoot(deps: BootDeps, spec: VmSpec, started: number): P
 }
 
 /** The VM's network slot (claimed, or the one it keeps) and its tap, made by the setup script when there is one. */
-export async function prepareNet(network: NetOptions, spec: VmSpec): Promise<VmNet> {
+export async function prepareNet(network: NetOptions, spec: Pick<VmSpec, "vmId" | "stateDir" | "allowEgress">): Promise<VmNet> {
   await mkdir(spec.stateDir, { recursive: true });
   const net = await claimNet(network, spec.stateDir, spec.vmId);
   if (network.setupScript) {
-    await runNetScript(network.setupScript, "up", net, { allowEgress: spec.allowEgress, uplink: network.uplink });
+    await runNetScript(network.setupScript, "up", net, { allowEgress: spec.allowEgress, uplink: network.uplink, egress: network.egress });
   }
   return net;
 }

@@ -4,7 +4,10 @@ import { z } from "zod";
 import { parseEnv, vars, type Env } from "../../../lib/env.ts";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
+import { directEgressLists } from "../../egress/direct-lists.ts";
+import type { EgressRules } from "../../egress/policy.ts";
 import { FirecrackerDriver, type FirecrackerImage } from "./driver.ts";
+import type { NetOptions } from "./net.ts";
 
 export const NET_SETUP_SCRIPT = resolve(import.meta.dirname, "../../../scripts/setup-firecracker-net.sh");
 
@@ -48,19 +51,15 @@ export function createFirecrackerDriver(opts: {
   logger?: Logger;
   /** Warm templates under `root` (FirecrackerDriverOptions.templates); none when absent (FIRECRACKER_TEMPLATES decides at the edge). */
   templates?: { root: string };
+  /** The operator's EGRESS_ALLOW / EGRESS_DENY (egress/config.ts), enforced on the taps of agents with egress; none when absent. */
+  egressRules?: EgressRules;
 }): FirecrackerDriver {
   const v = opts.settings ?? parseEnv(firecrackerEnv, opts.env ?? {});
-  const uplink = v.FIRECRACKER_UPLINK;
   const jailer = v.FIRECRACKER_JAILER;
   return new FirecrackerDriver({
     binary: v.FIRECRACKER_BIN,
     images: opts.images,
-    network: {
-      slotsDir: join(opts.dataDir, "firecracker", "net-slots"),
-      cidr: v.FIRECRACKER_NET_CIDR,
-      setupScript: NET_SETUP_SCRIPT,
-      ...(uplink ? { uplink } : {}),
-    },
+    network: firecrackerNetwork(v, opts),
     diffSnapshots: v.FIRECRACKER_DIFF,
     verifyChecksums: v.FIRECRACKER_VERIFY,
     ...(jailer
@@ -75,6 +74,24 @@ export function createFirecrackerDriver(opts: {
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.templates ? { templates: opts.templates } : {}),
   });
+}
+
+/**
+ * The driver's host networking: the taps' range, the setup script, the uplink, and the egress policy as the taps'
+ * rules take it. What those rules cannot do that the proxy does is logged here, once per driver (at the program's
+ * start), not per VM.
+ */
+export function firecrackerNetwork(v: FirecrackerSettings, opts: { dataDir: string; egressRules?: EgressRules; logger?: Logger }): NetOptions {
+  const egress = directEgressLists(opts.egressRules ?? { allow: [], deny: [] });
+  for (const note of egress.notes) opts.logger?.warn(note);
+  const uplink = v.FIRECRACKER_UPLINK;
+  return {
+    slotsDir: join(opts.dataDir, "firecracker", "net-slots"),
+    cidr: v.FIRECRACKER_NET_CIDR,
+    setupScript: NET_SETUP_SCRIPT,
+    ...(uplink ? { uplink } : {}),
+    egress,
+  };
 }
 
 function requiredId(id: number | undefined, name: string): number {

@@ -7,7 +7,7 @@
 import { execFile } from "node:child_process";
 import { mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { refusedV4Cidrs } from "../../egress/policy.ts";
+import { directEgressLists, type DirectEgressLists } from "../../egress/direct-lists.ts";
 
 export interface NetOptions {
   /** Directory of slot claims shared by every VM on this host. */
@@ -18,6 +18,8 @@ export interface NetOptions {
   setupScript?: string;
   /** Host interface egress leaves through, for VMs that allow it. */
   uplink?: string;
+  /** The egress policy as the tap's rules take it (directEgressLists of EGRESS_ALLOW / EGRESS_DENY); the defaults alone when absent. */
+  egress?: DirectEgressLists;
 }
 
 export interface VmNet {
@@ -90,19 +92,36 @@ export async function recordedNet(stateDir: string): Promise<VmNet | undefined> 
   }
 }
 
+/** What the setup script is told about one VM: whether it may reach out, through which interface, under which policy. */
+export interface NetScriptOptions {
+  allowEgress: boolean;
+  uplink?: string | undefined;
+  /** Absent: the default refusals only (no EGRESS_ALLOW / EGRESS_DENY). */
+  egress?: DirectEgressLists | undefined;
+}
+
+const DEFAULT_EGRESS = directEgressLists({ allow: [], deny: [] });
+
 /**
- * The setup script's arguments. Egress, where allowed, refuses what the QEMU VMs' egress proxy refuses
- * (egress/policy.ts: private, loopback, link-local with the cloud metadata address, CGNAT, multicast, reserved).
+ * The setup script's arguments. Egress, where allowed, gets the QEMU VMs' egress proxy's policy (egress/direct-lists.ts):
+ * the operator's allow entries as `--allow`, accepted first; the operator's deny entries and the default refusals
+ * (private, loopback, link-local with the cloud metadata address, CGNAT, multicast, reserved) and all of IPv6 as `--deny`.
  */
-export function netScriptArgs(action: "up" | "down", net: VmNet, opts: { allowEgress: boolean; uplink?: string }): string[] {
+export function netScriptArgs(action: "up" | "down", net: VmNet, opts: NetScriptOptions): string[] {
   const args = [action, "--tap", net.tap, "--host-ip", net.hostIp, "--guest-ip", net.guestIp, "--prefix", String(net.prefix)];
-  if (action === "up" && opts.allowEgress) args.push("--allow-egress", "--deny", refusedV4Cidrs().join(","));
+  if (action === "up" && opts.allowEgress) {
+    const lists = opts.egress ?? DEFAULT_EGRESS;
+    const allow = [...lists.v4.allow, ...lists.v6.allow];
+    args.push("--allow-egress");
+    if (allow.length > 0) args.push("--allow", allow.join(","));
+    args.push("--deny", [...lists.v4.deny, ...lists.v6.deny].join(","));
+  }
   if (opts.uplink) args.push("--uplink", opts.uplink);
   return args;
 }
 
 /** Runs the setup script: `up` creates the tap with its rules (idempotent), `down` removes them. */
-export function runNetScript(script: string, action: "up" | "down", net: VmNet, opts: { allowEgress: boolean; uplink?: string }): Promise<void> {
+export function runNetScript(script: string, action: "up" | "down", net: VmNet, opts: NetScriptOptions): Promise<void> {
   const args = netScriptArgs(action, net, opts);
   return new Promise((resolve, reject) => {
     execFile(script, args, { timeout: 20_000 }, (err, _stdout, stderr) => {
