@@ -2,7 +2,7 @@
 // rootfs with a non-root user: exec as the image's user, files owned by it, escapes resolved inside the root,
 // background processes frozen with the VM and ended with it, also with a fleet-agent killed -9 (the server's PID
 // namespace), the key. Real processes, real HTTP on loopback.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -21,6 +21,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bootInStandInHost } from "../helpers/stand-in-host.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
@@ -240,23 +241,7 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     const s: VmSpec = { ...spec, vmId: "vm_execkilled", agentId: "agt_execkilled", stateDir: join(work, "vms", "execkilled") };
     // A stand-in fleet-agent: the driver in a process of its own, which boots the agent, starts its exec server and is
     // then killed -9.
-    const script = join(work, "fleet-agent.ts");
-    writeFileSync(
-      script,
-      `import { ProcessDriver } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/process/driver.ts"))};
-const d = new ProcessDriver({ bootTimeoutMs: 10_000 });
-const { vm } = await d.boot(${JSON.stringify(s)});
-console.log(JSON.stringify(await d.execTarget(vm)));
-setInterval(() => {}, 1000);
-`,
-    );
-    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
-    const target = JSON.parse(
-      await new Promise<string>((resolve, reject) => {
-        parent.stdout!.once("data", (c: Buffer) => resolve(c.toString()));
-        parent.once("exit", (code) => reject(new Error(`the stand-in fleet-agent exited (${code})`)));
-      }),
-    ) as ExecTarget;
+    const { host: parent, answer: target } = await bootInStandInHost<ExecTarget>(work, { bootTimeoutMs: 10_000 }, s, "await d.execTarget(vm)");
     const bg = await execRequest(
       target,
       "POST",

@@ -3,7 +3,7 @@
 // `busybox httpd` serving shell CGI scripts. Boot, what the agent sees, hibernate/wake (the whole process group
 // frozen), cold boots over the kept files, leases, the log, boot failures, destroy, what the unpack preserves, and a
 // killed fleet-agent taking the agent with it, a daemon it started too (its PID namespace).
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -24,6 +24,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bootInStandInHost } from "../helpers/stand-in-host.ts";
 import { guestLeaseDir, type ImageArtifact, type ImageConfig } from "../../contracts/image.ts";
 import { AppError } from "../../lib/errors.ts";
 import { createLogger } from "../../lib/log.ts";
@@ -388,22 +389,8 @@ describe.skipIf(skip)("process driver: a built image as a host process (NOT isol
   it("kill -9 of the fleet-agent: the entrypoint, its server and a daemon it started are all gone within 3 s", async () => {
     const s = spec("killed");
     // A stand-in fleet-agent: the driver in a process of its own, which boots the agent and is then killed -9.
-    const script = join(work, "fleet-agent.ts");
-    writeFileSync(
-      script,
-      `import { ProcessDriver } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/process/driver.ts"))};
-const { vm } = await new ProcessDriver({ bootTimeoutMs: 10_000 }).boot(${JSON.stringify(s)});
-console.log(JSON.stringify({ port: vm.endpoint.port }));
-setInterval(() => {}, 1000);
-`,
-    );
-    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
-    const { port } = JSON.parse(
-      await new Promise<string>((resolve, reject) => {
-        parent.stdout!.once("data", (c: Buffer) => resolve(c.toString()));
-        parent.once("exit", (code) => reject(new Error(`the stand-in fleet-agent exited (${code})`)));
-      }),
-    ) as { port: number };
+    const { host: parent, answer } = await bootInStandInHost<{ port: number }>(work, { bootTimeoutMs: 10_000 }, s, "{ port: vm.endpoint.port }");
+    const { port } = answer;
     const vm = { spec: s, endpoint: { host: "127.0.0.1", port } };
     expect(await cgi(vm, "daemon")).toBe("started");
     const root = join(s.stateDir, "rootfs");

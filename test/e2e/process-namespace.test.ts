@@ -2,11 +2,12 @@
 // children and daemonised grandchildren end with a killed fleet-agent within 3 s, with a graceful stop, and with the
 // workload's own exit (its exit code still told); a doze and a hibernation stop all of them and a wake runs them again;
 // their CPU is metered; without the right to make a namespace the driver says why once and runs workloads as before.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { bootInStandInHost } from "../helpers/stand-in-host.ts";
 import { pidNamespaceSupport } from "../../fleet-agent/drivers/common/pid-namespace.ts";
 import { processAlive, readCpuSeconds } from "../../fleet-agent/drivers/common/proc.ts";
 import type { VmExit, VmSpec } from "../../fleet-agent/drivers/driver.ts";
@@ -115,22 +116,8 @@ describe.skipIf(!isRoot)("the process driver's PID namespaces", () => {
   it("kill -9 of the fleet-agent: the workload, its background child and its daemon are all gone within 3 s", async () => {
     const s = spec("kill9");
     // A stand-in fleet-agent: the driver in a process of its own, which boots the workload and is then killed -9.
-    const script = join(work, "fleet-agent.ts");
-    writeFileSync(
-      script,
-      `import { ProcessDriver } from ${JSON.stringify(join(import.meta.dirname, "../../fleet-agent/drivers/process/driver.ts"))};
-const d = new ProcessDriver({ images: ${JSON.stringify(images)}, bootTimeoutMs: 15_000 });
-const { vm } = await d.boot(${JSON.stringify(s)});
-console.log(JSON.stringify({ pid: vm.pid }));
-setInterval(() => {}, 1000);
-`,
-    );
-    const parent = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "inherit"] });
-    const booted = await new Promise<string>((resolve, reject) => {
-      parent.stdout!.once("data", (c: Buffer) => resolve(c.toString()));
-      parent.once("exit", (code) => reject(new Error(`the stand-in fleet-agent exited (${code})`)));
-    });
-    expect(JSON.parse(booted)).toEqual({ pid: expect.any(Number) });
+    const { host: parent, answer } = await bootInStandInHost<{ pid: number }>(work, { images, bootTimeoutMs: 15_000 }, s, "{ pid: vm.pid }");
+    expect(answer).toEqual({ pid: expect.any(Number) });
     const before = await workloadUp(s.agentId);
     parent.kill("SIGKILL");
     const tookMs = await waitFor(() => before.every((p) => !processAlive(p.pid)), 3000, "every process of the workload gone");
