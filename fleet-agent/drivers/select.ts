@@ -62,7 +62,16 @@ export async function selectDriver(
     const built = await image();
     if (!built.vmlinux)
       throw new Error("DRIVER=firecracker needs an uncompressed vmlinux in the guest image; see the README section on Firecracker (GUEST_KERNEL)");
+    const reflink = await copiesOfVmFiles(dataDir, log);
+    if (settings.FIRECRACKER_DIFF === "auto")
+      log.info(
+        reflink
+          ? "diff snapshots after the first restore (FIRECRACKER_DIFF=auto)"
+          : "full snapshots: no reflinks to copy memory files with (FIRECRACKER_DIFF=auto)",
+        { dataDir },
+      );
     const driver = createFirecrackerDriver({
+      reflink,
       settings,
       dataDir,
       images: async (name) => {
@@ -93,16 +102,7 @@ export async function selectDriver(
         egress,
         ...(settings.QEMU_TEMPLATES ? { templates: { root: join(dataDir, "templates") } } : {}),
       });
-      // Checkpoints and clones copy RAM files and disks: which way is the data directory's filesystem's to decide.
-      const reflink = await reflinkSupported(dataDir).catch(() => false);
-      log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", {
-        dataDir,
-        reflink,
-      });
-      if (reflink) {
-        const cow = await smallCowExtents(dataDir);
-        log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
-      }
+      await copiesOfVmFiles(dataDir, log);
       return { driver, images: ["demo"], notice: undefined, upstreams, exchanges };
     } catch (err) {
       if (choice === "qemu") throw err;
@@ -116,6 +116,23 @@ export async function selectDriver(
     notice: "driver: process (workloads run as plain host processes, NOT isolated); for real VMs run `npm run setup:vm`",
     exchanges,
   };
+}
+
+/**
+ * Checkpoints, clones and diff snapshots copy RAM files, memory files and disks: which way is the data directory's
+ * filesystem's to decide (probed, said in one line); where it reflinks, the copy-on-write extent hint is set too.
+ */
+async function copiesOfVmFiles(dataDir: string, log: Logger): Promise<boolean> {
+  const reflink = await reflinkSupported(dataDir).catch(() => false);
+  log.info(reflink ? "copies of VM files are reflinks (copy-on-write)" : "copies of VM files are full copies (no reflinks on this filesystem)", {
+    dataDir,
+    reflink,
+  });
+  if (reflink) {
+    const cow = await smallCowExtents(dataDir);
+    log.info("copy-on-write extent hint for VM files", "set" in cow ? { hint: "4k", directories: cow.set } : { skipped: cow.skipped });
+  }
+  return reflink;
 }
 
 /**

@@ -1,7 +1,7 @@
 // The firecracker driver's variables (one zod fragment) and the driver built from them, for the program's edge to call.
 import { join, resolve } from "node:path";
 import { z } from "zod";
-import { parseEnv, vars, type Env } from "../../../lib/env.ts";
+import { envVar, parseEnv, readBool, vars, type Env } from "../../../lib/env.ts";
 import { AppError } from "../../../lib/errors.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { directEgressLists } from "../../egress/direct-lists.ts";
@@ -19,7 +19,14 @@ export const firecrackerEnv = z.object({
     default: "(any non-tap interface)",
     doc: "the host interface egress leaves through, for agents that allow egress",
   }),
-  FIRECRACKER_DIFF: vars.bool({ fallback: false, doc: "diff snapshots after the first restore" }),
+  FIRECRACKER_DIFF: envVar<boolean | "auto">(
+    {
+      type: "boolean or `auto`",
+      default: "`auto`",
+      doc: "diff snapshots after the first restore (a hibernation copies the last memory file and lets Firecracker write only the dirtied pages onto it); `auto`: where the data directory's filesystem makes that copy a reflink (probed and logged at start), else full snapshots",
+    },
+    (raw) => (raw === undefined || raw === "" || raw.toLowerCase() === "auto" ? "auto" : readBool(raw, false)),
+  ),
   FIRECRACKER_VERIFY: vars.bool({ fallback: true, doc: "check the sha256 of snapshot files before loading them" }),
   FIRECRACKER_JAILER: vars.optStr({
     type: "path",
@@ -29,7 +36,7 @@ export const firecrackerEnv = z.object({
   FIRECRACKER_JAILER_UID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the uid firecracker runs as under the jailer" }),
   FIRECRACKER_JAILER_GID: vars.optInt({ min: 0, default: "(required with `FIRECRACKER_JAILER`)", doc: "the gid firecracker runs as under the jailer" }),
   FIRECRACKER_TEMPLATES: vars.bool({
-    fallback: false,
+    fallback: true,
     doc: "new agents start as clones of a warm template of their kind (`DATA_DIR/firecracker/templates`), built in the background on the first cold boot of each; a clone takes its template's network slot and a new template is built for the next",
   }),
 });
@@ -53,6 +60,8 @@ export function createFirecrackerDriver(opts: {
   templates?: { root: string };
   /** The operator's EGRESS_ALLOW / EGRESS_DENY (egress/config.ts), enforced on the taps of agents with egress; none when absent. */
   egressRules?: EgressRules;
+  /** Whether the data directory's filesystem makes reflinks (the edge probes it): `FIRECRACKER_DIFF=auto` follows it. Default false. */
+  reflink?: boolean;
 }): FirecrackerDriver {
   const v = opts.settings ?? parseEnv(firecrackerEnv, opts.env ?? {});
   const jailer = v.FIRECRACKER_JAILER;
@@ -60,7 +69,7 @@ export function createFirecrackerDriver(opts: {
     binary: v.FIRECRACKER_BIN,
     images: opts.images,
     network: firecrackerNetwork(v, opts),
-    diffSnapshots: v.FIRECRACKER_DIFF,
+    diffSnapshots: v.FIRECRACKER_DIFF === "auto" ? opts.reflink === true : v.FIRECRACKER_DIFF,
     verifyChecksums: v.FIRECRACKER_VERIFY,
     ...(jailer
       ? {
