@@ -22,7 +22,7 @@ import {
 import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
-import type { ExecStubs } from "./exec-stubs.ts";
+import type { ExecStubs, PortRelay } from "./exec-stubs.ts";
 import { readCpuSeconds } from "./proc.ts";
 
 /**
@@ -66,6 +66,11 @@ export interface SpawnVmOptions {
    * only for `output: "stderr"` with `relayStderr` (the stdio a stub has).
    */
   stubs?: ExecStubs | undefined;
+  /**
+   * Run the process in a network namespace of its own, its loopback ports reachable only through these unix sockets
+   * (exec-stub.c): it is then always started by a stub (one forked now when none waits). Needs `stubs`.
+   */
+  relays?: readonly PortRelay[] | undefined;
 }
 
 /**
@@ -108,10 +113,14 @@ export class VmProcess {
     try {
       // Its own process group: a terminal's Ctrl-C reaches the fleet-agent, which snapshots or stops VMs in order,
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
-      const viaStub =
-        opts.stubs && opts.output === "stderr" && opts.relayStderr
-          ? opts.stubs.take({ command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd })
-          : undefined;
+      const request = { command: opts.command, args: opts.args, env: opts.env ?? process.env, cwd: opts.cwd, relays: opts.relays };
+      const stubbed = opts.stubs && opts.output === "stderr" && opts.relayStderr;
+      if (opts.relays?.length) {
+        const child = stubbed ? opts.stubs!.start(request) : undefined;
+        if (!child) throw new Error("a process with port relays is started by an exec stub, and none can be made");
+        return new VmProcess(opts.vmId, child, opts);
+      }
+      const viaStub = stubbed ? opts.stubs!.take(request) : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
       // Not from a stub (none free, or none kept): the process is still to die with this one, as a stub's would.
       const [command, args] = dyingWithUs(opts.command, opts.args);
