@@ -16,6 +16,7 @@
 // starts; the relay dies with the command (PR_SET_PDEATHSIG: the command keeps this process's pid), and never unlinks
 // its sockets (a newer QEMU of the same VM may have bound the same paths by then).
 //
+// `exec-stub --netns`: the namespace is made at start, while the stub waits (its request must have relays).
 // `exec-stub --probe-netns`: exits 0 when a namespace can be made here (root: CAP_SYS_ADMIN), else says why and exits 1.
 //
 // What it execs dies with the fleet-agent (PR_SET_PDEATHSIG, kept across the exec): a host killed with SIGKILL leaves
@@ -172,25 +173,9 @@ static void *serve(void *arg) {
   return NULL;
 }
 
-/** The relay process: binds and listens on every socket, says so on `ready`, then accepts for ever. */
-static void relay_main(struct relay *relays, int count, int ready) {
+/** The relay process: accepts on every (listening) socket for ever, a thread per connection. */
+static void relay_main(struct relay *relays, int count) {
   signal(SIGPIPE, SIG_IGN);
-  umask(0177); // the sockets are 0600: only root (the fleet-agent) may connect
-  for (int i = 0; i < count; i++) {
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sun_family = AF_UNIX;
-    if (strlen(relays[i].path) >= sizeof addr.sun_path) fail("socket path too long", relays[i].path);
-    strcpy(addr.sun_path, relays[i].path);
-    relays[i].fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (relays[i].fd < 0) fail("socket", strerror(errno));
-    unlink(relays[i].path); // a socket an earlier QEMU of this VM left
-    if (bind(relays[i].fd, (struct sockaddr *)&addr, sizeof addr) != 0) fail(relays[i].path, strerror(errno));
-    if (listen(relays[i].fd, 512) != 0) fail("listen", strerror(errno));
-  }
-  char ok = 1;
-  if (write(ready, &ok, 1) != 1) _exit(1);
-  close(ready);
   struct pollfd pfd[MAX_RELAYS];
   for (int i = 0; i < count; i++) pfd[i] = (struct pollfd){.fd = relays[i].fd, .events = POLLIN};
   pthread_attr_t attr;
@@ -221,26 +206,33 @@ static void relay_main(struct relay *relays, int count, int ready) {
   }
 }
 
-/** Forks the relay inside this (new) namespace and waits until its sockets listen. */
+/**
+ * Binds and listens on every socket here (so they take connections before the command runs: nothing to wait for),
+ * then forks the relay inside this namespace, which inherits them; our copies close at the exec (O_CLOEXEC).
+ */
 static void start_relay(struct relay *relays, int count) {
-  int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) fail("pipe", strerror(errno));
+  mode_t was = umask(0177); // the sockets are 0600: only root (the fleet-agent) may connect
+  for (int i = 0; i < count; i++) {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (strlen(relays[i].path) >= sizeof addr.sun_path) fail("socket path too long", relays[i].path);
+    strcpy(addr.sun_path, relays[i].path);
+    relays[i].fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (relays[i].fd < 0) fail("socket", strerror(errno));
+    unlink(relays[i].path); // a socket an earlier QEMU of this VM left
+    if (bind(relays[i].fd, (struct sockaddr *)&addr, sizeof addr) != 0) fail(relays[i].path, strerror(errno));
+    if (listen(relays[i].fd, 512) != 0) fail("listen", strerror(errno));
+  }
+  umask(was);
   pid_t self = getpid();
   pid_t child = fork();
   if (child < 0) fail("fork", strerror(errno));
   if (child == 0) {
-    close(ready[0]);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != self) _exit(1);
-    relay_main(relays, count, ready[1]);
+    relay_main(relays, count);
     _exit(0);
   }
-  close(ready[1]);
-  char ok = 0;
-  ssize_t n;
-  do n = read(ready[0], &ok, 1);
-  while (n < 0 && errno == EINTR);
-  close(ready[0]);
-  if (n != 1) fail("the port relay did not start", NULL);
 }
 
 int main(int argc0, char **argv0) {
@@ -251,6 +243,9 @@ int main(int argc0, char **argv0) {
     }
     return 0;
   }
+  // `--netns`: the namespace is made while the stub waits, off the command's path (a request must then have relays).
+  int netns = argc0 == 2 && strcmp(argv0[1], "--netns") == 0;
+  int netns_error = netns && private_network() != 0 ? errno : 0;
   pid_t parent = getppid();
   size_t len = 0;
   char *buf = read_all(&len);
@@ -290,8 +285,10 @@ int main(int argc0, char **argv0) {
   if (devnull != 0) close(devnull);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("prctl", strerror(errno));
   if (getppid() != parent) fail("the fleet-agent is gone", NULL);
+  if (netns_error) fail("cannot make a network namespace", strerror(netns_error));
+  if (netns && nrelays == 0) fail("a stub in a network namespace of its own was given no port to relay", NULL);
   if (nrelays > 0) {
-    if (private_network() != 0) fail("cannot make a network namespace", strerror(errno));
+    if (!netns && private_network() != 0) fail("cannot make a network namespace", strerror(errno));
     start_relay(relays, (int)nrelays);
   }
   execvpe(args[0], args, envp);

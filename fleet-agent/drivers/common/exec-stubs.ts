@@ -3,7 +3,9 @@
 // command line and it execs it, keeping its pid, its pipe and its place as our child. Measured on this project's
 // 2-core host: a `child_process.spawn` from a fleet-agent of ~300 MiB RSS blocks its event loop 25–35 ms (fork copies
 // the page tables); handing a stub its command takes well under 1 ms. Stubs used up are replaced after a quiet
-// moment, off the caller's path; when none is waiting (a burst, or no gcc) a spawn forks as before.
+// moment, off the caller's path; when none is waiting (a burst, or no gcc) a spawn forks as before. A command with
+// port relays (a QEMU in a network namespace of its own, reachable through root-only unix sockets) always starts
+// from a stub, forked on the spot when none waits: only the stub makes the namespace and the relay.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
@@ -37,6 +39,11 @@ export interface ExecStubsOptions {
   size?: number;
   /** How long after a stub is taken the pool is filled again (ms, default 300): the fork then blocks no wake. */
   refillDelayMs?: number;
+  /**
+   * Every command will have relays (a host whose QEMUs each run in a namespace of their own): the stubs make their
+   * namespace while they wait (`exec-stub --netns`), off the wake's path.
+   */
+  netns?: boolean;
   /** The compiled stub (tests); default: exec-stub.c built with gcc on first use. */
   tool?: CTool;
 }
@@ -74,6 +81,7 @@ export class ExecStubs {
   private readonly refillDelayMs: number;
   private readonly log: Logger;
   private readonly tool: CTool;
+  private readonly stubArgs: string[];
   private refill: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -82,6 +90,7 @@ export class ExecStubs {
     this.size = opts.size ?? 2;
     this.refillDelayMs = opts.refillDelayMs ?? 300;
     this.tool = opts.tool ?? execStubTool();
+    this.stubArgs = opts.netns ? ["--netns"] : [];
     if ("error" in this.tool && this.size > 0) this.log.warn("no exec stubs: VM processes are forked from the fleet-agent", { err: this.tool.error });
   }
 
@@ -97,7 +106,7 @@ export class ExecStubs {
   start(c: StubCommand): ChildProcess | undefined {
     const waiting = this.take(c);
     if (waiting || !("path" in this.tool)) return waiting;
-    const stub = spawn(this.tool.path, [], { stdio: ["pipe", "ignore", "pipe"], detached: true });
+    const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
     stub.stdin?.on("error", () => undefined); // a stub that failed to start: its exit (or spawn error) says so
     (stub.stdin as Writable).end(stubRequest(c));
     return stub;
@@ -107,7 +116,7 @@ export class ExecStubs {
   fill(): void {
     if (this.closed || !("path" in this.tool)) return;
     while (this.idle.length < this.size) {
-      const stub = spawn(this.tool.path, [], { stdio: ["pipe", "ignore", "pipe"], detached: true });
+      const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
       stub.once("error", (err) => {
         this.forget(stub);
         this.log.warn("exec stub failed to start", { err });

@@ -117,7 +117,7 @@ export class QemuDriver implements VmDriver {
     } else if (opts.egressRelay) egressRelay = opts.egressRelay;
     // Without waiting stubs (execStubs false) a VM in a namespace still starts through one, forked when needed.
     if ((opts.execStubs ?? true) || this.netns) {
-      this.stubs = new ExecStubs({ log: this.log, tool: stubTool, size: (opts.execStubs ?? true) ? undefined : 0 });
+      this.stubs = new ExecStubs({ log: this.log, tool: stubTool, size: (opts.execStubs ?? true) ? undefined : 0, netns: this.netns });
       this.stubs.fill();
     }
     const host: QemuHost = {
