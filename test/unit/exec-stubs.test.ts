@@ -2,7 +2,7 @@
 // environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes;
 // with relays, the command runs in a network namespace of its own, its port reached through a 0600 unix socket only.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -133,6 +133,31 @@ setInterval(() => {}, 1000);
     expect(processAlive(relay)).toBe(true);
     child.kill("SIGKILL");
     await waitFor(() => !isAlive(relay), 5000, "the relay's end");
+  });
+
+  it("a namespaced host's stubs make their namespace while they wait, and refuse a command without relays", async () => {
+    const can = privateNetwork(execStubTool());
+    expect(can.ok).toBe(process.getuid?.() === 0);
+    if (!can.ok) return;
+    const pool = new ExecStubs({ log: silentLogger, size: 1, netns: true });
+    try {
+      pool.fill();
+      const stubPid = await waiting(pool);
+      // Already in a namespace of its own before it was handed anything.
+      await waitFor(() => readlinkSync(`/proc/${stubPid}/ns/net`) !== readlinkSync("/proc/self/ns/net"), 5000, "the stub's namespace");
+      const socket = join(dir, "pre.sock");
+      const child = pool.take({ command: "sleep", args: ["30"], env: { PATH: process.env.PATH }, relays: [{ socket, port: 21080 }] })!;
+      expect(child.pid).toBe(stubPid);
+      await waitFor(() => readFileSync(`/proc/${child.pid}/cmdline`, "utf8").startsWith("sleep"), 5000, "the exec");
+      expect(statSync(socket).mode & 0o777).toBe(0o600);
+      child.kill("SIGKILL");
+      await waiting(pool);
+      const bare = await stderrOf(pool.take({ command: "true", args: [], env: {} })!);
+      expect(bare.code).toBe(127);
+      expect(bare.text).toMatch(/no port to relay/);
+    } finally {
+      pool.close();
+    }
   });
 
   it("close ends the waiting stubs and takes no more", async () => {
