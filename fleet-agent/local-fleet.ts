@@ -57,6 +57,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
   const pools = new PerRunPools<Pool>(
     (ep) =>
       new Pool(`http://${ep.host}:${ep.port}`, {
+        ...(ep.socketPath ? { socketPath: ep.socketPath } : {}), // a QEMU's relayed port (host:port then names it only)
         connections: 256,
         pipelining: 1,
         keepAliveTimeout: 30_000,
@@ -70,7 +71,14 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
   // The VMs' exec servers (one request per connection: they answer `Connection: close`), pooled apart from the workloads'.
   const execPools = new PerRunPools<Pool>(
     (ep) =>
-      new Pool(`http://${ep.host}:${ep.port}`, { connections: 64, pipelining: 1, connectTimeout: opts.connectTimeoutMs, headersTimeout: 0, bodyTimeout: 0 }),
+      new Pool(`http://${ep.host}:${ep.port}`, {
+        ...(ep.socketPath ? { socketPath: ep.socketPath } : {}),
+        connections: 64,
+        pipelining: 1,
+        connectTimeout: opts.connectTimeoutMs,
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      }),
     (pool) => void pool.destroy().catch(() => undefined),
   );
   const relays = new Set<WebSocketRelay>();

@@ -1,17 +1,19 @@
 // Connection pools kept per agent and VM run: a woken VM may be a new process, so a new run drops the old run's pool.
 
+import type { PortEndpoint } from "./node-net.ts";
+
 export class PerRunPools<P> {
   private readonly pools = new Map<string, { runId: string; pool: P }>();
-  private readonly make: (endpoint: { host: string; port: number }) => P;
+  private readonly make: (endpoint: PortEndpoint) => P;
   private readonly dispose: (pool: P) => void;
 
-  constructor(make: (endpoint: { host: string; port: number }) => P, dispose: (pool: P) => void) {
+  constructor(make: (endpoint: PortEndpoint) => P, dispose: (pool: P) => void) {
     this.make = make;
     this.dispose = dispose;
   }
 
   /** The pool of `agentId`'s current run, made on first use; an older run's pool is disposed of. */
-  get(agentId: string, runId: string, endpoint: { host: string; port: number }): P {
+  get(agentId: string, runId: string, endpoint: PortEndpoint): P {
     const current = this.pools.get(agentId);
     if (current && current.runId === runId) return current.pool;
     if (current) this.dispose(current.pool);

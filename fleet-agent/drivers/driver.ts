@@ -1,4 +1,5 @@
 // The one interface every hypervisor driver implements (process, qemu, firecracker).
+import type { PortEndpoint } from "../../lib/node-net.ts";
 import type { DesktopSize, WakeTier } from "../../contracts/agent.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import type { TemplateView } from "../../contracts/fleet.ts";
@@ -27,11 +28,11 @@ export interface VmSpec {
   desktop?: DesktopSize;
 }
 
-/** Where the workload's HTTP server is reachable from the host. */
-export interface VmEndpoint {
-  host: string;
-  port: number;
-}
+/**
+ * Where the workload's HTTP server is reachable from the host: TCP, or (`socketPath`) a root-only unix socket relayed
+ * into the VM's own network namespace (a QEMU's, drivers/common/exec-stub.c), `host:port` then naming it only.
+ */
+export type VmEndpoint = PortEndpoint;
 
 export interface RunningVm {
   spec: VmSpec;
@@ -107,6 +108,8 @@ export const EXEC_GUEST_PORT = 1025;
 export interface ExecTarget {
   host: string;
   port: number;
+  /** A unix socket to connect to instead of `host:port` (as VmEndpoint's). */
+  socketPath?: string | undefined;
   /** 64 hex: sent as `x-agentvm-exec-key`; never leaves the host. */
   key: string;
 }

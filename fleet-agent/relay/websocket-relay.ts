@@ -6,6 +6,7 @@
 // reason, so clients reconnect, and the reconnect wakes the agent again.
 import { request, type IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
+import { requestOptions } from "../../lib/node-net.ts";
 import type { Duplex } from "node:stream";
 import { AppError, logFailure } from "../../lib/errors.ts";
 import type { Logger } from "../../lib/log.ts";
@@ -64,8 +65,7 @@ export class WebSocketRelay {
     socket.on("error", () => this.end("client socket error"));
     socket.on("close", () => this.end("client closed"));
     const up = request({
-      host: ticket.endpoint.host,
-      port: ticket.endpoint.port,
+      ...requestOptions(ticket.endpoint),
       method: req.method ?? "GET",
       path: this.i.pathInside,
       headers: this.i.headers,

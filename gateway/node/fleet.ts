@@ -2,13 +2,14 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { WakeInfo } from "../../contracts/agent.ts";
+import type { PortEndpoint } from "../../lib/node-net.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { Fleet, ForwardContext, SocketLimits } from "../../contracts/fleet.ts";
 
 /** One call's hold on an awake agent: the VM stays awake while the hold lasts. */
 export interface AgentHold {
   /** Where the agent listens (the gateway talks HTTP/1.1 to it directly). */
-  readonly endpoint: { host: string; port: number };
+  readonly endpoint: PortEndpoint;
   readonly wake: WakeInfo;
   /** Bytes moved either way: keeps a long stream counting as work. */
   touch(): void;

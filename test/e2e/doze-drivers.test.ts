@@ -17,6 +17,7 @@ import { ProcessDriver } from "../../fleet-agent/drivers/process/driver.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import { parseEgressConfig } from "../../fleet-agent/egress/config.ts";
 import { EgressProxy } from "../../fleet-agent/egress/proxy.ts";
+import type { PortEndpoint } from "../../lib/node-net.ts";
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -61,7 +62,7 @@ function slowModel(): Promise<SlowModel> {
 }
 
 /** Whether a call to the workload answers within `ms` (false: it timed out). */
-async function answersWithin(port: number, ms: number): Promise<boolean> {
+async function answersWithin(port: number | PortEndpoint, ms: number): Promise<boolean> {
   try {
     await call(port, "/", { signal: AbortSignal.timeout(ms) });
     return true;
@@ -93,7 +94,7 @@ describe("doze on the qemu driver (TCG)", () => {
 
   it("a VM waiting on an outbound call dozes through the answer: paused, no CPU, no connection broken, the clock fixed", async () => {
     vm = (await driver.boot(spec)).vm;
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     const modelUrl = (ms: number) => `http://127.0.0.1:${model.port}/model/${ms}`;
     // The guest's way out works both ways a client uses the proxy (and the path is warm under TCG).
     for (const via of ["", "&via=connect"]) {
@@ -156,7 +157,7 @@ describe("doze on the qemu driver (TCG)", () => {
 
   it("a dozing VM still hibernates (resumed first, not misread as a kept QEMU), wakes from its snapshot, and stops", async () => {
     expect(vm, "the test above booted it").toBeDefined();
-    expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: 1 });
+    expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: 1 });
     await driver.pause(vm);
     const snap = await driver.hibernate(vm);
     expect(snap.completed).toBe(true);
@@ -164,7 +165,7 @@ describe("doze on the qemu driver (TCG)", () => {
     expect(woke.mode).toBe("restore");
     expect(Math.abs(woke.timings.skewAfterMs)).toBeLessThan(50);
     expect(await driver.runState(woke.vm)).toBe("running");
-    expect(await json(woke.vm.endpoint.port, "/counter")).toEqual({ count: 1 });
+    expect(await json(woke.vm.endpoint, "/counter")).toEqual({ count: 1 });
     await driver.pause(woke.vm);
     expect(await driver.runState(woke.vm)).toBe("paused");
     await driver.stop(woke.vm);
@@ -212,7 +213,7 @@ describe("doze on the process driver", () => {
     };
     const { vm } = await driver.boot(spec);
     groups.push(vm.pid!);
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     expect(await json(port, "/")).toEqual({ ok: true, agent: "demo" });
     await driver.pause(vm);
     expect(await settledStateOf(vm.pid!, (s) => s === "T")).toBe("T");

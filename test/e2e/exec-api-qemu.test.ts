@@ -8,6 +8,7 @@ import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeF
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { request } from "node:http";
+import { requestOptions } from "../../lib/node-net.ts";
 import { Readable } from "node:stream";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -363,8 +364,7 @@ describe.skipIf(!qemuPresent)(title, () => {
       new Promise<void>((resolve, reject) => {
         const req = request(
           {
-            host: target.host,
-            port: target.port,
+            ...requestOptions(target),
             method: "POST",
             path: "/v1/exec",
             headers: { "x-agentvm-exec-key": target.key, "content-length": body.byteLength },

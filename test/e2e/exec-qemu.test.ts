@@ -3,6 +3,7 @@
 // tar, escapes refused, a background process across hibernate and wake. One VM for every case; then a built image's
 // VM, where the root is the overlay the entrypoint runs in and the user the image's.
 import { request } from "node:http";
+import { requestOptions } from "../../lib/node-net.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ExecTarget, RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
@@ -61,7 +62,7 @@ describe("guest-exec in a QEMU demo VM", () => {
     const body = encodeSpec({ cmd: ["sleep", "301"] });
     await new Promise<void>((resolve) => {
       const req = request(
-        { host: t.host, port: t.port, method: "POST", path: "/v1/exec", agent: false, headers: { "x-agentvm-exec-key": t.key, "content-length": body.length } },
+        { ...requestOptions(t), method: "POST", path: "/v1/exec", agent: false, headers: { "x-agentvm-exec-key": t.key, "content-length": body.length } },
         (res) => {
           res.resume();
           setTimeout(() => {
@@ -88,7 +89,7 @@ describe("guest-exec in a QEMU demo VM", () => {
     let exitFrame = "";
     const done = new Promise<void>((resolve, reject) => {
       const req = request(
-        { host: t.host, port: t.port, method: "POST", path: "/v1/exec", agent: false, headers: { "x-agentvm-exec-key": t.key, "content-length": body.length } },
+        { ...requestOptions(t), method: "POST", path: "/v1/exec", agent: false, headers: { "x-agentvm-exec-key": t.key, "content-length": body.length } },
         (res) => {
           let tail = Buffer.alloc(0);
           let paused = 0;

@@ -15,10 +15,10 @@ import { CHECKPOINT_RAM_FILE, type MemoryMode } from "../../fleet-agent/drivers/
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 const identity = async (vm: RunningVm) => {
-  const r = await call(vm.endpoint.port, "/identity");
+  const r = await call(vm.endpoint, "/identity");
   return r.status === 200
     ? Object.fromEntries(
         r.text
@@ -28,7 +28,7 @@ const identity = async (vm: RunningVm) => {
       )
     : undefined;
 };
-const randomHex = async (vm: RunningVm) => (await call(vm.endpoint.port, "/random")).text.trim();
+const randomHex = async (vm: RunningVm) => (await call(vm.endpoint, "/random")).text.trim();
 
 function digest(dir: string): string {
   const h = createHash("sha256");
@@ -210,7 +210,7 @@ describe("a checkpoint of a built image's VM (file memory) keeps its disk with i
   let driver: QemuDriver;
   const specs: VmSpec[] = [];
   const root = mkdtempSync(join(tmpdir(), "qemu-ckpt-img-"));
-  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint.port, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
+  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
 
   beforeAll(async () => {
     fixture = makeRootfsFixture();

@@ -1,6 +1,7 @@
 // The qemu driver against real QEMU microVMs: boot, hibernate/wake with state, clock fix, fallbacks, cancel, crash, reap.
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync, readdirSync, writeFileSync, openSync, writeSync, closeSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync, openSync, writeSync, closeSync, statSync } from "node:fs";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -9,7 +10,9 @@ import { hostNowNs } from "../../fleet-agent/drivers/common/guest-agent.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
-import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
+import type { PortEndpoint } from "../../lib/node-net.ts";
+import { execRequest } from "../helpers/exec.ts";
+import { call, fetchAt, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
@@ -24,7 +27,7 @@ const tempFiles = (spec: VmSpec) => readdirSync(spec.stateDir).filter((f) => /\.
 const writingSnapshot = (spec: VmSpec) => readdirSync(spec.stateDir).some((f) => /^snapshot-[\w-]+\.tmp$/.test(f));
 
 /** Guest wall clock minus host wall clock, through the workload's GET /clock (host time at the request's midpoint). */
-async function httpSkewMs(port: number): Promise<number> {
+async function httpSkewMs(port: PortEndpoint): Promise<number> {
   let best: { skew: number; rtt: number } | undefined;
   for (let i = 0; i < 3; i++) {
     const t0 = Date.now();
@@ -35,6 +38,51 @@ async function httpSkewMs(port: number): Promise<number> {
     if (!best || rtt < best.rtt) best = { skew, rtt };
   }
   return best!.skew;
+}
+
+/** Whether a TCP connection to 127.0.0.1:`port` in this (the host's) network namespace is refused. */
+function tcpRefused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(port, "127.0.0.1");
+    sock.once("connect", () => {
+      sock.destroy();
+      resolve(false);
+    });
+    sock.once("error", (err: NodeJS.ErrnoException) => resolve(err.code === "ECONNREFUSED"));
+  });
+}
+
+/** The socket inodes a process holds open. */
+function socketInodes(pid: number): string[] {
+  const dir = `/proc/${pid}/fd`;
+  return readdirSync(dir).flatMap((fd) => {
+    try {
+      return /^socket:\[(\d+)\]$/.exec(readlinkSync(join(dir, fd)))?.[1] ?? [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** A process's children (QEMU's: the port relay, guestfwd relays). */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The inodes of the TCP listeners (state 0A) of this process's network namespace, IPv4 and IPv6. */
+function hostTcpListeners(): string[] {
+  return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((f) =>
+    readFileSync(f, "utf8")
+      .split("\n")
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/))
+      .filter((cols) => cols[3] === "0A")
+      .map((cols) => cols[9]!),
+  );
 }
 
 describe("qemu driver on one shared VM", () => {
@@ -54,11 +102,11 @@ describe("qemu driver on one shared VM", () => {
   });
 
   it("boots a workload that answers HTTP; the counter survives hibernate + wake from the snapshot", async () => {
-    expect(await json(vm.endpoint.port, "/")).toEqual({ ok: true, agent: "demo" });
-    await json(vm.endpoint.port, "/counter", { method: "POST" });
-    await json(vm.endpoint.port, "/counter", { method: "POST" });
-    expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: 3 });
-    const port = vm.endpoint.port;
+    expect(await json(vm.endpoint, "/")).toEqual({ ok: true, agent: "demo" });
+    await json(vm.endpoint, "/counter", { method: "POST" });
+    await json(vm.endpoint, "/counter", { method: "POST" });
+    expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: 3 });
+    const port = vm.endpoint;
 
     const snap = await driver.hibernate(vm);
     expect(snap.completed).toBe(true);
@@ -73,15 +121,15 @@ describe("qemu driver on one shared VM", () => {
     const woke = await driver.wake(spec);
     expect(woke.mode).toBe("restore");
     expect(woke.fallbackReason).toBeUndefined();
-    expect(woke.vm.endpoint.port).toBe(port); // the forwarded port is the VM's for life
+    expect(woke.vm.endpoint).toEqual(port); // the forwarded port (or its socket) is the VM's for life
     expect(woke.timings.restoreMs).toBeGreaterThan(0);
     vm = woke.vm;
-    expect(await json(vm.endpoint.port, "/counter")).toEqual({ count: 3 });
-    expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: 4 });
+    expect(await json(vm.endpoint, "/counter")).toEqual({ count: 3 });
+    expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: 4 });
   });
 
   it("serves the workload contract: echo (length and chunked), SSE one event at a time, statuses, 60 concurrent clients", async () => {
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     const echoed = await call(port, "/echo", { method: "POST", body: "hello qemu", headers: { "content-type": "text/x-test" } });
     expect(echoed).toMatchObject({ status: 200, text: "hello qemu" });
     expect(echoed.headers.get("content-type")).toBe("text/x-test");
@@ -97,7 +145,7 @@ describe("qemu driver on one shared VM", () => {
     expect((await call(port, "/status/418")).status).toBe(418);
     expect((await call(port, "/nope")).status).toBe(404);
 
-    const res = await fetch(`http://127.0.0.1:${port}/sse?n=4&intervalMs=150`);
+    const res = await fetchAt(port, "/sse?n=4&intervalMs=150");
     expect(res.headers.get("content-type")).toBe("text/event-stream");
     const arrivals: number[] = [];
     const events: string[] = [];
@@ -124,6 +172,32 @@ describe("qemu driver on one shared VM", () => {
     expect(performance.now() - started).toBeLessThan(3000);
   });
 
+  it("no port of its QEMU listens in the host's network: the workload and the exec server answer through root-only unix sockets", async () => {
+    const t = await driver.execTarget(vm);
+    // As root the driver puts each QEMU in a namespace of its own; as another user it forwards on the host's loopback.
+    expect(driver.netns).toBe(process.getuid?.() === 0);
+    if (!driver.netns) {
+      expect([vm.endpoint.socketPath, t.socketPath]).toEqual([undefined, undefined]);
+      expect(await tcpRefused(vm.endpoint.port)).toBe(false);
+      return;
+    }
+    // The old ways in, a TCP connection to the forwarded ports on the host's loopback, are refused...
+    expect(await tcpRefused(vm.endpoint.port)).toBe(true);
+    expect(await tcpRefused(t.port)).toBe(true);
+    // ...and none of QEMU's sockets (nor its relay's) is a TCP listener of the host's namespace (this process's).
+    const owned = new Set([vm.pid!, ...childrenOf(vm.pid!)].flatMap(socketInodes));
+    expect(owned.size).toBeGreaterThan(0);
+    expect(hostTcpListeners().filter((inode) => owned.has(inode))).toEqual([]);
+    // The host's way in: one socket per port, 0600, root's; the calls answer through them (this is a restored QEMU).
+    for (const socket of [vm.endpoint.socketPath!, t.socketPath!]) {
+      const st = statSync(socket);
+      expect([st.isSocket(), st.mode & 0o777, st.uid]).toEqual([true, 0o600, 0]);
+    }
+    expect(await json(vm.endpoint, "/")).toEqual({ ok: true, agent: "demo" });
+    const v = await execRequest(t, "GET", "/v1/version");
+    expect([v.status, v.body.toString()]).toEqual([200, "agentvm-exec/2"]);
+  });
+
   it("guest agent: SETTIME applies with nanosecond precision and ignores a timestamp older than the last applied", async () => {
     const agent = driver.guestAgent(vm);
     const now = hostNowNs();
@@ -142,7 +216,7 @@ describe("qemu driver on one shared VM", () => {
     const idle = (await driver.cpuSeconds(vm)) - idle0;
     expect(await driver.guestLeases(vm)).toBe(0);
 
-    const started = await call(vm.endpoint.port, "/work?seconds=4&lease=1", { method: "POST" });
+    const started = await call(vm.endpoint, "/work?seconds=4&lease=1", { method: "POST" });
     expect(started.status).toBe(202);
     expect(JSON.parse(started.text)).toEqual({ started: true });
     await sleep(300);
@@ -162,7 +236,7 @@ describe("qemu driver on one shared VM", () => {
 
   it("a hibernation aborted mid-snapshot leaves the VM running, no temp file, and the previous snapshot intact", async () => {
     const before = readFileSync(join(spec.stateDir, "snapshot.json"), "utf8");
-    const count = (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
+    const count = (await json<{ count: number }>(vm.endpoint, "/counter")).count;
 
     const early = new AbortController();
     early.abort();
@@ -182,8 +256,8 @@ describe("qemu driver on one shared VM", () => {
     expect(processAlive(vm.pid!)).toBe(true);
     expect(tempFiles(spec)).toEqual([]);
     expect(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")).toBe(before);
-    expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: count + 1 });
-    expect(Math.abs(await httpSkewMs(vm.endpoint.port))).toBeLessThan(50); // the pause was corrected too
+    expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: count + 1 });
+    expect(Math.abs(await httpSkewMs(vm.endpoint))).toBeLessThan(50); // the pause was corrected too
   });
 
   it("after ≥ 10 s hibernated the guest clock is ≈ 10 s behind before the fix and within 50 ms of the host after it", async () => {
@@ -196,11 +270,11 @@ describe("qemu driver on one shared VM", () => {
     expect(woke.timings.skewBeforeMs).toBeLessThan(-9000); // the guest was frozen at snapshot time
     expect(Math.abs(woke.timings.skewAfterMs)).toBeLessThan(50);
     expect(woke.timings.clockFixMs).toBeGreaterThan(0);
-    expect(Math.abs(await httpSkewMs(vm.endpoint.port))).toBeLessThan(50);
+    expect(Math.abs(await httpSkewMs(vm.endpoint))).toBeLessThan(50);
   }, 90_000);
 
   it("a corrupted snapshot (flipped bytes) makes wake cold-boot, say why, and serve again", async () => {
-    await json(vm.endpoint.port, "/counter", { method: "POST" });
+    await json(vm.endpoint, "/counter", { method: "POST" });
     expect((await driver.hibernate(vm)).completed).toBe(true);
     const m = manifestOf(spec);
     const fd = openSync(join(spec.stateDir, m.file), "r+");
@@ -211,8 +285,8 @@ describe("qemu driver on one shared VM", () => {
     vm = woke.vm;
     expect(woke.mode).toBe("boot");
     expect(woke.fallbackReason).toMatch(/checksum/);
-    expect(await json(vm.endpoint.port, "/")).toEqual({ ok: true, agent: "demo" });
-    expect(await json(vm.endpoint.port, "/counter")).toEqual({ count: 0 }); // a new guest: the corrupt state never ran
+    expect(await json(vm.endpoint, "/")).toEqual({ ok: true, agent: "demo" });
+    expect(await json(vm.endpoint, "/counter")).toEqual({ count: 0 }); // a new guest: the corrupt state never ran
   }, 120_000);
 
   it("a snapshot from other QEMU or hardware settings is not restored: cold boot with the reason", async () => {
@@ -223,7 +297,7 @@ describe("qemu driver on one shared VM", () => {
     vm = woke.vm;
     expect(woke.mode).toBe("boot");
     expect(woke.fallbackReason).toMatch(/QEMU emulator version 6\.0\.0/);
-    expect((await call(vm.endpoint.port, "/healthz")).text).toBe("ok");
+    expect((await call(vm.endpoint, "/healthz")).text).toBe("ok");
   }, 120_000);
 
   it("a QEMU that dies on its own is reported once through onExit", async () => {
@@ -286,7 +360,7 @@ describe("a fleet-agent killed with SIGKILL mid-snapshot", () => {
       // The kill normally lands before the new manifest is committed (count 1); if the snapshot won
       // the race it is complete (count 2). A partial one would not restore at all.
       const expected = m.file === committedBefore ? 1 : 2;
-      expect(await json(woke.vm.endpoint.port, "/counter")).toEqual({ count: expected });
+      expect(await json(woke.vm.endpoint, "/counter")).toEqual({ count: expected });
     } finally {
       await driver.close();
       await driver.destroy(spec);

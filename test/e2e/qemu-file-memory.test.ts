@@ -16,8 +16,8 @@ import { waitFor } from "../helpers/wait.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 
 /** Whether a hibernated VM's QEMU is gone within 5 s (the stopped process exits after the hibernation answered). */
 async function exits(pid: number): Promise<boolean> {
@@ -75,10 +75,10 @@ function startChild(mode: "hibernate" | "wake" | "load", spec: VmSpec) {
     });
     const spec = makeSpec({ stateDir, vmId });
     const { vm } = await driver.boot(spec);
-    await json(vm.endpoint.port, "/counter", { method: "POST" });
+    await json(vm.endpoint, "/counter", { method: "POST" });
     say({ step: "hibernated", completed: (await driver.hibernate(vm)).completed });
     const woke = await driver.wake(spec);
-    const { count } = await json(woke.vm.endpoint.port, "/counter", { method: "POST" });
+    const { count } = await json(woke.vm.endpoint, "/counter", { method: "POST" });
     say({ step: "hibernating", count, pid: woke.vm.pid });
     await driver.hibernate(woke.vm);
     say({ step: "finished" });

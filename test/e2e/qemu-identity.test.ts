@@ -79,7 +79,7 @@ describe("qemu guest: identity, /random and checkpoint requests", () => {
   });
 
   it("has no identity until the host pushes one; each push rewrites the file with the next generation", async () => {
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     expect((await call(port, "/identity")).status).toBe(404);
     const agent = driver.guestAgent(vm);
 
@@ -104,12 +104,12 @@ describe("qemu guest: identity, /random and checkpoint requests", () => {
     await expect(agent.identity({ ...good, hostname: "under_score" })).rejects.toThrow(/guest agent: bad hostname/);
     await expect(agent.identity({ ...good, hostname: "a".repeat(64) })).rejects.toThrow(/guest agent: bad hostname/);
     await expect(agent.identity({ ...good, clonedFrom: "ckp.dot" })).rejects.toThrow(/guest agent: bad clonedFrom/);
-    expect((await call(vm.endpoint.port, "/identity")).text).toContain("generation=2\n");
+    expect((await call(vm.endpoint, "/identity")).text).toContain("generation=2\n");
   });
 
   it("/random answers 32 hex characters from getrandom(), different every call", async () => {
-    const a = await call(vm.endpoint.port, "/random");
-    const b = await call(vm.endpoint.port, "/random");
+    const a = await call(vm.endpoint, "/random");
+    const b = await call(vm.endpoint, "/random");
     expect(a.status).toBe(200);
     expect(a.text).toMatch(/^[0-9a-f]{32}$/);
     expect(b.text).toMatch(/^[0-9a-f]{32}$/);
@@ -117,7 +117,7 @@ describe("qemu guest: identity, /random and checkpoint requests", () => {
   });
 
   it("hands each checkpoint request the workload made to the host once", async () => {
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     const agent = driver.guestAgent(vm);
     expect(await agent.checkpointRequests()).toEqual([]);
     expect(await call(port, "/checkpoint?name=a", { method: "POST" })).toMatchObject({ status: 202, text: '{"requested":"a"}' });
@@ -161,10 +161,10 @@ describe("qemu: two clones of one checkpoint", () => {
       woken.push((await driver.wake(spec)).vm);
     }
     const [a, b] = woken as [RunningVm, RunningVm];
-    expect((await call(a.endpoint.port, "/identity")).text).toBe("agentId=agt_twin1\nhostname=agt-twin1\nclonedFrom=ckp_identity1\ngeneration=1\n");
-    expect((await call(b.endpoint.port, "/identity")).text).toBe("agentId=agt_twin2\nhostname=agt-twin2\nclonedFrom=ckp_identity1\ngeneration=1\n");
-    const ra = (await call(a.endpoint.port, "/random")).text;
-    const rb = (await call(b.endpoint.port, "/random")).text;
+    expect((await call(a.endpoint, "/identity")).text).toBe("agentId=agt_twin1\nhostname=agt-twin1\nclonedFrom=ckp_identity1\ngeneration=1\n");
+    expect((await call(b.endpoint, "/identity")).text).toBe("agentId=agt_twin2\nhostname=agt-twin2\nclonedFrom=ckp_identity1\ngeneration=1\n");
+    const ra = (await call(a.endpoint, "/random")).text;
+    const rb = (await call(b.endpoint, "/random")).text;
     expect(ra).toMatch(/^[0-9a-f]{32}$/);
     expect(ra).not.toBe(rb);
   });
@@ -190,7 +190,7 @@ describe("qemu guest with a built image: the workload sees /run/agentvm", () => 
   });
 
   it("reads the identity at /run/agentvm/identity, follows the new hostname, and asks for checkpoints as its own user", async () => {
-    const port = vm.endpoint.port;
+    const port = vm.endpoint;
     const agent = driver.guestAgent(vm);
     expect((await call(port, "/cgi-bin/identity")).text).toMatch(/No such file/);
     expect((await call(port, "/cgi-bin/names")).text.trim()).toBe("agt-identimg agt-identimg 1");

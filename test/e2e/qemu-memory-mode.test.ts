@@ -10,7 +10,7 @@ import { snapshotMemory, type SnapshotManifest } from "../../fleet-agent/drivers
 import { json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 const drivers: QemuDriver[] = [];
 const specs: VmSpec[] = [];
 

@@ -9,7 +9,7 @@ import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
-import { json, makeDriver, makeSpec } from "../helpers/qemu.ts";
+import { fetchAt, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { mountTmpfs, type Tmpfs } from "../helpers/tmpfs.ts";
 import { waitFor } from "../helpers/wait.ts";
 
@@ -43,7 +43,7 @@ const freeOf = (dir: string) => {
   const s = statfsSync(dir);
   return s.bavail * s.bsize;
 };
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
 
 /** Fills the filesystem, leaving `leave` bytes free; returns a function that frees it again. */
@@ -68,7 +68,7 @@ function fill(leave: number): () => void {
 async function dirtyGuest(vm: RunningVm, times: number): Promise<void> {
   const body = Buffer.alloc(2 * MiB, 7);
   for (let i = 0; i < times; i++) {
-    const res = await fetch(`http://127.0.0.1:${vm.endpoint.port}/echo`, { method: "POST", body, signal: AbortSignal.timeout(30_000) });
+    const res = await fetchAt(vm.endpoint, "/echo", { method: "POST", body, signal: AbortSignal.timeout(30_000) });
     expect(res.status).toBe(200);
     expect((await res.arrayBuffer()).byteLength).toBe(body.length);
   }

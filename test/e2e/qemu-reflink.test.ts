@@ -20,8 +20,8 @@ const unavailable = xfsLoopUnavailable();
 const mustRun = process.env.CI === "true";
 if (unavailable && !mustRun) console.log(`qemu-reflink: skipped: ${unavailable}`);
 
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 /** Bytes the filesystem of `dir` has in use (statfs): only this test writes to the loop image. */
 const usedBytes = async (dir: string) => {
   const s = await statfs(dir);
@@ -97,7 +97,7 @@ describe.skipIf(unavailable !== undefined && !mustRun)("qemu checkpoints on an X
     // then hibernates: every page it wrote got a block of its own, the rest still the checkpoint's.
     const body = Buffer.alloc(8 * MiB);
     for (let i = 0; i < body.length; i += 4096) body.writeUInt32LE(i ^ 0x5a5a5a5a, i);
-    const echoed = await call(vf.endpoint.port, "/echo", { method: "POST", body, headers: { "content-type": "application/octet-stream" } });
+    const echoed = await call(vf.endpoint, "/echo", { method: "POST", body, headers: { "content-type": "application/octet-stream" } });
     expect(echoed.text.length).toBe(8 * MiB);
     expect(await bump(vf)).toBe(4);
     expect((await driver.hibernate(vf)).completed).toBe(true);

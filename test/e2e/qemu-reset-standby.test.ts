@@ -14,9 +14,9 @@ import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 import { waitFor } from "../helpers/worker-stack.ts";
 
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
-const identityOf = async (vm: RunningVm) => (await call(vm.endpoint.port, "/identity")).text;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
+const identityOf = async (vm: RunningVm) => (await call(vm.endpoint, "/identity")).text;
 
 describe("reset standbys (file memory)", () => {
   let driver: QemuDriver;
@@ -106,7 +106,7 @@ describe("reset standbys of a built image's VM (its disk)", () => {
   let driver: QemuDriver;
   const specs: VmSpec[] = [];
   const root = mkdtempSync(join(tmpdir(), "qemu-standby-img-"));
-  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint.port, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
+  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
 
   beforeAll(async () => {
     fixture = makeRootfsFixture();

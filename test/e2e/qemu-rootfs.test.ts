@@ -21,7 +21,7 @@ const DISK_MIB = 64;
 const manifestOf = (spec: VmSpec) => JSON.parse(readFileSync(join(spec.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
 
 async function cgi(vm: RunningVm, name: string, query = ""): Promise<string> {
-  const r = await call(vm.endpoint.port, `/cgi-bin/${name}${query ? `?${query}` : ""}`);
+  const r = await call(vm.endpoint, `/cgi-bin/${name}${query ? `?${query}` : ""}`);
   expect(r.status, `${name}: ${r.text}`).toBe(200);
   return r.text.trim();
 }
@@ -155,7 +155,7 @@ describe("qemu driver with a built image", () => {
     // and then 30 s. The crash call is sent again every 10 s (a request that never reached the guest's httpd crashes
     // nothing; once httpd is gone a repeat fails at once), up to 60 s; a failure shows the console's tail.
     for (let i = 0; i < 800 && exits.length === 0; i++) {
-      if (i % 200 === 0) void call(vm.endpoint.port, "/cgi-bin/crash", { signal: AbortSignal.timeout(9_000) }).catch(() => undefined);
+      if (i % 200 === 0) void call(vm.endpoint, "/cgi-bin/crash", { signal: AbortSignal.timeout(9_000) }).catch(() => undefined);
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(exits, `no exit; console:\n${readFileSync(driver.logPath(spec), "utf8").slice(-3000)}`).toHaveLength(1);
@@ -204,7 +204,7 @@ describe("qemu driver: when a built image is ready, and when it does not come up
     expect(log).toContain("ready-probe: not yet");
     expect(log).toContain("ready-probe: ready");
     expect(log.indexOf("ready-probe: not yet")).toBeLessThan(log.indexOf("ready-probe: ready"));
-    expect((await call(vm.endpoint.port, "/cgi-bin/ready")).status).toBe(200);
+    expect((await call(vm.endpoint, "/cgi-bin/ready")).status).toBe(200);
     await driver.stop(vm);
   });
 

@@ -21,8 +21,8 @@ import { freshDatabase } from "../helpers/db.ts";
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { makeRootfsFixture, type RootfsFixture } from "../helpers/rootfs-fixture.ts";
 
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
 const MiB = 1 << 20;
 
 let database: Database;
@@ -169,7 +169,7 @@ describe("a built image's agent (file memory, 1 GiB disk) shipped with its disk"
   let root: string;
   const drivers: QemuDriver[] = [];
   const specs: [QemuDriver, VmSpec][] = [];
-  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint.port, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
+  const cgi = async (vm: RunningVm, name: string, query = "") => (await call(vm.endpoint, `/cgi-bin/${name}${query ? `?${query}` : ""}`)).text.trim();
   beforeAll(() => {
     root = mkdtempSync(join(tmpdir(), "qship-img-"));
     fixture = makeRootfsFixture();

@@ -24,7 +24,7 @@ it(`a restored guest that first answers ${STARVED_MS / 1000} s after cont is res
   const spec = makeSpec();
   vm = (await driver.boot(spec)).vm;
   stop = () => driver.destroy(spec).catch(() => undefined);
-  expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: 1 });
+  expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: 1 });
   await driver.hibernate(vm);
 
   starve = true;
@@ -34,6 +34,6 @@ it(`a restored guest that first answers ${STARVED_MS / 1000} s after cont is res
   expect(performance.now() - started).toBeGreaterThanOrEqual(STARVED_MS); // it really waited for the starved guest
   expect(woke.fallbackReason).toBeUndefined();
   expect(woke.mode).toBe("restore");
-  expect(await json(vm.endpoint.port, "/counter", { method: "POST" })).toEqual({ count: 2 }); // the memory came back
+  expect(await json(vm.endpoint, "/counter", { method: "POST" })).toEqual({ count: 2 }); // the memory came back
   expect(Math.abs(woke.timings.skewAfterMs)).toBeLessThan(50);
 }, 120_000);

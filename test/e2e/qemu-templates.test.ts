@@ -14,9 +14,9 @@ import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { call, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 
-const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter")).count;
-const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint.port, "/counter", { method: "POST" })).count;
-const identity = async (vm: RunningVm) => (await call(vm.endpoint.port, "/identity")).text;
+const count = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter")).count;
+const bump = async (vm: RunningVm) => (await json<{ count: number }>(vm.endpoint, "/counter", { method: "POST" })).count;
+const identity = async (vm: RunningVm) => (await call(vm.endpoint, "/identity")).text;
 const manifestOf = (s: VmSpec) => JSON.parse(readFileSync(join(s.stateDir, "snapshot.json"), "utf8")) as SnapshotManifest;
 const sha = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
@@ -66,7 +66,7 @@ describe("qemu templates (file-backed RAM)", () => {
     expect(await count(vc.vm)).toBe(0);
     expect(await identity(vb.vm)).toContain(`agentId=${b.agentId}\n`);
     expect(await identity(vc.vm)).toContain(`agentId=${c.agentId}\n`);
-    expect((await call(vb.vm.endpoint.port, "/random")).text).not.toBe((await call(vc.vm.endpoint.port, "/random")).text);
+    expect((await call(vb.vm.endpoint, "/random")).text).not.toBe((await call(vc.vm.endpoint, "/random")).text);
     // The template's pages are shared: each clone's PSS is well under its RSS.
     for (const vm of [vb.vm, vc.vm]) {
       const mem = readMemoryKiB(vm.pid!)!;

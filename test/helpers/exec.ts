@@ -1,5 +1,6 @@
 // A test client of the exec server's wire protocol (fleet-agent/guest/guest-exec/, docs/exec.md) over real HTTP:
 // the spec encoding, the frames of a foreground exec, and plain requests with the key.
+import { requestOptions } from "../../lib/node-net.ts";
 import { request } from "node:http";
 import type { ExecTarget } from "../../fleet-agent/drivers/driver.ts";
 
@@ -51,7 +52,7 @@ export function execRequest(
     const key = opts.key === undefined ? t.key : opts.key;
     if (key !== null) headers["x-agentvm-exec-key"] = key;
     if (body !== undefined) headers["content-length"] = String(Buffer.byteLength(body));
-    const req = request({ host: t.host, port: t.port, method, path, headers, agent: false, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
+    const req = request({ ...requestOptions(t), method, path, headers, agent: false, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
@@ -124,7 +125,7 @@ export function inputFrame(type: 1 | 5, payload: string | Buffer): Buffer {
 export function execTty(t: ExecTarget, s: ExecSpec & { tty: { rows: number; cols: number } }, input: Buffer[]): Promise<ExecResult & { status: number }> {
   return new Promise((resolve, reject) => {
     const headers = { "x-agentvm-exec-key": t.key, "transfer-encoding": "chunked" };
-    const req = request({ host: t.host, port: t.port, method: "POST", path: "/v1/exec", headers, agent: false, timeout: 60_000 }, (res) => {
+    const req = request({ ...requestOptions(t), method: "POST", path: "/v1/exec", headers, agent: false, timeout: 60_000 }, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => {

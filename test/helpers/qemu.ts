@@ -1,6 +1,8 @@
 // Test helpers for the qemu driver: the guest image, VM specs in temp stateDirs, a driver, small HTTP calls;
 // run as a script it is the child process the kill -9 test shoots mid-snapshot.
 import { mkdtempSync } from "node:fs";
+import { Agent, fetch as undiciFetch } from "undici";
+import type { PortEndpoint } from "../../lib/node-net.ts";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { ensureGuestImage, type GuestImage } from "../../fleet-agent/guest/build-image.ts";
@@ -44,13 +46,28 @@ export interface HttpAnswer {
   text: string;
 }
 
-/** One HTTP call to a VM endpoint. */
-export async function call(port: number, path: string, init: RequestInit = {}): Promise<HttpAnswer> {
-  const res = await fetch(`http://127.0.0.1:${port}${path}`, { ...init, signal: init.signal ?? AbortSignal.timeout(30_000) });
-  return { status: res.status, headers: res.headers, text: await res.text() };
+const socketAgents = new Map<string, Agent>();
+
+/**
+ * fetch at a VM endpoint (a loopback port, or a QEMU's relayed unix socket: then `host:port` only names it). Calls
+ * through the gateway are what clients make; the tests that drive a driver alone call its VM here.
+ */
+export function fetchAt(ep: number | PortEndpoint, path: string, init: RequestInit = {}): Promise<Response> {
+  const e = typeof ep === "number" ? { host: "127.0.0.1", port: ep } : ep;
+  const signal = init.signal ?? AbortSignal.timeout(30_000);
+  if (!e.socketPath) return fetch(`http://${e.host}:${e.port}${path}`, { ...init, signal });
+  let dispatcher = socketAgents.get(e.socketPath);
+  if (!dispatcher) socketAgents.set(e.socketPath, (dispatcher = new Agent({ connect: { socketPath: e.socketPath } })));
+  return undiciFetch(`http://${e.host}:${e.port}${path}`, { ...(init as object), signal, dispatcher }) as unknown as Promise<Response>;
 }
 
-export async function json<T>(port: number, path: string, init: RequestInit = {}): Promise<T> {
+/** One HTTP call to a VM endpoint. */
+export async function call(ep: number | PortEndpoint, path: string, init: RequestInit = {}): Promise<HttpAnswer> {
+  const res = await fetchAt(ep, path, init);
+  return { status: res.status, headers: res.headers as Headers, text: await res.text() };
+}
+
+export async function json<T>(port: number | PortEndpoint, path: string, init: RequestInit = {}): Promise<T> {
   const r = await call(port, path, init);
   if (r.status >= 300) throw new Error(`${path} answered ${r.status}: ${r.text}`);
   return JSON.parse(r.text) as T;
@@ -66,11 +83,11 @@ async function childMain(stateDir: string, vmId: string): Promise<void> {
   const driver = await makeDriver();
   const spec = makeSpec({ stateDir, vmId });
   const { vm } = await driver.boot(spec);
-  await json(vm.endpoint.port, "/counter", { method: "POST" });
+  await json(vm.endpoint, "/counter", { method: "POST" });
   const first = await driver.hibernate(vm);
   say({ step: "hibernated", completed: first.completed });
   const woke = await driver.wake(spec);
-  const { count } = await json<{ count: number }>(woke.vm.endpoint.port, "/counter", { method: "POST" });
+  const { count } = await json<{ count: number }>(woke.vm.endpoint, "/counter", { method: "POST" });
   say({ step: "hibernating", count, pid: woke.vm.pid });
   await driver.hibernate(woke.vm);
   say({ step: "finished" });

@@ -1,11 +1,14 @@
 // Exec stubs (drivers/common/exec-stubs.ts, exec-stub.c): a waiting stub becomes the command it is handed, with that
-// environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes.
+// environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes;
+// with relays, the command runs in a network namespace of its own, its port reached through a 0600 unix socket only.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ExecStubs, stubRequest } from "../../fleet-agent/drivers/common/exec-stubs.ts";
+import { request } from "node:http";
+import { ExecStubs, execStubTool, privateNetwork, stubRequest } from "../../fleet-agent/drivers/common/exec-stubs.ts";
+import { freeLoopbackPort } from "../../lib/node-net.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import { VmProcess } from "../../fleet-agent/drivers/common/vm-process.ts";
 import { silentLogger } from "../../lib/log.ts";
@@ -105,6 +108,58 @@ setInterval(() => {}, 1000);
     await waitFor(() => !processAlive(pid), 5000, "the orphaned process gone");
   });
 
+  it("relays: the command runs in a network namespace of its own, its port reached only through a 0600 socket", async () => {
+    // Root can make the namespace (the driver's default then); another user is told why not, and its VMs use TCP.
+    const can = privateNetwork(execStubTool());
+    expect(can.ok).toBe(process.getuid?.() === 0);
+    if (!can.ok) return;
+    const port = await freeLoopbackPort();
+    const socket = join(dir, "web.sock");
+    // A server on the namespace's loopback, at a port that is free in the host's namespace too.
+    const server = `require("node:http").createServer((q, s) => s.end("inside " + q.url)).listen(${port}, "127.0.0.1", () => console.error("listening"))`;
+    const child = stubs.start({ command: process.execPath, args: ["-e", server], env: { PATH: process.env.PATH }, relays: [{ socket, port }] })!;
+    let said = "";
+    child.stderr!.on("data", (c: Buffer) => (said += c.toString()));
+    await waitFor(() => said.includes("listening"), 10_000, "the server in the namespace");
+    const st = statSync(socket);
+    expect([st.isSocket(), st.mode & 0o777, st.uid]).toEqual([true, 0o600, 0]);
+    expect(await getVia({ socketPath: socket }, "/a")).toBe("inside /a");
+    expect(await Promise.all(Array.from({ length: 20 }, (_, i) => getVia({ socketPath: socket }, `/${i}`)))).toEqual(
+      Array.from({ length: 20 }, (_, i) => `inside /${i}`),
+    );
+    await expect(getVia({ host: "127.0.0.1", port }, "/a")).rejects.toThrow(/ECONNREFUSED/);
+    // The relay (the command's child) goes with the command.
+    const relay = Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, "utf8").trim().split(/\s+/)[0]);
+    expect(processAlive(relay)).toBe(true);
+    child.kill("SIGKILL");
+    await waitFor(() => !isAlive(relay), 5000, "the relay's end");
+  });
+
+  it("a namespaced host's stubs make their namespace while they wait, and refuse a command without relays", async () => {
+    const can = privateNetwork(execStubTool());
+    expect(can.ok).toBe(process.getuid?.() === 0);
+    if (!can.ok) return;
+    const pool = new ExecStubs({ log: silentLogger, size: 1, netns: true });
+    try {
+      pool.fill();
+      const stubPid = await waiting(pool);
+      // Already in a namespace of its own before it was handed anything.
+      await waitFor(() => readlinkSync(`/proc/${stubPid}/ns/net`) !== readlinkSync("/proc/self/ns/net"), 5000, "the stub's namespace");
+      const socket = join(dir, "pre.sock");
+      const child = pool.take({ command: "sleep", args: ["30"], env: { PATH: process.env.PATH }, relays: [{ socket, port: 21080 }] })!;
+      expect(child.pid).toBe(stubPid);
+      await waitFor(() => readFileSync(`/proc/${child.pid}/cmdline`, "utf8").startsWith("sleep"), 5000, "the exec");
+      expect(statSync(socket).mode & 0o777).toBe(0o600);
+      child.kill("SIGKILL");
+      await waiting(pool);
+      const bare = await stderrOf(pool.take({ command: "true", args: [], env: {} })!);
+      expect(bare.code).toBe(127);
+      expect(bare.text).toMatch(/no port to relay/);
+    } finally {
+      pool.close();
+    }
+  });
+
   it("close ends the waiting stubs and takes no more", async () => {
     const pool = new ExecStubs({ log: silentLogger, size: 2 });
     pool.fill();
@@ -115,6 +170,19 @@ setInterval(() => {}, 1000);
     expect(pool.take({ command: "true", args: [], env: {} })).toBeUndefined();
   });
 });
+
+/** A GET's body, through a unix socket or TCP. */
+function getVia(to: { socketPath: string } | { host: string; port: number }, path: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request({ ...to, path, agent: false, timeout: 5000 }, (res) => {
+      let body = "";
+      res.on("data", (c: Buffer) => (body += c.toString()));
+      res.on("end", () => resolve(body));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
 
 /** The pid of a stub waiting in the pool, once the refill has made one. */
 async function waiting(pool: ExecStubs): Promise<number> {

@@ -3,8 +3,10 @@
 // command line and it execs it, keeping its pid, its pipe and its place as our child. Measured on this project's
 // 2-core host: a `child_process.spawn` from a fleet-agent of ~300 MiB RSS blocks its event loop 25–35 ms (fork copies
 // the page tables); handing a stub its command takes well under 1 ms. Stubs used up are replaced after a quiet
-// moment, off the caller's path; when none is waiting (a burst, or no gcc) a spawn forks as before.
-import { spawn, type ChildProcess } from "node:child_process";
+// moment, off the caller's path; when none is waiting (a burst, or no gcc) a spawn forks as before. A command with
+// port relays (a QEMU in a network namespace of its own, reachable through root-only unix sockets) always starts
+// from a stub, forked on the spot when none waits: only the stub makes the namespace and the relay.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import type { Logger } from "../../../lib/log.ts";
@@ -18,26 +20,59 @@ export interface StubCommand {
   args: readonly string[];
   env: NodeJS.ProcessEnv;
   cwd?: string | undefined;
+  /**
+   * Run it in a network namespace of its own, reachable only through these unix sockets, each relayed to a TCP port
+   * on the namespace's loopback (exec-stub.c). Absent or empty: the host's network, as it is.
+   */
+  relays?: readonly PortRelay[] | undefined;
+}
+
+/** A unix socket (mode 0600) the stub's relay serves, and the port in the command's namespace it connects to. */
+export interface PortRelay {
+  socket: string;
+  port: number;
 }
 
 export interface ExecStubsOptions {
   log: Logger;
-  /** Stubs kept waiting (default 2). */
+  /** Stubs kept waiting (default 2; 0: none wait, `start` forks one when asked). */
   size?: number;
   /** How long after a stub is taken the pool is filled again (ms, default 300): the fork then blocks no wake. */
   refillDelayMs?: number;
+  /**
+   * Every command will have relays (a host whose QEMUs each run in a namespace of their own): the stubs make their
+   * namespace while they wait (`exec-stub --netns`), off the wake's path.
+   */
+  netns?: boolean;
   /** The compiled stub (tests); default: exec-stub.c built with gcc on first use. */
   tool?: CTool;
 }
 
 let builtTool: CTool | undefined;
 
-/** The request a stub reads: `cwd NUL argc NUL argv… NUL env… NUL` (exec-stub.c). */
+/** The stub, built with gcc on first use (once per process). */
+export function execStubTool(): CTool {
+  return (builtTool ??= buildCTool({ file: SOURCE }, "exec-stub", toolCacheDir("qemu")));
+}
+
+/** The request a stub reads: `cwd NUL relays NUL (socket NUL port NUL)… argc NUL argv… NUL env… NUL` (exec-stub.c). */
 export function stubRequest(c: StubCommand): Buffer {
-  const fields = [c.cwd ?? "", String(c.args.length + 1), c.command, ...c.args];
+  const relays = c.relays ?? [];
+  const fields = [c.cwd ?? "", String(relays.length), ...relays.flatMap((r) => [r.socket, String(r.port)]), String(c.args.length + 1), c.command, ...c.args];
   for (const [k, v] of Object.entries(c.env)) if (v !== undefined) fields.push(`${k}=${v}`);
   for (const f of fields) if (f.includes("\0")) throw new Error(`a command line or environment value holds a NUL byte: ${f.slice(0, 60)}`);
   return Buffer.from(fields.map((f) => `${f}\0`).join(""));
+}
+
+/**
+ * Whether commands can run in network namespaces of their own here (StubCommand.relays): the stub is built and can
+ * make one (root: CAP_SYS_ADMIN). Asked once by a driver at its start, answered with why not.
+ */
+export function privateNetwork(tool: CTool): { ok: true } | { ok: false; why: string } {
+  if (!("path" in tool)) return { ok: false, why: `no exec stub: ${tool.error}` };
+  const r = spawnSync(tool.path, ["--probe-netns"], { encoding: "utf8", timeout: 5000 });
+  if (r.status === 0) return { ok: true };
+  return { ok: false, why: `cannot make a network namespace: ${(r.stdout || r.stderr || r.error?.message || `exit ${r.status}`).trim()}` };
 }
 
 export class ExecStubs {
@@ -46,6 +81,7 @@ export class ExecStubs {
   private readonly refillDelayMs: number;
   private readonly log: Logger;
   private readonly tool: CTool;
+  private readonly stubArgs: string[];
   private refill: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -53,8 +89,9 @@ export class ExecStubs {
     this.log = opts.log;
     this.size = opts.size ?? 2;
     this.refillDelayMs = opts.refillDelayMs ?? 300;
-    this.tool = opts.tool ?? (builtTool ??= buildCTool({ file: SOURCE }, "exec-stub", toolCacheDir("qemu")));
-    if ("error" in this.tool) this.log.warn("no exec stubs: VM processes are forked from the fleet-agent", { err: this.tool.error });
+    this.tool = opts.tool ?? execStubTool();
+    this.stubArgs = opts.netns ? ["--netns"] : [];
+    if ("error" in this.tool && this.size > 0) this.log.warn("no exec stubs: VM processes are forked from the fleet-agent", { err: this.tool.error });
   }
 
   /** Whether stubs can be made here (gcc built the stub). */
@@ -62,11 +99,24 @@ export class ExecStubs {
     return "path" in this.tool;
   }
 
+  /**
+   * A child running `c` like `take`, from a stub forked now (from this process) when none is waiting: what a command
+   * that needs the stub (`relays`) starts from. Undefined only without a stub binary.
+   */
+  start(c: StubCommand): ChildProcess | undefined {
+    const waiting = this.take(c);
+    if (waiting || !("path" in this.tool)) return waiting;
+    const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
+    stub.stdin?.on("error", () => undefined); // a stub that failed to start: its exit (or spawn error) says so
+    (stub.stdin as Writable).end(stubRequest(c));
+    return stub;
+  }
+
   /** Forks the stubs the pool lacks (off any caller's path: at start, and a moment after stubs were taken). */
   fill(): void {
     if (this.closed || !("path" in this.tool)) return;
     while (this.idle.length < this.size) {
-      const stub = spawn(this.tool.path, [], { stdio: ["pipe", "ignore", "pipe"], detached: true });
+      const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
       stub.once("error", (err) => {
         this.forget(stub);
         this.log.warn("exec stub failed to start", { err });

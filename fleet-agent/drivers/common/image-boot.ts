@@ -4,6 +4,7 @@ import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { request } from "node:http";
 import type { ImageConfig } from "../../../contracts/image.ts";
 import { pollUntil } from "./readiness.ts";
+import { requestOptions } from "../../../lib/node-net.ts";
 import type { VmEndpoint } from "../driver.ts";
 
 /** The init's lines that end a boot (fleet-agent/guest/init.sh): the entrypoint exited, or the image could not be set up. */
@@ -123,7 +124,7 @@ export function waitImageReady(
 /** The status of a GET at `endpoint`, or undefined when nothing answered within the timeout. */
 function httpStatus(endpoint: VmEndpoint, path: string, timeoutMs: number): Promise<number | undefined> {
   return new Promise((resolve) => {
-    const req = request({ host: endpoint.host, port: endpoint.port, path, method: "GET", agent: false, timeout: timeoutMs }, (res) => {
+    const req = request({ ...requestOptions(endpoint), path, method: "GET", agent: false, timeout: timeoutMs }, (res) => {
       res.resume();
       res.on("end", () => resolve(res.statusCode));
       res.on("error", () => resolve(undefined));

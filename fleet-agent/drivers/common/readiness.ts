@@ -9,6 +9,7 @@
 import { request } from "node:http";
 import { connect } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
+import { connectOptions, endpointLabel, requestOptions } from "../../../lib/node-net.ts";
 import type { VmEndpoint } from "../driver.ts";
 
 export interface PollOptions {
@@ -47,7 +48,7 @@ export async function pollUntil<T>(attempt: (remainingMs: number) => Promise<T |
 export function waitForHttp(endpoint: VmEndpoint, opts: Omit<PollOptions, "timeout">): Promise<void> {
   return pollUntil(async (remaining) => ((await httpAnswers(endpoint, Math.min(2000, Math.max(100, remaining)))) ? true : undefined), {
     ...opts,
-    timeout: `the workload did not answer HTTP on ${endpoint.host}:${endpoint.port} in time`,
+    timeout: `the workload did not answer HTTP on ${endpointLabel(endpoint)} in time`,
   }).then(() => undefined);
 }
 
@@ -55,14 +56,14 @@ export function waitForHttp(endpoint: VmEndpoint, opts: Omit<PollOptions, "timeo
 export function waitForTcp(endpoint: VmEndpoint, opts: Omit<PollOptions, "timeout">): Promise<void> {
   return pollUntil(async () => ((await tcpAccepts(endpoint)) ? true : undefined), {
     ...opts,
-    timeout: `nothing listened on ${endpoint.host}:${endpoint.port} in time`,
+    timeout: `nothing listened on ${endpointLabel(endpoint)} in time`,
   }).then(() => undefined);
 }
 
 /** GET /healthz at `endpoint` gives any complete HTTP answer within the timeout. */
 export function httpAnswers(endpoint: VmEndpoint, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const req = request({ host: endpoint.host, port: endpoint.port, path: "/healthz", method: "GET", agent: false, timeout: timeoutMs }, (res) => {
+    const req = request({ ...requestOptions(endpoint), path: "/healthz", method: "GET", agent: false, timeout: timeoutMs }, (res) => {
       res.resume();
       res.on("end", () => resolve(true));
       res.on("error", () => resolve(false));
@@ -75,7 +76,7 @@ export function httpAnswers(endpoint: VmEndpoint, timeoutMs: number): Promise<bo
 
 function tcpAccepts(endpoint: VmEndpoint): Promise<boolean> {
   return new Promise((resolve) => {
-    const sock = connect(endpoint.port, endpoint.host);
+    const sock = connect(connectOptions(endpoint));
     sock.once("connect", () => {
       sock.destroy();
       resolve(true);

@@ -22,7 +22,7 @@ import {
 import { appendFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { RunningVm, VmExit } from "../driver.ts";
-import type { ExecStubs } from "./exec-stubs.ts";
+import type { ExecStubs, PortRelay } from "./exec-stubs.ts";
 import { inPidNamespace } from "./pid-namespace.ts";
 import { processTree, readCpuSeconds, treeCpuSeconds } from "./proc.ts";
 
@@ -74,6 +74,11 @@ export interface SpawnVmOptions {
    * process group; CPU time is the whole tree's.
    */
   pidNamespace?: string | undefined;
+  /**
+   * Run the process in a network namespace of its own, its loopback ports reachable only through these unix sockets
+   * (exec-stub.c): it is then always started by a stub (one forked now when none waits). Needs `stubs`.
+   */
+  relays?: readonly PortRelay[] | undefined;
 }
 
 /**
@@ -120,15 +125,20 @@ export class VmProcess {
       // not the VM directly (a VM killed first would lose its state). Orphans are reaped at the next start (pid files).
       // The helper dies with this process by itself (it is told which one), as everything in its namespace does then.
       const wrapped = opts.pidNamespace ? inPidNamespace(opts.pidNamespace, opts.command, opts.args) : undefined;
-      const viaStub =
-        opts.stubs && opts.output === "stderr" && opts.relayStderr
-          ? opts.stubs.take({
-              command: wrapped?.[0] ?? opts.command,
-              args: wrapped?.[1] ?? opts.args,
-              env: opts.env ?? process.env,
-              cwd: opts.cwd,
-            })
-          : undefined;
+      const request = {
+        command: wrapped?.[0] ?? opts.command,
+        args: wrapped?.[1] ?? opts.args,
+        env: opts.env ?? process.env,
+        cwd: opts.cwd,
+        relays: opts.relays,
+      };
+      const stubbed = opts.stubs && opts.output === "stderr" && opts.relayStderr;
+      if (opts.relays?.length) {
+        const child = stubbed ? opts.stubs!.start(request) : undefined;
+        if (!child) throw new Error("a process with port relays is started by an exec stub, and none can be made");
+        return new VmProcess(opts.vmId, child, opts);
+      }
+      const viaStub = stubbed ? opts.stubs!.take(request) : undefined;
       if (viaStub) return new VmProcess(opts.vmId, viaStub, opts);
       // Not from a stub (none free, or none kept): the process is still to die with this one, as a stub's would.
       const [command, args] = wrapped ?? dyingWithUs(opts.command, opts.args);

@@ -27,6 +27,12 @@ export interface VmPaths {
   agent: string;
   /** The host's egress proxy for this VM (fleet-agent/egress/), a unix socket the guestfwd relay connects to. */
   egress: string;
+  /**
+   * A QEMU in a network namespace of its own (QemuHost.netns): the unix sockets (0600) relayed to its forwarded ports
+   * on that namespace's loopback, the workload's and the exec server's: the host's only way to them.
+   */
+  web: string;
+  exec: string;
   pid: string;
   console: string;
   qemuLog: string;
@@ -50,6 +56,8 @@ export function vmPaths(stateDir: string): VmPaths {
     qmp: join(sockets, "qmp.sock"),
     agent: join(sockets, "agent.sock"),
     egress: join(sockets, "proxy.sock"), // no longer than agent.sock: the socket directory stays where it was
+    web: join(sockets, "web.sock"),
+    exec: join(sockets, "exec.sock"),
     pid: pidFile,
     console: join(stateDir, "console.log"),
     qemuLog: log,
@@ -75,6 +83,8 @@ export function standbyPaths(stateDir: string): VmPaths & { ramLink: string; mig
     ...p,
     qmp: join(p.socketDir, "s-qmp.sock"),
     agent: join(p.socketDir, "s-agt.sock"),
+    web: join(p.socketDir, "s-web.sock"),
+    exec: join(p.socketDir, "s-exe.sock"),
     migration: "s-mig.sock",
     pid: join(stateDir, "standby.pid"),
     console: join(stateDir, "standby-console.log"),
@@ -85,8 +95,12 @@ export function standbyPaths(stateDir: string): VmPaths & { ramLink: string; mig
   };
 }
 
-/** What adopting a standby renames: each of its files (`standbyPaths`) to the VM's own name (`vmPaths`). */
-export function standbyAdoption(stateDir: string): [from: string, to: string][] {
+/**
+ * What adopting a standby renames: each of its files (`standbyPaths`) to the VM's own name (`vmPaths`); the sockets of
+ * its relayed ports when it runs in a namespace of its own (`relayed`: a unix socket renamed still reaches its relay),
+ * else its port file.
+ */
+export function standbyAdoption(stateDir: string, relayed: boolean): [from: string, to: string][] {
   const s = standbyPaths(stateDir);
   const v = vmPaths(stateDir);
   return [
@@ -95,7 +109,13 @@ export function standbyAdoption(stateDir: string): [from: string, to: string][] 
     [s.pid, v.pid],
     [s.console, v.console],
     [s.qemuLog, v.qemuLog],
-    [s.port, v.port],
+    // A relayed QEMU's ports are fixed (no port file); the others' kept port is in their port file.
+    ...(relayed
+      ? ([
+          [s.web, v.web],
+          [s.exec, v.exec],
+        ] as [string, string][])
+      : ([[s.port, v.port]] as [string, string][])),
   ];
 }
 
@@ -113,8 +133,12 @@ export interface QemuLaunch {
   spec: VmSpec;
   paths: VmPaths;
   accel: Accel;
+  /**
+   * The port forwarded to the guest's workload: on the host's loopback, or (QemuHost.netns) on the loopback of QEMU's
+   * own network namespace, fixed (NETNS_WEB_PORT) and relayed to `paths.web`.
+   */
   hostPort: number;
-  /** The host port forwarded to the guest's exec server (EXEC_GUEST_PORT); a new one for every QEMU start. */
+  /** The port forwarded to the guest's exec server (EXEC_GUEST_PORT); a new one for every QEMU start, or NETNS_EXEC_PORT. */
   execPort?: number;
   kernel: string;
   initrd: string;
@@ -259,6 +283,14 @@ export function machineArgs(
     ...(image ? imageDrives(image.rootfs, l.paths) : []),
   ];
 }
+
+/**
+ * The ports a QEMU in a network namespace of its own forwards on that namespace's loopback (nothing else listens
+ * there: fixed, never taken), relayed to `VmPaths.web` and `VmPaths.exec`. Below the ephemeral range and off the
+ * fetch standard's list of blocked ports (a Host header or a test's fetch names them).
+ */
+export const NETNS_WEB_PORT = 21080;
+export const NETNS_EXEC_PORT = 21025;
 
 /** The port the built-in demo serves on in the guest. */
 export const DEMO_PORT = 8080;

@@ -20,7 +20,7 @@ import { silentLogger, type Logger } from "../../../lib/log.ts";
 import type { GuestAgentClient } from "../common/guest-agent.ts";
 import { readMemoryKiB } from "../common/proc.ts";
 import { restoreOrBoot } from "../common/restore-or-boot.ts";
-import { ExecStubs } from "../common/exec-stubs.ts";
+import { ExecStubs, execStubTool, privateNetwork } from "../common/exec-stubs.ts";
 import { bootFromTemplate } from "../common/template-boot.ts";
 import { VmTemplates } from "../common/templates.ts";
 import type { BootResult, CheckpointInfo, DriverTemplate, ExecTarget, RunningVm, SnapshotResult, VmDriver, VmExit, VmSpec, WakeResult } from "../driver.ts";
@@ -40,7 +40,7 @@ import { RamDigs, ramSpaceTool } from "./ram-space.ts";
 import { ResetStandbys } from "./standby.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
-import { openAgent, type QemuHost, type QemuVm } from "./vm.ts";
+import { execEndpoint, openAgent, type QemuHost, type QemuVm } from "./vm.ts";
 import { WaitingPool } from "./waiting.ts";
 
 export { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./options.ts";
@@ -51,6 +51,8 @@ export class QemuDriver implements VmDriver {
   readonly isolated = true;
   readonly accel: Accel;
   readonly accelReason: string;
+  /** QemuHost.netns: each QEMU in a network namespace of its own, its ports reached through root-only unix sockets. */
+  readonly netns: boolean;
   readonly qemuVersion: string;
   readonly memory: MemoryMode;
   private readonly log: Logger;
@@ -85,6 +87,15 @@ export class QemuDriver implements VmDriver {
     const binary = opts.qemuBinary ?? "qemu-system-x86_64";
     this.memory = opts.memory ?? "stream";
     this.log = (opts.log ?? silentLogger).child({ driver: "qemu" });
+    // Said first: whether a VM's ports are reachable by any local process, or only through the host (root).
+    const stubTool = execStubTool();
+    const isolation = opts.netns === false ? { ok: false as const, why: "turned off (QemuDriverOptions.netns)" } : privateNetwork(stubTool);
+    this.netns = isolation.ok;
+    if (isolation.ok) this.log.info("QEMU networking: a network namespace per VM; its ports are reachable through root-only unix sockets only");
+    else
+      this.log.warn("QEMU networking: ports forwarded on the host's loopback, where any local process can call a VM without the gateway", {
+        why: isolation.why,
+      });
     const choice = opts.accel && opts.accel !== "auto" ? { accel: opts.accel, reason: "configured" } : detectAccel();
     this.accel = choice.accel;
     this.accelReason = choice.reason;
@@ -104,11 +115,23 @@ export class QemuDriver implements VmDriver {
       if ("path" in relay) egressRelay = relay.path;
       else this.log.warn("no egress relay: agents that allow egress get none", { why: relay.error });
     } else if (opts.egressRelay) egressRelay = opts.egressRelay;
-    if (opts.execStubs ?? true) {
-      this.stubs = new ExecStubs({ log: this.log });
+    // Without waiting stubs (execStubs false) a VM in a namespace still starts through one, forked when needed.
+    if ((opts.execStubs ?? true) || this.netns) {
+      this.stubs = new ExecStubs({ log: this.log, tool: stubTool, size: (opts.execStubs ?? true) ? undefined : 0, netns: this.netns });
       this.stubs.fill();
     }
-    const host: QemuHost = { binary, accel: this.accel, qemuVersion: this.qemuVersion, hostCpu, tscKhz, memory: this.memory, preload, egressRelay, bootId };
+    const host: QemuHost = {
+      binary,
+      accel: this.accel,
+      qemuVersion: this.qemuVersion,
+      hostCpu,
+      tscKhz,
+      memory: this.memory,
+      preload,
+      egressRelay,
+      bootId,
+      netns: this.netns,
+    };
     const log = this.log;
     const digs = (this.digs = new RamDigs(log));
     const space = this.memory === "file" ? ramSpaceTool() : undefined;
@@ -307,7 +330,7 @@ export class QemuDriver implements VmDriver {
       });
     }
     await vp.execKeyPushed;
-    return { host: "127.0.0.1", port: vp.execPort, key };
+    return { ...execEndpoint(vp), key };
   }
 
   /** The templates of QemuDriverOptions.templates (none when they are off); the host drops their paths before the API sees them. */

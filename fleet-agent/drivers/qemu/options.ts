@@ -80,6 +80,12 @@ export interface QemuDriverOptions {
    * (default true; without gcc there are none and QEMU is forked as before).
    */
   execStubs?: boolean;
+  /**
+   * Run each QEMU in a network namespace of its own, its forwarded ports reachable only through root-only unix sockets
+   * (common/exec-stub.c). Default: when a namespace can be made here (root, gcc); false: forward on the host's
+   * loopback, where any local process can connect.
+   */
+  netns?: boolean;
   /** Test seam: runs on a wake after the load, before the new generations are committed (crash tests). */
   beforeGenerations?: (pid: number | undefined) => Promise<void>;
   /** Test seam: runs on a wake after the load and the RAM generation's renewal, just before `cont` (crash tests). */

@@ -10,6 +10,7 @@
 // its uptime and pid counter a little further on); its memory is otherwise the checkpoint's.
 import { createHash, randomBytes } from "node:crypto";
 import { link, readFile, rename, rm, stat } from "node:fs/promises";
+import { Client } from "undici";
 import type { Logger } from "../../../lib/log.ts";
 import { encodeSpec, execKeyHeader } from "../../../contracts/exec-wire.ts";
 import { cowCopy } from "../common/cow-copy.ts";
@@ -21,7 +22,7 @@ import { machineArgs, opt, ramIdOf, standbyAdoption, standbyPaths, vmPaths } fro
 import { checkpointFiles, readCheckpoint } from "./checkpoint.ts";
 import { sendIncoming, waitMigration } from "./migration.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
-import { guestHostname, openAgent, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
+import { execEndpoint, guestHostname, openAgent, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
 import { WaitingPool, type WaitingLimits } from "./waiting.ts";
 
 /** A prepared standby: its QEMU (stopped) and the checkpoint it holds. */
@@ -113,7 +114,7 @@ export class ResetStandbys {
   async adopt(spec: VmSpec, vp: QemuVm, snapshot: { pausedAt: string; templateRam: string }): Promise<void> {
     const [mapped, named] = await Promise.all([stat(vp.templateRam!), stat(snapshot.templateRam)]);
     if (mapped.ino !== named.ino || mapped.dev !== named.dev) throw new Error("the standby maps another RAM file than the restored snapshot names");
-    for (const [from, to] of standbyAdoption(spec.stateDir)) await rename(from, to);
+    for (const [from, to] of standbyAdoption(spec.stateDir, vp.relayed)) await rename(from, to);
     const paths = vmPaths(spec.stateDir);
     await rm(standbyPaths(spec.stateDir).ramLink, { force: true });
     vp.paths = paths;
@@ -211,7 +212,7 @@ export class ResetStandbys {
 /** A standby's files (`standbyPaths`), whatever of them exist. */
 async function removeStandbyFiles(stateDir: string): Promise<void> {
   const p = standbyPaths(stateDir);
-  await Promise.all([p.qmp, p.agent, p.pid, p.port, p.console, p.qemuLog, p.disk, p.ramLink].map((f) => rm(f, { force: true })));
+  await Promise.all([p.qmp, p.agent, p.web, p.exec, p.pid, p.port, p.console, p.qemuLog, p.disk, p.ramLink].map((f) => rm(f, { force: true })));
 }
 
 /**
@@ -220,15 +221,20 @@ async function removeStandbyFiles(stateDir: string): Promise<void> {
  * it is paid here, before the reset, instead. A guest without an exec server (an older one) just does not warm.
  */
 async function warmExec(vp: QemuVm, log: Logger): Promise<void> {
+  const ep = execEndpoint(vp); // TCP, or the relayed socket of a QEMU in a namespace of its own
+  const client = new Client(`http://${ep.host}:${ep.port}`, ep.socketPath ? { socketPath: ep.socketPath } : {});
   try {
-    const res = await fetch(`http://127.0.0.1:${vp.execPort}/v1/exec`, {
+    const res = await client.request({
+      path: "/v1/exec",
       method: "POST",
       headers: { [execKeyHeader]: vp.execKey! },
       body: encodeSpec({ argv: ["sh", "-c", "true"] }),
       signal: AbortSignal.timeout(10_000),
     });
-    await res.arrayBuffer();
+    await res.body.arrayBuffer();
   } catch (err) {
     log.debug("standby: the exec server was not warmed", { vmId: vp.spec.vmId, err });
+  } finally {
+    void client.close().catch(() => undefined);
   }
 }

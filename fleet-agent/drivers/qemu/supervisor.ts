@@ -13,7 +13,7 @@ import type { ExecStubs } from "../common/exec-stubs.ts";
 import type { RunningVm, VmExit, VmSpec } from "../driver.ts";
 import { egressProxyUrl } from "../../egress/guest-address.ts";
 import type { EgressProxy } from "../../egress/proxy.ts";
-import { machineArgs, opt, qemuArgs, vmPaths, type VmPaths } from "./args.ts";
+import { machineArgs, NETNS_EXEC_PORT, NETNS_WEB_PORT, opt, qemuArgs, vmPaths, type VmPaths } from "./args.ts";
 import { IMAGE_GUEST, type GuestImagePaths, type QemuDriverOptions } from "./options.ts";
 import type { Phases } from "./phases.ts";
 import { contAfterMigration, QmpClient } from "./qmp.ts";
@@ -119,7 +119,7 @@ export class QemuSupervisor {
     if (!problem) await removeUnreferencedSnapshots(spec.stateDir, manifest?.file);
     else await removePartialSnapshots(spec.stateDir);
     await removePartialDrives(spec.stateDir);
-    for (const p of [paths.qmp, paths.agent, paths.pid]) await rm(p, { force: true });
+    for (const p of [paths.qmp, paths.agent, paths.pid, paths.web, paths.exec]) await rm(p, { force: true });
   }
 
   /** The QEMU of a running VM; throws when the VM is not running here (or its QEMU exited). */
@@ -190,10 +190,12 @@ export class QemuSupervisor {
       await reserveRamFile(paths.ram);
       await this.smallPages(spec, paths.ram);
     }
-    let hostPort = await this.hostPort(paths);
+    // In a namespace of its own, QEMU's forwards take fixed ports on a loopback nobody else has.
+    const relayed = this.host.netns;
+    let hostPort = relayed ? NETNS_WEB_PORT : await this.hostPort(paths);
     for (let attempt = 0; ; attempt++) {
       // The exec server's forward: a fresh port for every QEMU (a kept or pre-started one holds its own meanwhile).
-      const execPort = await freeLoopbackPort();
+      const execPort = relayed ? NETNS_EXEC_PORT : await freeLoopbackPort();
       phases?.mark("launchPrepare");
       const vp = this.spawnQemu(spec, paths, image, hostPort, execPort, incoming, ram, upstreams);
       phases?.mark("spawn");
@@ -214,7 +216,7 @@ export class QemuSupervisor {
       } catch (err) {
         await vp.proc.kill();
         const said = await vp.proc.finalOutput();
-        if (attempt === 0 && /host forwarding rule|Could not set up host forwarding/i.test(said)) {
+        if (attempt === 0 && !relayed && /host forwarding rule|Could not set up host forwarding/i.test(said)) {
           this.log.warn("forwarded port taken; choosing another", { vmId: spec.vmId, port: hostPort });
           hostPort = await this.hostPort(paths, true);
           continue;
@@ -245,8 +247,9 @@ export class QemuSupervisor {
     upstreams: readonly string[] | undefined,
   ): QemuVm {
     const { templateRam } = ram;
-    // Stale unix sockets from a previous QEMU would make clients connect to nothing.
+    // Stale unix sockets from a previous QEMU would make clients connect to nothing (the relay replaces its own).
     for (const p of [paths.qmp, paths.agent]) rmSync(p, { force: true });
+    const relayed = this.host.netns;
     const launch = {
       spec,
       paths,
@@ -276,12 +279,22 @@ export class QemuSupervisor {
       relayStderr: true,
       env,
       stubs: this.deps.stubs,
+      // Its own network namespace: the forwards listen on its private loopback, relayed to root-only sockets.
+      ...(relayed
+        ? {
+            relays: [
+              { socket: paths.web, port: hostPort },
+              { socket: paths.exec, port: execPort },
+            ],
+          }
+        : {}),
     });
     const vp: QemuVm = {
       spec,
       paths,
       hostPort,
       execPort,
+      relayed,
       machineArgs: machineArgs(launch),
       proc,
       qmp: undefined,

@@ -2,6 +2,7 @@
 // and the host end of its guest agent's port: connecting, waiting for an answer, the flush before a snapshot.
 import { connect } from "node:net";
 import type { Logger } from "../../../lib/log.ts";
+import type { PortEndpoint } from "../../../lib/node-net.ts";
 import { GuestAgentClient } from "../common/guest-agent.ts";
 import { pollUntil } from "../common/readiness.ts";
 import type { VmProcess } from "../common/vm-process.ts";
@@ -20,6 +21,11 @@ export interface QemuHost {
   memory: MemoryMode;
   /** The listen-backlog shim QEMU runs with (backlog.ts), if any. */
   preload: string | undefined;
+  /**
+   * Each QEMU runs in a network namespace of its own, its forwarded ports reachable only through root-only unix
+   * sockets (VmPaths.web, VmPaths.exec; common/exec-stub.c); false: forwarded on the host's loopback (no root, no gcc).
+   */
+  netns: boolean;
   /** The guestfwd relay; undefined: VMs with `allowEgress` get no way out (logged once). */
   egressRelay: string | undefined;
   /** The host kernel's boot id: a snapshot whose RAM was not yet durable is trusted only within the boot it was taken in. */
@@ -31,8 +37,10 @@ export interface QemuVm {
   spec: VmSpec;
   paths: VmPaths;
   hostPort: number;
-  /** The host port forwarded to the guest's exec server, this QEMU's own. */
+  /** The port forwarded to the guest's exec server, this QEMU's own. */
   execPort: number;
+  /** Started in a network namespace of its own: its ports are reached through `paths.web` and `paths.exec` only. */
+  relayed: boolean;
   /** This run's exec key (driver.ts `execTarget`), made and pushed on first use. */
   execKey?: string;
   /** The push of `execKey` through the guest agent, once per QEMU (cleared when it failed). */
@@ -75,7 +83,12 @@ export interface QemuVm {
 const SYNC_TIMEOUT_MS = 10_000;
 
 export function runningVm(vp: QemuVm): RunningVm {
-  return { spec: vp.spec, endpoint: { host: "127.0.0.1", port: vp.hostPort }, pid: vp.proc.pid };
+  return { spec: vp.spec, endpoint: { host: "127.0.0.1", port: vp.hostPort, ...(vp.relayed ? { socketPath: vp.paths.web } : {}) }, pid: vp.proc.pid };
+}
+
+/** Where the QEMU's exec server forward is reached from the host (without the key). */
+export function execEndpoint(vp: QemuVm): PortEndpoint {
+  return { host: "127.0.0.1", port: vp.execPort, ...(vp.relayed ? { socketPath: vp.paths.exec } : {}) };
 }
 
 /** A guest's hostname: its agent id as a DNS label (RFC 1123 has no `_`). */

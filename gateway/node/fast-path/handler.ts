@@ -85,7 +85,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
   const { fleet } = deps;
   const admission = createAdmission(core, auth);
   const pools = new PerRunPools<UpstreamPool>(
-    (ep) => new UpstreamPool(ep.host, ep.port, { connectTimeoutMs: core.config.connectTimeoutMs, idleTimeoutMs: upstreamIdleMs, maxIdle: 256 }),
+    (ep) => new UpstreamPool(ep, { connectTimeoutMs: core.config.connectTimeoutMs, idleTimeoutMs: upstreamIdleMs, maxIdle: 256 }),
     (pool) => pool.close(),
   );
 

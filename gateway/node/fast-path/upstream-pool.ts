@@ -1,5 +1,6 @@
 // Kept-alive TCP connections to one agent endpoint for the fast path: LIFO reuse, bounded idle time, one owner at a time.
 import { connect, type Socket } from "node:net";
+import { connectOptions, type PortEndpoint } from "../../../lib/node-net.ts";
 
 /** Whoever uses a connection for one exchange: its events go there, and nowhere else. */
 export interface ConnOwner {
@@ -58,16 +59,15 @@ export class UpstreamConn {
 }
 
 export class UpstreamPool {
-  readonly host: string;
-  readonly port: number;
+  /** TCP, or a unix socket (a QEMU's port relayed out of its network namespace). */
+  readonly endpoint: PortEndpoint;
   private readonly opts: UpstreamPoolOptions;
   private idle: UpstreamConn[] = [];
   private readonly all = new Set<UpstreamConn>();
   private closed = false;
 
-  constructor(host: string, port: number, opts: UpstreamPoolOptions) {
-    this.host = host;
-    this.port = port;
+  constructor(endpoint: PortEndpoint, opts: UpstreamPoolOptions) {
+    this.endpoint = endpoint;
     this.opts = opts;
   }
 
@@ -90,7 +90,7 @@ export class UpstreamPool {
   /** A new connection owned by `owner`, or the reason there is none (refused, timed out). */
   open(owner: ConnOwner, cb: (err: Error | undefined, conn: UpstreamConn | undefined) => void): void {
     if (this.closed) return cb(new UpstreamConnectError("the agent's connection pool is closed", false), undefined);
-    const socket = connect({ host: this.host, port: this.port, noDelay: true });
+    const socket = connect({ ...connectOptions(this.endpoint), noDelay: true });
     let settled = false;
     const timer = setTimeout(() => {
       if (settled) return;

@@ -4,6 +4,7 @@ import { statfs } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { Agent, request } from "undici";
 import { readCpuSeconds, readMemoryKiB } from "../../../fleet-agent/drivers/common/proc.ts";
 import type { RunningVm } from "../../../fleet-agent/drivers/driver.ts";
 import { AppError } from "../../../lib/errors.ts";
@@ -30,10 +31,22 @@ export async function usedBytes(dir: string): Promise<number> {
 }
 
 export async function call(vm: RunningVm, path: string, method = "GET"): Promise<number> {
-  const res = await fetch(`http://127.0.0.1:${vm.endpoint.port}${path}`, { method, signal: AbortSignal.timeout(30_000) });
-  const text = await res.text();
-  if (res.status !== 200) throw new AppError("bad_gateway", `${path} answered ${res.status}: ${text}`);
+  // The VM's endpoint: a loopback port, or a QEMU's relayed unix socket (its network namespace's port, relayed).
+  const { statusCode, body } = await request(`http://${vm.endpoint.host}:${vm.endpoint.port}${path}`, {
+    method,
+    signal: AbortSignal.timeout(30_000),
+    ...(vm.endpoint.socketPath ? { dispatcher: socketAgent(vm.endpoint.socketPath) } : {}),
+  });
+  const text = await body.text();
+  if (statusCode !== 200) throw new AppError("bad_gateway", `${path} answered ${statusCode}: ${text}`);
   return (JSON.parse(text) as { count: number }).count;
+}
+
+const socketAgents = new Map<string, Agent>();
+function socketAgent(socketPath: string): Agent {
+  let agent = socketAgents.get(socketPath);
+  if (!agent) socketAgents.set(socketPath, (agent = new Agent({ connect: { socketPath } })));
+  return agent;
 }
 
 /** Each awake clone's GET /counter every `trickleMs` (staggered): latencies and failures while it runs. */
