@@ -25,6 +25,9 @@ export class EventLog {
   /** Agents whose queued transitions are being written out of turn (`overtake`). */
   private readonly overtaking = new Map<string, Promise<void>>();
 
+  /** A write the database refused (a spooled store takes outages itself): logged, and the log moves on. */
+  private readonly failed = (err: unknown): void => this.log.error("event log write failed", { err });
+
   constructor(store: HostStore, log: Logger) {
     this.store = store;
     this.log = log;
@@ -69,7 +72,7 @@ export class EventLog {
       if (this.writing?.agentId === agentId) await this.writing.done;
       const mine = this.queued.get(agentId) ?? [];
       this.queued.delete(agentId);
-      for (const r of mine) await this.store.transition(r).catch((err) => this.log.error("event log write failed", { err }));
+      for (const r of mine) await this.store.transition(r).catch(this.failed);
     })();
     this.overtaking.set(agentId, run);
     void run.then(() => {
@@ -114,6 +117,6 @@ export class EventLog {
   }
 
   private enqueue(write: () => Promise<void>): void {
-    this.tail = this.tail.then(write).catch((err) => this.log.error("event log write failed", { err }));
+    this.tail = this.tail.then(write).catch(this.failed);
   }
 }
