@@ -1,4 +1,5 @@
 // The one Node gateway: the shared app, the fast path beside it, the webhook worker, on one node:http server; `npm start` and `npm run gateway` both run it.
+import type { BuilderSize, ImageBuildsMode } from "../images/vm-build/index.ts";
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
@@ -55,6 +56,8 @@ export interface NodeGatewayConfig {
   componentKey: Uint8Array;
   /** Image builds: the Debian bases and buildah's storage live here, outside any clone (IMAGE_CACHE_DIR). */
   imageCacheDir: string;
+  /** Where Containerfile builds run and what a builder VM gets (IMAGE_BUILDS, IMAGE_BUILD_TIMEOUT_MS, IMAGE_BUILDER_*). */
+  imageBuilds: { mode: ImageBuildsMode; timeoutMs: number; builder: BuilderSize };
   /** Largest image upload, bytes (IMAGE_MAX_UPLOAD_BYTES). */
   maxImageUploadBytes: number;
   /** Bearer token of `GET /metrics` (METRICS_TOKEN, compose/metrics.ts); unset: metrics are off. */
@@ -62,6 +65,9 @@ export interface NodeGatewayConfig {
   /** Connection bounds and body deadlines (`clientLimitsOf`); the head deadline is CLIENT_HEADERS_TIMEOUT_MS. */
   clients: Omit<ClientLimits, "headTimeoutMs">;
 }
+
+/** A builder VM sleeps this long after its last build, ms: a tenant's next build soon after wakes it from its snapshot. */
+const builderIdleMs = 60_000;
 
 /** A Node gateway's own variables (beside the shared ones its program schema adds). */
 export const nodeGatewayEnv = z.object({
@@ -82,6 +88,25 @@ export const nodeGatewayEnv = z.object({
     default: "`$HOME/.cache/agentvm`",
     doc: "where image builds keep the Debian bases and buildah's storage (reused across runs and data directories)",
   }),
+  IMAGE_BUILDS: vars.oneOf(["auto", "vm", "host"] as const, {
+    fallback: "auto",
+    doc: "where a Containerfile's steps run: `vm` in the tenant's builder agent (`image-builder`, a microVM of its own, its egress under the address policy, billed like any agent); `host` buildah on this machine, as root with chroot isolation and the host's network (only for builders you trust); `auto` `vm` whenever a live host runs microVMs (qemu or firecracker), else `host`",
+  }),
+  IMAGE_BUILD_TIMEOUT_MS: vars.int({
+    fallback: 1_800_000,
+    min: 1000,
+    unit: "ms",
+    default: "1800000 (30 min)",
+    doc: "the longest a build's steps may run in its builder VM; past it the build is stopped (`build_failed`)",
+  }),
+  IMAGE_BUILDER_MEM_MIB: vars.int({ fallback: 1024, min: 256, unit: "MiB", doc: "memory of a tenant's builder VM (a build's memory limit)" }),
+  IMAGE_BUILDER_DISK_MIB: vars.int({
+    fallback: 8192,
+    min: 1024,
+    unit: "MiB",
+    doc: "disk of a tenant's builder VM: its loaded bases, a build's layers and result (a build's disk limit)",
+  }),
+  IMAGE_BUILDER_VCPUS: vars.int({ fallback: 1, min: 1, max: 32, unit: "vCPUs", doc: "vCPUs of a tenant's builder VM (a build's CPU limit)" }),
   IMAGE_MAX_UPLOAD_BYTES: vars.int({
     fallback: defaultMaxImageUploadBytes,
     min: 1024,
@@ -124,6 +149,11 @@ export function nodeGatewayConfigOf(v: NodeGatewaySettings, images: readonly str
     // Without a secret nothing outside this process can sign a shipment: a random key closes the HTTP route.
     componentKey: v.COMPONENT_SECRET ? componentKey(v.COMPONENT_SECRET) : crypto.getRandomValues(new Uint8Array(32)),
     imageCacheDir: resolve(v.IMAGE_CACHE_DIR ?? join(v.HOME ?? homedir(), ".cache", "agentvm")),
+    imageBuilds: {
+      mode: v.IMAGE_BUILDS,
+      timeoutMs: v.IMAGE_BUILD_TIMEOUT_MS,
+      builder: { vcpus: v.IMAGE_BUILDER_VCPUS, memMiB: v.IMAGE_BUILDER_MEM_MIB, diskMiB: v.IMAGE_BUILDER_DISK_MIB, idleTimeoutMs: builderIdleMs },
+    },
     maxImageUploadBytes: v.IMAGE_MAX_UPLOAD_BYTES,
     metricsToken: v.METRICS_TOKEN,
     clients: clientLimitsOf(v),

@@ -14,6 +14,7 @@ import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type Node
 import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, remoteHostsEnv } from "./config/shared.ts";
 import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
+import { imageRunners } from "../images/vm-build/index.ts";
 import { composeHostImages } from "./host-images.ts";
 
 export interface StandaloneGatewayConfig extends NodeGatewayConfig {
@@ -105,6 +106,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
           clock,
           log: log.child({ component: "images" }),
           publish: (artifact) => images.publish(artifact),
+          ...imageRunners(cfg, db, fleet, cfg.dataDir, (artifact) => images.publish(artifact)),
         });
       })()
     : undefined;

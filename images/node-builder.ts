@@ -9,7 +9,7 @@ import type { Clock } from "../lib/clock.ts";
 import { AppError } from "../lib/errors.ts";
 import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
-import { buildImage, removeArtifact, sweepBuildah, sweepTemp } from "./build/index.ts";
+import { buildImage, removeArtifact, sweepBuildah, sweepTemp, type ContainerfileRunner } from "./build/index.ts";
 import { BuildRecord, type BuildUpload, type ImageBuilder } from "./builds.ts";
 import type { ImageArtifact } from "../contracts/image.ts";
 
@@ -22,6 +22,11 @@ export interface NodeImageBuilderOptions {
   log: Logger;
   /** Puts a built image into the shared artifact store, so every host can fetch it (images/build/host-images.ts); absent: no store. */
   publish?(artifact: ImageArtifact): Promise<void>;
+  /**
+   * Where a tenant's Containerfile runs (images/vm-build/: its builder microVM); absent or answering undefined: buildah
+   * on this host.
+   */
+  runnerFor?(tenantId: string, buildId: string): Promise<ContainerfileRunner | undefined>;
 }
 
 /** Finished builds kept for `GET /v1/images/builds/{id}`; older ones are forgotten (their log stays beside the image). */
@@ -38,8 +43,24 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
   );
   rmSync(uploads, { recursive: true, force: true }); // synchronously: a build may start right after this
 
-  // One build at a time: buildah and mke2fs are disk- and CPU-bound, and two at once only make both slower.
-  let queue: Promise<unknown> = Promise.resolve();
+  // One build at a time (buildah, a builder VM and mke2fs are disk- and CPU-bound: two at once only make both slower),
+  // taken from the tenants in turn: a tenant's tenth build waits behind one build of each other tenant, not their all.
+  const waiting = new Map<string, (() => Promise<void>)[]>();
+  let running = false;
+  const pump = (): void => {
+    if (running) return;
+    const next = waiting.entries().next();
+    if (next.done) return;
+    const [tenantId, jobs] = next.value;
+    const job = jobs.shift()!;
+    waiting.delete(tenantId); // back of the line: a Map iterates in insertion order
+    if (jobs.length > 0) waiting.set(tenantId, jobs);
+    running = true;
+    void job().finally(() => {
+      running = false;
+      pump();
+    });
+  };
 
   function forgetOld(): void {
     const finished = [...builds.values()].filter((b) => b.status !== "running");
@@ -57,7 +78,9 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
         record.emit({ type: "progress", phase: "build", text: "unpacking the build context" });
         await untar(file, input);
       }
+      const runner = upload.kind === "containerfile" ? await opts.runnerFor?.(upload.tenantId, record.id) : undefined;
       const artifact = await buildImage({
+        ...(runner ? { runner } : {}),
         kind: upload.kind,
         input,
         ...(upload.file ? { file: upload.file } : {}),
@@ -88,7 +111,8 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
       const spooled = spool(upload, join(uploads, record.id));
       spooled.catch(() => undefined);
       record.emit({ type: "progress", phase: "build", text: "queued" });
-      queue = queue.then(() => run(record, upload, spooled));
+      waiting.set(upload.tenantId, [...(waiting.get(upload.tenantId) ?? []), () => run(record, upload, spooled)]);
+      pump();
       return record;
     },
     get(id) {

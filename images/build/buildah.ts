@@ -162,20 +162,22 @@ export async function buildahBuild(setup: BuildahSetup, opts: BuildOptions): Pro
   const r = await whileActive(setup, () =>
     buildahRun(setup, args, { keepLines: 60, ...(opts.onLine ? { onLine: opts.onLine } : {}), ...(opts.signal ? { signal: opts.signal } : {}) }),
   );
-  if (r.code !== 0) {
-    const tail = tailText(r.tail, 20);
-    const pull = r.tail.find((l) => pullFailure.test(l));
-    const from = r.tail.map(parseStep).find((s) => s?.text.replace(/^\[\d+\/\d+\] /, "").startsWith("FROM "));
-    const summary = pull
-      ? `the base image${from ? ` of ${from.text.replace(/^\[\d+\/\d+\] /, "")}` : ""} could not be pulled (is a registry reachable from this host? the local Debian bases are agentvm/node:bookworm, agentvm/python:bookworm and agentvm/debian:bookworm)`
-      : "the Containerfile build failed";
-    throw new AppError("build_failed", `${summary}:\n${tail}`);
-  }
+  if (r.code !== 0) throw buildFailure(r.tail, "this host");
   const id = readFileSync(opts.iidfile, "utf8")
     .trim()
     .replace(/^sha256:/, "");
   if (!/^[0-9a-f]{64}$/.test(id)) throw new AppError("internal", `buildah bud wrote no image id (${id || "empty"})`);
   return id;
+}
+
+/** A failed `buildah bud` as `build_failed`: what went wrong (a base that could not be pulled from `where`, or the build), then the tail of its output. */
+export function buildFailure(lines: readonly string[], where: string): AppError {
+  const pull = lines.find((l) => pullFailure.test(l));
+  const from = lines.map(parseStep).find((s) => s?.text.replace(/^\[\d+\/\d+\] /, "").startsWith("FROM "));
+  const summary = pull
+    ? `the base image${from ? ` of ${from.text.replace(/^\[\d+\/\d+\] /, "")}` : ""} could not be pulled (is a registry reachable from ${where}? the local Debian bases are agentvm/node:bookworm, agentvm/python:bookworm and agentvm/debian:bookworm)`
+    : "the Containerfile build failed";
+  return new AppError("build_failed", `${summary}:\n${tailText([...lines], 20)}`);
 }
 
 /** Writes the image as an OCI layout `<dir>` with the reference `ref`, layers uncompressed (umoci reads them next; gzip would only cost time). */

@@ -5,12 +5,12 @@ import { join, relative, resolve } from "node:path";
 import { AppError } from "../../lib/errors.ts";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import { importArchive } from "./archive.ts";
-import { baseFor, ensureBase, fromImages, type BaseSpec } from "./base.ts";
+import { baseFor, ensureBase, fromImages, type BaseImage, type BaseSpec } from "./base.ts";
 import { BUILD_REPO, buildahBuild, buildahPushLayout, buildahRemoveImage, buildahSetup, parseStep } from "./buildah.ts";
 import type { BuildEvent } from "./events.ts";
 import { makeRootfsImage } from "./rootfs.ts";
 import { BUILD_LOG, commitArtifact, makeTempDir, ROOTFS_FILE } from "./store.ts";
-import { requireTools } from "./tools.ts";
+import { requireTools, type ImageTool } from "./tools.ts";
 import { imageConfigOf, readLayoutConfig, unpackLayout } from "./unpack.ts";
 
 export type { BuildEvent } from "./events.ts";
@@ -31,6 +31,28 @@ export interface BuildRequest {
   cacheDir: string;
   onEvent?: (e: BuildEvent) => void;
   signal?: AbortSignal;
+  /** Where a Containerfile's steps run: absent, buildah on this host; else the runner (a microVM: images/vm-build/). */
+  runner?: ContainerfileRunner;
+}
+
+/** One Containerfile build handed to a runner. */
+export interface ContainerfileJob {
+  contextDir: string;
+  /** The Containerfile's path inside the context. */
+  containerfile: string;
+  /** Our bases its FROM lines name, ready in this host's storage. */
+  bases: BaseImage[];
+  /** A directory of this build's own (removed with it). */
+  work: string;
+  emit: (e: BuildEvent) => void;
+  signal?: AbortSignal;
+}
+
+/** Runs a Containerfile's steps elsewhere than on this host and answers the result as an OCI archive file. */
+export interface ContainerfileRunner {
+  /** Where the steps run, for messages. */
+  where: string;
+  build(job: ContainerfileJob): Promise<string>;
 }
 
 /** The reference the image gets inside the temporary OCI layout. */
@@ -61,7 +83,9 @@ export function containerfileOf(context: string, file?: string): string {
  * rejects with the signal's reason.
  */
 export async function buildImage(req: BuildRequest): Promise<ImageArtifact> {
-  requireTools(req.kind === "containerfile" ? ["buildah", "umoci", "mke2fs", "debugfs", "dumpe2fs"] : ["skopeo", "umoci", "mke2fs", "debugfs", "dumpe2fs"]);
+  // A runner's result is an archive, imported as an uploaded one is (skopeo).
+  const reads: ImageTool[] = req.kind === "containerfile" ? ["buildah", ...(req.runner ? (["skopeo"] as const) : [])] : ["skopeo"];
+  requireTools([...reads, "umoci", "mke2fs", "debugfs", "dumpe2fs"]);
   const tmp = makeTempDir(req.dataDir);
   const work = join(tmp, "work");
   mkdirSync(work);
@@ -133,10 +157,19 @@ async function buildContainerfile(req: BuildRequest, layout: string, work: strin
     const spec = baseFor(ref);
     if (spec) wanted.set(`${spec.repo}:${spec.tag}`, spec);
   }
+  const bases: BaseImage[] = [];
   for (const spec of wanted.values()) {
     emit({ type: "progress", phase: "base", text: `${spec.repo}:${spec.tag}` });
     const base = await ensureBase(spec, { cacheDir: req.cacheDir, onEvent: emit, ...signal });
     emit({ type: "progress", phase: "base", text: `${base.name} ${base.built ? "built" : "cached"} (${base.key.slice(0, 12)})` });
+    bases.push(base);
+  }
+  if (req.runner) {
+    const archive = await req.runner.build({ contextDir: resolve(req.input), containerfile: relative(resolve(req.input), file), bases, work, emit, ...signal });
+    emit({ type: "progress", phase: "export", text: "reading the built image", bytes: statSync(archive).size });
+    await importArchive({ file: archive, layout, ref: LAYOUT_REF, tmpDir: join(work, "tmp"), onLine: (line) => emit({ type: "log", line }), ...signal });
+    rmSync(archive, { force: true });
+    return;
   }
 
   // TMPDIR inside this build's directory: whatever buildah stages goes when the build does.

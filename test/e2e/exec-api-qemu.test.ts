@@ -81,7 +81,9 @@ async function post(path: string, body: unknown): Promise<Response> {
 
 beforeAll(async () => {
   if (!qemuPresent) return;
-  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000" } });
+  // Builds on the host: this file tests what runs the image, not where it is built (image-build-vm.test.ts builds in
+  // the builder VM, the default, which under TCG costs a minute more per base).
+  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000", IMAGE_BUILDS: "host" } });
   scratch = mkdtempSync(join(tmpdir(), "exec-api-e2e-"));
 }, 120_000);
 

@@ -19,7 +19,9 @@ const cacheDir = join(process.env.HOME ?? tmpdir(), ".cache", "agentvm");
 let sys: TestSystem;
 
 beforeAll(async () => {
-  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000" } });
+  // Builds on the host: this file tests what runs the image, not where it is built (image-build-vm.test.ts builds in
+  // the builder VM, the default, which under TCG costs a minute more per base).
+  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000", IMAGE_BUILDS: "host" } });
 }, 60_000);
 
 afterAll(async () => {

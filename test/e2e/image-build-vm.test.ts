@@ -1,0 +1,114 @@
+// A tenant's Containerfile builds in a microVM of its own by default (IMAGE_BUILDS=auto on a QEMU host): RUN runs on the
+// guest's kernel with the guest's network, the tenant's builder agent is an agent like any other, and a failing step is
+// a 422 with its output. Real QEMU, real buildah inside the VM, the all-in-one's API over real sockets.
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { release, tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BUILDER_AGENT_NAME } from "../../images/vm-build/index.ts";
+import { makeDriver } from "../helpers/qemu.ts";
+import { startSystem, type TestSystem } from "../helpers/system.ts";
+
+let sys: TestSystem;
+let scratch: string;
+
+beforeAll(async () => {
+  sys = await startSystem({ driver: await makeDriver(), env: { AGENT_IDLE_TIMEOUT_MS: "600000" } });
+  scratch = mkdtempSync(join(tmpdir(), "agentvm-vm-build-"));
+}, 60_000);
+
+afterAll(async () => {
+  await sys?.stop();
+  if (sys) rmSync(sys.dataDir, { recursive: true, force: true });
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+}, 120_000);
+
+/** POST /v1/images with a tar of `dir` as the body, streamed; answers the status and the build's JSON. */
+interface BuildAnswer {
+  image: { id: string };
+  build: { id: string };
+  error: { code: string; message: string };
+}
+
+async function build(dir: string, name: string): Promise<{ status: number; body: BuildAnswer }> {
+  const tar = spawn("tar", ["-c", "-C", dir, "."], { stdio: ["ignore", "pipe", "inherit"] });
+  const res = await sys.call(`/v1/images?name=${name}`, {
+    method: "POST",
+    body: Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>,
+    duplex: "half",
+  } as RequestInit);
+  return { status: res.status, body: (await res.json()) as BuildAnswer };
+}
+
+function context(name: string, containerfile: string, files: Record<string, string> = {}): string {
+  const dir = join(scratch, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "Containerfile"), containerfile);
+  for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, f), text);
+  return dir;
+}
+
+/** An agent's server with what Debian's minimal base has (perl-base): answers every request 200. */
+const servePl = `use IO::Socket::INET;
+my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 16, ReuseAddr => 1) or die "listen: $!";
+while (my $c = $s->accept) { while (<$c>) { last if /^\\r?$/ } print $c "HTTP/1.0 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nok\\n"; close $c }
+`;
+
+async function exec(agentId: string, cmd: string): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+  const res = await sys.call(`/v1/agents/${agentId}/exec`, { method: "POST", body: JSON.stringify({ cmd }), headers: { "content-type": "application/json" } });
+  expect(res.status, await res.clone().text()).toBe(200);
+  return (await res.json()) as { exitCode: number; stdout: string; stderr: string };
+}
+
+describe("image builds in the tenant's builder microVM (the default on a QEMU host)", () => {
+  it("RUN runs on the VM's kernel, without the host's loopback; the image runs as an agent", async () => {
+    const port = new URL(sys.url).port;
+    const dir = context(
+      "probe",
+      [
+        "FROM agentvm/debian:bookworm",
+        // On the host a RUN step would see the host's kernel and reach the gateway on the host's loopback.
+        `RUN uname -r > /kernel && (bash -c 'exec 3<>/dev/tcp/127.0.0.1/${port}' 2>/dev/null && echo reached-the-host || echo isolated) > /net`,
+        "COPY hello.txt serve.pl /",
+        "EXPOSE 8080",
+        'CMD ["perl", "/serve.pl"]',
+        "",
+      ].join("\n"),
+      { "hello.txt": "hello from the context\n", "serve.pl": servePl },
+    );
+    const { status, body } = await build(dir, "probe");
+    expect(status, JSON.stringify(body)).toBe(201);
+
+    // The build's log: in the builder, each step told once.
+    const log = await (await sys.call(`/v1/images/builds/${body.build.id}/log`)).text();
+    expect(log).toContain("tenant's builder");
+    expect(log.match(/STEP 2\/5: RUN/g)?.length).toBe(1);
+
+    const { agents } = (await (await sys.call(`/v1/agents?limit=100`)).json()) as { agents: { id: string; name: string; image: string }[] };
+    const builder = agents.find((a) => a.name === BUILDER_AGENT_NAME);
+    expect(builder, JSON.stringify(agents)).toBeDefined();
+
+    const agent = await sys.createAgent({ image: "probe", memMiB: 256, diskMiB: 256 });
+    const out = await exec(agent.id, "cat /kernel /net /hello.txt");
+    expect(out.exitCode, out.stderr).toBe(0);
+    const [kernel, net, hello] = out.stdout.trim().split("\n");
+    expect(kernel).not.toBe(release());
+    expect(net).toBe("isolated");
+    expect(hello).toBe("hello from the context");
+    // The builder ran as the tenant's agent: its awake time is a run of its own.
+    const runs = (await (await sys.call(`/v1/agents/${builder!.id}/runs`)).json()) as { runs: { wakeReason: string }[] };
+    expect(runs.runs.length).toBeGreaterThan(0);
+  }, 900_000);
+
+  it("a failing step is 422 build_failed with its output, and the builder is reused (its base already loaded)", async () => {
+    const dir = context("broken", 'FROM agentvm/debian:bookworm\nRUN echo about-to-fail-in-the-vm && exit 7\nCMD ["true"]\n');
+    const { status, body } = await build(dir, "broken");
+    expect(status).toBe(422);
+    expect(body.error.code).toBe("build_failed");
+    expect(body.error.message).toContain("about-to-fail-in-the-vm");
+    const { agents } = (await (await sys.call(`/v1/agents?limit=100`)).json()) as { agents: { name: string }[] };
+    expect(agents.filter((a) => a.name === BUILDER_AGENT_NAME)).toHaveLength(1);
+  }, 600_000);
+});
