@@ -69,7 +69,9 @@ export class EventLog {
     const under = this.overtaking.get(agentId);
     const run = (async () => {
       await under;
-      if (this.writing?.agentId === agentId) await this.writing.done;
+      // Every write of the agent's already begun in turn, also one the queue began while this waited for the last (the
+      // queue is serial: one at a time), whatever order the promises settle in.
+      while (this.writing?.agentId === agentId) await this.writing.done;
       const mine = this.queued.get(agentId) ?? [];
       this.queued.delete(agentId);
       for (const r of mine) await this.store.transition(r).catch(this.failed);

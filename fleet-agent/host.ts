@@ -153,7 +153,8 @@ export class Host {
     const checkpointBusy = (agentId: string) => checkpoints.busy(agentId);
     const removeCheckpointsOf = (agentId: string) => checkpoints.removeCheckpointsOf(agentId);
     const eviction = (this.eviction = new Eviction({ driver, log, vms, lifecycle, metering, generations, checkpointBusy, removeCheckpointsOf, left }));
-    const fencing = (this.fencing = new Fencing({ hostId, vmsDir, clock, fs, store: deps.store, events, vms, generations, eviction }));
+    const draining = () => this.drain.isDraining;
+    const fencing = (this.fencing = new Fencing({ hostId, vmsDir, clock, fs, store: deps.store, events, vms, generations, eviction, draining }));
     const checkpointWorkOn = (agentId: string) => checkpoints.has(agentId);
     this.hibernation = new Hibernation({ clock, log, metrics, driver, events, lifecycle, metering, ...hibernateRetry, ...shipper, checkpointWorkOn });
     this.waking = new Waking({

@@ -28,12 +28,16 @@ export interface FencingDeps {
   vms: Pick<VmTable, "get" | "ids" | "entryFor">;
   generations: Pick<DiskGenerations, "read" | "write">;
   eviction: Pick<Eviction, "evict" | "discardStateDir">;
+  /** Whether this host drains: gateways may move its sleeping agents, so a wake goes ahead only on the claim's answer. */
+  draining(): boolean;
 }
 
 export class Fencing {
   private readonly deps: FencingDeps;
   /** Owner checks under way, by agent (`ownerCheck`). */
   private readonly ownerChecks = new Map<string, Promise<void>>();
+  /** Hand-offs whose row write is under way, by agent (`handOff`): a claim waits for it. */
+  private readonly handOffs = new Map<string, Promise<void>>();
   /** Whether `fence` has looked at the state directories on disk yet (once: later passes look at the VMs in memory). */
   private fencedDisk = false;
 
@@ -101,17 +105,25 @@ export class Fencing {
   /**
    * A draining host does not wake a sleeping agent for a call its gateway can repeat elsewhere (wake.ts): its row is
    * made to say it sleeps here now, so the gateway's next placement moves it. Not while a wake's claim is under way
-   * for it here (another call that cannot be repeated): that wake goes ahead, and the row says so.
+   * for it here (another call that cannot be repeated): that wake goes ahead, and the row says so. A claim that starts
+   * while the hand-off's write is under way waits for it (`assertOwner`): the row must never say asleep after a claim
+   * said waking, or a move would take the agent while it wakes here and its transitions land after the move.
    */
   async handOff(entry: VmEntry): Promise<void> {
     const id = entry.spec.id;
     if (this.ownerChecks.has(id) || (entry.state !== "hibernated" && entry.state !== "stopped")) return;
     const state = entry.state;
-    const mark = async () => {
+    const under = this.handOffs.get(id);
+    const mark = (async () => {
+      await under;
       await this.deps.events.overtake(id);
       await this.deps.store.markAsleep(id, this.deps.hostId, entry.generation, state);
-    };
-    await withDeadline(this.deps.clock, ownerCheckMs, mark(), () => undefined).catch(() => undefined);
+    })().catch(() => undefined);
+    this.handOffs.set(id, mark);
+    void mark.then(() => {
+      if (this.handOffs.get(id) === mark) this.handOffs.delete(id);
+    });
+    await withDeadline(this.deps.clock, ownerCheckMs, mark, () => undefined);
   }
 
   private async assertOwner(entry: VmEntry): Promise<void> {
@@ -119,14 +131,25 @@ export class Fencing {
     let owner: AgentOwner | undefined;
     try {
       // The claim marks the row waking in the same statement that checks it is still ours, so a gateway's move of the
-      // sleeping agent that races it fails (store.ts `claimWake`). Bounded: a database that does not answer (an
-      // outage, a partition) must not hold the wake up.
+      // sleeping agent that races it fails (store.ts `claimWake`). After a hand-off's write under way (the row would
+      // say asleep after the claim) and the agent's queued transitions. Bounded: a database that does not answer (an
+      // outage, a partition) must not hold the wake up, except on a draining host (below).
       const claim = async () => {
+        await this.handOffs.get(id);
         await this.deps.events.overtake(id);
-        return this.deps.store.claimWake(id, this.deps.hostId, entry.generation);
+        return { owner: await this.deps.store.claimWake(id, this.deps.hostId, entry.generation) };
       };
-      owner = await withDeadline(this.deps.clock, ownerCheckMs, claim(), () => undefined);
+      const answer = await withDeadline(this.deps.clock, ownerCheckMs, claim(), () => undefined);
+      if (!answer) throw new Error("no answer in time");
+      owner = answer.owner;
     } catch {
+      // A draining host's sleeping agents are the gateways' to move as soon as their rows say they sleep: a wake here
+      // without the claim could run beside a moved copy (fenced at the next heartbeat, with what this call did), and
+      // its transitions would land after the move in the agent's event log. The caller tries again.
+      if (this.deps.draining())
+        throw new AppError("host_unavailable", `host is draining and could not claim agent ${id} in the database (no answer in time, or an error); try again`, {
+          retryAfterS: 1,
+        });
       return;
     }
     if (!owner) return;

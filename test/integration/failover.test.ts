@@ -287,11 +287,12 @@ describe("failover across hosts", () => {
     await load;
     expect([...statuses.keys()]).toEqual([200]);
     console.log(`drain: ${onHost.length} agents moved, ${statuses.get(200)} calls, all 200`);
-    // Each moved agent's event log tells one story in time: the drained host's last transitions, the move, then the
-    // new host's; no transition of the drained host after the move (no copy ran there once it had moved). Ids may still
-    // interleave: a host's writes can land after the move they preceded.
+    // Each moved agent's event log, read as the events API reads it (by id, the order the rows were written), tells one
+    // story: the drained host's last transitions, the move, then the new host's; no transition of the drained host after
+    // the move (none ran there once it had moved, and a host writes an agent's queued transitions before its row lets a
+    // gateway move it).
     for (const id of onHost) {
-      const evs = await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, id)).orderBy(asc(vmEvents.at), asc(vmEvents.id));
+      const evs = await database.db.select().from(vmEvents).where(eq(vmEvents.agentId, id)).orderBy(asc(vmEvents.id));
       const move = evs.findLastIndex((e) => e.reason === "moved" && e.hostId === "host_f2");
       const story = evs
         .slice(Math.max(0, move - 4))

@@ -9,7 +9,9 @@ import { type AgentSpec, vmIdFor } from "../../contracts/agent.ts";
 import { chooseHost, createDbPlacement, expireHostLeases, type AgentMove, type HostLoad } from "../../gateway/placement.ts";
 import { EventLog } from "../../fleet-agent/event-log.ts";
 import { silentLogger } from "../../lib/log.ts";
-import { createDbHostStore } from "../../fleet-agent/store.ts";
+import { createDbHostStore, type HostStore } from "../../fleet-agent/store.ts";
+import { Fencing } from "../../fleet-agent/host/fencing.ts";
+import type { VmEntry } from "../../fleet-agent/vm-entry.ts";
 import { freshDatabase } from "../helpers/db.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -339,6 +341,83 @@ describe("createDbPlacement", () => {
     expect(await p.hostFor(a)).toMatchObject({ id: "host_other", generation: 1 });
     const log = await db().select().from(vmEvents).where(eq(vmEvents.agentId, a.id)).orderBy(asc(vmEvents.id));
     expect(log.map((e) => `${e.hostId}:${e.toState}:${e.reason}`).at(-1)).toBe("host_drain:hibernated:moved");
+  });
+
+  it("a hand-off and a wake's claim on a draining host: the row never says asleep after the claim, so no move lands before the wake's transitions", async () => {
+    await addHost("host_drain", { draining: true });
+    await addHost("host_other", { usedMiB: 1000 });
+    const a = await addAgent({ hostId: "host_drain", state: "hibernated" });
+    const db0 = createDbHostStore(db());
+    // The hand-off's row write is slow (a busy database): it arrives after the claim that started behind it.
+    let letMark!: () => void;
+    const markHeld = new Promise<void>((resolve) => (letMark = resolve));
+    const store: HostStore = {
+      ...db0,
+      markAsleep: async (...args) => {
+        await markHeld;
+        return db0.markAsleep(...args);
+      },
+    };
+    const events = new EventLog(store, silentLogger);
+    const unused = {} as never;
+    const fencing = new Fencing({
+      hostId: "host_drain",
+      vmsDir: "/nonexistent",
+      clock: new ManualClock(), // no deadline passes: each write answers
+      fs: unused,
+      store,
+      events,
+      vms: unused,
+      generations: unused,
+      eviction: unused,
+      draining: () => true,
+    });
+    const entry = { spec: { id: a.id }, state: "hibernated", generation: 0 } as unknown as VmEntry;
+    const state = async () => (await db().select().from(agents).where(eq(agents.id, a.id)))[0]?.state;
+
+    // A call its gateway can repeat: the draining host hands the sleeping agent off (its row write under way)...
+    const handedOff = fencing.handOff(entry);
+    // ...and a call it cannot repeat (a large body) starts a wake here: its claim.
+    const claim = fencing.ownerCheck(entry).then(
+      () => "woken" as const,
+      () => "refused" as const,
+    );
+    for (let i = 0; i < 25 && (await state()) !== "restoring"; i++) await new Promise((r) => setTimeout(r, 20));
+    letMark();
+    await handedOff;
+    // The claim holds (nothing moved the agent yet): the host wakes it. Its transitions queue behind the driver's hold
+    // (wake.ts), as they do; a gateway places the agent meanwhile.
+    expect(await claim).toBe("woken");
+    const release = events.hold(10_000);
+    for (const [fromState, toState] of [
+      ["hibernated", "restoring"],
+      ["restoring", "running"],
+    ] as const)
+      events.transition({
+        at: new Date(),
+        hostId: "host_drain",
+        agentId: a.id,
+        tenantId: "ten_p",
+        vmId: vmIdFor(a.id),
+        runId: null,
+        fromState,
+        toState,
+        reason: "request",
+        timings: null,
+        detail: null,
+        generation: 0,
+      });
+    const placed = await placement().hostFor(a);
+    release();
+    await events.flush();
+    // The log, read by id as the events API reads it, has no transition of the old host after a move; and the agent
+    // does not move while it wakes here (never two copies).
+    const log = await db().select().from(vmEvents).where(eq(vmEvents.agentId, a.id)).orderBy(asc(vmEvents.id));
+    const story = log.map((e) => `${e.hostId}:${e.fromState}>${e.toState}(${e.reason})`).join(" ");
+    const moved = log.findIndex((e) => e.reason === "moved");
+    expect(moved < 0 ? [] : log.slice(moved + 1).filter((e) => e.hostId === "host_drain"), story).toEqual([]);
+    expect(placed.id, story).toBe("host_drain");
+    expect(await state()).toBe("running");
   });
 
   it("a burst of failovers spreads over the live hosts and stays within their capacity", async () => {

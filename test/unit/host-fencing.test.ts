@@ -219,4 +219,39 @@ describe("host: a wake asks who owns the agent first", () => {
     expect(woke.wake.wake).toBe("restore");
     woke.release();
   });
+
+  it("on a draining host a wake goes ahead only on its claim's answer: without one in time it is refused (503, retry), never run beside a move", async () => {
+    const root = mkdtempSync(join(tmpdir(), "agentvm-fence-"));
+    dirs.push(root);
+    const clock = new ManualClock();
+    const driver = new CountingDriver();
+    const store = createMemoryHostStore();
+    const host = hostOn(join(root, "vms"), { driver, store, clock });
+    (await host.acquire(spec(1), "request")).release();
+    expect(await host.hibernateNow(spec().id)).toBe("hibernated");
+    let answer!: () => void;
+    store.claimWake = () => new Promise((resolve) => (answer = () => resolve(undefined)));
+    const attempt = async () => {
+      const wake = host.acquire(spec(1), "request").then(
+        (t) => (t.release(), "woken"),
+        (e: AppError) => e.code,
+      );
+      let outcome: string | undefined;
+      void wake.then((o) => (outcome = o));
+      for (let i = 0; i < 50 && outcome === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 2));
+        clock.advance(100);
+      }
+      return wake;
+    };
+    host.setDraining(true);
+    expect(await attempt()).toBe("host_unavailable");
+    expect(driver.wakes).toBe(0);
+    answer();
+    // Not draining: no gateway moves its sleeping agents, and a database that does not answer does not hold the wake.
+    host.setDraining(false);
+    expect(await host.hibernateNow(spec().id)).toBe("hibernated");
+    expect(await attempt()).toBe("woken");
+    expect(driver.wakes).toBe(1);
+  });
 });
