@@ -11,6 +11,7 @@ import { newId } from "../lib/ids.ts";
 import type { Logger } from "../lib/log.ts";
 import { buildImage, removeArtifact, sweepBuildah, sweepTemp, type ContainerfileRunner } from "./build/index.ts";
 import { BuildRecord, type BuildUpload, type ImageBuilder } from "./builds.ts";
+import { TenantTurns } from "./tenant-turns.ts";
 import type { ImageArtifact } from "../contracts/image.ts";
 
 export interface NodeImageBuilderOptions {
@@ -44,23 +45,8 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
   rmSync(uploads, { recursive: true, force: true }); // synchronously: a build may start right after this
 
   // One build at a time (buildah, a builder VM and mke2fs are disk- and CPU-bound: two at once only make both slower),
-  // taken from the tenants in turn: a tenant's tenth build waits behind one build of each other tenant, not their all.
-  const waiting = new Map<string, (() => Promise<void>)[]>();
-  let running = false;
-  const pump = (): void => {
-    if (running) return;
-    const next = waiting.entries().next();
-    if (next.done) return;
-    const [tenantId, jobs] = next.value;
-    const job = jobs.shift()!;
-    waiting.delete(tenantId); // back of the line: a Map iterates in insertion order
-    if (jobs.length > 0) waiting.set(tenantId, jobs);
-    running = true;
-    void job().finally(() => {
-      running = false;
-      pump();
-    });
-  };
+  // taken from the tenants in turn.
+  const turns = new TenantTurns();
 
   function forgetOld(): void {
     const finished = [...builds.values()].filter((b) => b.status !== "running");
@@ -111,8 +97,7 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
       const spooled = spool(upload, join(uploads, record.id));
       spooled.catch(() => undefined);
       record.emit({ type: "progress", phase: "build", text: "queued" });
-      waiting.set(upload.tenantId, [...(waiting.get(upload.tenantId) ?? []), () => run(record, upload, spooled)]);
-      pump();
+      turns.add(upload.tenantId, () => run(record, upload, spooled));
       return record;
     },
     get(id) {

@@ -28,10 +28,12 @@ case "${1:-}" in
     key_ok "$2"
     key=$2 archive=$3
     shift 3
+    exec 9>"$state/lock" && flock 9
     id=$(b pull --quiet "oci-archive:$archive")
     b tag "$id" "$@"
     rm -f "$archive"
     touch "$state/bases/$key"
+    b rmi --prune >/dev/null 2>&1 || true # the image these names pointed to before (an older base)
     ;;
   prepare)
     in_jobs "$2"
@@ -41,9 +43,13 @@ case "${1:-}" in
   build)
     job=$2 file=$3 epoch=$4
     tag=localhost/agentvm-build/job:latest
-    # What a build killed half-way left: its working containers and its result (vfs keeps whole copies of each).
+    # One build at a time in a builder (two gateways may send the tenant's builds at once), so what a build killed
+    # half-way left can go: its working containers and its result (vfs keeps whole copies of each); the files of a
+    # job whose caller died, a day later (another job's context may be waiting for this lock).
+    exec 9>"$state/lock" && flock 9
     b rm --all >/dev/null 2>&1 || true
     b rmi "$tag" >/dev/null 2>&1 || true
+    find "$state/jobs" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf {} + 2>/dev/null || true
     b bud --isolation chroot --format oci --pull=false --layers=false --force-rm --timestamp "$epoch" \
       --retry 1 --retry-delay 1s -f "$job/context/$file" -t "$tag" --iidfile "$job/iid" "$job/context"
     echo "agentvm: exporting the image (buildah push oci-archive)"

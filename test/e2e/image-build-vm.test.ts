@@ -69,7 +69,7 @@ describe("image builds in the tenant's builder microVM (the default on a QEMU ho
       "probe",
       [
         "FROM agentvm/debian:bookworm",
-        // On the host a RUN step would see the host's kernel and reach the gateway on the host's loopback.
+        // Measured with IMAGE_BUILDS=host: a RUN step there reports the host's kernel and reaches the gateway on its loopback.
         `RUN uname -r > /kernel && (bash -c 'exec 3<>/dev/tcp/127.0.0.1/${port}' 2>/dev/null && echo reached-the-host || echo isolated) > /net`,
         "COPY hello.txt serve.pl /",
         "EXPOSE 8080",
