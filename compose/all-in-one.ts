@@ -24,6 +24,7 @@ import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identit
 import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { imageRunners } from "../images/vm-build/index.ts";
+import { builderPorts } from "../gateway/agents/builder-agent.ts";
 import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 import { logLevelEnv } from "./config/shared.ts";
 import { composeHostImages } from "./host-images.ts";
@@ -180,7 +181,7 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       clock,
       log: log.child({ component: "images" }),
       ...(cfg.fleet.artifacts.storeDir ? { publish: (artifact: ImageArtifact) => images.publish(artifact) } : {}),
-      ...imageRunners(cfg, db, runtime.fleet, dataDir, cfg.fleet.artifacts.storeDir ? (artifact) => images.publish(artifact) : undefined),
+      ...imageRunners(cfg, db, builderPorts(db, runtime.fleet), dataDir, cfg.fleet.artifacts.storeDir ? (artifact) => images.publish(artifact) : undefined),
     });
     gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder, metrics });
   } catch (err) {

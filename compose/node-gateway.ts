@@ -1,5 +1,6 @@
 // The one Node gateway: the shared app, the fast path beside it, the webhook worker, on one node:http server; `npm start` and `npm run gateway` both run it.
-import type { BuilderSize, ImageBuildsMode } from "../images/vm-build/index.ts";
+import type { BuilderSize } from "../contracts/image.ts";
+import type { ImageBuildsMode } from "../images/vm-build/index.ts";
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";

@@ -15,6 +15,7 @@ import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, remoteHostsEnv }
 import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
 import { imageRunners } from "../images/vm-build/index.ts";
+import { builderPorts } from "../gateway/agents/builder-agent.ts";
 import { composeHostImages } from "./host-images.ts";
 
 export interface StandaloneGatewayConfig extends NodeGatewayConfig {
@@ -106,7 +107,7 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
           clock,
           log: log.child({ component: "images" }),
           publish: (artifact) => images.publish(artifact),
-          ...imageRunners(cfg, db, fleet, cfg.dataDir, (artifact) => images.publish(artifact)),
+          ...imageRunners(cfg, db, builderPorts(db, fleet), cfg.dataDir, (artifact) => images.publish(artifact)),
         });
       })()
     : undefined;

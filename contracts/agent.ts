@@ -6,9 +6,12 @@
  */
 export type VmState = "creating" | "booting" | "running" | "dozing" | "snapshotting" | "hibernated" | "restoring" | "stopped" | "failed" | "destroyed";
 
-/** Why a VM woke (or booted). */
-export type WakeReason = "request" | "webhook" | "api" | "boot";
-export const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
+/**
+ * Why a VM woke (or booted): a call to the agent (`request`), a webhook, the API (`api`: a wake, a lease, exec, files),
+ * the desktop API or its viewer (`desktop`: a screenshot, actions, a viewer's socket), or `boot`.
+ */
+export type WakeReason = "request" | "webhook" | "api" | "desktop" | "boot";
+export const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "desktop", "boot"];
 /** Why a VM stopped being active. */
 export type SleepReason = "idle" | "api" | "crash" | "shutdown" | "delete" | "moved" | "drain";
 /**
@@ -30,9 +33,9 @@ export function vmIdFor(agentId: string): string {
 export type DozeReason = "doze";
 /**
  * Why a dozing VM runs again: an outbound response's first byte (`upstream`), a new inbound call (`request`), a webhook,
- * an API wake or lease (`api`), or `DOZE_MAX_MS` (`doze_max`, the guest's own timers get a turn).
+ * an API wake or lease (`api`), a desktop call (`desktop`), or `DOZE_MAX_MS` (`doze_max`, the guest's own timers get a turn).
  */
-export type ResumeReason = "upstream" | "request" | "webhook" | "api" | "doze_max";
+export type ResumeReason = "upstream" | "request" | "webhook" | "api" | "desktop" | "doze_max";
 
 /** An agent's X display size, pixels (docs/desktop.md): within `desktopLimits`. */
 export interface DesktopSize {

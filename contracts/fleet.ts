@@ -148,3 +148,21 @@ export function serverTiming(timings: WakeTimings): string {
   }
   return out;
 }
+
+/** One call to an agent's exec server (gateway/exec/guest.ts `callGuest`): its method, path and body on the server, and its limits. */
+export interface GuestCall {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  /** Path and query on the exec server (`/v1/exec`, `/v1/files?path=…`). */
+  path: string;
+  body?: Uint8Array | ReadableStream<Uint8Array> | null;
+  headers?: Record<string, string>;
+  requestId: string;
+  /** The client went away: the call to the VM ends (and with it the command's connection). */
+  signal?: AbortSignal;
+  /** Until the exec server's answer head, ms (an upload's whole body comes before it). */
+  responseTimeoutMs: number;
+  /** The answer's body moving no byte for this long is cut, ms. */
+  idleTimeoutMs: number;
+  /** What the wake is put down to (the run's `wakeReason`): `api` unless the caller is the desktop API (`desktop`). */
+  reason?: WakeReason;
+}

@@ -1,7 +1,7 @@
 // The wire contract between gateways and a host's ingress: one signed, short-lived token per call that says exactly what the call may do.
 import { AppError, errorStatus, type ErrorCode } from "../lib/errors.ts";
 import { signComponentToken, verifyComponentToken } from "../lib/host-token.ts";
-import { isDesktopSize, type AgentSpec, type WakeReason } from "./agent.ts";
+import { isDesktopSize, wakeReasons, type AgentSpec, type WakeReason } from "./agent.ts";
 
 /** The component token travels in its own header: `Authorization` belongs to the agent's traffic. */
 export const hostTokenHeader = "x-agentvm-host-token";
@@ -85,8 +85,6 @@ export function hostCallMethod(call: HostCall): string {
   if (call.op === "forward") return call.method;
   return call.op === "status" || call.op === "statuses" || call.op === "websocket" || call.op === "logs" || call.op === "templates" ? "GET" : "POST";
 }
-
-const wakeReasons: readonly WakeReason[] = ["request", "webhook", "api", "boot"];
 
 export async function signHostCall(key: Uint8Array, hostId: string, call: HostCall, ttlS = 30): Promise<string> {
   return signComponentToken(key, { sub: "gateway", aud: `host:${hostId}` }, ttlS, { call });

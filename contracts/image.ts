@@ -70,3 +70,12 @@ export interface ImageRecord {
 export interface ImageCatalog {
   resolve(tenantId: string, ref: string): Promise<ImageRecord | undefined>;
 }
+
+/** What a tenant's image builder VM may use (images/vm-build/): its limits are a build's (memory, CPU, disk), as an agent's are its own. */
+export interface BuilderSize {
+  vcpus: number;
+  memMiB: number;
+  diskMiB: number;
+  /** Idle time before the builder hibernates after a build, ms. */
+  idleTimeoutMs: number;
+}

@@ -6,7 +6,7 @@ export type SegmentStartReason = WakeReason | "heartbeat" | "doze" | "resume";
 /** Why a segment ends: the VM stopped being active (the sleep reason), or the periodic `heartbeat` cut. */
 export type SegmentEndReason = SleepReason | "heartbeat" | "doze" | "resume";
 
-export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "boot", "heartbeat", "doze", "resume"];
+export const segmentStartReasons: readonly SegmentStartReason[] = ["request", "webhook", "api", "desktop", "boot", "heartbeat", "doze", "resume"];
 /** Every end reason, checked both ways: a sleep reason added to contracts/agent.ts and not here fails to compile. */
 const endReasonSet = { idle: 1, api: 1, crash: 1, heartbeat: 1, shutdown: 1, delete: 1, moved: 1, drain: 1, doze: 1, resume: 1 } satisfies Record<
   SegmentEndReason,

@@ -208,7 +208,7 @@ export class Waking {
       if (entry.state === "creating" && entry.generation > 0) detail = await this.fromStore(entry, reason);
       if (entry.state === "creating") {
         const release = events.hold(); // as for a hibernation: the log's writes after the driver's steps
-        lifecycle.move(entry, "boot", reason === "request" || reason === "webhook" || reason === "api" ? reason : "boot");
+        lifecycle.move(entry, "boot", reason);
         const booted = await driver.boot(entry.vmSpec).finally(release);
         entry.running = booted.vm;
         info = { wake: "boot", timings: { bootMs: round(booted.bootMs) } };

@@ -53,6 +53,7 @@ export async function runHelper(fleet: Fleet, agent: AgentSpec, call: HelperCall
     ...(call.signal ? { signal: call.signal } : {}),
     responseTimeoutMs: answerMs,
     idleTimeoutMs: call.timeoutMs + answerMs,
+    reason: "desktop",
   });
   const wake = res.headers.get("x-wake");
   const out = await collect(res.body, agent.id);

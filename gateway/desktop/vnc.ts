@@ -128,7 +128,7 @@ export function desktopVncRoutes(
     const spec = encodeSpec({ argv: [vncBridgePath, mode, ...(wantsControl ? [caller.subject] : [])], timeoutMs: 0, stdin: true });
     let exec: SocketExec;
     try {
-      exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal });
+      exec = await startSocketExec(fleet, agent.spec, { spec, requestId, clientSignal: c.req.raw.signal, reason: "desktop" });
     } catch (err) {
       await sessions
         .close(session.id, new Date())

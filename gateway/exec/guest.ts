@@ -1,29 +1,16 @@
 // One call to an agent's exec server through the Fleet port (target `exec`): woken and held like a proxied call, its answers' faults as the error envelope.
 import type { AgentSpec } from "../../contracts/agent.ts";
-import type { Fleet } from "../../contracts/fleet.ts";
+import type { Fleet, GuestCall } from "../../contracts/fleet.ts";
+
+export type { GuestCall } from "../../contracts/fleet.ts";
 import { AppError, errorStatus, type ErrorCode } from "../../lib/errors.ts";
 import { concatBytes } from "../../lib/bytes.ts";
 
 /** No limit on a timer the host sweeps (the longest `setTimeout` takes), ms. */
 export const noLimitMs = 2_147_483_647;
 
-export interface GuestCall {
-  method: "GET" | "POST" | "PUT" | "DELETE";
-  /** Path and query on the exec server (`/v1/exec`, `/v1/files?path=…`). */
-  path: string;
-  body?: Uint8Array | ReadableStream<Uint8Array> | null;
-  headers?: Record<string, string>;
-  requestId: string;
-  /** The client went away: the call to the VM ends (and with it the command's connection). */
-  signal?: AbortSignal;
-  /** Until the exec server's answer head, ms (an upload's whole body comes before it). */
-  responseTimeoutMs: number;
-  /** The answer's body moving no byte for this long is cut, ms. */
-  idleTimeoutMs: number;
-}
-
 /**
- * Sends `call` to the agent's exec server, waking the agent (reason `api`: not an agent call) and holding it awake
+ * Sends `call` to the agent's exec server, waking the agent (reason `api`, or the call's: not an agent call) and holding it awake
  * until the answer's body is over. A 2xx answer is returned as it streams; the exec server's refusals (400, 403, 404,
  * 409, 413) come back as the envelope's codes (`bad_request`, `forbidden_path`, `not_found`…), with its message.
  */
@@ -37,7 +24,7 @@ export async function callGuest(fleet: Fleet, agent: AgentSpec, call: GuestCall)
   const req = new Request(new URL(call.path, "http://exec"), init);
   const res = await fleet.forward(agent, req, {
     requestId: call.requestId,
-    reason: "api",
+    reason: call.reason ?? "api",
     target: "exec",
     ...(call.signal ? { signal: call.signal } : {}),
     limits: { responseTimeoutMs: call.responseTimeoutMs, proxyIdleTimeoutMs: call.idleTimeoutMs },

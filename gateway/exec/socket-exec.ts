@@ -1,6 +1,6 @@
 // A command through the exec path whose input is a WebSocket's (a terminal, a desktop viewer): the spec, then what
 // the socket sends, as the call's streamed body, paced by the socket; the exec server's answer streams back.
-import type { AgentSpec } from "../../contracts/agent.ts";
+import type { AgentSpec, WakeReason } from "../../contracts/agent.ts";
 import type { Fleet } from "../../contracts/fleet.ts";
 import { callGuest, noLimitMs } from "./guest.ts";
 
@@ -27,7 +27,7 @@ export interface SocketExec {
 export async function startSocketExec(
   fleet: Fleet,
   agent: AgentSpec,
-  opts: { spec: Uint8Array; requestId: string; clientSignal: AbortSignal | undefined },
+  opts: { spec: Uint8Array; requestId: string; clientSignal: AbortSignal | undefined; reason?: WakeReason },
 ): Promise<SocketExec> {
   let input!: ReadableStreamDefaultController<Uint8Array>;
   let socket: { pause(): void; resume(): void } | undefined;
@@ -54,6 +54,7 @@ export async function startSocketExec(
     signal: call.signal,
     responseTimeoutMs: answerTimeoutMs,
     idleTimeoutMs: noLimitMs,
+    ...(opts.reason ? { reason: opts.reason } : {}),
   });
   let inputOpen = true;
   return {

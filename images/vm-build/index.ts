@@ -3,13 +3,11 @@ import { and, gt, inArray, isNull, sql } from "drizzle-orm";
 import type { ContainerfileRunner } from "../build/index.ts";
 import { hosts } from "../../schema/core.ts";
 import type { Db } from "../../schema/db.ts";
-import { createVmBuilder, type VmBuilderOptions } from "./runner.ts";
+import { createVmBuilder, type BuilderPorts, type VmBuilderOptions } from "./runner.ts";
 
-import type { BuilderSize } from "./builder-agent.ts";
-import type { Fleet } from "../../contracts/fleet.ts";
-import type { ImageArtifact } from "../../contracts/image.ts";
+import type { BuilderSize, ImageArtifact } from "../../contracts/image.ts";
 
-export { BUILDER_AGENT_NAME, type BuilderSize } from "./builder-agent.ts";
+export type { BuilderPorts } from "./runner.ts";
 
 /** IMAGE_BUILDS: `vm` always in a builder VM, `host` always buildah on the building machine, `auto` a VM where a live host runs microVMs. */
 export type ImageBuildsMode = "auto" | "vm" | "host";
@@ -35,7 +33,7 @@ export async function microVmHostLive(db: Db): Promise<boolean> {
  * host runs microVMs now, else undefined: buildah on this machine, as with `host`).
  */
 export function containerfileRunners(
-  opts: VmBuilderOptions & { mode: ImageBuildsMode },
+  opts: VmBuilderOptions & { mode: ImageBuildsMode; db: Db },
 ): ((tenantId: string, buildId: string) => Promise<ContainerfileRunner | undefined>) | undefined {
   if (opts.mode === "host") return undefined;
   const builder = createVmBuilder(opts);
@@ -46,14 +44,14 @@ export function containerfileRunners(
 export function imageRunners(
   cfg: { imageBuilds: { mode: ImageBuildsMode; timeoutMs: number; builder: BuilderSize }; imageCacheDir: string },
   db: Db,
-  fleet: Fleet,
+  ports: BuilderPorts,
   dataDir: string,
   publish: ((artifact: ImageArtifact) => Promise<void>) | undefined,
 ): { runnerFor?: (tenantId: string, buildId: string) => Promise<ContainerfileRunner | undefined> } {
   const runnerFor = containerfileRunners({
     mode: cfg.imageBuilds.mode,
     db,
-    fleet,
+    ports,
     dataDir,
     cacheDir: cfg.imageCacheDir,
     size: cfg.imageBuilds.builder,

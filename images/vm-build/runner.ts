@@ -6,15 +6,12 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import { encodeSpec, frameDecoder, frameType, parseExit, ShortFrame, type ExitStatus } from "../../contracts/exec-wire.ts";
-import type { Fleet } from "../../contracts/fleet.ts";
-import type { ImageArtifact } from "../../contracts/image.ts";
-import { callGuest } from "../../gateway/exec/guest.ts";
+import type { GuestCall } from "../../contracts/fleet.ts";
+import type { BuilderSize, ImageArtifact } from "../../contracts/image.ts";
 import { AppError } from "../../lib/errors.ts";
-import type { Db } from "../../schema/db.ts";
 import { baseNames } from "../build/base.ts";
 import { BUILD_TIMESTAMP, buildFailure, parseStep } from "../build/buildah.ts";
 import type { ContainerfileJob, ContainerfileRunner } from "../build/index.ts";
-import { builderAgentFor, type BuilderSize } from "./builder-agent.ts";
 import { baseArchive, ensureBuilderImage, loadedKey } from "./builder-image.ts";
 
 /** The builder's script (images/builder/build.sh, in the agentvm/builder base). */
@@ -26,9 +23,16 @@ const stepMs = 10 * 60_000;
 /** Time the exec server has to answer a call's head (an upload's whole body comes before it), ms. */
 const answerMs = 10 * 60_000;
 
+/** What a build needs of the gateway, injected by the composition (gateway/agents/builder-agent.ts, gateway/exec/guest.ts). */
+export interface BuilderPorts {
+  /** The tenant's builder agent running the builder image `digest` (made, or remade for another digest or size). */
+  builderAgent(tenantId: string, digest: string, size: BuilderSize): Promise<AgentSpec>;
+  /** One call to the agent's exec server, waking it and holding it awake while the answer streams; refusals thrown as the envelope's errors. */
+  callGuest(agent: AgentSpec, call: GuestCall): Promise<Response>;
+}
+
 export interface VmBuilderOptions {
-  db: Db;
-  fleet: Fleet;
+  ports: BuilderPorts;
   dataDir: string;
   cacheDir: string;
   size: BuilderSize;
@@ -53,10 +57,10 @@ async function buildInVm(opts: VmBuilderOptions, tenantId: string, buildId: stri
   const signal = job.signal ? { signal: job.signal } : {};
   const image = await ensureBuilderImage({ dataDir: opts.dataDir, cacheDir: opts.cacheDir, onEvent: emit, ...signal });
   await opts.publish?.(image);
-  const agent = await builderAgentFor(opts.db, opts.fleet, tenantId, image.digest, opts.size);
+  const agent = await opts.ports.builderAgent(tenantId, image.digest, opts.size);
   emit({ type: "progress", phase: "build", text: `building in the tenant's builder ${agent.id} (a microVM of its own; the first call wakes it)` });
   const call = (argv: string[], timeoutMs: number, onLine?: (line: string) => void) =>
-    execIn(opts.fleet, agent, { argv: [SCRIPT, ...argv], timeoutMs, requestId: `req_${buildId}`, ...signal, ...(onLine ? { onLine } : {}) });
+    execIn(opts.ports, agent, { argv: [SCRIPT, ...argv], timeoutMs, requestId: `req_${buildId}`, ...signal, ...(onLine ? { onLine } : {}) });
 
   for (const base of job.bases) {
     const key = loadedKey(base);
@@ -65,7 +69,7 @@ async function buildInVm(opts: VmBuilderOptions, tenantId: string, buildId: stri
     emit({ type: "progress", phase: "base", text: `loading ${base.spec.repo}:${base.spec.tag} into the builder`, bytes: statSync(archive).size });
     const inVm = `${STATE}/in/${key}.tar`;
     await upload(
-      opts.fleet,
+      opts.ports,
       agent,
       `/v1/files?path=${encodeURIComponent(inVm)}&mkdirs=1`,
       Readable.toWeb(createReadStream(archive)) as ReadableStream<Uint8Array>,
@@ -83,7 +87,7 @@ async function buildInVm(opts: VmBuilderOptions, tenantId: string, buildId: stri
     const tar = spawn("tar", ["-c", "-C", job.contextDir, "."], { stdio: ["ignore", "pipe", "ignore"] });
     const tarred = new Promise<number | null>((resolve) => tar.on("close", resolve));
     await upload(
-      opts.fleet,
+      opts.ports,
       agent,
       `/v1/tar?path=${encodeURIComponent(`${dir}/context`)}`,
       Readable.toWeb(tar.stdout) as ReadableStream<Uint8Array>,
@@ -103,7 +107,7 @@ async function buildInVm(opts: VmBuilderOptions, tenantId: string, buildId: stri
     if (built.exit.exitCode !== 0) throw buildFailure(built.tail, "the builder VM");
     emit({ type: "progress", phase: "export", text: "reading the image out of the builder" });
     const out = join(job.work, "out.tar");
-    const res = await callGuest(opts.fleet, agent, {
+    const res = await opts.ports.callGuest(agent, {
       method: "GET",
       path: `/v1/files?path=${encodeURIComponent(`${dir}/out.tar`)}`,
       requestId: `req_${buildId}`,
@@ -119,8 +123,15 @@ async function buildInVm(opts: VmBuilderOptions, tenantId: string, buildId: stri
   }
 }
 
-async function upload(fleet: Fleet, agent: AgentSpec, path: string, body: ReadableStream<Uint8Array>, buildId: string, signal?: AbortSignal): Promise<void> {
-  const res = await callGuest(fleet, agent, {
+async function upload(
+  ports: BuilderPorts,
+  agent: AgentSpec,
+  path: string,
+  body: ReadableStream<Uint8Array>,
+  buildId: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const res = await ports.callGuest(agent, {
     method: "PUT",
     path,
     body,
@@ -141,11 +152,11 @@ interface ExecResult {
 
 /** Runs a command in the builder, its output line by line as it comes; answers how it ended and the last lines. */
 async function execIn(
-  fleet: Fleet,
+  ports: BuilderPorts,
   agent: AgentSpec,
   c: { argv: string[]; timeoutMs: number; requestId: string; signal?: AbortSignal; onLine?: (line: string) => void },
 ): Promise<ExecResult> {
-  const res = await callGuest(fleet, agent, {
+  const res = await ports.callGuest(agent, {
     method: "POST",
     path: "/v1/exec",
     body: encodeSpec({ argv: c.argv, timeoutMs: c.timeoutMs, user: "root" }),

@@ -334,6 +334,9 @@ describe.skipIf(!qemuPresent)(title, () => {
     });
     expect(typing.res.status).toBe(200);
     const before = (await screenshot()).picture;
+    const newestRun = async () =>
+      ((await (await sys.call(`/v1/agents/${agentId}/runs?limit=1`)).json()) as { runs: { runId: string; wakeReason: string; wakeMode: string }[] }).runs[0];
+    const runBefore = (await newestRun())?.runId;
     await hibernate();
     figures.snapshotBytes = snapshotBytes();
     const woken = await screenshot();
@@ -341,6 +344,13 @@ describe.skipIf(!qemuPresent)(title, () => {
     figures.restoredScreenshotMs = round(woken.ms);
     // Nothing on this screen moves by itself (no clock, the cursor does not blink): the same pixels.
     expect(differingPixels(before, woken.picture)).toBe(0);
+    // The run the screenshot woke says so (once the host has written it: its event log writes after the wake).
+    let newest = await newestRun();
+    for (let i = 0; i < 100 && newest?.runId === runBefore; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      newest = await newestRun();
+    }
+    expect(newest).toMatchObject({ wakeReason: "desktop", wakeMode: "restore" });
     const enter = await actions({
       actions: [
         { type: "key", keys: "Return" },

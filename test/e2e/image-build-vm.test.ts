@@ -7,7 +7,7 @@ import { release, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BUILDER_AGENT_NAME } from "../../images/vm-build/index.ts";
+import { BUILDER_AGENT_NAME } from "../../gateway/agents/builder-agent.ts";
 import { makeDriver } from "../helpers/qemu.ts";
 import { startSystem, type TestSystem } from "../helpers/system.ts";
 

@@ -82,6 +82,7 @@ const nodeOnlyFiles = [
   /^scripts\//,
   /^images\/build\//,
   /^images\/node-builder\.ts$/,
+  /^images\/vm-build\//,
 ];
 
 /** Files the Worker bundles too: the gateway core and the image routes beside it (not the image builder). */

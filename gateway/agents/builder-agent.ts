@@ -1,23 +1,16 @@
-// The tenant's image builder: an agent of its own (named `image-builder`) that runs the tenant's builds in its microVM, sleeps between them, and is billed like any agent.
+// The tenant's image builder (images/vm-build/): an agent of its own (named `image-builder`) that runs the tenant's builds in its microVM, sleeps between them, and is billed like any agent.
 import { and, eq, isNull } from "drizzle-orm";
 import type { AgentSpec } from "../../contracts/agent.ts";
-import type { Fleet } from "../../contracts/fleet.ts";
-import { agentSpec, createAgentRepo } from "../../gateway/agents/repo.ts";
+import type { Fleet, GuestCall } from "../../contracts/fleet.ts";
+import { callGuest } from "../exec/guest.ts";
+import type { BuilderSize } from "../../contracts/image.ts";
+import { agentSpec, createAgentRepo } from "./repo.ts";
 import { newId } from "../../lib/ids.ts";
 import type { Db } from "../../schema/db.ts";
 import { agents } from "../../schema/core.ts";
 
 /** The name a tenant's builder agent has in its list of agents. */
 export const BUILDER_AGENT_NAME = "image-builder";
-
-/** What a builder VM may use: its limits are the build's (memory, CPU, disk), as an agent's are its own. */
-export interface BuilderSize {
-  vcpus: number;
-  memMiB: number;
-  diskMiB: number;
-  /** Idle time before the builder hibernates after a build, ms. */
-  idleTimeoutMs: number;
-}
 
 /**
  * The tenant's builder agent for the builder image `digest`: the existing one, or a new one (an older image's builder
@@ -52,4 +45,15 @@ export async function builderAgentFor(db: Db, fleet: Fleet, tenantId: string, di
     allowEgress: true,
   });
   return agentSpec(row);
+}
+
+/** What image builds in a VM need of the gateway (images/vm-build/ `BuilderPorts`): the tenant's builder agent, calls to its exec server. */
+export function builderPorts(
+  db: Db,
+  fleet: Fleet,
+): { builderAgent(tenantId: string, digest: string, size: BuilderSize): Promise<AgentSpec>; callGuest(agent: AgentSpec, call: GuestCall): Promise<Response> } {
+  return {
+    builderAgent: (tenantId, digest, size) => builderAgentFor(db, fleet, tenantId, digest, size),
+    callGuest: (agent, call) => callGuest(fleet, agent, call),
+  };
 }
