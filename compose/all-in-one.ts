@@ -23,7 +23,7 @@ import { registerHost, resolveHostId, startHostRuntime, type HostRuntime } from 
 import { openHostIdentity, type HostIdentity } from "../fleet-agent/host-identity.ts";
 import { mintToken, type DevKeys } from "./dev-keys.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
-import { imageRunners } from "../images/vm-build/index.ts";
+import { imageRunners, vmDrivers } from "../images/vm-build/index.ts";
 import { builderPorts } from "../gateway/agents/builder-agent.ts";
 import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type NodeGatewayConfig } from "./node-gateway.ts";
 import { logLevelEnv } from "./config/shared.ts";
@@ -181,7 +181,13 @@ export async function startAllInOne(cfg: AllInOneConfig, parts: AllInOneParts): 
       clock,
       log: log.child({ component: "images" }),
       ...(cfg.fleet.artifacts.storeDir ? { publish: (artifact: ImageArtifact) => images.publish(artifact) } : {}),
-      ...imageRunners(cfg, db, builderPorts(db, runtime.fleet), dataDir, cfg.fleet.artifacts.storeDir ? (artifact) => images.publish(artifact) : undefined),
+      // Its agents are microVMs or not by its own driver (its host row gets no heartbeat to judge by).
+      ...imageRunners(cfg, {
+        ports: builderPorts(db, runtime.fleet),
+        dataDir,
+        ...(cfg.fleet.artifacts.storeDir ? { publish: (artifact: ImageArtifact) => images.publish(artifact) } : {}),
+        microVms: async () => vmDrivers.includes(driver.name),
+      }),
     });
     gateway = await startNodeGateway({ ...cfg, dataDir }, { db, fleet: runtime.fleet, log, clock, imageBuilder, metrics });
   } catch (err) {

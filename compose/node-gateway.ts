@@ -91,7 +91,7 @@ export const nodeGatewayEnv = z.object({
   }),
   IMAGE_BUILDS: vars.oneOf(["auto", "vm", "host"] as const, {
     fallback: "auto",
-    doc: "where a Containerfile's steps run: `vm` in the tenant's builder agent (`image-builder`, a microVM of its own, its egress under the address policy, billed like any agent); `host` buildah on this machine, as root with chroot isolation and the host's network (only for builders you trust); `auto` `vm` whenever a live host runs microVMs (qemu or firecracker), else `host`",
+    doc: "where a Containerfile's steps run: `vm` in the tenant's builder agent (`image-builder`, a microVM of its own, its egress under the address policy, billed like any agent); `host` buildah on this machine, as root with chroot isolation and the host's network (only for builders you trust); `auto` `vm` whenever agents run in microVMs (the all-in-one: its driver is qemu or firecracker; a gateway over remote hosts: a live one runs them), else `host`",
   }),
   IMAGE_BUILD_TIMEOUT_MS: vars.int({
     fallback: 1_800_000,

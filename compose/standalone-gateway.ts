@@ -14,7 +14,7 @@ import { nodeGatewayConfigOf, nodeGatewayProgramEnv, startNodeGateway, type Node
 import { clockSkewEnv, componentEnv, logLevelEnv, placementEnv, remoteHostsEnv } from "./config/shared.ts";
 import { artifactStoreEnv } from "../fleet-agent/artifacts/config.ts";
 import { createNodeImageBuilder } from "../images/node-builder.ts";
-import { imageRunners } from "../images/vm-build/index.ts";
+import { imageRunners, microVmHostLive } from "../images/vm-build/index.ts";
 import { builderPorts } from "../gateway/agents/builder-agent.ts";
 import { composeHostImages } from "./host-images.ts";
 
@@ -107,7 +107,12 @@ export async function startGateway(cfg: StandaloneGatewayConfig, parts: { log: L
           clock,
           log: log.child({ component: "images" }),
           publish: (artifact) => images.publish(artifact),
-          ...imageRunners(cfg, db, builderPorts(db, fleet), cfg.dataDir, (artifact) => images.publish(artifact)),
+          ...imageRunners(cfg, {
+            ports: builderPorts(db, fleet),
+            dataDir: cfg.dataDir,
+            publish: (artifact) => images.publish(artifact),
+            microVms: () => microVmHostLive(db),
+          }),
         });
       })()
     : undefined;

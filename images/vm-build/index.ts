@@ -3,7 +3,7 @@ import { and, gt, inArray, isNull, sql } from "drizzle-orm";
 import type { ContainerfileRunner } from "../build/index.ts";
 import { hosts } from "../../schema/core.ts";
 import type { Db } from "../../schema/db.ts";
-import { createVmBuilder, type BuilderPorts, type VmBuilderOptions } from "./runner.ts";
+import { createVmBuilder, type BuilderPorts } from "./runner.ts";
 
 import type { BuilderSize, ImageArtifact } from "../../contracts/image.ts";
 
@@ -16,47 +16,39 @@ export type ImageBuildsMode = "auto" | "vm" | "host";
 const liveWindowMs = 30_000;
 
 /** The drivers whose agents are microVMs (a `process` host runs workloads as host processes: a build there isolates nothing). */
-const vmDrivers = ["qemu", "firecracker"];
+export const vmDrivers: readonly string[] = ["qemu", "firecracker"];
 
-/** Whether a host that is live and not draining runs microVMs. */
+/** Whether a host that is live and not draining runs microVMs (for a gateway over remote hosts, which heartbeat). */
 export async function microVmHostLive(db: Db): Promise<boolean> {
   const rows = await db
     .select({ id: hosts.id })
     .from(hosts)
-    .where(and(inArray(hosts.driver, vmDrivers), isNull(hosts.drainingAt), gt(hosts.lastHeartbeatAt, sql`now() - ${liveWindowMs} * interval '1 millisecond'`)))
+    .where(
+      and(inArray(hosts.driver, [...vmDrivers]), isNull(hosts.drainingAt), gt(hosts.lastHeartbeatAt, sql`now() - ${liveWindowMs} * interval '1 millisecond'`)),
+    )
     .limit(1);
   return rows.length > 0;
 }
 
 /**
- * The runner of each Containerfile build (node-builder's `runnerFor`): the tenant's builder VM (`vm`; `auto` when a
- * host runs microVMs now, else undefined: buildah on this machine, as with `host`).
+ * The image builder's `runnerFor` from a Node gateway's settings (spread into `createNodeImageBuilder`'s options):
+ * the tenant's builder VM with `vm`, and with `auto` whenever `microVms()` says agents run in microVMs (the
+ * all-in-one: its own driver; a gateway over remote hosts: a live one runs them, `microVmHostLive`); else none, so
+ * buildah on this machine (always with `host`).
  */
-export function containerfileRunners(
-  opts: VmBuilderOptions & { mode: ImageBuildsMode; db: Db },
-): ((tenantId: string, buildId: string) => Promise<ContainerfileRunner | undefined>) | undefined {
-  if (opts.mode === "host") return undefined;
-  const builder = createVmBuilder(opts);
-  return async (tenantId, buildId) => (opts.mode === "vm" || (await microVmHostLive(opts.db)) ? builder.runnerFor(tenantId, buildId) : undefined);
-}
-
-/** The image builder's `runnerFor` from a Node gateway's settings (spread into `createNodeImageBuilder`'s options): none with `host`. */
 export function imageRunners(
   cfg: { imageBuilds: { mode: ImageBuildsMode; timeoutMs: number; builder: BuilderSize }; imageCacheDir: string },
-  db: Db,
-  ports: BuilderPorts,
-  dataDir: string,
-  publish: ((artifact: ImageArtifact) => Promise<void>) | undefined,
+  parts: { ports: BuilderPorts; dataDir: string; publish?: (artifact: ImageArtifact) => Promise<void>; microVms: () => Promise<boolean> },
 ): { runnerFor?: (tenantId: string, buildId: string) => Promise<ContainerfileRunner | undefined> } {
-  const runnerFor = containerfileRunners({
-    mode: cfg.imageBuilds.mode,
-    db,
-    ports,
-    dataDir,
+  const mode = cfg.imageBuilds.mode;
+  if (mode === "host") return {};
+  const builder = createVmBuilder({
+    ports: parts.ports,
+    dataDir: parts.dataDir,
     cacheDir: cfg.imageCacheDir,
     size: cfg.imageBuilds.builder,
     timeoutMs: cfg.imageBuilds.timeoutMs,
-    ...(publish ? { publish } : {}),
+    ...(parts.publish ? { publish: parts.publish } : {}),
   });
-  return runnerFor ? { runnerFor } : {};
+  return { runnerFor: async (tenantId, buildId) => (mode === "vm" || (await parts.microVms()) ? builder.runnerFor(tenantId, buildId) : undefined) };
 }

@@ -56,11 +56,23 @@ my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 16, ReuseAddr => 1) o
 while (my $c = $s->accept) { while (<$c>) { last if /^\\r?$/ } print $c "HTTP/1.0 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nok\\n"; close $c }
 `;
 
-async function exec(agentId: string, cmd: string): Promise<{ exitCode: number; stdout: string; stderr: string }> {
-  const res = await sys.call(`/v1/agents/${agentId}/exec`, { method: "POST", body: JSON.stringify({ cmd }), headers: { "content-type": "application/json" } });
+async function exec(agentId: string, cmd: string, timeoutMs = 60_000): Promise<{ exitCode: number | null; stdout: string; stderr: string; timedOut: boolean }> {
+  const res = await sys.call(`/v1/agents/${agentId}/exec`, {
+    method: "POST",
+    body: JSON.stringify({ cmd, timeoutMs }),
+    headers: { "content-type": "application/json" },
+  });
   expect(res.status, await res.clone().text()).toBe(200);
-  return (await res.json()) as { exitCode: number; stdout: string; stderr: string };
+  return (await res.json()) as { exitCode: number | null; stdout: string; stderr: string; timedOut: boolean };
 }
+
+async function builderId(): Promise<string> {
+  const { agents } = (await (await sys.call("/v1/agents?limit=100")).json()) as { agents: { id: string; name: string }[] };
+  return agents.find((a) => a.name === BUILDER_AGENT_NAME)!.id;
+}
+
+/** buildah in the builder, on the script's storage. */
+const inBuilder = "buildah --storage-driver vfs --root /var/lib/agentvm-build/storage --runroot /run/agentvm-build";
 
 describe("image builds in the tenant's builder microVM (the default on a QEMU host)", () => {
   it("RUN runs on the VM's kernel, without the host's loopback; the image runs as an agent", async () => {
@@ -110,5 +122,23 @@ describe("image builds in the tenant's builder microVM (the default on a QEMU ho
     expect(body.error.message).toContain("about-to-fail-in-the-vm");
     const { agents } = (await (await sys.call(`/v1/agents?limit=100`)).json()) as { agents: { name: string }[] };
     expect(agents.filter((a) => a.name === BUILDER_AGENT_NAME)).toHaveLength(1);
+  }, 600_000);
+
+  it("a build killed half-way in the builder leaves nothing that stops the next one: its working container goes", async () => {
+    const builder = await builderId();
+    // What a gateway dying mid-build leaves: the step's process group killed (the exec's connection went), its
+    // working container (a whole copy of the base under vfs) still in the builder's storage.
+    const job = "/var/lib/agentvm-build/jobs/killed-half-way";
+    const killed = await exec(
+      builder,
+      `mkdir -p ${job}/context && printf 'FROM agentvm/debian:bookworm\nRUN touch /started && sleep 600\n' > ${job}/context/Containerfile && /usr/lib/agentvm/build/build.sh build ${job} Containerfile 0`,
+      20_000,
+    );
+    expect(killed.timedOut, JSON.stringify(killed)).toBe(true);
+    expect((await exec(builder, `${inBuilder} containers --quiet | wc -l`)).stdout.trim()).not.toBe("0");
+
+    const { status, body } = await build(context("after-a-kill", 'FROM agentvm/debian:bookworm\nRUN echo fine\nCMD ["true"]\n'), "after-a-kill");
+    expect(status, JSON.stringify(body)).toBe(201);
+    expect((await exec(builder, `${inBuilder} containers --quiet | wc -l`)).stdout.trim()).toBe("0");
   }, 600_000);
 });
