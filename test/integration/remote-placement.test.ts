@@ -294,21 +294,7 @@ describe("createDbPlacement", () => {
     const events = new EventLog(store, silentLogger);
     const p = placement();
     const a = await addAgent({ hostId: "host_drain", state: "running" });
-    const t = (fromState: string, toState: string) =>
-      events.transition({
-        at: new Date(),
-        hostId: "host_drain",
-        agentId: a.id,
-        tenantId: "ten_p",
-        vmId: vmIdFor(a.id),
-        runId: null,
-        fromState,
-        toState,
-        reason: "drain",
-        timings: null,
-        detail: null,
-        generation: 0,
-      });
+    const t = (fromState: string, toState: string) => events.transition(drainHostTransition(a.id, fromState, toState, "drain"));
     const state = async () => (await db().select().from(agents).where(eq(agents.id, a.id)))[0]?.state;
 
     // The host hibernated the agent, woke and hibernated it again, before its event log wrote any of it (writes queue
@@ -393,20 +379,7 @@ describe("createDbPlacement", () => {
       ["hibernated", "restoring"],
       ["restoring", "running"],
     ] as const)
-      events.transition({
-        at: new Date(),
-        hostId: "host_drain",
-        agentId: a.id,
-        tenantId: "ten_p",
-        vmId: vmIdFor(a.id),
-        runId: null,
-        fromState,
-        toState,
-        reason: "request",
-        timings: null,
-        detail: null,
-        generation: 0,
-      });
+      events.transition(drainHostTransition(a.id, fromState, toState, "request"));
     const placed = await placement().hostFor(a);
     release();
     await events.flush();
@@ -564,3 +537,21 @@ describe("createDbPlacement", () => {
     expect((await p.hostFor(agent)).id).toBe("host_one");
   });
 });
+
+/** A transition the draining test host writes for agent `agentId` of the test tenant. */
+function drainHostTransition(agentId: string, fromState: string, toState: string, reason: string) {
+  return {
+    at: new Date(),
+    hostId: "host_drain",
+    agentId,
+    tenantId: "ten_p",
+    vmId: vmIdFor(agentId),
+    runId: null,
+    fromState,
+    toState,
+    reason,
+    timings: null,
+    detail: null,
+    generation: 0,
+  };
+}
