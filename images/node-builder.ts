@@ -65,6 +65,8 @@ export function createNodeImageBuilder(opts: NodeImageBuilderOptions): ImageBuil
         await untar(file, input);
       }
       const runner = upload.kind === "containerfile" ? await opts.runnerFor?.(upload.tenantId, record.id) : undefined;
+      if (upload.kind === "containerfile" && opts.runnerFor && !runner)
+        record.emit({ type: "log", line: "agentvm: no host runs microVMs now: this build's steps run on the gateway's machine (IMAGE_BUILDS=auto)" });
       const artifact = await buildImage({
         ...(runner ? { runner } : {}),
         kind: upload.kind,

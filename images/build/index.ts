@@ -50,8 +50,6 @@ export interface ContainerfileJob {
 
 /** Runs a Containerfile's steps elsewhere than on this host and answers the result as an OCI archive file. */
 export interface ContainerfileRunner {
-  /** Where the steps run, for messages. */
-  where: string;
   build(job: ContainerfileJob): Promise<string>;
 }
 

@@ -46,7 +46,6 @@ export interface VmBuilderOptions {
 export function createVmBuilder(opts: VmBuilderOptions): { runnerFor(tenantId: string, buildId: string): ContainerfileRunner } {
   return {
     runnerFor: (tenantId, buildId) => ({
-      where: "the tenant's builder VM",
       build: (job) => buildInVm(opts, tenantId, buildId, job),
     }),
   };
