@@ -1,13 +1,13 @@
 // The builder's own image (images/builder/, as an agent image) and our bases as OCI archives for it: made on this host from Debian's packages and our files only, cached by their keys.
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import type { ImageArtifact } from "../../contracts/image.ts";
 import { baseFor, ensureBase, imageKey, type BaseImage } from "../build/base.ts";
 import { buildahPushArchive, buildahSetup } from "../build/buildah.ts";
 import type { BuildEvent } from "../build/events.ts";
 import { buildImage } from "../build/index.ts";
-import { commitArtifact, IMAGE_JSON, makeTempDir, readArtifact, ROOTFS_FILE, type ImageJson } from "../build/store.ts";
+import { commitArtifact, makeTempDir, readArtifact, ROOTFS_FILE } from "../build/store.ts";
 import { takeLock } from "../../lib/node-lock.ts";
 
 /** The builder image's build context (its Containerfile and build.sh). */
@@ -22,8 +22,9 @@ export interface BuilderImageOptions {
 
 /**
  * The builder image in `dataDir`: built on this host from images/builder/ (our Containerfile: Debian's buildah, our
- * script; nothing of a tenant's) once per key (that context and the Debian base it starts from), kept under
- * `<cacheDir>/builder/<key>/` and copied into a data directory that lacks it (a copy of an ext4 file instead of a build).
+ * script; nothing of a tenant's) once per key (that context and the Debian base it starts from) into a data directory
+ * of its own, `<cacheDir>/builder/<key>/` (its `digest` file written once the build is whole), and copied from there
+ * into a data directory that lacks it (a copy of an ext4 file instead of a build).
  */
 export async function ensureBuilderImage(opts: BuilderImageOptions): Promise<ImageArtifact> {
   const signal = opts.signal ? { signal: opts.signal } : {};
@@ -34,31 +35,22 @@ export async function ensureBuilderImage(opts: BuilderImageOptions): Promise<Ima
   });
   const hash = createHash("sha256").update(loadedKey(debian));
   for (const f of readdirSync(builderContext).sort()) hash.update(f).update(readFileSync(join(builderContext, f)));
-  const key = hash.digest("hex").slice(0, 32);
-  const kept = join(opts.cacheDir, "builder", key);
-  mkdirSync(dirname(kept), { recursive: true });
+  const kept = join(opts.cacheDir, "builder", hash.digest("hex").slice(0, 32));
+  const digestFile = join(kept, "digest");
+  mkdirSync(kept, { recursive: true });
   const release = await takeLock(`${kept}.lock`, signal);
   try {
-    if (!existsSync(join(kept, IMAGE_JSON))) {
+    let built = existsSync(digestFile) ? readArtifact(kept, readFileSync(digestFile, "utf8").trim()) : undefined;
+    if (!built) {
       opts.onEvent?.({ type: "progress", phase: "build", text: "building the builder's image on this host (once per version of it)" });
-      const artifact = await buildImage({ kind: "containerfile", input: builderContext, dataDir: opts.dataDir, cacheDir: opts.cacheDir, ...signal });
-      const tmp = `${kept}.tmp-${process.pid}`;
-      rmSync(tmp, { recursive: true, force: true });
-      mkdirSync(tmp, { recursive: true });
-      cpSync(artifact.rootfs, join(tmp, ROOTFS_FILE));
-      writeFileSync(
-        join(tmp, IMAGE_JSON),
-        JSON.stringify({ digest: artifact.digest, sizeBytes: artifact.sizeBytes, config: artifact.config } satisfies ImageJson),
-      );
-      renameSync(tmp, kept);
-      return artifact;
+      built = await buildImage({ kind: "containerfile", input: builderContext, dataDir: kept, cacheDir: opts.cacheDir, ...signal });
+      writeFileSync(digestFile, `${built.digest}\n`);
     }
-    const json = JSON.parse(readFileSync(join(kept, IMAGE_JSON), "utf8")) as ImageJson;
-    const present = readArtifact(opts.dataDir, json.digest);
+    const present = readArtifact(opts.dataDir, built.digest);
     if (present) return present;
     const tmp = makeTempDir(opts.dataDir);
-    cpSync(join(kept, ROOTFS_FILE), join(tmp, ROOTFS_FILE));
-    return commitArtifact(opts.dataDir, tmp, json);
+    cpSync(built.rootfs, join(tmp, ROOTFS_FILE));
+    return commitArtifact(opts.dataDir, tmp, { digest: built.digest, sizeBytes: built.sizeBytes, config: built.config });
   } finally {
     release();
   }
