@@ -173,7 +173,9 @@ say(
 );
 const driver = new RecordingDriver(drivers);
 const dataDir = mkdtempSync(join(tmpdir(), "bench-wake-"));
-const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir };
+// `--image` is built on this machine (IMAGE_BUILDS=host): the bench times wakes, and its recording driver has no exec
+// path for a builder VM.
+const env: Record<string, string> = { REAPER_INTERVAL_MS: "1000", PORT: "0", DATA_DIR: dataDir, IMAGE_BUILDS: "host" };
 const system = await startAllInOne(parseAllInOneConfig(env, ["demo"]), { driver, log: silentLogger });
 
 try {

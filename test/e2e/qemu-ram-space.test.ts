@@ -1,6 +1,7 @@
 // File-backed guest RAM on a filesystem that runs full, on real QEMU: the RAM file is reserved whole while its guest
 // runs (a full disk kills no VM, awake or idle: only its hibernation fails, and says why), made sparse again once its
-// agent sleeps, and a wake that cannot get its space fails with the snapshot kept, instead of booting an empty guest.
+// agent sleeps, and a wake that cannot get its space fails with the snapshot kept, instead of booting an empty guest;
+// a wake's reservation runs from a waiting helper stub.
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -114,8 +115,22 @@ describe("file-backed RAM on a filesystem that runs full", () => {
     } finally {
       release();
     }
-    // With room again the same snapshot restores: the guest's memory is all there.
+    // With room again the same snapshot restores: the guest's memory is all there. Its reservation runs from the
+    // helper stub that was waiting (no fork of this process on the wake's path).
+    const helpers = (
+      d as unknown as { helperStubs: { idle: { pid: number }[]; take: (c: { command: string; args: string[] }) => { pid?: number } | undefined } }
+    ).helperStubs;
+    await waitFor(() => helpers.idle.length > 0, 5000, "a waiting helper stub");
+    const waitingPid = helpers.idle[0]!.pid;
+    const taken: { command: string; pid?: number }[] = [];
+    const take = helpers.take.bind(helpers);
+    helpers.take = (c) => {
+      const child = take(c);
+      taken.push({ command: [c.command, ...c.args].join(" "), ...(child?.pid ? { pid: child.pid } : {}) });
+      return child;
+    };
     const woke = await d.wake(spec);
+    expect(taken[0]).toEqual({ command: expect.stringMatching(/ram-space-\w+ reserve .*\/vm\/ram$/), pid: waitingPid });
     expect(woke.mode).toBe("restore");
     expect(await bump(woke.vm)).toBe(4);
     expect(allocated(ram)).toBe(spec.memMiB * MiB);

@@ -89,10 +89,16 @@ describe("qemu driver with a built image", () => {
     expect(m.disk).toMatchObject({ bytes: DISK_MIB * 1024 * 1024 });
     expect(m.disk!.generation).not.toBe("");
     expect(readFromDisk(spec, "/data/note.txt")).toBe("on-the-disk"); // synced before the snapshot
+    const launchDrive = () => {
+      const st = statSync(join(spec.stateDir, "launch.ext4"));
+      return { ino: st.ino, mtimeMs: st.mtimeMs };
+    };
+    const bootDrive = launchDrive();
 
     const woke = await driver.wake(spec);
     expect(woke.fallbackReason).toBeUndefined();
     expect(woke.mode).toBe("restore");
+    expect(launchDrive()).toEqual(bootDrive); // the guest read it at its boot: a restore makes no new one
     vm = woke.vm;
     expect(await cgi(vm, "disk-read")).toBe("on-the-disk");
     expect(await cgi(vm, "tmp-read")).toBe("in-memory");

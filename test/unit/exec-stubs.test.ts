@@ -1,6 +1,6 @@
 // Exec stubs (drivers/common/exec-stubs.ts, exec-stub.c): a waiting stub becomes the command it is handed, with that
 // environment and directory, as our child with its stderr piped; a failed exec says why; the pool refills and closes;
-// with relays, the command runs in a network namespace of its own, its port reached through a 0600 unix socket only.
+// a helper's stubs pipe its stdout; with relays, the command runs in a network namespace of its own, its port reached through a 0600 unix socket only.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -157,6 +157,22 @@ setInterval(() => {}, 1000);
       expect(bare.text).toMatch(/no port to relay/);
     } finally {
       pool.close();
+    }
+  });
+
+  it("a helper's stubs pipe the command's stdout to us (stdout: pipe)", async () => {
+    const helpers = new ExecStubs({ log: silentLogger, size: 1, stdout: "pipe" });
+    try {
+      helpers.fill();
+      const stubPid = await waiting(helpers);
+      const child = helpers.take({ command: "sh", args: ["-c", "echo out; echo err >&2"], env: { PATH: process.env.PATH } })!;
+      expect(child.pid).toBe(stubPid);
+      let out = "";
+      child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
+      const { text, code } = await stderrOf(child);
+      expect({ out, text, code }).toEqual({ out: "out\n", text: "err\n", code: 0 });
+    } finally {
+      helpers.close();
     }
   });
 

@@ -8,7 +8,7 @@
 // from a stub, forked on the spot when none waits: only the stub makes the namespace and the relay.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
-import type { Readable, Writable } from "node:stream";
+import type { Writable } from "node:stream";
 import type { Logger } from "../../../lib/log.ts";
 import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
 
@@ -44,6 +44,8 @@ export interface ExecStubsOptions {
    * namespace while they wait (`exec-stub --netns`), off the wake's path.
    */
   netns?: boolean;
+  /** The command's stdout: discarded (a VM's hypervisor), or a pipe to us (a helper whose answer is read). */
+  stdout?: "ignore" | "pipe";
   /** The compiled stub (tests); default: exec-stub.c built with gcc on first use. */
   tool?: CTool;
 }
@@ -82,6 +84,7 @@ export class ExecStubs {
   private readonly log: Logger;
   private readonly tool: CTool;
   private readonly stubArgs: string[];
+  private readonly stdio: ["pipe", "ignore" | "pipe", "pipe"];
   private refill: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -91,6 +94,7 @@ export class ExecStubs {
     this.refillDelayMs = opts.refillDelayMs ?? 300;
     this.tool = opts.tool ?? execStubTool();
     this.stubArgs = opts.netns ? ["--netns"] : [];
+    this.stdio = ["pipe", opts.stdout ?? "ignore", "pipe"];
     if ("error" in this.tool && this.size > 0) this.log.warn("no exec stubs: VM processes are forked from the fleet-agent", { err: this.tool.error });
   }
 
@@ -106,7 +110,7 @@ export class ExecStubs {
   start(c: StubCommand): ChildProcess | undefined {
     const waiting = this.take(c);
     if (waiting || !("path" in this.tool)) return waiting;
-    const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
+    const stub = spawn(this.tool.path, this.stubArgs, { stdio: this.stdio, detached: true });
     stub.stdin?.on("error", () => undefined); // a stub that failed to start: its exit (or spawn error) says so
     (stub.stdin as Writable).end(stubRequest(c));
     return stub;
@@ -116,7 +120,7 @@ export class ExecStubs {
   fill(): void {
     if (this.closed || !("path" in this.tool)) return;
     while (this.idle.length < this.size) {
-      const stub = spawn(this.tool.path, this.stubArgs, { stdio: ["pipe", "ignore", "pipe"], detached: true });
+      const stub = spawn(this.tool.path, this.stubArgs, { stdio: this.stdio, detached: true });
       stub.once("error", (err) => {
         this.forget(stub);
         this.log.warn("exec stub failed to start", { err });
@@ -130,7 +134,7 @@ export class ExecStubs {
   }
 
   /**
-   * A child running `c` (its stdout discarded, its stderr a pipe), or undefined when no stub is waiting: the caller
+   * A child running `c` (its stdout discarded unless `stdout` is "pipe", its stderr a pipe), or undefined when no stub is waiting: the caller
    * then spawns it itself. The child's exit is the command's (the stub execs it; an exec that fails exits 127
    * after saying why on stderr).
    */
@@ -172,6 +176,6 @@ export class ExecStubs {
 
 /** Whether the child and its pipes hold the event loop open (a VM's process does; a waiting stub does not). */
 function quiet(child: ChildProcess, ref: boolean): void {
-  const handles = [child, child.stdin as Writable & { ref?(): void; unref?(): void }, child.stderr as Readable & { ref?(): void; unref?(): void }];
+  const handles = [child, child.stdin, child.stdout, child.stderr] as unknown as ({ ref?(): void; unref?(): void } | null)[];
   for (const h of handles) (ref ? h?.ref : h?.unref)?.call(h);
 }

@@ -12,7 +12,7 @@ import { capLog, withTail } from "../common/vm-process.ts";
 import { allocatedBytes, punchZeroPages } from "../common/zero-holes.ts";
 import type { RunningVm, VmSpec } from "../driver.ts";
 import { RAM_ID, vmPaths } from "./args.ts";
-import { reserveRamFile } from "./ram-space.ts";
+import type { RamSpace } from "./ram-space.ts";
 import type { GuestImagePaths } from "./options.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { runningVm, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
@@ -21,6 +21,8 @@ export interface BootDeps {
   host: Pick<QemuHost, "memory">;
   log: Logger;
   sup: Pick<QemuSupervisor, "settled" | "running" | "discardWaiting" | "imageFor" | "launch" | "smallPages">;
+  /** Reserves the RAM file's blocks again after the boot's holes (ram-space.ts). */
+  space: Pick<RamSpace, "reserve">;
   /** QemuDriverOptions.bootTimeoutMs. */
   bootTimeoutMs: number | undefined;
 }
@@ -129,7 +131,7 @@ async function holesAfterBoot(d: BootDeps, vp: QemuVm): Promise<{ done?: { holes
     return {};
   } finally {
     // Before the guest runs on: every block of the file reserved again (a failure fails the boot, its guest stopped).
-    await reserveRamFile(vp.paths.ram);
+    await d.space.reserve(vp.paths.ram);
     await vp.qmp!.execute("cont");
   }
   return { done: { holesMs: Math.round(performance.now() - t0), ramDataMiB: data }, recached: d.sup.smallPages(vp.spec, vp.paths.ram) };

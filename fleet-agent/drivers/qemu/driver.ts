@@ -36,7 +36,7 @@ import { QemuHibernation } from "./hibernate.ts";
 import { detectAccel, hostCpuModel, hostTscKhz, qemuVersion } from "./host.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./options.ts";
 import { currentBootId, syncRamFile } from "./ram-file.ts";
-import { RamDigs, ramSpaceTool } from "./ram-space.ts";
+import { RamSpace, ramSpaceTool } from "./ram-space.ts";
 import { ResetStandbys } from "./standby.ts";
 import { restoreVm, type RestoreDeps } from "./restore.ts";
 import { QemuSupervisor } from "./supervisor.ts";
@@ -59,13 +59,15 @@ export class QemuDriver implements VmDriver {
   private readonly egress: EgressProxy;
   /** Waiting exec stubs QEMU is started from (QemuDriverOptions.execStubs). */
   private readonly stubs: ExecStubs | undefined;
+  /** Waiting exec stubs the RAM file helper runs from (its reservation is on a wake's path). */
+  private readonly helperStubs: ExecStubs | undefined;
   private readonly sup: QemuSupervisor;
   private readonly hibernation: QemuHibernation;
   private readonly bootDeps: BootDeps;
   private readonly restoreDeps: RestoreDeps;
   private readonly checkpointDeps: CheckpointDeps;
-  /** Sleeping VMs' RAM files made sparse again (ram-space.ts). */
-  private readonly digs: RamDigs;
+  /** RAM files reserved while awake, made sparse again while asleep (ram-space.ts). */
+  private readonly space: RamSpace;
   /** Warm templates new VMs are cloned from (QemuDriverOptions.templates). */
   readonly templates: VmTemplates | undefined;
   /** Reset standbys (standby.ts), and the checkpoint each VM restored with `again` wants one of after its wake. */
@@ -120,6 +122,11 @@ export class QemuDriver implements VmDriver {
       this.stubs = new ExecStubs({ log: this.log, tool: stubTool, size: (opts.execStubs ?? true) ? undefined : 0, netns: this.netns });
       this.stubs.fill();
     }
+    // One helper stub waits (no namespace, stdout read): a wake's reservation then forks nothing.
+    if ((opts.execStubs ?? true) && "path" in stubTool) {
+      this.helperStubs = new ExecStubs({ log: this.log, tool: stubTool, size: 1, stdout: "pipe" });
+      this.helperStubs.fill();
+    }
     const host: QemuHost = {
       binary,
       accel: this.accel,
@@ -133,10 +140,11 @@ export class QemuDriver implements VmDriver {
       netns: this.netns,
     };
     const log = this.log;
-    const digs = (this.digs = new RamDigs(log));
-    const space = this.memory === "file" ? ramSpaceTool() : undefined;
-    if (space && !("path" in space))
-      log.warn("RAM files are not reserved while their VMs run: a full disk can kill a running VM (SIGBUS)", { why: space.error });
+    const helperStubs = this.helperStubs;
+    const space = (this.space = new RamSpace(log, helperStubs ? (path, args) => helperStubs.start({ command: path, args, env: {} })! : undefined));
+    const spaceTool = this.memory === "file" ? ramSpaceTool() : undefined;
+    if (spaceTool && !("path" in spaceTool))
+      log.warn("RAM files are not reserved while their VMs run: a full disk can kill a running VM (SIGBUS)", { why: spaceTool.error });
     const sup = (this.sup = new QemuSupervisor({
       host,
       log,
@@ -145,9 +153,9 @@ export class QemuDriver implements VmDriver {
       egress: this.egress,
       stubs: this.stubs,
       waiting,
-      digs,
+      space,
     }));
-    this.hibernation = new QemuHibernation({ host, log, sup, opts, digs });
+    this.hibernation = new QemuHibernation({ host, log, sup, opts, space });
     this.standbys = new ResetStandbys({
       host,
       log,
@@ -157,8 +165,8 @@ export class QemuDriver implements VmDriver {
       weigh,
       timeoutMs: opts.restoreTimeoutMs ?? 60_000,
     });
-    this.bootDeps = { host, log, sup, bootTimeoutMs: opts.bootTimeoutMs };
-    this.restoreDeps = { host, sup, opts, digs };
+    this.bootDeps = { host, log, sup, space, bootTimeoutMs: opts.bootTimeoutMs };
+    this.restoreDeps = { host, sup, opts, space };
     this.checkpointDeps = { host, log, sup, syncTimeoutMs: opts.syncTimeoutMs };
     if (opts.templates) {
       this.templates = new VmTemplates({
@@ -252,7 +260,7 @@ export class QemuDriver implements VmDriver {
   async destroy(spec: VmSpec): Promise<void> {
     await this.sup.settled(spec.vmId);
     await this.hibernation.ramWriteBack(spec.vmId);
-    await this.digs.forget(spec.vmId);
+    await this.space.forget(spec.vmId);
     const vp = this.sup.running.get(spec.vmId);
     if (vp) await this.sup.quit(vp);
     await this.sup.discardWaiting(spec.vmId);
@@ -272,7 +280,7 @@ export class QemuDriver implements VmDriver {
   async checkpoint(spec: VmSpec, vm: RunningVm | undefined, dir: string): Promise<CheckpointInfo> {
     const vp = vm && this.sup.running.get(vm.spec.vmId);
     if (vp) await endDozeFor(vp, this.log, "checkpoint");
-    else await this.digs.cancel(spec.vmId); // a sleeping VM's RAM file is checked against its snapshot, mtime and all
+    else await this.space.cancel(spec.vmId); // a sleeping VM's RAM file is checked against its snapshot, mtime and all
     return takeCheckpoint(this.checkpointDeps, spec, vm, dir);
   }
 
@@ -367,11 +375,12 @@ export class QemuDriver implements VmDriver {
   async close(): Promise<void> {
     // Hibernations finish their work first: QEMUs exit, and RAM files become durable before the host goes.
     await Promise.all([...this.sup.allSettling(), ...this.hibernation.allRamWriteBacks()]);
-    await this.digs.cancelAll(); // a dig left half done is one the next hibernation does again
+    await this.space.cancelAll(); // a dig left half done is one the next hibernation does again
     await this.standbys.close();
     await Promise.all([...this.sup.waiting.keys()].map((id) => this.sup.discardWaiting(id)));
     await Promise.all([...this.sup.running.values()].map((vp) => this.sup.quitRunning(vp)));
     this.stubs?.close();
+    this.helperStubs?.close();
     await this.egress.close();
   }
 

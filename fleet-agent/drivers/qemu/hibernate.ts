@@ -18,7 +18,7 @@ import { Phases } from "./phases.ts";
 import { beginRamGeneration, markRamDurable, ramFingerprint, syncRamFile } from "./ram-file.ts";
 import { ramPlan } from "./ram-plan.ts";
 import { MANIFEST_VERSION, readManifest, removeUnreferencedSnapshots, type SnapshotManifest } from "./snapshot.ts";
-import type { RamDigs } from "./ram-space.ts";
+import type { RamSpace } from "./ram-space.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { syncGuest, type QemuHost, type QemuVm } from "./vm.ts";
 
@@ -28,7 +28,7 @@ export interface HibernateDeps {
   sup: Pick<QemuSupervisor, "mustBeRunning" | "running" | "waiting" | "settle">;
   opts: Pick<QemuDriverOptions, "snapshotBytesNeeded" | "syncTimeoutMs" | "prestart">;
   /** Where a committed snapshot's RAM file is made sparse again, once its pages are durable (ram-space.ts). */
-  digs: Pick<RamDigs, "start" | "ticket">;
+  space: Pick<RamSpace, "dig" | "ticket">;
 }
 
 /** Hibernations of the driver's VMs, and the RAM write-backs they leave running after their answer. */
@@ -203,7 +203,7 @@ export class QemuHibernation {
     phases.mark("cleanup");
     // The RAM file made sparse again once durable, unless its QEMU is kept (its wake is a `cont` with no time to reserve
     // the file again: it stays reserved, and is dug when the kept QEMU ends, supervisor.ts `endKept`).
-    const digTicket = this.d.digs.ticket(spec.vmId);
+    const digTicket = this.d.space.ticket(spec.vmId);
     if (this.d.opts.prestart === "paused" && ownRam) {
       // This QEMU, stopped, is the snapshot in memory: a wake of the same snapshot only runs it on (`restore`).
       vp.pausedAt = `${committed.file}:${committed.sha256}`;
@@ -219,7 +219,7 @@ export class QemuHibernation {
     }
     const dig = committed.ram !== undefined && vp.pausedAt === undefined ? digTicket : undefined;
     if (committed.ramPending) this.trackRamSync(spec, paths, committed, ramSynced!, started, dig);
-    else if (dig !== undefined) this.d.digs.start(spec.vmId, paths.ram, dig);
+    else if (dig !== undefined) this.d.space.dig(spec.vmId, paths.ram, dig);
     const snapshotMs = performance.now() - started;
     this.d.log.info("hibernated", {
       vmId: spec.vmId,
@@ -246,7 +246,7 @@ export class QemuHibernation {
       if (!err) {
         await markRamDurable(paths, manifest.file, manifest.ram!.generation);
         this.d.log.info("RAM file durable", { vmId: spec.vmId, file: manifest.file, durableMs: Math.round((performance.now() - started) * 10) / 10 });
-        if (dig !== undefined) this.d.digs.start(spec.vmId, paths.ram, dig);
+        if (dig !== undefined) this.d.space.dig(spec.vmId, paths.ram, dig);
         return;
       }
       const now = await readManifest(paths.manifest);

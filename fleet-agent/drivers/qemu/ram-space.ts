@@ -11,10 +11,10 @@
 // Why dig afterwards: reserved, a sleeping agent's file would take its whole memory size on disk. Once its hibernation
 // is committed and its pages durable, ram-space.c makes every range that reads as zero a hole again (unwritten extents
 // and the pages the guest zeroed). Never while a guest runs on the file: a wake cancels the dig and waits for its end
-// before it reserves (RamDigs).
+// before it reserves (RamSpace).
 // Not covered: a RAM file whose extents are shared with a copy (reflinks on XFS: a restored checkpoint) needs new blocks
 // for the pages its guest writes, which a reservation cannot give without unsharing (copying) the whole file.
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
 import { mkdir, open, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -30,30 +30,6 @@ let tool: CTool | undefined;
 /** The compiled helper (gcc on first use), or why there is none: RAM files are then sparse while awake (logged at start). */
 export function ramSpaceTool(): CTool {
   return (tool ??= buildCTool({ file: SOURCE }, "ram-space", toolCacheDir("qemu")));
-}
-
-/**
- * Allocates every block of the RAM file (ram-space.c `reserve`: holes become unwritten extents, data is kept, the file's
- * mtime is put back). Rejects with WakeRefused (a guest must not run on the file; the snapshot stays): how much is needed
- * and free on a full filesystem, the helper's words otherwise. Without the helper it does nothing.
- */
-export async function reserveRamFile(file: string): Promise<void> {
-  const helper = ramSpaceTool();
-  if (!("path" in helper)) return;
-  try {
-    await run(helper.path, ["reserve", file], { timeout: 30_000 });
-  } catch (err) {
-    const said = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
-    if (!saysNoSpace(said)) throw new WakeRefused(`reserving the blocks of the guest's RAM file failed: ${said}`, { cause: err });
-    const dir = dirname(file);
-    const free = await freeBytes(dir);
-    const mib = (n: number | undefined) => (n === undefined ? "?" : String(Math.round(n / 2 ** 20)));
-    const size = Number(/\((\d+) bytes\)/.exec(said)?.[1] ?? Number.NaN);
-    throw new WakeRefused(
-      `no space for the guest's RAM file: it needs ${Number.isNaN(size) ? "its size" : `${mib(size)} MiB`} allocated while the agent is awake, ${mib(free)} MiB free in ${dir}`,
-      { cause: err },
-    );
-  }
 }
 
 /**
@@ -86,39 +62,104 @@ export async function ramFileUnfit(dir: string): Promise<string | undefined> {
 }
 
 /**
- * The digs of hibernated VMs' RAM files, by vmId: one at a time per VM, and cancelled before a guest may run on the
- * file. A dig is asked for after the fact (once the RAM is durable, once a kept QEMU ended), so it carries the ticket
- * its hibernation took: a cancel since (a wake, a checkpoint) makes it stale, and it does not start.
+ * Runs the helper with these arguments, its stdout and stderr piped. On a host with exec stubs it is handed to a stub
+ * already waiting (QemuDriver): a fork of the fleet-agent itself blocks its event loop for 15–30 ms, on a wake's path.
  */
-export class RamDigs {
+export type StartHelper = (path: string, args: readonly string[]) => ChildProcess;
+
+const forkHelper: StartHelper = (path, args) => spawn(path, args, { stdio: ["ignore", "pipe", "pipe"] });
+
+/** A helper run to its end (killed after `timeoutMs`): its exit code (null: killed) and what it wrote. */
+function runHelper(
+  start: StartHelper,
+  path: string,
+  args: readonly string[],
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = start(path, args);
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/**
+ * The RAM files' space, by vmId: reserved before a guest may run on one (`reserve`), dug once it sleeps (`dig`). Digs
+ * run one at a time per VM and are cancelled before a guest may run on the file. A dig is asked for after the fact
+ * (once the RAM is durable, once a kept QEMU ended), so it carries the ticket its hibernation took: a cancel since (a
+ * wake, a checkpoint) makes it stale, and it does not start.
+ */
+export class RamSpace {
   private readonly running = new Map<string, { kill: () => void; done: Promise<void> }>();
   /** Per VM, bumped by each cancel. */
   private readonly epochs = new Map<string, number>();
   private readonly log: Logger;
+  private readonly startHelper: StartHelper;
 
-  constructor(log: Logger) {
+  constructor(log: Logger, startHelper: StartHelper = forkHelper) {
     this.log = log;
+    this.startHelper = startHelper;
   }
 
-  /** A ticket for a later `start`: valid until the VM's next `cancel`. Taken when a hibernation is committed. */
+  /**
+   * Allocates every block of the RAM file (ram-space.c `reserve`: holes become unwritten extents, data is kept, the
+   * file's mtime is put back). Rejects with WakeRefused (a guest must not run on the file; the snapshot stays): how much
+   * is needed and free on a full filesystem, the helper's words otherwise. Without the helper it does nothing.
+   */
+  async reserve(file: string): Promise<void> {
+    const helper = ramSpaceTool();
+    if (!("path" in helper)) return;
+    let said: string;
+    let cause: unknown;
+    try {
+      const r = await runHelper(this.startHelper, helper.path, ["reserve", file], 30_000);
+      if (r.code === 0) return;
+      said = r.stderr.trim() || (r.code === null ? "killed after 30 s" : `exit ${r.code}`);
+    } catch (err) {
+      said = (err as Error).message;
+      cause = err;
+    }
+    if (!saysNoSpace(said)) throw new WakeRefused(`reserving the blocks of the guest's RAM file failed: ${said}`, { cause });
+    const dir = dirname(file);
+    const free = await freeBytes(dir);
+    const mib = (n: number | undefined) => (n === undefined ? "?" : String(Math.round(n / 2 ** 20)));
+    const size = Number(/\((\d+) bytes\)/.exec(said)?.[1] ?? Number.NaN);
+    throw new WakeRefused(
+      `no space for the guest's RAM file: it needs ${Number.isNaN(size) ? "its size" : `${mib(size)} MiB`} allocated while the agent is awake, ${mib(free)} MiB free in ${dir}`,
+      { cause },
+    );
+  }
+
+  /** A ticket for a later `dig`: valid until the VM's next `cancel`. Taken when a hibernation is committed. */
   ticket(vmId: string): number {
     return this.epochs.get(vmId) ?? 0;
   }
 
   /** Digs the holes of `file` in the background, unless the VM was cancelled since `ticket` was taken. */
-  start(vmId: string, file: string, ticket: number): void {
+  dig(vmId: string, file: string, ticket: number): void {
     if (ticket !== this.ticket(vmId)) return; // a wake (or a checkpoint) came first: its guest may run on the file
     const helper = ramSpaceTool();
     if (!("path" in helper)) return; // nothing was reserved either
     const previous = this.running.get(vmId)?.done ?? Promise.resolve(); // one at a time; a start never ends another
     const started = performance.now();
     let cancelled = false;
-    let child: ReturnType<typeof spawn> | undefined;
+    let child: ChildProcess | undefined;
     const done = previous.then(
       () =>
         new Promise<void>((resolve) => {
           if (cancelled) return resolve();
-          child = spawn(helper.path, ["dig", file], { stdio: ["ignore", "pipe", "pipe"] });
+          child = this.startHelper(helper.path, ["dig", file]);
           let out = "";
           child.stdout!.setEncoding("utf8").on("data", (d: string) => (out += d));
           child.stderr!.setEncoding("utf8").on("data", (d: string) => (out += d));

@@ -18,7 +18,7 @@ import type { QemuDriverOptions } from "./options.ts";
 import { Phases } from "./phases.ts";
 import { ramChange, ramDurability, ramFingerprint, stageRamGeneration } from "./ram-file.ts";
 import { ramPlan } from "./ram-plan.ts";
-import { reserveRamFile, type RamDigs } from "./ram-space.ts";
+import type { RamSpace } from "./ram-space.ts";
 import { forwardedAddresses, incompatibility, readManifest, snapshotMemory, type SnapshotManifest } from "./snapshot.ts";
 import type { QemuSupervisor } from "./supervisor.ts";
 import { guestHostname, openAgent, runningVm, waitAgent, type QemuHost, type QemuVm } from "./vm.ts";
@@ -32,8 +32,8 @@ export interface RestoreDeps {
   host: QemuHost;
   sup: Pick<QemuSupervisor, "readPort" | "takeWaiting" | "settled" | "imageFor" | "launch" | "running">;
   opts: Pick<QemuDriverOptions, "restoreTimeoutMs" | "beforeGenerations" | "beforeCont" | "afterCont">;
-  /** The digs of sleeping VMs' RAM files: ended before this one's is reserved (ram-space.ts). */
-  digs: Pick<RamDigs, "cancel">;
+  /** RAM files' space: a sleeping VM's dig ended before its file is reserved (ram-space.ts). */
+  space: Pick<RamSpace, "cancel" | "reserve">;
 }
 
 /**
@@ -48,7 +48,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   const paths = vmPaths(spec.stateDir);
   // A dig of the RAM file changes its mtime until it ends (ram-space.c puts it back): ended before the file is checked,
   // and a dig asked for later (a RAM write-back or a kept QEMU that ends meanwhile) no longer starts.
-  await d.digs.cancel(spec.vmId);
+  await d.space.cancel(spec.vmId);
   const [{ manifest, problem }, hostPort] = await Promise.all([readManifest(paths.manifest), d.sup.readPort(paths)]);
   if (!manifest) throw new RestoreFailed(problem ?? "no snapshot");
   // How this QEMU holds RAM: as the snapshot does, whatever the host's mode is now (a streamed one converts to it).
@@ -140,7 +140,7 @@ export async function restoreVm(d: RestoreDeps, spec: VmSpec, undo: (step: () =>
   // A streamed snapshot's load into file-backed RAM (`convert`) gets a fresh RAM file, reserved, in a generation of
   // its own from its launch: the snapshot does not pair with the RAM file, so a kill before `cont` leaves it valid.
   const ownRam = plan.memory === "file" && !plan.templateRam && !plan.convert;
-  const reserved = ownRam && !paused ? reserveRamFile(paths.ram) : Promise.resolve();
+  const reserved = ownRam && !paused ? d.space.reserve(paths.ram) : Promise.resolve();
   const generations = reserved.then(() =>
     Promise.all([spec.rootImage ? stageDiskGeneration(paths.disk) : undefined, ownRam ? stageRamGeneration(paths) : undefined]),
   );

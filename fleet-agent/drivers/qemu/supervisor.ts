@@ -19,7 +19,7 @@ import type { Phases } from "./phases.ts";
 import { contAfterMigration, QmpClient } from "./qmp.ts";
 import { freshRamFile } from "./ram-file.ts";
 import type { LaunchRam } from "./ram-plan.ts";
-import { reserveRamFile, type RamDigs } from "./ram-space.ts";
+import type { RamSpace } from "./ram-space.ts";
 import { cacheInSmallPages, smallPagesTool } from "./small-pages.ts";
 import { readManifest, removePartialDrives, removePartialSnapshots, removeUnreferencedSnapshots } from "./snapshot.ts";
 import { syncGuest, type QemuHost, type QemuVm } from "./vm.ts";
@@ -42,7 +42,7 @@ export interface SupervisorDeps {
   /** QEMUs kept for hibernated VMs; it gives what it evicts to `endKept`. */
   waiting: WaitingPool<QemuVm>;
   /** A kept QEMU's RAM file stays reserved while it waits; once it has ended, the file is made sparse (ram-space.ts). */
-  digs: Pick<RamDigs, "start">;
+  space: Pick<RamSpace, "dig" | "reserve">;
 }
 
 export class QemuSupervisor {
@@ -165,13 +165,15 @@ export class QemuSupervisor {
     const paths = standby?.paths ?? vmPaths(spec.stateDir);
     mkdirSync(paths.socketDir, { recursive: true, mode: 0o700 });
     capLog(paths.console); // QEMU appends the guest console itself; its own log is capped when opened
-    // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore).
+    // A built image's QEMU needs its launch drive at every start (the same devices for a boot and a restore). The guest
+    // reads it only at its boot: a restore keeps the one its guest booted with (a new one cost each wake ~20 ms of
+    // mke2fs), and only a VM restored where it never booted (a fork, a moved agent) gets one made.
     const proxy = this.host.egressRelay !== undefined;
     const egress = spec.allowEgress && proxy;
     if (spec.allowEgress && !egress) this.log.warn("agent allows egress but there is no relay: it gets none", { vmId: spec.vmId });
     // A boot's environment names the tenant's upstreams (a restored guest read its own at its boot: nothing to ask).
     const upstreams = proxy && !incoming ? await this.upstreamNames(spec) : undefined;
-    if (spec.rootImage && !(standby && existsSync(paths.launchDrive)))
+    if (spec.rootImage && !((standby || incoming) && existsSync(paths.launchDrive)))
       await makeLaunchDrive(spec.stateDir, spec.rootImage.config, {
         agentId: spec.agentId,
         port: spec.rootImage.config.port,
@@ -187,7 +189,7 @@ export class QemuSupervisor {
     // Its blocks are reserved before a guest runs on it (ram-space.ts: a full disk must not kill the VM).
     if (ram.memory === "file" && (!incoming || ram.convert)) {
       await freshRamFile(paths, spec.memMiB);
-      await reserveRamFile(paths.ram);
+      await this.deps.space.reserve(paths.ram);
       await this.smallPages(spec, paths.ram);
     }
     // In a namespace of its own, QEMU's forwards take fixed ports on a loopback nobody else has.
@@ -390,7 +392,7 @@ export class QemuSupervisor {
       await before;
       await vp.proc.kill();
       await this.deps.egress.release(vmId);
-      if (vp.digTicket !== undefined) this.deps.digs.start(vmId, vp.paths.ram, vp.digTicket);
+      if (vp.digTicket !== undefined) this.deps.space.dig(vmId, vp.paths.ram, vp.digTicket);
       if (vp.pendingDisk) await rm(vp.pendingDisk, { force: true }); // an adopted reset standby's (standby.ts)
     })().catch((err: unknown) => this.log.warn("ending a kept QEMU failed", { vmId, err }));
     this.trackSettling(vmId, ending);
