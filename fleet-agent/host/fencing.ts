@@ -15,6 +15,8 @@ import type { VmTable } from "./vms.ts";
 
 /** How long a wake waits for the database to say who owns the agent before it goes ahead, ms. */
 const ownerCheckMs = 500;
+/** Sleeping copies each `fence` asks about (its awake ones are all asked): 10,000 asleep are gone over in 20 heartbeats. */
+export const SLEEPING_PER_FENCE = 500;
 
 export interface FencingDeps {
   hostId: string;
@@ -30,6 +32,8 @@ export interface FencingDeps {
   eviction: Pick<Eviction, "evict" | "discardStateDir">;
   /** Whether this host drains: gateways may move its sleeping agents, so a wake goes ahead only on the claim's answer. */
   draining(): boolean;
+  /** Sleeping copies asked about per `fence` (SLEEPING_PER_FENCE; tests make it small). */
+  sleepingPerFence?: number;
 }
 
 export class Fencing {
@@ -40,6 +44,8 @@ export class Fencing {
   private readonly handOffs = new Map<string, Promise<void>>();
   /** Whether `fence` has looked at the state directories on disk yet (once: later passes look at the VMs in memory). */
   private fencedDisk = false;
+  /** Sleeping copies still to be asked about in this round of `fence`es (a round goes over all of them). */
+  private sleepingTurn: string[] = [];
 
   constructor(deps: FencingDeps) {
     this.deps = deps;
@@ -163,16 +169,27 @@ export class Fencing {
   /**
    * Stops this host's copy of every agent the database says it no longer owns (another host, or a newer lease
    * generation): a host that was cut off or dead while its agents moved must not run, meter or snapshot them again.
-   * The first pass also looks at the state directories on disk (what a dead process left). Called after each heartbeat;
-   * answers how many copies it stopped.
+   * Called after each heartbeat; answers how many copies it stopped. Every awake copy is asked about each time;
+   * sleeping ones in turns of `sleepingPerFence` (the first round includes the state directories on disk: what a dead
+   * process left), so the query stays small at 10,000 agents. A sleeping copy waits its turn safely: it runs nothing,
+   * and a wake claims the agent in the database first (`ownerCheck`); its turn only frees its files.
    */
   async fence(): Promise<number> {
     const { vmsDir, hostId, vms, eviction } = this.deps;
-    const ids = new Set(vms.ids());
-    if (!this.fencedDisk) for (const id of this.deps.fs.vmDirs(vmsDir)) if (isId("agent", id)) ids.add(id);
+    const ids = new Set<string>();
+    for (const id of vms.ids()) if (!asleep(vms.get(id))) ids.add(id);
+    if (this.sleepingTurn.length === 0) {
+      const round = new Set<string>();
+      for (const id of vms.ids()) if (asleep(vms.get(id))) round.add(id);
+      if (!this.fencedDisk) for (const id of this.deps.fs.vmDirs(vmsDir)) if (isId("agent", id) && !ids.has(id)) round.add(id);
+      this.fencedDisk = true;
+      this.sleepingTurn = [...round];
+    }
+    const turn = this.sleepingTurn.slice(0, this.deps.sleepingPerFence ?? SLEEPING_PER_FENCE);
+    for (const id of turn) ids.add(id);
     if (ids.size === 0) return 0;
-    const owners = await this.deps.store.owners([...ids]);
-    this.fencedDisk = true;
+    const owners = await this.deps.store.owners([...ids]); // a failure leaves this turn for the next fence
+    this.sleepingTurn.splice(0, turn.length);
     let stopped = 0;
     for (const id of ids) {
       const owner = owners.get(id);
@@ -190,4 +207,11 @@ export class Fencing {
     }
     return stopped;
   }
+}
+
+/** A copy that runs nothing here: no entry (only its files), or one asleep. */
+function asleep(entry: VmEntry | undefined): boolean {
+  return (
+    !entry || entry.state === "hibernated" || entry.state === "stopped" || entry.state === "failed" || entry.state === "creating" || entry.state === "destroyed"
+  );
 }

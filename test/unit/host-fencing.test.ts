@@ -1,5 +1,6 @@
 // Fencing on the host: a call of an older lease generation is refused, a newer one discards the stale copy, and `fence`
-// stops the agents the database gives to another host (no snapshot, no transition on their rows, the meter closed).
+// stops the agents the database gives to another host (no snapshot, no transition on their rows, the meter closed):
+// every awake copy each time, the sleeping ones in turns.
 import { afterEach, describe, expect, it } from "vitest";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +13,9 @@ import { createMemoryHostStore } from "../../fleet-agent/store.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../../fleet-agent/drivers/driver.ts";
 import type { AgentSpec } from "../../contracts/agent.ts";
 import type { ActivityEnd } from "../../fleet-agent/activity.ts";
+import { Fencing } from "../../fleet-agent/host/fencing.ts";
+import type { HostFs } from "../../fleet-agent/host-fs.ts";
+import type { VmEntry } from "../../fleet-agent/vm-entry.ts";
 
 class CountingDriver implements VmDriver {
   readonly name = "process" as const;
@@ -253,5 +257,65 @@ describe("host: a wake asks who owns the agent first", () => {
     expect(await host.hibernateNow(spec().id)).toBe("hibernated");
     expect(await attempt()).toBe("woken");
     expect(driver.wakes).toBe(1);
+  });
+});
+
+describe("fence at scale", () => {
+  it("asks about every awake copy each time and the sleeping ones in turns, a failed query's turn again", async () => {
+    const entries = new Map<string, VmEntry>();
+    const entry = (id: string, state: VmEntry["state"]) => entries.set(id, { spec: { id }, state, generation: 0 } as unknown as VmEntry);
+    entry("agt_awake00001", "running");
+    for (let i = 1; i <= 3; i++) entry(`agt_sleeping0${i}`, "hibernated");
+    const onDisk = ["agt_ondisk0001", "agt_ondisk0002", "agt_sleeping01"];
+    const asked: string[][] = [];
+    let failNext = false;
+    const evicted: string[] = [];
+    const fencing = new Fencing({
+      hostId: "host_old",
+      vmsDir: "/nowhere",
+      clock: new ManualClock(),
+      fs: { vmDirs: () => onDisk, hasStateDir: () => true } as unknown as HostFs,
+      store: {
+        owners: async (ids) => {
+          asked.push([...ids].sort());
+          if (failNext) {
+            failNext = false;
+            throw new Error("database away");
+          }
+          // Every copy moved to another host: each is stopped (or its files discarded) on its turn.
+          return new Map(ids.map((id) => [id, { hostId: "host_new", generation: 1, deleted: false }]));
+        },
+        claimWake: async () => undefined,
+        markAsleep: async () => undefined,
+      },
+      events: { overtake: async () => undefined },
+      vms: { get: (id) => entries.get(id), ids: () => entries.keys(), entryFor: () => undefined as unknown as VmEntry },
+      generations: { read: () => 0, write: () => undefined },
+      eviction: {
+        evict: async (e) => void evicted.push(e.spec.id),
+        discardStateDir: async (id) => void evicted.push(id),
+      },
+      draining: () => false,
+      sleepingPerFence: 2,
+    });
+    expect(await fencing.fence()).toBe(3);
+    expect(asked[0]).toEqual(["agt_awake00001", "agt_sleeping01", "agt_sleeping02"]);
+    failNext = true;
+    await expect(fencing.fence()).rejects.toThrow("database away");
+    expect(await fencing.fence()).toBe(3);
+    expect(await fencing.fence()).toBe(2);
+    // The turn the failed query had is asked again; every awake copy is in every query, each sleeping one in one round.
+    expect(asked.slice(1)).toEqual([
+      ["agt_awake00001", "agt_ondisk0001", "agt_sleeping03"],
+      ["agt_awake00001", "agt_ondisk0001", "agt_sleeping03"],
+      ["agt_awake00001", "agt_ondisk0002"],
+    ]);
+    expect(evicted.filter((id) => id !== "agt_awake00001").sort()).toEqual([
+      "agt_ondisk0001",
+      "agt_ondisk0002",
+      "agt_sleeping01",
+      "agt_sleeping02",
+      "agt_sleeping03",
+    ]);
   });
 });
