@@ -7,7 +7,8 @@
 // (GET /v1/agents?limit=100 through every agent) and the host's CPU over a quiet --quiet-s (60) at 10 and at N asleep, every agent
 // registered. Agents have --mem-mib (128: less disk per sleeping clone) of RAM. --fs ext4|xfs (ext4: the machine's own
 // filesystem; xfs: a loop image with reflinks), --concurrency N (3: wakes+hibernations at once), --accel auto|kvm|tcg,
-// --data-dir DIR (where the guest image is built).
+// --data-dir DIR (where the guest image is built), --database postgres|embedded (default postgres where its server is
+// installed: a server of its own, so the host process's RSS holds no database; embedded: PGlite inside it, as `npm start`).
 // --soak-min M: instead, the soak: --soak-agents (8) agents waking and sleeping for M minutes under a steady trickle
 // (a call, idle --soak-idle-ms (2000) to hibernation, again), host RSS, fds and data dir sampled every 30 s.
 // Prints progress, then one `RESULT {json}`; its parts are in bench/scale/.
@@ -20,7 +21,7 @@ import { AppError } from "../lib/errors.ts";
 import { Cleanups } from "./bench/density/cleanups.ts";
 import { printResult } from "./bench/figures.ts";
 import { runScale } from "./bench/scale/run.ts";
-import { lastLogFile } from "./bench/scale/setup.ts";
+import { defaultDatabase, lastLogFile } from "./bench/scale/setup.ts";
 import { runSoak } from "./bench/scale/soak.ts";
 
 const { values } = parseArgs({
@@ -38,6 +39,7 @@ const { values } = parseArgs({
     "soak-agents": { type: "string", default: "8" },
     "soak-idle-ms": { type: "string", default: "2000" },
     fs: { type: "string", default: "ext4" },
+    database: { type: "string", default: defaultDatabase() },
     accel: { type: "string", default: "auto" },
     "data-dir": { type: "string", default: join(import.meta.dirname, "..", ".data") },
   },
@@ -54,6 +56,8 @@ const memMiB = int("mem-mib", 64);
 const soakMin = Number(values["soak-min"]);
 if (values.fs !== "ext4" && values.fs !== "xfs") throw new AppError("bad_request", `--fs ext4|xfs, got ${values.fs}`);
 const fs = values.fs;
+if (values.database !== "postgres" && values.database !== "embedded") throw new AppError("bad_request", `--database postgres|embedded, got ${values.database}`);
+const database = values.database;
 const accel = values.accel === "kvm" || values.accel === "tcg" ? values.accel : "auto";
 /** The issue's targets. */
 const TARGETS = { rssKbPerHibernated: 20, wakeP99RatioWithin: 0.1, reaperCpuPct: 2 };
@@ -66,7 +70,7 @@ cleanups.exitOnInterrupt(say);
 try {
   const imageDir = resolve(values["data-dir"]!);
   await ensureGuestImage({ dataDir: imageDir, log: say });
-  const setup = { fs, accel, imageDir, marginBytes: Number(values["margin-gib"]) * 2 ** 30, say, cleanups } as const;
+  const setup = { fs, accel, database, imageDir, marginBytes: Number(values["margin-gib"]) * 2 ** 30, say, cleanups } as const;
   if (soakMin > 0) {
     say(`soak: ${values["soak-agents"]} agents (${memMiB} MiB) waking and sleeping for ${soakMin} min on ${fs}`);
     const soak = await runSoak(setup, { minutes: soakMin, agents: int("soak-agents", 1), memMiB, idleMs: int("soak-idle-ms", 100), sampleS: 30 });

@@ -19,7 +19,7 @@ export interface HostProcess {
 
 /** Starts the system with `env` (DATA_DIR set by the caller) and resolves once it prints READY; its output goes to `logFile`. */
 export async function startHost(opts: { env: Record<string, string>; imageDir: string; dataDir: string; logFile: string }): Promise<HostProcess> {
-  const proc = spawn(process.execPath, [join(import.meta.dirname, "system.ts"), "--image-dir", opts.imageDir], {
+  const proc = spawn(process.execPath, ["--expose-gc", join(import.meta.dirname, "system.ts"), "--image-dir", opts.imageDir], {
     env: { ...process.env, ...opts.env, DATA_DIR: opts.dataDir },
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -17,12 +17,16 @@ export interface HostSample {
   qemus: number;
 }
 
-/** The host's RSS and fds, each the median of `n` samples `everyMs` apart (RSS moves with the garbage collector). */
+/**
+ * The host's RSS and fds, each the median of `n` samples `everyMs` apart; each RSS sample a moment after a full garbage
+ * collection of the host (system.ts: SIGUSR2), which otherwise moves it by 100 MB and more.
+ */
 export async function sampleHost(pid: number, dataDir: string, n = 5, everyMs = 1000): Promise<HostSample> {
   const rss: number[] = [];
   const fds: number[] = [];
   for (let i = 0; i < n; i++) {
-    if (i > 0) await sleep(everyMs);
+    process.kill(pid, "SIGUSR2");
+    await sleep(everyMs);
     rss.push(rssKiB(pid));
     fds.push(fdCount(pid));
   }

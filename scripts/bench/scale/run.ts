@@ -37,7 +37,7 @@ const BASE = 10;
 
 export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const { say, cleanups } = setup;
-  const { host, diskDirs, fsType } = await startOnFs(setup, setup.fs);
+  const { host, diskDirs, fsType, databaseIs } = await startOnFs(setup, setup.fs);
   const api = apiOf(host.url, host.token);
   const hostsDir = join(host.dataDir, "hosts");
   const interrupted = () => cleanups.wasInterrupted;
@@ -168,6 +168,8 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     host_at_n: { rss_mib: r1(atN.rssKiB / 1024), fds: atN.fds, qemus: atN.qemus, vms_mib: Math.round(duN / MiB) },
     fs: setup.fs,
     fs_is: fsType,
+    database: setup.database,
+    database_is: databaseIs,
     ...machine,
   };
 }

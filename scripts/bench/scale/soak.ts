@@ -32,7 +32,7 @@ function levelOff(samples: Sample[], key: "rssMiB" | "fds" | "dataMiB", tolerate
 
 export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
   const { say, cleanups } = setup;
-  const { host, fsType } = await startOnFs(setup, "soak");
+  const { host, fsType, databaseIs } = await startOnFs(setup, "soak");
   const api = apiOf(host.url, host.token);
   const ids: string[] = [];
   for (let i = 0; i < o.agents; i++) ids.push(await createAgent(api, { name: `soak-${i}`, memMiB: o.memMiB, idleTimeoutMs: o.idleMs }));
@@ -117,6 +117,8 @@ export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
     mem_mib: o.memMiB,
     fs: setup.fs,
     fs_is: fsType,
+    database: setup.database,
+    database_is: databaseIs,
     ...machineState(),
   };
 }

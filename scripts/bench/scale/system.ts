@@ -19,3 +19,5 @@ const { driver, images, upstreams, exchanges } = selected;
 const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log, exchanges, ...(upstreams ? { upstreams } : {}) });
 console.log(`READY ${JSON.stringify({ url: system.url, token: system.demo.token, pid: process.pid, driver: driver.name })}`);
 stopOnSignals(() => system.stop(), log);
+// SIGUSR2: a full garbage collection (the process runs with --expose-gc), so the bench's RSS samples hold what is live.
+process.on("SIGUSR2", () => (globalThis as { gc?: () => void }).gc?.());
