@@ -4,10 +4,12 @@
 // waiting, stopped; QemuDriverOptions.prestart "paused"), --image DIR (build the Containerfile in DIR through the API
 // and run that instead of the demo, e.g. examples/node-agent), --path P (what each call asks for, /counter),
 // --memory stream|file|both (guest RAM streamed into each snapshot, or file-backed; `both` runs the rounds with each,
-// one agent per mode on one system, and puts both sets of figures side by side in the RESULT line).
+// one agent per mode on one system, and puts both sets of figures side by side in the RESULT line), --tb-mib N (TCG's
+// translated-code cache per QEMU; with --prestart-paused the RESULT says what the kept QEMU holds of it), --cold (file
+// memory: the agent's RAM file is dropped from the page cache before each wake, as for an agent that slept among many).
 // Prints progress, then one `RESULT {json}` line.
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { Readable } from "node:stream";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -16,6 +18,8 @@ import { silentLogger, type Logger } from "../lib/log.ts";
 import type { BootResult, RunningVm, SnapshotResult, VmDriver, VmSpec, WakeResult } from "../fleet-agent/drivers/driver.ts";
 import type { MemoryMode } from "../fleet-agent/drivers/qemu/args.ts";
 import { QemuDriver } from "../fleet-agent/drivers/qemu/driver.ts";
+import { TCG_TB_MIB } from "../fleet-agent/drivers/qemu/args.ts";
+import { qemuPids } from "./bench/scale/host-process.ts";
 import { ensureGuestImage } from "../fleet-agent/guest/build-image.ts";
 import { parseAllInOneConfig, startAllInOne } from "../compose/all-in-one.ts";
 import { printResult } from "./bench/figures.ts";
@@ -31,6 +35,8 @@ const { values } = parseArgs({
     image: { type: "string" },
     path: { type: "string", default: "/counter" },
     memory: { type: "string", default: "stream" },
+    "tb-mib": { type: "string" },
+    cold: { type: "boolean", default: false },
     "data-dir": { type: "string", default: process.env.DATA_DIR ?? join(import.meta.dirname, "..", ".data") },
   },
 });
@@ -157,6 +163,40 @@ function phaseLogger(memory: MemoryMode): Logger {
   };
   return logger;
 }
+/** Drops the agent's RAM file from the page cache (its pages are clean once its hibernation made them durable). */
+function dropFromPageCache(dir: string, agentId: string): void {
+  const hosts = join(dir, "hosts");
+  for (const host of readdirSync(hosts)) {
+    const ram = join(hosts, host, "vms", agentId, "ram");
+    if (!existsSync(ram)) continue;
+    const dd = spawnSync("dd", [`if=${ram}`, "iflag=nocache", "count=0", "status=none"]);
+    if (dd.status !== 0) throw new Error(`dropping ${ram} from the page cache: ${dd.stderr.toString()}`);
+    return;
+  }
+  throw new Error(`--cold: no RAM file of ${agentId} under ${hosts} (use --memory file)`);
+}
+
+/**
+ * The bench's one QEMU: its anonymous resident memory and, of it, TCG's translated code (its cache is the one mapping
+ * that is readable, writable and executable), MiB.
+ */
+function qemuMemory(dir: string): { anon_mib: number; tcg_code_mib: number } | undefined {
+  const pid = qemuPids(dir)[0];
+  if (pid === undefined) return undefined;
+  let anon = 0;
+  let code = 0;
+  let rwx = false;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, "utf8").split("\n")) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ (\S+)/.exec(line);
+    if (head) rwx = head[1]!.startsWith("rwx");
+    const kb = /^Anonymous:\s+(\d+) kB/.exec(line);
+    if (!kb) continue;
+    anon += Number(kb[1]);
+    if (rwx) code += Number(kb[1]);
+  }
+  return { anon_mib: round1(anon / 1024), tcg_code_mib: round1(code / 1024) };
+}
+
 /** p50 of each phase over the rounds (a phase missing from a round counts as absent there). */
 function phaseP50(rounds: Record<string, number>[]): Record<string, number> {
   const names = [...new Set(rounds.flatMap((r) => Object.keys(r)))];
@@ -166,7 +206,10 @@ function phaseP50(rounds: Record<string, number>[]): Record<string, number> {
 }
 
 const image = await ensureGuestImage({ dataDir: resolve(values["data-dir"]), log: say });
-const drivers = new Map(modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart, memory, log: phaseLogger(memory) })] as const));
+const tcgTbMiB = values["tb-mib"] === undefined ? undefined : Number(values["tb-mib"]);
+const drivers = new Map(
+  modes.map((memory) => [memory, new QemuDriver({ image, accel, prestart, memory, log: phaseLogger(memory), ...(tcgTbMiB ? { tcgTbMiB } : {}) })] as const),
+);
 const qemu = drivers.get(modes[0]!)!;
 say(
   `accel ${qemu.accel} (${qemu.accelReason}); ${qemu.qemuVersion}; prestart ${prestart === "paused" ? "paused" : prestart ? "on" : "off"}; memory ${modes.join(" and ")}`,
@@ -232,6 +275,7 @@ try {
       const hib = await fetch(`${system.url}/v1/agents/${agentId}/hibernate`, { method: "POST", headers });
       if (hib.status !== 200) throw new Error(`hibernate: ${hib.status} ${await hib.text()}`);
       await sleep(sleepMs);
+      if (values.cold) dropFromPageCache(dataDir, agentId);
       const w = await firstByte(callPath);
       wakeFirstByte.push(w.ms);
       wakeModes[w.wake] = (wakeModes[w.wake] ?? 0) + 1;
@@ -244,6 +288,13 @@ try {
     }
 
     const restores = rec.wakes.filter((w) => w.mode === "restore");
+    // The QEMU a hibernation keeps (prestart paused): its anonymous memory, what the kept tier's budget weighs.
+    let kept: { anon_mib: number; tcg_code_mib: number } | undefined;
+    if (prestart === "paused") {
+      await fetch(`${system.url}/v1/agents/${agentId}/hibernate`, { method: "POST", headers });
+      await sleep(500);
+      kept = qemuMemory(dataDir);
+    }
     // Removed before the next mode's agent, so each mode's rounds run alone on the machine.
     await fetch(`${system.url}/v1/agents/${agentId}`, { method: "DELETE", headers });
     return {
@@ -263,6 +314,7 @@ try {
       // Where the time of a hibernation and of a restore goes (the driver's phases, p50 of each over the rounds).
       hibernate_phases_ms_p50: phaseP50(phaseLog.get(memory)!.hibernate),
       wake_phases_ms_p50: phaseP50(phaseLog.get(memory)!.wake),
+      ...(kept ? { kept_qemu: kept } : {}),
     };
   };
 
@@ -273,10 +325,12 @@ try {
     accel: qemu.accel,
     qemu: qemu.qemuVersion,
     prestart,
+    tcg_tb_mib: qemu.accel === "tcg" ? (tcgTbMiB ?? TCG_TB_MIB) : undefined,
     image: values.image ?? "demo",
     ...(imageBuild ?? {}),
     rounds,
     sleep_ms: sleepMs,
+    ...(values.cold ? { cold_page_cache: true } : {}),
     // Others' work on the machine skews every figure: the 1-minute load average when the rounds ended.
     load_avg_1m: Math.round(loadavg()[0]! * 100) / 100,
     memory: values.memory,

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { launchEnv } from "../../fleet-agent/drivers/common/launch-data.ts";
 import type { VmSpec } from "../../fleet-agent/drivers/driver.ts";
-import { kernelCmdline, machineArgs, netdevArg, qemuArgs, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
+import { kernelCmdline, machineArgs, netdevArg, qemuArgs, TCG_TB_MIB, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
 import { forwardedAddresses, hardware } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 
 const spec = (allowEgress: boolean): VmSpec => ({
@@ -28,6 +28,13 @@ describe("netdev", () => {
     // Every QEMU start has its own exec port: a snapshot taken under one restores under another.
     expect(hardware(machineArgs({ ...base, execPort: 4100 }))).toEqual(hardware(machineArgs({ ...base, execPort: 4222 })));
     expect(hardware(machineArgs({ ...base, execPort: 4100 }))).toEqual(hardware(machineArgs(base)));
+  });
+
+  it("TCG's code cache size is the host's setting, not the guest's hardware: a snapshot restores under another", () => {
+    const base = { spec: spec(false), paths, accel: "tcg" as const, hostPort: 4000, egressRelay: undefined };
+    expect(machineArgs({ ...base, tcgTbMiB: 16 })).toContain("tcg,tb-size=16");
+    expect(machineArgs(base)).toContain(`tcg,tb-size=${TCG_TB_MIB}`);
+    expect(hardware(machineArgs({ ...base, tcgTbMiB: 16 }))).toEqual(hardware(machineArgs(base)));
   });
 
   it("is restrict=on with only the forwarded port when there is no relay, egress or not", () => {

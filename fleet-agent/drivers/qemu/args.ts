@@ -146,6 +146,8 @@ export interface QemuLaunch {
   tscKhz: number | undefined;
   /** Start paused, waiting for `migrate-incoming` (restore). */
   incoming: boolean;
+  /** TCG's translated-code cache, MiB (QemuHost.tcgTbMiB); absent: TCG_TB_MIB. Not the guest's hardware (`hardware`). */
+  tcgTbMiB?: number | undefined;
   /** Absent: `stream`. */
   memory?: MemoryMode;
   /** `memory: "file"`: the RAM backend's id, which names the guest's RAM block in a snapshot. Absent: RAM_ID. */
@@ -240,7 +242,7 @@ export function netdevArg(l: Pick<QemuLaunch, "spec" | "paths" | "hostPort" | "e
  * started with different ones would fail or misbehave, so a difference means a cold boot.
  */
 export function machineArgs(
-  l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "execPort" | "memory" | "ramId" | "egressRelay" | "templateRam">,
+  l: Pick<QemuLaunch, "spec" | "paths" | "accel" | "hostPort" | "execPort" | "memory" | "ramId" | "egressRelay" | "templateRam" | "tcgTbMiB">,
 ): string[] {
   const image = l.spec.rootImage;
   const file = l.memory === "file";
@@ -256,7 +258,7 @@ export function machineArgs(
         ]
       : []),
     "-accel",
-    l.accel === "tcg" ? `tcg,tb-size=${TCG_TB_MIB}` : "kvm",
+    l.accel === "tcg" ? `tcg,tb-size=${l.tcgTbMiB ?? TCG_TB_MIB}` : "kvm",
     ...(l.accel === "kvm" ? ["-cpu", "host"] : []),
     "-m",
     String(l.spec.memMiB),

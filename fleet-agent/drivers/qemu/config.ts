@@ -3,6 +3,7 @@ import { totalmem } from "node:os";
 import { z } from "zod";
 import { envVar, readBool, vars } from "../../../lib/env.ts";
 import { DEFAULT_PRESTART_KEEP_MS, DEFAULT_PRESTART_MAX, type QemuDriverOptions } from "./driver.ts";
+import { TCG_TB_MIB } from "./args.ts";
 
 export const qemuEnv = z.object({
   QEMU_ACCEL: vars.oneOf(["auto", "kvm", "tcg"] as const, {
@@ -36,6 +37,12 @@ export const qemuEnv = z.object({
     unit: "QEMUs",
     doc: "the most QEMUs kept waiting at once; the oldest is ended first. Reset standbys (a second QEMU kept for an agent that is reset to a checkpoint again and again) are bounded by this, `QEMU_PRESTART_MEMORY_MIB` and `QEMU_PRESTART_KEEP_MS` too, counted apart",
   }),
+  QEMU_TCG_TB_MIB: vars.int({
+    fallback: TCG_TB_MIB,
+    min: 1,
+    unit: "MiB",
+    doc: "TCG's translated-code cache per QEMU (`-accel tcg,tb-size`; no effect under KVM): most of a kept QEMU's memory once its guest has run a while (QEMU flushes the cache when it fills, and translates again what runs next). Changing it keeps every snapshot",
+  }),
   QEMU_MEMORY: vars.oneOf(["auto", "stream", "file"] as const, {
     fallback: "auto",
     doc: "`file`: guest RAM in a file per agent (`<stateDir>/ram`), reserved while it runs and sparse while it sleeps; a hibernation writes only the device state; `stream`: all guest RAM into each snapshot; `auto`: `file` where the data directory's filesystem can reserve and punch a file's blocks (probed and logged at start), else `stream`. A change wakes every agent from the snapshot it has and converts it",
@@ -60,13 +67,14 @@ function defaultKeptMemoryMiB(): number {
 export function qemuOptionsOf(
   v: QemuSettings,
   memory: "stream" | "file",
-): Pick<QemuDriverOptions, "accel" | "prestart" | "prestartKeepMs" | "prestartMax" | "prestartMemoryBytes" | "memory"> {
+): Pick<QemuDriverOptions, "accel" | "prestart" | "prestartKeepMs" | "prestartMax" | "prestartMemoryBytes" | "tcgTbMiB" | "memory"> {
   return {
     accel: v.QEMU_ACCEL,
     prestart: v.QEMU_PRESTART,
     prestartKeepMs: v.QEMU_PRESTART_KEEP_MS,
     prestartMax: v.QEMU_PRESTART_MAX,
     prestartMemoryBytes: v.QEMU_PRESTART_MEMORY_MIB * 2 ** 20,
+    tcgTbMiB: v.QEMU_TCG_TB_MIB,
     memory,
   };
 }

@@ -27,7 +27,7 @@ import type { BootResult, CheckpointInfo, DriverTemplate, ExecTarget, RunningVm,
 import { defaultEgressConfig } from "../../egress/config.ts";
 import { EgressProxy } from "../../egress/proxy.ts";
 import { ensureEgressRelay } from "../../egress/relay.ts";
-import { vmPaths, type Accel, type MemoryMode } from "./args.ts";
+import { TCG_TB_MIB, vmPaths, type Accel, type MemoryMode } from "./args.ts";
 import { ensureListenBacklogShim } from "./backlog.ts";
 import { coldBoot, type BootDeps } from "./boot.ts";
 import { materialize, takeCheckpoint, type CheckpointDeps } from "./checkpointing.ts";
@@ -133,6 +133,7 @@ export class QemuDriver implements VmDriver {
       qemuVersion: this.qemuVersion,
       hostCpu,
       tscKhz,
+      tcgTbMiB: opts.tcgTbMiB ?? TCG_TB_MIB,
       memory: this.memory,
       preload,
       egressRelay,

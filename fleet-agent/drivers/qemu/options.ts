@@ -43,6 +43,8 @@ export interface QemuDriverOptions {
    * file's pages are page cache the host may reclaim). The least recently kept goes first. Default: no bound.
    */
   prestartMemoryBytes?: number;
+  /** TCG's translated-code cache per QEMU, MiB (`-accel tcg,tb-size`): most of a kept QEMU's anonymous memory. Default TCG_TB_MIB. */
+  tcgTbMiB?: number;
   /**
    * LD_PRELOAD shim that raises QEMU's listen backlog (see backlog.ts): `auto` (default) builds it
    * with gcc on first use, a path uses that file, false runs QEMU without it.

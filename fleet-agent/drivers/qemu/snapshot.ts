@@ -49,8 +49,8 @@ export interface SnapshotManifest extends RestoreTarget {
 
 /**
  * Host-side network settings (forwarded port, egress: `restrict`, the guestfwd to the egress proxy and its relay's
- * paths) and where guest RAM lives (anonymous or a file, which file, how mapped: the manifest binds a RAM file,
- * ram-file.ts) do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
+ * paths), where guest RAM lives (anonymous or a file, which file, how mapped: the manifest binds a RAM file,
+ * ram-file.ts) and the size of TCG's translated-code cache do not change the virtual hardware. Within a `-netdev` value a comma of a path is doubled (args.ts `opt`).
  */
 export function hardware(args: readonly string[]): string[] {
   const out: string[] = [];
@@ -61,6 +61,7 @@ export function hardware(args: readonly string[]): string[] {
     }
     out.push(
       args[i]!.replace(/,restrict=(on|off)/, "")
+        .replace(/,tb-size=\d+/, "")
         .replace(/,hostfwd=tcp:(?:[^,]|,,)*/g, "")
         .replace(/,guestfwd=(?:[^,]|,,)*/g, "")
         .replace(/^(microvm(?:,[^,]+)*?),memory-backend=(?:[^,]|,,)+/, "$1"),

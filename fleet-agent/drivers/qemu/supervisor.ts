@@ -261,6 +261,7 @@ export class QemuSupervisor {
       kernel: image.kernel,
       initrd: image.initrd,
       tscKhz: this.host.tscKhz,
+      tcgTbMiB: this.host.tcgTbMiB,
       incoming,
       memory: ram.memory,
       ramId: ram.ramId,

@@ -17,6 +17,8 @@ export interface QemuHost {
   qemuVersion: string;
   hostCpu: string;
   tscKhz: number | undefined;
+  /** TCG's translated-code cache per QEMU, MiB (QemuDriverOptions.tcgTbMiB). */
+  tcgTbMiB: number;
   /** The mode new VMs start in and hibernations write (a VM woken from a snapshot of the other mode converts: ram-file.ts `ramPlan`). */
   memory: MemoryMode;
   /** The listen-backlog shim QEMU runs with (backlog.ts), if any. */
