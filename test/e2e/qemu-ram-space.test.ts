@@ -1,7 +1,8 @@
 // File-backed guest RAM on a filesystem that runs full, on real QEMU: the RAM file is reserved whole while its guest
 // runs (a full disk kills no VM, awake or idle: only its hibernation fails, and says why), made sparse again once its
 // agent sleeps, and a wake that cannot get its space fails with the snapshot kept, instead of booting an empty guest;
-// a wake's reservation runs from a waiting helper stub.
+// a wake's reservation runs from a waiting helper stub; a RAM file a dead host left reserved is dug at the next start.
+import { execFileSync } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningVm, VmSpec } from "../../fleet-agent/drivers/driver.ts";
 import { processAlive } from "../../fleet-agent/drivers/common/proc.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
+import { ramSpaceTool } from "../../fleet-agent/drivers/qemu/ram-space.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { fetchAt, json, makeDriver, makeSpec } from "../helpers/qemu.ts";
 import { mountTmpfs, type Tmpfs } from "../helpers/tmpfs.ts";
@@ -134,6 +136,20 @@ describe("file-backed RAM on a filesystem that runs full", () => {
     expect(woke.mode).toBe("restore");
     expect(await bump(woke.vm)).toBe(4);
     expect(allocated(ram)).toBe(spec.memMiB * MiB);
+
+    // A RAM file left reserved whole (a kept QEMU that died with its fleet-agent) is dug when the next host reaps the
+    // VM at its start; the snapshot still restores over it.
+    expect((await d.hibernate(woke.vm)).completed).toBe(true);
+    await waitFor(() => allocated(ram) < 128 * MiB, 30_000, "the RAM file's holes dug");
+    const tool = ramSpaceTool();
+    if (!("path" in tool)) throw new Error(tool.error);
+    execFileSync(tool.path, ["reserve", ram]);
+    expect(allocated(ram)).toBe(spec.memMiB * MiB);
+    await d.reap(spec);
+    await waitFor(() => allocated(ram) < 128 * MiB, 30_000, "the reaped VM's RAM file dug");
+    const again = await d.wake(spec);
+    expect(again.mode).toBe("restore");
+    expect(await bump(again.vm)).toBe(5);
     await d.destroy(spec);
   }, 240_000);
 });

@@ -3,7 +3,7 @@
 // kept for a hibernated VM (pre-started or paused, waiting.ts), and the work after a hibernation that whatever starts
 // the VM's next QEMU waits for (`settled`).
 import { closeSync, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
-import { readFile, rm, writeFile } from "node:fs/promises";
+import { readFile, rm, stat, writeFile } from "node:fs/promises";
 import type { Logger } from "../../../lib/log.ts";
 import { makeLaunchDrive } from "../common/launch-data.ts";
 import { killLeftover } from "../common/proc.ts";
@@ -42,7 +42,7 @@ export interface SupervisorDeps {
   /** QEMUs kept for hibernated VMs; it gives what it evicts to `endKept`. */
   waiting: WaitingPool<QemuVm>;
   /** A kept QEMU's RAM file stays reserved while it waits; once it has ended, the file is made sparse (ram-space.ts). */
-  space: Pick<RamSpace, "dig" | "reserve">;
+  space: Pick<RamSpace, "dig" | "reserve" | "ticket">;
 }
 
 export class QemuSupervisor {
@@ -120,6 +120,11 @@ export class QemuSupervisor {
     else await removePartialSnapshots(spec.stateDir);
     await removePartialDrives(spec.stateDir);
     for (const p of [paths.qmp, paths.agent, paths.pid, paths.web, paths.exec]) await rm(p, { force: true });
+    // A QEMU kept for a sleeping agent held its RAM file reserved whole (a file is dug only once no QEMU may run on it):
+    // one that died with an earlier fleet-agent left it so, its whole size on disk until the agent's next hibernation.
+    // Dug now, as the kept QEMU's end would have. Only files reserved whole: a few (the kept QEMUs were bounded), not
+    // every sleeping agent's data read again at each start.
+    if (manifest && !problem && (await reservedWhole(paths.ram))) this.deps.space.dig(spec.vmId, paths.ram, this.deps.space.ticket(spec.vmId));
   }
 
   /** The QEMU of a running VM; throws when the VM is not running here (or its QEMU exited). */
@@ -413,4 +418,10 @@ export class QemuSupervisor {
     if (this.running.has(spec.vmId) || this.waiting.has(spec.vmId)) return vp.proc.kill();
     this.waiting.set(spec.vmId, vp);
   }
+}
+
+/** Whether the file has every block of its size allocated (a RAM file reserved for a guest that may run on it). */
+async function reservedWhole(file: string): Promise<boolean> {
+  const st = await stat(file).catch(() => undefined);
+  return st !== undefined && st.size > 0 && st.blocks * 512 >= st.size;
 }
