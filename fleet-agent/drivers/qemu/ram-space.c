@@ -6,7 +6,10 @@
  * early (exit 0). Both put the file's atime and mtime back: a snapshot's fingerprint of the file (ram-file.ts)
  * includes its mtime, and its content has not changed.
  *
- * reserve: fallocate mode 0 over the whole file: holes become unwritten extents (read as zeros, no data written).
+ * reserve: fallocate mode 0 over the whole file: holes become unwritten extents (read as zeros, no data written). Then
+ * the file's data (what its guest held when it went to sleep: SEEK_DATA skips unwritten extents) is asked into the page
+ * cache (POSIX_FADV_WILLNEED: reads queued, not waited for): a wake of an agent that slept long enough to leave the page
+ * cache would otherwise fault its guest's memory in a page at a time, a disk read each, while its guest runs.
  *
  * dig: why not util-linux's `fallocate --dig-holes`: it skips what SEEK_DATA calls a hole, and on ext4 and XFS that
  * includes unwritten extents, so a reserved file would keep its blocks. Those ranges are punched too; ranges with data
@@ -79,6 +82,14 @@ static int reserve(off_t size) {
   if (fallocate(fd, 0, 0, size) != 0) {
     fprintf(stderr, "ram-space: reserve %s (%lld bytes): %s\n", path, (long long)size, strerror(errno));
     return -1;
+  }
+  for (off_t off = 0; off < size;) {
+    off_t data = lseek(fd, off, SEEK_DATA);
+    if (data < 0) break; /* ENXIO: no data after off; anything else: the prefetch is only a hint */
+    off_t hole = lseek(fd, data, SEEK_HOLE);
+    if (hole < 0 || hole <= data) break;
+    posix_fadvise(fd, data, hole - data, POSIX_FADV_WILLNEED);
+    off = hole;
   }
   return 0;
 }
