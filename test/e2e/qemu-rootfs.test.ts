@@ -9,7 +9,7 @@ import { AppError } from "../../lib/errors.ts";
 import { agentDiskPath, beginDiskGeneration, diskChange, diskFingerprint, ensureAgentDisk } from "../../fleet-agent/drivers/common/agent-disk.ts";
 import { launchSpecFor, makeLaunchDrive } from "../../fleet-agent/drivers/common/launch-data.ts";
 import type { RunningVm, VmExit, VmSpec } from "../../fleet-agent/drivers/driver.ts";
-import { machineArgs, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
+import { machineArgs, TCG_TB_MIB, vmPaths } from "../../fleet-agent/drivers/qemu/args.ts";
 import type { QemuDriver } from "../../fleet-agent/drivers/qemu/driver.ts";
 import type { SnapshotManifest } from "../../fleet-agent/drivers/qemu/snapshot.ts";
 import { decodeLaunchSpec, encodeLaunchSpec, launchSource } from "../../fleet-agent/guest/launch-spec.ts";
@@ -258,7 +258,7 @@ describe("the pieces of a built image's VM, without a VM", () => {
       "-M",
       "microvm,x-option-roms=off,pit=off,pic=off",
       "-accel",
-      "tcg,tb-size=64",
+      `tcg,tb-size=${TCG_TB_MIB}`,
       "-m",
       "256",
       "-smp",
