@@ -1,4 +1,5 @@
 // bench:scale's soak: a few agents waking and sleeping for minutes under a steady trickle (a call, idle to hibernation, again); every call must answer 200; the host's RSS, fds and data dir sampled every 30 s, and whether they level off.
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { percentile } from "../figures.ts";
 import { agentState, apiOf, callAgent, createAgent } from "./api.ts";
@@ -20,11 +21,13 @@ interface Sample {
   rssMiB: number;
   fds: number;
   dataMiB: number;
+  /** Of the data dir, the embedded database's rows (`<data dir>/db`; 0 on a Postgres server of its own). */
+  dbMiB: number;
   qemus: number;
 }
 
 /** The slope of the second half's samples, per minute, and whether it levelled off (it grew less than `toleratedPerMin` a minute). */
-function levelOff(samples: Sample[], key: "rssMiB" | "fds" | "dataMiB", toleratedPerMin: number) {
+function levelOff(samples: Sample[], key: "rssMiB" | "fds" | "dataMiB" | "dbMiB", toleratedPerMin: number) {
   const half = samples.slice(Math.floor(samples.length / 2));
   const s = slope(half.map((p) => ({ x: p.atMin, y: p[key] })));
   return { second_half_slope_per_min: Math.round(s * 100) / 100, levels_off: Number.isFinite(s) && s <= toleratedPerMin };
@@ -50,6 +53,7 @@ export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
       rssMiB: r1(h.rssKiB / 1024),
       fds: h.fds,
       dataMiB: Math.round(duBytes(host.dataDir) / MiB),
+      dbMiB: Math.round(duBytes(join(host.dataDir, "db")) / MiB),
       qemus: h.qemus,
     };
     samples.push(s);
@@ -113,6 +117,8 @@ export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
     rss: levelOff(samples, "rssMiB", 1),
     fds: levelOff(samples, "fds", 0.5),
     data: levelOff(samples, "dataMiB", 1),
+    // What of the data dir's growth is rows (runs, events, meter segments of every wake cycle): history, not a leak.
+    db: levelOff(samples, "dbMiB", 1),
     samples,
     mem_mib: o.memMiB,
     fs: setup.fs,
