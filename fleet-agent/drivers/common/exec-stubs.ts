@@ -134,8 +134,8 @@ export class ExecStubs {
   }
 
   /**
-   * A child running `c` (its stdout discarded unless `stdout` is "pipe", its stderr a pipe), or undefined when no stub is waiting: the caller
-   * then spawns it itself. The child's exit is the command's (the stub execs it; an exec that fails exits 127
+   * A child running `c` (its stdout discarded unless `stdout` is "pipe", its stderr a pipe), or undefined when no stub
+   * is waiting: the caller then spawns it itself. The child's exit is the command's (the stub execs it; an exec that fails exits 127
    * after saying why on stderr).
    */
   take(c: StubCommand): ChildProcess | undefined {

@@ -199,7 +199,7 @@ export class QemuDriver implements VmDriver {
         await materialize(this.checkpointDeps, spec, template.dir, { shareRam: this.memory === "file" ? "template" : "copy" });
       },
       wake: () => this.wake(spec),
-      discard: () => this.reap(spec),
+      discard: () => this.reapProcesses(spec),
       coldBoot: async () => {
         const { vm } = await coldBoot(this.bootDeps, spec, started);
         return { vm, bootMs: performance.now() - started };
@@ -267,7 +267,7 @@ export class QemuDriver implements VmDriver {
     await this.sup.discardWaiting(spec.vmId);
     await this.forgetStandby(spec.vmId);
     await this.egress.release(spec.vmId);
-    await this.reap(spec);
+    await this.reapProcesses(spec);
     const paths = vmPaths(spec.stateDir);
     if (paths.socketDir !== spec.stateDir) await rm(paths.socketDir, { recursive: true, force: true });
     await rm(spec.stateDir, { recursive: true, force: true });
@@ -392,9 +392,16 @@ export class QemuDriver implements VmDriver {
 
   /**
    * Kills a QEMU a previous fleet-agent left running for this VM (its pid file, checked against
-   * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay.
+   * /proc/<pid>/cmdline) and removes partial snapshot and drive files; the complete snapshot and the disk stay. A RAM
+   * file its kept QEMU left reserved whole is dug (supervisor.ts `digLeftReserved`).
    */
   async reap(spec: VmSpec): Promise<void> {
+    await this.reapProcesses(spec);
+    await this.sup.digLeftReserved(spec);
+  }
+
+  /** `reap` without the RAM file's dig: what a VM about to be removed or made again needs. */
+  private async reapProcesses(spec: VmSpec): Promise<void> {
     await this.sup.reap(spec);
     await this.standbys.reap(spec);
   }

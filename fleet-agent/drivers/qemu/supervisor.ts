@@ -120,10 +120,17 @@ export class QemuSupervisor {
     else await removePartialSnapshots(spec.stateDir);
     await removePartialDrives(spec.stateDir);
     for (const p of [paths.qmp, paths.agent, paths.pid, paths.web, paths.exec]) await rm(p, { force: true });
-    // A QEMU kept for a sleeping agent held its RAM file reserved whole (a file is dug only once no QEMU may run on it):
-    // one that died with an earlier fleet-agent left it so, its whole size on disk until the agent's next hibernation.
-    // Dug now, as the kept QEMU's end would have. Only files reserved whole: a few (the kept QEMUs were bounded), not
-    // every sleeping agent's data read again at each start.
+  }
+
+  /**
+   * At a host's start, after `reap`: a QEMU kept for a sleeping agent held its RAM file reserved whole (a file is dug
+   * only once no QEMU may run on it); one that died with an earlier fleet-agent left it so, its whole size on disk until
+   * the agent's next hibernation. Dug now, as the kept QEMU's end would have. Only a file reserved whole, under a
+   * snapshot: a few (the kept QEMUs were bounded), not every sleeping agent's data read again at each start.
+   */
+  async digLeftReserved(spec: VmSpec): Promise<void> {
+    const paths = vmPaths(spec.stateDir);
+    const { manifest, problem } = await readManifest(paths.manifest);
     if (manifest && !problem && (await reservedWhole(paths.ram))) this.deps.space.dig(spec.vmId, paths.ram, this.deps.space.ticket(spec.vmId));
   }
 
