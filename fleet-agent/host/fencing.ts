@@ -7,7 +7,7 @@ import type { AgentSpec } from "../../contracts/agent.ts";
 import { withDeadline } from "../deadline.ts";
 import type { EventLog } from "../event-log.ts";
 import type { HostFs } from "../host-fs.ts";
-import type { AgentOwner, HostStore } from "../store.ts";
+import { awakeStates, type AgentOwner, type HostStore } from "../store.ts";
 import type { VmEntry } from "../vm-entry.ts";
 import type { Eviction } from "./eviction.ts";
 import type { DiskGenerations } from "./generations.ts";
@@ -209,9 +209,7 @@ export class Fencing {
   }
 }
 
-/** A copy that runs nothing here: no entry (only its files), or one asleep. */
+/** A copy that runs nothing here: no entry (only its files), or one in none of the awake states. */
 function asleep(entry: VmEntry | undefined): boolean {
-  return (
-    !entry || entry.state === "hibernated" || entry.state === "stopped" || entry.state === "failed" || entry.state === "creating" || entry.state === "destroyed"
-  );
+  return !entry || !awakeStates.includes(entry.state);
 }
