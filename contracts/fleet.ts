@@ -138,13 +138,17 @@ export interface LogReadOptions {
 
 const serverTimingNames: Partial<Record<keyof WakeTimings, string>> = { queuedMs: "queue", restoreMs: "restore", clockFixMs: "clockfix", bootMs: "boot" };
 
-/** `server-timing` entries for a wake: what the client waited for, in ms. */
+/**
+ * `server-timing` entries for a wake: what the client waited for, in ms; a restore's sleep tier as its description
+ * (`restore;dur=6.9;desc=kept`), so a client tells a wake from a kept QEMU from one that started a new QEMU.
+ */
 export function serverTiming(timings: WakeTimings): string {
   let out = "";
   for (const key of Object.keys(serverTimingNames) as (keyof WakeTimings)[]) {
     const value = timings[key];
     if (value === undefined) continue;
     out += `${out ? ", " : ""}${serverTimingNames[key]};dur=${value}`;
+    if (key === "restoreMs" && timings.tier) out += `;desc=${timings.tier}`;
   }
   return out;
 }

@@ -180,6 +180,13 @@ describe("host: a failed hibernate", () => {
   });
 });
 
+describe("server-timing", () => {
+  it("names a restore's sleep tier as its description", () => {
+    expect(serverTiming({ restoreMs: 6.9, tier: "kept", clockFixMs: 2 })).toBe("restore;dur=6.9;desc=kept, clockfix;dur=2");
+    expect(serverTiming({ restoreMs: 120 })).toBe("restore;dur=120");
+  });
+});
+
 describe("host: a restore that fell back to a cold boot", () => {
   it("is reported as a boot: bootMs in the wake, the run and server-timing, no restoreMs", async () => {
     const { host, fake, store } = setup();

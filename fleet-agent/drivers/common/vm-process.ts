@@ -311,24 +311,42 @@ async function waitAtMost(p: Promise<unknown>, ms: number): Promise<void> {
 }
 
 /**
+ * How long a crashed process stays findable by `onExit` after it is gone: a host asks right after a wake returns, and
+ * a process that died in between must still be told. Long enough for any such gap, short enough that a host whose
+ * agents come and go keeps no trace of them (a dead process holds its ChildProcess, pipes and output tail).
+ */
+const CRASHED_KEPT_MS = 60_000;
+
+/**
  * The processes one driver started, found again by the VM they ran: a crash is told to onExit listeners also
- * after the driver has dropped the process from its own tables. Bounded: the oldest ended ones are forgotten.
+ * after the driver has dropped the process from its own tables. A process the driver ended itself is forgotten at
+ * its end (nobody is to be told of it); a crashed one `CRASHED_KEPT_MS` later.
  */
 export class VmProcesses {
   private readonly byPid = new Map<number, VmProcess>();
 
+  private readonly crashedKeptMs: number;
+
+  constructor(crashedKeptMs = CRASHED_KEPT_MS) {
+    this.crashedKeptMs = crashedKeptMs;
+  }
+
   add(proc: VmProcess): void {
-    if (proc.pid === undefined) return;
-    this.byPid.delete(proc.pid);
-    this.byPid.set(proc.pid, proc);
-    if (this.byPid.size > 1000) {
-      for (const [pid, p] of this.byPid) {
-        if (p.exit) {
-          this.byPid.delete(pid);
-          break;
-        }
-      }
-    }
+    const pid = proc.pid;
+    if (pid === undefined) return;
+    this.byPid.set(pid, proc);
+    proc.onEnd(() => {
+      const forget = () => {
+        if (this.byPid.get(pid) === proc) this.byPid.delete(pid);
+      };
+      if (proc.stopping) forget();
+      else setTimeout(forget, this.crashedKeptMs).unref();
+    });
+  }
+
+  /** How many processes are findable (running, or crashed within `CRASHED_KEPT_MS`): for tests of the bound. */
+  get size(): number {
+    return this.byPid.size;
   }
 
   /** `VmDriver.onExit`: the process that runs `vm`, if it was this driver's. */

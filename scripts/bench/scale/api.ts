@@ -38,12 +38,14 @@ export async function callAgent(api: Api, id: string, timeoutMs = 120_000) {
   const res = await fetch(`${api.url}/a/${id}/counter`, { headers: api.headers, signal: AbortSignal.timeout(timeoutMs) });
   const firstByteMs = performance.now() - t0;
   const text = await res.text();
-  const restore = /restore;dur=([\d.]+)/.exec(res.headers.get("server-timing") ?? "")?.[1];
+  const restore = /restore;dur=([\d.]+)(?:;desc=(\w+))?/.exec(res.headers.get("server-timing") ?? "");
   return {
     status: res.status,
     firstByteMs,
     wake: res.headers.get("x-wake") ?? "",
-    restoreMs: restore === undefined ? undefined : Number(restore),
+    restoreMs: restore ? Number(restore[1]) : undefined,
+    /** A restore's sleep tier (kept, prestarted, files). */
+    tier: restore?.[2],
     text,
   };
 }

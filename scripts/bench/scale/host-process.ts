@@ -15,6 +15,14 @@ export interface HostProcess {
   /** Where the child's own output goes (its log lines at LOG_LEVEL). */
   logFile: string;
   proc: ChildProcess;
+  /** What the host's last full collection left live (its `MEMORY` line, after a SIGUSR2), bytes. */
+  memory: HostMemory | undefined;
+}
+
+export interface HostMemory {
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
 }
 
 /** Starts the system with `env` (DATA_DIR set by the caller) and resolves once it prints READY; its output goes to `logFile`. */
@@ -26,6 +34,7 @@ export async function startHost(opts: { env: Record<string, string>; imageDir: s
   const log = createWriteStream(opts.logFile);
   proc.stderr!.pipe(log);
   const lines = createInterface({ input: proc.stdout! });
+  const host = { dataDir: opts.dataDir, logFile: opts.logFile, proc, memory: undefined as HostMemory | undefined };
   const ready = await new Promise<{ url: string; token: string; pid: number }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new AppError("internal", `the system did not start in 180 s (see ${opts.logFile})`)), 180_000);
     proc.once("exit", (code) => {
@@ -33,13 +42,17 @@ export async function startHost(opts: { env: Record<string, string>; imageDir: s
       reject(new AppError("internal", `the system exited (${code}) before it was ready (see ${opts.logFile})`));
     });
     lines.on("line", (line) => {
+      if (line.startsWith("MEMORY ")) {
+        host.memory = JSON.parse(line.slice(7)) as HostMemory;
+        return;
+      }
       log.write(`${line}\n`);
       if (!line.startsWith("READY ")) return;
       clearTimeout(timer);
       resolve(JSON.parse(line.slice(6)) as { url: string; token: string; pid: number });
     });
   });
-  return { ...ready, dataDir: opts.dataDir, logFile: opts.logFile, proc };
+  return Object.assign(host, ready);
 }
 
 /** Resident memory of `pid`, KiB (VmRSS). */

@@ -5,13 +5,17 @@ import { loadavg } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import { allocatedBytes } from "../density/measure.ts";
 import { median, round } from "../figures.ts";
-import { fdCount, qemuPids, rssKiB } from "./host-process.ts";
+import { fdCount, qemuPids, rssKiB, type HostProcess } from "./host-process.ts";
 
 export const MiB = 1024 * 1024;
 export const r1 = (x: number) => round(x, 1);
 
 export interface HostSample {
   rssKiB: number;
+  /** The JS heap live after a full collection, KiB (the median sample's). */
+  heapKiB: number;
+  /** Memory outside the JS heap that JS objects hold (buffers, native handles), KiB. */
+  externalKiB: number;
   fds: number;
   /** QEMUs of this host: its awake agents' and the paused ones it keeps for hibernated agents. */
   qemus: number;
@@ -21,16 +25,28 @@ export interface HostSample {
  * The host's RSS and fds, each the median of `n` samples `everyMs` apart; each RSS sample a moment after a full garbage
  * collection of the host (system.ts: SIGUSR2), which otherwise moves it by 100 MB and more.
  */
-export async function sampleHost(pid: number, dataDir: string, n = 5, everyMs = 1000): Promise<HostSample> {
+export async function sampleHost(host: HostProcess, n = 5, everyMs = 1000): Promise<HostSample> {
   const rss: number[] = [];
   const fds: number[] = [];
+  const heap: number[] = [];
+  const external: number[] = [];
   for (let i = 0; i < n; i++) {
-    process.kill(pid, "SIGUSR2");
+    process.kill(host.pid, "SIGUSR2");
     await sleep(everyMs);
-    rss.push(rssKiB(pid));
-    fds.push(fdCount(pid));
+    rss.push(rssKiB(host.pid));
+    fds.push(fdCount(host.pid));
+    if (host.memory) {
+      heap.push(host.memory.heapUsed / 1024);
+      external.push(host.memory.external / 1024);
+    }
   }
-  return { rssKiB: median(rss), fds: median(fds), qemus: qemuPids(dataDir).length };
+  return {
+    rssKiB: median(rss),
+    heapKiB: heap.length ? median(heap) : NaN,
+    externalKiB: external.length ? median(external) : NaN,
+    fds: median(fds),
+    qemus: qemuPids(host.dataDir).length,
+  };
 }
 
 /** Allocated bytes under `dir` (du: stat blocks; a reflinked block counts in every file that has it). */

@@ -121,24 +121,32 @@ export async function hibernateMany(
   };
 }
 
-/** `samples` wakes of a random sleeping agent among `ids`, one at a time, each hibernated again after: first byte p50/p99, and how they woke. */
+/**
+ * `samples` wakes of a random sleeping agent among `ids`, one at a time, each hibernated again after: first byte
+ * p50/p99, how they woke, and the same per sleep tier (a kept QEMU's wake and a new QEMU's differ by design).
+ */
 export async function wakeSamples(api: Api, ids: string[], samples: number) {
   const ms: number[] = [];
   const restoreMs: number[] = [];
   const wakes: Record<string, number> = {};
+  const byTier: Record<string, number[]> = {};
   for (let s = 0; s < samples; s++) {
     const id = ids[Math.floor(Math.random() * ids.length)]!;
     const r = await wakeAndHibernate(api, id);
     ms.push(r.firstByteMs);
     if (r.restoreMs !== undefined) restoreMs.push(r.restoreMs);
     wakes[r.wake] = (wakes[r.wake] ?? 0) + 1;
+    (byTier[r.tier ?? r.wake] ??= []).push(r.firstByteMs);
   }
+  const tiers: Record<string, { n: number; p50: number; p99: number }> = {};
+  for (const [tier, t] of Object.entries(byTier)) tiers[tier] = { n: t.length, p50: r1(percentile(t, 50)), p99: r1(percentile(t, 99)) };
   return {
     p50: r1(percentile(ms, 50)),
     p99: r1(percentile(ms, 99)),
     max: r1(Math.max(...ms)),
     restoreP50: restoreMs.length ? r1(percentile(restoreMs, 50)) : null,
     wakes,
+    tiers,
     n: ms.length,
   };
 }

@@ -74,29 +74,52 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const h1 = await hibernateMany(api, sleepIds, 1, base, opts);
   if (h1.stoppedBecause) throw new AppError("internal", `could not hibernate ${base} agents: ${h1.stoppedBecause}`);
   const wakeBase = await wakeSamples(api, sleepIds.slice(0, base), o.wakeSamples);
-  say(`wake among ${base}: p50 ${wakeBase.p50} ms, p99 ${wakeBase.p99} ms (${JSON.stringify(wakeBase.wakes)}, restore p50 ${wakeBase.restoreP50} ms)`);
+  say(`wake among ${base}: p50 ${wakeBase.p50} ms, p99 ${wakeBase.p99} ms (${JSON.stringify(wakeBase.tiers)}, restore p50 ${wakeBase.restoreP50} ms)`);
   await sleep(5000);
-  const atBase = await sampleHost(host.pid, host.dataDir);
+  const atBase = await sampleHost(host);
   const duBase = duBytes(hostsDir);
   const usedBase = await usedBytes(diskDirs[0]!);
-  say(`at ${base} asleep: host RSS ${Math.round(atBase.rssKiB / 1024)} MiB, ${atBase.fds} fds, ${atBase.qemus} QEMUs; vms ${Math.round(duBase / MiB)} MiB`);
+  say(
+    `at ${base} asleep: host RSS ${Math.round(atBase.rssKiB / 1024)} MiB, JS heap ${Math.round(atBase.heapKiB / 1024)} MiB, ${atBase.fds} fds, ${atBase.qemus} QEMUs; vms ${Math.round(duBase / MiB)} MiB`,
+  );
 
   const quietBase = await quietCpu(host.pid, trickle, o.quietS);
   for (const id of awakeIds) trickle.add(id);
   say(`quiet ${quietBase.wallS} s at ${base} asleep: the host used ${quietBase.cpuS} CPU s = ${quietBase.pct} % of a core`);
 
-  // 5. Up to N asleep, while the disk allows.
-  const h2 = await hibernateMany(api, sleepIds, base, o.hibernated, opts);
+  // 5. Up to N asleep, while the disk allows, with a sample half-way: past it the kept tier is full (its QEMUs are
+  // bounded by their budget, not by the agents asleep), so what grows from there on is what each sleeping agent costs.
+  const half = Math.max(base, Math.floor(o.hibernated / 2));
+  const h2a = await hibernateMany(api, sleepIds, base, half, opts);
+  let atHalf: HostSample | undefined;
+  let h2b: Awaited<ReturnType<typeof hibernateMany>> | undefined;
+  if (!h2a.stoppedBecause && half < o.hibernated) {
+    await sleep(5000);
+    atHalf = await sampleHost(host);
+    say(
+      `at ${half} asleep: host RSS ${Math.round(atHalf.rssKiB / 1024)} MiB, JS heap ${Math.round(atHalf.heapKiB / 1024)} MiB, ${atHalf.fds} fds, ${atHalf.qemus} QEMUs`,
+    );
+    h2b = await hibernateMany(api, sleepIds, half, o.hibernated, opts);
+  }
+  const h2 = {
+    done: h2a.done + (h2b?.done ?? 0),
+    stoppedBecause: h2b ? h2b.stoppedBecause : h2a.stoppedBecause,
+    firstCallP50Ms: h2b?.firstCallP50Ms || h2a.firstCallP50Ms,
+    hibernateP50Ms: h2b?.hibernateP50Ms || h2a.hibernateP50Ms,
+    wakes: { ...h2a.wakes, ...Object.fromEntries(Object.entries(h2b?.wakes ?? {}).map(([k, v]) => [k, v + (h2a.wakes[k] ?? 0)])) },
+  };
   const n = base + h2.done;
   if (h2.stoppedBecause) say(`stopped at ${n}/${o.hibernated} asleep: ${h2.stoppedBecause}`);
   const sleeping = sleepIds.slice(0, n);
   await sleep(5000);
-  const atN = await sampleHost(host.pid, host.dataDir);
+  const atN = await sampleHost(host);
   const duN = duBytes(hostsDir);
   const usedN = await usedBytes(diskDirs[0]!);
-  say(`at ${n} asleep: host RSS ${Math.round(atN.rssKiB / 1024)} MiB, ${atN.fds} fds, ${atN.qemus} QEMUs; vms ${Math.round(duN / MiB)} MiB`);
+  say(
+    `at ${n} asleep: host RSS ${Math.round(atN.rssKiB / 1024)} MiB, JS heap ${Math.round(atN.heapKiB / 1024)} MiB, ${atN.fds} fds, ${atN.qemus} QEMUs; vms ${Math.round(duN / MiB)} MiB`,
+  );
   const wakeN = await wakeSamples(api, sleeping, o.wakeSamples);
-  say(`wake among ${n}: p50 ${wakeN.p50} ms, p99 ${wakeN.p99} ms (${JSON.stringify(wakeN.wakes)}, restore p50 ${wakeN.restoreP50} ms)`);
+  say(`wake among ${n}: p50 ${wakeN.p50} ms, p99 ${wakeN.p99} ms (${JSON.stringify(wakeN.tiers)}, restore p50 ${wakeN.restoreP50} ms)`);
 
   // 6. The API's list, a page of 100 at a time through every agent.
   const pages = await pageAll(api, 100);
@@ -115,6 +138,9 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const grown = n - base;
   const per = (a: HostSample, b: HostSample, k: keyof HostSample) => (grown > 0 ? (b[k] - a[k]) / grown : NaN);
   const rssPer = r1(per(atBase, atN, "rssKiB"));
+  const heapPer = r1(per(atBase, atN, "heapKiB"));
+  const grownSecond = n - half;
+  const perSecond = (k: keyof HostSample) => (atHalf && grownSecond > 0 ? r1((atN[k] - atHalf[k]) / grownSecond) : null);
   const fdsPer = Math.round(per(atBase, atN, "fds") * 1000) / 1000;
   const duPer = grown > 0 ? r1((duN - duBase) / grown / MiB) : NaN;
   const statfsPer = grown > 0 ? r1((usedN - usedBase) / grown / MiB) : NaN;
@@ -127,6 +153,19 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     awake_agents: o.awake,
     mem_mib: o.memMiB,
     rss_kb_per_hibernated_agent: rssPer,
+    heap_kb_per_hibernated_agent: heapPer,
+    external_kb_per_hibernated_agent: r1(per(atBase, atN, "externalKiB")),
+    // From half-way to N: the kept tier full at both ends, so neither its QEMUs nor the first wakes' warm-up count.
+    second_half: atHalf
+      ? {
+          from: half,
+          to: n,
+          rss_kb_per_agent: perSecond("rssKiB"),
+          heap_kb_per_agent: perSecond("heapKiB"),
+          fds_per_agent: perSecond("fds"),
+          qemus: [atHalf.qemus, atN.qemus],
+        }
+      : null,
     fds_per_hibernated_agent: fdsPer,
     // On the loop image only this system writes, and statfs counts a block the clones share with the template once
     // (du counts it in every file); on the machine's shared disk statfs sees others' writes, and ext4 shares nothing.
@@ -143,6 +182,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     wake_p99_ms_among_10: wakeBase.p99,
     wake_p99_ratio: ratio,
     wake_kinds: { among_n: wakeN.wakes, among_10: wakeBase.wakes },
+    wake_tiers: { among_n: wakeN.tiers, among_10: wakeBase.tiers },
     wake_restore_p50_ms: { among_n: wakeN.restoreP50, among_10: wakeBase.restoreP50 },
     wake_samples: o.wakeSamples,
     api_page_p50_ms: pageP50,
@@ -164,8 +204,14 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
       p99_ms: r1(percentile(trickle.latencies, 99)),
       ...(trickle.lastError ? { last_error: trickle.lastError } : {}),
     },
-    host_at_10: { rss_mib: r1(atBase.rssKiB / 1024), fds: atBase.fds, qemus: atBase.qemus, vms_mib: Math.round(duBase / MiB) },
-    host_at_n: { rss_mib: r1(atN.rssKiB / 1024), fds: atN.fds, qemus: atN.qemus, vms_mib: Math.round(duN / MiB) },
+    host_at_10: {
+      rss_mib: r1(atBase.rssKiB / 1024),
+      heap_mib: r1(atBase.heapKiB / 1024),
+      fds: atBase.fds,
+      qemus: atBase.qemus,
+      vms_mib: Math.round(duBase / MiB),
+    },
+    host_at_n: { rss_mib: r1(atN.rssKiB / 1024), heap_mib: r1(atN.heapKiB / 1024), fds: atN.fds, qemus: atN.qemus, vms_mib: Math.round(duN / MiB) },
     fs: setup.fs,
     fs_is: fsType,
     database: setup.database,

@@ -47,7 +47,7 @@ export async function runSoak(setup: ScaleSetup, o: SoakOptions) {
   const t0 = performance.now();
   const endAt = t0 + o.minutes * 60_000;
   const sample = async () => {
-    const h = await sampleHost(host.pid, host.dataDir, 3, 500);
+    const h = await sampleHost(host, 3, 500);
     const s: Sample = {
       atMin: (performance.now() - t0) / 60_000,
       rssMiB: r1(h.rssKiB / 1024),

@@ -19,5 +19,10 @@ const { driver, images, upstreams, exchanges } = selected;
 const system = await startAllInOne(allInOneConfigOf(settings, images), { driver, log, exchanges, ...(upstreams ? { upstreams } : {}) });
 console.log(`READY ${JSON.stringify({ url: system.url, token: system.demo.token, pid: process.pid, driver: driver.name })}`);
 stopOnSignals(() => system.stop(), log);
-// SIGUSR2: a full garbage collection (the process runs with --expose-gc), so the bench's RSS samples hold what is live.
-process.on("SIGUSR2", () => (globalThis as { gc?: () => void }).gc?.());
+// SIGUSR2: a full garbage collection (the process runs with --expose-gc), so the bench's RSS samples hold what is
+// live; then what the JS heap and buffers hold, as a `MEMORY {json}` line (what RSS shows besides is the allocator's).
+process.on("SIGUSR2", () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  const m = process.memoryUsage();
+  console.log(`MEMORY ${JSON.stringify({ heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers })}`);
+});
