@@ -21,8 +21,12 @@ export interface HostProcess {
 
 export interface HostMemory {
   heapUsed: number;
+  heapTotal: number;
   external: number;
   arrayBuffers: number;
+  /** The malloc trim after the collection handed pages back; how long it held the host, ms. */
+  trimmed: boolean;
+  trimMs: number;
 }
 
 /** Starts the system with `env` (DATA_DIR set by the caller) and resolves once it prints READY; its output goes to `logFile`. */

@@ -16,6 +16,8 @@ export interface HostSample {
   heapKiB: number;
   /** Memory outside the JS heap that JS objects hold (buffers, native handles), KiB. */
   externalKiB: number;
+  /** The longest malloc trim among the samples (it follows each collection), ms. */
+  trimMs: number;
   fds: number;
   /** QEMUs of this host: its awake agents' and the paused ones it keeps for hibernated agents. */
   qemus: number;
@@ -30,6 +32,7 @@ export async function sampleHost(host: HostProcess, n = 5, everyMs = 1000): Prom
   const fds: number[] = [];
   const heap: number[] = [];
   const external: number[] = [];
+  let trimMs = 0;
   for (let i = 0; i < n; i++) {
     process.kill(host.pid, "SIGUSR2");
     await sleep(everyMs);
@@ -38,12 +41,14 @@ export async function sampleHost(host: HostProcess, n = 5, everyMs = 1000): Prom
     if (host.memory) {
       heap.push(host.memory.heapUsed / 1024);
       external.push(host.memory.external / 1024);
+      trimMs = Math.max(trimMs, host.memory.trimMs);
     }
   }
   return {
     rssKiB: median(rss),
     heapKiB: heap.length ? median(heap) : NaN,
     externalKiB: external.length ? median(external) : NaN,
+    trimMs,
     fds: median(fds),
     qemus: qemuPids(host.dataDir).length,
   };

@@ -7,6 +7,7 @@ import { ensureGuestImage } from "../../../fleet-agent/guest/build-image.ts";
 import { parseEnv } from "../../../lib/env.ts";
 import { createLogger } from "../../../lib/log.ts";
 import { stopOnSignals } from "../../../lib/signals.ts";
+import { trimMalloc } from "../../../lib/malloc-trim.ts";
 
 const { values } = parseArgs({ options: { "image-dir": { type: "string" } } });
 if (!values["image-dir"]) throw new Error("--image-dir DIR: the data directory whose guest image the VMs run");
@@ -20,9 +21,15 @@ const system = await startAllInOne(allInOneConfigOf(settings, images), { driver,
 console.log(`READY ${JSON.stringify({ url: system.url, token: system.demo.token, pid: process.pid, driver: driver.name })}`);
 stopOnSignals(() => system.stop(), log);
 // SIGUSR2: a full garbage collection (the process runs with --expose-gc), so the bench's RSS samples hold what is
-// live; then what the JS heap and buffers hold, as a `MEMORY {json}` line (what RSS shows besides is the allocator's).
+// live; then what the JS heap and buffers hold, as a `MEMORY {json}` line.
+// The collection is followed by a malloc trim, as the host does by itself every 30 s once its RSS grew (lib/malloc-trim.ts).
 process.on("SIGUSR2", () => {
   (globalThis as { gc?: () => void }).gc?.();
+  const t0 = performance.now();
+  const trimmed = trimMalloc();
+  const trimMs = Math.round((performance.now() - t0) * 10) / 10;
   const m = process.memoryUsage();
-  console.log(`MEMORY ${JSON.stringify({ heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers })}`);
+  console.log(
+    `MEMORY ${JSON.stringify({ heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers, trimmed, trimMs })}`,
+  );
 });
