@@ -54,6 +54,17 @@ export async function sampleHost(host: HostProcess, n = 5, everyMs = 1000): Prom
   };
 }
 
+/** A sample as the log says it (`vmsBytes`: the VMs' disk, when measured). */
+export function describeHost(s: HostSample, vmsBytes?: number): string {
+  const vms = vmsBytes === undefined ? "" : `; vms ${Math.round(vmsBytes / MiB)} MiB`;
+  return `host RSS ${Math.round(s.rssKiB / 1024)} MiB, JS heap ${Math.round(s.heapKiB / 1024)} MiB, ${s.fds} fds, ${s.qemus} QEMUs${vms}`;
+}
+
+/** A sample as the RESULT line gives it. */
+export function hostFigures(s: HostSample, vmsBytes: number) {
+  return { rss_mib: r1(s.rssKiB / 1024), heap_mib: r1(s.heapKiB / 1024), trim_ms: s.trimMs, fds: s.fds, qemus: s.qemus, vms_mib: Math.round(vmsBytes / MiB) };
+}
+
 /** Allocated bytes under `dir` (du: stat blocks; a reflinked block counts in every file that has it). */
 export function duBytes(dir: string): number {
   try {

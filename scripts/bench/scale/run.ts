@@ -5,7 +5,7 @@ import { AppError } from "../../../lib/errors.ts";
 import { percentile } from "../figures.ts";
 import { apiOf, callAgent, pageAll, pool } from "./api.ts";
 import { cpuSeconds } from "./host-process.ts";
-import { duBytes, machineState, MiB, r1, sampleHost, usedBytes, type HostSample } from "./measure.ts";
+import { describeHost, duBytes, hostFigures, machineState, MiB, r1, sampleHost, usedBytes, type HostSample } from "./measure.ts";
 import { hibernateMany, registerAgents, Trickle, wakeAndHibernate, wakeSamples } from "./phases.ts";
 import { startOnFs, type ScaleSetup } from "./setup.ts";
 
@@ -79,9 +79,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const atBase = await sampleHost(host);
   const duBase = duBytes(hostsDir);
   const usedBase = await usedBytes(diskDirs[0]!);
-  say(
-    `at ${base} asleep: host RSS ${Math.round(atBase.rssKiB / 1024)} MiB, JS heap ${Math.round(atBase.heapKiB / 1024)} MiB, ${atBase.fds} fds, ${atBase.qemus} QEMUs; vms ${Math.round(duBase / MiB)} MiB`,
-  );
+  say(`at ${base} asleep: ${describeHost(atBase, duBase)}`);
 
   const quietBase = await quietCpu(host.pid, trickle, o.quietS);
   for (const id of awakeIds) trickle.add(id);
@@ -96,9 +94,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   if (!h2a.stoppedBecause && half < o.hibernated) {
     await sleep(5000);
     atHalf = await sampleHost(host);
-    say(
-      `at ${half} asleep: host RSS ${Math.round(atHalf.rssKiB / 1024)} MiB, JS heap ${Math.round(atHalf.heapKiB / 1024)} MiB, ${atHalf.fds} fds, ${atHalf.qemus} QEMUs`,
-    );
+    say(`at ${half} asleep: ${describeHost(atHalf)}`);
     h2b = await hibernateMany(api, sleepIds, half, o.hibernated, opts);
   }
   const h2 = {
@@ -115,9 +111,7 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
   const atN = await sampleHost(host);
   const duN = duBytes(hostsDir);
   const usedN = await usedBytes(diskDirs[0]!);
-  say(
-    `at ${n} asleep: host RSS ${Math.round(atN.rssKiB / 1024)} MiB, JS heap ${Math.round(atN.heapKiB / 1024)} MiB, ${atN.fds} fds, ${atN.qemus} QEMUs; vms ${Math.round(duN / MiB)} MiB`,
-  );
+  say(`at ${n} asleep: ${describeHost(atN, duN)}`);
   const wakeN = await wakeSamples(api, sleeping, o.wakeSamples);
   say(`wake among ${n}: p50 ${wakeN.p50} ms, p99 ${wakeN.p99} ms (${JSON.stringify(wakeN.tiers)}, restore p50 ${wakeN.restoreP50} ms)`);
 
@@ -204,22 +198,8 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
       p99_ms: r1(percentile(trickle.latencies, 99)),
       ...(trickle.lastError ? { last_error: trickle.lastError } : {}),
     },
-    host_at_10: {
-      rss_mib: r1(atBase.rssKiB / 1024),
-      heap_mib: r1(atBase.heapKiB / 1024),
-      trim_ms: atBase.trimMs,
-      fds: atBase.fds,
-      qemus: atBase.qemus,
-      vms_mib: Math.round(duBase / MiB),
-    },
-    host_at_n: {
-      rss_mib: r1(atN.rssKiB / 1024),
-      heap_mib: r1(atN.heapKiB / 1024),
-      trim_ms: atN.trimMs,
-      fds: atN.fds,
-      qemus: atN.qemus,
-      vms_mib: Math.round(duN / MiB),
-    },
+    host_at_10: hostFigures(atBase, duBase),
+    host_at_n: hostFigures(atN, duN),
     fs: setup.fs,
     fs_is: fsType,
     database: setup.database,
