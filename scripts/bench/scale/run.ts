@@ -87,11 +87,13 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
 
   // 5. Up to N asleep, while the disk allows, with a sample half-way: past it the kept tier is full (its QEMUs are
   // bounded by their budget, not by the agents asleep), so what grows from there on is what each sleeping agent costs.
-  const half = Math.max(base, Math.floor(o.hibernated / 2));
-  const h2a = await hibernateMany(api, sleepIds, base, half, opts);
+  // (A run too small to have a half beyond the first point goes straight to N.)
+  const half = Math.floor(o.hibernated / 2);
+  const sampleHalf = half > base;
+  const h2a = await hibernateMany(api, sleepIds, base, sampleHalf ? half : o.hibernated, opts);
   let atHalf: HostSample | undefined;
   let h2b: Awaited<ReturnType<typeof hibernateMany>> | undefined;
-  if (!h2a.stoppedBecause && half < o.hibernated) {
+  if (sampleHalf && !h2a.stoppedBecause) {
     await sleep(5000);
     atHalf = await sampleHost(host);
     say(`at ${half} asleep: ${describeHost(atHalf)}`);
