@@ -1,13 +1,23 @@
 // vitest: unit, integration (real Postgres from global setup) and end-to-end (real VMs) tests under test/.
+//
+// Two groups, one after the other: unit and integration tests two files at a time (each file has its own database
+// and ports; they wait on sockets and Postgres more than they compute), then the end-to-end tests one file at a time
+// (real VMs under TCG take a core each, and several of them time what they measure).
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     globalSetup: ["test/helpers/global-setup.ts"],
     testTimeout: 60_000,
     hookTimeout: 180_000,
     pool: "forks",
     reporters: ["default"],
+    projects: [
+      {
+        extends: true,
+        test: { name: "unit+integration", include: ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"], maxWorkers: 2, sequence: { groupOrder: 0 } },
+      },
+      { extends: true, test: { name: "e2e", include: ["test/e2e/**/*.test.ts"], maxWorkers: 1, sequence: { groupOrder: 1 } } },
+    ],
   },
 });
