@@ -21,11 +21,8 @@ export interface HostProcess {
 
 export interface HostMemory {
   heapUsed: number;
-  heapTotal: number;
   external: number;
-  arrayBuffers: number;
-  /** The malloc trim after the collection handed pages back; how long it held the host, ms. */
-  trimmed: boolean;
+  /** How long the malloc trim after the collection held the host, ms. */
   trimMs: number;
 }
 

@@ -99,12 +99,14 @@ export async function runScale(setup: ScaleSetup, o: ScaleOptions) {
     say(`at ${half} asleep: ${describeHost(atHalf)}`);
     h2b = await hibernateMany(api, sleepIds, half, o.hibernated, opts);
   }
+  const wakes = { ...h2a.wakes };
+  for (const [kind, count] of Object.entries(h2b?.wakes ?? {})) wakes[kind] = (wakes[kind] ?? 0) + count;
   const h2 = {
     done: h2a.done + (h2b?.done ?? 0),
     stoppedBecause: h2b ? h2b.stoppedBecause : h2a.stoppedBecause,
     firstCallP50Ms: h2b?.firstCallP50Ms || h2a.firstCallP50Ms,
     hibernateP50Ms: h2b?.hibernateP50Ms || h2a.hibernateP50Ms,
-    wakes: { ...h2a.wakes, ...Object.fromEntries(Object.entries(h2b?.wakes ?? {}).map(([k, v]) => [k, v + (h2a.wakes[k] ?? 0)])) },
+    wakes,
   };
   const n = base + h2.done;
   if (h2.stoppedBecause) say(`stopped at ${n}/${o.hibernated} asleep: ${h2.stoppedBecause}`);
