@@ -5,7 +5,9 @@
 //   (a) direct to an upstream process,
 //   (b) through the gateway started as `npm start` starts it (its own process, embedded database, process driver),
 //       to its warm demo agent (the same workload), with a bearer token,
-//   (c) through nginx `proxy_pass` with upstream keepalive (one worker, like the gateway's one event loop).
+//   (c) through nginx `proxy_pass` with upstream keepalive (one worker, like the gateway's one event loop),
+//   (d) through a bare Node TCP relay (bench/byte-relay.ts: bytes passed on unread, no HTTP at all): the floor of any
+//       proxy written on Node, so the run says how much of the gap to nginx is the gateway's and how much Node's.
 // Prints one table and, last, `RESULT {json}`. Everything listens on loopback; every child is stopped at the end.
 //
 // | variable | default | meaning |
@@ -14,7 +16,7 @@
 // | BENCH_THREADS | 1 | wrk threads |
 // | BENCH_NGINX_WORKERS | 1 | nginx worker processes |
 // | BENCH_PROFILE | (unset) | a directory: the gateway runs with --cpu-prof and writes its profile there |
-// | BENCH_TARGETS | direct,nginx,gateway | which targets to load (the RESULT ratios need all three) |
+// | BENCH_TARGETS | direct,nginx,gateway,relay | which targets to load (the RESULT ratios need direct, nginx and gateway) |
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -33,9 +35,10 @@ const connections = int(env, "BENCH_CONNECTIONS", 32, { min: 1, max: 10_000 });
 const threads = int(env, "BENCH_THREADS", 1, { min: 1, max: 64 });
 const nginxWorkers = int(env, "BENCH_NGINX_WORKERS", 1, { min: 1, max: 64 });
 const profileDir = optStr(env, "BENCH_PROFILE");
-const targets = new Set((optStr(env, "BENCH_TARGETS") ?? "direct,nginx,gateway").split(",").map((t) => t.trim()));
+const targets = new Set((optStr(env, "BENCH_TARGETS") ?? "direct,nginx,gateway,relay").split(",").map((t) => t.trim()));
 const root = fileURLToPath(new URL("..", import.meta.url));
 const demo = join(root, "fleet-agent/workloads/demo.ts");
+const byteRelay = join(root, "scripts/bench/byte-relay.ts");
 const work = mkdtempSync(join(tmpdir(), "agentvm-bench-"));
 const children: ChildProcess[] = [];
 let gatewayOutput = "";
@@ -106,6 +109,13 @@ function wrk(wrkPath: string, url: string, duration: number, headers: string[], 
 function startDemoUpstream(port: number): ChildProcess {
   const child = spawn(process.execPath, [demo], { env: { ...env, PORT: String(port) }, stdio: "ignore" });
   children.push(child);
+  return child;
+}
+
+async function startRelay(upstreamPort: number, port: number): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [byteRelay, String(port), String(upstreamPort)], { stdio: "ignore" });
+  children.push(child);
+  await waitForPort(port, 10_000);
   return child;
 }
 
@@ -188,6 +198,8 @@ async function main(): Promise<void> {
   startDemoUpstream(upstreamPort);
   await waitForPort(upstreamPort, 15_000);
   const nginx = await startNginx(upstreamPort, nginxPort);
+  const relayPort = await freePort();
+  const relay = targets.has("relay") ? await startRelay(upstreamPort, relayPort) : undefined;
   const gateway = await startGateway();
   const auth = [`Authorization: Bearer ${gateway.token}`];
   const gatewayUrl = `${gateway.url}/a/agt_demo/`;
@@ -225,6 +237,11 @@ async function main(): Promise<void> {
     wrk(wrkPath, url, warm, auth);
     results.nginx = wrk(wrkPath, url, seconds, auth, worker ? Number(worker) : undefined);
   }
+  if (relay) {
+    const url = `http://127.0.0.1:${relayPort}/`;
+    wrk(wrkPath, url, warm, auth);
+    results.relay = wrk(wrkPath, url, seconds, auth, relay.pid);
+  }
 
   console.log("\ntarget    req/s      p50 ms   p99 ms   proxy CPU µs/req   errors  non-2xx");
   for (const [name, r] of Object.entries(results)) {
@@ -237,6 +254,7 @@ async function main(): Promise<void> {
   const d = results.direct ?? none;
   const g = results.gateway ?? none;
   const n = results.nginx;
+  const r = results.relay;
   const result = {
     direct_rps: Math.round(d.rps),
     gateway_rps: Math.round(g.rps),
@@ -248,6 +266,9 @@ async function main(): Promise<void> {
     nginx_p99_ms: n ? round(n.p99Ms, 2) : null,
     gateway_cpu_us_per_req: g.proxyCpuUsPerReq ?? null,
     nginx_cpu_us_per_req: n?.proxyCpuUsPerReq ?? null,
+    relay_rps: r ? Math.round(r.rps) : null,
+    relay_vs_nginx: r && n ? round(r.rps / n.rps, 3) : null,
+    relay_cpu_us_per_req: r?.proxyCpuUsPerReq ?? null,
     gateway_errors: g.errors + g.non2xx,
     connections,
     threads,
