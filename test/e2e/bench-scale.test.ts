@@ -52,6 +52,10 @@ describe("bench:scale, small", () => {
     expect(r.wake_p99_ms_among_n as number).toBeLessThan(60_000);
     expect(r.api_page_p99_ms as number).toBeLessThan(10_000);
     expect(r.api_pages).toBe(3);
+    // Tier for tier: only tiers with 5 wakes at both sizes, each a positive ratio.
+    const byTier = r.wake_p99_ratio_by_tier as Record<string, number>;
+    expect(typeof byTier).toBe("object");
+    for (const [tier, v] of Object.entries(byTier)) expect(v > 0 && Number.isFinite(v), `${tier} = ${v}`).toBe(true);
     expect((r.trickle as { failed: number }).failed).toBe(0);
     expect(r.fs).toBe("ext4");
     expect(typeof r.fs_is).toBe("string");
