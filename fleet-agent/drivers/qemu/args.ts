@@ -204,8 +204,9 @@ export const MACHINE = "microvm,x-option-roms=off,pit=off,pic=off";
  * TCG's translated-code cache, MiB (QEMU's default is 1 GiB, most of it resident after a while). It fills to its size
  * and is most of a kept QEMU's memory, which the kept tier's budget weighs. Measured (bench:wake, kept tier): 64 → 32
  * takes a kept demo QEMU 83.5 → 65.7 MiB and a Python agent's 103 → 67.5 MiB, its wake 38.0 → 40.1 ms and boot 8.1 → 8.5
- * s; at 16 the Python agent's boot took 21 s (the cache thrashed). What 32 costs a big program (a build's buildah) was
- * not measured apart, so 64 stays the default; `QEMU_TCG_TB_MIB` trades it for a bigger kept tier.
+ * s; at 16 the Python agent's boot took 21 s (the cache thrashed). A build in the builder VM took about 1 % longer at
+ * 32. 64 stays the default because at 32 the Python agent's kept wake (40–43 ms) misses the kept tier's 40 ms;
+ * `QEMU_TCG_TB_MIB` trades that for a bigger kept tier.
  */
 export const TCG_TB_MIB = 64;
 
