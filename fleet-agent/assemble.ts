@@ -27,7 +27,7 @@ import type { ImageArtifact, ImageLocator } from "../contracts/image.ts";
 import { checkHostId, hostSecretPath } from "./host-identity.ts";
 import { serveUpstreams, type HostUpstreams } from "./upstreams/serve.ts";
 import type { ExchangeObserver } from "./egress/exchanges.ts";
-import { startMallocTrim } from "../lib/malloc-trim.ts";
+import { startMallocTrim } from "../lib/node-malloc-trim.ts";
 
 export interface HostRuntime {
   hostId: string;
@@ -181,7 +181,7 @@ export async function startHostRuntime(opts: {
   await host.start();
   upstreams?.runner.start();
   collector?.start();
-  // The process's freed memory back to the kernel now and then (lib/malloc-trim.c: why glibc keeps it otherwise).
+  // The process's freed memory back to the kernel now and then (lib/node-malloc-trim.c: why glibc keeps it otherwise).
   const trimmer = startMallocTrim(log.child({ component: "memory" }));
   return {
     hostId,

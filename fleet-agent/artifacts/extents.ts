@@ -2,7 +2,7 @@
 // much as reading data (the kernel fills the page cache with zeros), so the store reads only the extents.
 import { execFile } from "node:child_process";
 import { join } from "node:path";
-import { buildCTool, toolCacheDir, type CTool } from "../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir, type CTool } from "../../lib/node-c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "extents.c");
 

@@ -1,7 +1,7 @@
 // Builds the relay QEMU's guestfwd runs per guest connection to the egress proxy (relay.c) with gcc, once per source
-// (lib/c-tool.ts).
+// (lib/node-c-tool.ts).
 import { join } from "node:path";
-import { buildCTool, toolCacheDir } from "../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir } from "../../lib/node-c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "relay.c");
 

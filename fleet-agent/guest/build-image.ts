@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { gzipSync } from "node:zlib";
-import { compileStatic, gccVersion } from "../../lib/c-tool.ts";
+import { compileStatic, gccVersion } from "../../lib/node-c-tool.ts";
 import { takeLock } from "../../lib/node-lock.ts";
 import { rememberWhileAptUnchanged } from "./apt-memo.ts";
 import { GUEST_EXEC_HEADERS, GUEST_EXEC_SOURCES } from "./guest-exec/sources.ts";

@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { compileStatic, gccVersion } from "../../lib/c-tool.ts";
+import { compileStatic, gccVersion } from "../../lib/node-c-tool.ts";
 import { AppError } from "../../lib/errors.ts";
 import { buildahCommitScratch, buildahImageLabels, buildahRemoveImage, buildahSetup } from "./buildah.ts";
 import { takeLock } from "../../lib/node-lock.ts";

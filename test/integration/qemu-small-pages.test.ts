@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildCTool } from "../../lib/c-tool.ts";
+import { buildCTool } from "../../lib/node-c-tool.ts";
 import { cacheInSmallPages, smallPagesTool } from "../../fleet-agent/drivers/qemu/small-pages.ts";
 
 const MIB = 1 << 20;

@@ -1,12 +1,12 @@
-// The malloc trim addon (lib/malloc-trim.c): built with gcc, loaded into node, and it hands freed pages back, in a
+// The malloc trim addon (lib/node-malloc-trim.c): built with gcc, loaded into node, and it hands freed pages back, in a
 // node of its own (--expose-gc) whose heap is fragmented on purpose: freed buffers between ones still held.
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { mallocTrimmer } from "../../lib/malloc-trim.ts";
+import { mallocTrimmer } from "../../lib/node-malloc-trim.ts";
 
 const script = `
-import { mallocTrimmer } from ${JSON.stringify(join(import.meta.dirname, "../../lib/malloc-trim.ts"))};
+import { mallocTrimmer } from ${JSON.stringify(join(import.meta.dirname, "../../lib/node-malloc-trim.ts"))};
 const t = mallocTrimmer();
 if ("error" in t) { console.log(JSON.stringify({ error: t.error })); process.exit(0); }
 const keep = [];

@@ -10,7 +10,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
 import type { Logger } from "../../../lib/log.ts";
-import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir, type CTool } from "../../../lib/node-c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "exec-stub.c");
 

@@ -4,7 +4,7 @@
 // parent-death signal) while what it forked may outlive it until the next start reaps it.
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { buildCTool, toolCacheDir } from "../../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir } from "../../../lib/node-c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "pid-ns.c");
 

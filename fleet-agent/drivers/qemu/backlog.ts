@@ -2,7 +2,7 @@
 // listens on forwarded ports with a backlog of 1: with more than two simultaneous connects the host
 // kernel drops the handshake's last ACK and the clients wait 1, 2, 4 … 63 s, then get a reset. Measured
 // here: 40 concurrent requests took 56 s and 9 were reset; with the shim all 40 finish in ≈ 0.35 s.
-import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir, type CTool } from "../../../lib/node-c-tool.ts";
 
 export const LISTEN_BACKLOG = 256;
 

@@ -18,7 +18,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
 import { mkdir, open, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir, type CTool } from "../../../lib/node-c-tool.ts";
 import type { Logger } from "../../../lib/log.ts";
 import { WakeRefused } from "../common/restore-or-boot.ts";
 import { freeBytes, saysNoSpace } from "../common/snapshot-space.ts";

@@ -3,7 +3,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { buildCTool, toolCacheDir, type CTool } from "../../../lib/c-tool.ts";
+import { buildCTool, toolCacheDir, type CTool } from "../../../lib/node-c-tool.ts";
 
 const SOURCE = join(import.meta.dirname, "small-pages.c");
 const run = promisify(execFile);

@@ -7,7 +7,7 @@ import { ensureGuestImage } from "../../../fleet-agent/guest/build-image.ts";
 import { parseEnv } from "../../../lib/env.ts";
 import { createLogger } from "../../../lib/log.ts";
 import { stopOnSignals } from "../../../lib/signals.ts";
-import { trimMalloc } from "../../../lib/malloc-trim.ts";
+import { trimMalloc } from "../../../lib/node-malloc-trim.ts";
 
 const { values } = parseArgs({ options: { "image-dir": { type: "string" } } });
 if (!values["image-dir"]) throw new Error("--image-dir DIR: the data directory whose guest image the VMs run");
@@ -22,7 +22,7 @@ console.log(`READY ${JSON.stringify({ url: system.url, token: system.demo.token,
 stopOnSignals(() => system.stop(), log);
 // SIGUSR2: a full garbage collection (the process runs with --expose-gc), so the bench's RSS samples hold what is
 // live; then what the JS heap and buffers hold, as a `MEMORY {json}` line.
-// The collection is followed by a malloc trim, as the host does by itself every 30 s once its RSS grew (lib/malloc-trim.ts).
+// The collection is followed by a malloc trim, as the host does by itself every 30 s once its RSS grew (lib/node-malloc-trim.ts).
 process.on("SIGUSR2", () => {
   (globalThis as { gc?: () => void }).gc?.();
   const t0 = performance.now();

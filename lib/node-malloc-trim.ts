@@ -1,7 +1,7 @@
-// Gives the kernel back the memory malloc holds free, every so often (lib/malloc-trim.c says why): a host process's
+// Gives the kernel back the memory malloc holds free, every so often (lib/node-malloc-trim.c says why): a host process's
 // resident memory then follows what it uses, not the high-water mark of every wake it served.
 import { join } from "node:path";
-import { buildCTool, toolCacheDir } from "./c-tool.ts";
+import { buildCTool, toolCacheDir } from "./node-c-tool.ts";
 import type { Logger } from "./log.ts";
 
 /**
@@ -17,7 +17,7 @@ let loaded: Addon | { error: string } | undefined;
 /** The addon, built and loaded on first use, or why there is none (no gcc, not glibc): the process then does without. */
 export function mallocTrimmer(): Addon | { error: string } {
   if (loaded) return loaded;
-  const built = buildCTool({ file: join(import.meta.dirname, "malloc-trim.c") }, "malloc-trim", toolCacheDir("host"), { shared: true });
+  const built = buildCTool({ file: join(import.meta.dirname, "node-malloc-trim.c") }, "malloc-trim", toolCacheDir("host"), { shared: true });
   if ("error" in built) return (loaded = { error: built.error });
   try {
     const module = { exports: {} as Partial<Addon> };
