@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { eq, sql } from "drizzle-orm";
-import { hosts } from "../../schema/core.ts";
-import { startSystem, type TestSystem } from "../helpers/system.ts";
-import { cliJson, runAgentvm, type CliRun } from "../helpers/cli.ts";
+import { hosts } from "../../../schema/core.ts";
+import { startSystem, type TestSystem } from "../../helpers/system.ts";
+import { cliJson, runAgentvm, type CliRun } from "../../helpers/cli.ts";
 
 interface HostJson {
   id: string;

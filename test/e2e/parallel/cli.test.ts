@@ -5,12 +5,12 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { freePort } from "../../scripts/postgres-server.ts";
-import { startSystem, type TestSystem } from "../helpers/system.ts";
-import { waitFor } from "../helpers/wait.ts";
+import { freePort } from "../../../scripts/postgres-server.ts";
+import { startSystem, type TestSystem } from "../../helpers/system.ts";
+import { waitFor } from "../../helpers/wait.ts";
 
-const bin = fileURLToPath(new URL("../../bin/agentvm.js", import.meta.url));
-const printer = [process.execPath, fileURLToPath(new URL("../helpers/workloads/printer.ts", import.meta.url))];
+const bin = fileURLToPath(new URL("../../../bin/agentvm.js", import.meta.url));
+const printer = [process.execPath, fileURLToPath(new URL("../../helpers/workloads/printer.ts", import.meta.url))];
 
 interface Run {
   code: number;

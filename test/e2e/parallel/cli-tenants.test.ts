@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startSystem, type TestSystem } from "../helpers/system.ts";
-import { cliJson, runAgentvm, type CliRun } from "../helpers/cli.ts";
+import { startSystem, type TestSystem } from "../../helpers/system.ts";
+import { cliJson, runAgentvm, type CliRun } from "../../helpers/cli.ts";
 
 let sys: TestSystem;
 let home: string;

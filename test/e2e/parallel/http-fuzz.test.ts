@@ -13,9 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freshDatabase } from "../helpers/db.ts";
-import { startTarget, type Target } from "../../scripts/fuzz/target.ts";
-import { campaignFailures, resultLine, runCampaign } from "../../scripts/fuzz/campaign.ts";
+import { freshDatabase } from "../../helpers/db.ts";
+import { startTarget, type Target } from "../../../scripts/fuzz/target.ts";
+import { campaignFailures, resultLine, runCampaign } from "../../../scripts/fuzz/campaign.ts";
 
 const seed = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : 20_260_301;
 const work = mkdtempSync(join(tmpdir(), "agentvm-http-fuzz-"));
