@@ -2,7 +2,7 @@
 // rootfs with a non-root user: exec as the image's user, files owned by it, escapes resolved inside the root,
 // background processes frozen with the VM and ended with it, also with a fleet-agent killed -9 (the server's PID
 // namespace), the key. Real processes, real HTTP on loopback.
-import { execFileSync } from "node:child_process";
+import { type ChildProcess, execFileSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
@@ -242,13 +242,6 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
     // A stand-in fleet-agent: the driver in a process of its own, which boots the agent, starts its exec server and is
     // then killed -9.
     const { host: parent, answer: target } = await bootInStandInHost<ExecTarget>(work, { bootTimeoutMs: 10_000 }, s, "await d.execTarget(vm)");
-    const bg = await execRequest(
-      target,
-      "POST",
-      "/v1/exec",
-      encodeSpec({ cmd: ["/bin/sh", "-c", "(setsid sleep 603 </dev/null >/dev/null 2>&1 &); exec sleep 604"], background: true }),
-    );
-    expect(bg.status).toBe(201);
     const root = join(s.stateDir, "rootfs");
     const inRoot = () =>
       readdirSync("/proc").filter((p) => {
@@ -258,20 +251,45 @@ describe.skipIf(skip)("guest-exec on the process driver, a built image with a no
           return false;
         }
       });
-    const cmdOf = (p: string) => readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").join(" ").trim();
-    let before: string[] = [];
-    const deadline = Date.now() + 5000;
-    while (!["sleep 603", "sleep 604"].every((c) => (before = inRoot()).some((p) => cmdOf(p) === c)) && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 20));
-    expect(before.map(cmdOf)).toEqual(expect.arrayContaining(["sleep 603", "sleep 604"]));
-    parent.kill("SIGKILL");
-    const gone = Date.now() + 3000;
-    while (before.some((p) => processAlive(Number(p))) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
-    const left = before.filter((p) => processAlive(Number(p)));
-    for (const p of inRoot()) process.kill(Number(p), "SIGKILL"); // a failure's leftovers
-    expect(left).toEqual([]);
+    try {
+      await killedHostLeavesNothing(parent, target, inRoot);
+    } finally {
+      // A failure's leftovers: the stand-in host shares this worker's stderr, and a process left holding it keeps the
+      // test run's output open after the run.
+      parent.kill("SIGKILL");
+      for (const p of inRoot()) process.kill(Number(p), "SIGKILL");
+    }
   });
 });
+
+/** The body of the kill -9 test: a background process and its daemonised child, then the stand-in host killed. */
+async function killedHostLeavesNothing(parent: ChildProcess, target: ExecTarget, inRoot: () => string[]): Promise<void> {
+  const bg = await execRequest(
+    target,
+    "POST",
+    "/v1/exec",
+    encodeSpec({ cmd: ["/bin/sh", "-c", "(setsid sleep 603 </dev/null >/dev/null 2>&1 &); exec sleep 604"], background: true }),
+  );
+  expect(bg.status).toBe(201);
+  // A process listed a moment ago may have ended since (the shell that started the daemon).
+  const cmdOf = (p: string) => {
+    try {
+      return readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").join(" ").trim();
+    } catch {
+      return "";
+    }
+  };
+  let before: string[] = [];
+  const deadline = Date.now() + 5000;
+  while (!["sleep 603", "sleep 604"].every((c) => (before = inRoot()).some((p) => cmdOf(p) === c)) && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 20));
+  expect(before.map(cmdOf)).toEqual(expect.arrayContaining(["sleep 603", "sleep 604"]));
+  parent.kill("SIGKILL");
+  const gone = Date.now() + 3000;
+  while (before.some((p) => processAlive(Number(p))) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
+  const left = before.filter((p) => processAlive(Number(p)));
+  expect(left).toEqual([]);
+}
 
 describe.skipIf(skip)("guest-exec on the process driver, the demo workload", () => {
   it("serves files in an empty root of the VM's own (nothing of the host's), and ends with the VM", async () => {

@@ -263,13 +263,15 @@ describe("failover across hosts", () => {
     const onHost = ids.filter((id) => placed.get(id)!.hostId === "host_f2");
     expect(onHost.length).toBeGreaterThan(2);
     const statuses = new Map<number, number>();
+    const failures: string[] = [];
     let stop = false;
     const load = Promise.all(
       onHost.map(async (id, i) => {
         while (!stop) {
           const res = await call(i, `/a/${id}/counter`, { method: "POST" });
           statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-          await res.body?.cancel();
+          if (res.status !== 200) failures.push(`${id} ${res.status} ${await res.text()}`);
+          else await res.body?.cancel();
           await new Promise((r) => setTimeout(r, 150));
         }
       }),
@@ -285,6 +287,7 @@ describe("failover across hosts", () => {
     );
     stop = true;
     await load;
+    expect(failures).toEqual([]);
     expect([...statuses.keys()]).toEqual([200]);
     console.log(`drain: ${onHost.length} agents moved, ${statuses.get(200)} calls, all 200`);
     // Each moved agent's event log, read as the events API reads it (by id, the order the rows were written), tells one

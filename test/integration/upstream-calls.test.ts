@@ -20,7 +20,7 @@ import { operations } from "../../schema/operations.ts";
 import { parseEgressConfig } from "../../fleet-agent/egress/config.ts";
 import type { ExchangeObserver } from "../../fleet-agent/egress/exchanges.ts";
 import { EgressProxy } from "../../fleet-agent/egress/proxy.ts";
-import { UpstreamCalls } from "../../fleet-agent/egress/upstreams.ts";
+import { type BodyKeeper, UpstreamCalls } from "../../fleet-agent/egress/upstreams.ts";
 import { createBodyKeeper } from "../../fleet-agent/upstreams/bodies.ts";
 import { createUpstreamDirectory } from "../../fleet-agent/upstreams/directory.ts";
 import { createOperationJournal } from "../../fleet-agent/upstreams/journal.ts";
@@ -107,7 +107,7 @@ beforeAll(async () => {
     owner: (vmId) => owners[vmId],
     directory: createUpstreamDirectory({ db: database.db, key, clock: systemClock, cacheMs: 1000 }),
     journal: createOperationJournal(database.db),
-    bodies: createBodyKeeper({ store: undefined, dataDir: dir, scratchDir: join(dir, "scratch") }),
+    bodies: keeping(createBodyKeeper({ store: undefined, dataDir: dir, scratchDir: join(dir, "scratch") })),
     spoolDir: join(dir, "spool"),
     hostId: "host_t",
     clock: systemClock,
@@ -121,9 +121,24 @@ beforeAll(async () => {
 afterAll(async () => {
   await proxy?.close();
   model?.close();
+  // A body is kept after its answer has gone to the agent: one still being written would land in a removed directory.
+  await Promise.allSettled(keeps);
   await database?.close();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** Bodies being kept, for afterAll to wait on. */
+const keeps = new Set<Promise<unknown>>();
+function keeping(bodies: BodyKeeper): BodyKeeper {
+  return {
+    ...bodies,
+    keep(file) {
+      const kept = bodies.keep(file);
+      keeps.add(kept);
+      return kept;
+    },
+  };
+}
 
 interface Answer {
   status: number;
