@@ -38,6 +38,11 @@ export interface RemoteFleetDeps {
 
 /** `statuses` calls a page of a list has in flight at once (one per host and batch of ids). */
 const statusConcurrency = 8;
+/**
+ * Tries of a repeatable call that a draining host refuses (`host_draining`): the offer to hand the agent off, then the
+ * call without it, once more if the host could not claim the agent in the database in time (a database slow under load).
+ */
+const drainingTries = 3;
 /** A call's body up to this size (declared by its Content-Length) is read before it is sent, so it can be sent again (`handedOff`). */
 const repeatableBodyBytes = 64 * 1024;
 
@@ -102,16 +107,20 @@ export function createRemoteFleet(deps: RemoteFleetDeps): Fleet {
    * refuse to wake the sleeping agent (`host_draining`): then the agent is placed again, which moves it off the
    * draining host when its state can go (gateway/placement.ts), and the call goes once more, wherever it is placed,
    * without the offer. Otherwise the agent would wake on the draining host for as long as calls come, and never move.
+   * A draining host also answers `host_draining` to a call without the offer when the database did not confirm its
+   * claim in time (fleet-agent/host/fencing.ts): nothing reached the agent, so the call is placed and sent again, up to
+   * `drainingTries` in all, before the client sees the 503.
    */
   async function handedOff<T>(spec: AgentSpec, repeatable: boolean, send: (host: PlacedHost, handOff: boolean) => Promise<T>): Promise<T> {
     const host = await placement.hostFor(spec);
     if (!repeatable) return send(host, false);
-    try {
-      return await send(host, true);
-    } catch (err) {
-      if (!(err instanceof AppError) || err.code !== "host_draining") throw err;
-      placement.forget(spec.id);
-      return send(await placement.hostFor(spec), false);
+    for (let tries = 1; ; tries++) {
+      try {
+        return await send(tries === 1 ? host : await placement.hostFor(spec), tries === 1);
+      } catch (err) {
+        if (!(err instanceof AppError) || err.code !== "host_draining" || tries === drainingTries) throw err;
+        placement.forget(spec.id);
+      }
     }
   }
 

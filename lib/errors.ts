@@ -81,8 +81,9 @@ export const errorStatus = {
    */
   clock_skew: 503,
   /**
-   * The agent sleeps on a host that drains, and the gateway's call offered to place it elsewhere (`handOff`): the host
-   * did not wake it. The gateway places it again and repeats the call there; a client sees it only when it cannot.
+   * The agent sleeps on a host that drains, and the host did not wake it: the gateway's call offered to place it
+   * elsewhere (`handOff`), or the database did not confirm the host's claim in time. Nothing reached the agent; the
+   * gateway places it again and repeats the call there; a client sees it only when it cannot. `Retry-After`.
    */
   host_draining: 503,
   /** Postgres cannot be reached (or timed out): what needs it waits for it to come back; `Retry-After`. */

@@ -151,9 +151,10 @@ export class Fencing {
     } catch {
       // A draining host's sleeping agents are the gateways' to move as soon as their rows say they sleep: a wake here
       // without the claim could run beside a moved copy (fenced at the next heartbeat, with what this call did), and
-      // its transitions would land after the move in the agent's event log. The caller tries again.
+      // its transitions would land after the move in the agent's event log. The call reached nothing: its gateway
+      // places the agent again and repeats a call it can (gateway/remote-fleet.ts `handedOff`), else the caller does.
       if (this.deps.draining())
-        throw new AppError("host_unavailable", `host is draining and could not claim agent ${id} in the database (no answer in time, or an error); try again`, {
+        throw new AppError("host_draining", `host is draining and could not claim agent ${id} in the database (no answer in time, or an error); try again`, {
           retryAfterS: 1,
         });
       return;

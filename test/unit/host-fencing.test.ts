@@ -249,7 +249,7 @@ describe("host: a wake asks who owns the agent first", () => {
       return wake;
     };
     host.setDraining(true);
-    expect(await attempt()).toBe("host_unavailable");
+    expect(await attempt()).toBe("host_draining");
     expect(driver.wakes).toBe(0);
     answer();
     // Not draining: no gateway moves its sleeping agents, and a database that does not answer does not hold the wake.
