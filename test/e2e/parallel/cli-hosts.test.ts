@@ -1,12 +1,8 @@
 // `agentvm hosts ls|show|drain|undrain` against a real system (process driver, real Postgres, real sockets), run as a child process.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
 import { eq, sql } from "drizzle-orm";
 import { hosts } from "../../../schema/core.ts";
-import { startSystem, type TestSystem } from "../../helpers/system.ts";
-import { cliJson, runAgentvm, type CliRun } from "../../helpers/cli.ts";
+import { cliJson, cliSystem } from "../../helpers/cli.ts";
 
 interface HostJson {
   id: string;
@@ -18,29 +14,20 @@ interface HostJson {
   drainingAt: string | null;
 }
 
-let sys: TestSystem;
-let home: string;
-
-/** `agentvm …` with the system's URL and the operator token `npm start` prints unless `token` says. */
-const agentvm = (args: string[], token?: string): Promise<CliRun> => runAgentvm(args, { url: sys.url, token: token ?? sys.operatorToken, home });
+const cli = cliSystem("hosts");
+const agentvm = cli.agentvm;
 const json = cliJson;
 
 beforeAll(async () => {
-  sys = await startSystem();
-  home = mkdtempSync(join(tmpdir(), "agentvm-cli-hosts-home-"));
   // A second host that stopped heartbeating a minute ago, beside the system's own live one.
-  await sys.database.db.execute(
+  await cli.sys.database.db.execute(
     sql`insert into hosts (id, url, driver, capacity_mib, last_heartbeat_at) values ('zz-gone', 'http://127.0.0.1:9', 'process', 2048, now() - interval '61 seconds')`,
   );
-}, 60_000);
-afterAll(async () => {
-  await sys?.stop();
-  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 describe("agentvm hosts", () => {
   it("ls shows each host's health in a table and as JSON over every page", async () => {
-    const hostId = sys.host.hostId;
+    const hostId = cli.sys.host.hostId;
     const table = await agentvm(["hosts", "ls"]);
     expect(table.code, table.err).toBe(0);
     const lines = table.out.trimEnd().split("\n");
@@ -56,11 +43,11 @@ describe("agentvm hosts", () => {
   });
 
   it("drain → show → undrain changes the host's row; unknown ids exit 1 with the API's message; a tenant token is refused", async () => {
-    const hostId = sys.host.hostId;
+    const hostId = cli.sys.host.hostId;
     const drained = await agentvm(["hosts", "drain", hostId]);
     expect(drained.code, drained.err).toBe(0);
     expect(drained.out).toMatch(new RegExp(`^${hostId} draining since \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ; \\d+ agent\\(s\\) on it, \\d+ awake\\n$`));
-    const row = (await sys.database.db.select({ at: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId)))[0]!;
+    const row = (await cli.sys.database.db.select({ at: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId)))[0]!;
     expect(row.at).toBeInstanceOf(Date);
 
     const shown = await agentvm(["hosts", "show", hostId]);
@@ -72,12 +59,12 @@ describe("agentvm hosts", () => {
 
     const undrained = await agentvm(["hosts", "undrain", hostId]);
     expect([undrained.code, undrained.out]).toEqual([0, `${hostId} healthy\n`]);
-    expect((await sys.database.db.select({ at: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId)))[0]!.at).toBeNull();
+    expect((await cli.sys.database.db.select({ at: hosts.drainingAt }).from(hosts).where(eq(hosts.id, hostId)))[0]!.at).toBeNull();
 
     const missing = await agentvm(["hosts", "drain", "no-such-host"]);
     expect(missing.code).toBe(1);
     expect(missing.err).toMatch(/^error not_found: host no-such-host not found \(request req_\w+\)$/m);
-    const refused = await agentvm(["hosts", "ls"], await sys.token());
+    const refused = await agentvm(["hosts", "ls"], await cli.sys.token());
     expect(refused.code).toBe(1);
     expect(refused.err).toMatch(/^error forbidden: token lacks the operator scope \(request req_\w+\)$/m);
   });

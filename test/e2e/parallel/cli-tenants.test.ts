@@ -1,26 +1,10 @@
 // `agentvm tenants …` and `agentvm token --operator` against a real system (process driver, real Postgres, real sockets), run as a child process.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { startSystem, type TestSystem } from "../../helpers/system.ts";
-import { cliJson, runAgentvm, type CliRun } from "../../helpers/cli.ts";
+import { describe, expect, it } from "vitest";
+import { cliJson, cliSystem } from "../../helpers/cli.ts";
 
-let sys: TestSystem;
-let home: string;
-
-/** `agentvm …` with the system's URL and the operator token `npm start` prints unless `token` says. */
-const agentvm = (args: string[], token?: string): Promise<CliRun> => runAgentvm(args, { url: sys.url, token: token ?? sys.operatorToken, home });
+const cli = cliSystem("tenants");
+const agentvm = cli.agentvm;
 const json = cliJson;
-
-beforeAll(async () => {
-  sys = await startSystem();
-  home = mkdtempSync(join(tmpdir(), "agentvm-cli-tenants-home-"));
-}, 60_000);
-afterAll(async () => {
-  await sys?.stop();
-  if (home) rmSync(home, { recursive: true, force: true });
-});
 
 describe("agentvm tenants", () => {
   it("create → ls → show → suspend → resume → rm with the operator token npm start gives", async () => {
@@ -48,9 +32,9 @@ describe("agentvm tenants", () => {
     ).toEqual(["ten_cli", "ten_demo", generated.out.trim()].sort());
 
     // The tenant's agent, so suspension has something to hibernate.
-    const tenantToken = await sys.token({ tenant: "ten_cli" });
-    const agent = await sys.createAgent({ idleTimeoutMs: 600_000 }, tenantToken);
-    expect((await sys.call(`/a/${agent.id}/`, { token: tenantToken })).status).toBe(200);
+    const tenantToken = await cli.sys.token({ tenant: "ten_cli" });
+    const agent = await cli.sys.createAgent({ idleTimeoutMs: 600_000 }, tenantToken);
+    expect((await cli.sys.call(`/a/${agent.id}/`, { token: tenantToken })).status).toBe(200);
 
     const suspended = await agentvm(["tenants", "suspend", "ten_cli", "--reason", "abuse report 42"]);
     expect(suspended.code, suspended.err).toBe(0);
@@ -80,30 +64,30 @@ describe("agentvm tenants", () => {
   }, 60_000);
 
   it("a tenant token is refused the operator commands; whoami (and bare `tenants`) read the token's claims", async () => {
-    const refused = await agentvm(["tenants", "ls"], sys.demo.token);
+    const refused = await agentvm(["tenants", "ls"], cli.sys.demo.token);
     expect(refused.code).toBe(1);
     expect(refused.err).toMatch(/^error forbidden: token lacks the operator scope/m);
     for (const args of [["tenants", "whoami"], ["tenants"], ["tenants", "show"]]) {
-      const who = await agentvm(args, sys.demo.token);
+      const who = await agentvm(args, cli.sys.demo.token);
       expect(who.code, who.err).toBe(0);
-      expect(who.out).toMatch(new RegExp(`^tenant\\s+${sys.demo.tenantId}$`, "m"));
+      expect(who.out).toMatch(new RegExp(`^tenant\\s+${cli.sys.demo.tenantId}$`, "m"));
       expect(who.out).toMatch(/^scopes\s+agents:invoke agents:admin agents:exec images:read images:write usage:read$/m);
     }
     expect((await agentvm(["tenants", "whoami"])).out).toMatch(/^scopes\s+operator$/m);
   });
 
   it("agentvm token --operator mints an operator-only token the gateway takes; the default scopes never include operator", async () => {
-    const minted = await agentvm(["token", "--operator", "--data-dir", sys.dataDir]);
+    const minted = await agentvm(["token", "--operator", "--data-dir", cli.sys.dataDir]);
     expect(minted.code, minted.err).toBe(0);
     const token = minted.out.trim();
     expect((await agentvm(["tenants", "whoami"], token)).out).toMatch(/^tenant\s+ten_operator$/m);
     expect(json<{ tenants: unknown[] }>(await agentvm(["tenants", "ls", "--json"], token)).tenants.length).toBeGreaterThan(0);
-    const plain = (await agentvm(["token", "--tenant", sys.demo.tenantId, "--data-dir", sys.dataDir])).out.trim();
+    const plain = (await agentvm(["token", "--tenant", cli.sys.demo.tenantId, "--data-dir", cli.sys.dataDir])).out.trim();
     expect((await agentvm(["tenants", "whoami"], plain)).out).toMatch(
       /^scopes\s+agents:invoke agents:admin agents:exec desktop:control images:read images:write usage:read$/m,
     );
     expect((await agentvm(["tenants", "ls"], plain)).code).toBe(1);
-    const noTenant = await agentvm(["token", "--data-dir", sys.dataDir]);
+    const noTenant = await agentvm(["token", "--data-dir", cli.sys.dataDir]);
     expect(noTenant.code).toBe(2);
   });
 });
