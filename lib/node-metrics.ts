@@ -11,10 +11,17 @@ export interface NodeMetrics extends Metrics {
 
 /** A gauge callback slower than this (a count query while Postgres is away) makes the gauge NaN for that scrape, ms. */
 const collectTimeoutMs = 2000;
+/**
+ * How often the event loop's delay is sampled for `nodejs_eventloop_lag_*`, ms. prom-client's default (10) wakes an
+ * otherwise idle process 100 times a second: measured, 96 wake-ups and 4.8 ms of CPU a second against 10 and 0.9 at
+ * 100, in every process of a host that should cost nothing while its agents sleep. Ten samples a second still catch a
+ * stall worth a scrape's p99.
+ */
+const eventLoopSampleMs = 100;
 
 export function createNodeMetrics(opts: { processMetrics?: boolean } = {}): NodeMetrics {
   const registry = new Registry();
-  if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry });
+  if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: eventLoopSampleMs });
   const counters = new Map<MetricName, Counter>();
   /** Bound counters keep their count in a plain number (a hot path pays an addition), added to prom-client's at scrape time. */
   const bound = new Map<MetricName, { labels: Record<string, string>; pending: number }[]>();

@@ -1,5 +1,7 @@
 // The metrics port: its catalogue renders as Prometheus text, the noop does nothing, buckets are sane, gauges are read
 // at scrape time, proxied calls are counted by status class, and GET /metrics answers only with its token.
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { metricCatalogue, noopMetrics, proxiedCalls, type MetricName } from "../../lib/metrics.ts";
 import { createNodeMetrics } from "../../lib/node-metrics.ts";
@@ -55,6 +57,22 @@ describe("the catalogue", () => {
     expect(text).toMatch(/^process_cpu_user_seconds_total /m);
     expect(text).toMatch(/^nodejs_eventloop_lag_seconds /m);
     expect(m.contentType).toMatch(/^text\/plain; version=0\.0\.4/);
+  });
+
+  it("leaves an idle process idle: the event loop's delay is sampled 10 times a second, not prom-client's 100", () => {
+    // The main thread's voluntary context switches over 2 s of an idle process with the registry (a count, not a time).
+    const script = `
+      import { readFileSync } from "node:fs";
+      import { createNodeMetrics } from ${JSON.stringify(fileURLToPath(new URL("../../lib/node-metrics.ts", import.meta.url)))};
+      createNodeMetrics();
+      const switches = () => Number(/^voluntary_ctxt_switches:\\s+(\\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))[1]);
+      setTimeout(() => {
+        const before = switches();
+        setTimeout(() => console.log(String((switches() - before) / 2)), 2000);
+      }, 300);`;
+    const perSecond = Number(execFileSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" }).trim());
+    expect(perSecond).toBeGreaterThan(5); // the sampling runs
+    expect(perSecond).toBeLessThan(30);
   });
 
   it("two registries do not see each other's counts (not prom-client's global registry)", async () => {
