@@ -18,6 +18,7 @@ import type { Host } from "./host.ts";
 import { checkpointView } from "./checkpoints.ts";
 import { WebSocketRelay } from "./relay/websocket-relay.ts";
 import type { Ticket } from "./tickets.ts";
+import { lazySweeper } from "../lib/node-sweeper.ts";
 
 export interface LocalFleetOptions {
   /** Time to connect to the VM's port. */
@@ -83,12 +84,12 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
   );
   const relays = new Set<WebSocketRelay>();
   const watches = new Set<CallWatch>();
-  const sweeper = setInterval(() => {
-    const now = performance.now();
+  // Calls' and WebSockets' deadlines every 100 ms, only while there are any.
+  const sweeper = lazySweeper(100, (now) => {
     for (const r of relays) r.sweep(now);
     for (const w of watches) w.sweep(now);
-  }, 100);
-  sweeper.unref();
+    return relays.size > 0 || watches.size > 0;
+  });
 
   // On every proxied call: a warm VM is held at once (no promise until `use`'s own); otherwise after the wake.
   function withHold<T>(agent: AgentSpec, ctx: ForwardContext, use: (hold: Hold) => Promise<T>): Promise<T> {
@@ -129,6 +130,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
         watches.delete(watch);
       });
       watches.add(watch);
+      sweeper.wake();
       const exec = ctx.target === "exec";
       try {
         const url = new URL(req.url);
@@ -223,6 +225,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
             },
             { log, active: relays },
           ).start();
+          sweeper.wake();
         });
       });
       // Until the handshake is over, a failed wake is the caller's to answer; after it, the relay has answered.
@@ -256,7 +259,7 @@ export function createLocalFleet(host: Host, log: Logger, opts: LocalFleetOption
     },
     websockets: () => relays.size,
     async close() {
-      clearInterval(sweeper);
+      sweeper.stop();
       for (const r of relays) r.goingAway("host shutting down");
       pools.close();
       execPools.close();

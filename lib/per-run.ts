@@ -29,6 +29,11 @@ export class PerRunPools<P> {
     if (current) this.dispose(current.pool);
   }
 
+  /** Pools kept (one per agent at most). */
+  get size(): number {
+    return this.pools.size;
+  }
+
   /** Calls `fn` on every pool; a pool it answers `false` for is forgotten (it is empty, nothing to dispose of). */
   sweep(fn: (pool: P) => boolean): void {
     for (const [id, p] of this.pools) if (!fn(p.pool)) this.pools.delete(id);

@@ -109,13 +109,16 @@ export function createDbAsyncOperationStore(db: Db): AsyncOperationStore {
     async claimDue(opts) {
       const until = new Date(opts.now.getTime() + opts.leaseMs).toISOString();
       const now = opts.now.toISOString();
+      // An idle runner polls: a read that finds nothing due costs a third of the claiming update (PGlite, measured:
+      // 0.55 against 1.51 ms of CPU), and an operation due a moment later waits for the next poll either way.
+      const isDue = sql`mode = 'async' and state in ('queued', 'in_flight') and (claim_expires_at is null or claim_expires_at <= ${now}::timestamptz)`;
+      if ((await queryRows(db, sql`select 1 from ${operations} where ${isDue} limit 1`)).length === 0) return [];
       const rows = await queryRows<{ id: string; prev_state: string }>(
         db,
         sql`
           with due as (
             select id, state as prev_state from ${operations}
-            where mode = 'async' and state in ('queued', 'in_flight')
-              and (claim_expires_at is null or claim_expires_at <= ${now}::timestamptz)
+            where ${isDue}
             order by claim_expires_at nulls first, created_at
             limit ${opts.limit}
             for update skip locked

@@ -26,6 +26,7 @@ import { plainResponseText, sendPlain } from "./respond.ts";
 import { UpstreamPool } from "./upstream-pool.ts";
 import { ActiveList } from "./active-list.ts";
 import { watchAnswerStatus } from "./upgrade-status.ts";
+import { lazySweeper } from "../../../lib/node-sweeper.ts";
 
 const kLastCaller = Symbol("agentvm.lastCaller");
 type SocketWithCaller = Socket & { [kLastCaller]?: { header: string; caller: Caller; until: number } };
@@ -89,9 +90,9 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
     (pool) => pool.close(),
   );
 
+  // Exchanges' deadlines every 100 ms, idle upstream connections every second; only while there are any.
   let tick = 0;
-  const sweeper = setInterval(() => {
-    const now = performance.now();
+  const sweeper = lazySweeper(100, (now) => {
     env.active.forEach((ex) => ex.sweep(now));
     if (++tick % 10 === 0) {
       pools.sweep((pool) => {
@@ -99,8 +100,8 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
         return pool.size > 0;
       });
     }
-  }, 100);
-  sweeper.unref();
+    return env.active.size > 0 || pools.size > 0;
+  });
 
   function forwardedFrom(req: ClientRequest | IncomingMessage, requestId: string) {
     return {
@@ -162,6 +163,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
           },
           env,
         ).start();
+        sweeper.wake();
       });
     });
   }
@@ -303,7 +305,7 @@ export function createNodeProxy(deps: NodeProxyDeps): NodeProxy {
       return { exchanges: env.active.size };
     },
     close() {
-      clearInterval(sweeper);
+      sweeper.stop();
       pools.close();
     },
   };

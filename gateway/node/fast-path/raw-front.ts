@@ -14,6 +14,7 @@ import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type { ClientRequest, ClientResponse } from "./client-side.ts";
 import { simpleRequest, type SimpleRequest } from "./simple-request.ts";
+import { lazySweeper } from "../../../lib/node-sweeper.ts";
 
 export interface RawFrontOptions {
   /** Largest request head taken here, bytes (larger ones go to Node, which answers 431 past its own limit). */
@@ -179,8 +180,8 @@ function responseEnded(conn: RawConn, res: RawResponse): void {
  * a kept-alive one is closed after the keep-alive timeout. One sweep instead of a timer per socket (which every read
  * and write would refresh); a call in progress has its own timeouts.
  */
-function sweep(front: FrontState): void {
-  const now = performance.now();
+/** Ends the connections past their head or keep-alive deadline; answers whether any connection is left to watch. */
+function sweep(front: FrontState, now: number): boolean {
   const { headTimeoutMs, keepAliveTimeoutMs } = front.opts;
   for (const conn of front.conns) {
     if (conn.res || conn.closing) continue;
@@ -193,19 +194,20 @@ function sweep(front: FrontState): void {
       }
     } else if (idle >= keepAliveTimeoutMs) conn.socket.destroy();
   }
+  return front.conns.size > 0;
 }
 
 export function createRawFront(opts: RawFrontOptions): RawFront {
   const front: FrontState = { opts, keepAliveHeader: `timeout=${Math.floor(opts.keepAliveTimeoutMs / 1000)}`, conns: new Set(), stopping: false };
   // As often as Node checks its head deadline (a twentieth of the shorter limit, 10–500 ms).
   const sweepMs = Math.max(10, Math.min(500, Math.floor(Math.min(opts.headTimeoutMs, opts.keepAliveTimeoutMs) / 20)));
-  const sweeper = setInterval(sweep, sweepMs, front);
-  sweeper.unref();
+  const sweeper = lazySweeper(sweepMs, (now) => sweep(front, now));
   return {
     connection(socket) {
       const conn = new RawConn(socket, front);
       (socket as TaggedSocket)[kConn] = conn;
       front.conns.add(conn);
+      sweeper.wake();
       socket.on("data", onData);
       socket.on("end", onEnd);
       socket.on("drain", onDrain);
@@ -213,7 +215,7 @@ export function createRawFront(opts: RawFrontOptions): RawFront {
       socket.on("error", onError);
     },
     closeIdle() {
-      clearInterval(sweeper);
+      sweeper.stop();
       front.stopping = true;
       for (const conn of front.conns) if (!conn.res) conn.socket.destroy();
     },
