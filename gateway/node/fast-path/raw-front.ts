@@ -178,9 +178,8 @@ function responseEnded(conn: RawConn, res: RawResponse): void {
 /**
  * Idle connections past their limit: a new one that sent nothing within the head timeout is answered `headTimedOut`,
  * a kept-alive one is closed after the keep-alive timeout. One sweep instead of a timer per socket (which every read
- * and write would refresh); a call in progress has its own timeouts.
+ * and write would refresh); a call in progress has its own timeouts. Answers whether any connection is left to watch.
  */
-/** Ends the connections past their head or keep-alive deadline; answers whether any connection is left to watch. */
 function sweep(front: FrontState, now: number): boolean {
   const { headTimeoutMs, keepAliveTimeoutMs } = front.opts;
   for (const conn of front.conns) {
