@@ -185,6 +185,7 @@ export class Host {
       draining: () => this.drain.isDraining,
       handOff: (entry) => fencing.handOff(entry),
       checkpointBusy,
+      removing: (agentId) => eviction.removing(agentId),
       released: () => {
         this.drain.released();
         for (const settled of this.releaseWaiters.splice(0)) settled();

@@ -59,6 +59,8 @@ export interface WakingDeps {
   handOff(entry: VmEntry): Promise<void>;
   /** Settles once the checkpoint work under way on the agent has (undefined: none). */
   checkpointBusy(agentId: string): Promise<void> | undefined;
+  /** Whether the agent's deletion is under way here (host/eviction.ts): no wake starts meanwhile. */
+  removing(agentId: string): boolean;
   /** A ticket was released (the drain waits for the last one). */
   released(): void;
   /** A dozing VM (or one being paused) runs again for this call; undefined when it runs already (host/doze.ts). */
@@ -95,6 +97,9 @@ export class Waking {
     const queuedAt = this.deps.clock.monotonic();
     let ownerChecked = false;
     for (;;) {
+      // While the agent's removal stops and destroys its VM, a call would be held on a VM about to stop, or a wake
+      // would boot it into a directory being removed: the agent is gone for every call from the removal's start.
+      if (entry.state === "destroyed" || this.deps.removing(spec.id)) throw new AppError("not_found", `agent ${spec.id} was deleted`);
       const resumed = this.deps.resumeDozing(entry, reason);
       if (resumed) {
         await resumed; // a dozing VM runs again before the call reaches it; then look again
@@ -108,7 +113,6 @@ export class Waking {
         await entry.hibernation.promise;
         continue;
       }
-      if (entry.state === "destroyed") throw new AppError("not_found", `agent ${spec.id} was deleted`);
       const checkpointing = this.deps.checkpointBusy(spec.id);
       if (checkpointing) {
         await checkpointing; // a restore or a fork decides what the wake brings back
@@ -151,7 +155,7 @@ export class Waking {
    * and runs, neither dozing (nor being paused) nor hibernating. Otherwise undefined: the caller goes through `acquire`.
    */
   acquireWarm(spec: AgentSpec, reason: WakeReason): Ticket | undefined {
-    if (this.deps.stopping()) return undefined;
+    if (this.deps.stopping() || this.deps.removing(spec.id)) return undefined;
     const entry = this.deps.leasedNow(spec);
     if (entry?.state !== "running" || !entry.running || entry.hibernation) return undefined;
     // Being paused for a doze: the resume it starts is the one `acquire` then waits on (the same promise).

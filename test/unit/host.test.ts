@@ -139,6 +139,28 @@ describe("host", () => {
     expect(host.status(spec.id)).toBeUndefined();
   });
 
+  it("a call that comes while the agent's deletion stops its VM wakes nothing: 404, and the VM is destroyed once", async () => {
+    const { host, driver } = setup();
+    const stopping = deferred();
+    let destroys = 0;
+    driver.stop = () => stopping.promise;
+    driver.destroy = async () => void destroys++;
+    (await host.acquire(spec, "request")).release();
+    const boots = driver.boots;
+    const removal = host.remove(spec.id);
+    await flush();
+    // Warm or not, no ticket and no wake while the removal is under way.
+    const during = await host.acquire(spec, "request").then(
+      () => "acquired",
+      (e: AppError) => e.code,
+    );
+    expect(during).toBe("not_found");
+    stopping.resolve();
+    await removal;
+    expect({ boots: driver.boots - boots, destroys }).toEqual({ boots: 0, destroys: 1 });
+    expect(host.status(spec.id)).toBeUndefined();
+  });
+
   it("N concurrent acquires of a sleeping VM cause exactly one boot", async () => {
     const { host, driver } = setup();
     const gate = deferred();
