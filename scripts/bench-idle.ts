@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { AppError } from "../lib/errors.ts";
 import { stopChild } from "./bench/children.ts";
+import { cpuSeconds } from "./bench/scale/host-process.ts";
 import { printResult } from "./bench/figures.ts";
 import { startSystem } from "./bench-start.ts";
 
@@ -25,14 +26,11 @@ const idleTimeoutMs = Number(values["idle-timeout-ms"]);
 if (!(seconds >= 5) || !(idleTimeoutMs >= 100)) throw new AppError("bad_request", "--seconds takes ≥ 5, --idle-timeout-ms ≥ 100");
 
 const root = join(import.meta.dirname, "..");
-const ticksPerSecond = 100; // USER_HZ: /proc's CPU times are in these on Linux
 
-/** CPU ticks of every thread of `pid` (user + system), and its main thread's voluntary context switches. */
-function sample(pid: number): { ticks: number; switches: number } {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+/** CPU seconds of every thread of `pid` (user + system), and its main thread's voluntary context switches. */
+function sample(pid: number): { cpuS: number; switches: number } {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  return { ticks: Number(fields[11]) + Number(fields[12]), switches: Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1]) };
+  return { cpuS: cpuSeconds(pid), switches: Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1]) };
 }
 
 const say = (line: string) => console.log(`bench:idle: ${line}`);
@@ -73,7 +71,7 @@ try {
   const before = { system: sample(pids.system), reference: sample(pids.reference) };
   await new Promise((r) => setTimeout(r, seconds * 1000));
   const after = { system: sample(pids.system), reference: sample(pids.reference) };
-  const cpuPct = (k: keyof typeof pids) => Math.round(((after[k].ticks - before[k].ticks) / ticksPerSecond / seconds) * 100 * 1000) / 1000;
+  const cpuPct = (k: keyof typeof pids) => Math.round(((after[k].cpuS - before[k].cpuS) / seconds) * 100 * 1000) / 1000;
   const wakeups = (k: keyof typeof pids) => Math.round(((after[k].switches - before[k].switches) / seconds) * 10) / 10;
   say(`system: ${cpuPct("system")} % of a core, ${wakeups("system")} wake-ups/s; reference: ${cpuPct("reference")} %, ${wakeups("reference")}/s`);
   printResult({
